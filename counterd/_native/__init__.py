@@ -1,0 +1,55 @@
+"""Loader for the optional native library ``libcounterd`` (built by setup.py).
+
+``lib()`` returns the ctypes handle or None; ``missing_reason()`` says why it is None.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.machinery
+from functools import cache
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+
+
+def _candidates() -> list[Path]:
+    return [_HERE / f"libcounterd{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+
+
+@cache
+def _load() -> tuple[ctypes.CDLL | None, str]:
+    for path in _candidates():
+        if path.exists():
+            try:
+                lib = ctypes.CDLL(str(path))
+            except OSError as exc:
+                return None, f"{path} could not be loaded: {exc}"
+            _declare(lib)
+            return lib, ""
+    return None, ("the native library libcounterd was not built (no C compiler at install time?): "
+                  "install gcc and reinstall the package (pip install -e .)")
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    c = ctypes
+    lib.counterd_superstep_boundary.argtypes = [c.c_int64, c.c_int32]
+    lib.counterd_superstep_boundary.restype = c.c_int64
+    lib.counterd_load_stride.argtypes = [c.c_void_p, c.c_size_t, c.c_size_t, c.c_size_t]
+    lib.counterd_load_stride.restype = c.c_uint64
+    lib.counterd_store_stride.argtypes = [c.c_void_p, c.c_size_t, c.c_size_t, c.c_size_t,
+                                          c.c_uint64]
+    lib.counterd_store_stride.restype = None
+    lib.counterd_rmw_stride.argtypes = [c.c_void_p, c.c_size_t, c.c_size_t, c.c_size_t]
+    lib.counterd_rmw_stride.restype = None
+
+
+def lib() -> ctypes.CDLL | None:
+    return _load()[0]
+
+
+def missing_reason() -> str:
+    return _load()[1]
+
+
+BOUNDARY_SYMBOL = "counterd_superstep_boundary"

@@ -1,0 +1,50 @@
+/* Native inner loops with exactly known access streams, and the superstep boundary symbol.
+ *
+ * Loaded through ctypes (counterd/_native/__init__.py). Kept free of the Python C API so that
+ * the same object can be loaded by any process and run under valgrind without Python headers.
+ */
+#include <stddef.h>
+#include <stdint.h>
+
+/* Called by the marker API at every superstep begin and end. Under callgrind the recorder runs
+ * with --dump-before=counterd_superstep_boundary, so each call closes one counter dump; the
+ * marker log says which dump belongs to which superstep. noinline + the asm barrier keep the
+ * call (and so the dump) even at -O3. */
+__attribute__((noinline, visibility("default")))
+int64_t counterd_superstep_boundary(int64_t index, int32_t kind)
+{
+    __asm__ volatile("" ::: "memory");
+    return index * 2 + kind;
+}
+
+/* Strided loads: for r in reps, for i in n: sum += base[i*stride]. Every loaded value is
+ * consumed (it feeds the returned sum), so the loads cannot be removed. */
+__attribute__((visibility("default")))
+uint64_t counterd_load_stride(const volatile uint64_t *base, size_t n, size_t stride_words,
+                              size_t reps)
+{
+    uint64_t sum = 0;
+    for (size_t r = 0; r < reps; r++)
+        for (size_t i = 0; i < n; i++)
+            sum += base[i * stride_words];
+    return sum;
+}
+
+/* Strided stores: base[i*stride] = value + i. volatile keeps one store per element. */
+__attribute__((visibility("default")))
+void counterd_store_stride(volatile uint64_t *base, size_t n, size_t stride_words, size_t reps,
+                           uint64_t value)
+{
+    for (size_t r = 0; r < reps; r++)
+        for (size_t i = 0; i < n; i++)
+            base[i * stride_words] = value + i;
+}
+
+/* Read-modify-write: base[i*stride] += 1 (one load and one store per element). */
+__attribute__((visibility("default")))
+void counterd_rmw_stride(volatile uint64_t *base, size_t n, size_t stride_words, size_t reps)
+{
+    for (size_t r = 0; r < reps; r++)
+        for (size_t i = 0; i < n; i++)
+            base[i * stride_words] += 1;
+}

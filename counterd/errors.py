@@ -1,0 +1,73 @@
+"""Typed errors. Backends translate OS errors into these at their boundary.
+
+Each error says what happened, why, and how to fix it (STYLE.md habit 4). CLIs print
+``str(error)`` on one line and exit 2; library code never prints.
+"""
+
+from __future__ import annotations
+
+
+class CounterdError(Exception):
+    """Base of every error this project raises on purpose."""
+
+    exit_code = 2
+
+    def __init__(self, what: str, fix: str | None = None) -> None:
+        self.what = what
+        self.fix = fix
+        super().__init__(f"{what}: {fix}" if fix else what)
+
+
+class BadInput(CounterdError):
+    """Input from the user (arguments, files, configuration) is wrong."""
+
+
+class UnknownCounter(BadInput):
+    def __init__(self, name: str) -> None:
+        from counterd.events import NAMES
+
+        self.name = name
+        super().__init__(f"unknown counter {name!r}", "choose from " + ", ".join(NAMES))
+
+
+class UnknownBackend(BadInput):
+    def __init__(self, name: str, choices: tuple[str, ...]) -> None:
+        self.name = name
+        super().__init__(f"unknown backend {name!r}", "choose from " + ", ".join(choices))
+
+
+class BackendUnavailable(CounterdError):
+    """A counter source cannot be used on this host at all."""
+
+    def __init__(self, backend: str, reason: str, fix: str | None = None) -> None:
+        self.backend = backend
+        self.reason = reason
+        super().__init__(f"backend {backend} is unavailable: {reason}", fix)
+
+
+class EventNotSupported(CounterdError):
+    """One counter cannot be counted by a backend on this host; others may still work."""
+
+    def __init__(self, event: str, backend: str, reason: str, fix: str | None = None) -> None:
+        self.event = event
+        self.backend = backend
+        self.reason = reason
+        super().__init__(f"counter {event} is not supported by {backend}: {reason}", fix)
+
+
+class CounterAccessDenied(CounterdError):
+    """The kernel refuses to count a target (permissions, perf_event_paranoid)."""
+
+    def __init__(self, event: str, target: str, reason: str, fix: str | None = None) -> None:
+        self.event = event
+        self.target = target
+        self.reason = reason
+        super().__init__(f"counting {event} on {target} was refused: {reason}", fix)
+
+
+class NoSuchTarget(CounterdError):
+    """The process or thread to count does not exist (any more)."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        super().__init__(f"{target} does not exist", "check the pid/tid; the process may have exited")

@@ -1,0 +1,64 @@
+"""Canonical counter names: the contract between counter sources, records and cost models.
+
+Every backend maps its own event names onto these. Units are part of the definition:
+writebacks are counted in cache lines of the level they leave (DESIGN.md section 3; the seed
+paper 004 counted L2->memory writebacks in 16-byte quadwords, which the predictor converts).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Source(enum.StrEnum):
+    """Where a counter value came from. Every value in a record carries one."""
+
+    MEASURED = "measured"  # read from hardware or kernel counters while the program ran
+    SIMULATED = "simulated"  # produced by a cache simulator from an address stream
+    EXTRAPOLATED = "extrapolated"  # forecast from pilot runs at smaller sizes
+    ASSUMED = "assumed"  # filled in from a declared assumption (e.g. uniform over banks)
+
+
+@dataclass(frozen=True)
+class Counter:
+    name: str
+    unit: str
+    description: str
+    # Seed 004 section 4.2: the R10000 counter this corresponds to, where there is one.
+    r10000: str | None = None
+
+
+COUNTERS: tuple[Counter, ...] = (
+    Counter("loads", "instructions", "load instructions retired", "C0E2"),
+    Counter("stores", "instructions", "store instructions retired", "C0E3"),
+    Counter("l1d_misses", "lines", "L1 data cache misses (loads and stores)", "C1E9"),
+    Counter("l2_misses", "lines", "L2 cache misses (data)", "C1EA"),
+    Counter("l3_misses", "lines", "last-level (L3) cache misses (data)"),
+    Counter("l1d_writebacks", "lines", "dirty lines written back from L1 to L2", "C1E6"),
+    Counter("l2_writebacks", "lines", "dirty lines written back from L2 to the next level",
+            "C0E7 (counted there in 16-byte quadwords)"),
+    Counter("l3_writebacks", "lines", "dirty lines written back from L3 to memory"),
+    Counter("dtlb_misses", "misses", "data TLB misses"),
+    Counter("cycles", "cycles", "CPU cycles while the target ran"),
+    Counter("instructions", "instructions", "instructions retired"),
+    Counter("task_clock_ns", "ns", "CPU time of the target (kernel task clock)"),
+    Counter("page_faults", "faults", "page faults (minor and major)"),
+)
+
+BY_NAME: dict[str, Counter] = {c.name: c for c in COUNTERS}
+NAMES: tuple[str, ...] = tuple(c.name for c in COUNTERS)
+
+# Memory-hierarchy counters the cost function F needs, in cache-level order.
+MISS_COUNTERS = ("l1d_misses", "l2_misses", "l3_misses")
+WRITEBACK_COUNTERS = ("l1d_writebacks", "l2_writebacks", "l3_writebacks")
+
+
+def check_names(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Validate canonical counter names; raise UnknownCounter naming the bad one and the choices."""
+    from counterd.errors import UnknownCounter
+
+    for name in names:
+        if name not in BY_NAME:
+            raise UnknownCounter(name)
+    return tuple(names)

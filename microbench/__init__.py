@@ -1,0 +1,1 @@
+"""microbench: the calibration suite (issue 4)."""

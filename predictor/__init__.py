@@ -1,0 +1,1 @@
+"""predictor: cost functions, calibration and forecasts (issue 5)."""
