@@ -44,6 +44,7 @@ COUNTERS: tuple[Counter, ...] = (
     Counter("instructions", "instructions", "instructions retired"),
     Counter("task_clock_ns", "ns", "CPU time of the target (kernel task clock)"),
     Counter("page_faults", "faults", "page faults (minor and major)"),
+    Counter("context_switches", "switches", "context switches of the target"),
 )
 
 BY_NAME: dict[str, Counter] = {c.name: c for c in COUNTERS}

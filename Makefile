@@ -1,0 +1,34 @@
+# The two set-up commands of the README:
+#   make demo   installs everything and runs the main job on the embedded defaults
+#   make test   installs everything and runs the test suite
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+OUT     ?= out
+STAMP   := $(VENV)/.installed
+
+.PHONY: demo test setup lint clean
+
+$(STAMP): pyproject.toml setup.py counterd/_native/*.c
+	bash scripts/system-deps.sh
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	mkdir -p $(OUT)
+	$(VENV)/bin/counterd probe
+	$(VENV)/bin/counterd record --out $(OUT)/example.jsonl -- $(PY) examples/bsp_sum.py
+	$(VENV)/bin/counterd summary $(OUT)/example.jsonl
+
+test: $(STAMP)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check counterd predictor microbench tests bench
+	$(VENV)/bin/mypy counterd
+
+clean:
+	rm -rf $(VENV) build *.egg-info $(OUT)

@@ -1,0 +1,194 @@
+"""``counterd record``: run a command with markers active and collect its superstep records.
+
+The command's processes append marker events to a spool directory (one file per pid, see
+:mod:`counterd.superstep`); when it exits the spool is collected into records. A command that
+marks nothing is recorded as one superstep (flag ``whole_command``) with the counters of the
+whole process tree, attached before its first instruction through an exec shim.
+
+With the callgrind backend there are two runs of the same command: a timed run (real time,
+software counters) and a counted run under valgrind (simulated memory counters). Time is
+never taken from the run under valgrind (DESIGN.md section 4); records of the two runs are
+matched on (rank, superstep index) and carry the flag ``counters_from_separate_run``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from counterd import backends
+from counterd.backends.base import CounterGroup, Target
+from counterd.errors import BadInput, CounterdError
+from counterd.events import check_names
+from counterd.records import SuperstepRecord, write_jsonl
+from counterd.superstep import ENV_BACKEND, ENV_EVENTS, ENV_RUN_ID, ENV_SPOOL, collect_spool
+
+RECORD_BACKENDS = ("auto", "perf", "papi", "sim", "callgrind", "none")
+
+
+@dataclass(frozen=True)
+class RecordResult:
+    exit_code: int  # the command's
+    records: tuple[SuperstepRecord, ...]
+    backend: str
+    out: Path | None
+
+
+def resolve_command(cmd: Sequence[str]) -> list[str]:
+    if not cmd:
+        raise BadInput("no command given", "usage: counterd record --out FILE -- CMD [ARGS...]")
+    exe = cmd[0]
+    found = shutil.which(exe) if os.sep not in exe else (exe if os.access(exe, os.X_OK) else None)
+    if found is None:
+        raise BadInput(f"command not found: {exe}", "check the spelling and PATH")
+    return list(cmd)
+
+
+def resolve_backend(name: str) -> str:
+    """Which counter source a recording uses. ``auto``: perf when it has hardware memory
+    counters here, else callgrind (simulated) when valgrind is installed, else perf with its
+    software counters only."""
+    if name not in RECORD_BACKENDS:
+        raise BadInput(f"unknown backend {name!r}", "choose from " + ", ".join(RECORD_BACKENDS))
+    if name != "auto":
+        if name not in ("none",):
+            cap = backends.get(name).available()
+            if not cap.available:
+                raise BadInput(f"backend {name} is unavailable: {cap.reason}",
+                               "choose another with --backend (see counterd probe)")
+        return name
+    perf = backends.get("perf").available()
+    if perf.supports("loads"):
+        return "perf"
+    if backends.get("callgrind").available().available:
+        return "callgrind"
+    return "perf" if perf.available else "none"
+
+
+def _check_writable(out: Path) -> None:
+    directory = out.parent if str(out.parent) else Path(".")
+    if not directory.is_dir():
+        raise BadInput(f"cannot write {out}: {directory} is not a directory",
+                       "create the directory or choose another --out")
+    if not os.access(directory, os.W_OK):
+        raise BadInput(f"cannot write {out}: {directory} is not writable",
+                       "choose a writable --out")
+
+
+def _env(run_id: str, spool: Path, backend: str, events: Sequence[str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env[ENV_RUN_ID] = run_id
+    env[ENV_SPOOL] = str(spool)
+    env[ENV_BACKEND] = backend
+    env[ENV_EVENTS] = ",".join(events)
+    # The command imports counterd from the same installation as this recorder.
+    here = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _whole_command_group(backend: str, events: Sequence[str], pid: int) -> CounterGroup | None:
+    if backend not in ("perf", "papi"):
+        return None
+    try:
+        be = backends.get(backend)
+        evs = tuple(events) or tuple(c for c, why in be.available().counters.items() if why is None)
+        return be.open(evs, Target(pid=pid, inherit=True), strict=False)  # type: ignore[call-arg]
+    except CounterdError:
+        return None
+
+
+def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
+               host: str) -> tuple[int, list[SuperstepRecord]]:
+    """Run the command once for real; records from its markers, or one whole-command record."""
+    # Markers in the timed run count with perf (measured) or nothing; callgrind counts later.
+    marker_backend = backend if backend in ("perf", "papi", "sim", "none") else "perf"
+    if marker_backend == "perf" and not backends.get("perf").available().available:
+        marker_backend = "none"
+    with tempfile.TemporaryDirectory(prefix="counterd-spool-") as spool_dir:
+        spool = Path(spool_dir)
+        env = _env(run_id, spool, marker_backend, events)
+        r, w = os.pipe()
+        try:
+            child = subprocess.Popen([sys.executable, "-m", "counterd._launch", str(r), *cmd],
+                                     env=env, pass_fds=(r,))
+        finally:
+            os.close(r)
+        group = _whole_command_group(marker_backend, events, child.pid)
+        start = group.read() if group is not None else None
+        begin_ns = time.monotonic_ns()
+        os.write(w, b"g")
+        os.close(w)
+        code = child.wait()
+        end_ns = time.monotonic_ns()
+        stop = group.read() if group is not None else None
+        if group is not None:
+            group.close()
+        records = list(collect_spool(spool))
+    if not records and code != 127:
+        counters = stop.delta(start) if (stop is not None and start is not None) else {}
+        unsupported = dict(stop.unsupported) if stop is not None else {}
+        flags = {"whole_command"} | ({"unsupported_counters"} if unsupported else set())
+        if any(cv.ratio < 1.0 for cv in counters.values()):
+            flags.add("multiplexed")
+        records = [SuperstepRecord(
+            run_id=run_id, index=0, name=" ".join(cmd)[:200], rank=0, pid=child.pid, cpu=-1,
+            begin_ns=begin_ns, end_ns=end_ns, counters=counters, flags=frozenset(flags),
+            unsupported=unsupported, backend=marker_backend, host=host)]
+    return code, records
+
+
+def _merge_counted(timed: list[SuperstepRecord], counted: Mapping[tuple[int, int], SuperstepRecord],
+                   ) -> list[SuperstepRecord]:
+    out = []
+    for rec in timed:
+        twin = counted.get((rec.rank, rec.index))
+        flags = set(rec.flags) | {"counters_from_separate_run"}
+        if twin is None or not twin.counters:
+            flags.add("counters_missing")
+            out.append(replace(rec, flags=frozenset(flags)))
+            continue
+        counters = {**rec.counters, **twin.counters}  # simulated memory counters + measured time
+        unsupported = {k: v for k, v in {**twin.unsupported, **rec.unsupported}.items()
+                       if k not in counters}
+        flags |= {f for f in twin.flags if f in ("incomplete", "unsupported_counters")}
+        if not unsupported:
+            flags.discard("unsupported_counters")
+        out.append(replace(rec, counters=counters, unsupported=unsupported,
+                           flags=frozenset(flags), backend=f"{rec.backend}+{twin.backend}"))
+    return out
+
+
+def record(cmd: Sequence[str], *, out: Path | None, backend: str = "auto",
+           events: Sequence[str] = (), run_id: str | None = None) -> RecordResult:
+    """Run ``cmd`` with markers active; write its records to ``out`` (JSON lines, atomic).
+
+    Returns the command's exit code with the records. Bad input raises BadInput before the
+    command runs; a failure to write ``out`` raises BadInput after it, leaving no partial file.
+    """
+    argv = resolve_command(cmd)
+    check_names(tuple(events))
+    if out is not None:
+        _check_writable(Path(out))
+    chosen = resolve_backend(backend)
+    run_id = run_id or time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    host = os.uname().nodename
+    code, records = _run_timed(argv, run_id, chosen, events, host)
+    if chosen == "callgrind":
+        from counterd.backends import callgrind
+
+        counted = callgrind.count_supersteps(argv, run_id=run_id, env=_env(
+            run_id, Path("."), "callgrind", events))
+        records = _merge_counted(records, counted)
+    records.sort(key=lambda r: (r.index, r.rank, r.pid))
+    if out is not None:
+        write_jsonl(records, Path(out))
+    return RecordResult(code, tuple(records), chosen, Path(out) if out else None)

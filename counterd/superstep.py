@@ -1,0 +1,471 @@
+"""The superstep marker API used inside programs (DESIGN.md section 5).
+
+    import counterd
+    counterd.set_rank(rank)                 # SPMD processor id (optional, see below)
+    with counterd.superstep("count elements", n=n) as step:
+        ...                                 # the superstep's work
+        step.feed(stream)                   # only meaningful for the sim backend
+
+One :class:`~counterd.records.SuperstepRecord` is produced per processor (thread of a process
+that marks supersteps) per superstep, with CLOCK_MONOTONIC begin/end, the CPU, counter deltas
+with their sources, params and flags. Nothing is lost silently:
+
+* an exception inside the body gives a record flagged ``exception``;
+* a superstep begun inside another gives a record flagged ``nested``;
+* ``end()`` without ``begin()`` gives a record flagged ``unmatched_end``;
+* a process that exits inside a superstep gets a record flagged ``incomplete`` (at exit), and
+  one that is killed leaves its ``begin`` line in the spool, which the merge turns into an
+  ``incomplete`` record (:func:`collect_spool`).
+
+Configuration comes from ``configure()`` or, for programs started by ``counterd record``, from
+the environment: ``COUNTERD_RUN_ID``, ``COUNTERD_SPOOL`` (a directory; each process appends
+its events to ``<pid>.jsonl`` there), ``COUNTERD_BACKEND`` (perf, papi, sim, callgrind, none)
+and ``COUNTERD_EVENTS`` (comma-separated canonical counters). Without either, records are
+kept in memory (``counterd.records()``) and counted with perf where available.
+
+Rank: ``set_rank()`` wins; else ``COUNTERD_RANK``; else an MPI launcher's rank variable
+(Open MPI, MPICH/PMI, PMIx, MVAPICH, Slurm); else a multiprocessing worker's identity (1-based,
+the parent being 0); else 0. Forked children (multiprocessing) start with fresh per-process state:
+their counters are reopened for the child's own threads.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import json
+import multiprocessing
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from counterd.backends.base import CounterGroup, CounterValue, Reading, Target
+from counterd.errors import BadInput, CounterdError
+from counterd.records import Param, SuperstepRecord
+
+ENV_RUN_ID = "COUNTERD_RUN_ID"
+ENV_SPOOL = "COUNTERD_SPOOL"
+ENV_BACKEND = "COUNTERD_BACKEND"
+ENV_EVENTS = "COUNTERD_EVENTS"
+ENV_RANK = "COUNTERD_RANK"
+_MPI_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK",
+                  "SLURM_PROCID")
+MARKER_BACKENDS = ("perf", "papi", "sim", "callgrind", "none")
+
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _sched_getcpu = _libc.sched_getcpu
+    _sched_getcpu.restype = ctypes.c_int
+    _sched_getcpu.argtypes = []
+except (OSError, AttributeError):  # not glibc: CPU stays unknown (-1)
+    _sched_getcpu = None
+
+
+def current_cpu() -> int:
+    return int(_sched_getcpu()) if _sched_getcpu is not None else -1
+
+
+def _auto_rank() -> int:
+    for var in (ENV_RANK, *_MPI_RANK_VARS):
+        value = os.environ.get(var)
+        if value is not None and value.strip().lstrip("-").isdigit():
+            return int(value)
+    identity = getattr(multiprocessing.current_process(), "_identity", ())
+    return int(identity[0]) if identity else 0
+
+
+# --------------------------------------------------------------------------------------------
+# Sinks: where records go.
+
+
+class MemorySink:
+    """Keeps records in the process (the default when nothing else is configured)."""
+
+    def __init__(self) -> None:
+        self.records: list[SuperstepRecord] = []
+        self._lock = threading.Lock()
+
+    def begin(self, line: Mapping[str, Any]) -> None:  # begins need no durability in memory
+        pass
+
+    def record(self, rec: SuperstepRecord) -> None:
+        with self._lock:
+            self.records.append(rec)
+
+
+class SpoolSink:
+    """Appends one JSON line per begin and per record to ``<spool>/<pid>.jsonl``.
+
+    Each line is one ``write(2)`` on an O_APPEND descriptor, so a process killed at any point
+    leaves whole lines only; a ``begin`` line with no matching record becomes an ``incomplete``
+    record when the spool is collected.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self._fd: int | None = None
+        self._pid = -1
+
+    def _descriptor(self) -> int:
+        pid = os.getpid()
+        if self._fd is None or self._pid != pid:  # first use, or we are a forked child
+            path = self.directory / f"{pid}.jsonl"
+            try:
+                self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                                   0o644)
+            except OSError as exc:
+                raise BadInput(f"cannot write the marker spool {path}: {exc.strerror}",
+                               f"make {self.directory} writable or unset {ENV_SPOOL}") from exc
+            self._pid = pid
+        return self._fd
+
+    def _write(self, obj: Mapping[str, Any]) -> None:
+        os.write(self._descriptor(), (json.dumps(obj, separators=(",", ":")) + "\n").encode())
+
+    def begin(self, line: Mapping[str, Any]) -> None:
+        self._write({"ev": "begin", **line})
+
+    def record(self, rec: SuperstepRecord) -> None:
+        self._write({"ev": "record", **rec.to_json()})
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Step:
+    """An open superstep, returned by ``begin()`` and by ``with superstep(...) as step``."""
+
+    recorder: Recorder
+    index: int
+    name: str
+    rank: int
+    cpu: int
+    begin_ns: int
+    params: dict[str, Param]
+    start: Reading | None
+    flags: set[str] = field(default_factory=set)
+    closed: bool = False
+
+    def feed(self, stream: Any) -> None:
+        """Declare an address stream this superstep executes (used by the ``sim`` backend; a
+        no-op for backends that count real hardware)."""
+        group = self.recorder._thread_group()
+        feed = getattr(group, "feed", None)
+        if feed is not None:
+            feed(stream)
+
+    def __enter__(self) -> Step:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            self.flags.add("exception")
+        self.recorder.end(self)
+
+
+class Recorder:
+    """Per-process marker state. One exists per process (re-created after fork)."""
+
+    def __init__(self, *, run_id: str | None = None, backend: str | None = None,
+                 events: Sequence[str] | None = None, spool: Path | None = None) -> None:
+        env = os.environ
+        self.run_id = run_id or env.get(ENV_RUN_ID) or uuid.uuid4().hex[:12]
+        name = backend or env.get(ENV_BACKEND) or "default"
+        if name not in MARKER_BACKENDS + ("default",):
+            raise BadInput(f"unknown marker backend {name!r}",
+                           "choose from " + ", ".join(MARKER_BACKENDS))
+        self.backend_name = name
+        ev = events if events is not None else [e for e in env.get(ENV_EVENTS, "").split(",") if e]
+        self.events: tuple[str, ...] = tuple(ev)
+        spool_dir = spool or (Path(env[ENV_SPOOL]) if env.get(ENV_SPOOL) else None)
+        self.sink: MemorySink | SpoolSink = SpoolSink(spool_dir) if spool_dir else MemorySink()
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self._process_rank: int | None = None
+        self._local = threading.local()
+        self._next_index = 0
+        self._index_lock = threading.Lock()
+        self._open: dict[int, Step] = {}  # id(step) -> step, for the at-exit sweep
+        self._backend: Any = None
+        self._backend_error: str | None = None
+        self._native: Any = None
+        if name == "callgrind":
+            from counterd import _native
+
+            self._native = _native.lib()
+
+    # -- configuration of the processor id -------------------------------------------------
+    def set_rank(self, rank: int, *, thread: bool = False) -> None:
+        if rank < 0:
+            raise BadInput(f"rank {rank} < 0", "ranks are 0, 1, ... p-1")
+        if thread:
+            self._local.rank = rank
+        else:
+            self._process_rank = rank
+
+    def rank(self) -> int:
+        rank = getattr(self._local, "rank", None)
+        if rank is not None:
+            return int(rank)
+        if self._process_rank is None:
+            self._process_rank = _auto_rank()
+        return self._process_rank
+
+    # -- counters ----------------------------------------------------------------------------
+    def _resolve_backend(self) -> Any:
+        if self._backend is not None or self._backend_error is not None:
+            return self._backend
+        from counterd import backends
+
+        name = self.backend_name
+        if name in ("none", "callgrind"):  # callgrind counts from outside the process
+            self._backend_error = f"counters come from {name}" if name != "none" else "none"
+            return None
+        try:
+            if name == "default":
+                candidate = backends.get("perf")
+                if not candidate.available().available:
+                    self._backend_error = "perf is not available; no counters"
+                    return None
+                self._backend = candidate
+            else:
+                self._backend = backends.select(name)
+        except CounterdError as exc:
+            self._backend_error = str(exc)
+        return self._backend
+
+    def _thread_group(self) -> CounterGroup | None:
+        local = self._local
+        if getattr(local, "pid", None) == os.getpid() and hasattr(local, "group"):
+            return local.group
+        local.pid = os.getpid()
+        local.group = None
+        local.unsupported = {}
+        backend = self._resolve_backend()
+        if backend is None:
+            return None
+        cap = backend.available()
+        events = self.events or tuple(c for c, why in cap.counters.items() if why is None)
+        try:
+            group = backend.open(events, Target.this_thread(), strict=False)
+        except TypeError:  # a backend without the strict keyword
+            group = backend.open(events, Target.this_thread())
+        except CounterdError as exc:
+            local.unsupported = {e: str(exc) for e in events}
+            return None
+        local.group = group
+        return group
+
+    def _read(self) -> Reading | None:
+        group = self._thread_group()
+        return group.read() if group is not None else None
+
+    # -- markers -------------------------------------------------------------------------------
+    def begin(self, name: str, params: Mapping[str, Param]) -> Step:
+        stack = self._stack()
+        with self._index_lock:
+            index = self._next_index
+            self._next_index += 1
+        flags = {"nested"} if stack else set()
+        cpu = current_cpu()
+        rank = self.rank()
+        self.sink.begin({"run_id": self.run_id, "index": index, "name": name, "rank": rank,
+                         "pid": os.getpid(), "cpu": cpu, "begin_ns": time.monotonic_ns(),
+                         "params": dict(params), "backend": self._label(), "host": self.host})
+        start = self._read()
+        begin_ns = time.monotonic_ns()
+        step = Step(self, index, name, rank, cpu, begin_ns, dict(params), start, flags)
+        stack.append(step)
+        self._open[id(step)] = step
+        if self._native is not None:
+            self._native.counterd_superstep_boundary(index, 0)
+        return step
+
+    def end(self, step: Step | None = None, name: str | None = None) -> SuperstepRecord:
+        if self._native is not None:
+            self._native.counterd_superstep_boundary(step.index if step else -1, 1)
+        end_ns = time.monotonic_ns()
+        stop = self._read()
+        stack = self._stack()
+        if step is None:
+            if not stack:
+                return self._unmatched_end(name or "?", end_ns)
+            step = stack[-1]
+        if step.closed:
+            return self._unmatched_end(step.name, end_ns)
+        if step in stack:
+            stack.remove(step)
+        step.closed = True
+        self._open.pop(id(step), None)
+        rec = self._record(step, end_ns, stop)
+        self.sink.record(rec)
+        return rec
+
+    def _record(self, step: Step, end_ns: int | None, stop: Reading | None) -> SuperstepRecord:
+        counters: dict[str, CounterValue] = {}
+        unsupported = dict(getattr(self._local, "unsupported", {}))
+        if step.start is not None and stop is not None:
+            counters = stop.delta(step.start)
+            unsupported.update(stop.unsupported)
+        elif self._backend_error and self.backend_name not in ("none", "callgrind"):
+            unsupported.setdefault("*", self._backend_error)
+        flags = set(step.flags)
+        if end_ns is None:
+            flags.add("incomplete")
+        elif current_cpu() != step.cpu:
+            flags.add("migrated")
+        if any(cv.ratio < 1.0 for cv in counters.values()):
+            flags.add("multiplexed")
+        if unsupported:
+            flags.add("unsupported_counters")
+        return SuperstepRecord(
+            run_id=self.run_id, index=step.index, name=step.name, rank=step.rank,
+            pid=os.getpid(), cpu=step.cpu, begin_ns=step.begin_ns, end_ns=end_ns,
+            counters=counters, params=step.params, flags=frozenset(flags),
+            unsupported=unsupported, backend=self._label(), host=self.host)
+
+    def _unmatched_end(self, name: str, end_ns: int) -> SuperstepRecord:
+        with self._index_lock:
+            index = self._next_index
+            self._next_index += 1
+        rec = SuperstepRecord(
+            run_id=self.run_id, index=index, name=name, rank=self.rank(), pid=os.getpid(),
+            cpu=current_cpu(), begin_ns=end_ns, end_ns=end_ns, flags=frozenset({"unmatched_end"}),
+            backend=self._label(), host=self.host)
+        self.sink.record(rec)
+        return rec
+
+    def _label(self) -> str:
+        if self._backend is not None:
+            return str(self._backend.name)
+        return "perf" if self.backend_name == "default" else self.backend_name
+
+    def _stack(self) -> list[Step]:
+        local = self._local
+        if getattr(local, "stack_pid", None) != os.getpid():
+            local.stack = []
+            local.stack_pid = os.getpid()
+        return local.stack  # type: ignore[no-any-return]
+
+    def close_open_steps(self) -> list[SuperstepRecord]:
+        """Record every superstep still open as ``incomplete`` (called at interpreter exit)."""
+        out = []
+        for step in list(self._open.values()):
+            if not step.closed:
+                step.closed = True
+                rec = self._record(step, None, None)
+                self.sink.record(rec)
+                out.append(rec)
+        self._open.clear()
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# Module-level API: one recorder per process.
+
+_recorder: Recorder | None = None
+_recorder_lock = threading.Lock()
+
+
+def recorder() -> Recorder:
+    global _recorder
+    rec = _recorder
+    if rec is None or rec.pid != os.getpid():
+        with _recorder_lock:
+            if _recorder is None or _recorder.pid != os.getpid():
+                _recorder = Recorder() if _recorder is None else _fork_copy(_recorder)
+            rec = _recorder
+    return rec
+
+
+def _fork_copy(parent: Recorder) -> Recorder:
+    """A child's recorder: same run, backend, events and sink target; fresh counters and
+    supersteps (the parent's open supersteps are the parent's)."""
+    spool = parent.sink.directory if isinstance(parent.sink, SpoolSink) else None
+    child = Recorder(run_id=parent.run_id, backend=parent.backend_name,
+                     events=parent.events or None, spool=spool)
+    if isinstance(parent.sink, MemorySink):
+        child.sink = parent.sink  # the child's copy of the parent's list, in the child
+    return child
+
+
+def configure(*, backend: str | None = None, events: Sequence[str] | None = None,
+              spool: Path | None = None, run_id: str | None = None) -> Recorder:
+    """Replace this process's recorder (before the first superstep, typically)."""
+    global _recorder
+    with _recorder_lock:
+        if _recorder is not None:
+            _recorder.close_open_steps()
+        _recorder = Recorder(run_id=run_id, backend=backend, events=events, spool=spool)
+        return _recorder
+
+
+def set_rank(rank: int, *, thread: bool = False) -> None:
+    """Declare this process's (or, with ``thread=True``, this thread's) processor id."""
+    recorder().set_rank(rank, thread=thread)
+
+
+def begin(name: str, **params: Param) -> Step:
+    return recorder().begin(name, params)
+
+
+def end(step: Step | None = None, *, name: str | None = None) -> SuperstepRecord:
+    return recorder().end(step, name)
+
+
+def superstep(name: str, **params: Param) -> Step:
+    """``with superstep(name, **params) as step:`` marks one superstep of this processor."""
+    return recorder().begin(name, params)
+
+
+def records() -> list[SuperstepRecord]:
+    """Records kept in memory by this process (empty when they go to a spool)."""
+    sink = recorder().sink
+    return list(sink.records) if isinstance(sink, MemorySink) else []
+
+
+@atexit.register
+def _at_exit() -> None:
+    rec = _recorder
+    if rec is not None and rec.pid == os.getpid():
+        rec.close_open_steps()
+
+
+# --------------------------------------------------------------------------------------------
+# Collecting a spool (used by ``counterd record``).
+
+
+def collect_spool(directory: Path) -> Iterator[SuperstepRecord]:
+    """Records from every ``<pid>.jsonl`` in ``directory``; a begin without a record becomes an
+    ``incomplete`` record (the process died inside the superstep). A torn last line (killed
+    mid-write is impossible for one write(2) below PIPE_BUF, but a full disk is not) is
+    skipped and reported as an incomplete record if its begin survived."""
+    for path in sorted(Path(directory).glob("*.jsonl")):
+        begins: dict[tuple[str, int], dict[str, Any]] = {}
+        ended: set[tuple[str, int]] = set()
+        with path.open(encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    d = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                key = (str(d.get("run_id")), int(d.get("index", -1)))
+                if d.get("ev") == "begin":
+                    begins[key] = d
+                elif d.get("ev") == "record":
+                    ended.add(key)
+                    yield SuperstepRecord.from_json(d)
+        for key, d in begins.items():
+            if key not in ended:
+                yield SuperstepRecord(
+                    run_id=d["run_id"], index=d["index"], name=d["name"], rank=d["rank"],
+                    pid=d["pid"], cpu=d["cpu"], begin_ns=d["begin_ns"], end_ns=None,
+                    params=d.get("params", {}), flags=frozenset({"incomplete"}),
+                    backend=d.get("backend", "none"), host=d.get("host", ""))
