@@ -1,0 +1,96 @@
+"""counterd record and the CLI: exit codes, whole-command records, SPMD example, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from counterd.cli import main
+from counterd.errors import BadInput
+from counterd.records import read_jsonl
+from counterd.recording import record
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "bsp_sum.py"
+
+
+def test_command_without_markers_is_one_superstep_and_exit_code_passes(tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    result = record(["sh", "-c", "exit 3"], out=out, backend="none")
+    assert result.exit_code == 3
+    recs = list(read_jsonl(out))
+    assert len(recs) == 1
+    assert "whole_command" in recs[0].flags
+    assert recs[0].duration_ns is not None and recs[0].duration_ns > 0
+
+
+def test_spmd_example_gives_one_record_per_processor_per_superstep(tmp_path: Path) -> None:
+    out = tmp_path / "ex.jsonl"
+    result = record([sys.executable, str(EXAMPLE), "200000", "2"], out=out, backend="none")
+    assert result.exit_code == 0
+    recs = list(read_jsonl(out))
+    assert sorted((r.index, r.rank) for r in recs) == [(i, r) for i in range(4) for r in (0, 1)]
+    assert [r.name for r in recs if r.rank == 0] == ["fill", "sum", "exchange", "combine"]
+    assert all(r.params == {"n": 200000, "p": 2} for r in recs)
+    assert len({r.run_id for r in recs}) == 1
+
+
+def test_missing_command_is_bad_input_before_anything_runs(tmp_path: Path) -> None:
+    with pytest.raises(BadInput, match="command not found: no-such-cmd-xyz"):
+        record(["no-such-cmd-xyz"], out=tmp_path / "r.jsonl", backend="none")
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "counterd.cli", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["record", "--out", "/nonexistent-dir/x.jsonl", "--", "true"], "not a directory"),
+    (["record", "--out", "{tmp}/x.jsonl", "--", "no-such-cmd-xyz"], "command not found"),
+    (["record", "--backend", "bogus", "--out", "{tmp}/x.jsonl", "--", "true"], "unknown backend"),
+    (["record", "--events", "loadz", "--out", "{tmp}/x.jsonl", "--", "true"], "unknown counter"),
+    (["record", "--out", "{tmp}/x.jsonl"], "no command given"),
+    (["summary", "{tmp}/missing.jsonl"], "cannot read"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str],
+                                              message: str) -> None:
+    proc = _cli(*[a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_cli_record_passes_exit_code_and_summary_reads_it(tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    assert main(["record", "--backend", "none", "--out", str(out), "--", "sh", "-c", "exit 4"]) == 4
+    proc = _cli("summary", "--json", str(out))
+    assert proc.returncode == 0
+    rows = json.loads(proc.stdout)
+    assert len(rows) == 1 and rows[0]["flags"] == ["whole_command"]
+
+
+def test_probe_json_shape() -> None:
+    proc = _cli("probe", "--json")
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)
+    assert set(d) == {"host", "backends", "counters"}
+    assert set(d["backends"]) == {"perf", "papi", "sim", "callgrind"}
+    from counterd.events import NAMES
+
+    assert set(d["counters"]) == set(NAMES)
+    for name, st in d["counters"].items():
+        assert isinstance(st["available"], bool)
+        # Either a backend that gives it, or the reason none does.
+        assert (st["backend"] is not None) == st["available"], name
+        assert (st["reason"] is None) == st["available"], name
+    for name, b in d["backends"].items():
+        assert isinstance(b["available"], bool) and b["reason"], name
+        assert "internal error" not in b["reason"], (name, b["reason"])

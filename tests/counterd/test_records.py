@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from counterd.backends.base import CounterValue, Reading
+from counterd.errors import BadInput
+from counterd.events import Source
+from counterd.fsutil import atomic_write_text
+from counterd.records import SuperstepRecord, read_jsonl, write_jsonl
+
+
+def _rec(**kw: object) -> SuperstepRecord:
+    base: dict[str, object] = dict(run_id="r", index=0, name="s", rank=0, pid=1, cpu=0,
+                                   begin_ns=100, end_ns=250)
+    base.update(kw)
+    return SuperstepRecord(**base)  # type: ignore[arg-type]
+
+
+def test_json_roundtrip_is_exact(tmp_path: Path) -> None:
+    rec = _rec(counters={"loads": CounterValue(1e6, Source.SIMULATED),
+                         "task_clock_ns": CounterValue(2000.0, Source.MEASURED, 0.5, 1000)},
+               params={"n": 7}, flags=frozenset({"multiplexed"}))
+    path = tmp_path / "r.jsonl"
+    assert write_jsonl([rec, _rec(index=1)], path) == 2
+    back = list(read_jsonl(path))
+    assert back[0] == rec
+    assert back[0].duration_ns == 150
+    assert back[0].multiplex_ratio == 0.5
+
+
+def test_validation_rejects_bad_records() -> None:
+    with pytest.raises(ValueError, match="before begin"):
+        _rec(end_ns=50)
+    with pytest.raises(ValueError, match="incomplete"):
+        _rec(end_ns=None)
+    with pytest.raises(ValueError, match="unknown flags"):
+        _rec(flags=frozenset({"weird"}))
+    with pytest.raises(ValueError, match="not finite"):
+        _rec(counters={"loads": CounterValue(float("nan"), Source.MEASURED)})
+
+
+def test_unknown_format_version_is_rejected(tmp_path: Path) -> None:
+    d = _rec().to_json()
+    d["format"] = 99
+    path = tmp_path / "x.jsonl"
+    path.write_text(json.dumps(d) + "\n")
+    with pytest.raises(BadInput, match="format 99"):
+        list(read_jsonl(path))
+
+
+def test_reading_delta_scales_raw_deltas_by_the_span() -> None:
+    # A counter that ran half of the span: raw delta 100 -> scaled 200, ratio 0.5.
+    a = Reading({"cycles": CounterValue(0.0, Source.MEASURED, 1.0, 1000)}, 1000, 1000)
+    b = Reading({"cycles": CounterValue(0.0, Source.MEASURED, 1.0, 1100)}, 1400, 1200)
+    d = b.delta(a)["cycles"]
+    assert d.raw == 100
+    assert d.value == pytest.approx(100 * 400 / 200)
+    assert d.ratio == pytest.approx(0.5)
+
+
+def test_atomic_write_leaves_no_partial_file_on_full_disk(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "out.jsonl"
+    target.write_text("old\n")
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(BadInput, match="No space left"):
+        atomic_write_text(target, "new\n")
+    assert target.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]

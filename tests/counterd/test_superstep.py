@@ -1,0 +1,151 @@
+"""The marker API: records, flags, SPMD processes with barriers, crashes mid-superstep."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+import counterd
+from counterd.superstep import Recorder, SpoolSink, collect_spool, configure
+
+
+@pytest.fixture
+def mem_recorder() -> Recorder:
+    return configure(backend="none", run_id="t-run")
+
+
+def test_records_have_fields_and_increasing_indices(mem_recorder: Recorder) -> None:
+    with counterd.superstep("a", n=10):
+        time.sleep(0.002)
+    with counterd.superstep("b", n=20):
+        pass
+    recs = counterd.records()
+    assert [r.name for r in recs] == ["a", "b"]
+    assert [r.index for r in recs] == [0, 1]
+    assert recs[0].params == {"n": 10}
+    assert recs[0].run_id == "t-run"
+    assert recs[0].pid == os.getpid()
+    assert recs[0].duration_ns is not None and recs[0].duration_ns >= 2_000_000
+    assert recs[0].end_ns is not None and recs[1].begin_ns >= recs[0].end_ns
+    assert recs[0].flags == frozenset()
+    assert recs[0].cpu in os.sched_getaffinity(0)
+
+
+def test_exception_nested_and_unmatched_are_flagged(mem_recorder: Recorder) -> None:
+    with pytest.raises(ZeroDivisionError), counterd.superstep("boom"):
+        1 / 0  # noqa: B018
+    with counterd.superstep("outer"), counterd.superstep("inner"):
+        pass
+    counterd.end(name="stray")
+    by_name = {r.name: r for r in counterd.records()}
+    assert "exception" in by_name["boom"].flags
+    assert "nested" in by_name["inner"].flags
+    assert "nested" not in by_name["outer"].flags
+    assert by_name["stray"].flags == frozenset({"unmatched_end"})
+
+
+def test_open_steps_become_incomplete_records(mem_recorder: Recorder) -> None:
+    counterd.begin("left open")
+    closed = mem_recorder.close_open_steps()
+    assert len(closed) == 1
+    rec = closed[0]
+    assert rec.end_ns is None and "incomplete" in rec.flags
+    assert rec in counterd.records()
+
+
+def _spmd_worker(rank: int, spool: str, barrier: mp.synchronize.Barrier, steps: int) -> None:
+    configure(backend="none", spool=Path(spool), run_id="spmd")
+    counterd.set_rank(rank)
+    for k in range(steps):
+        barrier.wait()
+        with counterd.superstep(f"step{k}", k=k):
+            time.sleep(0.001 * (rank + 1))
+    barrier.wait()
+
+
+def test_two_process_spmd_with_barriers(tmp_path: Path) -> None:
+    ctx = mp.get_context("fork")
+    barrier = ctx.Barrier(2)
+    steps = 4
+    procs = [ctx.Process(target=_spmd_worker, args=(r, str(tmp_path), barrier, steps))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    recs = list(collect_spool(tmp_path))
+    assert len(recs) == 2 * steps
+    assert {(r.rank, r.index) for r in recs} == {(rank, k) for rank in (0, 1) for k in range(steps)}
+    assert len({r.pid for r in recs}) == 2
+    for k in range(steps - 1):
+        ends = [r.end_ns for r in recs if r.index == k]
+        begins_next = [r.begin_ns for r in recs if r.index == k + 1]
+        # The barrier between supersteps: no processor begins k+1 before all ended k.
+        assert min(begins_next) >= max(e for e in ends if e is not None)
+    assert all(not r.flags for r in recs)
+
+
+def _dies_inside(spool: str, how: str) -> None:
+    configure(backend="none", spool=Path(spool), run_id="crash")
+    with counterd.superstep("ok"):
+        pass
+    counterd.begin("dies here", n=5)
+    if how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    os._exit(3)
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_process_dying_mid_superstep_gives_incomplete_record(tmp_path: Path, how: str) -> None:
+    p = mp.get_context("fork").Process(target=_dies_inside, args=(str(tmp_path), how))
+    p.start()
+    p.join(30)
+    assert p.exitcode == (-signal.SIGKILL if how == "kill" else 3)
+    recs = sorted(collect_spool(tmp_path), key=lambda r: r.index)
+    assert [r.name for r in recs] == ["ok", "dies here"]
+    assert recs[0].flags == frozenset()
+    assert recs[1].end_ns is None
+    assert recs[1].flags == frozenset({"incomplete"})
+    assert recs[1].params == {"n": 5}
+
+
+def test_forked_child_gets_its_own_recorder(tmp_path: Path) -> None:
+    parent = configure(backend="none", spool=tmp_path, run_id="fork")
+    with counterd.superstep("parent"):
+        pass
+
+    def child() -> None:
+        with counterd.superstep("child"):
+            pass
+        os._exit(0)
+
+    p = mp.get_context("fork").Process(target=child)
+    p.start()
+    p.join(30)
+    assert p.exitcode == 0
+    recs = list(collect_spool(tmp_path))
+    pids = {r.name: r.pid for r in recs}
+    assert pids["parent"] == os.getpid() and pids["child"] != os.getpid()
+    assert {r.run_id for r in recs} == {"fork"}
+    assert isinstance(parent.sink, SpoolSink)
+
+
+def test_rank_from_mpi_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "5")
+    rec = configure(backend="none")
+    assert rec.rank() == 5
+    rec.set_rank(2)
+    assert rec.rank() == 2
+
+
+def test_unknown_marker_backend_is_bad_input() -> None:
+    from counterd.errors import BadInput
+
+    with pytest.raises(BadInput, match="unknown marker backend"):
+        configure(backend="nope")
