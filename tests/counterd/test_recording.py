@@ -94,3 +94,17 @@ def test_probe_json_shape() -> None:
     for name, b in d["backends"].items():
         assert isinstance(b["available"], bool) and b["reason"], name
         assert "internal error" not in b["reason"], (name, b["reason"])
+
+
+def test_mpi_ranks_are_recorded(tmp_path: Path) -> None:
+    pytest.importorskip("mpi4py", reason="mpi4py is in the [test] extra; install it")
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    if not mpiexec.exists():
+        pytest.skip("no mpiexec beside this python (the mpich wheel provides it)")
+    out = tmp_path / "mpi.jsonl"
+    result = record([str(mpiexec), "-n", "2", sys.executable, str(ROOT / "examples/bsp_mpi.py"),
+                     "100000"], out=out, backend="none")
+    assert result.exit_code == 0
+    recs = list(read_jsonl(out))
+    assert sorted((r.index, r.rank) for r in recs) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert len({r.pid for r in recs}) == 2
