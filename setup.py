@@ -30,7 +30,7 @@ setup(
     ext_modules=[
         Extension(
             "counterd._native.libcounterd",
-            sources=["counterd/_native/kernels.c"],
+            sources=["counterd/_native/kernels.c", "counterd/_native/cachesim.c"],
             extra_compile_args=["-O2", "-g", "-fno-strict-aliasing", "-fvisibility=hidden"],
         )
     ],

@@ -42,6 +42,26 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.counterd_store_stride.restype = None
     lib.counterd_rmw_stride.argtypes = [c.c_void_p, c.c_size_t, c.c_size_t, c.c_size_t]
     lib.counterd_rmw_stride.restype = None
+    _declare_cachesim(lib)
+
+
+def _declare_cachesim(lib: ctypes.CDLL) -> None:
+    """The cache simulator (cachesim.c). The state pointer is ``ctypes.addressof`` a
+    ``counterd.backends.sim._CState``, whose size sim checks against
+    ``counterd_cachesim_state_size``. A library built before cachesim.c existed lacks these
+    symbols: nothing is declared and sim uses its Python engine."""
+    if not hasattr(lib, "counterd_cachesim_run"):
+        return
+    c = ctypes
+    lib.counterd_cachesim_run.argtypes = [c.c_void_p, c.c_void_p, c.c_void_p, c.c_size_t]
+    lib.counterd_cachesim_run.restype = c.c_int64
+    lib.counterd_cachesim_strided.argtypes = [c.c_void_p, c.c_uint64, c.c_uint64, c.c_uint64,
+                                              c.c_uint8, c.c_uint64]
+    lib.counterd_cachesim_strided.restype = c.c_int64
+    lib.counterd_cachesim_flush.argtypes = [c.c_void_p]
+    lib.counterd_cachesim_flush.restype = None
+    lib.counterd_cachesim_state_size.argtypes = []
+    lib.counterd_cachesim_state_size.restype = c.c_size_t
 
 
 def lib() -> ctypes.CDLL | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pytest
@@ -30,6 +31,7 @@ from counterd.backends.sim import (
 from counterd.errors import BadInput, UnknownCounter
 from counterd.events import Source
 
+EngineChoice = Literal["auto", "native", "python"]
 NATIVE_OK, NATIVE_WHY = native_status()
 ENGINES = [
     "python",
@@ -298,7 +300,7 @@ def _pycachesim_counts(geometry: Geometry, stream: AddressStream) -> list[dict[s
     cachesim = pytest.importorskip("cachesim")
     mem = cachesim.MainMemory()
     below = None
-    caches = []
+    caches: list[object] = []
     for lv in reversed(geometry.levels):  # pycachesim builds from the last level up
         c = cachesim.Cache(f"L{lv.level}", lv.sets, lv.ways, lv.line_bytes, "LRU",
                            write_back=True, write_allocate=True,
@@ -362,8 +364,9 @@ def test_cross_check_with_pycachesim(geometry: Geometry) -> None:
 # addresses are used in combination with a given stride to direct accesses to the desired
 # banks"); the offsets below are read off the table's first bank of each processor.
 PAPER_WORD_BYTES = 4
-ALL = frozenset(range(8))
-TABLE1 = {  # mnemonic: banks touched by each processor, transcribed from Table 1
+ALL = set(range(8))
+# mnemonic: banks touched by each processor, transcribed from Table 1
+TABLE1: dict[str, list[set[int]]] = {
     "p1.s32.b1/8": [ALL],
     "p1.s64.b1/4": [{0, 2, 4, 6}],
     "p1.s128.b1/2": [{0, 4}],
@@ -389,7 +392,7 @@ def test_table1_bank_sets(mnemonic: str) -> None:
     # region aligned to 8 banks x 128 B, so that "all accesses generate L1 and L2 misses".
     streams = [StridedStream(k * 4 * l2 + min(banks) * 128, 2 * l2 // stride, stride, "load")
                for k, banks in enumerate(expected)]
-    engine = "native" if NATIVE_OK else "python"
+    engine: EngineChoice = "native" if NATIVE_OK else "python"
     result = simulate(streams, SGI_POWER_CHALLENGE, SGI_BANKS, engine=engine)
     assert len(result.processors) == p
     for proc, banks, s in zip(result.processors, expected, streams, strict=True):

@@ -1,0 +1,224 @@
+/* Fast engine of the `sim` backend: write-back, write-allocate, LRU set-associative caches.
+ *
+ * The executable specification is the pure-Python engine in counterd/backends/sim.py
+ * (class _PythonEngine); this file must count exactly what it counts, and
+ * tests/counterd/test_sim.py checks that on random and strided streams. Read the Python engine
+ * first: the rules are stated there once, and here only where C needs them spelled out.
+ *
+ * State lives in arrays owned by the caller (numpy), so caches stay warm across calls and
+ * nothing here allocates. Addresses are full 64-bit values (DESIGN.md section 4: pycachesim
+ * truncates to 32 bits, its issue 15; this engine must not).
+ *
+ * LRU is kept with last-use stamps instead of move-to-front lists: the victim is the valid way
+ * with the smallest stamp, which is exactly the tail of the Python engine's MRU-first list,
+ * because every promotion or insertion takes a fresh, strictly larger stamp.
+ */
+#include <stddef.h>
+#include <stdint.h>
+
+#define CS_MAX_LEVELS 8
+
+/* Per-level counters, in this order (sim.py LEVEL_FIELDS mirrors it). */
+enum { CS_HITS, CS_MISSES, CS_WB_HITS, CS_WB_MISSES, CS_WRITEBACKS, CS_NCOUNTS };
+
+/* Access kinds of a stream element (sim.py KIND_CODES mirrors it). */
+enum { CS_LOAD = 0, CS_STORE = 1, CS_RMW = 2 };
+
+/* What a request does at a level: a demand read (load or a fill for the level above), a demand
+ * write (store), or a writeback of a dirty line evicted by the level above. */
+enum { OP_READ, OP_WRITE, OP_WB };
+
+typedef struct {
+    uint64_t sets;
+    uint64_t ways;
+    uint64_t line_bytes;
+    uint64_t *tags;   /* sets*ways; 0 = invalid way, else line number + 1 */
+    uint64_t *stamps; /* sets*ways; last-use stamp */
+    uint8_t *dirty;   /* sets*ways */
+    uint64_t *counts; /* CS_NCOUNTS */
+} cs_level;
+
+typedef struct {
+    int64_t nlevels;
+    cs_level level[CS_MAX_LEVELS];
+    cs_level tlb;     /* line_bytes = page size; counts[CS_HITS], counts[CS_MISSES] used */
+    uint64_t banks;
+    uint64_t interleave;
+    uint64_t *lm;     /* banks: last-level misses served by each bank */
+    uint64_t *wb;     /* banks: last-level writebacks to each bank */
+    uint64_t clock;   /* LRU stamp source; shared by all levels of this processor */
+    uint64_t loads;
+    uint64_t stores;
+} cs_state;
+
+static void access_level(cs_state *st, int64_t k, uint64_t addr, int op);
+
+static void memory_access(cs_state *st, uint64_t addr, int op)
+{
+    uint64_t bank = (addr / st->interleave) % st->banks;
+    if (op == OP_WB)
+        st->wb[bank]++;
+    else
+        st->lm[bank]++;
+}
+
+static void access_level(cs_state *st, int64_t k, uint64_t addr, int op)
+{
+    if (k == st->nlevels) {
+        memory_access(st, addr, op);
+        return;
+    }
+    cs_level *lv = &st->level[k];
+    uint64_t line = addr / lv->line_bytes;
+    uint64_t base = (line % lv->sets) * lv->ways;
+    uint64_t tag = line + 1;
+    uint64_t *tags = lv->tags + base;
+    uint64_t *stamps = lv->stamps + base;
+    uint8_t *dirty = lv->dirty + base;
+    uint64_t ways = lv->ways;
+
+    uint64_t victim = 0;
+    int have_invalid = 0;
+    for (uint64_t w = 0; w < ways; w++) {
+        if (tags[w] == tag) {
+            if (op == OP_WB) {
+                lv->counts[CS_WB_HITS]++;
+                dirty[w] = 1; /* a writeback is not a use: the LRU order stays */
+            } else {
+                lv->counts[CS_HITS]++;
+                stamps[w] = ++st->clock;
+                if (op == OP_WRITE)
+                    dirty[w] = 1;
+            }
+            return;
+        }
+        if (!have_invalid) {
+            if (tags[w] == 0) {
+                victim = w;
+                have_invalid = 1;
+            } else if (stamps[w] < stamps[victim]) {
+                victim = w;
+            }
+        }
+    }
+    /* Miss: allocate (write-allocate also for writebacks), fetching the line from below first.
+     * The fetch only touches levels k+1.., so the victim chosen above is still the right one. */
+    lv->counts[op == OP_WB ? CS_WB_MISSES : CS_MISSES]++;
+    access_level(st, k + 1, line * lv->line_bytes, OP_READ);
+    uint64_t old_tag = tags[victim];
+    uint8_t old_dirty = dirty[victim];
+    tags[victim] = tag;
+    stamps[victim] = ++st->clock;
+    dirty[victim] = (uint8_t)(op != OP_READ);
+    if (old_tag != 0 && old_dirty) {
+        lv->counts[CS_WRITEBACKS]++;
+        access_level(st, k + 1, (old_tag - 1) * lv->line_bytes, OP_WB);
+    }
+}
+
+static void tlb_access(cs_state *st, uint64_t addr)
+{
+    cs_level *t = &st->tlb;
+    uint64_t page = addr / t->line_bytes;
+    uint64_t base = (page % t->sets) * t->ways;
+    uint64_t tag = page + 1;
+    uint64_t victim = 0;
+    int have_invalid = 0;
+    for (uint64_t w = 0; w < t->ways; w++) {
+        uint64_t i = base + w;
+        if (t->tags[i] == tag) {
+            t->counts[CS_HITS]++;
+            t->stamps[i] = ++st->clock;
+            return;
+        }
+        if (!have_invalid) {
+            if (t->tags[i] == 0) {
+                victim = w;
+                have_invalid = 1;
+            } else if (t->stamps[i] < t->stamps[base + victim]) {
+                victim = w;
+            }
+        }
+    }
+    t->counts[CS_MISSES]++;
+    t->tags[base + victim] = tag;
+    t->stamps[base + victim] = ++st->clock;
+}
+
+static inline void one_access(cs_state *st, uint64_t addr, uint8_t kind)
+{
+    if (kind != CS_STORE) {
+        st->loads++;
+        tlb_access(st, addr);
+        access_level(st, 0, addr, OP_READ);
+    }
+    if (kind != CS_LOAD) {
+        st->stores++;
+        tlb_access(st, addr);
+        access_level(st, 0, addr, OP_WRITE);
+    }
+}
+
+/* Run a general stream: addrs[i] with kinds[i] (CS_LOAD/CS_STORE/CS_RMW). Returns 0, or -1 if a
+ * kind is out of range (nothing after it is simulated). */
+__attribute__((visibility("default")))
+int64_t counterd_cachesim_run(cs_state *st, const uint64_t *addrs, const uint8_t *kinds, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (kinds[i] > CS_RMW)
+            return -1;
+        one_access(st, addrs[i], kinds[i]);
+    }
+    return 0;
+}
+
+/* Run a strided stream without materialising it: for r < reps, for i < count: base + i*stride.
+ * The same loop nest as counterd_load_stride & co. in kernels.c (with stride in bytes). */
+__attribute__((visibility("default")))
+int64_t counterd_cachesim_strided(cs_state *st, uint64_t base, uint64_t count, uint64_t stride,
+                                  uint8_t kind, uint64_t reps)
+{
+    if (kind > CS_RMW)
+        return -1;
+    for (uint64_t r = 0; r < reps; r++)
+        for (uint64_t i = 0; i < count; i++)
+            one_access(st, base + i * stride, kind);
+    return 0;
+}
+
+/* Write back every dirty line, level by level from L1 down; within a level by ascending set and,
+ * within a set, least recently used first. Lines stay valid and become clean. */
+__attribute__((visibility("default")))
+void counterd_cachesim_flush(cs_state *st)
+{
+    for (int64_t k = 0; k < st->nlevels; k++) {
+        cs_level *lv = &st->level[k];
+        for (uint64_t s = 0; s < lv->sets; s++) {
+            uint64_t base = s * lv->ways;
+            for (;;) {
+                /* the dirty valid way with the smallest stamp; writebacks into level k+1 never
+                 * touch level k, so rescanning the set is only about the order */
+                int64_t pick = -1;
+                for (uint64_t w = 0; w < lv->ways; w++) {
+                    uint64_t i = base + w;
+                    if (lv->tags[i] != 0 && lv->dirty[i] &&
+                        (pick < 0 || lv->stamps[i] < lv->stamps[base + (uint64_t)pick]))
+                        pick = (int64_t)w;
+                }
+                if (pick < 0)
+                    break;
+                uint64_t i = base + (uint64_t)pick;
+                lv->dirty[i] = 0;
+                lv->counts[CS_WRITEBACKS]++;
+                access_level(st, k + 1, (lv->tags[i] - 1) * lv->line_bytes, OP_WB);
+            }
+        }
+    }
+}
+
+/* The layout check the loader makes before trusting cs_state. */
+__attribute__((visibility("default")))
+size_t counterd_cachesim_state_size(void)
+{
+    return sizeof(cs_state);
+}
