@@ -11,12 +11,13 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from counterd.errors import CounterdError
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's own usage errors: one line, exit 2
+    def error(self, message: str) -> NoReturn:  # argparse's usage errors: one line, exit 2
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
@@ -56,7 +57,9 @@ def _record(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     events = [e.strip() for e in args.events.split(",") if e.strip()]
     result = record(cmd, out=args.out, backend=args.backend, events=events)
-    flagged = sum(1 for r in result.records if r.flags - {"unsupported_counters"})
+    from counterd.records import INFO_FLAGS
+
+    flagged = sum(1 for r in result.records if r.flags - INFO_FLAGS)
     summary = {"out": str(result.out), "records": len(result.records), "backend": result.backend,
                "flagged": flagged, "exit_code": result.exit_code}
     if args.json:

@@ -70,4 +70,5 @@ class NoSuchTarget(CounterdError):
 
     def __init__(self, target: str) -> None:
         self.target = target
-        super().__init__(f"{target} does not exist", "check the pid/tid; the process may have exited")
+        super().__init__(f"{target} does not exist",
+                         "check the pid/tid; the process may have exited")

@@ -37,6 +37,9 @@ FLAGS = {
     "counters_missing": "the counted run produced no counters for this superstep",
 }
 
+# Flags that describe provenance rather than a problem with the superstep.
+INFO_FLAGS = frozenset({"unsupported_counters", "whole_command", "counters_from_separate_run"})
+
 Param = int | float | str | bool
 
 

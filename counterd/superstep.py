@@ -58,13 +58,17 @@ _MPI_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WOR
                   "SLURM_PROCID")
 MARKER_BACKENDS = ("perf", "papi", "sim", "callgrind", "none")
 
-try:
-    _libc = ctypes.CDLL(None, use_errno=True)
-    _sched_getcpu = _libc.sched_getcpu
-    _sched_getcpu.restype = ctypes.c_int
-    _sched_getcpu.argtypes = []
-except (OSError, AttributeError):  # not glibc: CPU stays unknown (-1)
-    _sched_getcpu = None
+def _getcpu_function() -> Any:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sched_getcpu
+    except (OSError, AttributeError):  # not glibc: CPU stays unknown (-1)
+        return None
+    fn.restype = ctypes.c_int
+    fn.argtypes = []
+    return fn
+
+
+_sched_getcpu = _getcpu_function()
 
 
 def current_cpu() -> int:
@@ -285,12 +289,12 @@ class Recorder:
         stack.append(step)
         self._open[id(step)] = step
         if self._native is not None:
-            self._native.counterd_superstep_boundary(index, 0)
+            self._native.counterd_superstep_mark(index, 0)
         return step
 
     def end(self, step: Step | None = None, name: str | None = None) -> SuperstepRecord:
         if self._native is not None:
-            self._native.counterd_superstep_boundary(step.index if step else -1, 1)
+            self._native.counterd_superstep_mark(step.index if step else -1, 1)
         end_ns = time.monotonic_ns()
         stop = self._read()
         stack = self._stack()

@@ -19,6 +19,7 @@ import sys
 import numpy as np
 
 import counterd
+from counterd.backends.sim import StridedStream
 
 
 def worker(rank: int, p: int, n: int, shm_name: str, partials_name: str,
@@ -34,22 +35,31 @@ def worker(rank: int, p: int, n: int, shm_name: str, partials_name: str,
     partials = np.ndarray((2 * p,), dtype=np.float64, buffer=part.buf)
     lo, hi = rank * n // p, (rank + 1) * n // p
     rlo, rhi = ((rank + 1) % p) * n // p, ((rank + 1) % p + 1) * n // p
+    base = a.ctypes.data
+
+    def words(first: int, last: int, kind: str) -> StridedStream:
+        """The address stream of a[first:last] (for the sim backend; ignored by real counters)."""
+        return StridedStream(base + 8 * first, last - first, 8, kind)
     try:
         barrier.wait()
-        with counterd.superstep("fill", n=n, p=p):
+        with counterd.superstep("fill", n=n, p=p) as step:
             a[lo:hi] = np.arange(lo, hi, dtype=np.float64)
+            step.feed(words(lo, hi, "store"))
         barrier.wait()
-        with counterd.superstep("sum", n=n, p=p):
+        with counterd.superstep("sum", n=n, p=p) as step:
             partials[rank] = a[lo:hi].sum()
+            step.feed(words(lo, hi, "load"))
         barrier.wait()
-        with counterd.superstep("exchange", n=n, p=p):
+        with counterd.superstep("exchange", n=n, p=p) as step:
             partials[p + rank] = a[rlo:rhi].sum()
+            step.feed(words(rlo, rhi, "load"))
         barrier.wait()
         with counterd.superstep("combine", n=n, p=p):
             if rank == 0:
                 total = partials[:p].sum()
                 expect = n * (n - 1) / 2
-                if abs(total - expect) > 1e-6 * expect or abs(partials[p:].sum() - total) > 1e-6 * expect:
+                exchanged = partials[p:].sum()
+                if abs(total - expect) > 1e-6 * expect or abs(exchanged - total) > 1e-6 * expect:
                     raise SystemExit(f"wrong sum {total} != {expect}")
         barrier.wait()
     finally:

@@ -35,6 +35,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     c = ctypes
     lib.counterd_superstep_boundary.argtypes = [c.c_int64, c.c_int32]
     lib.counterd_superstep_boundary.restype = c.c_int64
+    lib.counterd_superstep_mark.argtypes = [c.c_int64, c.c_int32]
+    lib.counterd_superstep_mark.restype = c.c_int64
     lib.counterd_load_stride.argtypes = [c.c_void_p, c.c_size_t, c.c_size_t, c.c_size_t]
     lib.counterd_load_stride.restype = c.c_uint64
     lib.counterd_store_stride.argtypes = [c.c_void_p, c.c_size_t, c.c_size_t, c.c_size_t,

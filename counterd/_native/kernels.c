@@ -17,6 +17,19 @@ int64_t counterd_superstep_boundary(int64_t index, int32_t kind)
     return index * 2 + kind;
 }
 
+/* What the marker API calls. The boundary must be entered through a real `call` from C:
+ * when ctypes (libffi's ffi_call_unix64) calls counterd_superstep_boundary directly, callgrind's
+ * call tracking sees the stack pointer above the caller's frame, treats the call as a return
+ * and never fires --dump-before (valgrind 3.19, callgrind/bbcc.c setup_bbcc). The asm after
+ * the call keeps the compiler from turning it into a tail jump. */
+__attribute__((visibility("default")))
+int64_t counterd_superstep_mark(int64_t index, int32_t kind)
+{
+    int64_t r = counterd_superstep_boundary(index, kind);
+    __asm__ volatile("" ::: "memory");
+    return r;
+}
+
 /* Strided loads: for r in reps, for i in n: sum += base[i*stride]. Every loaded value is
  * consumed (it feeds the returned sum), so the loads cannot be removed. */
 __attribute__((visibility("default")))

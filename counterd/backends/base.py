@@ -54,6 +54,9 @@ class Target:
         return who if self.cpu < 0 else f"{who} on cpu {self.cpu}"
 
 
+THIS_THREAD = Target()
+
+
 @dataclass(frozen=True)
 class CounterValue:
     """One counter's value with its provenance.
@@ -142,4 +145,4 @@ class Backend(Protocol):
 
     def available(self) -> Capability: ...
 
-    def open(self, events: Sequence[str], target: Target = Target()) -> CounterGroup: ...
+    def open(self, events: Sequence[str], target: Target = THIS_THREAD) -> CounterGroup: ...

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from counterd.backends.base import Capability, CounterValue, Reading, Target
+from counterd.backends.base import THIS_THREAD, Capability, CounterValue, Reading, Target
 from counterd.errors import (
     BackendUnavailable,
     CounterAccessDenied,
@@ -204,7 +204,7 @@ class PapiBackend:
             "no PAPI preset is available on this host" + (f": {status}" if status else ""))
         return Capability(self.name, usable, reason, counters)
 
-    def open(self, events: Sequence[str], target: Target = Target(), *,
+    def open(self, events: Sequence[str], target: Target = THIS_THREAD, *,
              strict: bool = True) -> PapiGroup:
         from counterd.events import check_names
 

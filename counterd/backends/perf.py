@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from counterd.backends.base import Capability, CounterValue, Reading, Target
+from counterd.backends.base import THIS_THREAD, Capability, CounterValue, Reading, Target
 from counterd.errors import (
     BackendUnavailable,
     CounterAccessDenied,
@@ -40,7 +40,6 @@ from counterd.errors import (
 from counterd.events import NAMES, Source
 
 BACKEND = "perf"
-THIS_THREAD = Target()
 
 # --------------------------------------------------------------------------------------------
 # ABI constants (include/uapi/linux/perf_event.h)

@@ -46,7 +46,7 @@ from typing import Literal
 import numpy as np
 
 from counterd import _native
-from counterd.backends.base import Capability, CounterValue, Reading, Target
+from counterd.backends.base import THIS_THREAD, Capability, CounterValue, Reading, Target
 from counterd.errors import BadInput
 from counterd.events import NAMES, Source, check_names
 
@@ -803,8 +803,6 @@ class SimGroup:
         self._closed = True
 
 
-_THIS_THREAD = Target()
-
 
 class SimBackend:
     """Counter source that simulates declared address streams (DESIGN.md section 4, "sim").
@@ -844,7 +842,7 @@ class SimBackend:
                 counters[name] = UNSUPPORTED_REASON
         return Capability(self.name, True, reason, counters)
 
-    def open(self, events: Sequence[str], target: Target = _THIS_THREAD) -> SimGroup:
+    def open(self, events: Sequence[str], target: Target = THIS_THREAD) -> SimGroup:
         return SimGroup(check_names(tuple(events)), target,
                         CacheSim(self.geometry, self.bankmap, self.engine))
 

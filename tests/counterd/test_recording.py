@@ -11,8 +11,8 @@ import pytest
 
 from counterd.cli import main
 from counterd.errors import BadInput
-from counterd.records import read_jsonl
 from counterd.recording import record
+from counterd.records import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "bsp_sum.py"
