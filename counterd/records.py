@@ -37,6 +37,8 @@ FLAGS = {
     "counters_missing": "the counted run produced no counters for this superstep",
 }
 
+_KNOWN_FLAGS = frozenset(FLAGS)
+
 # Flags that describe provenance rather than a problem with the superstep.
 INFO_FLAGS = frozenset({"unsupported_counters", "whole_command", "counters_from_separate_run"})
 
@@ -67,14 +69,15 @@ class SuperstepRecord:
             raise ValueError(f"superstep index {self.index} < 0")
         if self.end_ns is not None and self.end_ns < self.begin_ns:
             raise ValueError(f"end_ns {self.end_ns} before begin_ns {self.begin_ns}")
-        unknown = set(self.flags) - set(FLAGS)
-        if unknown:
-            raise ValueError(f"unknown flags {sorted(unknown)}")
+        if not self.flags <= _KNOWN_FLAGS:
+            raise ValueError(f"unknown flags {sorted(set(self.flags) - _KNOWN_FLAGS)}")
         if self.end_ns is None and "incomplete" not in self.flags:
             raise ValueError("a record without end_ns must carry the flag 'incomplete'")
         for name, cv in self.counters.items():
             if not math.isfinite(cv.value):
                 raise ValueError(f"counter {name} is not finite: {cv.value}")
+            if not 0.0 <= cv.ratio <= 1.0:
+                raise ValueError(f"counter {name}: multiplexing ratio {cv.ratio} outside [0, 1]")
 
     @property
     def duration_ns(self) -> int | None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import itertools
 import json
 import multiprocessing
 import os
@@ -41,7 +42,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -93,14 +93,12 @@ class MemorySink:
 
     def __init__(self) -> None:
         self.records: list[SuperstepRecord] = []
-        self._lock = threading.Lock()
 
     def begin(self, line: Mapping[str, Any]) -> None:  # begins need no durability in memory
         pass
 
     def record(self, rec: SuperstepRecord) -> None:
-        with self._lock:
-            self.records.append(rec)
+        self.records.append(rec)  # list.append is atomic under the GIL
 
 
 class SpoolSink:
@@ -142,26 +140,30 @@ class SpoolSink:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass
 class Step:
     """An open superstep, returned by ``begin()`` and by ``with superstep(...) as step``."""
 
-    recorder: Recorder
-    index: int
-    name: str
-    rank: int
-    cpu: int
-    begin_ns: int
-    params: dict[str, Param]
-    start: Reading | None
-    flags: set[str] = field(default_factory=set)
-    closed: bool = False
+    __slots__ = ("recorder", "index", "name", "rank", "cpu", "begin_ns", "params", "start",
+                 "flags", "closed")
+
+    def __init__(self, recorder: Recorder, index: int, name: str, rank: int, cpu: int,
+                 begin_ns: int, params: dict[str, Param], start: Reading | None,
+                 flags: frozenset[str]) -> None:
+        self.recorder = recorder
+        self.index = index
+        self.name = name
+        self.rank = rank
+        self.cpu = cpu
+        self.begin_ns = begin_ns
+        self.params = params
+        self.start = start
+        self.flags = flags
+        self.closed = False
 
     def feed(self, stream: Any) -> None:
         """Declare an address stream this superstep executes (used by the ``sim`` backend; a
         no-op for backends that count real hardware)."""
-        group = self.recorder._thread_group()
-        feed = getattr(group, "feed", None)
+        feed = getattr(self.recorder._state().group, "feed", None)
         if feed is not None:
             feed(stream)
 
@@ -170,8 +172,25 @@ class Step:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is not None:
-            self.flags.add("exception")
+            self.flags = self.flags | {"exception"}
         self.recorder.end(self)
+
+
+class _ThreadState:
+    """What one thread of one process needs on the marker's hot path, found with one lookup."""
+
+    __slots__ = ("pid", "stack", "group", "unsupported", "rank")
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.stack: list[Step] = []
+        self.group: CounterGroup | None = None
+        self.unsupported: dict[str, str] = {}
+        self.rank: int | None = None
+
+
+_NO_FLAGS: frozenset[str] = frozenset()
+_NESTED = frozenset({"nested"})
 
 
 class Recorder:
@@ -194,8 +213,7 @@ class Recorder:
         self.pid = os.getpid()
         self._process_rank: int | None = None
         self._local = threading.local()
-        self._next_index = 0
-        self._index_lock = threading.Lock()
+        self._indices = itertools.count()  # next() on it is atomic under the GIL
         self._open: dict[int, Step] = {}  # id(step) -> step, for the at-exit sweep
         self._backend: Any = None
         self._backend_error: str | None = None
@@ -205,19 +223,23 @@ class Recorder:
 
             self._native = _native.lib()
 
+    @property
+    def _durable(self) -> bool:
+        return isinstance(self.sink, SpoolSink)
+
     # -- configuration of the processor id -------------------------------------------------
     def set_rank(self, rank: int, *, thread: bool = False) -> None:
         if rank < 0:
             raise BadInput(f"rank {rank} < 0", "ranks are 0, 1, ... p-1")
         if thread:
-            self._local.rank = rank
+            self._state().rank = rank
         else:
             self._process_rank = rank
 
     def rank(self) -> int:
-        rank = getattr(self._local, "rank", None)
+        rank = self._state().rank
         if rank is not None:
-            return int(rank)
+            return rank
         if self._process_rank is None:
             self._process_rank = _auto_rank()
         return self._process_rank
@@ -245,48 +267,44 @@ class Recorder:
             self._backend_error = str(exc)
         return self._backend
 
-    def _thread_group(self) -> CounterGroup | None:
-        local = self._local
-        if getattr(local, "pid", None) == os.getpid() and hasattr(local, "group"):
-            return local.group
-        local.pid = os.getpid()
-        local.group = None
-        local.unsupported = {}
+    def _state(self) -> _ThreadState:
+        """This thread's state; created (and its counter group opened) on first use in this
+        thread of this process — a forked child gets a fresh one."""
+        st: _ThreadState | None = getattr(self._local, "st", None)
+        pid = os.getpid()
+        if st is not None and st.pid == pid:
+            return st
+        st = _ThreadState(pid)
+        self._local.st = st
         backend = self._resolve_backend()
         if backend is None:
-            return None
+            return st
         cap = backend.available()
         events = self.events or tuple(c for c, why in cap.counters.items() if why is None)
         try:
-            group = backend.open(events, Target.this_thread(), strict=False)
-        except TypeError:  # a backend without the strict keyword
-            group = backend.open(events, Target.this_thread())
+            try:
+                st.group = backend.open(events, Target.this_thread(), strict=False)
+            except TypeError:  # a backend without the strict keyword
+                st.group = backend.open(events, Target.this_thread())
         except CounterdError as exc:
-            local.unsupported = {e: str(exc) for e in events}
-            return None
-        local.group = group
-        return group
-
-    def _read(self) -> Reading | None:
-        group = self._thread_group()
-        return group.read() if group is not None else None
+            st.unsupported = {e: str(exc) for e in events}
+        return st
 
     # -- markers -------------------------------------------------------------------------------
     def begin(self, name: str, params: Mapping[str, Param]) -> Step:
-        stack = self._stack()
-        with self._index_lock:
-            index = self._next_index
-            self._next_index += 1
-        flags = {"nested"} if stack else set()
+        st = self._state()
+        index = next(self._indices)
         cpu = current_cpu()
-        rank = self.rank()
-        self.sink.begin({"run_id": self.run_id, "index": index, "name": name, "rank": rank,
-                         "pid": os.getpid(), "cpu": cpu, "begin_ns": time.monotonic_ns(),
-                         "params": dict(params), "backend": self._label(), "host": self.host})
-        start = self._read()
-        begin_ns = time.monotonic_ns()
-        step = Step(self, index, name, rank, cpu, begin_ns, dict(params), start, flags)
-        stack.append(step)
+        rank = st.rank if st.rank is not None else self.rank()
+        params = dict(params)
+        if self._durable:  # the begin line is what survives a kill inside the superstep
+            self.sink.begin({"run_id": self.run_id, "index": index, "name": name, "rank": rank,
+                             "pid": st.pid, "cpu": cpu, "begin_ns": time.monotonic_ns(),
+                             "params": params, "backend": self._label(), "host": self.host})
+        start = st.group.read() if st.group is not None else None
+        step = Step(self, index, name, rank, cpu, time.monotonic_ns(), params, start,
+                    _NESTED if st.stack else _NO_FLAGS)
+        st.stack.append(step)
         self._open[id(step)] = step
         if self._native is not None:
             self._native.counterd_superstep_mark(index, 0)
@@ -296,53 +314,55 @@ class Recorder:
         if self._native is not None:
             self._native.counterd_superstep_mark(step.index if step else -1, 1)
         end_ns = time.monotonic_ns()
-        stop = self._read()
-        stack = self._stack()
+        st = self._state()
+        stop = st.group.read() if st.group is not None else None
+        stack = st.stack
         if step is None:
             if not stack:
                 return self._unmatched_end(name or "?", end_ns)
             step = stack[-1]
         if step.closed:
             return self._unmatched_end(step.name, end_ns)
-        if step in stack:
+        if stack and stack[-1] is step:
+            stack.pop()
+        elif step in stack:
             stack.remove(step)
         step.closed = True
         self._open.pop(id(step), None)
-        rec = self._record(step, end_ns, stop)
+        rec = self._record(step, end_ns, stop, st)
         self.sink.record(rec)
         return rec
 
-    def _record(self, step: Step, end_ns: int | None, stop: Reading | None) -> SuperstepRecord:
+    def _record(self, step: Step, end_ns: int | None, stop: Reading | None,
+                st: _ThreadState | None) -> SuperstepRecord:
         counters: dict[str, CounterValue] = {}
-        unsupported = dict(getattr(self._local, "unsupported", {}))
+        unsupported = dict(st.unsupported) if st is not None else {}
         if step.start is not None and stop is not None:
             counters = stop.delta(step.start)
-            unsupported.update(stop.unsupported)
+            if stop.unsupported:
+                unsupported.update(stop.unsupported)
         elif self._backend_error and self.backend_name not in ("none", "callgrind"):
             unsupported.setdefault("*", self._backend_error)
-        flags = set(step.flags)
+        flags = step.flags
         if end_ns is None:
-            flags.add("incomplete")
+            flags = flags | {"incomplete"}
         elif current_cpu() != step.cpu:
-            flags.add("migrated")
+            flags = flags | {"migrated"}
         if any(cv.ratio < 1.0 for cv in counters.values()):
-            flags.add("multiplexed")
+            flags = flags | {"multiplexed"}
         if unsupported:
-            flags.add("unsupported_counters")
+            flags = flags | {"unsupported_counters"}
         return SuperstepRecord(
             run_id=self.run_id, index=step.index, name=step.name, rank=step.rank,
             pid=os.getpid(), cpu=step.cpu, begin_ns=step.begin_ns, end_ns=end_ns,
-            counters=counters, params=step.params, flags=frozenset(flags),
+            counters=counters, params=step.params, flags=flags,
             unsupported=unsupported, backend=self._label(), host=self.host)
 
     def _unmatched_end(self, name: str, end_ns: int) -> SuperstepRecord:
-        with self._index_lock:
-            index = self._next_index
-            self._next_index += 1
         rec = SuperstepRecord(
-            run_id=self.run_id, index=index, name=name, rank=self.rank(), pid=os.getpid(),
-            cpu=current_cpu(), begin_ns=end_ns, end_ns=end_ns, flags=frozenset({"unmatched_end"}),
-            backend=self._label(), host=self.host)
+            run_id=self.run_id, index=next(self._indices), name=name, rank=self.rank(),
+            pid=os.getpid(), cpu=current_cpu(), begin_ns=end_ns, end_ns=end_ns,
+            flags=frozenset({"unmatched_end"}), backend=self._label(), host=self.host)
         self.sink.record(rec)
         return rec
 
@@ -351,20 +371,13 @@ class Recorder:
             return str(self._backend.name)
         return "perf" if self.backend_name == "default" else self.backend_name
 
-    def _stack(self) -> list[Step]:
-        local = self._local
-        if getattr(local, "stack_pid", None) != os.getpid():
-            local.stack = []
-            local.stack_pid = os.getpid()
-        return local.stack  # type: ignore[no-any-return]
-
     def close_open_steps(self) -> list[SuperstepRecord]:
         """Record every superstep still open as ``incomplete`` (called at interpreter exit)."""
         out = []
         for step in list(self._open.values()):
             if not step.closed:
                 step.closed = True
-                rec = self._record(step, None, None)
+                rec = self._record(step, None, None, None)
                 self.sink.record(rec)
                 out.append(rec)
         self._open.clear()
