@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -105,12 +106,62 @@ def host_info(procfs: str | Path = "/proc", sysfs: str | Path = "/sys") -> HostI
     )
 
 
+@dataclass(frozen=True)
+class SysfsCache:
+    """One ``cpuN/cache/indexK`` entry of sysfs."""
+
+    level: int
+    kind: str  # "Data", "Instruction" or "Unified"
+    size_bytes: int
+    ways: int  # sysfs says 0 for fully associative: then size // line
+    line_bytes: int
+    shared_cpus: tuple[int, ...]
+
+
+def parse_size(text: str) -> int:
+    """``"48K"`` -> 49152. Suffixes K, M, G (binary, as sysfs and the seed use them); an
+    optional trailing ``B`` or ``iB``."""
+    from counterd.errors import BadInput
+
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise BadInput(f"cannot read size {text!r}", "write a byte count like 32768, 32K or 1M")
+    return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
+
+
+def read_caches(sysfs: str | Path = "/sys", cpu: int = 0) -> tuple[SysfsCache, ...]:
+    """Every cache of ``cpu`` described under ``<sysfs>/devices/system/cpu/cpuN/cache``, in
+    index order. Raises BadInput (naming the file) when an entry cannot be read."""
+    from counterd.errors import BadInput
+
+    base = Path(sysfs) / "devices" / "system" / "cpu" / f"cpu{cpu}" / "cache"
+    fix = "mount sysfs, or give the cache geometry explicitly"
+    try:
+        indexes = sorted(base.glob("index*"), key=lambda p: int(p.name[5:] or 0))
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"cannot read cache geometry from {base}: {exc}", fix) from exc
+    out = []
+    for idx in indexes:
+        try:
+            size = parse_size((idx / "size").read_text())
+            line = int((idx / "coherency_line_size").read_text())
+            ways = int((idx / "ways_of_associativity").read_text()) or size // line
+            shared_file = idx / "shared_cpu_list"
+            shared = parse_cpulist(shared_file.read_text()) if shared_file.exists() else ()
+            out.append(SysfsCache(int((idx / "level").read_text()),
+                                  (idx / "type").read_text().strip(), size, ways, line, shared))
+        except (OSError, ValueError, BadInput) as exc:
+            raise BadInput(f"cannot read cache geometry from {idx}: {exc}", fix) from exc
+    return tuple(out)
+
+
 def _count_cpus(cpulist: str) -> int:
     """Number of CPUs in a sysfs cpu list such as ``0-3,6``."""
     return len(parse_cpulist(cpulist))
 
 
 def parse_cpulist(cpulist: str) -> tuple[int, ...]:
+    """sysfs cpu list ``"0-3,8"`` -> (0, 1, 2, 3, 8)."""
     cpus: list[int] = []
     for part in cpulist.strip().split(","):
         if not part:

@@ -79,6 +79,7 @@ from typing import TYPE_CHECKING, Any
 from counterd.backends.base import Capability, CounterGroup, CounterValue, Target
 from counterd.errors import BackendUnavailable, BadInput, CounterdError
 from counterd.events import NAMES, Source
+from counterd.host import read_caches
 
 if TYPE_CHECKING:
     from counterd.records import SuperstepRecord
@@ -242,28 +243,13 @@ def valgrind_geometry(i1: CacheSpec, d1: CacheSpec, ll: CacheSpec,
     return CallgrindGeometry(specs[0], specs[1], specs[2], last_level, tuple(adjustments))
 
 
-def _parse_size(text: str) -> int:
-    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)\s*", text)
-    if not m:
-        raise ValueError(f"unreadable cache size {text!r}")
-    return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
-
-
 def _read_sysfs_caches(sysfs: Path, cpu: int) -> dict[tuple[int, str], CacheSpec]:
-    """``(level, type) -> CacheSpec`` from sysfs; entries that cannot be read are left out."""
-    out: dict[tuple[int, str], CacheSpec] = {}
-    base = sysfs / f"devices/system/cpu/cpu{cpu}/cache"
-    for index in sorted(base.glob("index*")):
-        try:
-            level = int((index / "level").read_text())
-            kind = (index / "type").read_text().strip()
-            size = _parse_size((index / "size").read_text())
-            ways = int((index / "ways_of_associativity").read_text())
-            line = int((index / "coherency_line_size").read_text())
-            out[(level, kind)] = CacheSpec(size, ways, line)
-        except (OSError, ValueError):
-            continue
-    return out
+    """``(level, type) -> CacheSpec`` for the caches sysfs describes (none if unreadable)."""
+    try:
+        caches = read_caches(sysfs, cpu)
+    except BadInput:
+        return {}
+    return {(c.level, c.kind): CacheSpec(c.size_bytes, c.ways, c.line_bytes) for c in caches}
 
 
 # --------------------------------------------------------------------------------------------

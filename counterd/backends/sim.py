@@ -49,6 +49,7 @@ from counterd import _native
 from counterd.backends.base import THIS_THREAD, Capability, CounterValue, Reading, Target
 from counterd.errors import BadInput
 from counterd.events import NAMES, Source, check_names
+from counterd.host import parse_size, read_caches
 
 Kind = Literal["load", "store", "rmw"]
 EngineName = Literal["native", "python"]
@@ -91,15 +92,6 @@ _OTHER_MEMORY_COUNTERS = ("loads", "stores", "dtlb_misses")
 
 def _is_pow2(x: int) -> bool:
     return x > 0 and x & (x - 1) == 0
-
-
-def parse_size(text: str) -> int:
-    """``"48K"`` -> 49152. Suffixes K, M, G (binary, as sysfs and the seed use them); an
-    optional trailing ``B`` or ``iB``."""
-    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:i?B)?\s*", text, re.IGNORECASE)
-    if not m:
-        raise BadInput(f"cannot read size {text!r}", "write a byte count like 32768, 32K or 1M")
-    return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
 
 
 def _fmt_size(n: int) -> str:
@@ -225,28 +217,17 @@ class Geometry:
         fix = ('mount sysfs, or give the geometry explicitly, e.g. '
                'Geometry.from_spec("L1=48K/12/64,L2=2M/16/64") or SimBackend(geometry=...)')
         try:
-            indexes = sorted(base.glob("index*"))
-        except OSError as exc:
-            raise BadInput(f"cannot read cache geometry from {base}: {exc}", fix) from exc
+            caches = read_caches(sysfs_root, cpu)
+        except BadInput as exc:
+            raise BadInput(exc.what, fix) from exc
         levels: dict[int, CacheLevel] = {}
-        for idx in indexes:
-            try:
-                kind = (idx / "type").read_text().strip()
-                if kind not in ("Data", "Unified"):
-                    continue
-                level = int((idx / "level").read_text())
-                size = parse_size((idx / "size").read_text())
-                line = int((idx / "coherency_line_size").read_text())
-                ways = int((idx / "ways_of_associativity").read_text())
-                shared = _parse_cpu_list((idx / "shared_cpu_list").read_text()) \
-                    if (idx / "shared_cpu_list").exists() else ()
-            except (OSError, ValueError, BadInput) as exc:
-                raise BadInput(f"cannot read cache geometry from {idx}: {exc}", fix) from exc
-            if ways == 0:  # sysfs reports 0 for fully associative caches
-                ways = size // line
-            if level in levels:
-                raise BadInput(f"{base} lists two data caches at level {level}", fix)
-            levels[level] = CacheLevel(level, size, ways, line, shared)
+        for c in caches:
+            if c.kind not in ("Data", "Unified"):
+                continue
+            if c.level in levels:
+                raise BadInput(f"{base} lists two data caches at level {c.level}", fix)
+            levels[c.level] = CacheLevel(c.level, c.size_bytes, c.ways, c.line_bytes,
+                                         c.shared_cpus)
         if not levels:
             raise BadInput(f"no data or unified caches found under {base}", fix)
         return cls(tuple(levels[k] for k in sorted(levels)), page_bytes, tlb_entries, tlb_ways,
@@ -275,15 +256,6 @@ class Geometry:
             levels.append(lv)
         return dataclasses.replace(self, levels=tuple(levels),
                                    source=f"{self.source}; shared levels split {processors} ways")
-
-
-def _parse_cpu_list(text: str) -> tuple[int, ...]:
-    """sysfs cpu list ``"0-3,8"`` -> (0, 1, 2, 3, 8)."""
-    cpus: list[int] = []
-    for part in filter(None, text.strip().split(",")):
-        lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
-    return tuple(cpus)
 
 
 # Used by Geometry.host() when sysfs is unreadable: a common x86 server core's L1d/L2/L3.
