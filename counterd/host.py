@@ -15,8 +15,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-# PMU device names under /sys/bus/event_source/devices that mean "a core PMU is exposed".
-CORE_PMU_NAMES = ("cpu", "cpu_core", "cpu_atom", "armv8_pmuv3", "armv8_pmuv3_0", "cpum_cf")
+# Names the kernel gives the core (per-thread) PMU under /sys/bus/event_source/devices.
+# x86: arch/x86/events/core.c registers "cpu" (hybrid: "cpu_core", "cpu_atom");
+# arm64: drivers/perf/arm_pmuv3.c registers "armv8_pmuv3_<n>" / "armv8_<core>".
+_CORE_PMU_NAMES = frozenset({"cpu", "cpu_core", "cpu_atom", "cpum_cf"})
+_CORE_PMU_PREFIXES = ("armv8_", "armv7_", "arm_cortex", "riscv_pmu", "cpu_")
+
+
+_PERF_TYPE_RAW = 4  # include/uapi/linux/perf_event.h
 
 
 @dataclass(frozen=True)
@@ -39,12 +45,68 @@ class HostInfo:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
-    @property
-    def no_pmu_reason(self) -> str | None:
-        if self.core_pmu is not None:
-            return None
-        return ("no hardware PMU is exposed to this kernel (/sys/bus/event_source/devices has no "
-                "cpu PMU)" + ("; virtual machines often hide it" if self.hypervisor else ""))
+
+
+def read_paranoid(procfs_root: str | os.PathLike[str]) -> int | None:
+    """kernel.perf_event_paranoid from ``<procfs_root>/sys/kernel/perf_event_paranoid``."""
+    try:
+        return int(Path(procfs_root, "sys/kernel/perf_event_paranoid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def parse_cpuinfo(text: str) -> tuple[str, int, int]:
+    """``(vendor_id, cpu family, model)`` of the first processor in /proc/cpuinfo text;
+    ``("", 0, 0)`` fields where absent (e.g. arm64, which has no vendor_id)."""
+    vendor, family, model = "", 0, 0
+    for line in text.splitlines():
+        if not line.strip():
+            if vendor:
+                break
+            continue
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        try:
+            if key == "vendor_id" and not vendor:
+                vendor = value
+            elif key == "cpu family":
+                family = int(value)
+            elif key == "model":
+                model = int(value)
+        except ValueError:
+            continue
+    return vendor, family, model
+
+
+def pmu_devices(sysfs_root: str | os.PathLike[str]) -> list[str]:
+    """Names under ``<sysfs_root>/bus/event_source/devices`` (empty if it is absent)."""
+    try:
+        return sorted(p.name for p in Path(sysfs_root, "bus/event_source/devices").iterdir())
+    except OSError:
+        return []
+
+
+def core_pmu(sysfs_root: str | os.PathLike[str]) -> str | None:
+    """The core (per-thread hardware) PMU's name, or None when the kernel exposes none."""
+    devices = Path(sysfs_root, "bus/event_source/devices")
+    for name in pmu_devices(sysfs_root):
+        if name in _CORE_PMU_NAMES or name.startswith(_CORE_PMU_PREFIXES):
+            return name
+        # The first core PMU registers with type PERF_TYPE_RAW (kernel/events/core.c).
+        try:
+            if int((devices / name / "type").read_text().strip()) == _PERF_TYPE_RAW:
+                return name
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def no_pmu_reason(sysfs_root: str | os.PathLike[str]) -> str:
+    devices = Path(sysfs_root, "bus/event_source/devices")
+    found = ", ".join(pmu_devices(sysfs_root)) or "nothing"
+    return (f"no hardware PMU is exposed to this kernel ({devices} has no cpu PMU, only: "
+            f"{found}); virtual machines often hide it (KVM/QEMU: -cpu host,pmu=on; cloud "
+            "VMs: choose an instance type with a virtual PMU)")
 
 
 def _read(path: Path) -> str | None:
@@ -77,14 +139,8 @@ def _int(value: str | None) -> int | None:
 def host_info(procfs: str | Path = "/proc", sysfs: str | Path = "/sys") -> HostInfo:
     proc, sys_ = Path(procfs), Path(sysfs)
     fields = cpuinfo_fields(_read(proc / "cpuinfo") or "")
-    vendor = fields.get("vendor_id") or fields.get("CPU implementer", "unknown")
+    vendor, family, model = parse_cpuinfo(_read(proc / "cpuinfo") or "")
     model_name = fields.get("model name") or fields.get("Model") or platform.processor() or "?"
-    devices_dir = sys_ / "bus/event_source/devices"
-    try:
-        devices = tuple(sorted(p.name for p in devices_dir.iterdir()))
-    except OSError:
-        devices = ()
-    core = next((d for d in devices if d in CORE_PMU_NAMES or d.startswith("armv8_pmuv3")), None)
     siblings, cores = _int(fields.get("siblings")), _int(fields.get("cpu cores"))
     tpc = siblings // cores if siblings and cores else None
     online = _read(sys_ / "devices/system/cpu/online")
@@ -93,15 +149,15 @@ def host_info(procfs: str | Path = "/proc", sysfs: str | Path = "/sys") -> HostI
         kernel=platform.release(),
         machine=platform.machine(),
         cpu_model=model_name,
-        vendor=vendor,
-        family=_int(fields.get("cpu family")),
-        model=_int(fields.get("model")),
+        vendor=vendor or fields.get("CPU implementer", "unknown"),
+        family=family or None,
+        model=model or None,
         cpus_online=_count_cpus(online) if online else (os.cpu_count() or 1),
         threads_per_core=tpc,
         page_bytes=os.sysconf("SC_PAGE_SIZE"),
-        perf_event_paranoid=_int(_read(proc / "sys/kernel/perf_event_paranoid")),
-        pmu_devices=devices,
-        core_pmu=core,
+        perf_event_paranoid=read_paranoid(proc),
+        pmu_devices=tuple(pmu_devices(sys_)),
+        core_pmu=core_pmu(sys_),
         hypervisor="hypervisor" in fields.get("flags", "").split(),
     )
 

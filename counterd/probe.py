@@ -15,7 +15,7 @@ from typing import Any
 from counterd import backends
 from counterd.backends.base import Capability
 from counterd.events import BY_NAME, NAMES
-from counterd.host import HostInfo, host_info
+from counterd.host import HostInfo, host_info, no_pmu_reason
 
 PREFERENCE = ("perf", "papi", "callgrind", "sim")
 
@@ -76,7 +76,7 @@ def render_text(result: ProbeResult) -> str:
         f"host      {h.hostname}  {h.cpu_model} ({h.vendor} family {h.family} model {h.model})",
         f"kernel    {h.kernel} {h.machine}, {h.cpus_online} CPUs online, "
         f"perf_event_paranoid={h.perf_event_paranoid}",
-        f"PMU       {h.core_pmu or 'none: ' + (h.no_pmu_reason or '')}",
+        f"PMU       {h.core_pmu or 'none: ' + no_pmu_reason('/sys')}",
         "",
         "backends",
     ]

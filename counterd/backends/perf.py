@@ -38,6 +38,7 @@ from counterd.errors import (
     UnknownCounter,
 )
 from counterd.events import NAMES, Source
+from counterd.host import core_pmu, no_pmu_reason, parse_cpuinfo, read_paranoid
 
 BACKEND = "perf"
 
@@ -87,13 +88,6 @@ PERF_IOC_FLAG_GROUP = 1
 SYSCALL_NUMBERS: dict[str, int] = {"x86_64": 298, "aarch64": 241, "arm64": 241}
 
 HARDWARE_TYPES = frozenset({PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE, PERF_TYPE_RAW})
-
-# Names the kernel gives the core (per-thread) PMU under /sys/bus/event_source/devices.
-# x86: arch/x86/events/core.c registers "cpu" (hybrid: "cpu_core", "cpu_atom");
-# arm64: drivers/perf/arm_pmuv3.c registers "armv8_pmuv3_<n>" / "armv8_<core>".
-_CORE_PMU_NAMES = frozenset({"cpu", "cpu_core", "cpu_atom", "cpum_cf"})
-_CORE_PMU_PREFIXES = ("armv8_", "armv7_", "arm_cortex", "riscv_pmu", "cpu_")
-
 
 class PerfEventAttr(ctypes.Structure):
     """``struct perf_event_attr`` as of PERF_ATTR_SIZE_VER8 (136 bytes, Linux 6.3+: config3).
@@ -551,68 +545,6 @@ def translate_errno(err: int, event: str, target: Target, paranoid: int | None, 
     name = _errno.errorcode.get(err, str(err))
     return CounterdError(f"perf_event_open failed for {event} on {who}: {name} "
                          f"({os.strerror(err)})")
-
-
-def read_paranoid(procfs_root: str | os.PathLike[str]) -> int | None:
-    """kernel.perf_event_paranoid from ``<procfs_root>/sys/kernel/perf_event_paranoid``."""
-    try:
-        return int(Path(procfs_root, "sys/kernel/perf_event_paranoid").read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def parse_cpuinfo(text: str) -> tuple[str, int, int]:
-    """``(vendor_id, cpu family, model)`` of the first processor in /proc/cpuinfo text;
-    ``("", 0, 0)`` fields where absent (e.g. arm64, which has no vendor_id)."""
-    vendor, family, model = "", 0, 0
-    for line in text.splitlines():
-        if not line.strip():
-            if vendor:
-                break
-            continue
-        key, _, value = line.partition(":")
-        key, value = key.strip(), value.strip()
-        try:
-            if key == "vendor_id" and not vendor:
-                vendor = value
-            elif key == "cpu family":
-                family = int(value)
-            elif key == "model":
-                model = int(value)
-        except ValueError:
-            continue
-    return vendor, family, model
-
-
-def pmu_devices(sysfs_root: str | os.PathLike[str]) -> list[str]:
-    """Names under ``<sysfs_root>/bus/event_source/devices`` (empty if it is absent)."""
-    try:
-        return sorted(p.name for p in Path(sysfs_root, "bus/event_source/devices").iterdir())
-    except OSError:
-        return []
-
-
-def core_pmu(sysfs_root: str | os.PathLike[str]) -> str | None:
-    """The core (per-thread hardware) PMU's name, or None when the kernel exposes none."""
-    devices = Path(sysfs_root, "bus/event_source/devices")
-    for name in pmu_devices(sysfs_root):
-        if name in _CORE_PMU_NAMES or name.startswith(_CORE_PMU_PREFIXES):
-            return name
-        # The first core PMU registers with type PERF_TYPE_RAW (kernel/events/core.c).
-        try:
-            if int((devices / name / "type").read_text().strip()) == PERF_TYPE_RAW:
-                return name
-        except (OSError, ValueError):
-            continue
-    return None
-
-
-def no_pmu_reason(sysfs_root: str | os.PathLike[str]) -> str:
-    devices = Path(sysfs_root, "bus/event_source/devices")
-    found = ", ".join(pmu_devices(sysfs_root)) or "nothing"
-    return (f"no hardware PMU is exposed to this kernel ({devices} has no cpu PMU, only: "
-            f"{found}); virtual machines often hide it (KVM/QEMU: -cpu host,pmu=on; cloud "
-            "VMs: choose an instance type with a virtual PMU)")
 
 
 # --------------------------------------------------------------------------------------------
