@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from counterd import backends
 from counterd.backends.base import CounterGroup, Target
@@ -30,6 +31,9 @@ from counterd.errors import BadInput, CounterdError
 from counterd.events import check_names
 from counterd.records import SuperstepRecord, write_jsonl
 from counterd.superstep import ENV_BACKEND, ENV_EVENTS, ENV_RUN_ID, ENV_SPOOL, collect_spool
+
+if TYPE_CHECKING:
+    from counterd.backends import callgrind
 
 RECORD_BACKENDS = ("auto", "perf", "papi", "sim", "callgrind", "none")
 
@@ -116,17 +120,22 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
     with tempfile.TemporaryDirectory(prefix="counterd-spool-") as spool_dir:
         spool = Path(spool_dir)
         env = _env(run_id, spool, marker_backend, events)
-        r, w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        go_r, go_w = os.pipe()
         try:
-            child = subprocess.Popen([sys.executable, "-m", "counterd._launch", str(r), *cmd],
-                                     env=env, pass_fds=(r,))
+            child = subprocess.Popen(
+                [sys.executable, "-S", str(Path(__file__).with_name("_launch.py")),
+                 str(ready_w), str(go_r), *cmd], env=env, pass_fds=(ready_w, go_r))
         finally:
-            os.close(r)
+            os.close(ready_w)
+            os.close(go_r)
+        with os.fdopen(ready_r, "rb") as ready:
+            ready.read(1)  # the shim is blocked on the go pipe: nothing of it is counted below
         group = _whole_command_group(marker_backend, events, child.pid)
         start = group.read() if group is not None else None
         begin_ns = time.monotonic_ns()
-        os.write(w, b"g")
-        os.close(w)
+        os.write(go_w, b"g")
+        os.close(go_w)
         code = child.wait()
         end_ns = time.monotonic_ns()
         stop = group.read() if group is not None else None
@@ -167,6 +176,22 @@ def _merge_counted(timed: list[SuperstepRecord], counted: Mapping[tuple[int, int
     return out
 
 
+def _merge_whole(timed: SuperstepRecord, counted: callgrind.CountedRun) -> list[SuperstepRecord]:
+    """A command without markers: the timed run's time and measured counters, plus the
+    simulated counters of every process of the counted run."""
+    flags = set(timed.flags) | {"counters_from_separate_run"}
+    if not counted.whole:
+        flags.add("counters_missing")
+    counters = {**timed.counters, **counted.whole}
+    unsupported = {k: v for k, v in {**counted.unsupported, **timed.unsupported}.items()
+                   if k not in counters}
+    flags.discard("unsupported_counters")
+    if unsupported:
+        flags.add("unsupported_counters")
+    return [replace(timed, counters=counters, unsupported=unsupported, flags=frozenset(flags),
+                    backend=f"{timed.backend}+callgrind")]
+
+
 def record(cmd: Sequence[str], *, out: Path | None, backend: str = "auto",
            events: Sequence[str] = (), run_id: str | None = None) -> RecordResult:
     """Run ``cmd`` with markers active; write its records to ``out`` (JSON lines, atomic).
@@ -185,9 +210,12 @@ def record(cmd: Sequence[str], *, out: Path | None, backend: str = "auto",
     if chosen == "callgrind":
         from counterd.backends import callgrind
 
-        counted = callgrind.count_supersteps(argv, run_id=run_id, env=_env(
+        counted = callgrind.count_command(argv, run_id=run_id, env=_env(
             run_id, Path("."), "callgrind", events))
-        records = _merge_counted(records, counted)
+        if len(records) == 1 and "whole_command" in records[0].flags:
+            records = _merge_whole(records[0], counted)
+        else:
+            records = _merge_counted(records, counted.supersteps)
     records.sort(key=lambda r: (r.index, r.rank, r.pid))
     if out is not None:
         write_jsonl(records, Path(out))

@@ -697,22 +697,32 @@ def boundary_calls_from_spool(
     return calls, begins
 
 
-def count_supersteps(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
-                     geometry: CallgrindGeometry | None = None, timeout: float | None = None,
-                     outdir: str | Path | None = None) -> dict[tuple[int, int], SuperstepRecord]:
-    """Run ``cmd`` under Callgrind with markers active; ``(rank, index) -> SuperstepRecord``.
+@dataclass(frozen=True)
+class CountedRun:
+    """A command's counted run under Callgrind: per-superstep records (from the markers), the
+    whole command's counters (every process, every dump), and what the run could not count."""
+
+    supersteps: Mapping[tuple[int, int], SuperstepRecord]
+    whole: Mapping[str, CounterValue]
+    unsupported: Mapping[str, str]
+    exit_code: int
+    adjustments: tuple[CacheAdjustment, ...]
+
+
+def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
+                  geometry: CallgrindGeometry | None = None, timeout: float | None = None,
+                  outdir: str | Path | None = None) -> CountedRun:
+    """Run ``cmd`` under Callgrind with markers active and count it.
 
     ``env`` is the command's environment as for the timed run; its spool and backend are
     replaced here (``COUNTERD_SPOOL`` -> a private directory, ``COUNTERD_BACKEND`` ->
-    callgrind). The geometry (and its adjustments) used is the caller's to record: build it
-    with :meth:`CallgrindGeometry.from_sysfs` and pass it in. Records carry simulated
-    counters only (their times are meaningless: time is never taken under valgrind),
-    ``backend="callgrind"``, and ``incomplete`` when the counts do not cover the whole
-    superstep (the reason is in ``unsupported["*"]``).
+    callgrind). Superstep records carry simulated counters only (their times are meaningless:
+    time is never taken under valgrind), ``backend="callgrind"``, and ``incomplete`` when the
+    counts do not cover the whole superstep (the reason is in ``unsupported["*"]``). ``whole``
+    sums every readable dump of every process: the command as one superstep.
     """
     from counterd.records import SuperstepRecord
     from counterd.superstep import ENV_BACKEND, ENV_SPOOL
-
 
     geo = geometry if geometry is not None else CallgrindGeometry.from_sysfs()
     support = counter_support(geo.last_level)
@@ -749,4 +759,18 @@ def count_supersteps(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
                     flags=frozenset(flags), unsupported=why, backend=NAME,
                     host=str(b.get("host", "")))
                 out[(rec.rank, rec.index)] = rec
-    return out
+    whole_unsupported = dict(unsupported)
+    if result.unreadable:
+        whole_unsupported["*"] = "dumps of pids " + ", ".join(map(str, sorted(result.unreadable))) \
+            + " were unreadable (a process outlived the command): not counted"
+    whole = to_canonical(_sum_totals(d for dumps in result.dumps.values() for d in dumps),
+                         geo.last_level)
+    return CountedRun(out, whole, whole_unsupported, result.exit_code, geo.adjustments)
+
+
+def count_supersteps(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
+                     geometry: CallgrindGeometry | None = None, timeout: float | None = None,
+                     outdir: str | Path | None = None) -> dict[tuple[int, int], SuperstepRecord]:
+    """``(rank, index) -> SuperstepRecord`` of :func:`count_command`."""
+    return dict(count_command(cmd, run_id=run_id, env=env, geometry=geometry, timeout=timeout,
+                              outdir=outdir).supersteps)

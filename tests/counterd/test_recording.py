@@ -108,3 +108,34 @@ def test_mpi_ranks_are_recorded(tmp_path: Path) -> None:
     recs = list(read_jsonl(out))
     assert sorted((r.index, r.rank) for r in recs) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert len({r.pid for r in recs}) == 2
+
+
+def test_whole_command_counts_start_at_exec(tmp_path: Path) -> None:
+    """The exec shim reports ready before counters start: the recorder's Python start-up
+    (about 2,000 page faults here) is not in the count of a command that does almost nothing."""
+    from counterd.backends import get
+
+    if not get("perf").available().supports("page_faults"):
+        pytest.skip("perf software events are not available here")
+    out = tmp_path / "r.jsonl"
+    assert record(["true"], out=out, backend="perf").exit_code == 0
+    (rec,) = list(read_jsonl(out))
+    assert rec.counters["page_faults"].source.value == "measured"
+    assert 0 < rec.counters["page_faults"].value < 400
+    assert 0 < rec.counters["task_clock_ns"].value < 50e6
+
+
+@pytest.mark.callgrind
+def test_whole_command_under_callgrind_gets_simulated_counters(tmp_path: Path) -> None:
+    import shutil
+
+    if shutil.which("valgrind") is None:
+        pytest.skip("valgrind is not on PATH (apt-get install valgrind)")
+    out = tmp_path / "r.jsonl"
+    assert record(["true"], out=out, backend="callgrind").exit_code == 0
+    (rec,) = list(read_jsonl(out))
+    assert {"whole_command", "counters_from_separate_run"} <= rec.flags
+    assert "counters_missing" not in rec.flags
+    assert rec.counters["loads"].source.value == "simulated"
+    assert rec.counters["loads"].value > 1000  # the dynamic loader alone does thousands
+    assert rec.duration_ns is not None and rec.duration_ns > 0  # from the timed run
