@@ -1,0 +1,184 @@
+"""``predict`` command line: thin -- parse, call the library, render, return an exit code.
+
+    predict calibrate --results FILE --out PROFILE [--name NAME] [--force] [--json]
+    predict validate  --results FILE --profile PROFILE [--json]
+    predict profile   PROFILE [--json]
+    predict --profile PROFILE --counters FILE [--model paper|improved] [--json]
+
+Exit codes: 0 ok, 2 bad usage or bad input (one line on stderr: what, and the fix).
+A profile fitted on another host is a warning on stderr (and in ``--json`` output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from predictor.errors import HostMismatchWarning, PredictorError
+
+SUBCOMMANDS = ("calibrate", "validate", "profile")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # usage errors: one line, exit 2
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _sub_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="predict", description="calibrate and apply the cost functions of seed 004")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    c = sub.add_parser("calibrate", help="fit every cost function from microbench results")
+    c.add_argument("--results", required=True, type=Path, help="microbench results JSON")
+    c.add_argument("--out", required=True, type=Path, help="machine profile to write (TOML)")
+    c.add_argument("--name", default=None, help="profile name (default: host-backend)")
+    c.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
+    c.add_argument("--force", action="store_true", help="overwrite an existing --out")
+    c.add_argument("--json", action="store_true", help="machine-readable output")
+    v = sub.add_parser("validate", help="accuracy table on the validation patterns")
+    v.add_argument("--results", required=True, type=Path, help="microbench results JSON")
+    v.add_argument("--profile", required=True, help="profile file or built-in name")
+    v.add_argument("--json", action="store_true", help="machine-readable output")
+    s = sub.add_parser("profile", help="print a machine profile")
+    s.add_argument("profile", help="profile file or built-in name (sgi-power-challenge)")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    return p
+
+
+def _forecast_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="predict", description="predicted superstep times from counters; "
+                "subcommands: " + ", ".join(SUBCOMMANDS) + " (predict SUBCOMMAND --help)")
+    p.add_argument("--profile", required=True, help="profile file or built-in name")
+    p.add_argument("--counters", required=True, type=Path,
+                   help="counterd record JSONL, or CSV with superstep, rank, counters")
+    p.add_argument("--model", default=None, help="paper or improved (default: the profile's)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    return p
+
+
+def _num(v: float | None, scale: float = 1e-3) -> str:
+    if v is None:
+        return "-"
+    if not math.isfinite(v):
+        return str(v)
+    return f"{v * scale:.4g}"
+
+
+def _calibrate(a: argparse.Namespace) -> tuple[Any, str]:
+    from predictor.calibrate import calibrate
+    from predictor.inputs import load_results
+    from predictor.profile import save_profile
+
+    prof = calibrate(load_results(a.results), name=a.name, folds=a.folds)
+    path = save_profile(prof, a.out, overwrite=a.force)
+    d = {"profile": str(path), "name": prof.name,
+         "diagnostics": {k: m.get("diagnostics", {}) for k, m in prof.models.items()},
+         "improved_terms": prof.models["improved"].get("terms", [])}
+    lines = [f"predict: wrote {path} (profile {prof.name}, unit ns)"]
+    for k, diag in d["diagnostics"].items():
+        lines.append(f"  F ({k}) on the fitting patterns: avg error {diag['avg_error']:.3f}, "
+                     f"max {diag['max_error']:.3f} ({diag['worst']})")
+    imp = prof.models["improved"]
+    lines.append(f"  improved terms: {', '.join(imp['terms'])}; dropped under cross-validation:"
+                 f" {', '.join(imp['dropped_terms']) or 'none'}")
+    return d, "\n".join(lines)
+
+
+def render_validation(table: Any, title: str) -> str:
+    lines = [title, f"{'function':<14} {'AVG ERR':>8} {'MAX ERR':>8} {'MRE':>7}  limiting "
+             "patterns (E)"]
+    for r in table.rows:
+        lim = ", ".join(f"{n} ({e:.2f})" for n, e in r.limiting)
+        lines.append(f"{r.function:<14} {r.avg_error:>8.2f} {r.max_error:>8.2f} "
+                     f"{r.mre:>7.3f}  {lim}")
+    return "\n".join(lines)
+
+
+def _validate(a: argparse.Namespace) -> tuple[Any, str]:
+    from predictor.calibrate import validate
+    from predictor.inputs import load_results
+    from predictor.profile import load_profile
+
+    prof = load_profile(a.profile)
+    table = validate(load_results(a.results), prof)
+    title = (f"validation: {table.patterns} patterns of {a.results} held apart from the fit, "
+             f"profile {prof.name}; E = max(T,P)/min(T,P)")
+    return table.to_json(), render_validation(table, title)
+
+
+def _profile(a: argparse.Namespace) -> tuple[Any, str]:
+    from predictor.profile import load_profile, profile_to_toml
+
+    prof = load_profile(a.profile)
+    return prof.to_dict(), profile_to_toml(prof).rstrip("\n")
+
+
+def _forecast(a: argparse.Namespace) -> tuple[Any, str]:
+    from predictor.calibrate import assumptions_used, forecast
+    from predictor.inputs import load_counters
+    from predictor.profile import check_host, load_profile
+
+    prof = load_profile(a.profile)
+    check_host(prof)
+    rows = forecast(prof, load_counters(a.counters), variant=a.model)
+    assumed = assumptions_used(rows)
+    model = a.model or prof.default_model
+    cols = ["F1", "F2", "F3", "F", "QSM_min", "QSM_max", "EBSP_min", "EBSP_max",
+            "DXBSP_min", "DXBSP_max"]
+    lines = [f"profile {prof.name}, model {model}; times in us",
+             f"{'superstep':<20} {'p':>3} " + " ".join(f"{c:>9}" for c in cols)
+             + f" {'dom':>4} {'T':>9} {'E':>6}"]
+    for r in rows:
+        vals = " ".join(f"{_num(r[c + '_ns']):>9}" for c in cols)
+        e = "-" if r["error"] is None else f"{r['error']:.2f}"
+        lines.append(f"{r['superstep'][:20]:<20} {r['processors']:>3} {vals} "
+                     f"{r['dominant']:>4} {_num(r['time_ns']):>9} {e:>6}"
+                     + (" *" if r["assumed"] else ""))
+    for k, why in assumed.items():
+        lines.append(f"* assumed {k}: {why}")
+    return {"profile": prof.name, "model": model, "supersteps": rows,
+            "assumptions": assumed}, "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    run: Callable[[argparse.Namespace], tuple[Any, str]]
+    try:
+        if args and args[0] in SUBCOMMANDS:
+            a = _sub_parser().parse_args(args)
+            run = {"calibrate": _calibrate, "validate": _validate,
+                   "profile": _profile}[a.command]
+        elif args[:1] in (["-h"], ["--help"]) or not args:
+            _forecast_parser().print_help(sys.stdout if args else sys.stderr)
+            return 0 if args else 2
+        else:
+            a = _forecast_parser().parse_args(args)
+            run = _forecast
+    except SystemExit as exc:  # argparse: usage error (2) or --help (0), already printed
+        return int(exc.code or 0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", HostMismatchWarning)
+        try:
+            data, text = run(a)
+        except PredictorError as exc:
+            print(f"predict: {exc}", file=sys.stderr)
+            return exc.exit_code
+    msgs = [str(w.message) for w in caught if issubclass(w.category, HostMismatchWarning)]
+    for m in msgs:
+        print(f"predict: warning: {m}", file=sys.stderr)
+    if a.json:
+        if isinstance(data, dict) and msgs:
+            data = {**data, "warnings": msgs}
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,99 @@
+"""Typed errors of the predictor. Each says what happened, why, and the fix (STYLE.md habit 4).
+
+The library raises these and never prints or exits; ``predict`` (predictor/cli.py) prints
+``str(error)`` on one line and exits with ``exit_code`` (2: bad usage or bad input).
+The predictor imports nothing from counterd (DESIGN.md section 2), so it has its own hierarchy.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+
+class PredictorError(Exception):
+    """Base of every error the predictor raises on purpose."""
+
+    exit_code = 2
+
+    def __init__(self, what: str, fix: str | None = None) -> None:
+        self.what = what
+        self.fix = fix
+        super().__init__(f"{what}: {fix}" if fix else what)
+
+
+class BadInput(PredictorError):
+    """A file or argument given to the predictor is malformed."""
+
+
+class MissingCounter(BadInput):
+    """A counter the cost function needs is absent from a superstep or pattern."""
+
+    def __init__(self, counter: str, where: str, needed_by: str) -> None:
+        self.counter = counter
+        self.where = where
+        super().__init__(
+            f"{where}: counter {counter!r} is missing but {needed_by} needs it",
+            f"record it (counterd record --events ...,{counter}) or use a profile whose "
+            "model does not use it")
+
+
+class UnknownCounter(BadInput):
+    def __init__(self, counter: str, where: str, choices: tuple[str, ...]) -> None:
+        self.counter = counter
+        self.where = where
+        super().__init__(f"{where}: unknown counter {counter!r}",
+                         "use canonical names: " + ", ".join(choices))
+
+
+class BadCounterValue(BadInput):
+    """A counter value is negative, NaN or infinite."""
+
+    def __init__(self, counter: str, where: str, value: object) -> None:
+        self.counter = counter
+        self.where = where
+        self.value = value
+        super().__init__(f"{where}: counter {counter!r} has value {value!r}",
+                         "counters are non-negative finite event counts; re-record the run")
+
+
+class ProfileError(BadInput):
+    """A machine profile cannot be read or used."""
+
+
+class ProfileVersionError(ProfileError):
+    def __init__(self, path: str, found: object, supported: tuple[int, ...]) -> None:
+        self.found = found
+        super().__init__(
+            f"{path}: machine profile format version {found!r} is not supported "
+            f"(this predictor reads {', '.join(map(str, supported))})",
+            "re-run `predict calibrate` with this version, or use the predictor that wrote it")
+
+
+class InsufficientPatterns(BadInput):
+    """The microbench results lack the patterns a fit needs."""
+
+    def __init__(self, function: str, need: str) -> None:
+        self.function = function
+        super().__init__(f"cannot fit {function}: the results have no {need}",
+                         "run the full microbench suite (microbench run --suite all) and "
+                         "calibrate on its results")
+
+
+class NotFittedError(PredictorError, AttributeError):
+    """predict() called before fit() (scikit-learn's convention)."""
+
+    def __init__(self, estimator: str) -> None:
+        super().__init__(f"this {estimator} is not fitted yet", f"call {estimator}.fit() first")
+
+
+class HostMismatchWarning(UserWarning):
+    """The profile was fitted on a host whose fingerprint differs from the one in use."""
+
+
+def warn_host_mismatch(differences: list[str], profile: str) -> None:
+    """Emit one HostMismatchWarning naming every fingerprint field that differs."""
+    if differences:
+        warnings.warn(
+            f"profile {profile} was fitted on another host ({'; '.join(differences)}): "
+            "predictions may be off; calibrate on this host (predict calibrate)",
+            HostMismatchWarning, stacklevel=3)

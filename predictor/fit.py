@@ -1,0 +1,452 @@
+"""Calibration: microbench patterns -> fitted cost models (scikit-learn estimator shape).
+
+Two variants, both kept so they can be compared (DESIGN.md section 8):
+
+- :class:`PaperFit` follows seed 004 section 4: F1, F2 and F3 each fitted by least squares
+  (non-negative) on the patterns where it should dominate -- F1 on one-processor exclusive
+  patterns at every level, F2 on all-processor exclusive memory patterns with low bank
+  contention, F3 on all-processor exclusive memory patterns with the highest bank contention
+  -- and the BSP-like min/max parameters taken from the extreme patterns (section 4.1).
+- :class:`ImprovedFit` fits F = const + max(F1, F2, F3) jointly on every fitting pattern,
+  minimising relative error (seed 003 footnote 1), with optional extra terms (TLB misses,
+  streaming misses, load/store asymmetry, a per-superstep constant) each kept only if it earns
+  its place under k-fold cross-validation (predictor/terms.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from predictor import costfuncs as cf
+from predictor import terms as tm
+from predictor.errors import BadInput, InsufficientPatterns, NotFittedError
+from predictor.inputs import Step, miss_counter, writeback_counter
+from predictor.model import BSPModel, FModel, bank_features, proc_features
+
+Array = NDArray[np.float64]
+
+
+# -- pattern classes ----------------------------------------------------------------------
+
+def bkc_of(step: Step) -> float:
+    """Bank contention of a pattern (seed 004 section 3: active processors / distinct banks
+    touched; 0 when all accesses hit in cache). Accepts numbers and "1/2"-style strings."""
+    b = step.meta.get("bkc")
+    if b is None:
+        return float("nan")
+    try:
+        return float(Fraction(str(b)))
+    except (ValueError, ZeroDivisionError):
+        return float("nan")
+
+
+def _procs(step: Step) -> int:
+    return int(step.meta.get("procs") or step.processors)
+
+
+def _exclusive(step: Step) -> bool:
+    return step.meta.get("mode", "exclusive") == "exclusive" and not step.meta.get("coherence")
+
+
+def _mem(step: Step) -> bool:
+    return step.meta.get("level") == "mem"
+
+
+def _times(steps: Sequence[Step], what: str) -> Array:
+    missing = [s.name for s in steps if s.time_ns is None or not s.time_ns > 0]
+    if missing:
+        raise BadInput(f"{what}: no measured time for {', '.join(missing[:5])}",
+                       "every calibration pattern needs time_ns.median > 0")
+    return np.array([float(s.time_ns or 0.0) for s in steps])
+
+
+def level_names(levels: Sequence[int]) -> list[str]:
+    """Pattern levels a complete suite has: "L1".."Ln" and "mem"."""
+    return [f"L{lv}" for lv in levels] + ["mem"]
+
+
+def base_f1_terms(levels: Sequence[int]) -> list[str]:
+    """The paper's F1 generalised: accesses, one miss and one writeback term per level."""
+    return (["acc"] + [miss_counter(lv) for lv in levels]
+            + [writeback_counter(lv) for lv in levels])
+
+
+def f2_terms(llc_level: int) -> list[str]:
+    return [miss_counter(llc_level), writeback_counter(llc_level)]
+
+
+def _error_stats(t: Array, p: Array, names: Sequence[str]) -> dict[str, Any]:
+    e = cf.error_ratio(t, p)
+    worst = int(np.argmax(e)) if len(e) else 0
+    return {"avg_error": float(np.mean(e)) if len(e) else float("nan"),
+            "max_error": float(np.max(e)) if len(e) else float("nan"),
+            "mre": tm.mre(t, p) if len(e) else float("nan"),
+            "n": len(e), "worst": names[worst] if len(e) else ""}
+
+
+# -- the paper's fit ----------------------------------------------------------------------
+
+class PaperFit:
+    """Seed 004 section 4: F1, F2, F3 by least squares on the patterns each should dominate,
+    the BSP-like parameters from the extreme patterns.
+
+    Attributes after ``fit``: ``model_`` (FModel), ``bsp_`` (BSPModel), ``patterns_``
+    (function -> pattern names it was fitted on).
+    """
+
+    def __init__(self, *, levels: Sequence[int] = (1, 2), processors: int = 1,
+                 banks: int = 1) -> None:
+        self.levels = tuple(levels)
+        self.processors = processors
+        self.banks = banks
+
+    def fit(self, steps: Sequence[Step]) -> PaperFit:
+        steps = list(steps)
+        P, llc = self.processors, max(self.levels)
+        f1_t = base_f1_terms(self.levels)
+        patterns: dict[str, list[str]] = {}
+
+        # F1: one processor, exclusive, every level (paper: p1.s1.b0.-E, p1.s8.b0.-E,
+        # p1.s32.b1/8.-E, loads and stores).
+        s1 = [s for s in steps if _procs(s) == 1 and _exclusive(s)]
+        for lv in level_names(self.levels):
+            if not any(s.meta.get("level") == lv for s in s1):
+                raise InsufficientPatterns("F1", f"one-processor exclusive patterns at level "
+                                           f"{lv} (p1.*.{lv}.-E)")
+        if not any(s.counter("stores").sum() > 0 for s in s1):
+            raise InsufficientPatterns("F1", "one-processor exclusive store patterns (p1.*.SE)")
+        X1 = np.array([proc_features(s, f1_t)[:, int(np.argmax(
+            s.counter("loads") + s.counter("stores")))] for s in s1])
+        c1 = tm.nnls(X1, _times(s1, "F1"))
+        patterns["F1"] = [s.name for s in s1]
+
+        # F2: all processors, exclusive, memory, low bank contention (paper: p8.s256.b1.-E).
+        s2 = [s for s in steps if _procs(s) == P and _exclusive(s) and _mem(s)
+              and bkc_of(s) <= 1]
+        if not s2:
+            raise InsufficientPatterns("F2", f"exclusive memory patterns on all {P} "
+                                       "processors with bank contention <= 1 "
+                                       f"(p{P}.*.b1.-E)")
+        X2 = np.array([[s.counter(c).sum() / P for c in f2_terms(llc)] for s in s2])
+        c2 = tm.nnls(X2, _times(s2, "F2"))
+        patterns["F2"] = [s.name for s in s2]
+
+        # F3: all processors, exclusive, memory, the highest bank contention (p8.s256.b8.-E).
+        mem_p = [s for s in steps if _procs(s) == P and _exclusive(s) and _mem(s)
+                 and s.bank_lm is not None]
+        if not mem_p:
+            raise InsufficientPatterns("F3", f"exclusive memory patterns on all {P} "
+                                       "processors with per-bank counts")
+        top = max(bkc_of(s) for s in mem_p)
+        s3 = [s for s in mem_p if bkc_of(s) == top]
+        X3 = []
+        for s in s3:
+            bf, _ = bank_features(s, llc, self.banks)
+            X3.append(bf[:, int(np.argmax(bf.sum(axis=0)))])
+        c3 = tm.nnls(np.array(X3), _times(s3, "F3"))
+        patterns["F3"] = [s.name for s in s3]
+
+        self.model_ = FModel(dict(zip(f1_t, map(float, c1), strict=True)),
+                             dict(zip(f2_terms(llc), map(float, c2), strict=True)),
+                             {"lm": float(c3[0]), "wb": float(c3[1])}, 0.0, llc, P,
+                             self.banks, "paper")
+        self.bsp_ = fit_bsp(steps, processors=P, banks=self.banks)
+        self.patterns_ = patterns
+        return self
+
+    def predict(self, steps: Sequence[Step]) -> Array:
+        if not hasattr(self, "model_"):
+            raise NotFittedError("PaperFit")
+        return self.model_.predict(steps)
+
+
+def _extreme(vals: Sequence[tuple[float, str]], what: str, need: str
+             ) -> tuple[tuple[float, str], tuple[float, str]]:
+    good = [(v, n) for v, n in vals if np.isfinite(v) and v > 0]
+    if not good:
+        raise InsufficientPatterns(what, need)
+    return min(good), max(good)
+
+
+def fit_bsp(steps: Sequence[Step], *, processors: int, banks: int) -> BSPModel:
+    """Min and max parameters of QSM, EBSP and DXBSP from the extreme patterns (seed 004
+    section 4.1). For each parameter the candidates are T / (its quantity) over the patterns
+    that isolate it; min and max are the extremes, and the profile records which pattern gave
+    each. Per access on the pattern's own H, K, M/p, M_b (bsp block of the results)."""
+    P = processors
+    timed = [s for s in steps if s.time_ns]
+
+    def h(s: Step) -> float:
+        return float(s.meta.get("H") or (s.counter("loads") + s.counter("stores")).max())
+
+    def m(s: Step) -> float:
+        return float(s.meta.get("M") or (s.counter("loads") + s.counter("stores")).sum())
+
+    def per(q: Any, subset: Sequence[Step]) -> list[tuple[float, str]]:
+        return [(float(s.time_ns or 0) / q(s), s.name) for s in subset if q(s) > 0]
+
+    params: dict[str, dict[str, tuple[float, float]]] = {}
+    pats: dict[str, dict[str, Any]] = {}
+    # QSM g1: cost per access of the busiest processor, over every pattern (paper: min from
+    # p1.s1.b0.LE, max from p8.s256.b8.SC).
+    q1 = _extreme(per(h, timed), "QSM", "timed patterns")
+    # QSM g2: per access to one word, from patterns where many accesses go to one word
+    # (K > H: a variant of p8.s1.b0.LC with every processor on the same word). Without them,
+    # g2 = g1 / p: the paper's own values satisfy it (0.0083/8 = 0.00104 ~ 0.001 and
+    # 5.35/8 = 0.669 ~ 0.67), because there T = g1*H and K = p*H (NOTES.md, QSM).
+    hot = [s for s in timed if s.k is not None and s.k > h(s)]
+    if hot:
+        q2 = _extreme(per(lambda s: float(s.k or 0), hot), "QSM", "hot-word patterns")
+    else:
+        q2 = ((q1[0][0] / P, f"g1/p ({q1[0][1]})"), (q1[1][0] / P, f"g1/p ({q1[1][1]})"))
+    params["QSM"] = {"min": (q1[0][0], q2[0][0]), "max": (q1[1][0], q2[1][0])}
+    pats["QSM"] = {"min_patterns": [q1[0][1], q2[0][1]], "max_patterns": [q1[1][1], q2[1][1]]}
+
+    # EBSP g1: one processor alone (p1.s1.b0.LE .. p1.s256.b1.SE); g2: all processors with
+    # the same number of accesses (p8.s1.b0.LE .. p8.s256.b8.SC), per M/p.
+    e1 = _extreme(per(h, [s for s in timed if _procs(s) == 1]), "EBSP",
+                  "one-processor patterns")
+    e2 = _extreme(per(lambda s: m(s) / P, [s for s in timed if _procs(s) == P]), "EBSP",
+                  f"patterns on all {P} processors")
+    params["EBSP"] = {"min": (e1[0][0], e2[0][0]), "max": (e1[1][0], e2[1][0])}
+    pats["EBSP"] = {"min_patterns": [e1[0][1], e2[0][1]], "max_patterns": [e1[1][1], e2[1][1]]}
+
+    # DXBSP g1: low bank contention, BKC <= 1 (max from p8.s32.b1.SC); g2: per access to the
+    # busiest bank on exclusive all-processor patterns with the highest BKC (p8.s256.b8.LE/SE).
+    d1 = _extreme(per(h, [s for s in timed if bkc_of(s) <= 1]), "DXBSP",
+                  "patterns with bank contention <= 1")
+    hi = [s for s in timed if _procs(s) == P and _exclusive(s) and _mem(s) and s.m_b]
+    if not hi:
+        raise InsufficientPatterns("DXBSP", f"exclusive memory patterns on all {P} processors "
+                                   "with M_b")
+    top = max(bkc_of(s) for s in hi)
+    d2 = _extreme(per(lambda s: float(s.m_b or 0), [s for s in hi if bkc_of(s) == top]),
+                  "DXBSP", "highest-contention patterns")
+    params["DXBSP"] = {"min": (d1[0][0], d2[0][0]), "max": (d1[1][0], d2[1][0])}
+    pats["DXBSP"] = {"min_patterns": [d1[0][1], d2[0][1]], "max_patterns": [d1[1][1], d2[1][1]]}
+    return BSPModel(params, P, banks, pats)
+
+
+# -- the improved, joint fit ---------------------------------------------------------------
+
+@dataclass
+class _Design:
+    """Per-step features of one term list, precomputed once per fit."""
+
+    pf: list[Array]  # (K1, n) per step
+    s2: Array  # (S, K2)
+    bf: list[Array]  # (2, B) per step
+    t: Array  # (S,)
+
+
+def _design(steps: Sequence[Step], f1_terms: Sequence[str], f2_t: Sequence[str], llc: int,
+            P: int, banks: int, t: Array) -> _Design:
+    return _Design([proc_features(s, f1_terms) for s in steps],
+                   np.array([[s.counter(c).sum() / P for c in f2_t] for s in steps]),
+                   [bank_features(s, llc, banks)[0] for s in steps], t)
+
+
+def _components(d: _Design, c: Array, k1: int, k2: int, const: bool
+                ) -> tuple[Array, Array, list[Array], list[Array]]:
+    """Values (S, 3) of F1, F2, F3 under coefficients c, and the F1/F3 feature rows at the
+    maximising processor / bank."""
+    o = 1 if const else 0
+    c1, c2, c3 = c[o:o + k1], c[o + k1:o + k1 + k2], c[o + k1 + k2:]
+    vals = np.zeros((len(d.t), 3))
+    rows1, rows3 = [], []
+    for i, (pf, bf) in enumerate(zip(d.pf, d.bf, strict=True)):
+        v1 = c1 @ pf
+        j = int(np.argmax(v1))
+        v3 = c3 @ bf
+        b = int(np.argmax(v3))
+        vals[i] = (v1[j], d.s2[i] @ c2, v3[b])
+        rows1.append(pf[:, j])
+        rows3.append(bf[:, b])
+    return vals, np.full(len(d.t), c[0] if const else 0.0), rows1, rows3
+
+
+def _joint_fit(d: _Design, k1: int, k2: int, const: bool, init: NDArray[np.int64],
+               max_iter: int
+               ) -> tuple[Array, NDArray[np.int64], float]:
+    """Alternate: assign every step to the term that dominates it, then fit all coefficients
+    at once by relative NNLS on the assigned rows; keep the best objective seen."""
+    S = len(d.t)
+    ncol = (1 if const else 0) + k1 + k2 + 2
+    o = 1 if const else 0
+    assign = init.copy()
+    # Initial rows: the processor with the most accesses-weighted features, the busiest bank.
+    rows1 = [pf[:, int(np.argmax(pf.sum(axis=0)))] for pf in d.pf]
+    rows3 = [bf[:, int(np.argmax(bf.sum(axis=0)))] for bf in d.bf]
+    best: tuple[float, Array, NDArray[np.int64]] = (np.inf, np.zeros(ncol), assign)
+    seen: set[bytes] = set()
+    for _ in range(max_iter):
+        A = np.zeros((S, ncol))
+        if const:
+            A[:, 0] = 1.0
+        for i in range(S):
+            if assign[i] == 0:
+                A[i, o:o + k1] = rows1[i]
+            elif assign[i] == 1:
+                A[i, o + k1:o + k1 + k2] = d.s2[i]
+            else:
+                A[i, o + k1 + k2:] = rows3[i]
+        c = tm.relative_nnls(A, d.t)
+        vals, cst, rows1, rows3 = _components(d, c, k1, k2, const)
+        pred = vals.max(axis=1) + cst
+        obj = float(np.sum(((pred - d.t) / d.t) ** 2))
+        new = vals.argmax(axis=1).astype(np.int64)
+        if obj < best[0]:
+            best = (obj, c, new)
+        key = new.tobytes()
+        if np.array_equal(new, assign) or key in seen:
+            break
+        seen.add(key)
+        assign = new
+    return best[1], best[2], best[0]
+
+
+def default_optional_terms(levels: Sequence[int]) -> list[str]:
+    """Candidate extra terms of the improved F1 (each must earn its place): a per-superstep
+    constant, data TLB misses, a store surcharge (load/store asymmetry) and a streaming
+    proxy per cache level."""
+    return (["const", "dtlb_misses", "stores"]
+            + [f"stream:{miss_counter(lv)}" for lv in levels])
+
+
+class ImprovedFit:
+    """F = const + max(F1, F2, F3) fitted jointly for relative error, terms selected by
+    k-fold cross-validation.
+
+    Keyword settings: ``levels``, ``processors``, ``banks`` (the machine), ``optional_terms``
+    (None: :func:`default_optional_terms`), ``folds``, ``tol`` (a term stays when it reduces
+    the cross-validated relative error, MRE - 1, by more than this fraction), ``max_iter``,
+    ``seed``, ``select``.
+
+    Attributes after ``fit``: ``model_`` (FModel), ``terms_`` (F1 terms kept), ``dropped_``,
+    ``cv_mre_`` (cross-validated MRE of the kept model), ``selection_`` (terms.Selection),
+    ``dominant_`` (per fitting step: 0, 1, 2 for F1, F2, F3).
+    """
+
+    def __init__(self, *, levels: Sequence[int] = (1, 2), processors: int = 1, banks: int = 1,
+                 optional_terms: Sequence[str] | None = None, folds: int = 5,
+                 tol: float = 0.02, max_iter: int = 30, seed: int = 0,
+                 select: bool = True) -> None:
+        self.levels = tuple(levels)
+        self.processors = processors
+        self.banks = banks
+        self.optional_terms = optional_terms
+        self.folds = folds
+        self.tol = tol
+        self.max_iter = max_iter
+        self.seed = seed
+        self.select = select
+
+    def _init_assign(self, steps: Sequence[Step]) -> NDArray[np.int64]:
+        """Start from the paper's classes: all-processor exclusive memory patterns go to F2
+        (low BKC) or F3 (the highest BKC), everything else to F1."""
+        P = self.processors
+        mem = [_procs(s) == P and _mem(s) and _exclusive(s) for s in steps]
+        top = max((bkc_of(s) for s, k in zip(steps, mem, strict=True) if k), default=np.nan)
+        out = np.zeros(len(steps), dtype=np.int64)
+        if P > 1:
+            for i, s in enumerate(steps):
+                if mem[i]:
+                    out[i] = 2 if bkc_of(s) == top and top > 1 else 1
+        return out
+
+    def _fit_terms(self, steps: Sequence[Step], t: Array, f1_terms: Sequence[str]
+                   ) -> tuple[FModel, NDArray[np.int64]]:
+        const = "const" in f1_terms
+        t1 = [x for x in f1_terms if x != "const"]
+        llc = max(self.levels)
+        f2_t = f2_terms(llc)
+        d = _design(steps, t1, f2_t, llc, self.processors, self.banks, t)
+        c, dom, _ = _joint_fit(d, len(t1), len(f2_t), const, self._init_assign(steps),
+                               self.max_iter)
+        o = 1 if const else 0
+        k1, k2 = len(t1), len(f2_t)
+        model = FModel(dict(zip(t1, map(float, c[o:o + k1]), strict=True)),
+                       dict(zip(f2_t, map(float, c[o + k1:o + k1 + k2]), strict=True)),
+                       {"lm": float(c[o + k1 + k2]), "wb": float(c[o + k1 + k2 + 1])},
+                       float(c[0]) if const else 0.0, llc, self.processors, self.banks,
+                       "improved")
+        return model, dom
+
+    def cv_score(self, steps: Sequence[Step], t: Array, f1_terms: Sequence[str]) -> float:
+        """k-fold cross-validated MRE of the model with these F1 terms."""
+        pred = np.zeros(len(steps))
+        for test in tm.kfold(len(steps), self.folds, self.seed):
+            mask = np.ones(len(steps), dtype=bool)
+            mask[test] = False
+            train = [s for s, k in zip(steps, mask, strict=True) if k]
+            model, _ = self._fit_terms(train, t[mask], f1_terms)
+            pred[test] = model.predict([steps[i] for i in test])
+        return tm.mre(t, pred)
+
+    def fit(self, steps: Sequence[Step], times: ArrayLike | None = None) -> ImprovedFit:
+        steps = list(steps)
+        t = _times(steps, "improved fit") if times is None else np.asarray(times, float)
+        if len(steps) < 4:
+            raise InsufficientPatterns("the improved F", "four or more timed patterns")
+        base = base_f1_terms(self.levels)
+        optional = [x for x in (self.optional_terms if self.optional_terms is not None
+                                else default_optional_terms(self.levels)) if x not in base]
+        # A candidate needs its counter in every step; otherwise it cannot be a term here.
+        optional = [x for x in optional if x == "const" or all(
+            not s.missing([x.removeprefix("stream:")]) for s in steps)]
+        if self.select and optional:
+            sel = tm.backward_eliminate(base, optional,
+                                        lambda ts: self.cv_score(steps, t, ts), self.tol,
+                                        floor=1.0)
+        else:
+            sel = tm.Selection(tuple(optional), (), self.cv_score(steps, t, base + optional),
+                               ())
+        self.selection_ = sel
+        self.terms_ = [*base, *sel.kept]
+        self.dropped_ = list(sel.dropped)
+        self.cv_mre_ = sel.score
+        self.model_, self.dominant_ = self._fit_terms(steps, t, self.terms_)
+        return self
+
+    def predict(self, steps: Sequence[Step]) -> Array:
+        if not hasattr(self, "model_"):
+            raise NotFittedError("ImprovedFit")
+        return self.model_.predict(steps)
+
+
+# -- the whole calibration ----------------------------------------------------------------
+
+def split_suites(steps: Sequence[Step]) -> tuple[list[Step], list[Step]]:
+    """(fitting patterns, validation patterns): the validation suite is held apart."""
+    fit = [s for s in steps if s.meta.get("suite") != "validation"]
+    val = [s for s in steps if s.meta.get("suite") == "validation"]
+    return fit, val
+
+
+def diagnostics(model: FModel | None, steps: Sequence[Step], t: Array) -> dict[str, Any]:
+    if model is None:
+        return {}
+    return _error_stats(t, model.predict(steps), [s.name for s in steps])
+
+
+def fit_all(steps: Sequence[Step], *, levels: Sequence[int], processors: int, banks: int,
+            folds: int = 5, tol: float = 0.02, seed: int = 0) -> Mapping[str, Any]:
+    """Both variants on the fitting patterns: {"paper": PaperFit, "improved": ImprovedFit,
+    "diagnostics": {...}}."""
+    fit_steps, _ = split_suites(steps)
+    if not fit_steps:
+        raise InsufficientPatterns("any function", "fitting patterns (suite 'table1')")
+    t = _times(fit_steps, "calibration")
+    paper = PaperFit(levels=levels, processors=processors, banks=banks).fit(fit_steps)
+    improved = ImprovedFit(levels=levels, processors=processors, banks=banks, folds=folds,
+                           tol=tol, seed=seed).fit(fit_steps, t)
+    diag = {"paper": diagnostics(paper.model_, fit_steps, t),
+            "improved": {**diagnostics(improved.model_, fit_steps, t),
+                         "cv_mre": improved.cv_mre_, "dropped_terms": improved.dropped_}}
+    return {"paper": paper, "improved": improved, "diagnostics": diag}

@@ -1,0 +1,333 @@
+"""Versioned machine profiles (TOML): host fingerprint, cache geometry, bank map, fitted cost
+models with the patterns they came from, and fit diagnostics (DESIGN.md section 3).
+
+Read with :mod:`tomllib`; written by the small serializer below (no extra dependency) and
+atomically (temp file + rename), never over an existing file unless asked (the pyperf lesson
+of STYLE.md). Every parameter is in nanoseconds per event (``unit = "ns"`` in the file).
+
+Format history:
+  1 - first version: format, version, name, unit, created, default_model; tables host,
+      geometry (+ levels), bank_map, machine (processors, word_bytes, llc_level), models.<v>
+      (const, F1, F2, F3, patterns, diagnostics) for v in paper/improved, bsp (QSM, EBSP,
+      DXBSP: min, max, min_patterns, max_patterns), notes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import re
+import tempfile
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from predictor.errors import ProfileError, ProfileVersionError, warn_host_mismatch
+from predictor.model import BSPModel, FModel
+
+PROFILE_FORMAT = "counterd-machine-profile"
+PROFILE_VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+FINGERPRINT_FIELDS = ("cpu_model", "cpus_online", "page_bytes", "caches")
+
+
+@dataclass(frozen=True)
+class MachineProfile:
+    name: str
+    host: Mapping[str, Any]  # hostname, cpu_model, cpus_online, page_bytes, caches
+    geometry: Mapping[str, Any]  # spec, levels [{level, size_bytes, ways, line_bytes}], source
+    bank_map: Mapping[str, Any]  # banks, interleave_bytes, provenance
+    processors: int
+    word_bytes: int
+    llc_level: int
+    models: Mapping[str, Mapping[str, Any]]  # "paper"/"improved" -> model table
+    bsp: Mapping[str, Any]
+    default_model: str = "improved"
+    created: str = ""
+    notes: tuple[str, ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def banks(self) -> int:
+        return int(self.bank_map.get("banks", 1))
+
+    def f_model(self, variant: str | None = None) -> FModel:
+        v = variant or self.default_model
+        if v not in self.models:
+            raise ProfileError(f"profile {self.name} has no model {v!r}",
+                               "choose from " + ", ".join(self.models))
+        return FModel.from_dict(self.models[v], llc_level=self.llc_level,
+                                processors=self.processors, banks=self.banks, name=v)
+
+    def bsp_model(self) -> BSPModel:
+        try:
+            return BSPModel.from_dict(self.bsp, processors=self.processors, banks=self.banks)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ProfileError(f"profile {self.name}: bsp table is incomplete ({exc})",
+                               "re-run predict calibrate") from exc
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": PROFILE_FORMAT, "version": PROFILE_VERSION, "name": self.name,
+            "unit": "ns", "created": self.created, "default_model": self.default_model,
+            "notes": list(self.notes), "host": dict(self.host), "geometry": dict(self.geometry),
+            "bank_map": dict(self.bank_map),
+            "machine": {"processors": self.processors, "word_bytes": self.word_bytes,
+                        "llc_level": self.llc_level},
+            "models": {k: dict(v) for k, v in self.models.items()}, "bsp": dict(self.bsp),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], source: str = "<profile>") -> MachineProfile:
+        if d.get("format") != PROFILE_FORMAT:
+            raise ProfileError(f"{source}: not a machine profile (format "
+                               f"{d.get('format')!r})",
+                               "give a file written by `predict calibrate` or a built-in name: "
+                               + ", ".join(BUILTIN))
+        if d.get("version") not in SUPPORTED_VERSIONS:
+            raise ProfileVersionError(source, d.get("version"), SUPPORTED_VERSIONS)
+        if d.get("unit") != "ns":
+            raise ProfileError(f"{source}: unit {d.get('unit')!r} is not 'ns'",
+                               "profiles keep every parameter in ns per event")
+        try:
+            m = d["machine"]
+            return cls(name=str(d["name"]), host=d.get("host", {}),
+                       geometry=d.get("geometry", {}), bank_map=d.get("bank_map", {}),
+                       processors=int(m["processors"]), word_bytes=int(m["word_bytes"]),
+                       llc_level=int(m["llc_level"]), models=d["models"], bsp=d["bsp"],
+                       default_model=str(d.get("default_model", "improved")),
+                       created=str(d.get("created", "")), notes=tuple(d.get("notes", ())))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProfileError(f"{source}: incomplete machine profile (missing {exc})",
+                               "re-run predict calibrate") from exc
+
+
+# -- fingerprints ---------------------------------------------------------------------------
+
+def caches_spec(levels: Any) -> str:
+    """``L1=48K/12/64,L2=...``: size/ways/line per level, the fingerprint's cache field."""
+    def size(b: int) -> str:
+        for unit, n in (("M", 1 << 20), ("K", 1 << 10)):
+            if b % n == 0:
+                return f"{b // n}{unit}"
+        return str(b)
+    parts = [f"L{int(lv['level'])}={size(int(lv['size_bytes']))}/{int(lv['ways'])}/"
+             f"{int(lv['line_bytes'])}" for lv in sorted(levels, key=lambda x: x["level"])]
+    return ",".join(parts)
+
+
+def current_host(procfs: str = "/proc", sysfs: str = "/sys") -> dict[str, Any]:
+    """This host's fingerprint, read directly (the predictor does not import counterd)."""
+    model = "?"
+    try:
+        for text in Path(procfs, "cpuinfo").read_text(errors="replace").splitlines():
+            key, _, val = text.partition(":")
+            if key.strip() in ("model name", "Model"):
+                model = val.strip()
+                break
+    except OSError:
+        pass
+    levels = []
+    base = Path(sysfs, "devices/system/cpu/cpu0/cache")
+    try:
+        for idx in sorted(base.glob("index*")):
+            if (idx / "type").read_text().strip() not in ("Data", "Unified"):
+                continue
+            m = re.fullmatch(r"(\d+)([KMG]?)", (idx / "size").read_text().strip())
+            if not m:
+                continue
+            size = int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m[2]]
+            line = int((idx / "coherency_line_size").read_text())
+            ways = int((idx / "ways_of_associativity").read_text()) or size // line
+            levels.append({"level": int((idx / "level").read_text()), "size_bytes": size,
+                           "ways": ways, "line_bytes": line})
+    except (OSError, ValueError):
+        pass
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"hostname": os.uname().nodename, "cpu_model": model, "cpus_online": cpus or 1,
+            "page_bytes": os.sysconf("SC_PAGE_SIZE"), "caches": caches_spec(levels)}
+
+
+def fingerprint_differences(fitted: Mapping[str, Any], here: Mapping[str, Any]) -> list[str]:
+    """Every fingerprint field that differs: ``"cpu_model: 'A' (profile) vs 'B' (here)"``."""
+    return [f"{k}: {fitted.get(k)!r} (profile) vs {here.get(k)!r} (here)"
+            for k in FINGERPRINT_FIELDS
+            if fitted.get(k) is not None and here.get(k) is not None
+            and str(fitted.get(k)) != str(here.get(k))]
+
+
+def check_host(profile: MachineProfile, here: Mapping[str, Any] | None = None) -> list[str]:
+    """Warn (HostMismatchWarning) if the profile was fitted on a host with another fingerprint;
+    return the differing fields."""
+    diffs = fingerprint_differences(profile.host, here if here is not None else current_host())
+    warn_host_mismatch(diffs, profile.name)
+    return diffs
+
+
+# -- TOML -----------------------------------------------------------------------------------
+
+_BARE = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _key(k: str) -> str:
+    return k if _BARE.fullmatch(k) else json.dumps(k)
+
+
+def _scalar(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_scalar(x) for x in v) + "]"
+    if isinstance(v, Mapping):
+        return "{" + ", ".join(f"{_key(k)} = {_scalar(x)}" for k, x in v.items()) + "}"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def _is_table_list(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(x, Mapping) for x in v)
+
+
+def _emit(d: Mapping[str, Any], prefix: str, out: list[str]) -> None:
+    d = {k: v for k, v in d.items() if v is not None}  # TOML has no null: absent means None
+    for k, v in d.items():
+        if not isinstance(v, Mapping) and not _is_table_list(v):
+            out.append(f"{_key(k)} = {_scalar(v)}")
+    for k, v in d.items():
+        path = f"{prefix}.{_key(k)}" if prefix else _key(k)
+        if isinstance(v, Mapping):
+            out.append(f"\n[{path}]")
+            _emit(v, path, out)
+        elif _is_table_list(v):
+            for item in v:
+                out.append(f"\n[[{path}]]")
+                _emit(item, path, out)
+
+
+def dumps(d: Mapping[str, Any], header: str = "") -> str:
+    """A nested dict as TOML (tables, arrays of tables, scalars, lists, inline tables)."""
+    out = [f"# {line}" if line else "#" for line in header.splitlines()]
+    _emit(d, "", out)
+    return "\n".join(out) + "\n"
+
+
+_HEADER = """counterd machine profile (predict calibrate). Every parameter: ns per event.
+Format history: 1 - first version (see predictor/profile.py)."""
+
+
+def profile_to_toml(p: MachineProfile) -> str:
+    return dumps(p.to_dict(), _HEADER)
+
+
+def save_profile(p: MachineProfile, path: str | Path, *, overwrite: bool = False) -> Path:
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise ProfileError(f"{path} exists", "choose another --out or pass --force")
+    text = profile_to_toml(p)
+    tomllib.loads(text)  # never write a file we cannot read back
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ProfileError(f"cannot write profile {path}: {exc.strerror}",
+                           "choose a writable --out") from exc
+    return path
+
+
+def load_profile(spec: str | Path) -> MachineProfile:
+    """A built-in profile by name, or a TOML file."""
+    if str(spec) in BUILTIN:
+        return BUILTIN[str(spec)]()
+    try:
+        data = tomllib.loads(Path(spec).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ProfileError(f"cannot read profile {spec}: {exc.strerror}",
+                           "give a profile file or a built-in name: "
+                           + ", ".join(BUILTIN)) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{spec} is not TOML ({exc})", "give a profile written by "
+                           "predict calibrate") from exc
+    return MachineProfile.from_dict(data, str(spec))
+
+
+# -- the paper's machine ----------------------------------------------------------------------
+
+US = 1000.0  # the paper's parameters are in microseconds (section 4.1 footnote 1); ours in ns
+# C0E7 and WB(b) count 16-byte quadwords; our writebacks count 128-byte L2 lines: a line
+# written back is 128/16 = 8 quadwords, so a cost per quadword is 8x per line.
+QW_PER_L2_LINE = 128 // 16
+
+
+def sgi_power_challenge() -> MachineProfile:
+    """The machine of seed 004 section 2 with the published parameters of sections 4.1/4.2."""
+    f_paper = {
+        "const": 0.0,
+        # Section 4.2 table, F1 row: g1..g5 = 0.0088, 0.055, 0.97, 0.013, 0.026 (g5 per
+        # quadword of C0E7 -> x8 per L2 line).
+        "F1": {"acc": 0.0088 * US, "l1d_misses": 0.055 * US, "l2_misses": 0.97 * US,
+               "l1d_writebacks": 0.013 * US, "l2_writebacks": 0.026 * US * QW_PER_L2_LINE},
+        # F2 row: 1.17 per L2 miss, 0.18 per quadword written back (x8 per line).
+        "F2": {"l2_misses": 1.17 * US, "l2_writebacks": 0.18 * US * QW_PER_L2_LINE},
+        # F3 row: 0.26 per L2 miss at a bank, 0.051 per quadword written back to it.
+        "F3": {"lm": 0.26 * US, "wb": 0.051 * US * QW_PER_L2_LINE},
+        "patterns": {"F1": ["p1.s1.b0.-E", "p1.s8.b0.-E", "p1.s32.b1/8.-E"],
+                     "F2": ["p8.s256.b1.-E"], "F3": ["p8.s256.b8.-E"]},
+        "diagnostics": {"avg_error": 1.19, "max_error": 1.91, "n": 412,
+                        "source": "seed 004 section 5.1, validation suite"},
+    }
+    bsp = {  # section 4.1, (g1, g2) per function and bound, us -> ns
+        "QSM": {"min": [0.0083 * US, 0.001 * US], "max": [5.35 * US, 0.67 * US],
+                "min_patterns": ["p1.s1.b0.LE", "p8.s1.b0.LC (same word)"],
+                "max_patterns": ["p8.s256.b8.SC", "p8.s256.b8.SC (same word)"]},
+        "EBSP": {"min": [0.0083 * US, 0.0083 * US], "max": [1.31 * US, 5.35 * US],
+                 "min_patterns": ["p1.s1.b0.LE", "p8.s1.b0.LE"],
+                 "max_patterns": ["p1.s256.b1.SE", "p8.s256.b8.SC"]},
+        "DXBSP": {"min": [0.0083 * US, 0.26 * US], "max": [3.40 * US, 0.33 * US],
+                  "min_patterns": ["p1.s1.b0.LE", "p8.s256.b8.LE"],
+                  "max_patterns": ["p8.s32.b1.SC", "p8.s256.b8.SE"]},
+    }
+    levels = [{"level": 1, "size_bytes": 32 << 10, "ways": 2, "line_bytes": 32},
+              {"level": 2, "size_bytes": 1 << 20, "ways": 2, "line_bytes": 128}]
+    return MachineProfile(
+        name="sgi-power-challenge",
+        host={"hostname": "sgi-power-challenge", "cpu_model": "MIPS R10000 194 MHz",
+              "cpus_online": 8, "page_bytes": 16384, "caches": caches_spec(levels)},
+        geometry={"spec": caches_spec(levels), "levels": levels,
+                  "source": "seed 004 section 2 (32 KB L1 data, 1 MB unified L2; lines 32 B "
+                            "and 128 B; R10000 caches are 2-way)"},
+        bank_map={"banks": 8, "interleave_bytes": 128,
+                  "provenance": "derived from seed 004 Table 1: stride 32 words (128 B, "
+                                "4-byte words) reaches all 8 banks, stride 256 (1 KB) one "
+                                "bank, so bank = (address // 128) % 8"},
+        processors=8, word_bytes=4, llc_level=2,
+        models={"paper": f_paper}, bsp=bsp, default_model="paper",
+        created="1999-10-04",
+        notes=("published parameters of seed 004 (Amato et al., TR 99-020), converted from us "
+               "to ns and from quadwords to 128-byte lines; see predictor/NOTES.md",))
+
+
+BUILTIN = {"sgi-power-challenge": sgi_power_challenge}
+
+
+def new_profile(name: str, *, host: Mapping[str, Any], geometry: Mapping[str, Any],
+                bank_map: Mapping[str, Any], processors: int, word_bytes: int,
+                llc_level: int, models: Mapping[str, Mapping[str, Any]],
+                bsp: Mapping[str, Any], notes: tuple[str, ...] = ()) -> MachineProfile:
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return MachineProfile(name, host, geometry, bank_map, processors, word_bytes, llc_level,
+                          models, bsp, "improved", now, notes)

@@ -1,0 +1,107 @@
+"""``predict`` end to end: calibrate -> validate -> forecast, --json, and bad input (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from predictor.cli import main
+from predictor.synthetic import make_results, reference_model
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    f = tmp_path_factory.mktemp("res") / "results.json"
+    f.write_text(json.dumps(make_results(reference_model(const=1500.0, dtlb=30.0),
+                                         noise=0.01, seed=2)))
+    return f
+
+
+def test_calibrate_validate_forecast(results, tmp_path, capsys):
+    prof = tmp_path / "host.toml"
+    assert main(["calibrate", "--results", str(results), "--out", str(prof), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["diagnostics"]["improved"]["max_error"] < 1.1
+    assert "const" in out["improved_terms"]
+
+    assert main(["validate", "--results", str(results), "--profile", str(prof), "--json"]) == 0
+    cap = capsys.readouterr()
+    table = {r["function"]: r for r in json.loads(cap.out)["rows"]}
+    assert set(table) == {"QSM-MIN", "QSM-MAX", "EBSP-MIN", "EBSP-MAX", "DXBSP-MIN",
+                          "DXBSP-MAX", "F (paper)", "F (improved)"}
+    assert table["F (improved)"]["avg_error"] <= 1.10
+    assert table["F (improved)"]["max_error"] <= 1.50
+    assert table["F (improved)"]["max_error"] < table["QSM-MAX"]["max_error"]
+    assert "fitted on another host" not in cap.err  # results and profile: same host
+
+    assert main(["validate", "--results", str(results), "--profile", str(prof)]) == 0
+    text = capsys.readouterr().out
+    assert "AVG ERR" in text and "F (improved)" in text
+
+    csv = tmp_path / "c.csv"
+    csv.write_text("superstep,rank,loads,stores,l1d_misses,l2_misses,l3_misses,l1d_writebacks,"
+                   "l2_writebacks,l3_writebacks,dtlb_misses,time_ns\n"
+                   "0,0,1000,0,1000,1000,1000,0,0,0,0,50000\n"
+                   "0,1,1000,0,1000,1000,1000,0,0,0,0,50000\n")
+    assert main(["--profile", str(prof), "--counters", str(csv), "--json"]) == 0
+    cap = capsys.readouterr()
+    (row,) = json.loads(cap.out)["supersteps"]
+    assert row["dominant"] in ("F1", "F2", "F3") and row["error"] >= 1.0
+    assert row["H"] == 1000 and row["M"] == 2000 and "K" in row["assumed"]
+    assert "fitted on another host" in cap.err  # synthetic host vs this one
+
+
+def test_sgi_forecast_text(tmp_path, capsys):
+    csv = tmp_path / "c.csv"
+    csv.write_text("superstep,rank,loads,stores,l1d_misses,l2_misses,l1d_writebacks,"
+                   "l2_writebacks\n0,0,1000,0,1000,0,0,0\n")
+    assert main(["--profile", "sgi-power-challenge", "--counters", str(csv)]) == 0
+    cap = capsys.readouterr()
+    # p1.s8-like: F1 = (0.0088 + 0.055) us * 1000 = 63.8 us
+    assert " 63.8 " in cap.out
+    assert "cpu_model: 'MIPS R10000 194 MHz' (profile)" in cap.err
+
+
+def _one_line_exit2(capsys, argv, needle):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "\n" not in err and "Traceback" not in err
+
+
+def test_bad_input(results, tmp_path, capsys):
+    d = json.loads(results.read_text())
+    d["patterns"] = [p for p in d["patterns"] if p["procs"] != 1]
+    thin = tmp_path / "thin.json"
+    thin.write_text(json.dumps(d))
+    _one_line_exit2(capsys, ["calibrate", "--results", str(thin), "--out",
+                             str(tmp_path / "x.toml")], "cannot fit F1")
+    assert not (tmp_path / "x.toml").exists()
+    _one_line_exit2(capsys, ["calibrate", "--results", str(tmp_path / "none.json"), "--out",
+                             str(tmp_path / "y.toml")], "cannot read results")
+    bad = tmp_path / "bad.toml"
+    bad.write_text('format = "counterd-machine-profile"\nversion = 99\nunit = "ns"\n')
+    _one_line_exit2(capsys, ["validate", "--results", str(results), "--profile", str(bad)],
+                    "version 99 is not supported")
+    csv = tmp_path / "c.csv"
+    csv.write_text("superstep,rank,loads,stores\n0,0,nan,1\n")
+    _one_line_exit2(capsys, ["--profile", "sgi-power-challenge", "--counters", str(csv)],
+                    "'loads' has value 'nan'")
+    csv.write_text("superstep,rank,loads,stores\n0,0,1,1\n")
+    _one_line_exit2(capsys, ["--profile", "sgi-power-challenge", "--counters", str(csv)],
+                    "counter 'l1d_misses' is missing")
+    csv.write_text("superstep,rank,loads,stores,l2_misess\n0,0,1,1,1\n")
+    _one_line_exit2(capsys, ["--profile", "sgi-power-challenge", "--counters", str(csv)],
+                    "unknown counter 'l2_misess'")
+    _one_line_exit2(capsys, ["--profile", "sgi-power-challenge"], "--counters")
+    d = json.loads(results.read_text())
+    d["patterns"] = [p for p in d["patterns"] if p["suite"] != "validation"]
+    nov = tmp_path / "noval.json"
+    nov.write_text(json.dumps(d))
+    _one_line_exit2(capsys, ["validate", "--results", str(nov), "--profile",
+                             "sgi-power-challenge"], "validation patterns")
+
+
+def test_profile_command(capsys):
+    assert main(["profile", "sgi-power-challenge", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["machine"]["processors"] == 8
