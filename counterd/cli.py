@@ -40,6 +40,29 @@ def _parser() -> argparse.ArgumentParser:
     sm = sub.add_parser("summary", help="per-superstep table of a records file")
     sm.add_argument("file", type=Path, help="JSON lines written by counterd record")
     sm.add_argument("--json", action="store_true", help="machine-readable output")
+
+    run = sub.add_parser("run", help="the daemon, in the foreground (systemd runs it)")
+    run.add_argument("--config", type=Path, default=None,
+                     help="TOML config (default: built-in defaults + COUNTERD_* variables)")
+    run.add_argument("--json", action="store_true", help="(accepted for symmetry; logs only)")
+
+    runs = sub.add_parser("runs", help="the runs in the daemon's store")
+    runs.add_argument("--store", type=Path, default=None, help="store path (default: config)")
+    runs.add_argument("--config", type=Path, default=None, help="TOML config (for store.path)")
+    runs.add_argument("--json", action="store_true", help="machine-readable output")
+
+    rp = sub.add_parser("report", help="per-superstep report of a run (store or records file)")
+    rp.add_argument("run", nargs="?", default=None, help="run id (default: the latest run)")
+    rp.add_argument("--records", type=Path, default=None,
+                    help="a records JSONL file (counterd record --out) instead of the store")
+    rp.add_argument("--store", type=Path, default=None, help="store path (default: config)")
+    rp.add_argument("--config", type=Path, default=None, help="TOML config (store, profile)")
+    rp.add_argument("--profile", type=Path, default=None,
+                    help="machine profile for predictions (default: config predictor.profile)")
+    rp.add_argument("--format", choices=("text", "json", "csv", "html"), default=None,
+                    help="output format (default: text, or from the --out suffix)")
+    rp.add_argument("--out", type=Path, default=None, help="write here instead of stdout")
+    rp.add_argument("--json", action="store_true", help="same as --format json")
     return p
 
 
@@ -83,10 +106,77 @@ def _summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> int:
+    from counterd.daemon import run
+
+    return run(args.config)
+
+
+def _store_path(args: argparse.Namespace) -> Path:
+    if args.store is not None:
+        return Path(args.store)
+    from counterd.config import load
+
+    return load(args.config).store_path
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from counterd.report import render_runs
+    from counterd.store import open_readonly
+
+    store = open_readonly(_store_path(args))
+    try:
+        rows = store.runs()
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps([r.__dict__ for r in rows], indent=2))
+    else:
+        print(render_runs(rows))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from counterd import prediction, report
+    from counterd.errors import BadInput
+    from counterd.fsutil import atomic_write_text
+
+    fmt = "json" if args.json else args.format
+    if fmt is None:
+        suffix = args.out.suffix.lstrip(".").lower() if args.out else ""
+        fmt = {"htm": "html", "html": "html", "csv": "csv", "json": "json"}.get(suffix, "text")
+    if args.records is not None and (args.run or args.store):
+        raise BadInput("--records reads a file; a RUN or --store reads the store",
+                       "give one or the other")
+    profile = args.profile
+    if profile is None and (args.config is not None or args.records is None):
+        from counterd.config import load
+
+        profile = load(args.config).profile
+    if args.profile is not None and not args.profile.is_file():
+        raise BadInput(f"machine profile {args.profile} does not exist", "check --profile")
+    predict, why = prediction.load(profile)
+    if args.records is not None:
+        from counterd.records import read_jsonl
+
+        records = list(read_jsonl(args.records))
+        source = str(args.records)
+    else:
+        records, source = report.records_from_store(_store_path(args), args.run)
+    rep = report.build(records, predict=predict, prediction_note=why, source=source)
+    text = report.render(rep, fmt)
+    if args.out is not None:
+        atomic_write_text(args.out, text)
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        command = {"probe": _probe, "record": _record, "summary": _summary}[args.command]
+        command = {"probe": _probe, "record": _record, "summary": _summary, "run": _run,
+                   "runs": _runs, "report": _report}[args.command]
         return command(args)
     except CounterdError as exc:
         print(f"counterd {args.command}: {exc}", file=sys.stderr)

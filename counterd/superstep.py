@@ -19,9 +19,19 @@ with their sources, params and flags. Nothing is lost silently:
 
 Configuration comes from ``configure()`` or, for programs started by ``counterd record``, from
 the environment: ``COUNTERD_RUN_ID``, ``COUNTERD_SPOOL`` (a directory; each process appends
-its events to ``<pid>.jsonl`` there), ``COUNTERD_BACKEND`` (perf, papi, sim, callgrind, none)
-and ``COUNTERD_EVENTS`` (comma-separated canonical counters). Without either, records are
+its events to ``<pid>.jsonl`` there), ``COUNTERD_BACKEND`` (perf, papi, sim, callgrind, daemon,
+none) and ``COUNTERD_EVENTS`` (comma-separated canonical counters). Without either, records are
 kept in memory (``counterd.records()``) and counted with perf where available.
+
+Where records go (the sink), first match wins: ``configure(spool=...)`` or
+``configure(socket=...)``; ``COUNTERD_SPOOL`` (set by ``counterd record``); ``COUNTERD_SOCKET``
+(a path; ``off`` disables the daemon); the daemon's default socket
+(:func:`counterd.config.default_socket_path`) if a daemon answers there; else memory. Through
+the daemon (:class:`SocketSink`) every record is kept by the process until the daemon has
+acknowledged it as committed to its store; ``COUNTERD_JOB`` names the job (default: the
+program's file name). Backend ``daemon`` (or perf being unusable in-process, e.g.
+``perf_event_paranoid`` forbidding self-monitoring) asks the daemon to count each superstep's
+thread on the program's behalf.
 
 Rank: ``set_rank()`` wins; else ``COUNTERD_RANK``; else an MPI launcher's rank variable
 (Open MPI, MPICH/PMI, PMIx, MVAPICH, Slurm); else a multiprocessing worker's identity (1-based,
@@ -35,13 +45,17 @@ import atexit
 import ctypes
 import itertools
 import json
+import logging
 import multiprocessing
 import os
-import socket
+import select
+import socket as _socket
+import struct
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +68,15 @@ ENV_SPOOL = "COUNTERD_SPOOL"
 ENV_BACKEND = "COUNTERD_BACKEND"
 ENV_EVENTS = "COUNTERD_EVENTS"
 ENV_RANK = "COUNTERD_RANK"
+ENV_SOCKET = "COUNTERD_SOCKET"
+ENV_JOB = "COUNTERD_JOB"
+ENV_FLUSH_TIMEOUT = "COUNTERD_FLUSH_TIMEOUT"  # seconds to wait for acks at exit (default 10)
 _MPI_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK",
                   "SLURM_PROCID")
-MARKER_BACKENDS = ("perf", "papi", "sim", "callgrind", "none")
+MARKER_BACKENDS = ("perf", "papi", "sim", "callgrind", "daemon", "none")
+
+log = logging.getLogger("counterd.superstep")
+_SNDTIMEO = struct.pack("ll", 30, 0)  # struct timeval: a send to the daemon waits 30 s at most
 
 def _getcpu_function() -> Any:
     try:
@@ -137,6 +157,248 @@ class SpoolSink:
         self._write({"ev": "record", **rec.to_json()})
 
 
+class SocketSink:
+    """Sends begins and records to the daemon over its Unix socket (:mod:`counterd.protocol`).
+
+    Every record stays in ``unacked`` until the daemon acknowledges it (acknowledged = committed
+    to the daemon's store); acknowledgements are read without blocking as markers go by, and
+    waited for only when more than ``high_water`` records are outstanding, by :meth:`flush`,
+    and at exit. If the connection breaks, the sink reconnects once and resends what is
+    unacknowledged (and the begins of supersteps still open); if the daemon is gone it writes
+    them to ``fallback`` (a MemorySink unless given) and continues there. Records the daemon
+    refuses are moved to ``refused`` with the reason. One connection per process: a forked
+    child gets its own sink (``_fork_copy``). Thread-safe.
+    """
+
+    def __init__(self, path: Path | str, *, job: str | None = None,
+                 fallback: MemorySink | SpoolSink | None = None, timeout_s: float = 5.0,
+                 high_water: int = 8192) -> None:
+        from counterd import protocol
+
+        self._protocol = protocol
+        self.path = Path(path)
+        self.job = job or os.environ.get(ENV_JOB) or Path(sys.argv[0] or "python").name
+        self.fallback: MemorySink | SpoolSink = fallback or MemorySink()
+        self.timeout_s = timeout_s
+        self.high_water = high_water
+        self.unacked: dict[int, SuperstepRecord] = {}  # seq -> record, in sending order
+        self.refused: list[tuple[SuperstepRecord | None, str]] = []
+        self.degraded: str | None = None  # why records go to the fallback
+        self.on_ack: Callable[[list[SuperstepRecord]], None] | None = None
+        self.welcome: dict[str, Any] = {}
+        self._open: dict[tuple[str, int], dict[str, Any]] = {}
+        self._replies: dict[int, dict[str, Any]] = {}
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
+        self._seq = 0
+        self._sock: _socket.socket | None = None
+        self._decoder = protocol.Decoder()
+        self._connect()
+
+    # -- connection ------------------------------------------------------------------------
+    def _connect(self) -> None:
+        """Connect and say HELLO; raises OSError (no daemon) or ConnectionError."""
+        p = self._protocol
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+        try:
+            sock.settimeout(self.timeout_s)
+            sock.connect(str(self.path))
+            # Blocking from here on (a Python socket timeout would turn every MSG_DONTWAIT
+            # receive into a wait); a daemon that stops reading fails sends after 30 s instead.
+            sock.settimeout(None)
+            sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDTIMEO, _SNDTIMEO)
+            sock.sendall(p.encode(p.FrameType.HELLO, {
+                "pid": os.getpid(), "host": _socket.gethostname(), "job": self.job}))
+            self._sock, self._seq, self._decoder = sock, 0, p.Decoder()
+            deadline = time.monotonic() + self.timeout_s
+            while not self.welcome or self.welcome.get("pid") is None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._receive(block=True, timeout_s=left):
+                    raise ConnectionError(f"the daemon at {self.path} did not answer HELLO")
+        except BaseException:
+            sock.close()
+            self._sock = None
+            raise
+
+    def _reconnect(self, reason: str) -> None:
+        """After a broken connection: reconnect and resend, or fall back."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        self.welcome = {}
+        try:
+            self._connect()
+            records, self.unacked = list(self.unacked.values()), {}
+            for line in list(self._open.values()):
+                self._seq += 1
+                self._send_raw(self._protocol.FrameType.BEGIN, {"s": self._seq, "line": line})
+            for rec in records:
+                self._seq += 1
+                self.unacked[self._seq] = rec
+                self._send_raw(self._protocol.FrameType.RECORD,
+                               {"s": self._seq, "rec": rec.to_json()})
+            log.info("reconnected to counterd at %s after: %s", self.path, reason)
+        except (OSError, ConnectionError) as exc:
+            self._degrade(f"{reason}; reconnecting failed: {exc}")
+
+    def _degrade(self, reason: str) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        self.degraded = reason
+        log.warning("counterd daemon unreachable (%s): %d unacknowledged records and %d open "
+                    "supersteps go to the %s sink", reason, len(self.unacked), len(self._open),
+                    type(self.fallback).__name__)
+        for line in self._open.values():
+            self.fallback.begin(line)
+        for rec in self.unacked.values():
+            self.fallback.record(rec)
+        self.unacked.clear()
+        self._open.clear()
+
+    def _send_raw(self, ftype: Any, payload: Mapping[str, Any]) -> None:
+        assert self._sock is not None
+        self._sock.sendall(self._protocol.encode(ftype, payload))
+
+    def _send(self, ftype: Any, payload: Mapping[str, Any]) -> None:
+        try:
+            if self._sock is None:
+                raise ConnectionError("not connected")
+            self._send_raw(ftype, payload)
+        except OSError as exc:  # the daemon went away: what we hold is resent or kept
+            self._reconnect(f"send failed ({exc})")
+
+    def _receive(self, block: bool, timeout_s: float = 1.0) -> bool:
+        """Read and handle replies (waiting up to ``timeout_s`` if ``block``); False when the
+        connection is gone."""
+        sock = self._sock
+        if sock is None:
+            return False
+        try:
+            if block and not select.select([sock], [], [], timeout_s)[0]:
+                return True
+            data = sock.recv(65536, _socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except (OSError, ValueError):
+            return False
+        if not data:
+            return False
+        self._decoder.feed(data)
+        FrameType = self._protocol.FrameType
+        try:
+            for ftype, payload in self._decoder.frames():
+                seq = payload.get("s")
+                if ftype is FrameType.ACK and isinstance(seq, int):
+                    done = []
+                    for s in list(self.unacked):
+                        if s > seq:
+                            break
+                        done.append(self.unacked.pop(s))
+                    if done and self.on_ack is not None:
+                        self.on_ack(done)
+                elif ftype is FrameType.WELCOME:
+                    self.welcome = payload
+                elif ftype is FrameType.ERROR:
+                    rec = self.unacked.pop(seq, None) if isinstance(seq, int) else None
+                    message = f"{payload.get('code')}: {payload.get('message')}"
+                    if rec is not None:
+                        self.refused.append((rec, message))
+                    log.warning("counterd refused a frame: %s", message)
+                    if isinstance(seq, int):
+                        self._replies[seq] = payload
+                elif isinstance(seq, int):
+                    self._replies[seq] = {"type": ftype.name, **payload}
+        except self._protocol.ProtocolError as exc:
+            log.warning("counterd sent a bad frame (%s); reconnecting", exc)
+            return False
+        return True
+
+    def _wait(self, done: Callable[[], bool], timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            left = deadline - time.monotonic()
+            if self._sock is None or left <= 0:
+                return done()
+            if not self._receive(block=True, timeout_s=min(left, 1.0)):
+                self._reconnect("connection closed while waiting for the daemon")
+        return True
+
+    def _mine(self) -> bool:
+        return self._pid == os.getpid()  # a forked child never uses its parent's connection
+
+    # -- sink interface ----------------------------------------------------------------------
+    def begin(self, line: Mapping[str, Any], count: Sequence[str] | None = None
+              ) -> dict[str, Any] | None:
+        """Send a begin line; with ``count``, ask the daemon to count this superstep's thread
+        and wait until it has started (returns the daemon's reply)."""
+        with self._lock:
+            if self.degraded is not None or not self._mine():
+                self.fallback.begin(line)
+                return None
+            self._seq += 1
+            seq = self._seq
+            self._open[(line["run_id"], line["index"])] = dict(line)
+            payload: dict[str, Any] = {"s": seq, "line": line}
+            if count is not None:
+                payload["count"] = list(count)
+            self._send(self._protocol.FrameType.BEGIN, payload)
+            if count is None:
+                return None
+            self._wait(lambda: seq in self._replies, self.timeout_s)
+            return self._replies.pop(seq, None)
+
+    def record(self, rec: SuperstepRecord) -> None:
+        with self._lock:
+            if self.degraded is not None or not self._mine():
+                self.fallback.record(rec)
+                return
+            self._seq += 1
+            self.unacked[self._seq] = rec
+            self._open.pop((rec.run_id, rec.index), None)
+            self._send(self._protocol.FrameType.RECORD, {"s": self._seq, "rec": rec.to_json()})
+            if self._sock is not None and not self._seq & 15:  # acks: one look every 16 frames
+                self._receive(block=False)
+                if len(self.unacked) > self.high_water:
+                    self._wait(lambda: len(self.unacked) <= self.high_water // 2,
+                               self.timeout_s * 6)
+
+    def read(self, pid: int, events: Sequence[str] = (), tid: int | None = None
+             ) -> dict[str, Any]:
+        """Ask the daemon for the counters of ``pid`` (cumulative since the first READ); returns
+        the READING or ERROR payload."""
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+            self._send(self._protocol.FrameType.READ,
+                       {"s": seq, "pid": pid, "tid": tid, "count": list(events)})
+            self._wait(lambda: seq in self._replies, self.timeout_s)
+            return self._replies.pop(seq, {"code": "timeout", "message": "no reply"})
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until every record sent so far is acknowledged; True if all are."""
+        with self._lock:
+            if self.degraded is not None or not self._mine() or self._sock is None:
+                return not self.unacked
+            if not self.unacked:
+                return True
+            self._seq += 1
+            self._send(self._protocol.FrameType.SYNC, {"s": self._seq})
+            return self._wait(lambda: not self.unacked,
+                              self.timeout_s if timeout_s is None else timeout_s)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Flush, then close; records still unacknowledged go to the fallback (logged)."""
+        with self._lock:
+            if not self._mine():
+                return
+            if not self.flush(timeout_s) and self.unacked:
+                self._degrade(f"{len(self.unacked)} records not acknowledged in time")
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
+
+
 # --------------------------------------------------------------------------------------------
 
 
@@ -179,7 +441,7 @@ class Step:
 class _ThreadState:
     """What one thread of one process needs on the marker's hot path, found with one lookup."""
 
-    __slots__ = ("pid", "stack", "group", "unsupported", "rank")
+    __slots__ = ("pid", "stack", "group", "unsupported", "rank", "daemon_counts")
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -187,6 +449,7 @@ class _ThreadState:
         self.group: CounterGroup | None = None
         self.unsupported: dict[str, str] = {}
         self.rank: int | None = None
+        self.daemon_counts: bool | None = None  # decided at this thread's first begin
 
 
 _NO_FLAGS: frozenset[str] = frozenset()
@@ -197,7 +460,8 @@ class Recorder:
     """Per-process marker state. One exists per process (re-created after fork)."""
 
     def __init__(self, *, run_id: str | None = None, backend: str | None = None,
-                 events: Sequence[str] | None = None, spool: Path | None = None) -> None:
+                 events: Sequence[str] | None = None, spool: Path | None = None,
+                 socket: Path | str | None = None) -> None:
         env = os.environ
         self.run_id = run_id or env.get(ENV_RUN_ID) or uuid.uuid4().hex[:12]
         name = backend or env.get(ENV_BACKEND) or "default"
@@ -207,9 +471,8 @@ class Recorder:
         self.backend_name = name
         ev = events if events is not None else [e for e in env.get(ENV_EVENTS, "").split(",") if e]
         self.events: tuple[str, ...] = tuple(ev)
-        spool_dir = spool or (Path(env[ENV_SPOOL]) if env.get(ENV_SPOOL) else None)
-        self.sink: MemorySink | SpoolSink = SpoolSink(spool_dir) if spool_dir else MemorySink()
-        self.host = socket.gethostname()
+        self.sink: MemorySink | SpoolSink | SocketSink = _make_sink(spool, socket)
+        self.host = _socket.gethostname()
         self.pid = os.getpid()
         self._process_rank: int | None = None
         self._local = threading.local()
@@ -225,7 +488,17 @@ class Recorder:
 
     @property
     def _durable(self) -> bool:
-        return isinstance(self.sink, SpoolSink)
+        return isinstance(self.sink, SpoolSink | SocketSink)
+
+    @property
+    def _daemon_counts(self) -> bool:
+        """Whether the daemon counts this process's supersteps on its behalf."""
+        if not isinstance(self.sink, SocketSink) or self.sink.degraded is not None:
+            return False
+        if self.backend_name == "daemon":
+            return True
+        return (self.backend_name == "default" and self._resolve_backend() is None
+                and self._backend_error is not None)
 
     # -- configuration of the processor id -------------------------------------------------
     def set_rank(self, rank: int, *, thread: bool = False) -> None:
@@ -251,7 +524,7 @@ class Recorder:
         from counterd import backends
 
         name = self.backend_name
-        if name in ("none", "callgrind"):  # callgrind counts from outside the process
+        if name in ("none", "callgrind", "daemon"):  # these count from outside the process
             self._backend_error = f"counters come from {name}" if name != "none" else "none"
             return None
         try:
@@ -298,9 +571,16 @@ class Recorder:
         rank = st.rank if st.rank is not None else self.rank()
         params = dict(params)
         if self._durable:  # the begin line is what survives a kill inside the superstep
-            self.sink.begin({"run_id": self.run_id, "index": index, "name": name, "rank": rank,
-                             "pid": st.pid, "cpu": cpu, "begin_ns": time.monotonic_ns(),
-                             "params": params, "backend": self._label(), "host": self.host})
+            line = {"run_id": self.run_id, "index": index, "name": name, "rank": rank,
+                    "pid": st.pid, "cpu": cpu, "begin_ns": time.monotonic_ns(),
+                    "params": params, "backend": self._label(), "host": self.host}
+            if st.daemon_counts is None:
+                st.daemon_counts = self._daemon_counts
+            if st.daemon_counts and isinstance(self.sink, SocketSink):
+                line["tid"] = threading.get_native_id()
+                self.sink.begin(line, count=self.events)
+            else:
+                self.sink.begin(line)
         start = st.group.read() if st.group is not None else None
         step = Step(self, index, name, rank, cpu, time.monotonic_ns(), params, start,
                     _NESTED if st.stack else _NO_FLAGS)
@@ -369,6 +649,10 @@ class Recorder:
     def _label(self) -> str:
         if self._backend is not None:
             return str(self._backend.name)
+        if self.backend_name == "daemon" or (self.backend_name == "default"
+                                             and isinstance(self.sink, SocketSink)
+                                             and self._backend_error is not None):
+            return "perf"  # the daemon counts with perf
         return "perf" if self.backend_name == "default" else self.backend_name
 
     def close_open_steps(self) -> list[SuperstepRecord]:
@@ -404,23 +688,63 @@ def recorder() -> Recorder:
 
 def _fork_copy(parent: Recorder) -> Recorder:
     """A child's recorder: same run, backend, events and sink target; fresh counters and
-    supersteps (the parent's open supersteps are the parent's)."""
+    supersteps (the parent's open supersteps are the parent's) and, through the daemon, its
+    own connection (the parent's is never used by the child)."""
     spool = parent.sink.directory if isinstance(parent.sink, SpoolSink) else None
+    sock: Path | str = "off"
+    if isinstance(parent.sink, SocketSink) and parent.sink.degraded is None:
+        sock = parent.sink.path
     child = Recorder(run_id=parent.run_id, backend=parent.backend_name,
-                     events=parent.events or None, spool=spool)
+                     events=parent.events or None, spool=spool, socket=sock)
     if isinstance(parent.sink, MemorySink):
         child.sink = parent.sink  # the child's copy of the parent's list, in the child
     return child
 
 
+def _make_sink(spool: Path | None, sock: Path | str | None
+               ) -> MemorySink | SpoolSink | SocketSink:
+    """The sink, by the precedence in the module docstring."""
+    env = os.environ
+    if spool:
+        return SpoolSink(spool)
+    if sock is not None and str(sock) not in ("", "off"):
+        try:
+            return SocketSink(sock)
+        except (OSError, ConnectionError) as exc:
+            raise BadInput(f"cannot reach counterd at {sock}: {exc}",
+                           "start it (counterd run) or leave the socket unset") from exc
+    if env.get(ENV_SPOOL):
+        return SpoolSink(Path(env[ENV_SPOOL]))
+    if sock is None:
+        path = env.get(ENV_SOCKET)
+        explicit = path is not None
+        if path is None:
+            from counterd.config import default_socket_path
+
+            default = default_socket_path()
+            path = str(default) if default.exists() else None
+        if path and path != "off":
+            try:
+                return SocketSink(path)
+            except (OSError, ConnectionError) as exc:
+                (log.warning if explicit else log.debug)(
+                    "counterd daemon at %s unreachable (%s); records stay in memory", path, exc)
+    return MemorySink()
+
+
 def configure(*, backend: str | None = None, events: Sequence[str] | None = None,
-              spool: Path | None = None, run_id: str | None = None) -> Recorder:
-    """Replace this process's recorder (before the first superstep, typically)."""
+              spool: Path | None = None, run_id: str | None = None,
+              socket: Path | str | None = None) -> Recorder:
+    """Replace this process's recorder (before the first superstep, typically).
+    ``socket``: the daemon's socket path (``"off"``: do not use a daemon)."""
     global _recorder
     with _recorder_lock:
         if _recorder is not None:
             _recorder.close_open_steps()
-        _recorder = Recorder(run_id=run_id, backend=backend, events=events, spool=spool)
+            if isinstance(_recorder.sink, SocketSink):
+                _recorder.sink.close()
+        _recorder = Recorder(run_id=run_id, backend=backend, events=events, spool=spool,
+                             socket=socket)
         return _recorder
 
 
@@ -445,6 +769,8 @@ def superstep(name: str, **params: Param) -> Step:
 def records() -> list[SuperstepRecord]:
     """Records kept in memory by this process (empty when they go to a spool)."""
     sink = recorder().sink
+    if isinstance(sink, SocketSink):
+        sink = sink.fallback
     return list(sink.records) if isinstance(sink, MemorySink) else []
 
 
@@ -453,6 +779,12 @@ def _at_exit() -> None:
     rec = _recorder
     if rec is not None and rec.pid == os.getpid():
         rec.close_open_steps()
+        if isinstance(rec.sink, SocketSink):
+            try:
+                timeout = float(os.environ.get(ENV_FLUSH_TIMEOUT, "10"))
+            except ValueError:
+                timeout = 10.0
+            rec.sink.close(timeout)
 
 
 # --------------------------------------------------------------------------------------------

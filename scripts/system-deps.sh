@@ -2,18 +2,30 @@
 # Install the system packages counterd needs, if they are missing (Debian/Ubuntu).
 #   valgrind - the callgrind backend (simulated counters for whole programs)
 #   gcc      - builds the native library (kernels, cache simulator); pure-Python fallbacks exist
+#   prometheus - the daemon's tests scrape counterd with a real Prometheus (and promtool checks
+#              the exposition); the tests skip with the reason without it
 set -euo pipefail
 need=()
+# prometheus without its recommends (no node exporter): the tests run their own instance.
+quiet=()
+command -v prometheus >/dev/null 2>&1 || quiet+=(prometheus)
 command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
-if [ ${#need[@]} -eq 0 ]; then
+if [ $((${#need[@]} + ${#quiet[@]})) -eq 0 ]; then
   exit 0
 fi
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-  echo "counterd: please install: ${need[*]} (as root: apt-get install ${need[*]})" >&2
+  echo "counterd: please install: ${need[*]} ${quiet[*]} (as root: apt-get install ${need[*]}" \
+       "${quiet[*]})" >&2
   exit 0
 fi
-echo "counterd: installing system packages: ${need[*]}" >&2
+echo "counterd: installing system packages: ${need[*]} ${quiet[*]}" >&2
 apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+if [ ${#need[@]} -gt 0 ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if [ ${#quiet[@]} -gt 0 ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${quiet[@]}" \
+    >/dev/null
+fi

@@ -1,0 +1,303 @@
+"""The daemon's configuration: a TOML file, ``COUNTERD_*`` environment overrides, defaults.
+
+Precedence: environment > file > defaults. Every key, its environment variable and its
+default (``counterd run`` with no file is a working, loopback-only daemon)::
+
+    [metrics]
+    listen = "127.0.0.1:9464"     # COUNTERD_METRICS_LISTEN; "" disables /metrics
+    export_pids = false           # COUNTERD_EXPORT_PIDS: a pid label on sampled series
+    max_jobs = 32                 # COUNTERD_MAX_JOBS: job label values beyond -> "_other"
+    max_superstep_names = 32      # COUNTERD_MAX_SUPERSTEP_NAMES: per job, beyond -> "_other"
+    refresh_s = 1.0               # COUNTERD_METRICS_REFRESH: /metrics is at most this (plus one
+                                  # rendering) old; a scrape never waits for a rendering
+
+    [socket]
+    path = "<runtime dir>/counterd/counterd.sock"   # COUNTERD_SOCKET (clients read it too)
+    mode = "0666"                 # COUNTERD_SOCKET_MODE; peers are checked with SO_PEERCRED
+    max_frame_bytes = 262144      # COUNTERD_MAX_FRAME_BYTES
+    max_clients = 1024            # COUNTERD_MAX_CLIENTS
+    allowed_group = ""            # COUNTERD_ALLOWED_GROUP: members may read any process
+
+    [store]
+    path = "<state dir>/counterd/counterd.db"       # COUNTERD_STORE
+    synchronous = "full"          # COUNTERD_STORE_SYNCHRONOUS: full (power-loss safe) | normal
+    retention_days = 30           # COUNTERD_RETENTION_DAYS; 0 keeps everything
+
+    [sampling]
+    interval_s = 1.0              # COUNTERD_SAMPLE_INTERVAL
+    backend = "auto"              # COUNTERD_SAMPLE_BACKEND: auto | perf | none
+    events = []                   # COUNTERD_SAMPLE_EVENTS (comma-separated); [] = all supported
+
+    [[watch]]                     # processes to sample besides those that send markers
+    job = "web"                   # the workload label on /metrics (required)
+    comm = "^nginx$"              # regex on /proc/<pid>/comm (optional)
+    user = "www-data"             # owner name or uid (optional)
+    cgroup = "/system.slice/nginx.service"   # cgroup v2 path prefix (optional)
+    pids = [1234]                 # explicit pids (optional)
+
+    [predictor]
+    profile = ""                  # COUNTERD_PROFILE: machine profile (TOML) for predictions
+
+    log_level = "info"            # COUNTERD_LOG_LEVEL
+
+Runtime dir: ``/run`` for root, else ``$XDG_RUNTIME_DIR`` (or ``/tmp/counterd-<uid>``). State
+dir: ``/var/lib`` for root, else ``$XDG_STATE_HOME`` (or ``~/.local/state``).
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from counterd.errors import BadInput
+
+
+def runtime_dir() -> Path:
+    if os.geteuid() == 0:
+        return Path("/run")
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(xdg) if xdg else Path(f"/tmp/counterd-{os.geteuid()}")
+
+
+def state_dir() -> Path:
+    if os.geteuid() == 0:
+        return Path("/var/lib")
+    xdg = os.environ.get("XDG_STATE_HOME")
+    return Path(xdg) if xdg else Path.home() / ".local" / "state"
+
+
+def default_socket_path() -> Path:
+    return runtime_dir() / "counterd" / "counterd.sock"
+
+
+def default_store_path() -> Path:
+    return state_dir() / "counterd" / "counterd.db"
+
+
+@dataclass(frozen=True)
+class WatchRule:
+    """Which processes to sample, and the job label they are aggregated under. A process
+    matches when every given criterion matches; a rule with no criterion matches nothing."""
+
+    job: str
+    comm: str | None = None
+    user: int | None = None
+    cgroup: str | None = None
+    pids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.job:
+            raise ValueError("a watch rule needs a job label")
+
+    @property
+    def comm_re(self) -> re.Pattern[str] | None:
+        return re.compile(self.comm) if self.comm else None
+
+
+@dataclass(frozen=True)
+class Config:
+    metrics_listen: str = "127.0.0.1:9464"
+    export_pids: bool = False
+    max_jobs: int = 32
+    max_superstep_names: int = 32
+    metrics_refresh_s: float = 1.0
+    socket_path: Path = field(default_factory=default_socket_path)
+    socket_mode: int = 0o666
+    max_frame_bytes: int = 256 * 1024
+    max_clients: int = 1024
+    allowed_group: str = ""
+    store_path: Path = field(default_factory=default_store_path)
+    store_synchronous: str = "full"
+    retention_days: float = 30.0
+    sample_interval_s: float = 1.0
+    sample_backend: str = "auto"
+    sample_events: tuple[str, ...] = ()
+    watch: tuple[WatchRule, ...] = ()
+    profile: Path | None = None
+    log_level: str = "info"
+    source: str = "defaults"  # where it came from, for the log
+
+    def __post_init__(self) -> None:
+        _check(self.store_synchronous in ("full", "normal"), "store.synchronous",
+               self.store_synchronous, "full or normal")
+        _check(self.sample_interval_s >= 0.05, "sampling.interval_s", self.sample_interval_s,
+               "a number of seconds >= 0.05")
+        _check(self.sample_backend in ("auto", "perf", "none"), "sampling.backend",
+               self.sample_backend, "auto, perf or none")
+        _check(1024 <= self.max_frame_bytes <= 64 * 1024 * 1024, "socket.max_frame_bytes",
+               self.max_frame_bytes, "between 1024 and 67108864")
+        _check(self.max_clients >= 1, "socket.max_clients", self.max_clients, ">= 1")
+        _check(self.max_jobs >= 1 and self.max_superstep_names >= 1, "metrics.max_jobs",
+               self.max_jobs, ">= 1")
+        _check(0.05 <= self.metrics_refresh_s <= 3600, "metrics.refresh_s",
+               self.metrics_refresh_s, "seconds between 0.05 and 3600")
+        _check(self.retention_days >= 0, "store.retention_days", self.retention_days, ">= 0")
+        _check(self.log_level.upper() in ("DEBUG", "INFO", "WARNING", "ERROR"), "log_level",
+               self.log_level, "debug, info, warning or error")
+        if self.metrics_listen:
+            metrics_address(self.metrics_listen)
+        if self.allowed_group:
+            allowed_gid(self.allowed_group)
+
+    @property
+    def retention_ns(self) -> int | None:
+        return int(self.retention_days * 86400e9) if self.retention_days else None
+
+
+def _check(ok: bool, key: str, value: object, expected: str) -> None:
+    if not ok:
+        raise BadInput(f"config {key} = {value!r} is invalid", f"use {expected}")
+
+
+def metrics_address(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise BadInput(f"metrics.listen {listen!r} is not HOST:PORT",
+                       "use e.g. 127.0.0.1:9464 (loopback) or \"\" to disable /metrics")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def allowed_gid(group: str) -> int:
+    if group.isdigit():
+        return int(group)
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise BadInput(f"socket.allowed_group {group!r} does not exist",
+                       "create the group or name an existing one (or a gid)") from None
+
+
+def _uid(user: object) -> int:
+    if isinstance(user, int):
+        return user
+    if isinstance(user, str) and user.isdigit():
+        return int(user)
+    try:
+        return pwd.getpwnam(str(user)).pw_uid
+    except KeyError:
+        raise BadInput(f"watch user {user!r} does not exist", "name an existing user or uid"
+                       ) from None
+
+
+# (section, key) -> (field, environment variable, parser)
+def _bool(v: object) -> bool:
+    if isinstance(v, bool):
+        return v
+    if str(v).lower() in ("1", "true", "yes", "on"):
+        return True
+    if str(v).lower() in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"{v!r} is not a boolean")
+
+
+def _events(v: object) -> tuple[str, ...]:
+    items = v.split(",") if isinstance(v, str) else list(v)  # type: ignore[call-overload]
+    from counterd.events import check_names
+
+    return check_names(tuple(str(e).strip() for e in items if str(e).strip()))
+
+
+_KEYS: dict[tuple[str, str], tuple[str, str, Any]] = {
+    ("metrics", "listen"): ("metrics_listen", "COUNTERD_METRICS_LISTEN", str),
+    ("metrics", "export_pids"): ("export_pids", "COUNTERD_EXPORT_PIDS", _bool),
+    ("metrics", "max_jobs"): ("max_jobs", "COUNTERD_MAX_JOBS", int),
+    ("metrics", "max_superstep_names"): ("max_superstep_names",
+                                         "COUNTERD_MAX_SUPERSTEP_NAMES", int),
+    ("metrics", "refresh_s"): ("metrics_refresh_s", "COUNTERD_METRICS_REFRESH", float),
+    ("socket", "path"): ("socket_path", "COUNTERD_SOCKET", Path),
+    ("socket", "mode"): ("socket_mode", "COUNTERD_SOCKET_MODE", lambda v: int(str(v), 8)),
+    ("socket", "max_frame_bytes"): ("max_frame_bytes", "COUNTERD_MAX_FRAME_BYTES", int),
+    ("socket", "max_clients"): ("max_clients", "COUNTERD_MAX_CLIENTS", int),
+    ("socket", "allowed_group"): ("allowed_group", "COUNTERD_ALLOWED_GROUP", str),
+    ("store", "path"): ("store_path", "COUNTERD_STORE", Path),
+    ("store", "synchronous"): ("store_synchronous", "COUNTERD_STORE_SYNCHRONOUS", str),
+    ("store", "retention_days"): ("retention_days", "COUNTERD_RETENTION_DAYS", float),
+    ("sampling", "interval_s"): ("sample_interval_s", "COUNTERD_SAMPLE_INTERVAL", float),
+    ("sampling", "backend"): ("sample_backend", "COUNTERD_SAMPLE_BACKEND", str),
+    ("sampling", "events"): ("sample_events", "COUNTERD_SAMPLE_EVENTS", _events),
+    ("predictor", "profile"): ("profile", "COUNTERD_PROFILE",
+                               lambda v: Path(v) if str(v) else None),
+    ("", "log_level"): ("log_level", "COUNTERD_LOG_LEVEL", str),
+}
+
+
+def _watch(items: object) -> tuple[WatchRule, ...]:
+    if not isinstance(items, list):
+        raise BadInput("config [[watch]] must be an array of tables", "write [[watch]] blocks")
+    rules = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise BadInput(f"config watch #{i + 1} is not a table", "write [[watch]] blocks")
+        unknown = set(item) - {"job", "comm", "user", "cgroup", "pids"}
+        if unknown:
+            raise BadInput(f"config watch #{i + 1}: unknown keys {sorted(unknown)}",
+                           "use job, comm, user, cgroup, pids")
+        try:
+            rule = WatchRule(job=str(item.get("job", "")), comm=item.get("comm"),
+                             user=_uid(item["user"]) if "user" in item else None,
+                             cgroup=item.get("cgroup"),
+                             pids=tuple(int(p) for p in item.get("pids", ())))
+            rule.comm_re  # noqa: B018 - compile now: a bad regex is a config error
+        except (ValueError, TypeError, re.error) as exc:
+            raise BadInput(f"config watch #{i + 1}: {exc}", "fix the [[watch]] block") from None
+        rules.append(rule)
+    return tuple(rules)
+
+
+def load(path: Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """The configuration from ``path`` (optional) and ``env`` (default ``os.environ``).
+    Raises BadInput naming the key and the fix for an unreadable file, bad TOML, an unknown
+    key or a bad value."""
+    env = os.environ if env is None else env
+    doc: dict[str, Any] = {}
+    if path is not None:
+        try:
+            doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise BadInput(f"cannot read config {path}: {exc.strerror}", "check the path"
+                           ) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise BadInput(f"config {path} is not valid TOML ({exc})", "fix the syntax") from None
+    values: dict[tuple[str, str], Any] = {}
+    watch: tuple[WatchRule, ...] | None = None
+    sections = {s for s, _ in _KEYS if s} | {"watch"}
+    for key, value in doc.items():
+        if key == "watch":
+            watch = _watch(value)
+        elif key in sections and isinstance(value, dict):
+            for sub, subval in value.items():
+                if (key, sub) not in _KEYS:
+                    raise BadInput(f"config {path}: unknown key {key}.{sub}",
+                                   "see counterd/config.py for the keys")
+                values[(key, sub)] = subval
+        elif ("", key) in _KEYS:
+            values[("", key)] = value
+        else:
+            raise BadInput(f"config {path}: unknown key {key}",
+                           "see counterd/config.py for the keys")
+    for spec, (_, var, _) in _KEYS.items():
+        if var in env and not (var == "COUNTERD_SOCKET" and env[var] in ("", "off")):
+            values[spec] = env[var]
+    kwargs: dict[str, Any] = {"source": str(path) if path else "defaults"}
+    if watch is not None:
+        kwargs["watch"] = watch
+    for spec, value in values.items():
+        name, var, parse = _KEYS[spec]
+        try:
+            kwargs[name] = parse(value)
+        except (ValueError, TypeError) as exc:
+            raise BadInput(f"config {spec[0] + '.' if spec[0] else ''}{spec[1]} "
+                           f"(or {var}) = {value!r} is invalid ({exc})",
+                           "see counterd/config.py for the expected type") from None
+    return Config(**kwargs)
+
+
+def with_overrides(config: Config, **changes: Any) -> Config:
+    return replace(config, **changes)

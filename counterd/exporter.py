@@ -1,0 +1,482 @@
+"""Prometheus export: the daemon's in-memory metric state and a custom Collector over it.
+
+The daemon updates :class:`MetricsState` as records are committed and samples are taken; a
+scrape reads a snapshot of it and never touches the store or a counter, so a failing event
+yields fewer samples (its availability says 0 and why), never a failed scrape.
+
+Names carry units and ``_total`` (``counterd_superstep_task_clock_seconds_total``); counts of
+things are named for the thing (``..._l1d_misses_total``); writebacks say their unit, cache
+lines (seed 004 counted quadwords). Labels are bounded: ``workload`` (the client's job name
+(``COUNTERD_JOB``) or the watch rule's ``job``; at most ``max_jobs`` values, then ``_other``;
+not called ``job`` because Prometheus sets ``job`` to the scrape job and would rename ours),
+``superstep`` (the superstep name; at most ``max_superstep_names`` per workload, then
+``_other``), ``counter``, ``source``,
+``origin``, ``term``, ``flag`` and ``reason`` from fixed sets. Raw pids are never labels
+unless ``export_pids`` is set.
+
+Families (``<c>`` is a canonical counter with its unit, e.g. ``loads``, ``task_clock_seconds``):
+
+* ``counterd_superstep_<c>_total{workload,superstep,source}``  summed over committed records
+* ``counterd_superstep_duration_seconds{workload,superstep}``   summary over processors' records
+* ``counterd_supersteps_flagged_total{workload,flag}``
+* ``counterd_last_superstep_seconds{workload}``                 measured time of the job's last
+  superstep (max end - min begin over its processors)
+* ``counterd_last_superstep_predicted_seconds{workload}``,
+  ``counterd_last_superstep_term_seconds{workload,term}``,
+  ``counterd_last_superstep_dominating{workload,term}`` (1 for the dominating term), when a
+  machine profile is configured
+* ``counterd_sampled_<c>_total{workload}``                      watched processes, per job
+* ``counterd_event_available{counter,origin}``           1 or 0
+* ``counterd_event_multiplex_ratio{workload,counter,origin}`` last time_running/time_enabled
+* ``counterd_watched_threads{workload}``, ``counterd_clients``, ``counterd_records_stored_total``,
+  ``counterd_records_refused_total{reason}``, ``counterd_protocol_errors_total{reason}``,
+  ``counterd_store_commit_seconds`` (summary), ``counterd_sample_errors_total{reason}``
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from counterd.events import BY_NAME
+from counterd.prediction import TERMS, PredictFn, Prediction
+from counterd.records import SuperstepRecord
+
+log = logging.getLogger("counterd.exporter")
+
+OTHER = "_other"
+MAX_LAST_PROCESSORS = 4096  # records kept for the last superstep of a job (for predictions)
+
+
+def metric_fragment(counter: str) -> tuple[str, float]:
+    """(name fragment with unit, scale to that unit) for a canonical counter."""
+    if counter.endswith("_ns"):
+        return counter[:-3] + "_seconds", 1e-9
+    if counter.endswith("_writebacks"):
+        return counter + "_lines", 1.0
+    return counter, 1.0
+
+
+def _help(counter: str) -> str:
+    c = BY_NAME.get(counter)
+    return f"{c.description} ({c.unit})" if c else counter
+
+
+@dataclass
+class _StepStats:
+    count: int = 0
+    duration_sum_s: float = 0.0
+    counters: dict[tuple[str, str], float] = field(default_factory=dict)  # (counter, source)
+
+
+@dataclass
+class _LastStep:
+    run_id: str
+    index: int
+    name: str
+    records: list[SuperstepRecord] = field(default_factory=list)
+    prediction: Prediction | None = None
+    predicted: bool = False
+
+    @property
+    def time_s(self) -> float | None:
+        ends = [r.end_ns for r in self.records]
+        if not ends or any(e is None for e in ends):
+            return None
+        return (max(e for e in ends if e is not None)
+                - min(r.begin_ns for r in self.records)) / 1e9
+
+
+@dataclass
+class _JobStats:
+    steps: dict[str, _StepStats] = field(default_factory=dict)
+    flags: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    ratios: dict[tuple[str, str], float] = field(default_factory=dict)  # (counter, origin)
+    last: _LastStep | None = None
+    sampled: dict[str, float] = field(default_factory=dict)
+    sampled_by_pid: dict[tuple[int, str], float] = field(default_factory=dict)
+    threads: int = 0
+
+
+class MetricsState:
+    """Everything /metrics shows, updated by the daemon's threads under one lock."""
+
+    def __init__(self, *, max_jobs: int = 32, max_superstep_names: int = 32,
+                 export_pids: bool = False) -> None:
+        self.max_jobs = max_jobs
+        self.max_names = max_superstep_names
+        self.export_pids = export_pids
+        self.lock = threading.Lock()
+        self.jobs: dict[str, _JobStats] = {}
+        self.available: dict[tuple[str, str], tuple[bool, str]] = {}  # (counter, origin)
+        self.clients = 0
+        self.records_stored = 0
+        self.refused: dict[str, int] = defaultdict(int)
+        self.protocol_errors: dict[str, int] = defaultdict(int)
+        self.sample_errors: dict[str, int] = defaultdict(int)
+        self.commit_count = 0
+        self.commit_sum_s = 0.0
+        self.predict: PredictFn | None = None
+        self.predict_reason = "no machine profile configured"
+        self.version = 0  # bumped by every update: the exposition cache re-renders on change
+
+    # -- label bounding ----------------------------------------------------------------------
+    def _job(self, job: str) -> _JobStats:
+        stats = self.jobs.get(job)
+        if stats is None:
+            if len(self.jobs) >= self.max_jobs - (0 if OTHER in self.jobs else 1):
+                job = OTHER
+            stats = self.jobs.setdefault(job, _JobStats())
+        return stats
+
+    def _step(self, stats: _JobStats, name: str) -> _StepStats:
+        step = stats.steps.get(name)
+        if step is None:
+            if len(stats.steps) >= self.max_names - (0 if OTHER in stats.steps else 1):
+                name = OTHER
+            step = stats.steps.setdefault(name, _StepStats())
+        return step
+
+    # -- updates -------------------------------------------------------------------------------
+    def observe_records(self, records: Sequence[tuple[SuperstepRecord, str]],
+                        commit_s: float) -> None:
+        """Records just committed to the store, each with its job name."""
+        with self.lock:
+            self.version += 1
+            self.commit_count += 1
+            self.commit_sum_s += commit_s
+            self.records_stored += len(records)
+            for rec, job in records:
+                stats = self._job(job)
+                step = self._step(stats, rec.name)
+                step.count += 1
+                if rec.duration_ns is not None:
+                    step.duration_sum_s += rec.duration_ns / 1e9
+                for name, cv in rec.counters.items():
+                    key = (name, cv.source.value)
+                    step.counters[key] = step.counters.get(key, 0.0) + cv.value
+                    stats.ratios[(name, "superstep")] = cv.ratio
+                for flag in rec.flags:
+                    stats.flags[flag] += 1
+                last = stats.last
+                if last is None or (rec.run_id, rec.index) != (last.run_id, last.index):
+                    if last is None or rec.run_id != last.run_id or rec.index > last.index:
+                        stats.last = last = _LastStep(rec.run_id, rec.index, rec.name)
+                    else:
+                        continue  # a late record of an earlier superstep
+                if len(last.records) < MAX_LAST_PROCESSORS:
+                    last.records.append(rec)
+                    last.predicted = False
+
+    def observe_samples(self, job: str, totals: Mapping[str, float],
+                        ratios: Mapping[str, float], threads: int,
+                        by_pid: Mapping[tuple[int, str], float] | None = None) -> None:
+        with self.lock:
+            self.version += 1
+            stats = self._job(job)
+            stats.sampled = dict(totals)
+            stats.threads = threads
+            for counter, ratio in ratios.items():
+                stats.ratios[(counter, "sampled")] = ratio
+            if self.export_pids and by_pid is not None:
+                stats.sampled_by_pid = dict(by_pid)
+
+    def set_available(self, origin: str, counters: Mapping[str, str | None]) -> None:
+        with self.lock:
+            self.version += 1
+            for counter, why in counters.items():
+                self.available[(counter, origin)] = (why is None, why or "")
+
+    def count(self, table: str, reason: str, n: int = 1) -> None:
+        with self.lock:
+            self.version += 1
+            getattr(self, table)[reason] += n
+
+    def set_clients(self, n: int) -> None:
+        self.clients = n
+        self.version += 1
+
+    def set_predictor(self, fn: PredictFn | None, reason: str) -> None:
+        with self.lock:
+            self.version += 1
+            self.predict = fn
+            self.predict_reason = reason
+            for stats in self.jobs.values():
+                if stats.last is not None:
+                    stats.last.predicted = False
+
+
+class CounterdCollector(Collector):
+    """Builds the families from a snapshot of :class:`MetricsState` at each scrape."""
+
+    def __init__(self, state: MetricsState) -> None:
+        self.state = state
+
+    def _predictions(self) -> None:
+        """Predict the last superstep of every job whose last superstep changed (outside the
+        scrape's lock on the records; a predictor error means no prediction, never a failed
+        scrape)."""
+        st = self.state
+        with st.lock:
+            fn = st.predict
+            todo = [s.last for s in st.jobs.values() if s.last is not None and not s.last.predicted]
+            work = [(last, list(last.records)) for last in todo]
+        for last, records in work:
+            pred = None
+            if fn is not None and all(r.end_ns is not None for r in records):
+                try:
+                    pred = fn(records)
+                except Exception as exc:
+                    log.warning("prediction for %s superstep %d failed: %s", last.run_id,
+                                last.index, exc)
+            with st.lock:
+                last.prediction = pred
+                last.predicted = True
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | SummaryMetricFamily]:
+        self._predictions()
+        st = self.state
+        with st.lock:
+            jobs = {job: (dict(s.steps), dict(s.flags), dict(s.ratios), s.last,
+                          dict(s.sampled), dict(s.sampled_by_pid), s.threads)
+                    for job, s in st.jobs.items()}
+            steps_copy = {job: {n: (v.count, v.duration_sum_s, dict(v.counters))
+                                for n, v in j[0].items()} for job, j in jobs.items()}
+            available = dict(st.available)
+            refused, perrors = dict(st.refused), dict(st.protocol_errors)
+            serrors = dict(st.sample_errors)
+            scalars = (st.clients, st.records_stored, st.commit_count, st.commit_sum_s)
+        yield from self._superstep_families(steps_copy)
+        flagged = CounterMetricFamily("counterd_supersteps_flagged",
+                                      "superstep records carrying a flag",
+                                      labels=["workload", "flag"])
+        last_s = GaugeMetricFamily("counterd_last_superstep_seconds",
+                                   "measured time of the job's last superstep (max end - min "
+                                   "begin over its processors)", labels=["workload"])
+        pred_s = GaugeMetricFamily("counterd_last_superstep_predicted_seconds",
+                                   "predicted time F = max(F1, F2, F3) of the job's last "
+                                   "superstep (seed 004)", labels=["workload"])
+        term_s = GaugeMetricFamily("counterd_last_superstep_term_seconds",
+                                   "F1 (hierarchy), F2 (bus), F3 (bank) of the job's last "
+                                   "superstep", labels=["workload", "term"])
+        dom = GaugeMetricFamily("counterd_last_superstep_dominating",
+                                "1 for the term that dominates the job's last superstep",
+                                labels=["workload", "term"])
+        ratio = GaugeMetricFamily("counterd_event_multiplex_ratio",
+                                  "time_running/time_enabled of the counter's last reading",
+                                  labels=["workload", "counter", "origin"])
+        threads = GaugeMetricFamily("counterd_watched_threads",
+                                    "threads sampled for the job", labels=["workload"])
+        sampled: dict[str, CounterMetricFamily] = {}
+        for job, (_, flags, ratios, last, samp, by_pid, nthreads) in sorted(jobs.items()):
+            for flag, n in sorted(flags.items()):
+                flagged.add_metric([job, flag], n)
+            for (counter, origin), r in sorted(ratios.items()):
+                ratio.add_metric([job, counter, origin], r)
+            if last is not None:
+                t = last.time_s
+                if t is not None:
+                    last_s.add_metric([job], t)
+                if last.prediction is not None:
+                    p = last.prediction
+                    pred_s.add_metric([job], p.total_s)
+                    for term in TERMS:
+                        term_s.add_metric([job, term], p.terms_s[term])
+                        dom.add_metric([job, term], 1.0 if term == p.dominating else 0.0)
+            if samp or nthreads:
+                threads.add_metric([job], nthreads)
+            for counter, value in sorted(samp.items()):
+                frag, scale = metric_fragment(counter)
+                fam = sampled.get(counter)
+                if fam is None:
+                    labels = ["workload", "pid"] if st.export_pids else ["workload"]
+                    fam = sampled[counter] = CounterMetricFamily(
+                        f"counterd_sampled_{frag}", f"watched processes: {_help(counter)}",
+                        labels=labels)
+                if st.export_pids:
+                    for (pid, c), v in sorted(by_pid.items()):
+                        if c == counter:
+                            fam.add_metric([job, str(pid)], v * scale)
+                else:
+                    fam.add_metric([job], value * scale)
+        yield flagged
+        yield last_s
+        yield pred_s
+        yield term_s
+        yield dom
+        yield ratio
+        yield threads
+        yield from sampled.values()
+        avail = GaugeMetricFamily("counterd_event_available",
+                                  "1 if the counter can be counted here (0: see the daemon log)",
+                                  labels=["counter", "origin"])
+        for (counter, origin), (ok, _) in sorted(available.items()):
+            avail.add_metric([counter, origin], 1.0 if ok else 0.0)
+        yield avail
+        clients, stored, commits, commit_sum = scalars
+        yield GaugeMetricFamily("counterd_clients", "connected marker clients", value=clients)
+        yield CounterMetricFamily("counterd_records_stored", "superstep records committed",
+                                  value=stored)
+        yield SummaryMetricFamily("counterd_store_commit_seconds",
+                                  "time of one store transaction (group commit)",
+                                  count_value=commits, sum_value=commit_sum)
+        for name, doc, table in (
+                ("counterd_records_refused", "records refused", refused),
+                ("counterd_protocol_errors", "malformed or refused frames", perrors),
+                ("counterd_sample_errors", "failed counter reads of watched targets", serrors)):
+            fam = CounterMetricFamily(name, doc, labels=["reason"])
+            for reason, n in sorted(table.items()):
+                fam.add_metric([reason], n)
+            yield fam
+
+    @staticmethod
+    def _superstep_families(
+            steps: Mapping[str, Mapping[str, tuple[int, float, Mapping[tuple[str, str], float]]]],
+    ) -> Iterator[CounterMetricFamily | SummaryMetricFamily]:
+        duration = SummaryMetricFamily("counterd_superstep_duration_seconds",
+                                       "per-processor superstep durations",
+                                       labels=["workload", "superstep"])
+        fams: dict[str, CounterMetricFamily] = {}
+        for job, by_name in sorted(steps.items()):
+            for name, (count, dsum, counters) in sorted(by_name.items()):
+                duration.add_metric([job, name], count, dsum)
+                for (counter, source), value in sorted(counters.items()):
+                    fam = fams.get(counter)
+                    if fam is None:
+                        frag, _ = metric_fragment(counter)
+                        fam = fams[counter] = CounterMetricFamily(
+                            f"counterd_superstep_{frag}", f"supersteps: {_help(counter)}",
+                            labels=["workload", "superstep", "source"])
+                    fam.add_metric([job, name, source], value * metric_fragment(counter)[1])
+        yield duration
+        yield from fams.values()
+
+
+def registry(state: MetricsState, *, process_metrics: bool = True) -> CollectorRegistry:
+    """A registry with the counterd collector (and the daemon's own process metrics:
+    ``process_cpu_seconds_total``, ``process_resident_memory_bytes``, ...)."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(CounterdCollector(state))
+    if process_metrics:
+        from prometheus_client import ProcessCollector
+
+        ProcessCollector(registry=reg)
+    return reg
+
+
+class ExpositionCache:
+    """The rendered exposition, refreshed in the background, so a scrape costs a copy.
+
+    Rendering 10,000 series through prometheus-client takes ~130 ms of Python on the
+    development VM; doing it inside every scrape would put the scrape's p99 far above 50 ms.
+    A scrape returns the latest rendering; a background thread re-renders when the state
+    changed, at most every ``min_interval_s`` (``metrics.refresh_s``) and only while someone
+    scrapes (none for ``idle_s``: no rendering at all). A scrape therefore sees data at most
+    ``min_interval_s`` plus one rendering old; a rendering older than ``max_age_s`` (and the
+    first) is redone inside the scrape.
+    """
+
+    def __init__(self, reg: CollectorRegistry, state: MetricsState, *,
+                 min_interval_s: float = 1.0, idle_s: float = 60.0, max_age_s: float = 30.0
+                 ) -> None:
+        self.registry = reg
+        self.state = state
+        self.min_interval_s = min_interval_s
+        self.idle_s = idle_s
+        self.max_age_s = max_age_s
+        self._lock = threading.Lock()
+        self._render_lock = threading.Lock()
+        self._body: bytes | None = None
+        self._gzip: bytes | None = None
+        self._version = -1
+        self._rendered_at = 0.0
+        self._last_scrape = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="counterd-exposition",
+                                        daemon=True)
+        self._thread.start()
+
+    def _render(self) -> None:
+        import gzip
+
+        from prometheus_client import generate_latest
+
+        with self._render_lock:
+            version = self.state.version
+            body = generate_latest(self.registry)
+            packed = gzip.compress(body, compresslevel=1)
+            with self._lock:
+                self._body, self._gzip, self._version = body, packed, version
+                self._rendered_at = time.monotonic()
+
+    def body(self, gzip_ok: bool = False) -> bytes:
+        now = self._last_scrape = time.monotonic()
+        if self._body is None or now - self._rendered_at > self.max_age_s:
+            self._render()
+        with self._lock:
+            body, packed = self._body, self._gzip
+        assert body is not None and packed is not None
+        return packed if gzip_ok else body
+
+    def _loop(self) -> None:
+        while not self._stop.wait(min(0.25, self.min_interval_s / 4)):
+            now = time.monotonic()
+            if (self._body is not None and self.state.version != self._version
+                    and now - self._last_scrape < self.idle_s
+                    and now - self._rendered_at >= self.min_interval_s):
+                try:
+                    self._render()
+                except Exception:  # a broken collector must not kill the refresher
+                    log.exception("rendering /metrics failed")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def serve(cache: ExpositionCache, host: str, port: int) -> Any:
+    """An HTTP server for ``/metrics`` (and ``/``) in a daemon thread; returns the server
+    (``shutdown()``, ``server_close()``, ``server_port``)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self.path.split("?")[0] not in ("/metrics", "/"):
+                self.send_error(404, "only /metrics is served")
+                return
+            gz = "gzip" in self.headers.get("Accept-Encoding", "")
+            try:
+                data = cache.body(gzip_ok=gz)
+            except Exception as exc:
+                log.exception("scrape failed")
+                self.send_error(500, str(exc))
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+            if gz:
+                self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            log.debug("metrics: " + format, *args)
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    server = Server((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="counterd-metrics", daemon=True).start()
+    return server

@@ -1,0 +1,208 @@
+"""Sampling of watched processes: per-thread counter groups, aggregated per job.
+
+Targets are the processes matched by the config's watch rules plus the processes connected to
+the marker socket (job = the client's job name). Every thread of a target gets its own perf
+group (counting a thread needs no inheritance, so values are exact and grouped); at each
+interval every group is read once and the values are summed per job. A thread that exits is
+read one last time and its final counts are kept in the job's retired total, so the per-job
+series stays monotonic (a Prometheus counter) however many threads come and go; label
+cardinality is the number of jobs, not of threads.
+
+``procfs`` is a parameter so tests can pass a fixture tree.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from counterd.backends.base import Target
+from counterd.config import WatchRule
+from counterd.errors import CounterdError, NoSuchTarget
+
+log = logging.getLogger("counterd.sampling")
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    pid: int
+    comm: str
+    uids: tuple[int, ...]  # real, effective, saved, fs
+    cgroup: str
+
+
+def read_proc(pid: int, procfs: Path = Path("/proc")) -> ProcInfo | None:
+    """comm, uids and cgroup (v2 path) of ``pid``; None if it is gone."""
+    base = procfs / str(pid)
+    try:
+        comm = (base / "comm").read_text().strip()
+        uids: tuple[int, ...] = ()
+        for line in (base / "status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                uids = tuple(int(x) for x in line.split()[1:5])
+                break
+        cgroup = ""
+        try:
+            for line in (base / "cgroup").read_text().splitlines():
+                if line.startswith("0::"):
+                    cgroup = line[3:]
+        except OSError:
+            pass
+        return ProcInfo(pid, comm, uids, cgroup)
+    except (OSError, ValueError):
+        return None
+
+
+def owner_uids(pid: int, procfs: Path = Path("/proc")) -> tuple[int, ...] | None:
+    info = read_proc(pid, procfs)
+    return None if info is None else info.uids
+
+
+def matches(rule: WatchRule, info: ProcInfo) -> bool:
+    if not (rule.comm or rule.user is not None or rule.cgroup or rule.pids):
+        return False
+    if rule.pids and info.pid not in rule.pids:
+        return False
+    if rule.comm and not (rule.comm_re and rule.comm_re.search(info.comm)):
+        return False
+    if rule.user is not None and (not info.uids or info.uids[0] != rule.user):
+        return False
+    return not (rule.cgroup and not info.cgroup.startswith(rule.cgroup))
+
+
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+@dataclass
+class _Thread:
+    group: Any
+    last: dict[str, float] = field(default_factory=dict)
+    ratio: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class _Job:
+    retired: dict[str, float] = field(default_factory=dict)
+    threads: dict[tuple[int, int], _Thread] = field(default_factory=dict)  # (pid, tid)
+
+
+class Sampler:
+    """Opens, reads and retires per-thread groups; one :meth:`sample` per interval.
+
+    ``open_group(events, target)`` is the backend's ``open`` (perf); injectable for tests.
+    """
+
+    def __init__(self, events: tuple[str, ...], open_group: Callable[..., Any], *,
+                 procfs: Path = Path("/proc"), on_error: Callable[[str], None] | None = None
+                 ) -> None:
+        self.events = events
+        self.open_group = open_group
+        self.procfs = procfs
+        self.on_error = on_error or (lambda reason: None)
+        self.jobs: dict[str, _Job] = {}
+        self._failed: set[tuple[int, int]] = set()  # threads we could not open (logged once)
+        self.unsupported: dict[str, str] = {}
+
+    def discover(self, rules: Iterable[WatchRule], clients: Mapping[int, str]) -> dict[int, str]:
+        """pid -> job for every target now: watch-rule matches, then marker clients."""
+        targets: dict[int, str] = {}
+        rules = list(rules)
+        for rule in rules:  # pid-only rules need no scan of /proc
+            if rule.pids and not (rule.comm or rule.user is not None or rule.cgroup):
+                for pid in rule.pids:
+                    if pid not in targets and (self.procfs / str(pid)).exists():
+                        targets[pid] = rule.job
+        rules = [r for r in rules if r.comm or r.user is not None or r.cgroup]
+        if rules:
+            for entry in os.scandir(self.procfs):
+                if not entry.name.isdigit():
+                    continue
+                pid = int(entry.name)
+                if pid == os.getpid():
+                    continue
+                info = read_proc(pid, self.procfs)
+                if info is None:
+                    continue
+                for rule in rules:
+                    if pid not in targets and matches(rule, info):
+                        targets[pid] = rule.job
+                        break
+        for pid, job in clients.items():
+            targets.setdefault(pid, job)
+        return targets
+
+    def _tids(self, pid: int) -> list[int]:
+        try:
+            return [int(t) for t in os.listdir(self.procfs / str(pid) / "task")]
+        except OSError:
+            return []
+
+    def sample(self, targets: Mapping[int, str]) -> dict[str, tuple[dict[str, float],
+                                                                    dict[str, float], int]]:
+        """Read every thread of every target; returns job -> (totals, min ratios, threads)."""
+        live: set[tuple[str, int, int]] = set()
+        for pid, job in targets.items():
+            jstate = self.jobs.setdefault(job, _Job())
+            for tid in self._tids(pid):
+                live.add((job, pid, tid))
+                if (pid, tid) in jstate.threads or (pid, tid) in self._failed:
+                    continue
+                try:
+                    group = self.open_group(self.events, Target(pid=pid, tid=tid))
+                except NoSuchTarget:
+                    continue
+                except CounterdError as exc:
+                    self._failed.add((pid, tid))
+                    self.on_error(type(exc).__name__)
+                    log.warning("cannot sample pid %d tid %d (job %s): %s", pid, tid, job, exc)
+                    continue
+                jstate.threads[(pid, tid)] = _Thread(group)
+        out: dict[str, tuple[dict[str, float], dict[str, float], int]] = {}
+        for job, jstate in self.jobs.items():
+            totals = dict(jstate.retired)
+            ratios: dict[str, float] = {}
+            for (pid, tid), th in list(jstate.threads.items()):
+                try:
+                    reading = th.group.read()
+                    th.last = {k: v.value for k, v in reading.values.items()}
+                    th.ratio = {k: v.ratio for k, v in reading.values.items()}
+                    self.unsupported.update(reading.unsupported)
+                except (OSError, CounterdError) as exc:
+                    self.on_error("read")
+                    log.debug("read of pid %d tid %d failed: %s", pid, tid, exc)
+                if (job, pid, tid) not in live:  # exited: keep its final counts
+                    for k, v in th.last.items():
+                        jstate.retired[k] = jstate.retired.get(k, 0.0) + v
+                    th.group.close()
+                    del jstate.threads[(pid, tid)]
+                for k, v in th.last.items():
+                    totals[k] = totals.get(k, 0.0) + v
+                for k, r in th.ratio.items():
+                    ratios[k] = min(r, ratios.get(k, 1.0))
+            out[job] = (totals, ratios, len(jstate.threads))
+        self._failed = {(p, t) for (p, t) in self._failed
+                        if (self.procfs / str(p) / "task" / str(t)).exists()}
+        return out
+
+    def by_pid(self, job: str) -> dict[tuple[int, str], float]:
+        """(pid, counter) -> value for the live threads of ``job`` (export_pids only)."""
+        out: dict[tuple[int, str], float] = {}
+        for (pid, _), th in self.jobs.get(job, _Job()).threads.items():
+            for k, v in th.last.items():
+                out[(pid, k)] = out.get((pid, k), 0.0) + v
+        return out
+
+    def close(self) -> None:
+        for jstate in self.jobs.values():
+            for th in jstate.threads.values():
+                th.group.close()
+            jstate.threads.clear()

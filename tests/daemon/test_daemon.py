@@ -1,0 +1,288 @@
+"""``counterd run`` end to end: the marker API through the socket, dying clients, malformed
+and fuzzed input, many clients, kill -9 with restart, SIGTERM flush, SIGHUP reload."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from counterd import protocol
+from counterd.protocol import FrameType
+from counterd.records import SuperstepRecord
+from counterd.store import open_readonly
+from counterd.superstep import MemorySink, SocketSink
+
+from .conftest import DaemonProc, RawClient
+
+
+def run_py(code: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def stored(d: DaemonProc, run_id: str | None = None) -> list[SuperstepRecord]:
+    store = open_readonly(d.store)
+    try:
+        return store.records(run_id) if run_id else store.all_records()
+    finally:
+        store.close()
+
+
+def wait_for(cond, timeout: float = 10.0, what: str = "") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_marker_api_goes_to_the_daemon(daemon: DaemonProc) -> None:
+    out = run_py("""
+        import counterd
+        from counterd.superstep import recorder, SocketSink
+        counterd.set_rank(3)
+        for i in range(20):
+            with counterd.superstep("phase", n=i):
+                sum(range(1000))
+        with counterd.superstep("last"):
+            pass
+        sink = recorder().sink
+        assert isinstance(sink, SocketSink), sink
+        assert sink.flush(10), "not acknowledged"
+        print(recorder().run_id, len(counterd.records()))
+    """, daemon.env(COUNTERD_RUN_ID="api-run", COUNTERD_JOB="apijob"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["api-run", "0"]  # nothing kept in the process
+    recs = stored(daemon, "api-run")
+    assert [r.index for r in recs] == list(range(21))
+    assert [r.params.get("n") for r in recs[:20]] == list(range(20))
+    assert all(r.rank == 3 and r.end_ns is not None and not r.flags - {"migrated"}
+               for r in recs)
+    assert "task_clock_ns" in recs[0].counters  # in-process perf (software events)
+    wait_for(lambda: 'counterd_superstep_duration_seconds_count{superstep="phase",'
+             'workload="apijob"} 20.0' in daemon.metrics(), what="the series")
+
+
+def test_client_dying_mid_superstep_gives_an_incomplete_record(daemon: DaemonProc) -> None:
+    out = run_py("""
+        import os, signal, counterd
+        with counterd.superstep("done"):
+            pass
+        counterd.begin("fatal", n=1)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """, daemon.env(COUNTERD_RUN_ID="dies"))
+    assert out.returncode == -signal.SIGKILL
+    wait_for(lambda: len(stored(daemon, "dies")) == 2, what="the incomplete record")
+    done, fatal = stored(daemon, "dies")
+    assert done.name == "done" and done.end_ns is not None
+    assert fatal.name == "fatal" and fatal.end_ns is None and "incomplete" in fatal.flags
+    assert fatal.params == {"n": 1}
+    assert daemon.alive()
+
+
+def test_malformed_and_fuzzed_input_is_rejected_and_others_go_on(daemon: DaemonProc) -> None:
+    rng = random.Random(1234)
+    # 1. random bytes, with and without a plausible header
+    for i in range(60):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(daemon.socket))
+            junk = rng.randbytes(rng.randint(1, 3000))
+            if i % 3 == 0:
+                junk = struct.pack("!IBB", len(junk) + 2, 1, rng.randint(0, 40)) + junk
+            try:
+                s.sendall(junk)
+            except OSError:
+                pass
+    # 2. an oversized length: rejected with an ERROR, connection closed, nothing buffered
+    c = RawClient(daemon.socket)
+    c.sock.sendall(struct.pack("!IBB", 1 << 30, 1, FrameType.RECORD))
+    ftype, payload = c.reply()
+    assert ftype is FrameType.ERROR and payload["code"] == "oversized"
+    with pytest.raises(ConnectionError):
+        c.reply()
+    # 3. a half-sent frame, then close (with a begin open: that is a dying client)
+    c = RawClient(daemon.socket)
+    line = {"run_id": "fuzz", "index": 0, "name": "half", "rank": 0, "pid": 1, "cpu": 0,
+            "begin_ns": 5, "params": {}, "backend": "none", "host": "h"}
+    c.send(FrameType.BEGIN, {"s": 1, "line": line})
+    frame = protocol.encode(FrameType.RECORD, {"s": 2, "rec": {"x": "y" * 500}})
+    c.sock.sendall(frame[: len(frame) // 2])
+    c.close()
+    # 4. well-framed but wrong: bad JSON, bad record, bad sequence number, before HELLO
+    c = RawClient(daemon.socket)
+    c.sock.sendall(protocol.encode_raw(FrameType.RECORD, b"{not json"))
+    assert c.reply()[1]["code"] == "bad_json"
+    c.send(FrameType.RECORD, {"s": 1, "rec": {"format": 1, "run_id": "fuzz"}})
+    assert c.reply()[1]["code"] == "bad_record"
+    c.send(FrameType.SYNC, {"s": 1})
+    assert c.reply()[1]["code"] == "bad_seq"
+    c.close()
+    c = RawClient(daemon.socket, hello=False)
+    c.send(FrameType.SYNC, {"s": 1})
+    assert c.reply()[1]["code"] == "no_hello"
+    c.close()
+    # the daemon is alive and a well-behaved client is served
+    assert daemon.alive()
+    sink = SocketSink(daemon.socket, job="good")
+    good = SuperstepRecord(run_id="good", index=0, name="g", rank=0, pid=os.getpid(), cpu=0,
+                           begin_ns=1, end_ns=2)
+    sink.record(good)
+    assert sink.flush(10)
+    sink.close()
+    assert stored(daemon, "good") == [good]
+    wait_for(lambda: [r.name for r in stored(daemon, "fuzz")] == ["half"], what="half")
+    assert "incomplete" in stored(daemon, "fuzz")[0].flags
+    codes = ("oversized", "truncated", "bad_json", "bad_record", "bad_seq", "no_hello")
+    wait_for(lambda: all(f'counterd_protocol_errors_total{{reason="{c}"}}' in daemon.metrics()
+                         for c in codes), what="protocol error counters")
+    assert "truncated" in daemon.log_text()
+
+
+def test_many_concurrent_clients_lose_nothing(daemon: DaemonProc) -> None:
+    clients, steps = 24, 150
+    code = f"""
+        import multiprocessing as mp, counterd
+        from counterd.superstep import recorder
+        def work(rank):
+            counterd.set_rank(rank)
+            for i in range({steps}):
+                with counterd.superstep("s", i=i):
+                    pass
+            assert recorder().sink.flush(30)
+        if __name__ == "__main__":
+            ctx = mp.get_context("fork")
+            ps = [ctx.Process(target=work, args=(r,)) for r in range({clients})]
+            for p in ps: p.start()
+            for p in ps: p.join()
+            print(sum(p.exitcode != 0 for p in ps))
+    """
+    path = daemon.tmp / "many.py"
+    path.write_text(textwrap.dedent(code))
+    out = subprocess.run([sys.executable, str(path)], env=daemon.env(COUNTERD_RUN_ID="many"),
+                         text=True, capture_output=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "0", out.stderr
+    recs = stored(daemon, "many")
+    assert len(recs) == clients * steps
+    assert {(r.rank, r.index) for r in recs} == {(r, i) for r in range(clients)
+                                                 for i in range(steps)}
+
+
+def test_kill9_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    d = DaemonProc(tmp_path / "k").start()
+    acked: list[SuperstepRecord] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+    sent = [0] * 6
+
+    def client(k: int) -> None:
+        sink = SocketSink(d.socket, job="k9", fallback=MemorySink(), timeout_s=2)
+        sink.on_ack = lambda recs: (lock.acquire(), acked.extend(recs), lock.release())
+        i = 0
+        while not stop.is_set() and sink.degraded is None:
+            sink.record(SuperstepRecord(
+                run_id=f"k9-{k}", index=i, name="s", rank=k, pid=os.getpid(), cpu=0,
+                begin_ns=i, end_ns=i + 1, params={"k": k}))
+            i += 1
+            sent[k] = i
+            if i % 50 == 0:
+                time.sleep(0.001)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: len(acked) > 3000, timeout=30, what="acks")
+    d.kill9()
+    stop.set()
+    for t in threads:
+        t.join(30)
+    with lock:
+        acked_now = list(acked)
+    assert sum(sent) > len(acked_now) > 3000
+    d.start()  # restart on the same store and socket (the stale socket is replaced)
+    got = {(r.run_id, r.index): r for r in stored(d)}
+    missing = [r for r in acked_now if got.get((r.run_id, r.index)) != r]
+    assert not missing, f"{len(missing)} acknowledged records lost or changed"
+    d.stop()
+
+
+def test_sigterm_flushes_everything_and_removes_the_socket(tmp_path: Path) -> None:
+    d = DaemonProc(tmp_path / "t").start()
+    sink = SocketSink(d.socket, job="term")
+    recs = [SuperstepRecord(run_id="term", index=i, name="s", rank=0, pid=os.getpid(), cpu=0,
+                            begin_ns=i, end_ns=i + 1) for i in range(3000)]
+    for r in recs:
+        sink.record(r)
+    assert d.stop() == 0
+    assert not d.socket.exists()
+    assert stored(d, "term") == recs  # sent before SIGTERM: all committed
+    assert "stopped; 3000 records stored" in d.log_text()
+
+
+def test_sighup_reloads_watch_rules_and_samples_them(daemon: DaemonProc) -> None:
+    sleeper = subprocess.Popen([sys.executable, "-c",
+                                "import threading, time\n"
+                                "ts = [threading.Thread(target=time.sleep, args=(60,)) "
+                                "for _ in range(3)]\n[t.start() for t in ts]\ntime.sleep(60)"])
+    try:
+        time.sleep(0.3)
+        assert 'workload="watched"' not in daemon.metrics()
+        daemon.write_config(f'[[watch]]\njob = "watched"\npids = [{sleeper.pid}]\n')
+        daemon.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
+        wait_for(lambda: 'counterd_watched_threads{workload="watched"} 4.0' in daemon.metrics(),
+                 what="the watched job's 4 threads")
+        assert 'counterd_sampled_task_clock_seconds_total{workload="watched"}' in daemon.metrics()
+        assert "configuration reloaded" in daemon.log_text()
+        samples = open_readonly(daemon.store).samples("watched")
+        assert samples and {s.counter for s in samples} >= {"task_clock_ns"}
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    # a bad config on SIGHUP keeps the running one
+    daemon.config.write_text("this is = = not toml")
+    daemon.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
+    wait_for(lambda: "keeping the running config" in daemon.log_text(), what="refusal")
+    assert daemon.alive()
+
+
+def test_daemon_counts_on_the_clients_behalf(daemon: DaemonProc) -> None:
+    out = run_py("""
+        import counterd
+        from counterd.superstep import configure, recorder
+        configure(backend="daemon", events=["task_clock_ns", "page_faults"], run_id="behalf")
+        for i in range(3):
+            with counterd.superstep("spin"):
+                x = sum(range(300000))
+        assert recorder().sink.flush(10)
+    """, daemon.env())
+    assert out.returncode == 0, out.stderr
+    recs = stored(daemon, "behalf")
+    assert len(recs) == 3
+    for r in recs:
+        assert set(r.counters) == {"task_clock_ns", "page_faults"}, r.unsupported
+        assert r.counters["task_clock_ns"].source.value == "measured"
+        # the superstep's CPU time, counted from outside: its wall time, plus the marker's own
+        # work between end_ns and the daemon's reading of the RECORD (bounded: 2 ms here)
+        assert 0.2 * r.duration_ns < r.counters["task_clock_ns"].value
+        assert r.counters["task_clock_ns"].value <= 1.05 * r.duration_ns + 2e6
+        assert "unsupported_counters" not in r.flags
+
+
+def test_bad_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[store]\nsynchronous = \"maybe\"\n")
+    out = subprocess.run([sys.executable, "-m", "counterd.cli", "run", "--config", str(bad)],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "store.synchronous" in out.stderr

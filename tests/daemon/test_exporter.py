@@ -1,0 +1,146 @@
+"""The Prometheus collector: units, bounded labels, predictions, degradation per event."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from counterd.backends.base import CounterValue, Reading, Target
+from counterd.config import WatchRule
+from counterd.errors import CounterAccessDenied
+from counterd.events import Source
+from counterd.exporter import CounterdCollector, MetricsState, registry
+from counterd.prediction import Prediction
+from counterd.records import SuperstepRecord
+from counterd.sampling import Sampler
+
+
+def rec(run: str, index: int, rank: int, begin: int, end: int, name: str = "s",
+        loads: float = 100.0) -> SuperstepRecord:
+    return SuperstepRecord(run_id=run, index=index, name=name, rank=rank, pid=10 + rank, cpu=0,
+                           begin_ns=begin, end_ns=end,
+                           counters={"loads": CounterValue(loads, Source.SIMULATED),
+                                     "task_clock_ns": CounterValue(2e9, Source.MEASURED, 0.5)})
+
+
+def samples(state: MetricsState) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = generate_latest(registry(state, process_metrics=False)).decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def fake_predict(records: Sequence[SuperstepRecord]) -> Prediction:
+    loads = sum(r.counters["loads"].value for r in records)
+    return Prediction({"F1": 1e-3, "F2": loads * 1e-6, "F3": 2e-4}, max(1e-3, loads * 1e-6))
+
+
+def test_units_totals_last_superstep_and_prediction() -> None:
+    st = MetricsState()
+    st.set_predictor(fake_predict, "fake")
+    st.observe_records([(rec("r", 0, 0, 0, 10), "bsp"),
+                        (rec("r", 1, 0, 100, 1_000_100, loads=1500.0), "bsp"),
+                        (rec("r", 1, 1, 200, 2_000_300, loads=1500.0), "bsp")], 0.001)
+    got = samples(st)
+    w = (("superstep", "s"), ("workload", "bsp"))
+    assert got[("counterd_superstep_loads_total", (("source", "simulated"),) + w)] == 3100.0
+    assert got[("counterd_superstep_task_clock_seconds_total",
+                (("source", "measured"),) + w)] == 6.0  # ns -> seconds
+    assert got[("counterd_superstep_duration_seconds_count", w)] == 3
+    # last superstep: max end - min begin over its two processors
+    assert abs(got[("counterd_last_superstep_seconds", (("workload", "bsp"),))]
+               - 2_000_200e-9) < 1e-12
+    assert got[("counterd_last_superstep_predicted_seconds", (("workload", "bsp"),))] == 3e-3
+    assert got[("counterd_last_superstep_dominating", (("term", "F2"), ("workload", "bsp")))] == 1
+    assert got[("counterd_last_superstep_dominating", (("term", "F1"), ("workload", "bsp")))] == 0
+    assert got[("counterd_event_multiplex_ratio", (("counter", "task_clock_ns"),
+                                                   ("origin", "superstep"),
+                                                   ("workload", "bsp")))] == 0.5
+
+
+def test_failing_predictor_and_failing_event_give_fewer_samples_not_a_failed_scrape() -> None:
+    st = MetricsState()
+
+    def broken(records: Sequence[SuperstepRecord]) -> Prediction:
+        raise RuntimeError("model needs l2_misses")
+
+    st.set_predictor(broken, "broken")
+    st.observe_records([(rec("r", 0, 0, 0, 10), "bsp")], 0.001)
+    st.set_available("sampled", {"loads": "no PMU", "task_clock_ns": None})
+    got = samples(st)
+    assert not any(name.startswith("counterd_last_superstep_predicted") for name, _ in got)
+    assert got[("counterd_event_available", (("counter", "loads"), ("origin", "sampled")))] == 0
+    assert got[("counterd_event_available",
+                (("counter", "task_clock_ns"), ("origin", "sampled")))] == 1
+
+
+def test_labels_are_bounded() -> None:
+    st = MetricsState(max_jobs=3, max_superstep_names=4)
+    recs = [(rec(f"r{j}", i, 0, 0, 10, name=f"step{i}"), f"job{j}")
+            for j in range(10) for i in range(20)]
+    st.observe_records(recs, 0.0)
+    got = samples(st)
+    workloads = {dict(labels)["workload"] for _, labels in got if "workload" in dict(labels)}
+    assert workloads == {"job0", "job1", "_other"}
+    steps = {dict(labels)["superstep"] for name, labels in got
+             if name == "counterd_superstep_duration_seconds_count"
+             and dict(labels)["workload"] == "job0"}
+    assert steps == {"step0", "step1", "step2", "_other"}
+    # nothing is dropped, only folded
+    total = sum(v for (name, _), v in got.items()
+                if name == "counterd_superstep_duration_seconds_count")
+    assert total == 200
+
+
+class _Group:
+    def __init__(self, values: dict[str, float], fail: bool = False) -> None:
+        self.values = values
+        self.fail = fail
+        self.closed = False
+
+    def read(self) -> Reading:
+        if self.fail:
+            raise OSError(5, "EIO")
+        return Reading({k: CounterValue(v, Source.MEASURED, 0.8) for k, v in self.values.items()})
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_sampler_aggregates_threads_per_job_and_survives_failures(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    for pid, tids, comm in ((100, (100, 101, 102), "worker"), (200, (200,), "other"),
+                            (300, (300,), "worker")):
+        for tid in tids:
+            (proc / str(pid) / "task" / str(tid)).mkdir(parents=True)
+        (proc / str(pid) / "comm").write_text(comm + "\n")
+        (proc / str(pid) / "status").write_text(f"Name:\t{comm}\nUid:\t0\t0\t0\t0\n")
+    errors: list[str] = []
+
+    def open_group(events: tuple[str, ...], target: Target) -> _Group:
+        if target.tid == 102:
+            raise CounterAccessDenied("loads", "tid 102", "paranoid")
+        return _Group({"loads": 10.0 * target.tid}, fail=target.pid == 300)
+
+    sampler = Sampler(("loads",), open_group, procfs=proc, on_error=errors.append)
+    targets = sampler.discover([WatchRule(job="w", comm="^worker$")], {os.getpid(): "me"})
+    assert targets == {100: "w", 300: "w", os.getpid(): "me"}
+    out = sampler.sample({100: "w", 300: "w"})
+    totals, ratios, threads = out["w"]
+    assert totals == {"loads": 1000.0 + 1010.0}  # tid 102 refused, pid 300 unreadable
+    assert ratios == {"loads": 0.8} and threads == 3
+    assert sorted(set(errors)) == ["CounterAccessDenied", "read"]
+    # thread 101 exits: its final count stays in the job's total (monotonic counter)
+    (proc / "100" / "task" / "101").rmdir()
+    totals, _, threads = sampler.sample({100: "w", 300: "w"})["w"]
+    assert totals == {"loads": 2010.0} and threads == 2
+
+
+def test_collector_alone_never_raises_on_empty_state() -> None:
+    list(CounterdCollector(MetricsState()).collect())

@@ -1,0 +1,145 @@
+"""Per-superstep reports: numbers against hand-computed answers, every format, the CLI."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from counterd import cli, prediction, report
+from counterd.backends.base import CounterValue
+from counterd.events import Source
+from counterd.prediction import Prediction
+from counterd.records import SuperstepRecord, write_jsonl
+from counterd.store import store_records
+
+# Two processors, three supersteps. Superstep 1: rank 0 has 3x rank 1's misses and runs
+# 1.0 ms from t=1000 ns to 1_001_000; rank 1 runs 0.5 ms from 2_000 to 502_000.
+MISSES = {(0, 0): 100.0, (0, 1): 100.0, (1, 0): 300.0, (1, 1): 100.0, (2, 0): 50.0,
+          (2, 1): 50.0}
+
+
+def records() -> list[SuperstepRecord]:
+    out = []
+    for index in range(3):
+        for rank in range(2):
+            begin = 1_000 + rank * 1_000 + index * 10_000_000
+            dur = 1_000_000 if rank == 0 else 500_000
+            out.append(SuperstepRecord(
+                run_id="rep", index=index, name=["load", "exchange", "reduce"][index],
+                rank=rank, pid=100 + rank, cpu=rank, begin_ns=begin, end_ns=begin + dur,
+                counters={"l1d_misses": CounterValue(MISSES[(index, rank)], Source.SIMULATED)},
+                backend="sim", host="h"))
+    return out
+
+
+def predict(recs: Sequence[SuperstepRecord]) -> Prediction:
+    misses = [r.counters["l1d_misses"].value for r in recs]
+    # F1 = busiest processor's misses x 2 us, F2 = all misses x 0.9 us, F3 = 0.15 ms
+    terms = {"F1": max(misses) * 2e-6, "F2": sum(misses) * 0.9e-6, "F3": 1.5e-4}
+    return Prediction(terms, max(terms.values()), {"QSM": (1e-4, 2e-3)})
+
+
+def test_numbers_match_hand_computed_answers() -> None:
+    rep = report.build(records(), predict=predict)
+    r = rep.rows[1]
+    assert r.time_ns == 1_001_000 - 1_000  # max end - min begin
+    c = r.counters["l1d_misses"]
+    assert (c.max, c.sum) == (300.0, 400.0)
+    assert c.imbalance == pytest.approx(300 / 200)
+    assert r.time_imbalance == pytest.approx(1_000_000 / 750_000)
+    assert r.slowest_rank == 0
+    assert r.prediction is not None and r.dominating == "F1"  # 600 us > 360 us > 150 us
+    assert r.error_ratio == pytest.approx(1.0e-3 / 0.6e-3)
+    assert rep.rows[2].dominating == "F3"  # 150 us > F1 100 us > F2 90 us
+    avg, mx = rep.error_summary()  # type: ignore[misc]
+    assert mx == pytest.approx(max(row.error_ratio for row in rep.rows))  # type: ignore[type-var]
+
+
+def test_every_format(tmp_path: Path) -> None:
+    rep = report.build(records(), predict=predict, prediction_note="fake profile")
+    text = report.render(rep, "text")
+    assert "exchange" in text and "F1" in text and "error ratio" in text
+    data = json.loads(report.render(rep, "json"))
+    assert data["supersteps"][1]["counters"]["l1d_misses"]["max"] == 300.0
+    assert data["supersteps"][1]["prediction"]["dominating"] == "F1"
+    assert data["supersteps"][1]["prediction"]["bounds_s"]["QSM"] == [1e-4, 2e-3]
+    rows = list(csv.DictReader(io.StringIO(report.render(rep, "csv"))))
+    assert [r["name"] for r in rows] == ["load", "exchange", "reduce"]
+    assert float(rows[1]["l1d_misses_sum"]) == 400.0 and rows[1]["dominating"] == "F1"
+    assert float(rows[1]["QSM_max_s"]) == 2e-3
+    page = report.render(rep, "html")
+    assert page.count("<svg") == 3 and "<script" not in page
+    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "https://" not in page
+    assert "F1 hierarchy" in page
+
+
+def test_without_profile_the_report_says_why() -> None:
+    fn, why = prediction.load(None)
+    assert fn is None and "no machine profile" in why
+    rep = report.build(records(), predict=fn, prediction_note=why)
+    assert all(r.prediction is None and r.error_ratio is None for r in rep.rows)
+    assert "no machine profile" in report.render(rep, "text")
+    assert "no prediction" in report.render(rep, "html")
+
+
+def test_incomplete_superstep_has_no_time() -> None:
+    recs = records()
+    recs[5] = SuperstepRecord(run_id="rep", index=2, name="reduce", rank=1, pid=101, cpu=1,
+                              begin_ns=recs[5].begin_ns, end_ns=None,
+                              flags=frozenset({"incomplete"}))
+    rep = report.build(recs, predict=predict)
+    assert rep.rows[2].time_ns is None and rep.rows[2].prediction is None
+    assert "incomplete" in report.render(rep, "html")
+
+
+def test_cli_report_from_records_and_store(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "run.jsonl"
+    write_jsonl(records(), f)
+    assert cli.main(["report", "--records", str(f), "--format", "csv"]) == 0
+    assert capsys.readouterr().out.startswith("index,name,processors,time_ns")
+    db = tmp_path / "s.db"
+    store_records(db, records(), job="bsp")
+    monkeypatch.setattr(prediction, "load", lambda profile: (predict, "fake"))
+    out = tmp_path / "r.html"
+    assert cli.main(["report", "rep", "--store", str(db), "--out", str(out)]) == 0
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    assert cli.main(["runs", "--store", str(db), "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)
+    assert runs[0]["run_id"] == "rep" and runs[0]["supersteps"] == 3
+
+
+@pytest.mark.parametrize("args, words", [
+    (["report", "--records", "/nonexistent.jsonl"], "cannot read"),
+    (["report", "nope", "--store", "STORE"], "no run 'nope'"),
+    (["report", "--store", "/nonexistent/s.db"], "no store"),
+    (["report", "--records", "X", "--store", "STORE"], "one or the other"),
+    (["report", "--records", "X", "--profile", "/nonexistent.toml"], "does not exist"),
+    (["report", "--format", "pdf"], "invalid choice"),
+    (["runs", "--store", "/nonexistent/s.db"], "no store"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              args: list[str], words: str) -> None:
+    db = tmp_path / "s.db"
+    store_records(db, records())
+    f = tmp_path / "x.jsonl"
+    write_jsonl(records(), f)
+    args = [str(db) if a == "STORE" else str(f) if a == "X" else a for a in args]
+    with pytest.raises(SystemExit) if words == "invalid choice" else _nothing():
+        assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
