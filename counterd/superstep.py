@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import hashlib
 import itertools
 import json
 import logging
@@ -93,6 +94,33 @@ _sched_getcpu = _getcpu_function()
 
 def current_cpu() -> int:
     return int(_sched_getcpu()) if _sched_getcpu is not None else -1
+
+
+def default_run_id() -> str:
+    """The run id of a program not started by ``counterd record``: one per process tree.
+
+    MPI ranks are started separately by the launcher, each with its own environment; ranks on
+    one node share the launcher's proxy as parent, so their run id derives from that parent
+    (pid and start time). Otherwise the first process to need one creates it and exports it in
+    ``COUNTERD_RUN_ID``, so multiprocessing workers (fork or spawn) and subprocesses inherit it.
+    """
+    if any(var in os.environ for var in _MPI_RANK_VARS):
+        ppid = os.getppid()
+        try:
+            start = Path(f"/proc/{ppid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        except (OSError, IndexError):
+            start = "0"
+        digest = hashlib.sha1(f"{_socket.gethostname()}:{ppid}:{start}".encode()).hexdigest()
+        return "mpi-" + digest[:12]
+    run_id = uuid.uuid4().hex[:12]
+    os.environ[ENV_RUN_ID] = run_id
+    return run_id
+
+
+# A run is the process tree of the first process that imports counterd: export its id now,
+# before that process can fork or spawn its workers (MPI ranks derive theirs instead).
+if ENV_RUN_ID not in os.environ and not any(var in os.environ for var in _MPI_RANK_VARS):
+    default_run_id()
 
 
 def _auto_rank() -> int:
@@ -463,7 +491,7 @@ class Recorder:
                  events: Sequence[str] | None = None, spool: Path | None = None,
                  socket: Path | str | None = None) -> None:
         env = os.environ
-        self.run_id = run_id or env.get(ENV_RUN_ID) or uuid.uuid4().hex[:12]
+        self.run_id = run_id or env.get(ENV_RUN_ID) or default_run_id()
         name = backend or env.get(ENV_BACKEND) or "default"
         if name not in MARKER_BACKENDS + ("default",):
             raise BadInput(f"unknown marker backend {name!r}",

@@ -149,3 +149,38 @@ def test_unknown_marker_backend_is_bad_input() -> None:
 
     with pytest.raises(BadInput, match="unknown marker backend"):
         configure(backend="nope")
+
+
+def _run_without_recorder(cmd: list[str], spool: Path) -> list[str]:
+    """Run ``cmd`` with a spool but no run id, as a program started by hand (not by
+    ``counterd record``); return the run ids of its records."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERD_")}
+    env.update(COUNTERD_SPOOL=str(spool), COUNTERD_BACKEND="none", COUNTERD_SOCKET="off")
+    root = Path(__file__).resolve().parents[2]
+    env["PYTHONPATH"] = str(root)
+    subprocess.run(cmd, env=env, check=True, timeout=120, cwd=root)
+    return [r.run_id for r in collect_spool(spool)]
+
+
+def test_workers_of_one_program_share_a_run_id(tmp_path: Path) -> None:
+    import sys
+
+    ids = _run_without_recorder([sys.executable, "examples/bsp_sum.py", "100000", "2"],
+                                tmp_path)
+    assert len(ids) == 8
+    assert len(set(ids)) == 1
+
+
+def test_mpi_ranks_of_one_launch_share_a_run_id(tmp_path: Path) -> None:
+    import sys
+
+    pytest.importorskip("mpi4py", reason="mpi4py is in the [test] extra; install it")
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    if not mpiexec.exists():
+        pytest.skip("no mpiexec beside this python (the mpich wheel provides it)")
+    ids = _run_without_recorder([str(mpiexec), "-n", "2", sys.executable,
+                                 "examples/bsp_mpi.py", "10000"], tmp_path)
+    assert len(ids) == 4
+    assert len(set(ids)) == 1 and ids[0].startswith("mpi-")
