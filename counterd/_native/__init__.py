@@ -44,6 +44,13 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.counterd_store_stride.restype = None
     lib.counterd_rmw_stride.argtypes = [c.c_void_p, c.c_size_t, c.c_size_t, c.c_size_t]
     lib.counterd_rmw_stride.restype = None
+    # Added for microbench (issue 4); a library built before them lacks the symbols.
+    if hasattr(lib, "counterd_mixed_stride"):
+        lib.counterd_mixed_stride.argtypes = [c.c_void_p, c.c_size_t, c.c_size_t, c.c_size_t,
+                                              c.c_size_t, c.c_uint64]
+        lib.counterd_mixed_stride.restype = c.c_uint64
+        lib.counterd_flush_stride.argtypes = [c.c_void_p, c.c_size_t, c.c_size_t]
+        lib.counterd_flush_stride.restype = c.c_int64
     _declare_cachesim(lib)
 
 

@@ -61,3 +61,51 @@ void counterd_rmw_stride(volatile uint64_t *base, size_t n, size_t stride_words,
         for (size_t i = 0; i < n; i++)
             base[i * stride_words] += 1;
 }
+
+/* Mixed loads and stores (microbench validation suite, seed 004 section 5.1): access i of a
+ * sweep is a store (base[i*stride] = value + i) when i % store_every == store_every - 1,
+ * otherwise a load whose value feeds the returned sum. store_every == 0: loads only. The
+ * position counter j replaces a division per access. */
+__attribute__((visibility("default")))
+uint64_t counterd_mixed_stride(volatile uint64_t *base, size_t n, size_t stride_words,
+                               size_t reps, size_t store_every, uint64_t value)
+{
+    uint64_t sum = 0;
+    for (size_t r = 0; r < reps; r++) {
+        size_t j = 0;
+        for (size_t i = 0; i < n; i++) {
+            volatile uint64_t *p = base + i * stride_words;
+            if (store_every && ++j == store_every) {
+                *p = value + i;
+                j = 0;
+            } else {
+                sum += *p;
+            }
+        }
+    }
+    return sum;
+}
+
+/* Write back and invalidate, in every cache of the coherence domain, the lines holding
+ * base[i*stride] for i < n (microbench coherence variants: data made clean in exactly one
+ * cache). Returns 0, or -1 where no user-space flush instruction is known (then nothing is
+ * done). x86-64: clflush + mfence; arm64: dc civac + dsb ish (needs SCTLR_EL1.UCI, which
+ * Linux sets). */
+__attribute__((visibility("default")))
+int64_t counterd_flush_stride(const volatile uint64_t *base, size_t n, size_t stride_words)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    for (size_t i = 0; i < n; i++)
+        __builtin_ia32_clflush((const void *)(base + i * stride_words));
+    __builtin_ia32_mfence();
+    return 0;
+#elif defined(__aarch64__)
+    for (size_t i = 0; i < n; i++)
+        __asm__ volatile("dc civac, %0" ::"r"(base + i * stride_words) : "memory");
+    __asm__ volatile("dsb ish" ::: "memory");
+    return 0;
+#else
+    (void)base; (void)n; (void)stride_words;
+    return -1;
+#endif
+}

@@ -1,0 +1,241 @@
+"""``microbench`` entry point (thin: parse, call the library, render, exit code).
+
+Exit codes: 0 ok, 1 a run failed, 2 bad usage or bad input (one line on stderr with the fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from counterd.backends.sim import BankMap, Geometry
+from counterd.errors import BadInput, CounterdError
+from microbench import results
+from microbench.patterns import SUITES, Machine, catalogue, host_machine
+from microbench.runner import NORMAL, QUICK
+from microbench.suite import BACKENDS, run_suite
+
+QUICK_MIN_ACCESSES = 1 << 19
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise BadInput(message, f"see {self.prog} --help")
+
+
+def _int_list(text: str, what: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise BadInput(f"cannot read {what} {text!r}", f"give {what} as 1,2,4") from None
+    if not values:
+        raise BadInput(f"no {what} in {text!r}", f"give {what} as 1,2,4")
+    return values
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadInput(f"{text!r} is not a number", "give a positive integer") from None
+    if value <= 0:
+        raise BadInput(f"size {value}", "give a positive number of accesses")
+    return value
+
+
+def _machine(args: argparse.Namespace) -> Machine:
+    geometry = Geometry.from_spec(args.geometry, source="--geometry") if args.geometry else None
+    bank_map = None
+    if args.banks:
+        n, _, size = args.banks.partition("x")
+        try:
+            bank_map = BankMap(int(n), int(size))
+        except ValueError:
+            raise BadInput(f"cannot read --banks {args.banks!r}", "write e.g. 8x256") from None
+    return host_machine(geometry, bank_map)
+
+
+def _patterns(args: argparse.Namespace, machine: Machine, quick: bool = False) -> tuple[Any, ...]:
+    if args.suite is None:
+        args.suite = "table1" if quick else "all"
+    procs = _int_list(args.procs, "processor counts") if args.procs else None
+    strides = _int_list(args.strides, "strides") if args.strides else None
+    if strides and min(strides) <= 0:
+        raise BadInput(f"stride {min(strides)} words", "strides are at least 1 word")
+    min_accesses = args.accesses or (QUICK_MIN_ACCESSES if quick else None)
+    kwargs = {"min_accesses": min_accesses} if min_accesses else {}
+    return catalogue(machine, args.suite, procs=procs, strides=strides, **kwargs)
+
+
+def _add_selection(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suite", choices=SUITES,
+                   help="default: all (table1 with --quick)")
+    p.add_argument("--procs", help="processor counts, e.g. 1,2 (default: 1, 2, 4, ... CPUs)")
+    p.add_argument("--strides", help="only these strides in words, e.g. 1,8,32")
+    p.add_argument("--accesses", type=_positive,
+                   help="minimum accesses per processor per superstep (repeats short sweeps)")
+    p.add_argument("--geometry", help='cache geometry instead of sysfs, e.g. '
+                   '"L1=48K/12/64,L2=2M/16/64,L3=32M/16/64"')
+    p.add_argument("--banks", help="declared bank map BANKSxINTERLEAVE_BYTES (default 8x256)")
+    p.add_argument("--json", action="store_true")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="microbench", description="Calibration suite of seed 004 (Table 1 "
+                     "generalised to this host, plus a validation suite)")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    ls = sub.add_parser("list", help="the patterns of this host and their count")
+    _add_selection(ls)
+    run = sub.add_parser("run", help="run patterns and write a results file")
+    _add_selection(run)
+    run.add_argument("--backend", default="auto", choices=BACKENDS)
+    run.add_argument("--quick", action="store_true",
+                     help="fast run: table1 suite unless --suite is given, fewer "
+                     "repetitions, shorter cache-resident supersteps")
+    run.add_argument("--out", required=True)
+    run.add_argument("--force", action="store_true", help="overwrite an existing --out")
+    run.add_argument("--resume", action="store_true",
+                     help="keep the finished patterns of an existing --out and run the rest")
+    show = sub.add_parser("show", help="summarise a results file")
+    show.add_argument("file")
+    show.add_argument("--json", action="store_true")
+    return parser
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    machine = _machine(args)
+    pats = _patterns(args, machine)
+    if args.json:
+        print(json.dumps({"count": len(pats), "suite": args.suite,
+                          **results.machine_json(machine),
+                          "patterns": [p.to_json() for p in pats]}, indent=1))
+        return 0
+    print(f"{'mnemonic':28} {'suite':10} {'level':5} {'accesses':>10} {'span':>10}  banks")
+    for p in pats:
+        banks = ("/".join("".join(str(b) for b in sorted(s)) for s in p.banks)
+                 if p.level == "mem" else "-")
+        print(f"{p.mnemonic:28} {p.suite:10} {p.level:5} {p.accesses_per_proc:>10} "
+              f"{_size(p.span_bytes):>10}  {banks}")
+    by_suite = {s: sum(1 for p in pats if p.suite == s) for s in ("table1", "validation")}
+    print(f"{len(pats)} patterns on this host ({machine.max_procs} CPUs, "
+          f"{machine.geometry.spec()}, banks {machine.bank_map.banks} x "
+          f"{machine.bank_map.interleave_bytes} B assumed): "
+          + ", ".join(f"{k} {v}" for k, v in by_suite.items() if v))
+    return 0
+
+
+def _size(n: int) -> str:
+    for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= div:
+            return f"{n / div:.1f}{unit}"
+    return f"{n}B"
+
+
+def _bar(done: int, total: int, mnemonic: str, eta: float | None) -> None:
+    width = 30
+    filled = int(width * done / total) if total else width
+    eta_text = f"{eta:5.0f}s left" if eta is not None else "   ...    "
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {eta_text} "
+                     f"{mnemonic:32.32}")
+    sys.stderr.flush()
+    if done == total:
+        sys.stderr.write("\n")
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    machine = _machine(args)
+    pats = _patterns(args, machine, quick=args.quick)
+    if not pats:
+        raise BadInput("no pattern matches the selection", "see microbench list")
+    t0 = time.monotonic()
+    doc = run_suite(machine, pats, args.out, suite=args.suite, cfg=QUICK if args.quick else NORMAL,
+                    backend=args.backend, force=args.force, resume=args.resume,
+                    quick=args.quick, progress=_bar)
+    elapsed = time.monotonic() - t0
+    summary = _summary(doc)
+    if args.json:
+        print(json.dumps({"out": args.out, "elapsed_s": round(elapsed, 1), **summary}))
+    else:
+        print(f"{summary['patterns']} patterns in {elapsed:.0f} s, backend {doc['backend']}, "
+              f"median spread {summary['median_spread']:.3f}; flagged: "
+              + (", ".join(f"{k} {v}" for k, v in summary["flags"].items()) or "none")
+              + f"; wrote {args.out}")
+    return 0
+
+
+def _summary(doc: dict[str, Any]) -> dict[str, Any]:
+    pats = doc["patterns"]
+    spreads = sorted(p["time_ns"]["spread"] for p in pats)
+    flags: dict[str, int] = {}
+    for p in pats:
+        for f in p["flags"]:
+            flags[f] = flags.get(f, 0) + 1
+    return {"patterns": len(pats), "complete": doc.get("complete", False),
+            "median_spread": spreads[len(spreads) // 2] if spreads else float("nan"),
+            "flags": dict(sorted(flags.items()))}
+
+
+def _fmt(v: float | None) -> str:
+    return f"{v:8.2f}" if v is not None else "       -"
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    doc = results.load(args.file)
+    summary = _summary(doc)
+    cols_a, tab_a, cols_b, tab_b = results.figure1_tables(doc)
+    if args.json:
+        print(json.dumps({**summary, "backend": doc["backend"], "suite": doc["suite"],
+                          "patterns": [{"mnemonic": p["mnemonic"], "level": p["level"],
+                                        "per_access_ns": p["per_access_ns"],
+                                        "spread": p["time_ns"]["spread"], "flags": p["flags"]}
+                                       for p in doc["patterns"]],
+                          "figure1": {"vs_bkc": tab_a, "vs_procs": tab_b}}, indent=1))
+        return 0
+    h = doc["host"]
+    print(f"{args.file}: {doc['format']} v{doc['version']}, suite {doc['suite']}, backend "
+          f"{doc['backend']}, {'complete' if doc.get('complete') else 'INCOMPLETE'}, "
+          f"created {doc['created']}")
+    print(f"host {h.get('hostname')}: {h.get('cpu_model')}, {h.get('cpus_online')} CPUs, "
+          f"governor {h.get('governor')}, THP {h.get('hugepages')}; {doc['geometry']['spec']}; "
+          f"banks {doc['bank_map']['banks']} x {doc['bank_map']['interleave_bytes']} B "
+          f"({doc['bank_map']['provenance'].split(':')[0]})")
+    print(f"{'mnemonic':28} {'level':5} {'ns/access':>10} {'spread':>7} {'reps':>4}  flags")
+    for p in doc["patterns"]:
+        print(f"{p['mnemonic']:28} {p['level']:5} {p['per_access_ns']:10.3f} "
+              f"{p['time_ns']['spread']:7.3f} {p['time_ns']['reps']:4d}  "
+              + ",".join(p["flags"]))
+    print(f"{summary['patterns']} patterns, median spread {summary['median_spread']:.3f}")
+    print("\nFigure 1(a) of seed 004: ns per access of memory patterns against BKC")
+    print(f"{'':4}" + "".join(f"{c:>9}" for c in cols_a))
+    for name, row in tab_a.items():
+        print(f"{name:4}" + "".join(f" {_fmt(row[c])}" for c in cols_a))
+    print("\nFigure 1(b): ns per access against active processors (BKC 1 or nearest)")
+    print(f"{'':4}" + "".join(f"{c:>9}" for c in cols_b))
+    for name, row in tab_b.items():
+        print(f"{name:4}" + "".join(f" {_fmt(row[c])}" for c in cols_b))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "list":
+            return _cmd_list(args)
+        if args.command == "run":
+            return _cmd_run(args)
+        return _cmd_show(args)
+    except CounterdError as exc:
+        print(f"microbench: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("\nmicrobench: interrupted; finished patterns are kept (rerun with --resume)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,566 @@
+"""Pattern catalogue: Table 1 of seed 004 generalised to a machine, plus a validation suite.
+
+Seed 004 section 3: ``x`` processors (1, 2, 4, 8) issue loads or stores with a stride of 1 to
+256 words to sub-arrays whose size and base address decide where the accesses are served (L1,
+L2 or memory) and which of the 8 memory banks they reach; Bank Contention BKC = active
+processors / distinct banks touched (0 when everything stays in cache). Each pattern runs as
+Load or Store, Exclusive (own sub-arrays) or Concurrent (one shared sub-array): mnemonic
+``px.sy.bz.LE``. Section 5.1 adds a validation suite (VS, 412 patterns on the paper's machine)
+of variants with data clean, shared or dirty in another processor's cache.
+
+Generalisation (DESIGN.md section 7), all of it a pure function of a :class:`Machine`:
+
+* processors 1, 2, 4, ... up to the machine's CPUs;
+* levels from the machine's geometry; per-processor working sets (bytes spanned by one sweep):
+  half the capacity of the level that must serve them, twice the last level's for memory. A
+  level that sysfs lists as shared is divided among the processors of an exclusive pattern
+  (they compete for it); a concurrent pattern's processors share the same lines, so they get
+  it whole;
+* bank rows: the stride unit is one bank interleave in words (``u = interleave / word``: 32 on
+  the paper's machine, 128 B / 4 B), strides ``u * i`` for ``i = 1, 2, 4, ..., banks`` reach
+  ``banks / i`` banks each; processor k starts at bank ``(k mod c) * i / c`` and ``c`` (the
+  number of distinct bank sets, a power of two up to ``min(p, i)``) sets BKC =
+  ``p / (c * banks / i)``. This reproduces every row of Table 1 (tests/microbench);
+* the word is the machine's (4 B on the paper's R10000, per seed section 2's "32 B (8 words)";
+  8 B on the host, the uint64_t words of the native kernels).
+
+Mnemonics are the paper's, with an op letter L (load), S (store), R (read-modify-write) or Mk
+(mixed: every k-th access a store) and E/C; a suffix names the level when the paper's
+convention (s1.b0 -> L1, other b0 -> L2, b>0 -> memory) does not, the coherence variant, and
+``ws<f>x<level>`` for working sets between levels.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import Literal, cast
+
+from counterd.backends.sim import SGI_BANKS, SGI_POWER_CHALLENGE, BankMap, Geometry
+from counterd.errors import BadInput
+
+Op = Literal["load", "store", "rmw", "mixed"]
+Mode = Literal["exclusive", "concurrent"]
+Level = Literal["L1", "L2", "L3", "mem"]
+Coherence = Literal["clean", "shared", "dirty"]
+SuiteName = Literal["table1", "validation", "all"]
+PatternSuite = Literal["table1", "validation"]
+
+SUITES: tuple[str, ...] = ("table1", "validation", "all")
+OPS: tuple[Op, ...] = ("load", "store", "rmw", "mixed")
+COHERENCE: tuple[Coherence, ...] = ("clean", "shared", "dirty")
+_LOAD_STORE: tuple[Op, ...] = ("load", "store")
+_OP_LETTER = {"load": "L", "store": "S", "rmw": "R", "mixed": "M"}
+_MODE_LETTER = {"exclusive": "E", "concurrent": "C"}
+
+# Host bank map: DRAM channel/rank/bank interleave is not visible to software without a PMU
+# that samples addresses, so it is declared. 8 banks x 256 B keeps the paper's arithmetic with
+# the host's 8 B words (one interleave unit = 32 words, as 128 B / 4 B on the SGI), and 256 B
+# is the default channel-interleave granularity of current Xeon SP platforms; the address
+# hashing real controllers apply is not modelled.
+HOST_BANKS = BankMap(8, 256)
+HOST_BANKS_PROVENANCE = ("assumed: 8 banks interleaved on 256 B (bank = address // 256 % 8 of "
+                         "the offset in the benchmark's page-aligned region); the host's real "
+                         "channel/bank interleave is not discoverable; 256 B is a common channel-"
+                         "interleave granularity and keeps Table 1's 32-word bank unit with 8 B "
+                         "words; controller address hashing is not modelled")
+PAPER_BANKS_PROVENANCE = ("seed 004 section 2: 8-way interleaved memory on 8 banks; interleave "
+                          "of one 128 B L2 line, which reproduces Table 1")
+
+# Mixed validation patterns: every k-th access of a sweep is a store.
+MIXED_STORE_EVERY: tuple[int, ...] = (2, 4)
+# Working sets between levels: fractions of a level's capacity (validation suite).
+BETWEEN_FACTORS: tuple[float, ...] = (0.75, 1.25, 1.5)
+LAST_LEVEL_FACTORS: tuple[float, ...] = (0.75, 1.5)
+# Default minimum number of element accesses per processor in one superstep: cache-resident
+# sweeps are repeated inside the kernel so a superstep lasts about a millisecond or more and
+# barrier skew (tens of microseconds) stays a small part of it.
+DEFAULT_MIN_ACCESSES = 1 << 21
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the catalogue needs to know about a node: usable CPUs, cache geometry, bank map
+    (with where it came from), word and page size."""
+
+    name: str
+    cpus: tuple[int, ...]
+    geometry: Geometry
+    bank_map: BankMap
+    bank_provenance: str
+    word_bytes: int = 8
+    page_bytes: int = 4096
+
+    def __post_init__(self) -> None:
+        if not self.cpus:
+            raise BadInput(f"machine {self.name} has no CPUs", "give at least one CPU id")
+        if self.word_bytes <= 0 or self.page_bytes <= 0:
+            raise BadInput(f"machine {self.name}: word {self.word_bytes} B, page "
+                           f"{self.page_bytes} B", "word and page sizes must be > 0")
+        if self.bank_map.interleave_bytes % self.word_bytes:
+            raise BadInput(f"bank interleave {self.bank_map.interleave_bytes} B is not a whole "
+                           f"number of {self.word_bytes} B words",
+                           "choose an interleave that is a multiple of the word")
+
+    @property
+    def max_procs(self) -> int:
+        return len(self.cpus)
+
+    @property
+    def bank_unit_words(self) -> int:
+        """Words per bank interleave unit: the stride that moves to the next bank."""
+        return self.bank_map.interleave_bytes // self.word_bytes
+
+    def proc_counts(self) -> tuple[int, ...]:
+        """1, 2, 4, ... up to the CPUs available (seed 004 section 3: 1, 2, 4, 8)."""
+        out, p = [], 1
+        while p <= self.max_procs:
+            out.append(p)
+            p *= 2
+        return tuple(out)
+
+
+def paper_machine() -> Machine:
+    """The seed's SGI Power Challenge: 8 R10000s, 32K L1 / 1M L2, 8 banks x 128 B, 4 B words."""
+    return Machine("SGI Power Challenge (seed 004 section 2)", tuple(range(8)),
+                   SGI_POWER_CHALLENGE, SGI_BANKS, PAPER_BANKS_PROVENANCE, word_bytes=4)
+
+
+def host_machine(geometry: Geometry | None = None, bank_map: BankMap | None = None,
+                 bank_provenance: str | None = None) -> Machine:
+    """This host: the CPUs this process may run on, the sysfs geometry, the declared bank map."""
+    cpus = tuple(sorted(os.sched_getaffinity(0)))
+    return Machine("host", cpus, geometry if geometry is not None else Geometry.host(),
+                   bank_map if bank_map is not None else HOST_BANKS,
+                   bank_provenance or (HOST_BANKS_PROVENANCE if bank_map is None
+                                       else f"given: {bank_map.banks} banks x "
+                                            f"{bank_map.interleave_bytes} B"),
+                   word_bytes=8, page_bytes=os.sysconf("SC_PAGE_SIZE"))
+
+
+# --------------------------------------------------------------------------------------------
+# Patterns
+
+
+def fmt_bkc(bkc: Fraction) -> str:
+    """Seed 004 notation: 0, 1/8, 1/2, 1, 2 ..."""
+    return str(bkc.numerator) if bkc.denominator == 1 else f"{bkc.numerator}/{bkc.denominator}"
+
+
+def _fmt_factor(f: float) -> str:
+    return f"{f:g}"
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One microbenchmark: everything needed to run it and to simulate it.
+
+    Processor k (rank k, k < ``procs``) runs, in each superstep, ``sweeps`` sweeps of ``count``
+    accesses ``base_k + i * stride_words * word_bytes`` (i < count), where ``base_k =
+    bases_bytes[k]`` is an offset into the run's page-aligned shared region. ``op`` mixed: the
+    i-th access of a sweep is a store when ``i % store_every == store_every - 1``. Coherence
+    variants prepare, before every superstep, the data of rank k in the cache of rank
+    ``(k+1) % procs`` (of a helper CPU when ``procs`` is 1): seed 004 section 5.1.
+    """
+
+    mnemonic: str
+    suite: PatternSuite
+    procs: int
+    stride_words: int
+    word_bytes: int
+    op: Op
+    mode: Mode
+    level: Level
+    bkc: Fraction
+    bases_bytes: tuple[int, ...]
+    count: int
+    sweeps: int
+    coherence: Coherence | None = None
+    store_every: int = 0
+    ws_factor: float | None = None
+    ws_ref: str | None = None
+    banks: tuple[frozenset[int], ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        fix = "strides, counts and sweeps are positive; one base per processor"
+        if self.procs < 1 or len(self.bases_bytes) != self.procs:
+            raise BadInput(f"{self.mnemonic}: {self.procs} processors, "
+                           f"{len(self.bases_bytes)} bases", fix)
+        if self.stride_words <= 0:
+            raise BadInput(f"{self.mnemonic}: stride {self.stride_words} words",
+                           "use a stride of at least 1 word")
+        if self.count <= 0 or self.sweeps <= 0:
+            raise BadInput(f"{self.mnemonic}: {self.count} accesses x {self.sweeps} sweeps",
+                           "use a working set of at least one word")
+        if self.op not in OPS:
+            raise BadInput(f"{self.mnemonic}: unknown op {self.op!r}", "use " + ", ".join(OPS))
+        if self.op == "mixed" and self.store_every < 1:
+            raise BadInput(f"{self.mnemonic}: mixed needs store_every >= 1", fix)
+        if self.coherence is not None and self.coherence not in COHERENCE:
+            raise BadInput(f"{self.mnemonic}: coherence {self.coherence!r}",
+                           "use clean, shared or dirty")
+        if min(self.bases_bytes) < 0 or any(b % self.word_bytes for b in self.bases_bytes):
+            raise BadInput(f"{self.mnemonic}: bases {self.bases_bytes}",
+                           "bases are non-negative whole words")
+
+    # Sizes ---------------------------------------------------------------------------------
+
+    @property
+    def stride_bytes(self) -> int:
+        return self.stride_words * self.word_bytes
+
+    @property
+    def span_bytes(self) -> int:
+        """Bytes from a processor's first to past its last word (its working set)."""
+        return (self.count - 1) * self.stride_bytes + self.word_bytes
+
+    @property
+    def end_bytes(self) -> int:
+        """Offset past the last word any processor touches: the region must be this large."""
+        return max(self.bases_bytes) + self.span_bytes
+
+    @property
+    def accesses_per_element(self) -> int:
+        return 2 if self.op == "rmw" else 1
+
+    @property
+    def accesses_per_proc(self) -> int:
+        """Memory accesses (loads + stores) of one processor in one superstep."""
+        return self.count * self.sweeps * self.accesses_per_element
+
+    @property
+    def helper(self) -> bool:
+        """Whether a non-timed helper processor prepares the data (coherence with p=1)."""
+        return self.coherence is not None and self.procs == 1
+
+    @property
+    def cpus_needed(self) -> int:
+        return self.procs + int(self.helper)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "mnemonic": self.mnemonic, "suite": self.suite, "procs": self.procs,
+            "stride_words": self.stride_words, "word_bytes": self.word_bytes,
+            "bkc": float(self.bkc), "bkc_fraction": fmt_bkc(self.bkc), "op": self.op,
+            "mode": self.mode, "level": self.level, "coherence": self.coherence,
+            "store_every": self.store_every or None, "ws_factor": self.ws_factor,
+            "ws_ref": self.ws_ref, "bases_bytes": list(self.bases_bytes),
+            "count": self.count, "sweeps": self.sweeps, "span_bytes": self.span_bytes,
+            "accesses_per_proc": self.accesses_per_proc,
+            "banks_touched": [sorted(b) for b in self.banks],
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Exact per-pattern quantities (BSP parameters, banks)
+
+
+def bank_histogram(base: int, count: int, stride_bytes: int, bank_map: BankMap) -> list[int]:
+    """Accesses per bank of ``base + i * stride_bytes`` for i < count, exactly.
+
+    The bank sequence repeats every ``banks * interleave / gcd(stride, banks * interleave)``
+    accesses, so one period is counted and scaled."""
+    cycle = bank_map.banks * bank_map.interleave_bytes
+    period = cycle // math.gcd(stride_bytes, cycle) if stride_bytes else 1
+    hist = [0] * bank_map.banks
+    full, rest = divmod(count, period)
+    for i in range(min(count, period)):
+        b = bank_map.bank(base + i * stride_bytes)
+        hist[b] += full + (1 if i < rest else 0)
+    return hist
+
+
+def banks_touched(base: int, count: int, stride_bytes: int, bank_map: BankMap) -> frozenset[int]:
+    return frozenset(b for b, n in enumerate(bank_histogram(base, count, stride_bytes, bank_map))
+                     if n)
+
+
+def max_word_sharing(bases: Sequence[int], count: int, stride_bytes: int) -> int:
+    """The largest number of processors whose streams ``bases[k] + i * stride`` (i < count)
+    contain one same address. Streams of equal stride meet only when their bases are congruent
+    modulo the stride; then it is the deepest overlap of the index intervals."""
+    groups: dict[int, list[int]] = {}
+    for b in bases:
+        groups.setdefault(b % stride_bytes, []).append(b // stride_bytes)
+    best = 0
+    for starts in groups.values():
+        events = sorted([(s, 1) for s in starts] + [(s + count, -1) for s in starts])
+        depth = 0
+        for _, d in events:  # ends sort before starts at the same index (-1 < 1)
+            depth += d
+            best = max(best, depth)
+    return best
+
+
+@dataclass(frozen=True)
+class BspQuantities:
+    """Seed 004 section 4.1, per superstep: H (max accesses by one processor), K (max accesses
+    to one word by all processors), M (all accesses), M_b (max accesses to one bank)."""
+
+    H: int
+    K: int
+    M: int
+    M_b: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"H": self.H, "K": self.K, "M": self.M, "M_b": self.M_b}
+
+
+def bsp_quantities(pattern: Pattern, bank_map: BankMap) -> BspQuantities:
+    per_elem = pattern.accesses_per_element * pattern.sweeps
+    h = pattern.accesses_per_proc
+    per_bank = [0] * bank_map.banks
+    for base in pattern.bases_bytes:
+        for b, n in enumerate(bank_histogram(base, pattern.count, pattern.stride_bytes,
+                                             bank_map)):
+            per_bank[b] += n * per_elem
+    k = max_word_sharing(pattern.bases_bytes, pattern.count, pattern.stride_bytes) * per_elem
+    return BspQuantities(h, k, h * pattern.procs, max(per_bank))
+
+
+# --------------------------------------------------------------------------------------------
+# Catalogue
+
+
+def _round_up(x: int, unit: int) -> int:
+    return -(-x // unit) * unit
+
+
+def _level_names(machine: Machine) -> list[Level]:
+    return [cast(Level, f"L{lv.level}") for lv in machine.geometry.levels]
+
+
+def _shared(machine: Machine, level_index: int) -> bool:
+    return len(machine.geometry.levels[level_index].shared_cpus) > 1
+
+
+def _capacity(machine: Machine, level_index: int, procs: int, mode: Mode) -> int:
+    """Bytes of level ``level_index`` one processor can count on: a shared level is divided
+    among the processors of an exclusive pattern (each has its own data in it)."""
+    lv = machine.geometry.levels[level_index]
+    if mode == "exclusive" and _shared(machine, level_index):
+        return lv.size_bytes // min(procs, max(1, len(lv.shared_cpus)))
+    return lv.size_bytes
+
+
+def _memory_span(machine: Machine, procs: int, mode: Mode) -> int:
+    """Per-processor bytes spanned by a memory pattern: twice every level's capacity."""
+    levels = range(len(machine.geometry.levels))
+    return max(2 * _capacity(machine, i, procs, mode) for i in levels)
+
+
+class _Builder:
+    """Collects patterns of one catalogue, numbering bases and checking unique mnemonics."""
+
+    def __init__(self, machine: Machine, min_accesses: int) -> None:
+        self.m = machine
+        self.min_accesses = min_accesses
+        self.out: list[Pattern] = []
+        self.seen: set[str] = set()
+        align = math.lcm(machine.page_bytes,
+                         machine.bank_map.banks * machine.bank_map.interleave_bytes)
+        self.align = align
+
+    def count_for(self, span_bytes: int, stride_words: int) -> int:
+        return max(1, span_bytes // (stride_words * self.m.word_bytes))
+
+    def bases(self, procs: int, mode: Mode, span_bytes: int,
+              first_banks: Sequence[int]) -> tuple[int, ...]:
+        """Exclusive: one slot per processor, aligned to a page and a full bank cycle, one
+        page of padding apart; concurrent: one slot. Then each processor's first bank."""
+        slot = _round_up(span_bytes + self.m.bank_map.interleave_bytes * self.m.bank_map.banks
+                         + self.m.page_bytes, self.align)
+        unit = self.m.bank_map.interleave_bytes
+        return tuple((k * slot if mode == "exclusive" else 0) + first_banks[k] * unit
+                     for k in range(procs))
+
+    def add(self, *, suite: PatternSuite, procs: int, stride_words: int, op: Op, mode: Mode,
+            level: Level, span_bytes: int, first_banks: Sequence[int] | None = None,
+            coherence: Coherence | None = None, store_every: int = 0,
+            ws_factor: float | None = None, ws_ref: str | None = None) -> None:
+        m = self.m
+        count = self.count_for(span_bytes, stride_words)
+        bases = self.bases(procs, mode, span_bytes, first_banks or [0] * procs)
+        sweeps = max(1, -(-self.min_accesses // count))
+        stride_bytes = stride_words * m.word_bytes
+        banks = tuple(banks_touched(b, count, stride_bytes, m.bank_map) for b in bases)
+        bkc = (Fraction(procs, len(frozenset().union(*banks))) if level == "mem"
+               else Fraction(0))
+        name = f"p{procs}.s{stride_words}.b{fmt_bkc(bkc)}."
+        name += _OP_LETTER[op] + (str(store_every) if op == "mixed" else "")
+        name += _MODE_LETTER[mode]
+        if ws_factor is not None:
+            name += f".ws{_fmt_factor(ws_factor)}x{ws_ref}"
+        else:
+            default = "mem" if bkc else ("L1" if stride_words == 1 else "L2")
+            if level != default:
+                name += f".{level}"
+        if coherence:
+            name += f".{coherence}"
+        if name in self.seen:
+            raise AssertionError(f"catalogue produced {name} twice")  # a bug, not bad input
+        self.seen.add(name)
+        self.out.append(Pattern(name, suite, procs, stride_words, m.word_bytes, op, mode, level,
+                                bkc, bases, count, sweeps, coherence, store_every, ws_factor,
+                                ws_ref, banks))
+
+
+def _modes(procs: int) -> tuple[Mode, ...]:
+    # One processor: exclusive and concurrent are the same experiment; keep E (seed 004
+    # writes p1.s1.b0.LE, p1.s256.b1.SE).
+    return ("exclusive",) if procs == 1 else ("exclusive", "concurrent")
+
+
+def _bank_rows(machine: Machine, procs: int) -> list[tuple[int, list[int]]]:
+    """(stride in words, first bank of each processor) of the memory rows of Table 1."""
+    banks = machine.bank_map.banks
+    unit = machine.bank_unit_words
+    rows = []
+    i = 1
+    while i <= banks:
+        c = 1
+        options = []
+        while c <= min(procs, i):
+            options.append(c)
+            c *= 2
+        for c in reversed(options):  # lowest BKC first, as the table lists them
+            rows.append((unit * i, [(k % c) * (i // c) for k in range(procs)]))
+        i *= 2
+    return rows
+
+
+def catalogue(machine: Machine, suite: SuiteName = "all", *,
+              procs: Iterable[int] | None = None, strides: Iterable[int] | None = None,
+              min_accesses: int = DEFAULT_MIN_ACCESSES) -> tuple[Pattern, ...]:
+    """Every pattern of ``suite`` for ``machine``, table1 first.
+
+    ``procs``: restrict to these processor counts (each must be <= the machine's CPUs);
+    ``strides``: restrict to these strides in words; ``min_accesses``: element accesses per
+    processor per superstep below which a sweep is repeated inside the superstep.
+    """
+    if suite not in SUITES:
+        raise BadInput(f"unknown suite {suite!r}", "choose table1, validation or all")
+    if min_accesses <= 0:
+        raise BadInput(f"{min_accesses} accesses per superstep", "give a positive number")
+    counts = machine.proc_counts()
+    if procs is not None:
+        wanted = tuple(procs)
+        for p in wanted:
+            if p <= 0 or p > machine.max_procs:
+                raise BadInput(f"{p} processors asked, {machine.max_procs} CPUs available on "
+                               f"{machine.name}",
+                               f"choose processor counts from 1 to {machine.max_procs}")
+        counts = tuple(sorted(set(wanted)))
+    stride_filter = None
+    if strides is not None:
+        stride_filter = set(strides)
+        if any(s <= 0 for s in stride_filter):
+            raise BadInput(f"stride {min(stride_filter)} words", "strides are >= 1 word")
+    b = _Builder(machine, min_accesses)
+    if suite in ("table1", "all"):
+        _table1(b, counts)
+    if suite in ("validation", "all"):
+        _validation(b, counts)
+    out = tuple(b.out)
+    if stride_filter is not None:
+        out = tuple(p for p in out if p.stride_words in stride_filter)
+    return out
+
+
+def _cache_rows(machine: Machine) -> list[tuple[int, Level, int]]:
+    """(level index, level name, stride words) of the b0 rows: s1 in L1 (every word, so each
+    line is reused), one L1 line apart below it (seed: "size(L2) words with stride 8")."""
+    line_words = max(1, machine.geometry.levels[0].line_bytes // machine.word_bytes)
+    rows: list[tuple[int, Level, int]] = [(0, "L1", 1)]
+    for i, name in enumerate(_level_names(machine)[1:], start=1):
+        rows.append((i, name, line_words))
+    return rows
+
+
+def _table1(b: _Builder, counts: Sequence[int]) -> None:
+    m = b.m
+    for op in _LOAD_STORE:
+        for p in counts:
+            for mode in _modes(p):
+                for i, level, stride in _cache_rows(m):
+                    b.add(suite="table1", procs=p, stride_words=stride, op=op,
+                          mode=mode, level=level, span_bytes=_capacity(m, i, p, mode) // 2)
+                for stride, first in _bank_rows(m, p):
+                    b.add(suite="table1", procs=p, stride_words=stride, op=op,
+                          mode=mode, level="mem", span_bytes=_memory_span(m, p, mode),
+                          first_banks=first)
+
+
+def _validation(b: _Builder, counts: Sequence[int]) -> None:
+    """Seed 004 section 5.1's VS, generalised: the Table 1 shapes as read-modify-write and as
+    mixed load/store sequences; coherence variants (clean, shared, dirty in another
+    processor's cache) on cache-resident data; working sets between the levels."""
+    m = b.m
+    ops: list[tuple[Op, int]] = [("rmw", 0), *(("mixed", k) for k in MIXED_STORE_EVERY)]
+    for op, every in ops:
+        for p in counts:
+            for mode in _modes(p):
+                for i, level, stride in _cache_rows(m):
+                    b.add(suite="validation", procs=p, stride_words=stride, op=op, mode=mode,
+                          level=level, span_bytes=_capacity(m, i, p, mode) // 2,
+                          store_every=every)
+                for stride, first in _bank_rows(m, p):
+                    b.add(suite="validation", procs=p, stride_words=stride, op=op, mode=mode,
+                          level="mem", span_bytes=_memory_span(m, p, mode), first_banks=first,
+                          store_every=every)
+    # Coherence: another processor holds the data; needs a second CPU. Data that the other
+    # processor's private levels can hold (L1, L2), exclusive sub-arrays.
+    private = [(i, lv, s) for i, lv, s in _cache_rows(m) if i < 2]
+    coherence_ops: list[tuple[Op, int]] = [("load", 0), ("store", 0), ("rmw", 0),
+                                           ("mixed", MIXED_STORE_EVERY[0])]
+    for coh in COHERENCE:
+        for op, every in coherence_ops:
+            for p in counts:
+                if p == 1 and m.max_procs < 2:
+                    continue
+                for i, level, stride in private:
+                    b.add(suite="validation", procs=p, stride_words=stride, op=op,
+                          mode="exclusive", level=level,
+                          span_bytes=_capacity(m, i, p, "exclusive") // 2,
+                          coherence=coh, store_every=every)
+    # Between levels: f x the capacity of level k; f < 1 is still served by level k (near
+    # capacity), f > 1 by the next level. s1 and one line apart; the last level one line apart
+    # and only at LAST_LEVEL_FACTORS (its sweeps are the costliest to run and to simulate).
+    names = _level_names(m)
+    line_words = max(1, m.geometry.levels[0].line_bytes // m.word_bytes)
+    for f in BETWEEN_FACTORS:
+        for op in _LOAD_STORE:
+            for p in counts:
+                for mode in _modes(p):
+                    for i, ref in enumerate(names):
+                        last = i == len(names) - 1
+                        if last and f not in LAST_LEVEL_FACTORS:
+                            continue  # each one sweeps twice the last level: kept few
+                        for stride in ((line_words,) if last else (1, line_words)):
+                            span = int(f * _capacity(m, i, p, mode))
+                            span = max(span, m.word_bytes)
+                            served: Level = ref if f < 1 else ("mem" if last else names[i + 1])
+                            b.add(suite="validation", procs=p, stride_words=stride, op=op,
+                                  mode=mode, level=served, span_bytes=span, ws_factor=f,
+                                  ws_ref=ref)
+
+
+def region_bytes(patterns: Iterable[Pattern], page_bytes: int) -> int:
+    """Size of the shared region every pattern fits in, rounded to pages."""
+    return _round_up(max((p.end_bytes for p in patterns), default=page_bytes), page_bytes)
+
+
+def with_min_accesses(pattern: Pattern, min_accesses: int) -> Pattern:
+    """The same pattern with its sweeps per superstep recomputed."""
+    return replace(pattern, sweeps=max(1, -(-min_accesses // pattern.count)))
+
+
+__all__ = [
+    "BETWEEN_FACTORS", "BspQuantities", "COHERENCE", "DEFAULT_MIN_ACCESSES", "HOST_BANKS",
+    "HOST_BANKS_PROVENANCE", "MIXED_STORE_EVERY", "Machine", "OPS", "PAPER_BANKS_PROVENANCE",
+    "Pattern", "SUITES", "bank_histogram", "banks_touched", "bsp_quantities", "catalogue",
+    "fmt_bkc", "host_machine", "max_word_sharing", "paper_machine", "region_bytes",
+]

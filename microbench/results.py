@@ -1,0 +1,235 @@
+"""The results file: versioned, self-describing JSON, written atomically (pyperf's lesson).
+
+A contract with the predictor (issue 5), which calibrates seed 004's cost functions from it.
+Fields may be added; none may be renamed or change meaning without a new version.
+
+Format history (``"format": "counterd-microbench"``):
+
+* version 1 (issue 4): host metadata, geometry, declared bank map, word size, run config; per
+  pattern the raw superstep times of the measured repetitions (warm-ups kept apart), median,
+  spread, per-processor times and counters of one superstep (each with its source), per-bank
+  LM(b)/WB(b), the BSP quantities H, K, M, M_b, and flags. ``complete`` is false while a run
+  is in progress or after it was interrupted; the finished patterns are kept.
+
+Readers must reject versions they do not know (:func:`load`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from counterd.errors import BadInput
+from counterd.fsutil import atomic_write_text
+from microbench.patterns import Machine, Pattern, bsp_quantities
+
+FORMAT = "counterd-microbench"
+VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def machine_json(machine: Machine) -> dict[str, Any]:
+    g = machine.geometry
+    return {
+        "geometry": {
+            "spec": g.spec(),
+            "levels": [{"level": lv.level, "size_bytes": lv.size_bytes, "ways": lv.ways,
+                        "line_bytes": lv.line_bytes, "shared_cpus": list(lv.shared_cpus)}
+                       for lv in g.levels],
+            "tlb_entries": g.tlb_entries, "tlb_ways": g.tlb_ways, "page_bytes": g.page_bytes,
+            "source": g.source,
+        },
+        "bank_map": {"banks": machine.bank_map.banks,
+                     "interleave_bytes": machine.bank_map.interleave_bytes,
+                     "provenance": machine.bank_provenance},
+        "word_bytes": machine.word_bytes,
+        "page_bytes": machine.page_bytes,
+    }
+
+
+def new_document(*, machine: Machine, backend: str, suite: str, host: Mapping[str, Any],
+                 config: Mapping[str, Any], notes: Sequence[str]) -> dict[str, Any]:
+    doc: dict[str, Any] = {"format": FORMAT, "version": VERSION, "created": now_iso(),
+                           "backend": backend, "suite": suite, "complete": False,
+                           "host": dict(host)}
+    doc.update(machine_json(machine))
+    doc["config"] = dict(config)
+    doc["notes"] = list(notes)
+    doc["patterns"] = []
+    return doc
+
+
+def check_document(doc: Any, where: str) -> dict[str, Any]:
+    """Validate the envelope; raise BadInput naming the problem and the fix."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise BadInput(f"{where} is not a microbench results file (format "
+                       f"{doc.get('format') if isinstance(doc, dict) else None!r})",
+                       "give a file written by microbench run")
+    version = doc.get("version")
+    if version not in SUPPORTED_VERSIONS:
+        raise BadInput(f"{where} has results format version {version!r}; this microbench "
+                       f"reads {', '.join(map(str, SUPPORTED_VERSIONS))}",
+                       "upgrade microbench, or rerun the suite with this version")
+    if not isinstance(doc.get("patterns"), list):
+        raise BadInput(f"{where} has no pattern list", "rerun microbench run")
+    return doc
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BadInput(f"cannot read {p}: {exc.strerror}", "check the path") from exc
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{p} is not JSON ({exc.msg} at line {exc.lineno})",
+                       "give a file written by microbench run") from exc
+    return check_document(doc, str(p))
+
+
+def dumps(doc: Mapping[str, Any]) -> str:
+    return json.dumps(doc, separators=(",", ":")) + "\n"
+
+
+def write(path: str | Path, doc: Mapping[str, Any]) -> None:
+    """Atomic replace (temp file in the same directory, fsync, rename)."""
+    atomic_write_text(Path(path), dumps(doc))
+
+
+# --------------------------------------------------------------------------------------------
+# One pattern's record
+
+
+def served_level(counters: Mapping[str, float], pattern: Pattern,
+                 line_bytes: Sequence[int]) -> str:
+    """Where the simulated accesses were served: the first level that missed on fewer than
+    half of the accesses that could miss there (one per line when the stride is shorter)."""
+    elements = pattern.count * pattern.sweeps
+    names = ("l1d_misses", "l2_misses", "l3_misses")
+    for i, line in enumerate(line_bytes):
+        could = elements * min(1.0, pattern.stride_bytes / line)
+        if i >= len(names) or counters.get(names[i], 0) < 0.5 * could:
+            return f"L{i + 1}"
+    return "mem"
+
+
+@dataclass(frozen=True)
+class ProcessorRecord:
+    rank: int
+    cpu: int
+    begin_ns: Sequence[int]
+    end_ns: Sequence[int]
+    nivcsw: int
+    checksum: int
+    counters: Mapping[str, Mapping[str, Any]]
+    counters_simulated: Mapping[str, int]
+    lm: Sequence[int]
+    wb: Sequence[int]
+
+
+def pattern_record(pattern: Pattern, machine: Machine, *, samples_ns: Sequence[int],
+                   warmup_samples_ns: Sequence[int], processors: Sequence[ProcessorRecord],
+                   warmup: int, flags: Iterable[str], load: Mapping[str, Any],
+                   sim: Mapping[str, Any], wall_s: float) -> dict[str, Any]:
+    """The JSON object of one finished pattern (shape: the issue 4 contract)."""
+    samples = np.asarray(samples_ns, dtype=float)
+    median = float(np.median(samples)) if samples.size else float("nan")
+    from microbench.runner import mad_ratio, spread  # runner imports nothing from here
+
+    rec = pattern.to_json()
+    rec["time_ns"] = {"samples": [int(x) for x in samples_ns], "median": median,
+                      "spread": spread(samples), "spread_definition": "(p90-p10)/median",
+                      "mad_ratio": mad_ratio(samples), "warmup_dropped": warmup,
+                      "warmup_samples": [int(x) for x in warmup_samples_ns],
+                      "reps": int(samples.size)}
+    rec["per_access_ns"] = median / pattern.accesses_per_proc
+    procs = []
+    banks = machine.bank_map.banks
+    lm_total, wb_total = [0] * banks, [0] * banks
+    for pr in processors:
+        per = [e - b for b, e in zip(pr.begin_ns[warmup:], pr.end_ns[warmup:], strict=True)]
+        procs.append({
+            "rank": pr.rank, "cpu": pr.cpu, "time_ns_samples": per,
+            "begin_ns": list(pr.begin_ns), "end_ns": list(pr.end_ns),
+            "involuntary_switches": pr.nivcsw, "checksum": pr.checksum,
+            "counters": {k: dict(v) for k, v in pr.counters.items()},
+            "counters_simulated": dict(pr.counters_simulated),
+            "banks": {"lm": list(pr.lm), "wb": list(pr.wb)},
+        })
+        lm_total = [a + b for a, b in zip(lm_total, pr.lm, strict=True)]
+        wb_total = [a + b for a, b in zip(wb_total, pr.wb, strict=True)]
+    rec["processors"] = procs
+    rec["banks"] = {"lm": lm_total, "wb": wb_total}
+    rec["bsp"] = bsp_quantities(pattern, machine.bank_map).to_json()
+    rec["load"] = dict(load)
+    rec["sim"] = dict(sim)
+    rec["flags"] = sorted(set(flags))
+    rec["wall_s"] = round(wall_s, 3)  # the timed part: pre-fault, warm-ups, repetitions
+    return rec
+
+
+# --------------------------------------------------------------------------------------------
+# Summaries (used by `microbench show`)
+
+
+def _median(values: Iterable[float]) -> float | None:
+    v = [x for x in values if x == x]
+    return float(np.median(v)) if v else None
+
+
+def figure1_tables(doc: Mapping[str, Any], suite: str = "table1"
+                   ) -> tuple[list[str], dict[str, dict[str, float | None]],
+                              list[str], dict[str, dict[str, float | None]]]:
+    """Seed 004 Figure 1, as tables of median ns per access of memory patterns:
+    (a) per combination (LE, SE, LC, SC) against BKC; (b) against active processors, at
+    BKC = 1 where it exists for that processor count, else the pattern nearest to it."""
+    pats = [p for p in doc["patterns"] if p["level"] == "mem" and p.get("ws_factor") is None
+            and p.get("coherence") is None and p["op"] in ("load", "store")
+            and p["suite"] == suite]
+    combo = {("load", "exclusive"): "LE", ("store", "exclusive"): "SE",
+             ("load", "concurrent"): "LC", ("store", "concurrent"): "SC"}
+    bkcs = sorted({p["bkc"] for p in pats})
+    bkc_labels = {p["bkc"]: p["bkc_fraction"] for p in pats}
+    cols_a = [bkc_labels[b] for b in bkcs]
+    table_a: dict[str, dict[str, float | None]] = {}
+    for key, name in combo.items():
+        row = {}
+        for b in bkcs:
+            row[bkc_labels[b]] = _median(p["per_access_ns"] for p in pats
+                                         if (p["op"], p["mode"]) == key and p["bkc"] == b)
+        table_a[name] = row
+    procs = sorted({p["procs"] for p in pats})
+    cols_b = [f"p{n}" for n in procs]
+    table_b: dict[str, dict[str, float | None]] = {}
+    for key, name in combo.items():
+        row = {}
+        for n in procs:
+            cands = [p for p in pats if (p["op"], p["mode"]) == key and p["procs"] == n]
+            if n == 1 and key[1] == "concurrent":
+                cands = [p for p in pats if (p["op"], "exclusive") == (key[0], p["mode"])
+                         and p["procs"] == 1]
+            if not cands:
+                row[f"p{n}"] = None
+                continue
+            best = min(abs(float(np.log2(p["bkc"]))) for p in cands)
+            row[f"p{n}"] = _median(p["per_access_ns"] for p in cands
+                                   if abs(float(np.log2(p["bkc"]))) == best)
+        table_b[name] = row
+    return cols_a, table_a, cols_b, table_b
+
+
+__all__ = ["FORMAT", "ProcessorRecord", "SUPPORTED_VERSIONS", "VERSION", "check_document",
+           "dumps", "figure1_tables", "load", "machine_json", "new_document", "now_iso",
+           "pattern_record", "served_level", "write"]

@@ -1,0 +1,221 @@
+"""Run a suite: time every pattern, simulate its counters, write the results file as it goes.
+
+Order of work (so the simulator never runs while a pattern is timed): patterns are taken in
+chunks of as many patterns as there are CPUs; each pattern of a chunk is timed by the pinned
+worker pool, then the chunk's simulations run in parallel on all CPUs, then its records are
+appended and the file is rewritten atomically. An interrupted run leaves a valid file with
+``complete: false`` and every finished pattern; ``resume=True`` continues it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from counterd import backends
+from counterd.backends.sim import native_status
+from counterd.errors import BadInput
+from counterd.events import Source
+from microbench import results
+from microbench.counters import (
+    SIM_COUNTERS,
+    SimulatedSuperstep,
+    shared_policy,
+    simulate_pattern,
+)
+from microbench.patterns import Machine, Pattern
+from microbench.runner import (
+    NORMAL,
+    PatternTiming,
+    ProgressFn,
+    RunConfig,
+    WorkerPool,
+    host_metadata,
+    no_progress,
+)
+
+BACKENDS: tuple[str, ...] = ("auto", "perf", "papi", "sim")
+
+SIM_NOTES = (
+    "simulated counters: counterd sim backend (write-back LRU caches, per-processor private "
+    "copies; shared levels split among exclusive processors); one superstep after the same "
+    "pre-fault and warm-up supersteps as the timed run",
+    "the simulator has no coherence: invalidations and interventions between processors "
+    "(concurrent patterns, coherence variants) appear in time_ns only (flag "
+    "no_coherence_in_sim); coherence set-up line flushes are not simulated",
+    "the simulator indexes sets by address modulo sets; real last-level caches hash their "
+    "index, so strided memory patterns whose distinct lines fit the last level may partly hit "
+    "there on hardware (flag llc_may_hold)",
+    "bank counts LM(b), WB(b) are per the declared bank map (see bank_map.provenance)",
+)
+
+
+@dataclass(frozen=True)
+class CounterPlan:
+    """Which backend gives measured counters (None: simulated only) and what it reported."""
+
+    requested: str
+    used: str
+    measured_backend: str | None
+    reason: str
+
+
+def resolve_backend(name: str) -> CounterPlan:
+    """``auto``: perf (then papi) when it can count loads here, else sim (issue 4)."""
+    if name not in BACKENDS:
+        raise BadInput(f"unknown backend {name!r}", "choose " + ", ".join(BACKENDS))
+    if name == "sim":
+        return CounterPlan(name, "sim", None, "simulation requested")
+    backend = backends.select(name, counters=("loads",))
+    cap = backend.available()
+    if backend.name in ("perf", "papi"):
+        if cap.supports("loads") or name != "auto":
+            return CounterPlan(name, backend.name, backend.name, cap.reason)
+    return CounterPlan(name, "sim", None, f"no hardware load counter here: {cap.reason}")
+
+
+def _sim_job(args: tuple[Pattern, Any, Any, int, int]) -> tuple[SimulatedSuperstep, ...]:
+    pattern, geometry, bank_map, warmup, page_bytes = args
+    return simulate_pattern(pattern, geometry, bank_map, warmup=warmup, page_bytes=page_bytes)
+
+
+def cost_estimate(p: Pattern) -> float:
+    """Relative cost of a pattern (timing + simulation), for the remaining-time estimate."""
+    weight = {"L1": 0.15, "L2": 0.5, "L3": 1.0, "mem": 2.5}[p.level]
+    return 0.05 + p.procs * p.count * p.sweeps * weight * 1e-6
+
+
+def _llc_may_hold(p: Pattern, machine: Machine) -> bool:
+    if p.level != "mem":
+        return False
+    llc = machine.geometry.levels[-1]
+    line = llc.line_bytes
+    per_proc = p.count * line if p.stride_bytes >= line else p.span_bytes
+    distinct = len(set(p.bases_bytes)) if p.mode == "concurrent" else p.procs
+    return distinct * per_proc < llc.size_bytes
+
+
+def _flags(p: Pattern, timing: PatternTiming, sim0: SimulatedSuperstep, machine: Machine,
+           measured: bool) -> list[str]:
+    flags = list(timing.flags)
+    if p.procs > 1 or p.coherence is not None:
+        flags.append("no_coherence_in_sim")
+    if _llc_may_hold(p, machine):
+        flags.append("llc_may_hold")
+    lines = [lv.line_bytes for lv in machine.geometry.levels]
+    if results.served_level(sim0.counters, p, lines) != p.level:
+        flags.append("level_mismatch")
+    if measured and timing.unsupported:
+        flags.append("unsupported_counters")
+    return flags
+
+
+def _record(p: Pattern, machine: Machine, timing: PatternTiming,
+            sims: Sequence[SimulatedSuperstep], cfg: RunConfig, plan: CounterPlan
+            ) -> dict[str, Any]:
+    procs = []
+    engine = "native" if native_status()[0] else "python"
+    for rank, sim in enumerate(sims):
+        counters: dict[str, dict[str, Any]] = {}
+        measured = timing.measured_counters[rank] if timing.measured_counters else {}
+        for name in SIM_COUNTERS:
+            if name in measured:
+                counters[name] = {"value": measured[name], "source": str(Source.MEASURED)}
+            elif name in sim.counters:
+                counters[name] = {"value": sim.counters[name], "source": str(Source.SIMULATED)}
+        procs.append(results.ProcessorRecord(
+            rank, timing.cpus[rank], timing.begin_ns[:, rank].tolist(),
+            timing.end_ns[:, rank].tolist(), timing.nivcsw[rank], timing.checksums[rank],
+            counters, sim.counters, sim.lm, sim.wb))
+    lines = [lv.line_bytes for lv in machine.geometry.levels]
+    load = {"loadavg": list(timing.loadavg), "others_cpu": timing.others_cpu,
+            "steal": timing.steal, "unsupported": dict(timing.unsupported)}
+    sim_meta = {"engine": engine, "shared_policy": shared_policy(p), "warmup": cfg.warmup,
+                "served_level": results.served_level(sims[0].counters, p, lines)}
+    return results.pattern_record(
+        p, machine, samples_ns=timing.samples_ns.tolist(),
+        warmup_samples_ns=timing.warmup_samples_ns.tolist(), processors=procs,
+        warmup=timing.warmup,
+        flags=_flags(p, timing, sims[0], machine, plan.measured_backend is not None),
+        load=load, sim=sim_meta, wall_s=timing.wall_ns / 1e9)
+
+
+def run_suite(machine: Machine, patterns: Sequence[Pattern], out: str | Path, *,
+              suite: str, cfg: RunConfig = NORMAL, backend: str = "auto", force: bool = False,
+              resume: bool = False, quick: bool = False,
+              progress: ProgressFn = no_progress) -> dict[str, Any]:
+    """Run ``patterns`` on ``machine`` and write ``out``; return the results document.
+
+    An existing ``out`` is refused unless ``force`` (start again) or ``resume`` (keep its
+    finished patterns, run the rest). Raises BadInput for bad input (exit 2 in the CLI)."""
+    out = Path(out)
+    if out.is_dir():
+        raise BadInput(f"{out} is a directory", "give a file name for --out")
+    plan = resolve_backend(backend)
+    doc: dict[str, Any]
+    if out.exists() and resume:
+        doc = results.load(out)
+        if doc.get("suite") != suite or doc["geometry"]["spec"] != machine.geometry.spec():
+            raise BadInput(f"{out} holds suite {doc.get('suite')!r} on "
+                           f"{doc['geometry']['spec']}, not {suite!r} on "
+                           f"{machine.geometry.spec()}",
+                           "resume with the same --suite and geometry, or use --force")
+    elif out.exists() and not force:
+        raise BadInput(f"{out} exists", "use --force to overwrite it, --resume to continue "
+                       "an interrupted run, or choose another --out")
+    else:
+        config = {**asdict(cfg), "quick": quick, "counter_plan": asdict(plan)}
+        notes = list(SIM_NOTES)
+        host = host_metadata(machine.cpus)
+        if host["loadavg"][0] > 0.5:
+            notes.append(f"load average {host['loadavg'][0]:.2f} when the run started: other "
+                         "work was running; see each pattern's load and flags")
+        doc = results.new_document(machine=machine, backend=plan.used, suite=suite, host=host,
+                                   config=config, notes=notes)
+    done = {p["mnemonic"] for p in doc["patterns"]}
+    todo = [p for p in patterns if p.mnemonic not in done]
+    results.write(out, doc)  # an unwritable --out fails here, before any work
+    total = len(done) + len(todo)
+    if not todo:
+        doc["complete"] = True
+        results.write(out, doc)
+        return doc
+    costs = [cost_estimate(p) for p in todo]
+    remaining = sum(costs)
+    spent_cost, t_start = 0.0, time.monotonic()
+    events = SIM_COUNTERS if plan.measured_backend else ()
+    progress(len(done), total, todo[0].mnemonic, None)
+    chunk_size = max(1, machine.max_procs)
+    ctx = mp.get_context("fork")
+    with ProcessPoolExecutor(max_workers=chunk_size, mp_context=ctx) as executor:
+        executor.submit(int).result()  # fork the simulators before the pool's pipes exist
+        with WorkerPool(machine, todo, cfg, counter_backend=plan.measured_backend,
+                        counter_events=events) as pool:
+            for start in range(0, len(todo), chunk_size):
+                chunk = todo[start:start + chunk_size]
+                timings = [pool.run(p, cfg) for p in chunk]
+                jobs = [(p, machine.geometry, machine.bank_map, cfg.warmup, machine.page_bytes)
+                        for p in chunk]
+                sims = list(executor.map(_sim_job, jobs))
+                for i, p in enumerate(chunk):
+                    doc["patterns"].append(_record(p, machine, timings[i], sims[i], cfg, plan))
+                    spent_cost += costs[start + i]
+                results.write(out, doc)
+                remaining = sum(costs[start + len(chunk):])
+                elapsed = time.monotonic() - t_start
+                eta = elapsed * remaining / spent_cost if spent_cost else None
+                progress(len(doc["patterns"]), total, chunk[-1].mnemonic, eta)
+    doc["complete"] = True
+    doc["finished"] = results.now_iso()
+    doc["duration_s"] = round(time.monotonic() - t_start, 1)
+    results.write(out, doc)
+    return doc
+
+
+__all__ = ["BACKENDS", "CounterPlan", "SIM_NOTES", "cost_estimate", "resolve_backend",
+           "run_suite"]

@@ -1,0 +1,129 @@
+"""Results file (versioned, atomic, never silently overwritten, resumable) and the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from counterd.errors import BadInput
+from microbench import results
+from microbench.cli import main
+from microbench.patterns import catalogue, host_machine
+from microbench.runner import RunConfig
+from microbench.suite import run_suite
+
+GEOM = "L1=4K/4/64,L2=32K/8/64"
+CFG = RunConfig(warmup=1, min_reps=3, max_reps=4, budget_ns=10**8)
+
+
+def _tiny(tmp_path: Path) -> tuple[Any, list[Any]]:
+    from counterd.backends.sim import Geometry
+
+    m = host_machine(Geometry.from_spec(GEOM))
+    pats = [p for p in catalogue(m, "table1", procs=[1], min_accesses=4096)
+            if p.op == "load"]
+    return m, pats
+
+
+def test_run_write_load_and_contract_fields(tmp_path: Path) -> None:
+    m, pats = _tiny(tmp_path)
+    out = tmp_path / "r.json"
+    seen: list[tuple[int, int]] = []
+    doc = run_suite(m, pats, out, suite="table1", cfg=CFG, backend="sim",
+                    progress=lambda d, t, mn, eta: seen.append((d, t)))
+    assert seen[-1] == (len(pats), len(pats))
+    loaded = results.load(out)
+    assert loaded == json.loads(json.dumps(doc))
+    assert (loaded["format"], loaded["version"], loaded["backend"]) == (
+        "counterd-microbench", 1, "sim")
+    assert loaded["complete"] and loaded["word_bytes"] == 8
+    assert loaded["bank_map"]["provenance"].startswith("assumed")
+    for key in ("governor", "smt", "hugepages", "isolated", "loadavg"):
+        assert key in loaded["host"]
+    assert loaded["geometry"]["spec"].startswith(GEOM)
+    for rec in loaded["patterns"]:
+        t = rec["time_ns"]
+        assert t["warmup_dropped"] == 1 and len(t["samples"]) == t["reps"] >= 3
+        assert rec["per_access_ns"] == pytest.approx(t["median"] / rec["accesses_per_proc"])
+        (proc,) = rec["processors"]
+        assert proc["counters"]["loads"] == {"value": rec["accesses_per_proc"],
+                                             "source": "simulated"}
+        assert len(proc["banks"]["lm"]) == 8 and rec["banks"]["lm"] == proc["banks"]["lm"]
+        assert set(rec["bsp"]) == {"H", "K", "M", "M_b"}
+        assert rec["bsp"]["H"] == rec["accesses_per_proc"]
+        if rec["level"] == "mem":
+            assert sum(rec["banks"]["lm"]) == rec["accesses_per_proc"]  # every load misses
+
+
+def test_unknown_version_rejected_and_no_silent_overwrite(tmp_path: Path) -> None:
+    bad = tmp_path / "v9.json"
+    bad.write_text(json.dumps({"format": "counterd-microbench", "version": 9, "patterns": []}))
+    with pytest.raises(BadInput, match="version 9"):
+        results.load(bad)
+    m, pats = _tiny(tmp_path)
+    out = tmp_path / "r.json"
+    out.write_text("precious")
+    with pytest.raises(BadInput, match="exists"):
+        run_suite(m, pats[:1], out, suite="table1", cfg=CFG, backend="sim")
+    assert out.read_text() == "precious"
+
+
+def test_interrupted_run_keeps_finished_patterns_and_resumes(tmp_path: Path) -> None:
+    m, pats = _tiny(tmp_path)
+    out = tmp_path / "r.json"
+
+    def stop_after_first_chunk(done: int, total: int, mn: str, eta: float | None) -> None:
+        if done > 0:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(m, pats, out, suite="table1", cfg=CFG, backend="sim",
+                  progress=stop_after_first_chunk)
+    partial = results.load(out)
+    assert not partial["complete"] and 0 < len(partial["patterns"]) < len(pats)
+    doc = run_suite(m, pats, out, suite="table1", cfg=CFG, backend="sim", resume=True)
+    assert doc["complete"] and len(doc["patterns"]) == len(pats)
+    assert doc["patterns"][0] == partial["patterns"][0]  # kept, not rerun
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["list", "--suite", "bogus"], "invalid choice"),
+    (["run", "--procs", "1,999", "--out", "X"], "999 processors"),
+    (["run", "--strides", "0", "--out", "X"], "stride 0"),
+    (["run", "--accesses", "0", "--out", "X"], "size 0"),
+    (["run", "--geometry", "L1=0K/4/64", "--out", "X"], "size and ways"),
+    (["run", "--suite", "table1", "--procs", "1", "--strides", "1",
+      "--out", "/nonexistent-dir/r.json"], "cannot write"),
+    (["run", "--backend", "nope", "--out", "X"], "invalid choice"),
+    (["show", "/nonexistent-file.json"], "cannot read"),
+])
+def test_cli_bad_input_exit_2(argv: list[str], message: str, tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str],
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and err.startswith("microbench: ") and "\n" not in err
+    assert not (tmp_path / "X").exists()
+
+
+def test_cli_list_run_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list", "--suite", "table1", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["count"] == len(listed["patterns"]) > 0
+    out = tmp_path / "r.json"
+    argv = ["run", "--suite", "table1", "--procs", "1", "--strides", "1,256", "--geometry", GEOM,
+            "--accesses", "4096", "--quick", "--backend", "sim", "--out", str(out)]
+    assert main(argv) == 0
+    assert main(argv) == 2  # exists: refused without --force
+    assert main([*argv, "--force"]) == 0
+    capsys.readouterr()
+    assert main(["show", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "p1.s1.b0.LE" in text and "Figure 1(a)" in text
+    assert main(["show", str(out), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["patterns"] and "vs_bkc" in shown["figure1"]

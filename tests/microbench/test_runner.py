@@ -1,0 +1,103 @@
+"""Runner: pinned workers really run in parallel, barriers hold, times are positive and the
+median is reproducible within the reported spread; the stopping rule; coherence plans."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from microbench.patterns import Pattern, catalogue, host_machine
+from microbench.runner import (
+    RunConfig,
+    WorkerPool,
+    host_metadata,
+    plans,
+    should_stop,
+    spread,
+    superstep_times,
+)
+
+CPUS = len(os.sched_getaffinity(0))
+needs_two = pytest.mark.skipif(CPUS < 2, reason="needs 2 CPUs to run 2 processors")
+CFG = RunConfig(warmup=1, min_reps=8, max_reps=12, tolerance=0.02, budget_ns=10**9)
+
+
+def _small(mnemonic: str) -> Pattern:
+    m = host_machine()
+    # ~0.5 ms supersteps of L1 loads: fast, and long against barrier wake-up skew.
+    pats = {p.mnemonic: p for p in catalogue(m, "all", procs=[1, 2] if CPUS > 1 else [1],
+                                             min_accesses=1 << 19)}
+    return pats[mnemonic]
+
+
+@needs_two
+def test_two_processors_run_in_parallel_and_barriers_hold() -> None:
+    m = host_machine()
+    p = _small("p2.s1.b0.LE")
+    with WorkerPool(m, [p], CFG) as pool:
+        t = pool.run(p)
+    assert t.affinity == ((m.cpus[0],), (m.cpus[1],))  # one worker pinned per CPU
+    begin, end = t.begin_ns, t.end_ns
+    reps = begin.shape[0]
+    assert reps >= CFG.warmup + CFG.min_reps and begin.shape[1] == 2
+    assert (end > begin).all()
+    # In parallel: the two kernels' [begin, end] intervals overlap in (nearly) every superstep.
+    overlap = np.minimum(end[:, 0], end[:, 1]) - np.maximum(begin[:, 0], begin[:, 1])
+    assert (overlap > 0).mean() >= 0.8
+    # Barriers: nobody begins superstep k+1 before everybody ended superstep k.
+    assert (begin[1:].min(axis=1) >= end[:-1].max(axis=1)).all()
+    # Superstep time = max end - min begin, and covers each processor's own time.
+    st = superstep_times(begin, end)
+    assert (st >= (end - begin).max(axis=1)).all()
+    assert np.array_equal(t.samples_ns, st[CFG.warmup:])
+    assert t.checksums[0] == t.checksums[1]  # the same sweep over identical zeroed memory
+
+
+def test_times_are_positive_and_reproducible_within_the_spread() -> None:
+    m = host_machine()
+    p = _small("p1.s1.b0.LE")
+    with WorkerPool(m, [p], CFG) as pool:
+        a, b = pool.run(p), pool.run(p)
+    for t in (a, b):
+        assert (t.samples_ns > 0).all() and (t.per_proc_ns > 0).all()
+        assert len(t.warmup_samples_ns) == CFG.warmup
+    ma, mb = np.median(a.samples_ns), np.median(b.samples_ns)
+    # Two runs of the same pattern agree within their reported spreads (plus a margin for a
+    # shared VM); a runner that mixed up reps or processors would not.
+    assert abs(ma - mb) / min(ma, mb) <= spread(a.samples_ns) + spread(b.samples_ns) + 0.25
+
+
+def test_should_stop() -> None:
+    cfg = RunConfig(warmup=2, min_reps=3, max_reps=6, tolerance=0.05, budget_ns=10_000)
+    flat = np.array([99, 50, 100, 100, 100])  # warm-ups are not counted
+    assert not should_stop(flat[:4], 2, cfg)
+    assert should_stop(flat, 2, cfg)
+    noisy = np.array([0, 0, 100, 200, 100, 300])
+    assert not should_stop(noisy, 2, cfg)
+    assert should_stop(np.append(noisy, [100, 100]), 2, cfg)  # max_reps reached
+    assert should_stop(np.array([0, 0, 5000, 9000, 100]), 2, cfg)  # budget spent
+    assert spread([100] * 5) == 0 and spread([90, 100, 110]) == pytest.approx(0.16)
+
+
+def test_coherence_plans() -> None:
+    pats = {p.mnemonic: p for p in catalogue(host_machine(), "validation", procs=[1])} \
+        if CPUS > 1 else {}
+    if not pats:
+        pytest.skip("coherence variants need 2 CPUs")
+    dirty = plans(pats["p1.s1.b0.LE.dirty"])
+    assert [w.timed for w in dirty] == [True, False]  # a helper prepares the data
+    helper = dirty[1]
+    assert helper.main is None and [c.kernel for c in helper.setup[0]] == ["store"]
+    assert helper.setup[0][0].offset_bytes == dirty[0].main.offset_bytes  # type: ignore[union-attr]
+    shared = plans(pats["p1.s1.b0.SE.shared"])
+    assert [c.kernel for c in shared[1].setup[0]] == ["store", "flush", "load"]
+    assert [c.kernel for c in shared[0].setup[1]] == ["load"] and shared[1].setup[1] == ()
+
+
+def test_host_metadata() -> None:
+    h = host_metadata([0])
+    for key in ("cpu_model", "governor", "smt", "hugepages", "isolated", "loadavg"):
+        assert key in h
+    assert len(h["loadavg"]) == 3
