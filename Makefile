@@ -20,8 +20,12 @@ setup: $(STAMP)
 demo: $(STAMP)
 	mkdir -p $(OUT)
 	$(VENV)/bin/counterd probe
-	$(VENV)/bin/counterd record --out $(OUT)/example.jsonl -- $(PY) examples/bsp_sum.py
-	$(VENV)/bin/counterd summary $(OUT)/example.jsonl
+	$(VENV)/bin/microbench run --quick --out $(OUT)/quick.json --force
+	$(VENV)/bin/predict calibrate --results $(OUT)/quick.json --out $(OUT)/node.toml --force
+	$(VENV)/bin/counterd record --backend sim --out $(OUT)/example.jsonl -- $(PY) examples/bsp_sum.py
+	$(VENV)/bin/counterd report --records $(OUT)/example.jsonl --profile $(OUT)/node.toml
+	$(VENV)/bin/counterd report --records $(OUT)/example.jsonl --profile $(OUT)/node.toml \
+		--out $(OUT)/example.html
 
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)

@@ -37,9 +37,6 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("--json", action="store_true", help="print a JSON summary")
     rec.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
-    sm = sub.add_parser("summary", help="per-superstep table of a records file")
-    sm.add_argument("file", type=Path, help="JSON lines written by counterd record")
-    sm.add_argument("--json", action="store_true", help="machine-readable output")
 
     run = sub.add_parser("run", help="the daemon, in the foreground (systemd runs it)")
     run.add_argument("--config", type=Path, default=None,
@@ -57,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="a records JSONL file (counterd record --out) instead of the store")
     rp.add_argument("--store", type=Path, default=None, help="store path (default: config)")
     rp.add_argument("--config", type=Path, default=None, help="TOML config (store, profile)")
-    rp.add_argument("--profile", type=Path, default=None,
+    rp.add_argument("--profile", default=None,
                     help="machine profile for predictions (default: config predictor.profile)")
     rp.add_argument("--format", choices=("text", "json", "csv", "html"), default=None,
                     help="output format (default: text, or from the --out suffix)")
@@ -92,18 +89,6 @@ def _record(args: argparse.Namespace) -> int:
               f"{result.backend} -> {result.out}; command exited {result.exit_code}",
               file=sys.stderr)
     return result.exit_code
-
-
-def _summary(args: argparse.Namespace) -> int:
-    from counterd.records import read_jsonl
-    from counterd.summary import render, summarize
-
-    summaries = summarize(read_jsonl(args.file))
-    if args.json:
-        print(json.dumps([{**s.__dict__, "flags": sorted(s.flags)} for s in summaries], indent=2))
-    else:
-        print(render(summaries))
-    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -153,9 +138,9 @@ def _report(args: argparse.Namespace) -> int:
         from counterd.config import load
 
         profile = load(args.config).profile
-    if args.profile is not None and not args.profile.is_file():
-        raise BadInput(f"machine profile {args.profile} does not exist", "check --profile")
     predict, why = prediction.load(profile)
+    if args.profile is not None and predict is None:
+        raise BadInput(why, "give a profile file (predict calibrate --out) or a built-in name")
     if args.records is not None:
         from counterd.records import read_jsonl
 
@@ -175,7 +160,7 @@ def _report(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        command = {"probe": _probe, "record": _record, "summary": _summary, "run": _run,
+        command = {"probe": _probe, "record": _record, "run": _run,
                    "runs": _runs, "report": _report}[args.command]
         return command(args)
     except CounterdError as exc:

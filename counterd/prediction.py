@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from counterd.errors import CounterdError
 from counterd.records import SuperstepRecord
 
 log = logging.getLogger("counterd.prediction")
@@ -69,6 +70,10 @@ class Prediction:
 PredictFn = Callable[[Sequence[SuperstepRecord]], Prediction | None]
 
 
+class NoPrediction(CounterdError):
+    """The profile cannot predict these records (e.g. a counter its model needs is absent)."""
+
+
 def error_ratio(measured_s: float, predicted_s: float) -> float | None:
     """Seed 004's error metric E = max(T, P) / min(T, P) (>= 1; 1 is a perfect prediction)."""
     if measured_s <= 0 or predicted_s <= 0:
@@ -89,21 +94,29 @@ def per_processor(records: Sequence[SuperstepRecord]) -> dict[str, list[float]]:
     return {n: [by_rank[r].get(n, 0.0) for r in ranks] for n in names}
 
 
-def load(profile: Path | None) -> tuple[PredictFn | None, str]:
-    """A prediction function for ``profile``, or ``(None, reason)``. Never raises."""
+def load(profile: str | Path | None) -> tuple[PredictFn | None, str]:
+    """A prediction function for ``profile`` (a TOML file, or the name of a profile built into
+    the predictor, e.g. ``sgi-power-challenge``), or ``(None, reason)``. Never raises."""
     if profile is None:
         return None, "no machine profile configured (predictor.profile / COUNTERD_PROFILE)"
-    if not Path(profile).is_file():
+    if not Path(profile).is_file() and not _is_builtin(str(profile)):
         return None, f"machine profile {profile} does not exist"
     try:
-        return _from_predictor(Path(profile))
+        return _from_predictor(profile)
     except ImportError as exc:
         return None, f"the predictor package is not importable ({exc})"
     except Exception as exc:  # a broken profile must not take the daemon down
         return None, f"cannot load machine profile {profile}: {exc}"
 
 
-def _from_predictor(profile_path: Path) -> tuple[PredictFn | None, str]:
+def _is_builtin(name: str) -> bool:
+    try:
+        return name in importlib.import_module("predictor.profile").BUILTIN
+    except ImportError:
+        return False
+
+
+def _from_predictor(profile_path: str | Path) -> tuple[PredictFn | None, str]:
     profile_mod = importlib.import_module("predictor.profile")
     costfuncs = importlib.import_module("predictor.costfuncs")
     load_profile = getattr(profile_mod, "load_profile", None)
@@ -119,8 +132,7 @@ def _from_predictor(profile_path: Path) -> tuple[PredictFn | None, str]:
         try:
             values: Any = predict(profile, arrays)
         except Exception as exc:  # e.g. a counter the model needs is missing
-            log.debug("no prediction: %s", exc)
-            return None
+            raise NoPrediction(str(exc)) from exc
         return Prediction.from_mapping(values, str(profile_path))
 
     return fn, f"predictions from {profile_path}"

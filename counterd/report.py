@@ -115,6 +115,7 @@ def build(records: Iterable[SuperstepRecord], *, predict: PredictFn | None = Non
     for r in recs:
         groups[(r.index, r.name)].append(r)
     rows = []
+    failures: dict[str, list[int]] = defaultdict(list)
     for (index, name), group in sorted(groups.items()):
         ends = [r.end_ns for r in group]
         complete = all(e is not None for e in ends)
@@ -140,13 +141,15 @@ def build(records: Iterable[SuperstepRecord], *, predict: PredictFn | None = Non
         if predict is not None and complete:
             try:
                 pred = predict(group)
-            except Exception:  # a failing prediction is a missing column, not a failed report
-                pred = None
+            except Exception as exc:  # a failing prediction is a missing column, said once
+                failures[str(exc)].append(index)
         rows.append(StepRow(index, name, len({r.rank for r in group}), time_ns, work, counters,
                             frozenset().union(*(r.flags for r in group)), pred))
     present = tuple(sorted({k for row in rows for k in row.counters}, key=_counter_order))
     note = prediction_note if predict is None else (
         prediction_note or "predictions from the configured profile")
+    for why, steps in failures.items():
+        note += f"; no prediction for supersteps {', '.join(map(str, steps))}: {why}"
     return Report(source, tuple(sorted({r.run_id for r in recs})),
                   tuple(sorted({r.host for r in recs if r.host})),
                   tuple(sorted({r.backend for r in recs})), tuple(rows), note, present)

@@ -434,7 +434,7 @@ class Step:
     """An open superstep, returned by ``begin()`` and by ``with superstep(...) as step``."""
 
     __slots__ = ("recorder", "index", "name", "rank", "cpu", "begin_ns", "params", "start",
-                 "flags", "closed")
+                 "flags", "closed", "streams")
 
     def __init__(self, recorder: Recorder, index: int, name: str, rank: int, cpu: int,
                  begin_ns: int, params: dict[str, Param], start: Reading | None,
@@ -449,13 +449,14 @@ class Step:
         self.start = start
         self.flags = flags
         self.closed = False
+        self.streams: list[Any] = []
 
     def feed(self, stream: Any) -> None:
         """Declare an address stream this superstep executes (used by the ``sim`` backend; a
-        no-op for backends that count real hardware)."""
-        feed = getattr(self.recorder._state().group, "feed", None)
-        if feed is not None:
-            feed(stream)
+        no-op for backends that count real hardware). The stream is simulated when the
+        superstep ends, after its end time is taken: simulation is never part of the time."""
+        if getattr(self.recorder._state().group, "feed", None) is not None:
+            self.streams.append(stream)
 
     def __enter__(self) -> Step:
         return self
@@ -623,7 +624,6 @@ class Recorder:
             self._native.counterd_superstep_mark(step.index if step else -1, 1)
         end_ns = time.monotonic_ns()
         st = self._state()
-        stop = st.group.read() if st.group is not None else None
         stack = st.stack
         if step is None:
             if not stack:
@@ -631,6 +631,12 @@ class Recorder:
             step = stack[-1]
         if step.closed:
             return self._unmatched_end(step.name, end_ns)
+        if step.streams and st.group is not None:
+            feed = st.group.feed  # type: ignore[attr-defined]
+            for stream in step.streams:  # simulated after end_ns: not part of the time
+                feed(stream)
+            step.streams.clear()
+        stop = st.group.read() if st.group is not None else None
         if stack and stack[-1] is step:
             stack.pop()
         elif step in stack:

@@ -56,7 +56,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     (["record", "--backend", "bogus", "--out", "{tmp}/x.jsonl", "--", "true"], "unknown backend"),
     (["record", "--events", "loadz", "--out", "{tmp}/x.jsonl", "--", "true"], "unknown counter"),
     (["record", "--out", "{tmp}/x.jsonl"], "no command given"),
-    (["summary", "{tmp}/missing.jsonl"], "cannot read"),
+    (["report", "--records", "{tmp}/missing.jsonl"], "cannot read"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str],
                                               message: str) -> None:
@@ -68,12 +68,12 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str],
     assert not (tmp_path / "x.jsonl").exists()
 
 
-def test_cli_record_passes_exit_code_and_summary_reads_it(tmp_path: Path) -> None:
+def test_cli_record_passes_exit_code_and_report_reads_it(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
     assert main(["record", "--backend", "none", "--out", str(out), "--", "sh", "-c", "exit 4"]) == 4
-    proc = _cli("summary", "--json", str(out))
-    assert proc.returncode == 0
-    rows = json.loads(proc.stdout)
+    proc = _cli("report", "--records", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["supersteps"]
     assert len(rows) == 1 and rows[0]["flags"] == ["whole_command"]
 
 
