@@ -7,12 +7,21 @@ set-up of the first measured superstep; the counters reported are the difference
 first measured main kernel: one superstep, with caches as warm as in the timed run. Later
 measured supersteps repeat the same sweep over the same addresses (DESIGN.md section 4).
 
-What the simulation cannot see (said in the results): coherence (a store by one processor does
-not invalidate another's copy, so concurrent and coherence patterns show their sharing in time
-only), line flushes of the coherence set-up, prefetching, and hashed set indexing of real
-last-level caches. Shared levels: exclusive patterns give each processor its share of the
-ways (``Geometry.split_shared``); concurrent ones, whose processors use the same lines, give
-each the whole level.
+Patterns whose processors touch each other's data (mode ``concurrent``, and every coherence
+variant, whose preparer writes another rank's data) are simulated as one coherent system
+(``counterd.backends.sim.CoherentSim``): every participant, the helper included, in one
+simulation; each barrier-separated phase (pre-fault, each set-up step, the main kernel) is fed
+as one phase in which the workers' streams interleave in turns of ``chunk`` accesses; private
+levels are kept coherent by invalidation and the shared levels (sysfs) are one cache. Their
+per-level misses then include coherence misses, as a PMU's would; ``coherence_misses`` and
+``invalidations`` say how many. Exclusive patterns without a coherence variant share nothing,
+so each processor is simulated alone (memoised per plan), its share of the shared levels'
+ways given to it (``Geometry.split_shared``).
+
+What the simulation cannot see (said in the results): line flushes of the coherence set-up
+(so the ``clean`` and ``shared`` variants start from the preparer's copy still dirty), the
+timing of the interleaving (a fixed round-robin, not a race), prefetching, and hashed set
+indexing of real last-level caches.
 """
 
 from __future__ import annotations
@@ -22,7 +31,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
-from counterd.backends.sim import BankMap, CacheSim, Geometry, ProcessorCounts, Stream
+from counterd.backends.sim import (
+    DEFAULT_CHUNK,
+    BankMap,
+    CacheSim,
+    CoherentSim,
+    Geometry,
+    ProcessorCounts,
+    Stream,
+)
 from microbench.kernels import KernelCall
 from microbench.patterns import Pattern
 from microbench.runner import WorkerPlan, plans
@@ -40,6 +57,8 @@ class SimulatedSuperstep:
     counters: dict[str, int]
     lm: tuple[int, ...]
     wb: tuple[int, ...]
+    coherence_misses: int = 0  # not canonical: already inside l1d_misses/l2_misses
+    invalidations: int = 0
 
 
 def _delta(after: ProcessorCounts, before: ProcessorCounts) -> SimulatedSuperstep:
@@ -47,15 +66,23 @@ def _delta(after: ProcessorCounts, before: ProcessorCounts) -> SimulatedSuperste
     counters = {k: a[k] - b.get(k, 0) for k in a}
     lm = tuple(x - y for x, y in zip(after.banks.lm, before.banks.lm, strict=True))
     wb = tuple(x - y for x, y in zip(after.banks.wb, before.banks.wb, strict=True))
-    return SimulatedSuperstep(counters, lm, wb)
+    return SimulatedSuperstep(counters, lm, wb, after.coherence_misses - before.coherence_misses,
+                              after.invalidations - before.invalidations)
 
 
 def _streams(calls: Sequence[KernelCall]) -> list[Stream]:
     return [s for s in (c.stream() for c in calls) if s is not None]
 
 
-def shared_policy(pattern: Pattern) -> Literal["split", "copy"]:
-    return "copy" if pattern.mode == "concurrent" else "split"
+def uses_coherence(pattern: Pattern) -> bool:
+    """Whether the pattern's processors share data, so it is simulated as a coherent system."""
+    return pattern.mode == "concurrent" or pattern.coherence is not None
+
+
+def shared_policy(pattern: Pattern) -> Literal["split", "coherent"]:
+    """How shared levels are simulated: ``coherent`` (one cache, see the module doc) or
+    ``split`` (each exclusive processor alone with its share of the ways)."""
+    return "coherent" if uses_coherence(pattern) else "split"
 
 
 def sim_geometry(pattern: Pattern, geometry: Geometry) -> Geometry:
@@ -82,6 +109,32 @@ def _simulate_plan(plan: WorkerPlan, warmup: int, geometry: Geometry, bank_map: 
     return _delta(sim.counts(), before)
 
 
+@lru_cache(maxsize=64)
+def _simulate_system(plans_: tuple[WorkerPlan, ...], warmup: int, geometry: Geometry,
+                     bank_map: BankMap, engine: Literal["auto", "native", "python"],
+                     chunk: int) -> tuple[SimulatedSuperstep, ...]:
+    """Every participant in one coherent simulation, phase by phase as the runner's barriers
+    separate them; per timed processor, the delta across the first measured main kernel.
+    Memoised on the plans (e.g. coherence variants that differ only in timing repeat)."""
+    sim = CoherentSim(geometry, len(plans_), bank_map, engine, chunk=chunk)
+    sim.feed([_streams(p.prefault) for p in plans_])
+    steps = max((len(p.setup) for p in plans_), default=0)
+    main = [_streams([p.main]) if p.main is not None else [] for p in plans_]
+
+    def setup() -> None:
+        for k in range(steps):
+            sim.feed([_streams(p.setup[k]) if k < len(p.setup) else [] for p in plans_])
+
+    for _ in range(warmup):
+        setup()
+        sim.feed(main)
+    setup()
+    before = sim.counts()
+    sim.feed(main)
+    after = sim.counts()
+    return tuple(_delta(a, b) for a, b, p in zip(after, before, plans_, strict=True) if p.timed)
+
+
 def _plan_key(plan: WorkerPlan) -> WorkerPlan:
     # The slot does not change what is simulated: processors with equal calls share a result.
     return WorkerPlan(0, plan.timed, plan.prefault, plan.setup, plan.main)
@@ -89,11 +142,19 @@ def _plan_key(plan: WorkerPlan) -> WorkerPlan:
 
 def simulate_pattern(pattern: Pattern, geometry: Geometry, bank_map: BankMap, *, warmup: int,
                      page_bytes: int = 4096,
-                     engine: Literal["auto", "native", "python"] = "auto"
+                     engine: Literal["auto", "native", "python"] = "auto",
+                     chunk: int = DEFAULT_CHUNK, coherent: bool | None = None
                      ) -> tuple[SimulatedSuperstep, ...]:
     """Per timed processor (rank order): simulated counters of one measured superstep after
-    the pre-fault and ``warmup`` warm-up supersteps the runner executes."""
-    g = sim_geometry(pattern, geometry)
+    the pre-fault and ``warmup`` warm-up supersteps the runner executes. Patterns that share
+    data (:func:`uses_coherence`) are simulated coherently, interleaved in turns of ``chunk``
+    accesses. ``coherent=False`` forces the independent per-processor simulation (each
+    concurrent processor with the whole shared levels, as if alone: where its accesses would
+    be served without sharing); None: :func:`uses_coherence`."""
+    if uses_coherence(pattern) if coherent is None else coherent:
+        return _simulate_system(plans(pattern, page_bytes), warmup, geometry, bank_map, engine,
+                                chunk)
+    g = geometry if pattern.mode == "concurrent" else geometry.split_shared(pattern.procs)
     out = []
     for plan in plans(pattern, page_bytes):
         if plan.timed:
@@ -103,7 +164,8 @@ def simulate_pattern(pattern: Pattern, geometry: Geometry, bank_map: BankMap, *,
 
 def clear_cache() -> None:
     _simulate_plan.cache_clear()
+    _simulate_system.cache_clear()
 
 
 __all__ = ["SIM_COUNTERS", "SimulatedSuperstep", "clear_cache", "shared_policy",
-           "sim_geometry", "simulate_pattern"]
+           "sim_geometry", "simulate_pattern", "uses_coherence"]

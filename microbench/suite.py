@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from counterd import backends
-from counterd.backends.sim import native_status
+from counterd.backends.sim import DEFAULT_CHUNK, native_status
 from counterd.errors import BadInput
 from counterd.events import Source
 from microbench import results
@@ -27,6 +27,7 @@ from microbench.counters import (
     SimulatedSuperstep,
     shared_policy,
     simulate_pattern,
+    uses_coherence,
 )
 from microbench.patterns import Machine, Pattern
 from microbench.runner import (
@@ -42,12 +43,16 @@ from microbench.runner import (
 BACKENDS: tuple[str, ...] = ("auto", "perf", "papi", "sim")
 
 SIM_NOTES = (
-    "simulated counters: counterd sim backend (write-back LRU caches, per-processor private "
-    "copies; shared levels split among exclusive processors); one superstep after the same "
-    "pre-fault and warm-up supersteps as the timed run",
-    "the simulator has no coherence: invalidations and interventions between processors "
-    "(concurrent patterns, coherence variants) appear in time_ns only (flag "
-    "no_coherence_in_sim); coherence set-up line flushes are not simulated",
+    "simulated counters: counterd sim backend (write-back LRU caches; shared levels split "
+    "among exclusive processors); one superstep after the same pre-fault and warm-up "
+    "supersteps as the timed run",
+    "concurrent patterns and coherence variants (sim.shared_policy 'coherent') are simulated "
+    "as one system: workers' streams interleaved round-robin in turns of sim.coherence.chunk "
+    "accesses per barrier phase, MSI invalidation between private levels, shared levels one "
+    "cache; coherence misses are inside l1d_misses/l2_misses (counts per rank in "
+    "sim.coherence). Not modelled: E state, forwarding of clean lines, upgrade misses, the "
+    "race timing of the interleaving, and the coherence set-up's line flushes (clean/shared "
+    "variants start from the preparer's dirty copy)",
     "the simulator indexes sets by address modulo sets; real last-level caches hash their "
     "index, so strided memory patterns whose distinct lines fit the last level may partly hit "
     "there on hardware (flag llc_may_hold)",
@@ -103,8 +108,8 @@ def _llc_may_hold(p: Pattern, machine: Machine) -> bool:
 def _flags(p: Pattern, timing: PatternTiming, sim0: SimulatedSuperstep, machine: Machine,
            measured: bool) -> list[str]:
     flags = list(timing.flags)
-    if p.procs > 1 or p.coherence is not None:
-        flags.append("no_coherence_in_sim")
+    if (p.procs > 1 or p.coherence is not None) and not uses_coherence(p):
+        flags.append("no_coherence_in_sim")  # simulated per processor, without coherence
     if _llc_may_hold(p, machine):
         flags.append("llc_may_hold")
     lines = [lv.line_bytes for lv in machine.geometry.levels]
@@ -137,6 +142,10 @@ def _record(p: Pattern, machine: Machine, timing: PatternTiming,
             "steal": timing.steal, "unsupported": dict(timing.unsupported)}
     sim_meta = {"engine": engine, "shared_policy": shared_policy(p), "warmup": cfg.warmup,
                 "served_level": results.served_level(sims[0].counters, p, lines)}
+    if uses_coherence(p):
+        sim_meta["coherence"] = {"chunk": DEFAULT_CHUNK,
+                                 "coherence_misses": [s.coherence_misses for s in sims],
+                                 "invalidations": [s.invalidations for s in sims]}
     return results.pattern_record(
         p, machine, samples_ns=timing.samples_ns.tolist(),
         warmup_samples_ns=timing.warmup_samples_ns.tolist(), processors=procs,

@@ -69,6 +69,10 @@ def _declare_cachesim(lib: ctypes.CDLL) -> None:
     lib.counterd_cachesim_strided.restype = c.c_int64
     lib.counterd_cachesim_flush.argtypes = [c.c_void_p]
     lib.counterd_cachesim_flush.restype = None
+    if hasattr(lib, "counterd_cachesim_interleave"):  # coherent systems (sim.CoherentSim)
+        lib.counterd_cachesim_interleave.argtypes = [c.c_void_p, c.c_int64, c.c_void_p,
+                                                     c.c_void_p, c.c_uint64, c.c_void_p]
+        lib.counterd_cachesim_interleave.restype = c.c_int64
     lib.counterd_cachesim_state_size.argtypes = []
     lib.counterd_cachesim_state_size.restype = c.c_size_t
 

@@ -11,7 +11,14 @@
  *
  * LRU is kept with last-use stamps instead of move-to-front lists: the victim is the valid way
  * with the smallest stamp, which is exactly the tail of the Python engine's MRU-first list,
- * because every promotion or insertion takes a fresh, strictly larger stamp.
+ * because every promotion or insertion takes a fresh, strictly larger stamp. An invalidated way
+ * (tag 0) is taken before any valid one, as the Python engine's shorter list evicts nothing.
+ *
+ * Coherence (sim.py, "Several processors, coherent"): the processors of one system each have a
+ * cs_state; their first npriv levels are private, the levels below share tags/stamps/dirty
+ * arrays (one cache) and the clock, each processor keeping its own counters. A load or store
+ * first snoops the other processors' private levels (snoop()), then runs as usual; a fill of
+ * the snooped line that reaches level npriv is served by the cache-to-cache transfer instead.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -38,7 +45,7 @@ typedef struct {
     uint64_t *counts; /* CS_NCOUNTS */
 } cs_level;
 
-typedef struct {
+typedef struct cs_state_s {
     int64_t nlevels;
     cs_level level[CS_MAX_LEVELS];
     cs_level tlb;     /* line_bytes = page size; counts[CS_HITS], counts[CS_MISSES] used */
@@ -46,9 +53,17 @@ typedef struct {
     uint64_t interleave;
     uint64_t *lm;     /* banks: last-level misses served by each bank */
     uint64_t *wb;     /* banks: last-level writebacks to each bank */
-    uint64_t clock;   /* LRU stamp source; shared by all levels of this processor */
+    uint64_t *clock;  /* LRU stamp source; shared by all levels (and processors of a system) */
     uint64_t loads;
     uint64_t stores;
+    /* Coherence; nprocs = 1 (procs unused) for an independent processor. */
+    int64_t npriv;    /* levels 0..npriv-1 are private, npriv.. shared by the system */
+    int64_t nprocs;
+    struct cs_state_s **procs; /* nprocs states of the system, this one included */
+    uint64_t pending; /* line (in level npriv-1 lines) a transfer will fill, if has_pending */
+    int64_t has_pending;
+    uint64_t coherence_misses; /* demand misses served by another processor's dirty copy */
+    uint64_t invalidations;    /* times another's store removed a line from our private levels */
 } cs_state;
 
 static void access_level(cs_state *st, int64_t k, uint64_t addr, int op);
@@ -64,6 +79,12 @@ static void memory_access(cs_state *st, uint64_t addr, int op)
 
 static void access_level(cs_state *st, int64_t k, uint64_t addr, int op)
 {
+    if (k == st->npriv && op == OP_READ && st->has_pending &&
+        addr / st->level[k - 1].line_bytes == st->pending) {
+        st->coherence_misses++; /* cache-to-cache transfer: the shared levels are not asked */
+        st->has_pending = 0;
+        return;
+    }
     if (k == st->nlevels) {
         memory_access(st, addr, op);
         return;
@@ -86,7 +107,7 @@ static void access_level(cs_state *st, int64_t k, uint64_t addr, int op)
                 dirty[w] = 1; /* a writeback is not a use: the LRU order stays */
             } else {
                 lv->counts[CS_HITS]++;
-                stamps[w] = ++st->clock;
+                stamps[w] = ++*st->clock;
                 if (op == OP_WRITE)
                     dirty[w] = 1;
             }
@@ -108,7 +129,7 @@ static void access_level(cs_state *st, int64_t k, uint64_t addr, int op)
     uint64_t old_tag = tags[victim];
     uint8_t old_dirty = dirty[victim];
     tags[victim] = tag;
-    stamps[victim] = ++st->clock;
+    stamps[victim] = ++*st->clock;
     dirty[victim] = (uint8_t)(op != OP_READ);
     if (old_tag != 0 && old_dirty) {
         lv->counts[CS_WRITEBACKS]++;
@@ -128,7 +149,7 @@ static void tlb_access(cs_state *st, uint64_t addr)
         uint64_t i = base + w;
         if (t->tags[i] == tag) {
             t->counts[CS_HITS]++;
-            t->stamps[i] = ++st->clock;
+            t->stamps[i] = ++*st->clock;
             return;
         }
         if (!have_invalid) {
@@ -142,20 +163,71 @@ static void tlb_access(cs_state *st, uint64_t addr)
     }
     t->counts[CS_MISSES]++;
     t->tags[base + victim] = tag;
-    t->stamps[base + victim] = ++st->clock;
+    t->stamps[base + victim] = ++*st->clock;
+}
+
+/* The other processors' private copies of addr's line. A store invalidates them; a load makes
+ * dirty ones clean. Each dirty copy counts a writeback of its level; a load's also goes to the
+ * first shared level (or memory), since M -> S updates memory. Returns whether any copy was
+ * dirty: the line then comes to st by a cache-to-cache transfer. */
+static int snoop(cs_state *st, uint64_t addr, int store)
+{
+    int found_dirty = 0;
+    uint64_t last_line = st->level[st->npriv - 1].line_bytes;
+    for (int64_t p = 0; p < st->nprocs; p++) {
+        cs_state *o = st->procs[p];
+        if (o == st)
+            continue;
+        int any = 0, was_dirty = 0;
+        for (int64_t k = 0; k < o->npriv; k++) {
+            cs_level *lv = &o->level[k];
+            uint64_t line = addr / lv->line_bytes;
+            uint64_t base = (line % lv->sets) * lv->ways;
+            for (uint64_t w = 0; w < lv->ways; w++) {
+                if (lv->tags[base + w] == line + 1) {
+                    any = 1;
+                    if (lv->dirty[base + w]) {
+                        lv->counts[CS_WRITEBACKS]++;
+                        lv->dirty[base + w] = 0;
+                        was_dirty = 1;
+                    }
+                    if (store)
+                        lv->tags[base + w] = 0;
+                    break;
+                }
+            }
+        }
+        if (store && any)
+            o->invalidations++;
+        if (was_dirty) {
+            found_dirty = 1;
+            if (!store)
+                access_level(o, o->npriv, addr / last_line * last_line, OP_WB);
+        }
+    }
+    return found_dirty;
+}
+
+static void demand(cs_state *st, uint64_t addr, int op)
+{
+    tlb_access(st, addr);
+    if (st->nprocs > 1 && st->npriv > 0 && snoop(st, addr, op == OP_WRITE)) {
+        st->pending = addr / st->level[st->npriv - 1].line_bytes;
+        st->has_pending = 1;
+    }
+    access_level(st, 0, addr, op);
+    st->has_pending = 0;
 }
 
 static inline void one_access(cs_state *st, uint64_t addr, uint8_t kind)
 {
     if (kind != CS_STORE) {
         st->loads++;
-        tlb_access(st, addr);
-        access_level(st, 0, addr, OP_READ);
+        demand(st, addr, OP_READ);
     }
     if (kind != CS_LOAD) {
         st->stores++;
-        tlb_access(st, addr);
-        access_level(st, 0, addr, OP_WRITE);
+        demand(st, addr, OP_WRITE);
     }
 }
 
@@ -183,6 +255,74 @@ int64_t counterd_cachesim_strided(cs_state *st, uint64_t base, uint64_t count, u
     for (uint64_t r = 0; r < reps; r++)
         for (uint64_t i = 0; i < count; i++)
             one_access(st, base + i * stride, kind);
+    return 0;
+}
+
+/* One segment of a processor's part of an interleaved phase: a general stream (addrs != NULL,
+ * count elements) or a strided one (base + i*stride, count, reps, kind). */
+typedef struct {
+    uint64_t base;
+    uint64_t count;
+    uint64_t stride;
+    uint64_t reps;
+    const uint64_t *addrs;
+    const uint8_t *kinds;
+    uint64_t kind;
+} cs_seg;
+
+/* Next access of one processor: cur = {segment, rep, index}; segments seg[cur[0]..end). */
+static int next_access(const cs_seg *segs, uint64_t end, uint64_t *cur, uint64_t *addr,
+                       uint8_t *kind)
+{
+    while (cur[0] < end) {
+        const cs_seg *s = &segs[cur[0]];
+        if (s->addrs != NULL && cur[2] < s->count) {
+            *addr = s->addrs[cur[2]];
+            *kind = s->kinds[cur[2]];
+            cur[2]++;
+            return 1;
+        }
+        if (s->addrs == NULL && cur[1] < s->reps && s->count > 0) {
+            *addr = s->base + cur[2] * s->stride;
+            *kind = (uint8_t)s->kind;
+            if (++cur[2] == s->count) {
+                cur[2] = 0;
+                cur[1]++;
+            }
+            return 1;
+        }
+        cur[0]++;
+        cur[1] = cur[2] = 0;
+    }
+    return 0;
+}
+
+/* One phase of a system of nprocs processors (procs[p]'s segments are segs[start[p] ..
+ * start[p+1])): round-robin, chunk accesses of processor 0, then of 1, ..., until all are
+ * done. cursor: 3*nprocs zeroed scratch. Returns 0, or -1 on a bad kind (simulation stops). */
+__attribute__((visibility("default")))
+int64_t counterd_cachesim_interleave(cs_state **procs, int64_t nprocs, const cs_seg *segs,
+                                     const uint64_t *start, uint64_t chunk, uint64_t *cursor)
+{
+    for (int64_t p = 0; p < nprocs; p++)
+        cursor[3 * p] = start[p];
+    int active = 1;
+    while (active) {
+        active = 0;
+        for (int64_t p = 0; p < nprocs; p++) {
+            uint64_t addr;
+            uint8_t kind;
+            uint64_t n = 0;
+            while (n < chunk && next_access(segs, start[p + 1], cursor + 3 * p, &addr, &kind)) {
+                if (kind > CS_RMW)
+                    return -1;
+                one_access(procs[p], addr, kind);
+                n++;
+            }
+            if (n == chunk)
+                active = 1;
+        }
+    }
     return 0;
 }
 

@@ -26,19 +26,52 @@ Model, per processor (the same in both engines; the Python engine is the specifi
 * addresses are full 64-bit values (pycachesim truncates them to 32 bits, its issue 15, which
   is why it is only the tests' cross-check, fed offsets below 4 GiB).
 
-Several processors (:func:`simulate`): each has private caches. No coherence is simulated, so
-concurrent-sharing effects "appear in time but not in simulated counters" (DESIGN.md
-section 4). Levels that sysfs lists as shared between CPUs (the host's L3) are, by default,
-given to every processor as a private full-size copy (``shared="copy"``: what one processor
-sees when it runs alone); ``shared="split"`` gives each its share of the ways instead.
+Several processors, independent (:func:`simulate`, ``coherence=False``): each has private
+caches and no coherence is simulated, so concurrent-sharing effects "appear in time but not in
+simulated counters" (DESIGN.md section 4). Levels that sysfs lists as shared between CPUs (the
+host's L3) are, by default, given to every processor as a private full-size copy
+(``shared="copy"``: what one processor sees when it runs alone); ``shared="split"`` gives each
+its share of the ways instead.
+
+Several processors, coherent (:class:`CoherentSim`, ``simulate(..., coherence=True)``):
+
+* the leading levels whose sysfs ``shared_cpus`` name at most one CPU (or are unknown) are
+  private to each processor; the first level shared between CPUs and every level below it are
+  one cache shared by all the simulated processors (one set of lines, one LRU order), each
+  processor counting its own requests to it (its ``lN_misses``, LM(b), WB(b));
+* the processors' streams are interleaved round-robin, ``chunk`` accesses of processor 0, then
+  of 1, ..., (an ``rmw`` is one access) until all are done; streams separated by a barrier are
+  fed as separate phases (:meth:`CoherentSim.feed`). Real concurrent execution interleaves at
+  the grain of a few accesses; the default :data:`DEFAULT_CHUNK` = 8 is one 64 B line of 8 B
+  words at stride 1, i.e. a processor that owns a line keeps it for the accesses it makes to it
+  in a row (store buffers and ownership hold times give that much on hardware), and strided
+  sweeps with larger strides alternate at every line;
+* an invalidation protocol (MSI over the private levels; a private copy is dirty = M, clean =
+  S): before a load or store by processor i, every other processor's private levels are
+  snooped for the line (each level in its own line size). A store invalidates every copy
+  (``invalidations`` of the owner +1, once per store whatever the number of its levels held
+  the line); a load makes dirty copies clean. Each dirty copy found counts a writeback of its
+  level; for a load the data also goes to the first shared level (a writeback arriving there,
+  or to memory when there is none), since M -> S updates memory; for a store it moves to i only.
+  When a dirty copy was found, i's access misses in all its private levels (it has no copy:
+  a dirty line has no other copies) and the fill is served by a cache-to-cache transfer: the
+  shared levels and memory are not asked, and ``coherence_misses`` of i +1. Misses caused by
+  invalidations are ordinary misses in ``lN_misses``, as on hardware;
+* not modelled: exclusive (E) state and silent upgrades (a store hitting a clean shared copy
+  is a hit that invalidates the others), MESIF/MOESI forwarding of clean lines (a miss on a
+  line another processor holds clean is served from the shared level or memory), upgrade
+  requests as misses, single-line flushes, timing of the interleaving (it is a fixed
+  round-robin, not a race), and false sharing across different line sizes (each level
+  invalidates its own line, exact when private line sizes are equal).
 """
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
+import itertools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -76,6 +109,7 @@ _TLB_NOTE = (f"DTLB not in sysfs: default {DEFAULT_TLB_ENTRIES} entries "
              f"{DEFAULT_TLB_WAYS}-way, {DEFAULT_PAGE_BYTES // 1024} KiB pages")
 
 MAX_LEVELS = 8  # CS_MAX_LEVELS in cachesim.c
+DEFAULT_CHUNK = 8  # accesses per turn when coherent processors interleave (module doc)
 _U64 = 1 << 64
 
 UNSUPPORTED_REASON = "simulation counts memory accesses, not time or instructions"
@@ -162,6 +196,17 @@ class Geometry:
         if self.tlb_entries <= 0 or self.tlb_ways <= 0 or self.tlb_entries % self.tlb_ways:
             raise BadInput(f"TLB of {self.tlb_entries} entries, {self.tlb_ways}-way",
                            "entries must be a positive multiple of ways")
+
+    @property
+    def private_levels(self) -> int:
+        """How many leading levels are private to one CPU (sysfs ``shared_cpus`` of at most one
+        CPU, or unknown); the rest are one cache shared by a coherent system's processors."""
+        n = 0
+        for lv in self.levels:
+            if len(lv.shared_cpus) > 1:
+                break
+            n += 1
+        return n
 
     @property
     def tlb_sets(self) -> int:
@@ -428,13 +473,19 @@ class BankCounts:
 
 @dataclass(frozen=True)
 class ProcessorCounts:
-    """Cumulative simulated counts of one processor."""
+    """Cumulative simulated counts of one processor. ``coherence_misses`` (demand misses served
+    by a cache-to-cache transfer of another processor's dirty copy) and ``invalidations``
+    (times another processor's store removed a line from this one's private levels) are
+    counted by coherent systems only (:class:`CoherentSim`); they are not canonical counters:
+    the misses they explain are already in ``lN_misses``."""
 
     loads: int
     stores: int
     dtlb_misses: int
     levels: tuple[LevelCounts, ...]
     banks: BankCounts
+    coherence_misses: int = 0
+    invalidations: int = 0
 
     def canonical(self) -> dict[str, int]:
         """Canonical counter name -> value (levels beyond L3 have no canonical name)."""
@@ -486,10 +537,22 @@ class _PythonEngine:
 
     name: EngineName = "python"
 
-    def __init__(self, geometry: Geometry, bankmap: BankMap) -> None:
+    def __init__(self, geometry: Geometry, bankmap: BankMap, *, coherent: bool = False,
+                 shared_from: _PythonEngine | None = None) -> None:
         self.g = geometry
         self.bankmap = bankmap
         self.sets: list[dict[int, list[list[int]]]] = [{} for _ in geometry.levels]
+        # Coherence (module doc): a system's processors share the sets of levels npriv.. and
+        # list each other in peers; an independent processor is its own only peer.
+        self.npriv = len(geometry.levels)
+        self.peers: list[_PythonEngine] = [self]
+        if coherent:
+            self.npriv = geometry.private_levels
+        if shared_from is not None:
+            self.sets[self.npriv:] = shared_from.sets[self.npriv:]
+        self.pending: int | None = None  # line a cache-to-cache transfer will fill
+        self.coherence_misses = 0
+        self.invalidations = 0
         self.counts = [[0] * len(LEVEL_FIELDS) for _ in geometry.levels]
         self.tlb: dict[int, list[int]] = {}
         self.tlb_misses = 0
@@ -499,6 +562,11 @@ class _PythonEngine:
         self.wb = [0] * bankmap.banks
 
     def _access(self, k: int, addr: int, op: int) -> None:
+        if (k == self.npriv and op == _READ and self.pending is not None
+                and addr // self.g.levels[k - 1].line_bytes == self.pending):
+            self.coherence_misses += 1  # cache-to-cache transfer: shared levels not asked
+            self.pending = None
+            return
         if k == len(self.g.levels):  # memory
             bank = self.bankmap.bank(addr)
             if op == _WB:
@@ -542,15 +610,51 @@ class _PythonEngine:
                 entries.pop()
         entries.insert(0, page)
 
+    def _snoop(self, addr: int, store: bool) -> bool:
+        """Other processors' private copies of addr's line: a store invalidates them, a load
+        cleans dirty ones (module doc). Whether any copy was dirty (then: a transfer)."""
+        found_dirty = False
+        last = self.g.levels[self.npriv - 1].line_bytes
+        for o in self.peers:
+            if o is self:
+                continue
+            held = was_dirty = False
+            for k in range(o.npriv):
+                level = o.g.levels[k]
+                line = addr // level.line_bytes
+                ways = o.sets[k].get(line % level.sets, [])
+                for i, entry in enumerate(ways):
+                    if entry[0] == line:
+                        held = True
+                        if entry[1]:
+                            o.counts[k][_WRITEBACKS] += 1
+                            entry[1] = 0
+                            was_dirty = True
+                        if store:
+                            del ways[i]
+                        break
+            if store and held:
+                o.invalidations += 1
+            if was_dirty:
+                found_dirty = True
+                if not store:  # M -> S: the data also goes to the shared level (or memory)
+                    o._access(o.npriv, addr // last * last, _WB)
+        return found_dirty
+
+    def _demand(self, addr: int, op: int) -> None:
+        self._tlb(addr)
+        if len(self.peers) > 1 and self.npriv > 0 and self._snoop(addr, op == _WRITE):
+            self.pending = addr // self.g.levels[self.npriv - 1].line_bytes
+        self._access(0, addr, op)
+        self.pending = None
+
     def _one(self, addr: int, kind: int) -> None:
         if kind != KIND_CODES["store"]:
             self.loads += 1
-            self._tlb(addr)
-            self._access(0, addr, _READ)
+            self._demand(addr, _READ)
         if kind != KIND_CODES["load"]:
             self.stores += 1
-            self._tlb(addr)
-            self._access(0, addr, _WRITE)
+            self._demand(addr, _WRITE)
 
     def feed(self, stream: Stream) -> None:
         if isinstance(stream, StridedStream):
@@ -575,7 +679,8 @@ class _PythonEngine:
         levels = tuple(LevelCounts(lv.level, *c) for lv, c in zip(self.g.levels, self.counts,
                                                                     strict=True))
         return ProcessorCounts(self.loads, self.stores, self.tlb_misses, levels,
-                               BankCounts(tuple(self.lm), tuple(self.wb)))
+                               BankCounts(tuple(self.lm), tuple(self.wb)),
+                               self.coherence_misses, self.invalidations)
 
 
 class _CLevel(ctypes.Structure):
@@ -590,8 +695,21 @@ class _CState(ctypes.Structure):
 
     _fields_ = [("nlevels", ctypes.c_int64), ("level", _CLevel * MAX_LEVELS), ("tlb", _CLevel),
                 ("banks", ctypes.c_uint64), ("interleave", ctypes.c_uint64),
-                ("lm", ctypes.c_void_p), ("wb", ctypes.c_void_p), ("clock", ctypes.c_uint64),
-                ("loads", ctypes.c_uint64), ("stores", ctypes.c_uint64)]
+                ("lm", ctypes.c_void_p), ("wb", ctypes.c_void_p), ("clock", ctypes.c_void_p),
+                ("loads", ctypes.c_uint64), ("stores", ctypes.c_uint64),
+                ("npriv", ctypes.c_int64), ("nprocs", ctypes.c_int64),
+                ("procs", ctypes.c_void_p), ("pending", ctypes.c_uint64),
+                ("has_pending", ctypes.c_int64), ("coherence_misses", ctypes.c_uint64),
+                ("invalidations", ctypes.c_uint64)]
+
+
+class _CSeg(ctypes.Structure):
+    """Mirror of cs_seg in cachesim.c: one stream of a processor's part of a phase."""
+
+    _fields_ = [("base", ctypes.c_uint64), ("count", ctypes.c_uint64),
+                ("stride", ctypes.c_uint64), ("reps", ctypes.c_uint64),
+                ("addrs", ctypes.c_void_p), ("kinds", ctypes.c_void_p),
+                ("kind", ctypes.c_uint64)]
 
 
 def native_status() -> tuple[bool, str]:
@@ -599,9 +717,9 @@ def native_status() -> tuple[bool, str]:
     lib = _native.lib()
     if lib is None:
         return False, _native.missing_reason()
-    if not hasattr(lib, "counterd_cachesim_run"):
-        return False, ("the native library predates cachesim.c: rebuild it with "
-                       "pip install -e . (needs a C compiler)")
+    if not hasattr(lib, "counterd_cachesim_interleave"):
+        return False, ("the native library predates cachesim.c (or its coherence): rebuild "
+                       "it with pip install -e . (needs a C compiler)")
     size = lib.counterd_cachesim_state_size()
     if size != ctypes.sizeof(_CState):
         return False, (f"cachesim.c's state is {size} B but sim.py expects "
@@ -614,7 +732,8 @@ class _NativeEngine:
 
     name: EngineName = "native"
 
-    def __init__(self, geometry: Geometry, bankmap: BankMap) -> None:
+    def __init__(self, geometry: Geometry, bankmap: BankMap, *, coherent: bool = False,
+                 shared_from: _NativeEngine | None = None) -> None:
         self.g = geometry
         lib = _native.lib()
         if lib is None:  # CacheSim checks native_status() first
@@ -623,8 +742,18 @@ class _NativeEngine:
         self._keep: list[np.ndarray] = []  # arrays the C state points into
         st = _CState()
         st.nlevels = len(geometry.levels)
+        st.npriv, st.nprocs = len(geometry.levels), 1
+        # A system's processors share the clock and the arrays of levels npriv.. (module doc).
+        self.clock: np.ndarray = (np.zeros(1, np.uint64) if shared_from is None
+                                  else shared_from.clock)
+        st.clock = self.clock.ctypes.data
+        if coherent:
+            st.npriv = geometry.private_levels
         for i, lv in enumerate(geometry.levels):
-            self._fill_level(st.level[i], lv.sets, lv.ways, lv.line_bytes)
+            if shared_from is not None and i >= st.npriv:
+                self._share_level(st.level[i], shared_from, i)
+            else:
+                self._fill_level(st.level[i], lv.sets, lv.ways, lv.line_bytes)
         self._fill_level(st.tlb, geometry.tlb_sets, geometry.tlb_ways, geometry.page_bytes)
         st.banks, st.interleave = bankmap.banks, bankmap.interleave_bytes
         self.lm = np.zeros(bankmap.banks, np.uint64)
@@ -641,6 +770,15 @@ class _NativeEngine:
         self._keep += [tags, stamps, dirty, counts]
         cl.sets, cl.ways, cl.line_bytes = sets, ways, line_bytes
         cl.tags, cl.stamps, cl.dirty = tags.ctypes.data, stamps.ctypes.data, dirty.ctypes.data
+        cl.counts = counts.ctypes.data
+
+    def _share_level(self, cl: _CLevel, other: _NativeEngine, i: int) -> None:
+        tags, stamps, dirty = other._keep[4 * i: 4 * i + 3]
+        counts = np.zeros(len(LEVEL_FIELDS), np.uint64)  # each processor counts its own
+        self._keep += [tags, stamps, dirty, counts]
+        src = other.state.level[i]
+        cl.sets, cl.ways, cl.line_bytes = src.sets, src.ways, src.line_bytes
+        cl.tags, cl.stamps, cl.dirty = src.tags, src.stamps, src.dirty
         cl.counts = counts.ctypes.data
 
     def feed(self, stream: Stream) -> None:
@@ -666,7 +804,9 @@ class _NativeEngine:
         tlb = self._counts(len(self.g.levels))
         return ProcessorCounts(int(self.state.loads), int(self.state.stores), tlb[_MISSES],
                                levels, BankCounts(tuple(int(x) for x in self.lm),
-                                                  tuple(int(x) for x in self.wb)))
+                                                  tuple(int(x) for x in self.wb)),
+                               int(self.state.coherence_misses),
+                               int(self.state.invalidations))
 
 
 class CacheSim:
@@ -704,19 +844,143 @@ class CacheSim:
         return self._engine.result()
 
 
+PhaseStreams = Sequence[Stream | Sequence[Stream] | None]
+
+
+def _stream_list(streams: Stream | Sequence[Stream] | None) -> list[Stream]:
+    if streams is None:
+        return []
+    if isinstance(streams, StridedStream | AddressStream):
+        return [streams]
+    return list(streams)
+
+
+def _accesses(streams: Sequence[Stream]) -> Iterator[tuple[int, int]]:
+    for s in streams:
+        if isinstance(s, StridedStream):
+            code = KIND_CODES[s.kind]
+            for _ in range(s.reps):
+                for i in range(s.count):
+                    yield s.base + i * s.stride_bytes, code
+        else:
+            yield from zip(s.addresses.tolist(), s.kinds.tolist(), strict=True)
+
+
+class CoherentSim:
+    """``processors`` processors with private levels kept coherent by invalidation and shared
+    levels that are one cache (module doc, "Several processors, coherent"). :meth:`feed` runs
+    one phase (the streams between two barriers), interleaving the processors round-robin in
+    turns of ``chunk`` accesses. ``engine`` as for :class:`CacheSim`."""
+
+    def __init__(self, geometry: Geometry, processors: int, bankmap: BankMap = SGI_BANKS,
+                 engine: Literal["auto", "native", "python"] = "auto", *,
+                 chunk: int = DEFAULT_CHUNK) -> None:
+        if processors < 1 or chunk < 1:
+            raise BadInput(f"{processors} processors interleaved in turns of {chunk} accesses",
+                           "give at least one processor and chunk >= 1")
+        probe = CacheSim(geometry, bankmap, engine)  # validates engine, picks auto
+        self.geometry, self.bankmap, self.chunk = geometry, bankmap, chunk
+        self.engine_name: EngineName = probe.engine_name
+        self._py: list[_PythonEngine] = []
+        self._c: list[_NativeEngine] = []
+        if self.engine_name == "python":
+            first = _PythonEngine(geometry, bankmap, coherent=True)
+            self._py = [first] + [_PythonEngine(geometry, bankmap, coherent=True,
+                                                shared_from=first)
+                                  for _ in range(processors - 1)]
+            for e in self._py:
+                e.peers = self._py
+        else:
+            c0 = _NativeEngine(geometry, bankmap, coherent=True)
+            self._c = [c0] + [_NativeEngine(geometry, bankmap, coherent=True, shared_from=c0)
+                              for _ in range(processors - 1)]
+            self._procs = np.array([e.addr for e in self._c], np.uint64)
+            for c in self._c:
+                c.state.procs, c.state.nprocs = self._procs.ctypes.data, processors
+
+    @property
+    def processors(self) -> int:
+        return len(self._py or self._c)
+
+    def feed(self, streams_per_processor: PhaseStreams) -> None:
+        """One phase: processor p runs ``streams_per_processor[p]`` (a stream, a sequence of
+        them, or None), interleaved with the others; cache state persists across phases."""
+        if len(streams_per_processor) != self.processors:
+            raise BadInput(f"{len(streams_per_processor)} stream lists for "
+                           f"{self.processors} processors", "give one (or None) per processor")
+        per = [_stream_list(x) for x in streams_per_processor]
+        if self._py:
+            self._feed_python(per)
+        else:
+            self._feed_native(per)
+
+    def _feed_python(self, per: list[list[Stream]]) -> None:
+        its = [_accesses(streams) for streams in per]
+        active = True
+        while active:
+            active = False
+            for engine, it in zip(self._py, its, strict=True):
+                n = 0
+                for addr, kind in itertools.islice(it, self.chunk):
+                    engine._one(addr, kind)
+                    n += 1
+                active = active or n == self.chunk
+
+    def _feed_native(self, per: list[list[Stream]]) -> None:
+        flat = [s for streams in per for s in streams]
+        segs = (_CSeg * max(1, len(flat)))()
+        for seg, s in zip(segs, flat, strict=False):
+            if isinstance(s, StridedStream):
+                seg.base, seg.count, seg.stride = s.base, s.count, s.stride_bytes
+                seg.reps, seg.kind = s.reps, KIND_CODES[s.kind]
+            else:
+                seg.count, seg.addrs, seg.kinds = len(s), s.addresses.ctypes.data, \
+                    s.kinds.ctypes.data
+        start = np.cumsum([0] + [len(streams) for streams in per], dtype=np.uint64)
+        cursor = np.zeros(3 * self.processors, np.uint64)
+        rc = self._c[0].lib.counterd_cachesim_interleave(
+            self._procs.ctypes.data, self.processors, ctypes.addressof(segs),
+            start.ctypes.data, self.chunk, cursor.ctypes.data)
+        if rc != 0:
+            raise RuntimeError(f"cachesim.c rejected a stream (rc={rc})")
+
+    def flush(self) -> None:
+        """Processor 0, 1, ... writes back its dirty lines (the shared levels' are counted to
+        the first processor that flushes them); lines stay valid, now clean."""
+        for e in self._py or self._c:
+            e.flush()
+
+    def counts(self) -> tuple[ProcessorCounts, ...]:
+        return tuple(e.result() for e in self._py or self._c)
+
+
 def simulate(streams_per_processor: Sequence[Stream | Sequence[Stream]], geometry: Geometry,
              bankmap: BankMap = SGI_BANKS, *, engine: Literal["auto", "native", "python"] = "auto",
-             shared: Literal["copy", "split"] = "copy", flush: bool = False) -> SimResult:
+             shared: Literal["copy", "split"] = "copy", flush: bool = False,
+             coherence: bool = False, chunk: int = DEFAULT_CHUNK) -> SimResult:
     """Simulate processor p running ``streams_per_processor[p]`` (one stream or a sequence) on
-    cold private caches; return per-processor counts and per-bank totals.
+    cold caches; return per-processor counts and per-bank totals.
 
-    No coherence: processors do not see each other's lines, so sharing shows up in measured
-    time only, never in these counts (DESIGN.md section 4). ``shared``: how levels shared
-    between CPUs (per sysfs) are modelled, see the module docstring. ``flush``: write back
-    every dirty line at the end (counted), as if the superstep's data had to reach memory.
+    ``coherence=False``: independent private caches; processors do not see each other's
+    lines, so sharing shows up in measured time only, never in these counts (DESIGN.md
+    section 4); ``shared``: how levels shared between CPUs (per sysfs) are modelled, see the
+    module docstring. ``coherence=True``: one :class:`CoherentSim` phase, the streams
+    interleaved in turns of ``chunk`` accesses, shared levels one cache (``shared`` is not
+    used). ``flush``: write back every dirty line at the end (counted), as if the superstep's
+    data had to reach memory.
     """
     if shared not in ("copy", "split"):
         raise BadInput(f"unknown shared-level policy {shared!r}", "use copy or split")
+    if coherence:
+        csim = CoherentSim(geometry, len(streams_per_processor), bankmap, engine, chunk=chunk)
+        csim.feed(streams_per_processor)
+        if flush:
+            csim.flush()
+        procs = csim.counts()
+        total = BankCounts((0,) * bankmap.banks, (0,) * bankmap.banks)
+        for r in procs:
+            total = total + r.banks
+        return SimResult(procs, total, csim.engine_name, geometry, bankmap)
     g = geometry.split_shared(len(streams_per_processor)) if shared == "split" else geometry
     results = []
     engine_name: EngineName = "python"
@@ -820,7 +1084,8 @@ class SimBackend:
 
 
 __all__ = [
-    "AddressStream", "BankCounts", "BankMap", "CacheLevel", "CacheSim", "FALLBACK_GEOMETRY",
+    "AddressStream", "BankCounts", "BankMap", "CacheLevel", "CacheSim", "CoherentSim",
+    "DEFAULT_CHUNK", "FALLBACK_GEOMETRY",
     "Geometry", "LevelCounts", "ProcessorCounts", "SGI_BANKS", "SGI_POWER_CHALLENGE",
     "SimBackend", "SimGroup", "SimResult", "StridedStream", "canonical_values", "native_status",
     "parse_size", "simulate",

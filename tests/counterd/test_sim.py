@@ -21,6 +21,7 @@ from counterd.backends.sim import (
     AddressStream,
     BankMap,
     CacheSim,
+    CoherentSim,
     Geometry,
     SimBackend,
     StridedStream,
@@ -468,3 +469,121 @@ def test_group_feed_read_close() -> None:
         group.read()
     with pytest.raises(UnknownCounter):
         b.open(["l1_misses"])
+
+
+# ------------------------------------------------------------------------------- coherence
+
+# Two private levels, and an L3 that sysfs says both CPUs share (one cache when coherent).
+_C = Geometry.from_spec("L1=4K/4/64,L2=32K/8/64,L3=256K/16/64")
+COHERENT = dataclasses.replace(_C, levels=(*_C.levels[:2], dataclasses.replace(
+    _C.levels[2], shared_cpus=(0, 1))))
+
+
+def test_private_levels_from_shared_cpus() -> None:
+    assert COHERENT.private_levels == 2
+    assert HOSTLIKE.private_levels == 2  # shared_cpus unknown: private
+    assert dataclasses.replace(COHERENT, levels=tuple(
+        dataclasses.replace(lv, shared_cpus=(0, 1)) for lv in COHERENT.levels)
+    ).private_levels == 0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_alternating_stores_to_one_line_miss_every_time(engine: EngineChoice) -> None:
+    # chunk 1: P0 st, P1 st, P0 st, ... to the same word, 10 each. By hand: P0's first store is
+    # a cold miss (from memory); every later store finds the line dirty in the other's L1,
+    # so it misses in L1 and L2 and is served by a transfer: 20 L1 misses, 19 coherence misses.
+    one = StridedStream(0, 1, 8, "store", reps=10)
+    r = simulate([one, one], COHERENT, engine=engine, coherence=True, chunk=1)
+    p0, p1 = r.processors
+    assert r.engine == engine
+    assert [p.levels[0].misses for p in r.processors] == [10, 10]
+    assert [p.levels[1].misses for p in r.processors] == [10, 10]
+    assert (p0.coherence_misses, p1.coherence_misses) == (9, 10)
+    assert (p0.invalidations, p1.invalidations) == (10, 9)  # by each of the other's stores
+    # each transfer takes the dirty data from the other's L1: one writeback there
+    assert (p0.levels[0].writebacks, p1.levels[0].writebacks) == (10, 9)
+    assert p0.levels[2].misses == 1 and p1.levels[2].misses == 0  # L3 asked once, cold
+    assert sum(r.banks.lm) == 1 and sum(r.banks.wb) == 0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_alternating_line_sweeps_and_chunk(engine: EngineChoice) -> None:
+    # 8 lines, 3 sweeps, one store per line, chunk 1: every store misses in L1 (the first
+    # sweep of P0 cold), P1's every store and P0's after its first sweep are transfers.
+    lines = StridedStream(0, 8, 64, "store", reps=3)
+    r = simulate([lines, lines], COHERENT, engine=engine, coherence=True, chunk=1)
+    assert [p.levels[0].misses for p in r.processors] == [24, 24]
+    assert [p.coherence_misses for p in r.processors] == [16, 24]
+    # stride 1 word, chunk 8: a turn is one whole line, so each processor misses once per line
+    # per sweep (24 each) instead of once per word (192).
+    words = StridedStream(0, 64, 8, "store", reps=3)
+    r8 = simulate([words, words], COHERENT, engine=engine, coherence=True, chunk=8)
+    assert [p.levels[0].misses for p in r8.processors] == [24, 24]
+    r1 = simulate([words, words], COHERENT, engine=engine, coherence=True, chunk=1)
+    assert [p.levels[0].misses for p in r1.processors] == [192, 192]
+    # without coherence each processor only has its 8 cold misses
+    nc = simulate([words, words], COHERENT, engine=engine)
+    assert [p.levels[0].misses for p in nc.processors] == [8, 8]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_load_after_remote_store_is_a_coherence_miss(engine: EngineChoice) -> None:
+    sim = CoherentSim(COHERENT, 2, SGI_BANKS, engine)
+    x = StridedStream(4096, 1, 8, "store")
+    sim.feed([x, None])  # P0 stores X: modified in P0's L1
+    sim.feed([None, dataclasses.replace(x, kind="load")])  # P1 loads X
+    p0, p1 = sim.counts()
+    assert (p1.levels[0].misses, p1.levels[1].misses, p1.coherence_misses) == (1, 1, 1)
+    assert p1.levels[2].misses == 0  # a cache-to-cache transfer: L3 not asked
+    # P0's copy is now clean: one writeback from its L1, which (M -> S) reaches the L3
+    assert p0.levels[0].writebacks == 1 and p0.levels[2].wb_hits == 1
+    assert p0.invalidations == p1.invalidations == 0
+    sim.feed([dataclasses.replace(x, kind="load"), None])  # shared: P0 still hits
+    sim.feed([x, None])  # P0 stores: hits, invalidates P1's clean copy, no writeback
+    q0, q1 = sim.counts()
+    assert q0.levels[0].misses == p0.levels[0].misses == 1
+    assert (q1.invalidations, q1.levels[0].writebacks, q0.coherence_misses) == (1, 0, 0)
+    sim.feed([None, dataclasses.replace(x, kind="load")])  # P1 lost it: misses again
+    assert sim.counts()[1].coherence_misses == 2
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_disjoint_streams_count_as_without_coherence(engine: EngineChoice) -> None:
+    rng = np.random.default_rng(7)
+    g = Geometry.from_spec("L1=2K/4/64,L2=16K/4/64,L3=64K/8/64")  # all private (no sharers)
+    streams = [_random_stream(rng, 4000, 256 * KiB, base=p * MiB) for p in range(3)]
+    coherent = simulate(streams, g, engine=engine, coherence=True, chunk=3, flush=True)
+    alone = simulate(streams, g, engine=engine, flush=True)
+    assert coherent.processors == alone.processors
+    assert all(p.coherence_misses == p.invalidations == 0 for p in coherent.processors)
+
+
+@pytest.mark.skipif(not NATIVE_OK, reason=NATIVE_WHY)
+@pytest.mark.parametrize("chunk", [1, 5, 8])
+@pytest.mark.parametrize("geometry", [COHERENT, *GEOMETRIES[:3]], ids=lambda g: g.spec())
+def test_native_equals_python_coherent(geometry: Geometry, chunk: int) -> None:
+    rng = np.random.default_rng(20240612 + chunk)
+    sims = [CoherentSim(geometry, 3, BankMap(8, 128), e, chunk=chunk)  # type: ignore[arg-type]
+            for e in ("python", "native")]
+    phases = [
+        [_random_stream(rng, 3000, 64 * KiB) for _ in range(3)],  # overlapping: sharing
+        [StridedStream(0, 700, 24, "rmw", reps=2), None,
+         [StridedStream(8, 300, 64, "load"), _random_stream(rng, 500, 32 * KiB)]],
+        [_random_stream(rng, 2000, 64 * KiB), _random_stream(rng, 10, 64 * KiB),
+         StridedStream(2**40, 500, 8, "store")],
+    ]
+    for sim in sims:
+        for phase in phases:
+            sim.feed(phase)
+        sim.flush()
+    py, c = (s.counts() for s in sims)
+    assert c == py
+    assert all(p.coherence_misses > 0 and p.invalidations > 0 for p in py)
+    assert sum(p.levels[0].writebacks for p in py) > 0
+
+
+def test_coherent_sim_rejects_bad_input() -> None:
+    with pytest.raises(BadInput, match="chunk"):
+        CoherentSim(COHERENT, 2, chunk=0)
+    with pytest.raises(BadInput, match="one .or None. per processor"):
+        CoherentSim(COHERENT, 2, engine="python").feed([None])

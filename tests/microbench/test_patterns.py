@@ -195,7 +195,9 @@ def test_every_pattern_is_served_where_it_says(pattern: Pattern) -> None:
     superstep (after warm-up) are served is the level in the pattern's name."""
     from microbench.results import served_level
 
-    sims = simulate_pattern(pattern, SMALL.geometry, SMALL.bank_map, warmup=1)
+    # The sizing is about where data lives without sharing: coherence misses of concurrent
+    # patterns are checked in test_concurrent_stores_miss_by_coherence.
+    sims = simulate_pattern(pattern, SMALL.geometry, SMALL.bank_map, warmup=1, coherent=False)
     lines = [lv.line_bytes for lv in SMALL.geometry.levels]
     for sim in sims:
         assert served_level(sim.counters, pattern, lines) == pattern.level
@@ -213,3 +215,25 @@ def test_concurrent_and_exclusive_bases() -> None:
     lo, hi = sorted(e.bases_bytes)
     assert hi - lo >= e.span_bytes + 4096  # padded apart by at least a page
     assert all(b % 4096 == 0 for b in e.bases_bytes)
+
+
+def test_concurrent_stores_miss_by_coherence() -> None:
+    """Concurrent stores to shared L1-resident data: without coherence they would hit; with
+    it (turns of 8 accesses, stride 8 words = one line per access) every store misses in L1
+    and L2 because the other processor took the line since, and is served by a transfer."""
+    pats = {p.mnemonic: p for p in catalogue(SMALL, min_accesses=4096)}
+    p = pats["p2.s8.b0.SC.ws0.75xL1"]
+    alone = simulate_pattern(p, SMALL.geometry, SMALL.bank_map, warmup=1, coherent=False)
+    assert all(s.counters["l1d_misses"] == 0 for s in alone)
+    sims = simulate_pattern(p, SMALL.geometry, SMALL.bank_map, warmup=1)
+    n = p.accesses_per_proc
+    for s in sims:
+        assert s.counters["stores"] == n
+        assert s.counters["l1d_misses"] == s.counters["l2_misses"] == n
+        assert s.coherence_misses == n and s.invalidations == n
+        assert s.counters["l3_misses"] == 0  # transfers do not ask the shared L3
+    # Concurrent loads of memory-sized shared data: the shared L3 fetches each line once.
+    lc = pats["p2.s32.b1/4.LC"]
+    both = simulate_pattern(lc, SMALL.geometry, SMALL.bank_map, warmup=1)
+    assert all(s.coherence_misses == s.invalidations == 0 for s in both)
+    assert sum(s.counters["l3_misses"] for s in both) == lc.accesses_per_proc
