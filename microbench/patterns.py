@@ -39,7 +39,14 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Literal, cast
 
-from counterd.backends.sim import SGI_BANKS, SGI_POWER_CHALLENGE, BankMap, Geometry
+from counterd.backends.sim import (
+    HOST_BANKS,
+    HOST_BANKS_PROVENANCE,
+    SGI_BANKS,
+    SGI_POWER_CHALLENGE,
+    BankMap,
+    Geometry,
+)
 from counterd.errors import BadInput
 
 Op = Literal["load", "store", "rmw", "mixed"]
@@ -56,17 +63,7 @@ _LOAD_STORE: tuple[Op, ...] = ("load", "store")
 _OP_LETTER = {"load": "L", "store": "S", "rmw": "R", "mixed": "M"}
 _MODE_LETTER = {"exclusive": "E", "concurrent": "C"}
 
-# Host bank map: DRAM channel/rank/bank interleave is not visible to software without a PMU
-# that samples addresses, so it is declared. 8 banks x 256 B keeps the paper's arithmetic with
-# the host's 8 B words (one interleave unit = 32 words, as 128 B / 4 B on the SGI), and 256 B
-# is the default channel-interleave granularity of current Xeon SP platforms; the address
-# hashing real controllers apply is not modelled.
-HOST_BANKS = BankMap(8, 256)
-HOST_BANKS_PROVENANCE = ("assumed: 8 banks interleaved on 256 B (bank = address // 256 % 8 of "
-                         "the offset in the benchmark's page-aligned region); the host's real "
-                         "channel/bank interleave is not discoverable; 256 B is a common channel-"
-                         "interleave granularity and keeps Table 1's 32-word bank unit with 8 B "
-                         "words; controller address hashing is not modelled")
+# The host bank map (HOST_BANKS, declared and marked assumed) lives with the simulator.
 PAPER_BANKS_PROVENANCE = ("seed 004 section 2: 8-way interleaved memory on 8 banks; interleave "
                           "of one 128 B L2 line, which reproduces Table 1")
 
