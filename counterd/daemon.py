@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import queue
@@ -44,6 +45,7 @@ from counterd import prediction, protocol
 from counterd.backends.base import CounterValue, Reading, Target
 from counterd.config import Config
 from counterd.errors import BadInput, CounterdError, NoSuchTarget
+from counterd.events import Source
 from counterd.exporter import MetricsState, registry
 from counterd.protocol import Decoder, FrameType, ProtocolError
 from counterd.records import SuperstepRecord
@@ -103,7 +105,12 @@ class _Conn:
     hello: bool = False
     job: str = "unknown"
     last_seq: int = 0
-    begins: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    # (run_id, index) -> a BEGIN's line, or an OPEN's fields (ctx, index, name, rank, cpu,
+    # begin_ns, params) with ctx = (run_id, pid, host, backend, counter names)
+    begins: dict[tuple[str, int], Any] = field(default_factory=dict)
+    contexts: dict[int, tuple[str, int, str, str, tuple[str, ...]]] = field(
+        default_factory=dict)
+    info: RunInfo | None = None
     behalf_groups: dict[int, Any] = field(default_factory=dict)  # tid -> group
     behalf_start: dict[tuple[str, int], tuple[int, Reading]] = field(default_factory=dict)
     read_groups: dict[tuple[int, int], Any] = field(default_factory=dict)  # (pid, tid) -> group
@@ -116,6 +123,18 @@ class _Conn:
 
     def describe(self) -> str:
         return f"client pid {self.pid} uid {self.uid}"
+
+    @property
+    def version(self) -> int:
+        """The protocol version this client speaks (that of its first frame)."""
+        return self.decoder.version or protocol.PROTOCOL_VERSION
+
+
+def _encode(conn: _Conn, ftype: FrameType, payload: Mapping[str, Any]) -> bytes:
+    return protocol.encode(ftype, payload, conn.version)
+
+
+_SOURCES = tuple(Source(v) for v in protocol.SOURCES)
 
 
 @dataclass
@@ -398,7 +417,7 @@ class Daemon:
                 continue
             sock.setblocking(False)
             conn = _Conn(self._next_cid, sock, pid, uid, gid, time.monotonic(),
-                         Decoder(self.config.max_frame_bytes))
+                         Decoder(self.config.max_frame_bytes, protocol.ACCEPTED_VERSIONS))
             self._next_cid += 1
             self._conns[conn.cid] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
@@ -447,7 +466,7 @@ class Daemon:
             payload: dict[str, Any] = {"code": code, "message": message}
             if seq is not None:
                 payload["s"] = seq
-            self._send(conn, protocol.encode(FrameType.ERROR, payload))
+            self._send(conn, _encode(conn, FrameType.ERROR, payload))
 
     def _close(self, conn: _Conn, *, incomplete: bool) -> None:
         if conn.closed:
@@ -489,7 +508,7 @@ class Daemon:
 
     def _flush(self, conn: _Conn) -> None:
         if conn.ack_wanted > conn.ack_sent:  # acks are coalesced: only the latest matters
-            conn.outbuf += protocol.encode(FrameType.ACK, {"s": conn.ack_wanted})
+            conn.outbuf += _encode(conn, FrameType.ACK, {"s": conn.ack_wanted})
             conn.ack_sent = conn.ack_wanted
         if conn.outbuf:
             try:
@@ -535,7 +554,7 @@ class Daemon:
         gid = self._allowed_gid
         return gid is not None and (conn.gid == gid or gid in _groups(conn.pid))
 
-    def _handle(self, conn: _Conn, ftype: FrameType, p: dict[str, Any]) -> None:
+    def _handle(self, conn: _Conn, ftype: FrameType, p: Any) -> None:
         if ftype not in protocol.CLIENT_TYPES:
             raise ProtocolError("bad_type", f"{ftype.name} is not a client frame")
         if ftype is FrameType.HELLO:
@@ -545,18 +564,32 @@ class Daemon:
             conn.job = str(p.get("job") or "unknown")[:128]
             with self._clients_lock:
                 self._client_pids[conn.pid] = conn.job
-            self._send(conn, protocol.encode(FrameType.WELCOME, {
-                "version": protocol.PROTOCOL_VERSION, "max_frame": conn.decoder.max_frame,
+            self._send(conn, _encode(conn, FrameType.WELCOME, {
+                "version": conn.version, "max_frame": conn.decoder.max_frame,
                 "uid": conn.uid, "pid": conn.pid}))
             return
         if not conn.hello:
             raise ProtocolError("no_hello", f"{ftype.name} before HELLO")
-        seq = p.get("s")
+        if ftype is FrameType.OPEN or ftype is FrameType.CLOSE:
+            head = protocol.OPEN_HEAD if ftype is FrameType.OPEN else protocol.CLOSE_HEAD
+            if len(p) < head.size:
+                raise ProtocolError("bad_frame", f"{ftype.name} of {len(p)} bytes is shorter "
+                                    f"than its {head.size}-byte head")
+            fields = head.unpack_from(p)
+            seq = fields[0]
+        else:
+            seq = p.get("s")
         if not isinstance(seq, int) or isinstance(seq, bool) or seq <= conn.last_seq:
             raise ProtocolError("bad_seq", f"sequence number {seq!r} does not follow "
                                 f"{conn.last_seq}")
         conn.last_seq = seq
-        if ftype is FrameType.BEGIN:
+        if ftype is FrameType.OPEN:
+            self._open(conn, seq, fields, p)
+        elif ftype is FrameType.CLOSE:
+            self._close_step(conn, seq, fields, p)
+        elif ftype is FrameType.CONTEXT:
+            self._context(conn, seq, p)
+        elif ftype is FrameType.BEGIN:
             self._begin(conn, seq, p)
         elif ftype is FrameType.RECORD:
             self._record(conn, seq, p)
@@ -610,7 +643,88 @@ class Daemon:
             conn.behalf_start[key] = (tid, group.read())
         except (CounterdError, OSError, TypeError, ValueError) as exc:
             reply["unsupported"] = str(exc)
-        self._send(conn, protocol.encode(FrameType.STARTED, reply))
+        self._send(conn, _encode(conn, FrameType.STARTED, reply))
+
+    def _context(self, conn: _Conn, seq: int, p: dict[str, Any]) -> None:
+        try:
+            c, run_id, pid = p["c"], p["run_id"], p["pid"]
+            host, backend, names = p["host"], p["backend"], p.get("counters", [])
+            if not (isinstance(c, int) and 0 < c <= 0xFFFF and isinstance(run_id, str)
+                    and run_id and isinstance(pid, int) and isinstance(host, str)
+                    and isinstance(backend, str) and isinstance(names, list)
+                    and all(isinstance(n, str) for n in names)):
+                raise TypeError("fields of the wrong type")
+        except (KeyError, TypeError) as exc:
+            self._violation(conn, "bad_context", f"malformed CONTEXT ({exc})", seq)
+            return
+        if not self._owns_run(conn, run_id):
+            self._violation(conn, "forbidden", f"run {run_id} belongs to another user", seq)
+            return
+        conn.contexts[c] = (run_id, pid, host, backend, tuple(names))
+
+    def _open(self, conn: _Conn, seq: int, fields: tuple[Any, ...], body: bytes) -> None:
+        _, c, index, begin_ns, rank, cpu, name_bytes = fields
+        ctx = conn.contexts.get(c)
+        if ctx is None:
+            self._violation(conn, "unknown_context", f"OPEN names context {c}, not declared "
+                            "on this connection", seq)
+            return
+        start = protocol.OPEN_HEAD.size
+        try:
+            name = body[start:start + name_bytes].decode()
+            tail = body[start + name_bytes:]
+            params = json.loads(tail) if tail else {}
+            if not isinstance(params, dict) or len(name.encode()) != name_bytes:
+                raise ValueError("params are not a JSON object, or the name is cut short")
+        except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError included
+            self._violation(conn, "bad_begin", f"malformed OPEN ({exc})", seq)
+            return
+        if len(conn.begins) >= MAX_OPEN_BEGINS:
+            self._violation(conn, "too_many_open", f"more than {MAX_OPEN_BEGINS} supersteps "
+                            "open on one connection", seq)
+            return
+        conn.begins[(ctx[0], index)] = (ctx, index, name, rank, cpu, begin_ns, params)
+
+    def _close_step(self, conn: _Conn, seq: int, fields: tuple[Any, ...], body: bytes
+                    ) -> None:
+        _, c, index, begin_ns, end_ns, bits, tail_bytes = fields
+        ctx = conn.contexts.get(c)
+        begun = conn.begins.get((ctx[0], index)) if ctx is not None else None
+        if not isinstance(begun, tuple):
+            self._violation(conn, "unknown_begin", f"CLOSE of superstep {index} (context {c})"
+                            " without its OPEN on this connection: send a RECORD", seq)
+            self.state.count("refused", "malformed")
+            return
+        assert ctx is not None
+        names = ctx[4]
+        size = protocol.COUNTER.size
+        start = protocol.CLOSE_HEAD.size
+        try:
+            if len(body) != start + len(names) * size + tail_bytes:
+                raise ValueError(f"{len(body)} bytes for {len(names)} counters and "
+                                 f"{tail_bytes} bytes of unsupported counters")
+            counters = {}
+            for i, name in enumerate(names):
+                src, value, ratio, raw = protocol.COUNTER.unpack_from(body, start + i * size)
+                counters[name] = CounterValue(value, _SOURCES[src], ratio,
+                                              None if raw == protocol.NO_RAW else raw)
+            unsupported = json.loads(body[len(body) - tail_bytes:]) if tail_bytes else {}
+            if not isinstance(unsupported, dict):
+                raise ValueError("unsupported counters are not a JSON object")
+            bctx = begun[0]
+            rec = SuperstepRecord(
+                run_id=bctx[0], index=index, name=begun[2], rank=begun[3], pid=bctx[1],
+                cpu=begun[4], begin_ns=begin_ns, end_ns=end_ns, counters=counters,
+                params=begun[6], flags=protocol.bit_flags(bits), unsupported=unsupported,
+                backend=bctx[3], host=bctx[2])
+        except (ValueError, IndexError, ProtocolError) as exc:
+            self._violation(conn, "bad_record", f"malformed CLOSE ({exc})", seq)
+            self.state.count("refused", "malformed")
+            return
+        del conn.begins[(ctx[0], index)]
+        if conn.info is None:
+            conn.info = RunInfo(conn.job, conn.uid)
+        self._writeq.put(_Item(conn.cid, seq, rec, conn.info))
 
     def _record(self, conn: _Conn, seq: int, p: dict[str, Any]) -> None:
         body = p.get("rec")
@@ -691,7 +805,7 @@ class Daemon:
         except CounterdError as exc:
             self._violation(conn, "unavailable", str(exc), seq)
             return
-        self._send(conn, protocol.encode(FrameType.READING, {
+        self._send(conn, _encode(conn, FrameType.READING, {
             "s": seq, "values": {k: [v.value, v.ratio] for k, v in reading.values.items()},
             "unsupported": dict(reading.unsupported)}))
 
@@ -813,7 +927,14 @@ class Daemon:
             return dict(self._client_pids)
 
 
-def _incomplete_record(line: Mapping[str, Any]) -> SuperstepRecord:
+def _incomplete_record(line: Any) -> SuperstepRecord:
+    """The ``incomplete`` record of a begin never ended (a BEGIN's line or an OPEN's fields)."""
+    if isinstance(line, tuple):
+        ctx, index, name, rank, cpu, begin_ns, params = line
+        return SuperstepRecord(
+            run_id=ctx[0], index=index, name=name, rank=rank, pid=ctx[1], cpu=cpu,
+            begin_ns=begin_ns, end_ns=None, params=params, flags=frozenset({"incomplete"}),
+            backend=ctx[3], host=ctx[2])
     return SuperstepRecord(
         run_id=str(line["run_id"]), index=int(line["index"]), name=str(line["name"]),
         rank=int(line["rank"]), pid=int(line["pid"]), cpu=int(line["cpu"]),

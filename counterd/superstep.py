@@ -62,6 +62,7 @@ from typing import Any
 
 from counterd.backends.base import CounterGroup, CounterValue, Reading, Target
 from counterd.errors import BadInput, CounterdError
+from counterd.protocol import SOURCES as _WIRE_SOURCES
 from counterd.records import Param, SuperstepRecord
 
 ENV_RUN_ID = "COUNTERD_RUN_ID"
@@ -78,6 +79,20 @@ MARKER_BACKENDS = ("perf", "papi", "sim", "callgrind", "daemon", "none")
 
 log = logging.getLogger("counterd.superstep")
 _SNDTIMEO = struct.pack("ll", 30, 0)  # struct timeval: a send to the daemon waits 30 s at most
+_SOURCE_INDEX = {source: i for i, source in enumerate(_WIRE_SOURCES)}  # Source is a StrEnum
+_dumps_line = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps builds one per call
+
+# This process's id, kept current across fork: os.getpid() is a system call and the markers'
+# hot path asked for it several times per superstep (issue 3: marker cost).
+_pid = os.getpid()
+
+
+def _after_fork_in_child() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def _getcpu_function() -> Any:
     try:
@@ -136,17 +151,38 @@ def _auto_rank() -> int:
 # Sinks: where records go.
 
 
+def _as_record(item: SuperstepRecord | Step) -> SuperstepRecord:
+    return item if isinstance(item, SuperstepRecord) else item.record()
+
+
 class MemorySink:
-    """Keeps records in the process (the default when nothing else is configured)."""
+    """Keeps records in the process (the default when nothing else is configured).
+
+    A superstep ended by the marker is kept as its closed :class:`Step`; the record is built
+    when :attr:`records` is read (building and validating a record costs more than the rest of
+    a marker pair). The records are identical to ones built at the end marker.
+    """
 
     def __init__(self) -> None:
-        self.records: list[SuperstepRecord] = []
+        self._items: list[SuperstepRecord | Step] = []
+
+    @property
+    def records(self) -> list[SuperstepRecord]:
+        items = self._items
+        n = len(items)  # appended concurrently beyond n: left for the next read
+        for i in range(n):
+            item = items[i]
+            if not isinstance(item, SuperstepRecord):
+                items[i] = item.record()  # assignment of one element is atomic under the GIL
+        return items[:n]  # type: ignore[return-value]
 
     def begin(self, line: Mapping[str, Any]) -> None:  # begins need no durability in memory
         pass
 
-    def record(self, rec: SuperstepRecord) -> None:
-        self.records.append(rec)  # list.append is atomic under the GIL
+    def record(self, rec: SuperstepRecord | Step) -> None:
+        self._items.append(rec)  # list.append is atomic under the GIL
+
+    closed = record
 
 
 class SpoolSink:
@@ -163,7 +199,7 @@ class SpoolSink:
         self._pid = -1
 
     def _descriptor(self) -> int:
-        pid = os.getpid()
+        pid = _pid
         if self._fd is None or self._pid != pid:  # first use, or we are a forked child
             path = self.directory / f"{pid}.jsonl"
             try:
@@ -175,14 +211,20 @@ class SpoolSink:
             self._pid = pid
         return self._fd
 
+    def _descriptor_fast(self) -> int:
+        fd = self._fd
+        return fd if fd is not None and self._pid == _pid else self._descriptor()
+
     def _write(self, obj: Mapping[str, Any]) -> None:
-        os.write(self._descriptor(), (json.dumps(obj, separators=(",", ":")) + "\n").encode())
+        os.write(self._descriptor_fast(), (_dumps_line(obj) + "\n").encode())
 
     def begin(self, line: Mapping[str, Any]) -> None:
         self._write({"ev": "begin", **line})
 
-    def record(self, rec: SuperstepRecord) -> None:
-        self._write({"ev": "record", **rec.to_json()})
+    def record(self, rec: SuperstepRecord | Step) -> None:
+        self._write({"ev": "record", **_as_record(rec).to_json()})
+
+    closed = record
 
 
 class SocketSink:
@@ -209,18 +251,22 @@ class SocketSink:
         self.fallback: MemorySink | SpoolSink = fallback or MemorySink()
         self.timeout_s = timeout_s
         self.high_water = high_water
-        self.unacked: dict[int, SuperstepRecord] = {}  # seq -> record, in sending order
+        # seq -> record (or the closed Step it is built from), in sending order
+        self.unacked: dict[int, SuperstepRecord | Step] = {}
         self.refused: list[tuple[SuperstepRecord | None, str]] = []
         self.degraded: str | None = None  # why records go to the fallback
         self.on_ack: Callable[[list[SuperstepRecord]], None] | None = None
         self.welcome: dict[str, Any] = {}
-        self._open: dict[tuple[str, int], dict[str, Any]] = {}
+        # (run_id, index) -> begin line, or the fields of an OPEN (see _line_of)
+        self._open: dict[tuple[str, int], Any] = {}
         self._replies: dict[int, dict[str, Any]] = {}
         self._lock = threading.RLock()
-        self._pid = os.getpid()
+        self._pid = _pid
         self._seq = 0
+        self._gen = 0  # connection number: a CLOSE only follows an OPEN of the same connection
+        self._contexts: dict[tuple[Any, ...], int] = {}  # (ctx, counter names) -> CONTEXT id
         self._sock: _socket.socket | None = None
-        self._decoder = protocol.Decoder()
+        self._decoder = protocol.Decoder(versions=protocol.ACCEPTED_VERSIONS)
         self._connect()
 
     # -- connection ------------------------------------------------------------------------
@@ -237,7 +283,10 @@ class SocketSink:
             sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDTIMEO, _SNDTIMEO)
             sock.sendall(p.encode(p.FrameType.HELLO, {
                 "pid": os.getpid(), "host": _socket.gethostname(), "job": self.job}))
-            self._sock, self._seq, self._decoder = sock, 0, p.Decoder()
+            self._sock, self._seq = sock, 0
+            self._decoder = p.Decoder(versions=p.ACCEPTED_VERSIONS)
+            self._gen += 1
+            self._contexts = {}
             deadline = time.monotonic() + self.timeout_s
             while not self.welcome or self.welcome.get("pid") is None:
                 left = deadline - time.monotonic()
@@ -259,12 +308,13 @@ class SocketSink:
             records, self.unacked = list(self.unacked.values()), {}
             for line in list(self._open.values()):
                 self._seq += 1
-                self._send_raw(self._protocol.FrameType.BEGIN, {"s": self._seq, "line": line})
+                self._send_raw(self._protocol.FrameType.BEGIN,
+                               {"s": self._seq, "line": _line_of(line)})
             for rec in records:
                 self._seq += 1
                 self.unacked[self._seq] = rec
                 self._send_raw(self._protocol.FrameType.RECORD,
-                               {"s": self._seq, "rec": rec.to_json()})
+                               {"s": self._seq, "rec": _as_record(rec).to_json()})
             log.info("reconnected to counterd at %s after: %s", self.path, reason)
         except (OSError, ConnectionError) as exc:
             self._degrade(f"{reason}; reconnecting failed: {exc}")
@@ -278,7 +328,7 @@ class SocketSink:
                     "supersteps go to the %s sink", reason, len(self.unacked), len(self._open),
                     type(self.fallback).__name__)
         for line in self._open.values():
-            self.fallback.begin(line)
+            self.fallback.begin(_line_of(line))
         for rec in self.unacked.values():
             self.fallback.record(rec)
         self.unacked.clear()
@@ -324,14 +374,14 @@ class SocketSink:
                             break
                         done.append(self.unacked.pop(s))
                     if done and self.on_ack is not None:
-                        self.on_ack(done)
+                        self.on_ack([_as_record(r) for r in done])
                 elif ftype is FrameType.WELCOME:
                     self.welcome = payload
                 elif ftype is FrameType.ERROR:
                     rec = self.unacked.pop(seq, None) if isinstance(seq, int) else None
                     message = f"{payload.get('code')}: {payload.get('message')}"
                     if rec is not None:
-                        self.refused.append((rec, message))
+                        self.refused.append((_as_record(rec), message))
                     log.warning("counterd refused a frame: %s", message)
                     if isinstance(seq, int):
                         self._replies[seq] = payload
@@ -353,9 +403,88 @@ class SocketSink:
         return True
 
     def _mine(self) -> bool:
-        return self._pid == os.getpid()  # a forked child never uses its parent's connection
+        return self._pid == _pid  # a forked child never uses its parent's connection
+
+    def _send_frame(self, frame: bytes) -> None:
+        try:
+            if self._sock is None:
+                raise ConnectionError("not connected")
+            self._sock.sendall(frame)
+        except OSError as exc:  # the daemon went away: what we hold is resent or kept
+            self._reconnect(f"send failed ({exc})")
+
+    def _context_id(self, ctx: tuple[str, int, str, str], names: tuple[str, ...]) -> int | None:
+        """The CONTEXT id for ``ctx`` and counter ``names`` on this connection, declaring it
+        first if new; None when the connection cannot take one (the caller sends JSON)."""
+        key = (ctx, names)
+        c = self._contexts.get(key)
+        if c is None:
+            if self._sock is None or len(self._contexts) >= 0xFFFF or \
+                    int(self.welcome.get("version", 1)) < 2:
+                return None
+            c = len(self._contexts) + 1
+            self._seq += 1
+            self._send_raw(self._protocol.FrameType.CONTEXT, {
+                "s": self._seq, "c": c, "run_id": ctx[0], "pid": ctx[1], "host": ctx[2],
+                "backend": ctx[3], "counters": list(names)})
+            self._contexts[key] = c
+        return c
+
+    def _close_frame(self, step: Step) -> bytes | None:
+        """The CLOSE frame of ``step`` (its sequence number is the next one), or None when it
+        does not fit one (an unknown flag or source, a value out of range)."""
+        p = self._protocol
+        counters, flags, unsupported = step.recorder._parts(step)
+        bits = p.flag_bits(flags)
+        if bits is None:
+            return None
+        try:
+            values = [(_SOURCE_INDEX[cv.source], cv.value, cv.ratio,
+                       p.NO_RAW if cv.raw is None else cv.raw) for cv in counters.values()]
+            tail = p._dumps(unsupported).encode() if unsupported else b""
+            c = self._context_id(step.recorder._ctx, tuple(counters))
+            if c is None:
+                return None
+            body = b"".join([p.CLOSE_HEAD.pack(self._seq + 1, c, step.index, step.begin_ns,
+                                               step.end_ns, bits, len(tail)),
+                             *[p.COUNTER.pack(*v) for v in values], tail])
+        except (KeyError, struct.error, ValueError):
+            return None
+        return p.HEADER.pack(len(body) + 2, 2, p.FrameType.CLOSE) + body
 
     # -- sink interface ----------------------------------------------------------------------
+    def open(self, ctx: tuple[str, int, str, str], index: int, name: str, rank: int, cpu: int,
+             begin_ns: int, params: dict[str, Param]) -> int:
+        """Send the begin of a superstep as an OPEN (a BEGIN where OPEN does not fit). Returns
+        the connection number the OPEN went on, 0 if none (then its end goes as a RECORD)."""
+        fields = (ctx, index, name, rank, cpu, begin_ns, params)
+        with self._lock:
+            if self.degraded is not None or self._pid != _pid:
+                self.fallback.begin(_line_of(fields))
+                return 0
+            p = self._protocol
+            self._open[(ctx[0], index)] = fields
+            c = self._context_id(ctx, ())
+            frame = None
+            if c is not None:
+                nb = name.encode()
+                try:
+                    body = p.OPEN_HEAD.pack(self._seq + 1, c, index, begin_ns, rank, cpu,
+                                            len(nb)) + nb
+                except struct.error:  # an index, rank or name beyond the packed fields
+                    pass
+                else:
+                    if params:
+                        body += p._dumps(params).encode()
+                    frame = p.HEADER.pack(len(body) + 2, 2, p.FrameType.OPEN) + body
+            self._seq += 1
+            if frame is None:
+                self._send(p.FrameType.BEGIN, {"s": self._seq, "line": _line_of(fields)})
+                return 0
+            gen = self._gen
+            self._send_frame(frame)
+            return gen
+
     def begin(self, line: Mapping[str, Any], count: Sequence[str] | None = None
               ) -> dict[str, Any] | None:
         """Send a begin line; with ``count``, ask the daemon to count this superstep's thread
@@ -385,11 +514,31 @@ class SocketSink:
             self.unacked[self._seq] = rec
             self._open.pop((rec.run_id, rec.index), None)
             self._send(self._protocol.FrameType.RECORD, {"s": self._seq, "rec": rec.to_json()})
-            if self._sock is not None and not self._seq & 15:  # acks: one look every 16 frames
-                self._receive(block=False)
-                if len(self.unacked) > self.high_water:
-                    self._wait(lambda: len(self.unacked) <= self.high_water // 2,
-                               self.timeout_s * 6)
+            self._after_record()
+
+    def closed(self, step: Step) -> None:
+        """A superstep ended: a CLOSE if its OPEN went on this connection, else a RECORD."""
+        with self._lock:
+            if self.degraded is not None or self._pid != _pid:
+                self.fallback.record(step)
+                return
+            self._open.pop((step.recorder.run_id, step.index), None)
+            frame = self._close_frame(step) if step.sent == self._gen else None
+            self._seq += 1
+            self.unacked[self._seq] = step
+            if frame is None:
+                self._send(self._protocol.FrameType.RECORD,
+                           {"s": self._seq, "rec": step.record().to_json()})
+            else:
+                self._send_frame(frame)
+            self._after_record()
+
+    def _after_record(self) -> None:
+        if self._sock is not None and not self._seq & 15:  # acks: one look every 16 frames
+            self._receive(block=False)
+            if len(self.unacked) > self.high_water:
+                self._wait(lambda: len(self.unacked) <= self.high_water // 2,
+                           self.timeout_s * 6)
 
     def read(self, pid: int, events: Sequence[str] = (), tid: int | None = None
              ) -> dict[str, Any]:
@@ -430,11 +579,27 @@ class SocketSink:
 # --------------------------------------------------------------------------------------------
 
 
+def _line_of(item: Any) -> dict[str, Any]:
+    """A begin line from what SocketSink.open keeps (or the line itself)."""
+    if isinstance(item, dict):
+        return item
+    ctx, index, name, rank, cpu, begin_ns, params = item
+    return {"run_id": ctx[0], "index": index, "name": name, "rank": rank, "pid": ctx[1],
+            "cpu": cpu, "begin_ns": begin_ns, "params": params, "backend": ctx[3],
+            "host": ctx[2]}
+
+
 class Step:
-    """An open superstep, returned by ``begin()`` and by ``with superstep(...) as step``."""
+    """An open superstep, returned by ``begin()`` and by ``with superstep(...) as step``.
+
+    Once ended it also holds what its record is built from (``end_ns``, ``stop``, ``end_cpu``,
+    ``unsupported``): sinks keep the closed step and build the record only when it is needed
+    (:meth:`record`), off the marker's hot path.
+    """
 
     __slots__ = ("recorder", "index", "name", "rank", "cpu", "begin_ns", "params", "start",
-                 "flags", "closed", "streams")
+                 "flags", "closed", "streams", "end_ns", "stop", "end_cpu", "unsupported",
+                 "sent", "_record")
 
     def __init__(self, recorder: Recorder, index: int, name: str, rank: int, cpu: int,
                  begin_ns: int, params: dict[str, Param], start: Reading | None,
@@ -450,6 +615,19 @@ class Step:
         self.flags = flags
         self.closed = False
         self.streams: list[Any] = []
+        self.end_ns: int | None = None
+        self.stop: Reading | None = None
+        self.end_cpu = -1
+        self.unsupported: Mapping[str, str] | None = None  # the thread's, at the end
+        self.sent = 0  # SocketSink connection number its OPEN went on (0: none)
+        self._record: SuperstepRecord | None = None
+
+    def record(self) -> SuperstepRecord:
+        """The record of this (ended) superstep, built once."""
+        rec = self._record
+        if rec is None:
+            rec = self._record = self.recorder._materialise(self)
+        return rec
 
     def feed(self, stream: Any) -> None:
         """Declare an address stream this superstep executes (used by the ``sim`` backend; a
@@ -464,7 +642,7 @@ class Step:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is not None:
             self.flags = self.flags | {"exception"}
-        self.recorder.end(self)
+        self.recorder._end(self, None)
 
 
 class _ThreadState:
@@ -483,6 +661,10 @@ class _ThreadState:
 
 _NO_FLAGS: frozenset[str] = frozenset()
 _NESTED = frozenset({"nested"})
+_INCOMPLETE = frozenset({"incomplete"})
+_MIGRATED = frozenset({"migrated"})
+_MULTIPLEXED = frozenset({"multiplexed"})
+_UNSUPPORTED = frozenset({"unsupported_counters"})
 
 
 class Recorder:
@@ -502,7 +684,8 @@ class Recorder:
         self.events: tuple[str, ...] = tuple(ev)
         self.sink: MemorySink | SpoolSink | SocketSink = _make_sink(spool, socket)
         self.host = _socket.gethostname()
-        self.pid = os.getpid()
+        self.pid = _pid
+        self._ctx: tuple[str, int, str, str] = (self.run_id, self.pid, self.host, "none")
         self._process_rank: int | None = None
         self._local = threading.local()
         self._indices = itertools.count()  # next() on it is atomic under the GIL
@@ -573,12 +756,15 @@ class Recorder:
         """This thread's state; created (and its counter group opened) on first use in this
         thread of this process — a forked child gets a fresh one."""
         st: _ThreadState | None = getattr(self._local, "st", None)
-        pid = os.getpid()
+        pid = _pid
         if st is not None and st.pid == pid:
             return st
         st = _ThreadState(pid)
         self._local.st = st
         backend = self._resolve_backend()
+        # What every record of this process shares; the label is fixed once the backend is
+        # resolved (SocketSink's CONTEXT frames carry it).
+        self._ctx = (self.run_id, self.pid, self.host, self._label())
         if backend is None:
             return st
         cap = backend.available()
@@ -598,21 +784,27 @@ class Recorder:
         index = next(self._indices)
         cpu = current_cpu()
         rank = st.rank if st.rank is not None else self.rank()
-        params = dict(params)
-        if self._durable:  # the begin line is what survives a kill inside the superstep
-            line = {"run_id": self.run_id, "index": index, "name": name, "rank": rank,
-                    "pid": st.pid, "cpu": cpu, "begin_ns": time.monotonic_ns(),
-                    "params": params, "backend": self._label(), "host": self.host}
+        params = dict(params) if params else {}
+        sent = 0
+        sink = self.sink
+        if not isinstance(sink, MemorySink):  # the begin is what survives a kill inside it
             if st.daemon_counts is None:
                 st.daemon_counts = self._daemon_counts
-            if st.daemon_counts and isinstance(self.sink, SocketSink):
-                line["tid"] = threading.get_native_id()
-                self.sink.begin(line, count=self.events)
+            if isinstance(sink, SocketSink) and not st.daemon_counts:
+                sent = sink.open(self._ctx, index, name, rank, cpu, time.monotonic_ns(), params)
             else:
-                self.sink.begin(line)
+                line = {"run_id": self.run_id, "index": index, "name": name, "rank": rank,
+                        "pid": st.pid, "cpu": cpu, "begin_ns": time.monotonic_ns(),
+                        "params": params, "backend": self._ctx[3], "host": self.host}
+                if isinstance(sink, SocketSink):
+                    line["tid"] = threading.get_native_id()
+                    sink.begin(line, count=self.events)
+                else:
+                    sink.begin(line)
         start = st.group.read() if st.group is not None else None
         step = Step(self, index, name, rank, cpu, time.monotonic_ns(), params, start,
                     _NESTED if st.stack else _NO_FLAGS)
+        step.sent = sent
         st.stack.append(step)
         self._open[id(step)] = step
         if self._native is not None:
@@ -620,6 +812,10 @@ class Recorder:
         return step
 
     def end(self, step: Step | None = None, name: str | None = None) -> SuperstepRecord:
+        return _as_record(self._end(step, name))
+
+    def _end(self, step: Step | None, name: str | None) -> SuperstepRecord | Step:
+        """End a superstep; the hot path keeps the closed step (its record is built lazily)."""
         if self._native is not None:
             self._native.counterd_superstep_mark(step.index if step else -1, 1)
         end_ns = time.monotonic_ns()
@@ -636,46 +832,57 @@ class Recorder:
             for stream in step.streams:  # simulated after end_ns: not part of the time
                 feed(stream)
             step.streams.clear()
-        stop = st.group.read() if st.group is not None else None
+        step.stop = st.group.read() if st.group is not None else None
+        step.end_ns = end_ns
+        step.end_cpu = current_cpu()
+        step.unsupported = st.unsupported
         if stack and stack[-1] is step:
             stack.pop()
         elif step in stack:
             stack.remove(step)
         step.closed = True
         self._open.pop(id(step), None)
-        rec = self._record(step, end_ns, stop, st)
-        self.sink.record(rec)
-        return rec
+        self.sink.closed(step)
+        return step
 
-    def _record(self, step: Step, end_ns: int | None, stop: Reading | None,
-                st: _ThreadState | None) -> SuperstepRecord:
+    def _parts(self, step: Step) -> tuple[dict[str, CounterValue], frozenset[str],
+                                          dict[str, str]]:
+        """A closed step's counters, flags and unsupported counters (end_ns None: it never
+        ended)."""
         counters: dict[str, CounterValue] = {}
-        unsupported = dict(st.unsupported) if st is not None else {}
-        if step.start is not None and stop is not None:
-            counters = stop.delta(step.start)
+        unsupported = dict(step.unsupported) if step.unsupported else {}
+        start, stop = step.start, step.stop
+        if start is not None and stop is not None:
+            counters = stop.delta(start)
             if stop.unsupported:
                 unsupported.update(stop.unsupported)
         elif self._backend_error and self.backend_name not in ("none", "callgrind"):
             unsupported.setdefault("*", self._backend_error)
         flags = step.flags
-        if end_ns is None:
-            flags = flags | {"incomplete"}
-        elif current_cpu() != step.cpu:
-            flags = flags | {"migrated"}
-        if any(cv.ratio < 1.0 for cv in counters.values()):
-            flags = flags | {"multiplexed"}
+        if step.end_ns is None:
+            flags = flags | _INCOMPLETE
+        elif step.end_cpu != step.cpu:
+            flags = flags | _MIGRATED
+        for cv in counters.values():
+            if cv.ratio < 1.0:
+                flags = flags | _MULTIPLEXED
+                break
         if unsupported:
-            flags = flags | {"unsupported_counters"}
+            flags = flags | _UNSUPPORTED
+        return counters, flags, unsupported
+
+    def _materialise(self, step: Step) -> SuperstepRecord:
+        counters, flags, unsupported = self._parts(step)
         return SuperstepRecord(
             run_id=self.run_id, index=step.index, name=step.name, rank=step.rank,
-            pid=os.getpid(), cpu=step.cpu, begin_ns=step.begin_ns, end_ns=end_ns,
+            pid=self.pid, cpu=step.cpu, begin_ns=step.begin_ns, end_ns=step.end_ns,
             counters=counters, params=step.params, flags=flags,
-            unsupported=unsupported, backend=self._label(), host=self.host)
+            unsupported=unsupported, backend=self._ctx[3], host=self.host)
 
     def _unmatched_end(self, name: str, end_ns: int) -> SuperstepRecord:
         rec = SuperstepRecord(
             run_id=self.run_id, index=next(self._indices), name=name, rank=self.rank(),
-            pid=os.getpid(), cpu=current_cpu(), begin_ns=end_ns, end_ns=end_ns,
+            pid=self.pid, cpu=current_cpu(), begin_ns=end_ns, end_ns=end_ns,
             flags=frozenset({"unmatched_end"}), backend=self._label(), host=self.host)
         self.sink.record(rec)
         return rec
@@ -695,7 +902,7 @@ class Recorder:
         for step in list(self._open.values()):
             if not step.closed:
                 step.closed = True
-                rec = self._record(step, None, None, None)
+                rec = step.record()
                 self.sink.record(rec)
                 out.append(rec)
         self._open.clear()
@@ -712,9 +919,9 @@ _recorder_lock = threading.Lock()
 def recorder() -> Recorder:
     global _recorder
     rec = _recorder
-    if rec is None or rec.pid != os.getpid():
+    if rec is None or rec.pid != _pid:
         with _recorder_lock:
-            if _recorder is None or _recorder.pid != os.getpid():
+            if _recorder is None or _recorder.pid != _pid:
                 _recorder = Recorder() if _recorder is None else _fork_copy(_recorder)
             rec = _recorder
     return rec
@@ -811,7 +1018,7 @@ def records() -> list[SuperstepRecord]:
 @atexit.register
 def _at_exit() -> None:
     rec = _recorder
-    if rec is not None and rec.pid == os.getpid():
+    if rec is not None and rec.pid == _pid:
         rec.close_open_steps()
         if isinstance(rec.sink, SocketSink):
             try:

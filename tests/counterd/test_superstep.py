@@ -59,6 +59,8 @@ def test_open_steps_become_incomplete_records(mem_recorder: Recorder) -> None:
 
 
 def _spmd_worker(rank: int, spool: str, barrier: mp.synchronize.Barrier, steps: int) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[rank % len(cpus)]})  # pinned, as SPMD workers are: no migration
     configure(backend="none", spool=Path(spool), run_id="spmd")
     counterd.set_rank(rank)
     for k in range(steps):
@@ -198,3 +200,71 @@ def test_simulation_of_fed_streams_is_not_part_of_the_superstep_time() -> None:
     assert rec.counters["loads"].source.value == "simulated"
     assert rec.counters["l1d_misses"].value == n  # one line per access, cold cache
     assert rec.duration_ns is not None and rec.duration_ns < 20_000_000
+
+
+class _KnownGroup:
+    """A counter group whose readings are known: ``loads`` grows by 1000 per read and ran
+    half of the time (multiplexed), ``sim_x`` is simulated and grows by 7."""
+
+    events = ("loads", "sim_x")
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def read(self):  # type: ignore[no-untyped-def]
+        from counterd.backends.base import CounterValue, Reading
+        from counterd.events import Source
+
+        self.reads += 1
+        n = self.reads
+        return Reading({"loads": CounterValue(2000.0 * n, Source.MEASURED, 0.5, 1000 * n),
+                        "sim_x": CounterValue(7.0 * n, Source.SIMULATED, 1.0, None)},
+                       time_enabled_ns=200 * n, time_running_ns=100 * n,
+                       unsupported={"l2_misses": "not on this host"})
+
+
+def test_lazy_records_equal_the_records_built_at_the_end_marker(mem_recorder: Recorder) -> None:
+    st = mem_recorder._state()
+    st.group = _KnownGroup()  # type: ignore[assignment]
+    with counterd.superstep("a", n=1):
+        pass
+    step = counterd.begin("b")
+    eager = counterd.end(step)  # end() builds the record now; the sink holds the step
+    with pytest.raises(ZeroDivisionError), counterd.superstep("c"):
+        1 / 0  # noqa: B018
+    lazy = counterd.records()
+    assert [r.name for r in lazy] == ["a", "b", "c"]
+    assert lazy[1] == eager and lazy[1] is eager  # built once, then shared
+    a = lazy[0]
+    # Known answer: per superstep, 1000 raw loads over a span enabled 200 ns, running 100 ns.
+    assert a.counters["loads"].raw == 1000
+    assert a.counters["loads"].value == pytest.approx(2000.0, rel=1e-12)
+    assert a.counters["loads"].ratio == pytest.approx(0.5, rel=1e-12)
+    assert a.counters["sim_x"].value == pytest.approx(7.0, rel=1e-12)
+    assert a.counters["sim_x"].raw is None
+    assert a.params == {"n": 1} and a.unsupported == {"l2_misses": "not on this host"}
+    assert {"multiplexed", "unsupported_counters"} <= a.flags
+    assert "exception" in lazy[2].flags
+    # A second read gives the same (already built) records.
+    assert counterd.records() == lazy
+    # The record round-trips through the JSON format unchanged.
+    from counterd.records import SuperstepRecord
+
+    assert SuperstepRecord.from_json(a.to_json()) == a
+
+
+def test_pid_cache_follows_fork(tmp_path: Path) -> None:
+    import importlib
+
+    superstep = importlib.import_module("counterd.superstep")  # the package exports a function
+    assert superstep._pid == os.getpid()
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        os.write(w, str(superstep._pid).encode())
+        os._exit(0)
+    os.close(w)
+    got = int(os.read(r, 64))
+    os.close(r)
+    os.waitpid(child, 0)
+    assert got == child != os.getpid()

@@ -286,3 +286,94 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "store.synchronous" in out.stderr
+
+
+def _open_frame(seq: int, ctx: int, index: int, begin_ns: int, name: str,
+                params: bytes = b"") -> bytes:
+    nb = name.encode()
+    return protocol.encode_raw(FrameType.OPEN, protocol.OPEN_HEAD.pack(
+        seq, ctx, index, begin_ns, 2, 1, len(nb)) + nb + params)
+
+
+def test_compact_open_and_close_frames(daemon: DaemonProc) -> None:
+    c = RawClient(daemon.socket)
+    base = {"run_id": "compact", "pid": 4242, "host": "hh", "backend": "perf"}
+    c.send(FrameType.CONTEXT, {"s": 1, "c": 1, **base, "counters": []})
+    c.send(FrameType.CONTEXT, {"s": 2, "c": 2, **base, "counters": ["loads", "sim_x"]})
+    c.sock.sendall(_open_frame(3, 1, 0, 100, "exchange", b'{"n":3}'))
+    unsupported = b'{"l2_misses":"no PMU"}'
+    bits = protocol.flag_bits(frozenset({"nested", "multiplexed", "unsupported_counters"}))
+    close = (protocol.CLOSE_HEAD.pack(4, 2, 0, 150, 400, bits, len(unsupported))
+             + protocol.COUNTER.pack(0, 2000.0, 0.5, 1000)
+             + protocol.COUNTER.pack(1, 7.0, 1.0, protocol.NO_RAW) + unsupported)
+    c.sock.sendall(protocol.encode_raw(FrameType.CLOSE, close))
+    # a CLOSE without its OPEN is refused with its sequence number; the stream goes on
+    c.sock.sendall(protocol.encode_raw(FrameType.CLOSE, protocol.CLOSE_HEAD.pack(
+        5, 1, 9, 1, 2, 0, 0)))
+    ftype, payload = c.reply()
+    assert ftype is FrameType.ERROR and payload["code"] == "unknown_begin" and payload["s"] == 5
+    # an OPEN left open when the client goes away becomes an incomplete record
+    c.sock.sendall(_open_frame(6, 1, 1, 500, "dies", b'{"k":"v"}'))
+    c.send(FrameType.SYNC, {"s": 7})
+    # acks are cumulative and coalesced: an earlier one (for the CLOSE, s=4) may come first
+    reply = c.reply()
+    while reply[0] is FrameType.ACK and reply[1]["s"] < 7:
+        reply = c.reply()
+    assert reply == (FrameType.ACK, {"s": 7})
+    c.close()
+    from counterd.backends.base import CounterValue
+    from counterd.events import Source
+
+    expected = SuperstepRecord(
+        run_id="compact", index=0, name="exchange", rank=2, pid=4242, cpu=1, begin_ns=150,
+        end_ns=400, counters={"loads": CounterValue(2000.0, Source.MEASURED, 0.5, 1000),
+                              "sim_x": CounterValue(7.0, Source.SIMULATED, 1.0, None)},
+        params={"n": 3}, flags=frozenset({"nested", "multiplexed", "unsupported_counters"}),
+        unsupported={"l2_misses": "no PMU"}, backend="perf", host="hh")
+    wait_for(lambda: len(stored(daemon, "compact")) == 2, what="the incomplete record")
+    done, dies = stored(daemon, "compact")
+    assert done == expected
+    assert (dies.name, dies.begin_ns, dies.end_ns, dies.params, dies.flags) == (
+        "dies", 500, None, {"k": "v"}, frozenset({"incomplete"}))
+
+
+def test_version_1_clients_are_still_served_in_version_1(daemon: DaemonProc) -> None:
+    c = RawClient(daemon.socket, hello=False)
+    c.decoder = protocol.Decoder(versions=frozenset({1}))
+    c.sock.sendall(protocol.encode(FrameType.HELLO, {"pid": os.getpid(), "job": "old"}, 1))
+    ftype, welcome = c.reply()
+    assert ftype is FrameType.WELCOME and welcome["version"] == 1
+    rec = SuperstepRecord(run_id="v1", index=0, name="s", rank=0, pid=1, cpu=0, begin_ns=1,
+                          end_ns=2)
+    c.sock.sendall(protocol.encode(FrameType.RECORD, {"s": 1, "rec": rec.to_json()}, 1))
+    c.sock.sendall(protocol.encode(FrameType.SYNC, {"s": 2}, 1))
+    assert c.reply() == (FrameType.ACK, {"s": 2})
+    c.close()
+    assert stored(daemon, "v1") == [rec]
+
+
+def test_records_the_daemon_stores_equal_the_clients(daemon: DaemonProc) -> None:
+    out = run_py("""
+        import json, counterd
+        from counterd.protocol import FrameType
+        from counterd.superstep import SocketSink, recorder
+        json_frames = []  # a marker pair must go as OPEN + CLOSE, never as BEGIN/RECORD JSON
+        send = SocketSink._send
+        SocketSink._send = lambda self, t, p: (json_frames.append(t), send(self, t, p))[1]
+        acked = []
+        recorder().sink.on_ack = acked.extend
+        for i in range(40):
+            with counterd.superstep("p", i=i, tag="x" if i % 2 else ""):
+                pass
+        with counterd.superstep("outer"), counterd.superstep("inner"):
+            pass
+        assert recorder().sink.flush(10)
+        assert FrameType.RECORD not in json_frames and FrameType.BEGIN not in json_frames
+        print(json.dumps([r.to_json() for r in acked]))
+    """, daemon.env(COUNTERD_RUN_ID="same"))
+    assert out.returncode == 0, out.stderr
+    client = sorted((SuperstepRecord.from_json(d) for d in __import__("json").loads(
+        out.stdout)), key=lambda r: r.index)
+    assert len(client) == 42
+    assert stored(daemon, "same") == client
+    assert "nested" in client[-1].flags or "nested" in client[-2].flags

@@ -69,3 +69,41 @@ def test_unknown_type_and_nan_payload() -> None:
     assert err.value.code == "bad_type"
     with pytest.raises(ValueError):
         protocol.encode(FrameType.SYNC, {"x": float("nan")})
+
+
+def test_flag_bits_cover_every_record_flag_and_round_trip() -> None:
+    from counterd.records import FLAGS
+
+    assert set(protocol.FLAG_BITS) == set(FLAGS)
+    flags = frozenset({"nested", "migrated", "unsupported_counters"})
+    bits = protocol.flag_bits(flags)
+    assert bits == (1 << 2) | (1 << 5) | (1 << 6)
+    assert protocol.bit_flags(bits) == flags
+    assert protocol.flag_bits(frozenset({"no such flag"})) is None
+    with pytest.raises(ProtocolError):
+        protocol.bit_flags(1 << len(protocol.FLAG_BITS))
+
+
+def test_sources_on_the_wire_are_the_record_sources() -> None:
+    from counterd.events import Source
+
+    assert set(protocol.SOURCES) == {s.value for s in Source}
+
+
+def test_binary_frames_are_version_2_only_and_a_stream_keeps_its_version() -> None:
+    body = protocol.OPEN_HEAD.pack(1, 1, 0, 5, 0, 0, 1) + b"s"
+    dec = Decoder(versions=protocol.ACCEPTED_VERSIONS)
+    dec.feed(protocol.encode_raw(FrameType.OPEN, body))
+    assert list(dec.frames()) == [(FrameType.OPEN, body)]  # bytes, not JSON
+    assert dec.version == 2
+    dec.feed(protocol.encode(FrameType.SYNC, {"s": 2}, version=1))
+    with pytest.raises(ProtocolError) as err:
+        list(dec.frames())
+    assert err.value.code == "version" and "upgrade" in err.value.message
+    v1 = Decoder(versions=protocol.ACCEPTED_VERSIONS)
+    v1.feed(protocol.encode_raw(FrameType.OPEN, body, version=1))
+    with pytest.raises(ProtocolError) as err:
+        list(v1.frames())
+    assert err.value.code == "bad_type" and not v1.broken
+    v1.feed(protocol.encode(FrameType.SYNC, {"s": 2}, version=1))
+    assert list(v1.frames()) == [(FrameType.SYNC, {"s": 2})]
