@@ -1,12 +1,12 @@
-"""Cost of one superstep marker pair (begin + end), in microseconds, per configuration.
+"""Cost of one superstep marker pair (begin + end): in-process, to the spool file that
+``counterd record`` uses, and through the daemon's socket.
 
     .venv/bin/python bench/marker_cost.py [--pairs N] [--batches B]
 
-Each batch times N empty ``with counterd.superstep(...)`` blocks with CLOCK_MONOTONIC; the
-figure is the median over batches of (batch time / N), with the min and max batch beside it.
-Configurations: no counters (memory sink), perf software events (task_clock_ns, page_faults,
-context_switches) with the memory sink, and the same writing to a spool file as under
-``counterd record``.
+Each batch times N empty ``with counterd.superstep(...)`` blocks; the figure is the median over
+batches of batch time / N (min and max beside it). "through the daemon" includes sending the
+begin and the record frames and reading acknowledgements as they arrive; the last column says
+how many records the daemon had acknowledged (committed) when the batches ended plus a flush.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _daemon import Daemon  # noqa: E402
 from _host import host_line  # noqa: E402
 
 import counterd  # noqa: E402
-from counterd.superstep import configure  # noqa: E402
+from counterd.superstep import SocketSink, configure  # noqa: E402
 
 SOFTWARE = ("task_clock_ns", "page_faults", "context_switches")
 
@@ -45,23 +46,39 @@ def main() -> int:
     ap.add_argument("--batches", type=int, default=15)
     args = ap.parse_args()
     print(host_line())
-    print(f"{'configuration':<44} {'median us/pair':>15} {'min':>8} {'max':>8}")
-    with tempfile.TemporaryDirectory() as spool:
-        configs = [
-            ("no counters, memory sink", dict(backend="none")),
-            ("perf software events, memory sink", dict(backend="perf", events=SOFTWARE)),
-            ("perf software events, spool file", dict(backend="perf", events=SOFTWARE,
-                                                      spool=Path(spool))),
-        ]
-        for label, kw in configs:
-            configure(**kw)  # type: ignore[arg-type]
-            per_pair_us(200, 1)  # warm-up: opens the counter group, fills caches
-            samples = per_pair_us(args.pairs, args.batches)
-            got = counterd.records()[-1:] if not kw.get("spool") else []
-            if got and kw["backend"] == "perf" and "task_clock_ns" not in got[0].counters:
-                print(f"  warning: {label}: no task_clock_ns in records ({got[0].unsupported})")
-            print(f"{label:<44} {statistics.median(samples):>15.2f} {min(samples):>8.2f} "
-                  f"{max(samples):>8.2f}")
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "spool").mkdir()
+        d = Daemon(Path(tmp))
+        try:
+            print(f"{'configuration':<62} {'median us/pair':>15} {'min':>8} {'max':>8}  acked")
+            configs = [
+                ("in-process, no counters, memory sink", dict(backend="none", socket="off")),
+                ("in-process, perf software events, memory sink",
+                 dict(backend="perf", events=SOFTWARE, socket="off")),
+                ("in-process, perf software events, spool file (counterd record)",
+                 dict(backend="perf", events=SOFTWARE, spool=Path(tmp) / "spool",
+                      socket="off")),
+                ("daemon socket, no counters", dict(backend="none", socket=d.socket)),
+                ("daemon socket, perf software events in-process",
+                 dict(backend="perf", events=SOFTWARE, socket=d.socket)),
+                ("daemon socket, daemon counts on the client's behalf",
+                 dict(backend="daemon", events=SOFTWARE, socket=d.socket)),
+            ]
+            for label, kw in configs:
+                rec = configure(**kw)  # type: ignore[arg-type]
+                per_pair_us(200, 1)  # warm-up
+                samples = per_pair_us(args.pairs, args.batches)
+                acked = ""
+                if isinstance(rec.sink, SocketSink):
+                    ok = rec.sink.flush(60)
+                    acked = "all" if ok else f"{len(rec.sink.unacked)} unacked"
+                    if rec.sink.degraded:
+                        acked += f" (degraded: {rec.sink.degraded})"
+                print(f"{label:<62} {statistics.median(samples):>15.2f} {min(samples):>8.2f} "
+                      f"{max(samples):>8.2f}  {acked}")
+            configure(backend="none", socket="off")
+        finally:
+            d.stop()
     return 0
 
 

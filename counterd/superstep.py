@@ -599,10 +599,10 @@ class Step:
 
     __slots__ = ("recorder", "index", "name", "rank", "cpu", "begin_ns", "params", "start",
                  "flags", "closed", "streams", "end_ns", "stop", "end_cpu", "unsupported",
-                 "sent", "_record")
+                 "sent", "_record", "delta")
 
     def __init__(self, recorder: Recorder, index: int, name: str, rank: int, cpu: int,
-                 begin_ns: int, params: dict[str, Param], start: Reading | None,
+                 begin_ns: int, params: dict[str, Param], start: Any,
                  flags: frozenset[str]) -> None:
         self.recorder = recorder
         self.index = index
@@ -616,11 +616,14 @@ class Step:
         self.closed = False
         self.streams: list[Any] = []
         self.end_ns: int | None = None
-        self.stop: Reading | None = None
+        self.stop: Any = None  # the group's read at the end (raw tuple or Reading)
         self.end_cpu = -1
         self.unsupported: Mapping[str, str] | None = None  # the thread's, at the end
         self.sent = 0  # SocketSink connection number its OPEN went on (0: none)
         self._record: SuperstepRecord | None = None
+        # Turns (start, stop) into (counter values, unsupported): the group's raw decoder.
+        self.delta: Callable[[Any, Any], tuple[dict[str, CounterValue], Mapping[str, str]]] \
+            = _reading_delta
 
     def record(self) -> SuperstepRecord:
         """The record of this (ended) superstep, built once."""
@@ -645,10 +648,16 @@ class Step:
         self.recorder._end(self, None)
 
 
+def _reading_delta(start: Reading, stop: Reading
+                   ) -> tuple[dict[str, CounterValue], Mapping[str, str]]:
+    return stop.delta(start), stop.unsupported
+
+
 class _ThreadState:
     """What one thread of one process needs on the marker's hot path, found with one lookup."""
 
-    __slots__ = ("pid", "stack", "group", "unsupported", "rank", "daemon_counts")
+    __slots__ = ("pid", "stack", "group", "unsupported", "rank", "daemon_counts", "read",
+                 "delta")
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -657,6 +666,10 @@ class _ThreadState:
         self.unsupported: dict[str, str] = {}
         self.rank: int | None = None
         self.daemon_counts: bool | None = None  # decided at this thread's first begin
+        # The group's cheapest read and its decoder (perf: raw tuples, decoded lazily).
+        self.read: Callable[[], Any] | None = None
+        self.delta: Callable[[Any, Any], tuple[dict[str, CounterValue], Mapping[str, str]]] \
+            = _reading_delta
 
 
 _NO_FLAGS: frozenset[str] = frozenset()
@@ -776,6 +789,11 @@ class Recorder:
                 st.group = backend.open(events, Target.this_thread())
         except CounterdError as exc:
             st.unsupported = {e: str(exc) for e in events}
+        if st.group is not None:
+            raw = getattr(st.group, "read_raw", None)
+            st.read = raw if raw is not None else st.group.read
+            if raw is not None:
+                st.delta = st.group.delta_raw  # type: ignore[attr-defined]
         return st
 
     # -- markers -------------------------------------------------------------------------------
@@ -801,9 +819,10 @@ class Recorder:
                     sink.begin(line, count=self.events)
                 else:
                     sink.begin(line)
-        start = st.group.read() if st.group is not None else None
+        start = st.read() if st.read is not None else None
         step = Step(self, index, name, rank, cpu, time.monotonic_ns(), params, start,
                     _NESTED if st.stack else _NO_FLAGS)
+        step.delta = st.delta
         step.sent = sent
         st.stack.append(step)
         self._open[id(step)] = step
@@ -832,7 +851,7 @@ class Recorder:
             for stream in step.streams:  # simulated after end_ns: not part of the time
                 feed(stream)
             step.streams.clear()
-        step.stop = st.group.read() if st.group is not None else None
+        step.stop = st.read() if st.read is not None else None
         step.end_ns = end_ns
         step.end_cpu = current_cpu()
         step.unsupported = st.unsupported
@@ -853,9 +872,9 @@ class Recorder:
         unsupported = dict(step.unsupported) if step.unsupported else {}
         start, stop = step.start, step.stop
         if start is not None and stop is not None:
-            counters = stop.delta(start)
-            if stop.unsupported:
-                unsupported.update(stop.unsupported)
+            counters, group_unsupported = step.delta(start, stop)
+            if group_unsupported:
+                unsupported.update(group_unsupported)
         elif self._backend_error and self.backend_name not in ("none", "callgrind"):
             unsupported.setdefault("*", self._backend_error)
         flags = step.flags

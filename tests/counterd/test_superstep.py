@@ -226,6 +226,7 @@ class _KnownGroup:
 def test_lazy_records_equal_the_records_built_at_the_end_marker(mem_recorder: Recorder) -> None:
     st = mem_recorder._state()
     st.group = _KnownGroup()  # type: ignore[assignment]
+    st.read = st.group.read  # a group without read_raw: Readings, decoded by Reading.delta
     with counterd.superstep("a", n=1):
         pass
     step = counterd.begin("b")
