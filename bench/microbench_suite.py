@@ -40,18 +40,13 @@ def _progress(done: int, total: int, mnemonic: str, eta: float | None) -> None:
 
 def summarise(doc: dict[str, Any], elapsed: float | None, label: str) -> None:
     pats = doc["patterns"]
-    spreads = sorted(p["time_ns"]["spread"] for p in pats)
-    flags: dict[str, int] = {}
-    for p in pats:
-        for f in p["flags"]:
-            flags[f] = flags.get(f, 0) + 1
+    s = results.summary(doc)
     took = elapsed if elapsed is not None else doc.get("duration_s")
     print(f"\n== {label}: suite {doc['suite']}, backend {doc['backend']}, "
-          f"{'complete' if doc['complete'] else 'INCOMPLETE'}")
-    p90 = spreads[int(0.9 * len(spreads))]
-    print(f"patterns: {len(pats)}  wall time: {took:.0f} s  median spread (p90-p10)/median: "
-          f"{spreads[len(spreads) // 2]:.3f}  (p90 of spreads {p90:.3f})")
-    print("flags: " + (", ".join(f"{k} {v}" for k, v in sorted(flags.items())) or "none"))
+          f"{'complete' if s['complete'] else 'INCOMPLETE'}")
+    print(f"patterns: {s['patterns']}  wall time: {took:.0f} s  median spread (p90-p10)/median: "
+          f"{s['median_spread']:.3f}  (p90 of spreads {s['p90_spread']:.3f})")
+    print("flags: " + (", ".join(f"{k} {v}" for k, v in s["flags"].items()) or "none"))
     by_level: dict[str, list[float]] = {}
     for p in pats:
         if p["suite"] == "table1" and p["op"] in ("load", "store"):

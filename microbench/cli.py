@@ -156,7 +156,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                     backend=args.backend, force=args.force, resume=args.resume,
                     quick=args.quick, progress=_bar)
     elapsed = time.monotonic() - t0
-    summary = _summary(doc)
+    summary = results.summary(doc)
     if args.json:
         print(json.dumps({"out": args.out, "elapsed_s": round(elapsed, 1), **summary}))
     else:
@@ -167,25 +167,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary(doc: dict[str, Any]) -> dict[str, Any]:
-    pats = doc["patterns"]
-    spreads = sorted(p["time_ns"]["spread"] for p in pats)
-    flags: dict[str, int] = {}
-    for p in pats:
-        for f in p["flags"]:
-            flags[f] = flags.get(f, 0) + 1
-    return {"patterns": len(pats), "complete": doc.get("complete", False),
-            "median_spread": spreads[len(spreads) // 2] if spreads else float("nan"),
-            "flags": dict(sorted(flags.items()))}
-
-
 def _fmt(v: float | None) -> str:
     return f"{v:8.2f}" if v is not None else "       -"
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
     doc = results.load(args.file)
-    summary = _summary(doc)
+    summary = results.summary(doc)
     cols_a, tab_a, cols_b, tab_b = results.figure1_tables(doc)
     if args.json:
         print(json.dumps({**summary, "backend": doc["backend"], "suite": doc["suite"],

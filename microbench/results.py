@@ -233,3 +233,17 @@ def figure1_tables(doc: Mapping[str, Any], suite: str = "table1"
 __all__ = ["FORMAT", "ProcessorRecord", "SUPPORTED_VERSIONS", "VERSION", "check_document",
            "dumps", "figure1_tables", "load", "machine_json", "new_document", "now_iso",
            "pattern_record", "served_level", "write"]
+
+
+def summary(doc: dict[str, Any]) -> dict[str, Any]:
+    """Pattern count, completeness, median timing spread and flag counts of a results file."""
+    pats = doc["patterns"]
+    spreads = sorted(p["time_ns"]["spread"] for p in pats)
+    flags: dict[str, int] = {}
+    for p in pats:
+        for f in p["flags"]:
+            flags[f] = flags.get(f, 0) + 1
+    return {"patterns": len(pats), "complete": doc.get("complete", False),
+            "median_spread": spreads[len(spreads) // 2] if spreads else float("nan"),
+            "p90_spread": spreads[int(0.9 * len(spreads))] if spreads else float("nan"),
+            "flags": dict(sorted(flags.items()))}
