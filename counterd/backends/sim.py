@@ -1078,7 +1078,8 @@ class SimBackend:
         note = "" if engine == "native" else f" ({why})" if not ok else ""
         reason = (f"simulates {self.geometry.spec()} with the {engine} engine{note}; "
                   f"geometry from {self.geometry.source}; banks: {self.bankmap.banks} x "
-                  f"{self.bankmap.interleave_bytes} B")
+                  f"{self.bankmap.interleave_bytes} B"
+                  + (" (assumed: not discoverable)" if self.bankmap == HOST_BANKS else ""))
         depth = {lv.level for lv in self.geometry.levels}
         counters: dict[str, str | None] = {}
         for name in NAMES:
