@@ -618,9 +618,7 @@ class Daemon:
         if not self._owns_run(conn, key[0]):
             self._violation(conn, "forbidden", f"run {key[0]} belongs to another user", seq)
             return
-        if len(conn.begins) >= MAX_OPEN_BEGINS:
-            self._violation(conn, "too_many_open", f"more than {MAX_OPEN_BEGINS} supersteps "
-                            "open on one connection", seq)
+        if self._too_many_open(conn, seq):
             return
         conn.begins[key] = line
         count = p.get("count")
@@ -679,11 +677,17 @@ class Daemon:
         except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError included
             self._violation(conn, "bad_begin", f"malformed OPEN ({exc})", seq)
             return
-        if len(conn.begins) >= MAX_OPEN_BEGINS:
-            self._violation(conn, "too_many_open", f"more than {MAX_OPEN_BEGINS} supersteps "
-                            "open on one connection", seq)
+        if self._too_many_open(conn, seq):
             return
         conn.begins[(ctx[0], index)] = (ctx, index, name, rank, cpu, begin_ns, params)
+
+    def _too_many_open(self, conn: _Conn, seq: int) -> bool:
+        """Refuse a begin beyond MAX_OPEN_BEGINS open supersteps on one connection."""
+        if len(conn.begins) < MAX_OPEN_BEGINS:
+            return False
+        self._violation(conn, "too_many_open", f"more than {MAX_OPEN_BEGINS} supersteps open "
+                        "on one connection", seq)
+        return True
 
     def _close_step(self, conn: _Conn, seq: int, fields: tuple[Any, ...], body: bytes
                     ) -> None:

@@ -40,9 +40,9 @@ import socket
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -50,6 +50,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from counterd.events import BY_NAME
 from counterd.prediction import TERMS, PredictFn, Prediction
 from counterd.records import SuperstepRecord
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("counterd.exporter")
 
@@ -107,6 +109,17 @@ class _JobStats:
     threads: int = 0
 
 
+
+def _bounded(table: dict[str, _T], key: str, limit: int, new: Callable[[], _T]) -> _T:
+    """``table[key]``, created on first use; once ``limit`` keys exist, new keys share the
+    entry ``OTHER`` (bounded label cardinality: no label value grows without limit)."""
+    entry = table.get(key)
+    if entry is None:
+        if len(table) >= limit - (0 if OTHER in table else 1):
+            key = OTHER
+        entry = table.setdefault(key, new())
+    return entry
+
 class MetricsState:
     """Everything /metrics shows, updated by the daemon's threads under one lock."""
 
@@ -131,20 +144,10 @@ class MetricsState:
 
     # -- label bounding ----------------------------------------------------------------------
     def _job(self, job: str) -> _JobStats:
-        stats = self.jobs.get(job)
-        if stats is None:
-            if len(self.jobs) >= self.max_jobs - (0 if OTHER in self.jobs else 1):
-                job = OTHER
-            stats = self.jobs.setdefault(job, _JobStats())
-        return stats
+        return _bounded(self.jobs, job, self.max_jobs, _JobStats)
 
     def _step(self, stats: _JobStats, name: str) -> _StepStats:
-        step = stats.steps.get(name)
-        if step is None:
-            if len(stats.steps) >= self.max_names - (0 if OTHER in stats.steps else 1):
-                name = OTHER
-            step = stats.steps.setdefault(name, _StepStats())
-        return step
+        return _bounded(stats.steps, name, self.max_names, _StepStats)
 
     # -- updates -------------------------------------------------------------------------------
     def observe_records(self, records: Sequence[tuple[SuperstepRecord, str]],
