@@ -23,8 +23,8 @@ from _daemon import Daemon  # noqa: E402
 from _host import host_line  # noqa: E402
 
 import counterd  # noqa: E402
-from counterd.store import open_readonly  # noqa: E402
-from counterd.superstep import configure, recorder  # noqa: E402
+from counterd.daemon.store import open_readonly  # noqa: E402
+from counterd.markers.recorder import configure, recorder  # noqa: E402
 
 
 def client(rank: int, steps: int, socket_path: str, go: object) -> None:

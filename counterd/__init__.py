@@ -4,6 +4,6 @@ Public API: ``superstep`` (the marker context manager) and ``set_rank`` (an SPMD
 processor id); counter sources live in :mod:`counterd.backends`.
 """
 
-from counterd.superstep import begin, configure, end, records, set_rank, superstep
+from counterd.markers import begin, configure, end, records, set_rank, superstep
 
 __all__ = ["begin", "configure", "end", "records", "set_rank", "superstep"]

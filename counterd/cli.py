@@ -100,14 +100,14 @@ def _run(args: argparse.Namespace) -> int:
 def _store_path(args: argparse.Namespace) -> Path:
     if args.store is not None:
         return Path(args.store)
-    from counterd.config import load
+    from counterd.daemon.config import load
 
     return load(args.config).store_path
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from counterd.report import render_runs
-    from counterd.store import open_readonly
+    from counterd.report.model import render_runs
+    from counterd.daemon.store import open_readonly
 
     store = open_readonly(_store_path(args))
     try:
@@ -135,7 +135,7 @@ def _report(args: argparse.Namespace) -> int:
                        "give one or the other")
     profile = args.profile
     if profile is None and (args.config is not None or args.records is None):
-        from counterd.config import load
+        from counterd.daemon.config import load
 
         profile = load(args.config).profile
     predict, why = prediction.load(profile)

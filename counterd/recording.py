@@ -1,7 +1,7 @@
 """``counterd record``: run a command with markers active and collect its superstep records.
 
 The command's processes append marker events to a spool directory (one file per pid, see
-:mod:`counterd.superstep`); when it exits the spool is collected into records. A command that
+:mod:`counterd.markers`); when it exits the spool is collected into records. A command that
 marks nothing is recorded as one superstep (flag ``whole_command``) with the counters of the
 whole process tree, attached before its first instruction through an exec shim.
 
@@ -30,7 +30,7 @@ from counterd.backends.base import CounterGroup, Target
 from counterd.errors import BadInput, CounterdError
 from counterd.events import check_names
 from counterd.records import SuperstepRecord, write_jsonl
-from counterd.superstep import ENV_BACKEND, ENV_EVENTS, ENV_RUN_ID, ENV_SPOOL, collect_spool
+from counterd.markers.recorder import ENV_BACKEND, ENV_EVENTS, ENV_RUN_ID, ENV_SPOOL, collect_spool
 
 if TYPE_CHECKING:
     from counterd.backends import callgrind

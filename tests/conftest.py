@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from counterd import superstep
+from counterd.markers import recorder as superstep
 
 
 @pytest.fixture(autouse=True)

@@ -671,7 +671,7 @@ class CallgrindBackend:
 def boundary_calls_from_spool(
         path: Path) -> tuple[list[tuple[int, int]], dict[int, dict[str, Any]]]:
     """The boundary calls one process made, in order, from its marker spool ``<pid>.jsonl``
-    (format: :class:`counterd.superstep.SpoolSink`), and its ``begin`` lines by index.
+    (format: :class:`counterd.markers.recorder.SpoolSink`), and its ``begin`` lines by index.
 
     The marker API writes a ``begin`` line just before its begin call and a ``record`` line
     just after its end call, so for a single-threaded process the line order is the call
@@ -722,7 +722,7 @@ def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
     sums every readable dump of every process: the command as one superstep.
     """
     from counterd.records import SuperstepRecord
-    from counterd.superstep import ENV_BACKEND, ENV_SPOOL
+    from counterd.markers.recorder import ENV_BACKEND, ENV_SPOOL
 
     geo = geometry if geometry is not None else CallgrindGeometry.from_sysfs()
     support = counter_support(geo.last_level)

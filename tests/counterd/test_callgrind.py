@@ -192,7 +192,7 @@ def test_supersteps_from_dumps_when_no_dump_was_cut() -> None:
 
 
 def test_boundary_calls_from_spool_order(tmp_path: Path) -> None:
-    # Lines as counterd.superstep.SpoolSink writes them: begin before the begin call, record
+    # Lines as counterd.markers.recorder.SpoolSink writes them: begin before the begin call, record
     # after the end call; a record closed at exit (end_ns null) made no call; an unmatched end
     # made one for no superstep.
     lines = [
@@ -443,7 +443,7 @@ MARKED = """\
 import ctypes, sys
 import counterd
 from counterd import _native
-from counterd.superstep import recorder
+from counterd.markers.recorder import recorder
 
 L = _native.lib()
 if sys.argv[1]:

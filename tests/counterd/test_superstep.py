@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import counterd
-from counterd.superstep import Recorder, SpoolSink, collect_spool, configure
+from counterd.markers.recorder import Recorder, SpoolSink, collect_spool, configure
 
 
 @pytest.fixture
@@ -257,7 +257,7 @@ def test_lazy_records_equal_the_records_built_at_the_end_marker(mem_recorder: Re
 def test_pid_cache_follows_fork(tmp_path: Path) -> None:
     import importlib
 
-    superstep = importlib.import_module("counterd.superstep")  # the package exports a function
+    superstep = importlib.import_module("counterd.markers.recorder")
     assert superstep._pid == os.getpid()
     r, w = os.pipe()
     child = os.fork()

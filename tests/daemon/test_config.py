@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from counterd import config
+from counterd.daemon import config
 from counterd.errors import BadInput
 
 

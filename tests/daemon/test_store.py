@@ -11,7 +11,7 @@ import pytest
 from counterd.backends.base import CounterValue
 from counterd.events import Source
 from counterd.records import SuperstepRecord
-from counterd.store import (
+from counterd.daemon.store import (
     SCHEMA_VERSION,
     RunInfo,
     Sample,

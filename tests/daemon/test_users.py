@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from counterd.records import SuperstepRecord
-from counterd.store import open_readonly
-from counterd.superstep import SocketSink
+from counterd.daemon.store import open_readonly
+from counterd.markers.recorder import SocketSink
 
 from .conftest import DaemonProc
 

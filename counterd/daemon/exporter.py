@@ -53,7 +53,7 @@ from counterd.records import SuperstepRecord
 
 _T = TypeVar("_T")
 
-log = logging.getLogger("counterd.exporter")
+log = logging.getLogger("counterd.daemon.exporter")
 
 OTHER = "_other"
 MAX_LAST_PROCESSORS = 4096  # records kept for the last superstep of a job (for predictions)

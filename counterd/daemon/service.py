@@ -4,12 +4,12 @@ Threads, and what each owns:
 
 * the **loop** (the caller's thread): the marker socket (:mod:`counterd.protocol`), every
   client connection, SO_PEERCRED checks, counting on a client's behalf, signals;
-* the **writer**: the store (:mod:`counterd.store`). It takes whatever the loop queued, commits
+* the **writer**: the store (:mod:`counterd.daemon.store`). It takes whatever the loop queued, commits
   it in one transaction (group commit), and only then hands the sequence numbers back to the
   loop, which acknowledges them to the clients: acknowledged means durable;
 * the **sampler**: watched processes and marker clients, per-thread counters summed per job
-  (:mod:`counterd.sampling`), every ``sampling.interval_s``;
-* the **metrics server** (prometheus-client's HTTP server) over :mod:`counterd.exporter`.
+  (:mod:`counterd.daemon.sampling`), every ``sampling.interval_s``;
+* the **metrics server** (prometheus-client's HTTP server) over :mod:`counterd.daemon.exporter`.
 
 SIGTERM/SIGINT: stop accepting, read what clients already sent, commit and acknowledge all of
 it, close the store (WAL checkpoint), remove the socket. SIGHUP: re-read the config file and
@@ -40,17 +40,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from counterd import config as config_mod
+from counterd.daemon import config as config_mod
 from counterd import prediction, protocol
 from counterd.backends.base import CounterValue, Reading, Target
-from counterd.config import Config
+from counterd.daemon.config import Config
 from counterd.errors import BadInput, CounterdError, NoSuchTarget
 from counterd.events import Source
-from counterd.exporter import MetricsState, registry
+from counterd.daemon.exporter import MetricsState, registry
 from counterd.protocol import Decoder, FrameType, ProtocolError
 from counterd.records import SuperstepRecord
-from counterd.sampling import Sampler, owner_uids
-from counterd.store import RunInfo, Sample, Store, StoreError
+from counterd.daemon.sampling import Sampler, owner_uids
+from counterd.daemon.store import RunInfo, Sample, Store, StoreError
 
 log = logging.getLogger("counterd.daemon")
 
@@ -210,7 +210,7 @@ class Daemon:
         sd_notify("READY=1\nSTATUS=serving")
 
     def _start_metrics(self, listen: str) -> None:
-        from counterd.exporter import ExpositionCache, serve
+        from counterd.daemon.exporter import ExpositionCache, serve
 
         host, port = config_mod.metrics_address(listen)
         self._exposition = ExpositionCache(registry(self.state), self.state,

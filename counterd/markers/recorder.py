@@ -26,7 +26,7 @@ kept in memory (``counterd.records()``) and counted with perf where available.
 Where records go (the sink), first match wins: ``configure(spool=...)`` or
 ``configure(socket=...)``; ``COUNTERD_SPOOL`` (set by ``counterd record``); ``COUNTERD_SOCKET``
 (a path; ``off`` disables the daemon); the daemon's default socket
-(:func:`counterd.config.default_socket_path`) if a daemon answers there; else memory. Through
+(:func:`counterd.daemon.config.default_socket_path`) if a daemon answers there; else memory. Through
 the daemon (:class:`SocketSink`) every record is kept by the process until the daemon has
 acknowledged it as committed to its store; ``COUNTERD_JOB`` names the job (default: the
 program's file name). Backend ``daemon`` (or perf being unusable in-process, e.g.
@@ -77,7 +77,7 @@ _MPI_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WOR
                   "SLURM_PROCID")
 MARKER_BACKENDS = ("perf", "papi", "sim", "callgrind", "daemon", "none")
 
-log = logging.getLogger("counterd.superstep")
+log = logging.getLogger("counterd.markers")
 _SNDTIMEO = struct.pack("ll", 30, 0)  # struct timeval: a send to the daemon waits 30 s at most
 _SOURCE_INDEX = {source: i for i, source in enumerate(_WIRE_SOURCES)}  # Source is a StrEnum
 _dumps_line = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps builds one per call
@@ -979,7 +979,7 @@ def _make_sink(spool: Path | None, sock: Path | str | None
         path = env.get(ENV_SOCKET)
         explicit = path is not None
         if path is None:
-            from counterd.config import default_socket_path
+            from counterd.daemon.config import default_socket_path
 
             default = default_socket_path()
             path = str(default) if default.exists() else None

@@ -26,7 +26,7 @@ from counterd.errors import BadInput
 from counterd.events import NAMES
 from counterd.prediction import BOUNDS, TERM_MEANING, TERMS, PredictFn, Prediction, error_ratio
 from counterd.records import INFO_FLAGS, SuperstepRecord
-from counterd.store import RunRow
+from counterd.daemon.store import RunRow
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class Report:
 
 
 def records_from_store(path: Path, run: str | None) -> tuple[list[SuperstepRecord], str]:
-    from counterd.store import open_readonly
+    from counterd.daemon.store import open_readonly
 
     store = open_readonly(path)
     try:
@@ -279,7 +279,7 @@ def render_csv(rep: Report) -> str:
 
 
 def render_runs(rows: Sequence[RunRow]) -> str:
-    from counterd.sampling import user_name
+    from counterd.daemon.sampling import user_name
 
     if not rows:
         return "no runs in the store"

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from counterd.backends.base import Target
-from counterd.config import WatchRule
+from counterd.daemon.config import WatchRule
 from counterd.errors import CounterdError, NoSuchTarget
 
-log = logging.getLogger("counterd.sampling")
+log = logging.getLogger("counterd.daemon.sampling")
 
 
 @dataclass(frozen=True)
