@@ -27,12 +27,14 @@ demo: $(STAMP)
 	$(VENV)/bin/counterd report --records $(OUT)/example.jsonl --profile $(OUT)/node.toml \
 		--out $(OUT)/example.html
 
-test: $(STAMP)
+test: lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
+# Style, types and the layering contracts (pyproject.toml [tool.importlinter]); part of `make test`.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check counterd predictor microbench tests bench
-	$(VENV)/bin/mypy counterd
+	$(VENV)/bin/ruff check counterd predictor microbench tests bench examples
+	$(VENV)/bin/mypy counterd predictor microbench
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) build *.egg-info $(OUT)

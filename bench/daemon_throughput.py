@@ -24,7 +24,7 @@ from _host import host_line  # noqa: E402
 
 import counterd  # noqa: E402
 from counterd.daemon.store import open_readonly  # noqa: E402
-from counterd.markers.recorder import configure, recorder  # noqa: E402
+from counterd.markers.api import configure, recorder  # noqa: E402
 
 
 def client(rank: int, steps: int, socket_path: str, go: object) -> None:

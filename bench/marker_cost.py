@@ -24,7 +24,8 @@ from _daemon import Daemon  # noqa: E402
 from _host import host_line  # noqa: E402
 
 import counterd  # noqa: E402
-from counterd.markers.recorder import SocketSink, configure  # noqa: E402
+from counterd.markers.api import configure  # noqa: E402
+from counterd.markers.client import SocketSink  # noqa: E402
 
 SOFTWARE = ("task_clock_ns", "page_faults", "context_switches")
 

@@ -22,14 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _host import host_line  # noqa: E402
 
-from counterd.backends.sim import (  # noqa: E402
-    SGI_BANKS,
-    AddressStream,
-    CacheSim,
-    Geometry,
-    StridedStream,
-    native_status,
-)
+from counterd.machine import SGI_BANKS, Geometry  # noqa: E402
+from counterd.sim import AddressStream, CacheSim, StridedStream, native_status  # noqa: E402
 
 
 def streams(geometry: Geometry, n: int) -> dict[str, list[StridedStream | AddressStream]]:

@@ -106,8 +106,8 @@ def _store_path(args: argparse.Namespace) -> Path:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from counterd.report.model import render_runs
     from counterd.daemon.store import open_readonly
+    from counterd.report import render_runs
 
     store = open_readonly(_store_path(args))
     try:

@@ -6,8 +6,31 @@ Each error says what happened, why, and how to fix it (STYLE.md habit 4). CLIs p
 
 from __future__ import annotations
 
+from typing import Any
 
-class CounterdError(Exception):
+
+def _rebuild(cls: type[BaseException], message: str, fields: dict[str, Any]) -> BaseException:
+    """Unpickle an error: its message and its fields, without calling its ``__init__``."""
+    err = cls.__new__(cls)
+    BaseException.__init__(err, message)
+    err.__dict__.update(fields)
+    return err
+
+
+class PicklableError(Exception):
+    """An exception that survives a pickle round trip with its message and fields.
+
+    Errors cross process boundaries (microbench workers, pilot runs); the default pickling
+    calls ``cls(*self.args)``, which fails or garbles the message for every error whose
+    ``__init__`` takes other arguments than the message (psutil's errors solve it the same
+    way, with ``__reduce__``).
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), str(self), dict(self.__dict__)))
+
+
+class CounterdError(PicklableError):
     """Base of every error this project raises on purpose."""
 
     exit_code = 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class Source(enum.StrEnum):
@@ -18,6 +19,21 @@ class Source(enum.StrEnum):
     SIMULATED = "simulated"  # produced by a cache simulator from an address stream
     EXTRAPOLATED = "extrapolated"  # forecast from pilot runs at smaller sizes
     ASSUMED = "assumed"  # filled in from a declared assumption (e.g. uniform over banks)
+
+
+class CounterValue(NamedTuple):
+    """One counter's value with its provenance.
+
+    ``value`` is scaled for multiplexing (raw * enabled / running); ``ratio`` is
+    time_running / time_enabled (1.0 when the counter ran all the time, or for simulation).
+    A NamedTuple, not a dataclass: two are built per counter per superstep on the marker's hot
+    path, and records validate them (ratio within [0, 1], finite value) on construction.
+    """
+
+    value: float
+    source: Source
+    ratio: float = 1.0
+    raw: int | None = None
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,17 @@ Authorisation (SO_PEERCRED): a client may only have counters read for processes 
 of the target's uids equal the client's uid); root, and members of the configured group, may
 read any. A record for a run first seen from another uid is refused the same way.
 
+Typed frames: every frame type has a frozen dataclass (:class:`Hello`, :class:`Welcome`,
+:class:`Context`, :class:`Begin`, :class:`Open`, :class:`Close`, :class:`Record`, :class:`Read`,
+:class:`Sync`, :class:`Ack`, :class:`Started`, :class:`Reading`, :class:`Error`) with
+``encode(version)`` and a ``decode`` class method; :func:`decode` and
+:meth:`Decoder.typed_frames` dispatch on the type. A CLOSE's counters are
+:class:`WireCounter` records (name, source, value, ratio, raw), named by its context's
+``counters``, so ``Close.decode`` takes those names. The marker's hot path encodes with
+:func:`encode_open` and :func:`encode_close` (no dataclass built per superstep).
+:meth:`Decoder.frames` stays the raw layer: ``(type, dict)``, or ``(type, bytes)`` for OPEN and
+CLOSE.
+
 Version history:
     1 - first version (HELLO, WELCOME, BEGIN, RECORD, READ, SYNC, ACK, STARTED, READING, ERROR).
     2 - CONTEXT, OPEN and CLOSE: a marker pair costs two small binary frames instead of a JSON
@@ -83,8 +94,12 @@ from __future__ import annotations
 import enum
 import json
 import struct
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NamedTuple, Protocol
+
+from counterd.errors import BadInput
+from counterd.records import SuperstepRecord
 
 PROTOCOL_VERSION = 2
 ACCEPTED_VERSIONS = frozenset({1, 2})
@@ -121,12 +136,14 @@ OPEN_HEAD = struct.Struct("!QHQQiiH")  # seq, ctx, index, begin_ns, rank, cpu, n
 CLOSE_HEAD = struct.Struct("!QHQQQIH")  # seq, ctx, index, begin_ns, end_ns, flags, unsupported
 COUNTER = struct.Struct("!Bddq")  # source, value, ratio, raw
 NO_RAW = -(1 << 63)  # COUNTER.raw for a counter without a raw count
+_HEAD_PREFIX = struct.Struct("!QHQ")  # seq, ctx, index: how both OPEN_HEAD and CLOSE_HEAD begin
 # Wire constants: appending is compatible, reordering is not.
 FLAG_BITS = ("incomplete", "unmatched_end", "nested", "exception", "multiplexed", "migrated",
              "unsupported_counters", "whole_command", "counters_from_separate_run",
              "counters_missing")
 FLAG_BIT = {name: 1 << i for i, name in enumerate(FLAG_BITS)}
 SOURCES = ("measured", "simulated", "extrapolated", "assumed")  # counterd.events.Source values
+SOURCE_INDEX = {source: i for i, source in enumerate(SOURCES)}
 
 
 class ProtocolError(Exception):
@@ -138,13 +155,16 @@ class ProtocolError(Exception):
         super().__init__(f"{code}: {message}")
 
 
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+dumps_payload = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
+                                 allow_nan=False).encode
+"""A JSON payload as the wire has it (compact separators, UTF-8 kept, NaN refused)."""
+_dumps = dumps_payload  # the old name, still used by counterd.markers.recorder
 
 
 def encode(ftype: FrameType, payload: Mapping[str, Any], version: int = PROTOCOL_VERSION
            ) -> bytes:
     """One frame. Raises ValueError for a payload that is not JSON (NaN included)."""
-    body = _dumps(payload).encode()
+    body = dumps_payload(payload).encode()
     return HEADER.pack(len(body) + 2, version, ftype) + body
 
 
@@ -170,8 +190,491 @@ def bit_flags(bits: int) -> frozenset[str]:
     return frozenset(name for i, name in enumerate(FLAG_BITS) if bits >> i & 1)
 
 
+# -- the hot path: OPEN and CLOSE without building a dataclass ----------------------------------
+# The frame header and the binary head are packed in one call.
+_OPEN_FRAME = struct.Struct("!IBB" + OPEN_HEAD.format.lstrip("!"))
+_CLOSE_FRAME = struct.Struct("!IBB" + CLOSE_HEAD.format.lstrip("!"))
+_OPEN_LENGTH = 2 + OPEN_HEAD.size  # the length field of an OPEN without name and params
+_CLOSE_LENGTH = 2 + CLOSE_HEAD.size
+_OPEN = int(FrameType.OPEN)
+_CLOSE = int(FrameType.CLOSE)
+_pack_counter = COUNTER.pack
+
+
+class CounterLike(Protocol):
+    """What :func:`encode_close` reads of a counter: a :class:`WireCounter`, or a
+    :class:`counterd.events.CounterValue` (its ``source`` is one of :data:`SOURCES`)."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def value(self) -> float: ...
+    @property
+    def ratio(self) -> float: ...
+    @property
+    def raw(self) -> int | None: ...
+
+
+def encode_open(s: int, c: int, index: int, begin_ns: int, rank: int, cpu: int, name: str,
+                params: Mapping[str, Any] | None = None, version: int = PROTOCOL_VERSION
+                ) -> bytes:
+    """An OPEN frame (see :class:`Open`). Raises struct.error for a field beyond its packed
+    range (send a BEGIN instead), ValueError for params that are not JSON."""
+    nb = name.encode()
+    tail = nb + dumps_payload(params).encode() if params else nb
+    return _OPEN_FRAME.pack(_OPEN_LENGTH + len(tail), version, _OPEN, s, c, index, begin_ns,
+                            rank, cpu, len(nb)) + tail
+
+
+def encode_close(s: int, c: int, index: int, begin_ns: int, end_ns: int, flags: int,
+                 counters: Iterable[CounterLike] = (),
+                 unsupported: Mapping[str, str] | None = None,
+                 version: int = PROTOCOL_VERSION) -> bytes:
+    """A CLOSE frame (see :class:`Close`): ``flags`` is the bitmask of :func:`flag_bits`,
+    ``counters`` in the order of the context's ``counters``. Raises KeyError for a source not
+    in :data:`SOURCES`, struct.error for a field beyond its packed range, ValueError for
+    unsupported counters that are not JSON (send a RECORD instead)."""
+    tail = dumps_payload(unsupported).encode() if unsupported else b""
+    packed = b"".join([_pack_counter(SOURCE_INDEX[k.source], k.value, k.ratio,
+                                     NO_RAW if k.raw is None else k.raw) for k in counters])
+    return _CLOSE_FRAME.pack(_CLOSE_LENGTH + len(packed) + len(tail), version, _CLOSE, s, c,
+                             index, begin_ns, end_ns, flags, len(tail)) + packed + tail
+
+
+# -- typed frames -------------------------------------------------------------------------------
+def _seq(p: Mapping[str, Any]) -> int:
+    s = p.get("s")
+    if not isinstance(s, int) or isinstance(s, bool):
+        raise ProtocolError("bad_seq", f"sequence number {s!r} is not an integer")
+    return s
+
+
+def _reply_error(ftype: FrameType, exc: Exception) -> ProtocolError:
+    return ProtocolError("bad_reply", f"malformed {ftype.name} ({exc})")
+
+
+class JsonFrame:
+    """A frame whose payload is a JSON object: ``payload()`` is that object."""
+
+    __slots__ = ()
+    TYPE: ClassVar[FrameType]
+
+    def payload(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def encode(self, version: int = PROTOCOL_VERSION) -> bytes:
+        body = dumps_payload(self.payload()).encode()
+        return HEADER.pack(len(body) + 2, version, self.TYPE) + body
+
+
+@dataclass(frozen=True, slots=True)
+class Hello(JsonFrame):
+    """c: the first frame, exactly once. The daemon takes pid and uid from SO_PEERCRED."""
+
+    TYPE: ClassVar[FrameType] = FrameType.HELLO
+    pid: int | None = None
+    host: str | None = None
+    run_id: str | None = None
+    job: str | None = None
+
+    def payload(self) -> dict[str, Any]:
+        return {k: v for k, v in (("pid", self.pid), ("host", self.host),
+                                  ("run_id", self.run_id), ("job", self.job)) if v is not None}
+
+    @classmethod
+    def decode(cls, p: Mapping[str, Any]) -> Hello:
+        """Never refuses: a field of the wrong type is None, a job other than an empty value is
+        a string."""
+        pid, host, run_id, job = p.get("pid"), p.get("host"), p.get("run_id"), p.get("job")
+        return cls(pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+                   host if isinstance(host, str) else None,
+                   run_id if isinstance(run_id, str) else None,
+                   str(job) if job else None)
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome(JsonFrame):
+    """d: the answer to HELLO, in the client's version: what SO_PEERCRED said about it."""
+
+    TYPE: ClassVar[FrameType] = FrameType.WELCOME
+    version: int
+    max_frame: int
+    uid: int
+    pid: int
+
+    def payload(self) -> dict[str, Any]:
+        return {"version": self.version, "max_frame": self.max_frame, "uid": self.uid,
+                "pid": self.pid}
+
+    @classmethod
+    def decode(cls, p: Mapping[str, Any]) -> Welcome:
+        try:
+            return cls(int(p["version"]), int(p["max_frame"]), int(p["uid"]), int(p["pid"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _reply_error(cls.TYPE, exc) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Context(JsonFrame):
+    """c: what the OPENs and CLOSEs naming context ``c`` on this connection share; a CLOSE
+    carries one counter per name of ``counters``, in that order."""
+
+    TYPE: ClassVar[FrameType] = FrameType.CONTEXT
+    s: int
+    c: int
+    run_id: str
+    pid: int
+    host: str
+    backend: str
+    counters: tuple[str, ...] = ()
+
+    def payload(self) -> dict[str, Any]:
+        return {"s": self.s, "c": self.c, "run_id": self.run_id, "pid": self.pid,
+                "host": self.host, "backend": self.backend, "counters": list(self.counters)}
+
+    @classmethod
+    def decode(cls, p: Mapping[str, Any]) -> Context:
+        s = _seq(p)
+        try:
+            c, run_id, pid = p["c"], p["run_id"], p["pid"]
+            host, backend, names = p["host"], p["backend"], p.get("counters", [])
+            if not (isinstance(c, int) and 0 < c <= 0xFFFF and isinstance(run_id, str)
+                    and run_id and isinstance(pid, int) and isinstance(host, str)
+                    and isinstance(backend, str) and isinstance(names, list)
+                    and all(isinstance(n, str) for n in names)):
+                raise TypeError("fields of the wrong type")
+        except (KeyError, TypeError) as exc:
+            raise ProtocolError("bad_context", f"malformed CONTEXT ({exc})") from None
+        return cls(s, c, run_id, pid, host, backend, tuple(names))
+
+
+@dataclass(frozen=True, slots=True)
+class Begin(JsonFrame):
+    """c: a superstep begins. ``line`` is the begin line (the receiver checks its fields);
+    ``count``, if not None, asks the daemon to count ``line["tid"]`` on the client's behalf
+    (as sent: a malformed one is reported in the STARTED)."""
+
+    TYPE: ClassVar[FrameType] = FrameType.BEGIN
+    s: int
+    line: Mapping[str, Any]
+    count: Any = None
+
+    def payload(self) -> dict[str, Any]:
+        p: dict[str, Any] = {"s": self.s, "line": self.line}
+        if self.count is not None:
+            p["count"] = self.count
+        return p
+
+    @classmethod
+    def decode(cls, p: Mapping[str, Any]) -> Begin:
+        s = _seq(p)
+        line = p.get("line")
+        if not isinstance(line, dict):
+            raise ProtocolError("bad_begin", "malformed begin line (no begin line)")
+        return cls(s, line, p.get("count"))
+
+
+@dataclass(frozen=True, slots=True)
+class Record(JsonFrame):
+    """c: a finished superstep's record."""
+
+    TYPE: ClassVar[FrameType] = FrameType.RECORD
+    s: int
+    rec: SuperstepRecord
+
+    def payload(self) -> dict[str, Any]:
+        return {"s": self.s, "rec": self.rec.to_json()}
+
+    @classmethod
+    def decode(cls, p: Mapping[str, Any]) -> Record:
+        s = _seq(p)
+        body = p.get("rec")
+        try:
+            if not isinstance(body, dict):
+                raise BadInput("no record in the frame")
+            rec = SuperstepRecord.from_json(body)
+        except BadInput as exc:
+            raise ProtocolError("bad_record", str(exc)) from None
+        return cls(s, rec)
+
+
+@dataclass(frozen=True, slots=True)
+class Read(JsonFrame):
+    """c: the counters ``count`` of thread ``tid`` (None: the main thread) of ``pid``,
+    cumulative since the first READ of them."""
+
+    TYPE: ClassVar[FrameType] = FrameType.READ
+    s: int
+    pid: int
+    tid: int | None = None
+    count: tuple[str, ...] = ()
+
+    def payload(self) -> dict[str, Any]:
+        return {"s": self.s, "pid": self.pid, "tid": self.tid, "count": list(self.count)}
+
+    @classmethod
+    def decode(cls, p: Mapping[str, Any]) -> Read:
+        s = _seq(p)
+        try:
+            pid = int(p["pid"])
+            sent = p.get("tid")
+            tid = int(sent) if sent else None  # 0 and null mean the main thread
+            count = tuple(str(e) for e in p.get("count", ()))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError("bad_read", f"malformed READ ({exc})") from None
+        return cls(s, pid, tid, count)
+
+
+@dataclass(frozen=True, slots=True)
+class Sync(JsonFrame):
+    """c: asks for an ACK now."""
+
+    TYPE: ClassVar[FrameType] = FrameType.SYNC
+    s: int
+
+    def payload(self) -> dict[str, Any]:
+        return {"s": self.s}
+
+    @classmethod
+    def decode(cls, p: Mapping[str, Any]) -> Sync:
+        return cls(_seq(p))
+
+
+@dataclass(frozen=True, slots=True)
+class Ack(JsonFrame):
+    """d: every frame up to ``s`` is processed and every record among them is durable."""
+
+    TYPE: ClassVar[FrameType] = FrameType.ACK
+    s: int
+
+    def payload(self) -> dict[str, Any]:
+        return {"s": self.s}
+
+    @classmethod
+    def decode(cls, p: Mapping[str, Any]) -> Ack:
+        return cls(_seq(p))
+
+
+@dataclass(frozen=True, slots=True)
+class Started(JsonFrame):
+    """d: the reply to a BEGIN that asked the daemon to count; ``unsupported`` says why it
+    could not."""
+
+    TYPE: ClassVar[FrameType] = FrameType.STARTED
+    s: int
+    unsupported: str | None = None
+
+    def payload(self) -> dict[str, Any]:
+        if self.unsupported is None:
+            return {"s": self.s}
+        return {"s": self.s, "unsupported": self.unsupported}
+
+    @classmethod
+    def decode(cls, p: Mapping[str, Any]) -> Started:
+        why = p.get("unsupported")
+        return cls(_seq(p), None if why is None else str(why))
+
+
+@dataclass(frozen=True, slots=True)
+class Reading(JsonFrame):
+    """d: the reply to a READ: counter -> (value, multiplexing ratio), and the counters that
+    could not be read with the reason."""
+
+    TYPE: ClassVar[FrameType] = FrameType.READING
+    s: int
+    values: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    unsupported: Mapping[str, str] = field(default_factory=dict)
+
+    def payload(self) -> dict[str, Any]:
+        return {"s": self.s, "values": {k: list(v) for k, v in self.values.items()},
+                "unsupported": dict(self.unsupported)}
+
+    @classmethod
+    def decode(cls, p: Mapping[str, Any]) -> Reading:
+        s = _seq(p)
+        try:
+            values = {str(k): (float(v[0]), float(v[1])) for k, v in p["values"].items()}
+            unsupported = {str(k): str(v) for k, v in p.get("unsupported", {}).items()}
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise _reply_error(cls.TYPE, exc) from None
+        return cls(s, values, unsupported)
+
+
+@dataclass(frozen=True, slots=True)
+class Error(JsonFrame):
+    """d: a refused frame (``s``, when the refusal is about one) or a broken connection."""
+
+    TYPE: ClassVar[FrameType] = FrameType.ERROR
+    code: str
+    message: str
+    s: int | None = None
+
+    def payload(self) -> dict[str, Any]:
+        if self.s is None:
+            return {"code": self.code, "message": self.message}
+        return {"code": self.code, "message": self.message, "s": self.s}
+
+    @classmethod
+    def decode(cls, p: Mapping[str, Any]) -> Error:
+        s = p.get("s")
+        return cls(str(p.get("code")), str(p.get("message")),
+                   s if isinstance(s, int) and not isinstance(s, bool) else None)
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """How an OPEN's or a CLOSE's head begins: what the receiver looks up (the context, the
+    OPEN of the superstep) before it decodes the rest."""
+
+    s: int
+    c: int
+    index: int
+
+
+def _check_head(ftype: FrameType, packed: struct.Struct, body: bytes) -> None:
+    if len(body) < packed.size:
+        raise ProtocolError("bad_frame", f"{ftype.name} of {len(body)} bytes is shorter "
+                            f"than its {packed.size}-byte head")
+
+
+def _unpack_head(ftype: FrameType, packed: struct.Struct, body: bytes) -> tuple[Any, ...]:
+    _check_head(ftype, packed, body)
+    return packed.unpack_from(body)
+
+
+def head(ftype: FrameType, body: bytes) -> Head:
+    """The :class:`Head` of an OPEN or CLOSE body; ProtocolError ``bad_frame`` when the body is
+    shorter than its fixed head."""
+    _check_head(ftype, OPEN_HEAD if ftype is FrameType.OPEN else CLOSE_HEAD, body)
+    s, c, index = _HEAD_PREFIX.unpack_from(body)
+    return Head(s, c, index)
+
+
+@dataclass(frozen=True, slots=True)
+class Open:
+    """c (binary): superstep ``index`` of context ``c``'s run begins; ``begin_ns`` is that of
+    its incomplete record should it never end."""
+
+    TYPE: ClassVar[FrameType] = FrameType.OPEN
+    s: int
+    c: int
+    index: int
+    begin_ns: int
+    rank: int
+    cpu: int
+    name: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def encode(self, version: int = PROTOCOL_VERSION) -> bytes:
+        return encode_open(self.s, self.c, self.index, self.begin_ns, self.rank, self.cpu,
+                           self.name, self.params, version)
+
+    @classmethod
+    def decode(cls, body: bytes) -> Open:
+        """ProtocolError ``bad_frame`` (shorter than its head) or ``bad_begin`` (a name or
+        params that do not decode)."""
+        s, c, index, begin_ns, rank, cpu, name_bytes = _unpack_head(cls.TYPE, OPEN_HEAD, body)
+        start = OPEN_HEAD.size
+        try:
+            name = body[start:start + name_bytes].decode()
+            tail = body[start + name_bytes:]
+            params = json.loads(tail) if tail else {}
+            if not isinstance(params, dict) or len(name.encode()) != name_bytes:
+                raise ValueError("params are not a JSON object, or the name is cut short")
+        except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError included
+            raise ProtocolError("bad_begin", f"malformed OPEN ({exc})") from None
+        return cls(s, c, index, begin_ns, rank, cpu, name, params)
+
+
+class WireCounter(NamedTuple):
+    """One counter of a CLOSE: named by the context, ``source`` one of :data:`SOURCES`,
+    ``raw`` None for a counter without a raw count."""
+
+    name: str
+    source: str
+    value: float
+    ratio: float = 1.0
+    raw: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """c (binary): superstep ``index`` of context ``c``'s run, opened on this connection,
+    ended; its record takes the OPEN's name, rank, cpu and params."""
+
+    TYPE: ClassVar[FrameType] = FrameType.CLOSE
+    s: int
+    c: int
+    index: int
+    begin_ns: int
+    end_ns: int
+    flags: frozenset[str] = frozenset()
+    counters: tuple[WireCounter, ...] = ()
+    unsupported: Mapping[str, str] = field(default_factory=dict)
+
+    def encode(self, version: int = PROTOCOL_VERSION) -> bytes:
+        """ValueError for a flag without a bit (send a RECORD instead). The counters go in
+        their order here, which must be that of the context's ``counters``."""
+        bits = flag_bits(self.flags)
+        if bits is None:
+            raise ValueError(f"flags {sorted(self.flags - FLAG_BIT.keys())} have no CLOSE bit")
+        return encode_close(self.s, self.c, self.index, self.begin_ns, self.end_ns, bits,
+                            self.counters, self.unsupported, version)
+
+    @classmethod
+    def decode(cls, body: bytes, names: Sequence[str]) -> Close:
+        """``names``: the counters of the CLOSE's context. ProtocolError ``bad_frame`` (shorter
+        than its head) or ``bad_record`` (sizes, sources, unsupported counters or flags)."""
+        s, c, index, begin_ns, end_ns, bits, tail_bytes = _unpack_head(cls.TYPE, CLOSE_HEAD,
+                                                                       body)
+        size = COUNTER.size
+        start = CLOSE_HEAD.size
+        try:
+            if len(body) != start + len(names) * size + tail_bytes:
+                raise ValueError(f"{len(body)} bytes for {len(names)} counters and "
+                                 f"{tail_bytes} bytes of unsupported counters")
+            counters = []
+            for i, name in enumerate(names):
+                src, value, ratio, raw = COUNTER.unpack_from(body, start + i * size)
+                counters.append(WireCounter(name, SOURCES[src], value, ratio,
+                                            None if raw == NO_RAW else raw))
+            unsupported = json.loads(body[len(body) - tail_bytes:]) if tail_bytes else {}
+            if not isinstance(unsupported, dict):
+                raise ValueError("unsupported counters are not a JSON object")
+            flags = bit_flags(bits)
+        except (ValueError, IndexError, ProtocolError) as exc:
+            raise ProtocolError("bad_record", f"malformed CLOSE ({exc})") from None
+        return cls(s, c, index, begin_ns, end_ns, flags, tuple(counters), unsupported)
+
+
+ClientFrame = Hello | Context | Begin | Open | Close | Record | Read | Sync
+DaemonFrame = Welcome | Ack | Started | Reading | Error
+Frame = ClientFrame | DaemonFrame
+
+_JSON_DECODERS: dict[FrameType, Callable[[Mapping[str, Any]], Frame]] = {
+    FrameType.HELLO: Hello.decode, FrameType.WELCOME: Welcome.decode,
+    FrameType.CONTEXT: Context.decode, FrameType.BEGIN: Begin.decode,
+    FrameType.RECORD: Record.decode, FrameType.READ: Read.decode, FrameType.SYNC: Sync.decode,
+    FrameType.ACK: Ack.decode, FrameType.STARTED: Started.decode,
+    FrameType.READING: Reading.decode, FrameType.ERROR: Error.decode}
+
+
+def decode(ftype: FrameType, payload: Any, names: Sequence[str] | None = None) -> Frame:
+    """The typed frame of a ``(type, payload)`` from :meth:`Decoder.frames`. A CLOSE needs
+    ``names``, its context's counters (ProtocolError ``unknown_context`` without them).
+    Raises ProtocolError with the code the daemon refuses such a frame with."""
+    if ftype is FrameType.OPEN:
+        return Open.decode(payload)
+    if ftype is FrameType.CLOSE:
+        if names is None:
+            raise ProtocolError("unknown_context", f"CLOSE names context "
+                                f"{head(ftype, payload).c}, not declared")
+        return Close.decode(payload, names)
+    return _JSON_DECODERS[ftype](payload)
+
+
 class Decoder:
-    """Incremental decoder: ``feed(bytes)`` then iterate ``frames()``.
+    """Incremental decoder: ``feed(bytes)`` then iterate ``frames()`` (or ``typed_frames()``).
 
     Raises :class:`ProtocolError` for a length above ``max_frame`` or below 2, another
     version, an unknown type, or a payload that is not a JSON object. After a framing error
@@ -180,7 +683,7 @@ class Decoder:
     decoder usable.
     """
 
-    __slots__ = ("max_frame", "_buf", "broken", "versions", "version")
+    __slots__ = ("max_frame", "_buf", "broken", "versions", "version", "_counters")
 
     def __init__(self, max_frame: int = MAX_FRAME_BYTES,
                  versions: frozenset[int] = frozenset({PROTOCOL_VERSION})) -> None:
@@ -189,6 +692,7 @@ class Decoder:
         self.broken = False
         self.versions = versions
         self.version: int | None = None  # of the first frame; a stream keeps one version
+        self._counters: dict[int, tuple[str, ...]] = {}  # typed_frames: CONTEXT c -> counters
 
     @property
     def pending(self) -> int:
@@ -233,3 +737,15 @@ class Decoder:
             if not isinstance(payload, dict):
                 raise ProtocolError("bad_json", "payload is not a JSON object")
             yield FrameType(ftype), payload
+
+    def typed_frames(self) -> Iterator[Frame]:
+        """:meth:`frames` as typed values (:func:`decode`). A CLOSE's counters are named by the
+        CONTEXT of its ``c`` seen earlier in this stream. A frame that does not decode raises
+        ProtocolError and is dropped; iterating again goes on with the next."""
+        for ftype, payload in self.frames():
+            names = self._counters.get(head(ftype, payload).c) \
+                if ftype is FrameType.CLOSE else None
+            frame = decode(ftype, payload, names)
+            if isinstance(frame, Context):
+                self._counters[frame.c] = frame.counters
+            yield frame

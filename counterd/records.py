@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from counterd.backends.base import CounterValue
 from counterd.errors import BadInput
-from counterd.events import Source
+from counterd.events import CounterValue, Source
 
 # Format history:
 #   1 - first version (run_id, index, name, rank, pid, cpu, begin/end ns, counters with source,
@@ -137,6 +136,90 @@ class SuperstepRecord:
         except (KeyError, TypeError, ValueError) as exc:
             raise BadInput(f"malformed superstep record ({exc})",
                            "the file is not counterd record output or is damaged") from exc
+
+
+def span_ns(begin_ns: Any, end_ns: Any) -> Any:
+    """Superstep time (DESIGN.md section 3): max over processors of end minus min over
+    processors of begin. Sequences give an int; 2-D arrays (repetitions x processors) give one
+    time per repetition (the reduction runs over the last axis)."""
+    import numpy as np
+
+    span = np.max(end_ns, axis=-1) - np.min(begin_ns, axis=-1)
+    return int(span) if np.ndim(span) == 0 else span
+
+
+@dataclass(frozen=True)
+class Superstep:
+    """One superstep of one run over all its processors: the aggregate of its records.
+
+    ``time_ns`` is the superstep time (:func:`span_ns`), None unless every processor ended it.
+    Each processor also stops its own clock before the closing barrier, so per-processor work
+    (its own end minus begin; the longest where a rank has several threads) and barrier wait
+    (the superstep time minus that work) are both here.
+    """
+
+    run_id: str
+    index: int
+    name: str
+    records: tuple[SuperstepRecord, ...]
+
+    @classmethod
+    def group(cls, records: Iterable[SuperstepRecord]) -> list[Superstep]:
+        """The supersteps of ``records``, by (run, index, name), in that order."""
+        groups: dict[tuple[str, int, str], list[SuperstepRecord]] = {}
+        for r in records:
+            groups.setdefault((r.run_id, r.index, r.name), []).append(r)
+        return [cls(k[0], k[1], k[2], tuple(v)) for k, v in sorted(groups.items())]
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.records) and all(r.end_ns is not None for r in self.records)
+
+    @property
+    def begin_ns(self) -> int:
+        return min(r.begin_ns for r in self.records)
+
+    @property
+    def end_ns(self) -> int | None:
+        return max(r.end_ns for r in self.records if r.end_ns is not None) \
+            if self.complete else None
+
+    @property
+    def time_ns(self) -> int | None:
+        end = self.end_ns
+        return None if end is None else end - self.begin_ns
+
+    @property
+    def work_ns(self) -> dict[int, int]:
+        """Per rank: the time its processor worked (the longest of its records)."""
+        work: dict[int, int] = {}
+        for r in self.records:
+            d = r.duration_ns
+            if d is not None:
+                work[r.rank] = max(work.get(r.rank, 0), d)
+        return work
+
+    @property
+    def wait_ns(self) -> dict[int, int]:
+        """Per rank: superstep time minus its work (the time it waited at the barrier)."""
+        t = self.time_ns
+        return {} if t is None else {rank: t - w for rank, w in self.work_ns.items()}
+
+
+def incomplete_record(begin: Mapping[str, Any]) -> SuperstepRecord:
+    """The ``incomplete`` record of a superstep that began and never ended.
+
+    ``begin`` is a begin line (the marker spool's ``begin`` event, a daemon BEGIN frame's line,
+    or an OPEN frame's fields in that shape): run_id, index, name, rank, pid, cpu, begin_ns,
+    and optionally params, backend and host. The one place that turns a begin into a record;
+    raises KeyError, TypeError or ValueError for a malformed line.
+    """
+    return SuperstepRecord(
+        run_id=str(begin["run_id"]), index=int(begin["index"]), name=str(begin["name"]),
+        rank=int(begin["rank"]), pid=int(begin["pid"]), cpu=int(begin["cpu"]),
+        begin_ns=int(begin["begin_ns"]), end_ns=None, params=dict(begin.get("params") or {}),
+        flags=frozenset({"incomplete"}), backend=str(begin.get("backend", "none")),
+        host=str(begin.get("host", "")))
 
 
 def write_jsonl(records: Iterable[SuperstepRecord], path: Path) -> int:

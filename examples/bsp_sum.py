@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 import counterd
-from counterd.backends.sim import StridedStream
+from counterd.sim import StridedStream
 
 
 def worker(rank: int, p: int, n: int, shm_name: str, partials_name: str,

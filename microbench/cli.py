@@ -12,8 +12,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from counterd.backends.sim import BankMap, Geometry
 from counterd.errors import BadInput, CounterdError
+from counterd.machine import BankMap, Geometry
 from microbench import results
 from microbench.patterns import SUITES, Machine, catalogue, host_machine
 from microbench.runner import NORMAL, QUICK

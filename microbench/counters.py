@@ -1,6 +1,6 @@
 """Simulated counters of a pattern, from the same plans the timed run executes.
 
-Every processor's private hierarchy (``counterd.backends.sim.CacheSim``) is fed, in order,
+Every processor's private hierarchy (``counterd.sim.CacheSim``) is fed, in order,
 exactly what that worker executes (:func:`microbench.runner.plans`): its pre-fault stores,
 then for every warm-up superstep its coherence set-up kernels and its main kernel, then the
 set-up of the first measured superstep; the counters reported are the difference across the
@@ -9,7 +9,7 @@ measured supersteps repeat the same sweep over the same addresses (DESIGN.md sec
 
 Patterns whose processors touch each other's data (mode ``concurrent``, and every coherence
 variant, whose preparer writes another rank's data) are simulated as one coherent system
-(``counterd.backends.sim.CoherentSim``): every participant, the helper included, in one
+(``counterd.sim.CoherentSim``): every participant, the helper included, in one
 simulation; each barrier-separated phase (pre-fault, each set-up step, the main kernel) is fed
 as one phase in which the workers' streams interleave in turns of ``chunk`` accesses; private
 levels are kept coherent by invalidation and the shared levels (sysfs) are one cache. Their
@@ -31,15 +31,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
-from counterd.backends.sim import (
-    DEFAULT_CHUNK,
-    BankMap,
-    CacheSim,
-    CoherentSim,
-    Geometry,
-    ProcessorCounts,
-    Stream,
-)
+from counterd.machine import BankMap, Geometry
+from counterd.sim import DEFAULT_CHUNK, CacheSim, CoherentSim, ProcessorCounts, Stream
 from microbench.kernels import KernelCall
 from microbench.patterns import Pattern
 from microbench.runner import WorkerPlan, plans

@@ -2,7 +2,7 @@
 
 A :class:`KernelCall` names one call of a C kernel in ``counterd/_native/kernels.c`` on an
 offset into a buffer. :meth:`KernelCall.run` executes it; :meth:`KernelCall.stream` is the
-address stream it executes, in the form ``counterd.backends.sim`` simulates, with addresses
+address stream it executes, in the form ``counterd.sim`` simulates, with addresses
 given as offsets into the buffer (the run's region is page-aligned, so offsets and real
 addresses agree on everything below the page size: line, set within a page, 256 B bank unit).
 
@@ -25,8 +25,8 @@ from typing import Literal
 import numpy as np
 
 from counterd import _native
-from counterd.backends.sim import KIND_CODES, AddressStream, StridedStream
 from counterd.errors import BackendUnavailable, BadInput
+from counterd.sim import KIND_CODES, AddressStream, StridedStream
 
 KernelName = Literal["load", "store", "rmw", "mixed", "flush"]
 KERNELS: tuple[str, ...] = ("load", "store", "rmw", "mixed", "flush")

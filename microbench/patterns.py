@@ -39,7 +39,8 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Literal, cast
 
-from counterd.backends.sim import (
+from counterd.errors import BadInput
+from counterd.machine import (
     HOST_BANKS,
     HOST_BANKS_PROVENANCE,
     SGI_BANKS,
@@ -47,7 +48,6 @@ from counterd.backends.sim import (
     BankMap,
     Geometry,
 )
-from counterd.errors import BadInput
 
 Op = Literal["load", "store", "rmw", "mixed"]
 Mode = Literal["exclusive", "concurrent"]

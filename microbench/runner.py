@@ -40,6 +40,7 @@ import numpy as np
 
 from counterd.errors import BadInput, CounterdError
 from counterd.host import host_info
+from counterd.records import span_ns
 from microbench.kernels import (
     KernelCall,
     KernelName,
@@ -100,8 +101,9 @@ QUICK = RunConfig(warmup=1, min_reps=3, max_reps=5, tolerance=0.10, budget_ns=10
 
 
 def superstep_times(begin_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
-    """Per repetition (rows) over processors (columns): max end - min begin."""
-    return end_ns.max(axis=1) - begin_ns.min(axis=1)
+    """Per repetition (rows) over processors (columns): the superstep time, max end - min
+    begin (:func:`counterd.records.span_ns`)."""
+    return np.asarray(span_ns(begin_ns, end_ns))
 
 
 def spread(samples: Sequence[float] | np.ndarray) -> float:

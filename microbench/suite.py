@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from counterd import backends
-from counterd.backends.sim import DEFAULT_CHUNK, native_status
 from counterd.errors import BadInput
 from counterd.events import Source
+from counterd.sim import DEFAULT_CHUNK, native_status
 from microbench import results
 from microbench.counters import (
     SIM_COUNTERS,

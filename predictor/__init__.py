@@ -12,7 +12,7 @@ Public API:
 - profiles: :class:`MachineProfile`, :func:`load_profile`, :func:`save_profile`;
 - :func:`calibrate`, :func:`validate`, :func:`forecast`.
 
-The predictor imports neither counterd nor microbench (DESIGN.md section 2).
+The predictor imports only counterd's data modules and never microbench (DESIGN.md section 2).
 """
 
 from predictor.calibrate import calibrate, forecast, validate

@@ -2,15 +2,18 @@
 
 The library raises these and never prints or exits; ``predict`` (predictor/cli.py) prints
 ``str(error)`` on one line and exits with ``exit_code`` (2: bad usage or bad input).
-The predictor imports nothing from counterd (DESIGN.md section 2), so it has its own hierarchy.
+The predictor has its own hierarchy; it shares only counterd's data-only modules (errors pickle
+through :class:`counterd.errors.PicklableError`).
 """
 
 from __future__ import annotations
 
 import warnings
 
+from counterd.errors import PicklableError
 
-class PredictorError(Exception):
+
+class PredictorError(PicklableError):
     """Base of every error the predictor raises on purpose."""
 
     exit_code = 2

@@ -1,9 +1,10 @@
 """Plain tables in, :class:`Step` out: microbench results, ``counterd record`` JSON lines, CSV.
 
-The predictor imports neither counterd nor microbench (DESIGN.md section 2): it reads their
-files as plain JSON/CSV. A :class:`Step` is one superstep (or one repetition of a
-microbenchmark pattern): per-processor counter arrays, optional per-bank counts, the BSP
-quantities H, K, M, M_b, the measured time if any, and which inputs were assumed.
+The predictor reads counterd's and microbench's files as plain JSON/CSV and imports only
+counterd's data modules (counter names, the superstep time; DESIGN.md section 2). A
+:class:`Step` is one superstep (or one repetition of a microbenchmark pattern): per-processor
+counter arrays, optional per-bank counts, the BSP quantities H, K, M, M_b, the measured time if
+any, and which inputs were assumed.
 """
 
 from __future__ import annotations
@@ -19,18 +20,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from counterd.events import NAMES
+from counterd.records import span_ns
 from predictor.errors import BadCounterValue, BadInput, UnknownCounter
 
 Array = NDArray[np.float64]
 
-# The canonical counter names of counterd/events.py (the contract between layers, DESIGN.md
-# section 3), repeated here because the predictor must not import counterd;
-# tests/predictor/test_inputs.py checks that the two lists agree.
-CANONICAL: tuple[str, ...] = (
-    "loads", "stores", "l1d_misses", "l2_misses", "l3_misses", "l1d_writebacks",
-    "l2_writebacks", "l3_writebacks", "dtlb_misses", "cycles", "instructions", "task_clock_ns",
-    "page_faults", "context_switches",
-)
+# The canonical counter names: the contract between layers (DESIGN.md section 3).
+CANONICAL: tuple[str, ...] = NAMES
 
 
 def miss_counter(level: int) -> str:
@@ -236,7 +233,7 @@ def _steps_from_acc(accs: Iterable[_Acc]) -> list[Step]:
             counters[n] = np.array([r[n] for r in a.rows])
         t = a.time_ns
         if t is None and a.begin and a.end and not a.incomplete:
-            t = max(a.end) - min(a.begin)  # DESIGN.md section 3: max end - min begin
+            t = span_ns(a.begin, a.end)
         steps.append(Step(name=a.name, counters=counters, ranks=tuple(a.ranks), k=a.k,
                           m_b=a.m_b, time_ns=t, meta={"incomplete": a.incomplete}))
     return steps

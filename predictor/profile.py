@@ -121,7 +121,7 @@ def caches_spec(levels: Any) -> str:
 
 
 def current_host(procfs: str = "/proc", sysfs: str = "/sys") -> dict[str, Any]:
-    """This host's fingerprint, read directly (the predictor does not import counterd)."""
+    """This host's fingerprint, read from procfs and sysfs."""
     model = "?"
     try:
         for text in Path(procfs, "cpuinfo").read_text(errors="replace").splitlines():

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from counterd.markers import recorder as superstep
+from counterd.markers import api as superstep
 
 
 @pytest.fixture(autouse=True)

@@ -56,7 +56,7 @@ def _declare(lib: ctypes.CDLL) -> None:
 
 def _declare_cachesim(lib: ctypes.CDLL) -> None:
     """The cache simulator (cachesim.c). The state pointer is ``ctypes.addressof`` a
-    ``counterd.backends.sim._CState``, whose size sim checks against
+    ``counterd.sim.engines._CState``, whose size sim checks against
     ``counterd_cachesim_state_size``. A library built before cachesim.c existed lacks these
     symbols: nothing is declared and sim uses its Python engine."""
     if not hasattr(lib, "counterd_cachesim_run"):

@@ -1,6 +1,6 @@
 /* Fast engine of the `sim` backend: write-back, write-allocate, LRU set-associative caches.
  *
- * The executable specification is the pure-Python engine in counterd/backends/sim.py
+ * The executable specification is the pure-Python engine in counterd/sim/engines.py
  * (class _PythonEngine); this file must count exactly what it counts, and
  * tests/counterd/test_sim.py checks that on random and strided streams. Read the Python engine
  * first: the rules are stated there once, and here only where C needs them spelled out.
@@ -14,7 +14,7 @@
  * because every promotion or insertion takes a fresh, strictly larger stamp. An invalidated way
  * (tag 0) is taken before any valid one, as the Python engine's shorter list evicts nothing.
  *
- * Coherence (sim.py, "Several processors, coherent"): the processors of one system each have a
+ * Coherence (counterd/sim/coherence.py, "Several processors, coherent"): the processors of one system each have a
  * cs_state; their first npriv levels are private, the levels below share tags/stamps/dirty
  * arrays (one cache) and the clock, each processor keeping its own counters. A load or store
  * first snoops the other processors' private levels (snoop()), then runs as usual; a fill of
@@ -25,10 +25,10 @@
 
 #define CS_MAX_LEVELS 8
 
-/* Per-level counters, in this order (sim.py LEVEL_FIELDS mirrors it). */
+/* Per-level counters, in this order (counterd/sim/engines.py LEVEL_FIELDS mirrors it). */
 enum { CS_HITS, CS_MISSES, CS_WB_HITS, CS_WB_MISSES, CS_WRITEBACKS, CS_NCOUNTS };
 
-/* Access kinds of a stream element (sim.py KIND_CODES mirrors it). */
+/* Access kinds of a stream element (counterd/sim/streams.py KIND_CODES mirrors it). */
 enum { CS_LOAD = 0, CS_STORE = 1, CS_RMW = 2 };
 
 /* What a request does at a level: a demand read (load or a fill for the level above), a demand

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from counterd.events import Source
+from counterd.events import CounterValue, Source
 
 
 @dataclass(frozen=True)
@@ -55,21 +55,6 @@ class Target:
 
 
 THIS_THREAD = Target()
-
-
-class CounterValue(NamedTuple):
-    """One counter's value with its provenance.
-
-    ``value`` is scaled for multiplexing (raw * enabled / running); ``ratio`` is
-    time_running / time_enabled (1.0 when the counter ran all the time, or for simulation).
-    A NamedTuple, not a dataclass: two are built per counter per superstep on the marker's hot
-    path, and records validate them (ratio within [0, 1], finite value) on construction.
-    """
-
-    value: float
-    source: Source
-    ratio: float = 1.0
-    raw: int | None = None
 
 
 @dataclass(frozen=True)

@@ -671,22 +671,18 @@ class CallgrindBackend:
 def boundary_calls_from_spool(
         path: Path) -> tuple[list[tuple[int, int]], dict[int, dict[str, Any]]]:
     """The boundary calls one process made, in order, from its marker spool ``<pid>.jsonl``
-    (format: :class:`counterd.markers.recorder.SpoolSink`), and its ``begin`` lines by index.
+    (format: :mod:`counterd.spool`), and its ``begin`` lines by index.
 
     The marker API writes a ``begin`` line just before its begin call and a ``record`` line
     just after its end call, so for a single-threaded process the line order is the call
     order. A record without ``end_ns`` (closed at exit) made no call; an ``unmatched_end``
     record made one, for no superstep (index -1).
     """
-    import json
+    from counterd.spool import read_lines
 
     calls: list[tuple[int, int]] = []
     begins: dict[int, dict[str, Any]] = {}
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for d in read_lines(path):
         index = int(d.get("index", -1))
         if d.get("ev") == "begin":
             calls.append((index, BEGIN))
@@ -721,8 +717,9 @@ def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
     counts do not cover the whole superstep (the reason is in ``unsupported["*"]``). ``whole``
     sums every readable dump of every process: the command as one superstep.
     """
+    from counterd.env import ENV_BACKEND, ENV_SPOOL
     from counterd.records import SuperstepRecord
-    from counterd.markers.recorder import ENV_BACKEND, ENV_SPOOL
+    from counterd.spool import files as spool_files
 
     geo = geometry if geometry is not None else CallgrindGeometry.from_sysfs()
     support = counter_support(geo.last_level)
@@ -734,7 +731,7 @@ def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
         run_env[ENV_BACKEND] = NAME
         result = run(cmd, geo, outdir, run_env, timeout)
         out: dict[tuple[int, int], SuperstepRecord] = {}
-        for path in sorted(spool.glob("*.jsonl")):
+        for path in spool_files(spool):
             try:
                 pid = int(path.stem)
             except ValueError:

@@ -49,7 +49,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from counterd.events import BY_NAME
 from counterd.prediction import TERMS, PredictFn, Prediction
-from counterd.records import SuperstepRecord
+from counterd.records import Superstep, SuperstepRecord
 
 _T = TypeVar("_T")
 
@@ -91,11 +91,8 @@ class _LastStep:
 
     @property
     def time_s(self) -> float | None:
-        ends = [r.end_ns for r in self.records]
-        if not ends or any(e is None for e in ends):
-            return None
-        return (max(e for e in ends if e is not None)
-                - min(r.begin_ns for r in self.records)) / 1e9
+        t = Superstep(self.run_id, self.index, self.name, tuple(self.records)).time_ns
+        return None if t is None else t / 1e9
 
 
 @dataclass

@@ -68,6 +68,8 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX records_received ON records(received_ns);
     CREATE INDEX samples_ts ON samples(ts_ns);
+    -- time_ns: counterd.records.Superstep.time_ns in SQL, for readers of the database
+    -- (tests/daemon/test_store.py checks that the two agree).
     CREATE VIEW supersteps AS
         SELECT run_id, idx, name,
                COUNT(DISTINCT rank) AS processors,

@@ -412,7 +412,7 @@ def test_cross_check_with_sim_backend(strided: tuple[cg.CallgrindRun, int]) -> N
     lines live in the LL only), sim's L1 is write-back into L2; callgrind's caches hold the
     interpreter's lines too, sim's start cold.
     """
-    sim = pytest.importorskip("counterd.backends.sim")
+    sim = pytest.importorskip("counterd.sim")
     s = _steps(*strided, 5)
     geo = sim.Geometry((sim.CacheLevel(1, 32 << 10, 8, 64), sim.CacheLevel(2, 256 << 10, 8, 64)))
     engine = sim.CacheSim(geo)
@@ -443,7 +443,7 @@ MARKED = """\
 import ctypes, sys
 import counterd
 from counterd import _native
-from counterd.markers.recorder import recorder
+from counterd.markers.api import recorder
 
 L = _native.lib()
 if sys.argv[1]:

@@ -1,4 +1,4 @@
-"""Tests of the sim backend (counterd/backends/sim.py, counterd/_native/cachesim.c).
+"""Tests of the sim backend (counterd/sim/engines.py, counterd/_native/cachesim.c).
 
 Expected numbers are counted by hand from the geometry (brute-force reasoning written next to
 each case), checked against the independent simulator pycachesim, or taken from seed 004's
@@ -15,22 +15,19 @@ import numpy as np
 import pytest
 
 from counterd.backends.base import Backend, CounterGroup, Reading
-from counterd.backends.sim import (
-    SGI_BANKS,
-    SGI_POWER_CHALLENGE,
-    AddressStream,
-    BankMap,
-    CacheSim,
-    CoherentSim,
-    Geometry,
-    SimBackend,
-    StridedStream,
-    native_status,
-    parse_size,
-    simulate,
-)
+from counterd.backends.sim import SimBackend
 from counterd.errors import BadInput, UnknownCounter
 from counterd.events import Source
+from counterd.host import parse_size
+from counterd.machine import SGI_BANKS, SGI_POWER_CHALLENGE, BankMap, Geometry
+from counterd.sim import (
+    AddressStream,
+    CacheSim,
+    CoherentSim,
+    StridedStream,
+    native_status,
+    simulate,
+)
 
 EngineChoice = Literal["auto", "native", "python"]
 NATIVE_OK, NATIVE_WHY = native_status()

@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 
 import counterd
-from counterd.markers.recorder import Recorder, SpoolSink, collect_spool, configure
+from counterd.markers.api import configure
+from counterd.markers.recorder import Recorder
+from counterd.markers.sinks import SpoolSink
+from counterd.spool import collect as collect_spool
 
 
 @pytest.fixture
@@ -189,7 +192,7 @@ def test_mpi_ranks_of_one_launch_share_a_run_id(tmp_path: Path) -> None:
 
 
 def test_simulation_of_fed_streams_is_not_part_of_the_superstep_time() -> None:
-    from counterd.backends.sim import StridedStream
+    from counterd.sim import StridedStream
 
     configure(backend="sim", events=("loads", "l1d_misses"), run_id="sim-time")
     n = 4_000_000  # about 0.2 s of simulation with the native engine, far more in Python
@@ -257,12 +260,12 @@ def test_lazy_records_equal_the_records_built_at_the_end_marker(mem_recorder: Re
 def test_pid_cache_follows_fork(tmp_path: Path) -> None:
     import importlib
 
-    superstep = importlib.import_module("counterd.markers.recorder")
-    assert superstep._pid == os.getpid()
+    identity = importlib.import_module("counterd.markers.identity")
+    assert identity.pid == os.getpid()
     r, w = os.pipe()
     child = os.fork()
     if child == 0:  # pragma: no cover - the child reports through the pipe
-        os.write(w, str(superstep._pid).encode())
+        os.write(w, str(identity.pid).encode())
         os._exit(0)
     os.close(w)
     got = int(os.read(r, 64))

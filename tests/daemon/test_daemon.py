@@ -21,7 +21,8 @@ from counterd import protocol
 from counterd.protocol import FrameType
 from counterd.records import SuperstepRecord
 from counterd.daemon.store import open_readonly
-from counterd.markers.recorder import MemorySink, SocketSink
+from counterd.markers.client import SocketSink
+from counterd.markers.sinks import MemorySink
 
 from .conftest import DaemonProc, RawClient
 
@@ -51,7 +52,8 @@ def wait_for(cond, timeout: float = 10.0, what: str = "") -> None:  # type: igno
 def test_marker_api_goes_to_the_daemon(daemon: DaemonProc) -> None:
     out = run_py("""
         import counterd
-        from counterd.markers.recorder import recorder, SocketSink
+        from counterd.markers.api import recorder
+        from counterd.markers.client import SocketSink
         counterd.set_rank(3)
         for i in range(20):
             with counterd.superstep("phase", n=i):
@@ -154,7 +156,7 @@ def test_many_concurrent_clients_lose_nothing(daemon: DaemonProc) -> None:
     clients, steps = 24, 150
     code = f"""
         import multiprocessing as mp, counterd
-        from counterd.markers.recorder import recorder
+        from counterd.markers.api import recorder
         def work(rank):
             counterd.set_rank(rank)
             for i in range({steps}):
@@ -259,7 +261,7 @@ def test_sighup_reloads_watch_rules_and_samples_them(daemon: DaemonProc) -> None
 def test_daemon_counts_on_the_clients_behalf(daemon: DaemonProc) -> None:
     out = run_py("""
         import counterd
-        from counterd.markers.recorder import configure, recorder
+        from counterd.markers.api import configure, recorder
         configure(backend="daemon", events=["task_clock_ns", "page_faults"], run_id="behalf")
         for i in range(3):
             with counterd.superstep("spin"):
@@ -356,7 +358,8 @@ def test_records_the_daemon_stores_equal_the_clients(daemon: DaemonProc) -> None
     out = run_py("""
         import json, counterd
         from counterd.protocol import FrameType
-        from counterd.markers.recorder import SocketSink, recorder
+        from counterd.markers.api import recorder
+        from counterd.markers.client import SocketSink
         json_frames = []  # a marker pair must go as OPEN + CLOSE, never as BEGIN/RECORD JSON
         send = SocketSink._send
         SocketSink._send = lambda self, t, p: (json_frames.append(t), send(self, t, p))[1]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from counterd.records import SuperstepRecord
-from counterd.markers.recorder import SocketSink
+from counterd.markers.client import SocketSink
 
 from .conftest import DaemonProc, free_port
 

@@ -43,6 +43,11 @@ def test_wal_round_trip_and_view(tmp_path: Path) -> None:
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     rows = conn.execute("SELECT idx, processors, time_ns FROM supersteps ORDER BY idx").fetchall()
     assert rows == [(0, 2, 1000), (1, 2, 1000), (2, 2, 1000)]
+    # The SQL view is the store's reading of the one superstep aggregate (records.Superstep).
+    from counterd.records import Superstep
+
+    assert rows == [(s.index, len({r.rank for r in s.records}), s.time_ns)
+                    for s in Superstep.group(records)]
     ro = open_readonly(tmp_path / "s.db")
     assert ro.records("r1") == sorted(records, key=lambda r: (r.index, r.rank))
     [run] = ro.runs()

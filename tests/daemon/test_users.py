@@ -19,7 +19,7 @@ import pytest
 
 from counterd.records import SuperstepRecord
 from counterd.daemon.store import open_readonly
-from counterd.markers.recorder import SocketSink
+from counterd.markers.client import SocketSink
 
 from .conftest import DaemonProc
 

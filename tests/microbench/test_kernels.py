@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from counterd.backends.sim import KIND_CODES, AddressStream, StridedStream
 from counterd.errors import BadInput
+from counterd.sim import KIND_CODES, AddressStream, StridedStream
 from microbench.kernels import KernelCall, native_lib, prefault_call
 
 WORDS = 4096

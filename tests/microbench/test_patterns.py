@@ -9,8 +9,8 @@ from fractions import Fraction
 
 import pytest
 
-from counterd.backends.sim import BankMap, Geometry
 from counterd.errors import BadInput
+from counterd.machine import BankMap, Geometry
 from microbench.counters import simulate_pattern
 from microbench.patterns import (
     HOST_BANKS,

@@ -1,0 +1,20 @@
+"""Environment variables shared by the marker API, ``counterd record`` and the backends.
+
+One home for the names, so that the program side (:mod:`counterd.markers`) and what starts or
+counts programs (:mod:`counterd.recording`, :mod:`counterd.backends.callgrind`) cannot drift.
+"""
+
+from __future__ import annotations
+
+ENV_RUN_ID = "COUNTERD_RUN_ID"
+ENV_SPOOL = "COUNTERD_SPOOL"  # a directory: each process appends its events to <pid>.jsonl
+ENV_BACKEND = "COUNTERD_BACKEND"
+ENV_EVENTS = "COUNTERD_EVENTS"  # comma-separated canonical counters
+ENV_RANK = "COUNTERD_RANK"
+ENV_SOCKET = "COUNTERD_SOCKET"  # the daemon's socket; "off" disables the daemon
+ENV_JOB = "COUNTERD_JOB"
+ENV_FLUSH_TIMEOUT = "COUNTERD_FLUSH_TIMEOUT"  # seconds to wait for acks at exit (default 10)
+
+# The rank variables MPI launchers set (Open MPI, MPICH/PMI, PMIx, MVAPICH, Slurm).
+MPI_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK",
+                 "SLURM_PROCID")

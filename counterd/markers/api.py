@@ -1,0 +1,118 @@
+"""The module-level marker API: one recorder per process (re-created after fork).
+
+``superstep``, ``begin``, ``end``, ``set_rank``, ``configure`` and ``records`` are re-exported
+by :mod:`counterd`. Nothing happens at import: the recorder, its at-exit handler and the
+exported run id come with the first marker (or ``configure``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from counterd.env import ENV_FLUSH_TIMEOUT
+from counterd.markers import identity
+from counterd.markers.client import SocketSink
+from counterd.markers.recorder import Recorder, Step
+from counterd.markers.sinks import MemorySink, SpoolSink
+from counterd.records import Param, SuperstepRecord
+
+_recorder: Recorder | None = None
+_recorder_lock = threading.Lock()
+
+
+def recorder() -> Recorder:
+    global _recorder
+    rec = _recorder
+    if rec is None or rec.pid != identity.pid:
+        with _recorder_lock:
+            if _recorder is None or _recorder.pid != identity.pid:
+                _recorder = Recorder() if _recorder is None else _fork_copy(_recorder)
+                _register_at_exit()
+            rec = _recorder
+    return rec
+
+
+def _fork_copy(parent: Recorder) -> Recorder:
+    """A child's recorder: same run, backend, events and sink target; fresh counters and
+    supersteps (the parent's open supersteps are the parent's) and, through the daemon, its
+    own connection (the parent's is never used by the child)."""
+    spool = parent.sink.directory if isinstance(parent.sink, SpoolSink) else None
+    sock: Path | str = "off"
+    if isinstance(parent.sink, SocketSink) and parent.sink.degraded is None:
+        sock = parent.sink.path
+    child = Recorder(run_id=parent.run_id, backend=parent.backend_name,
+                     events=parent.events or None, spool=spool, socket=sock)
+    if isinstance(parent.sink, MemorySink):
+        child.sink = parent.sink  # the child's copy of the parent's list, in the child
+    return child
+
+
+def configure(*, backend: str | None = None, events: Sequence[str] | None = None,
+              spool: Path | None = None, run_id: str | None = None,
+              socket: Path | str | None = None) -> Recorder:
+    """Replace this process's recorder (before the first superstep, typically).
+    ``socket``: the daemon's socket path (``"off"``: do not use a daemon)."""
+    global _recorder
+    with _recorder_lock:
+        if _recorder is not None:
+            _recorder.close_open_steps()
+            if isinstance(_recorder.sink, SocketSink):
+                _recorder.sink.close()
+        _recorder = Recorder(run_id=run_id, backend=backend, events=events, spool=spool,
+                             socket=socket)
+        _register_at_exit()
+        return _recorder
+
+
+def set_rank(rank: int, *, thread: bool = False) -> None:
+    """Declare this process's (or, with ``thread=True``, this thread's) processor id."""
+    recorder().set_rank(rank, thread=thread)
+
+
+def begin(name: str, **params: Param) -> Step:
+    return recorder().begin(name, params)
+
+
+def end(step: Step | None = None, *, name: str | None = None) -> SuperstepRecord:
+    return recorder().end(step, name)
+
+
+def superstep(name: str, **params: Param) -> Step:
+    """``with superstep(name, **params) as step:`` marks one superstep of this processor."""
+    return recorder().begin(name, params)
+
+
+def records() -> list[SuperstepRecord]:
+    """Records kept in memory by this process (empty when they go to a spool)."""
+    sink = recorder().sink
+    if isinstance(sink, SocketSink):
+        sink = sink.fallback
+    return list(sink.records) if isinstance(sink, MemorySink) else []
+
+
+def _at_exit() -> None:
+    rec = _recorder
+    if rec is not None and rec.pid == identity.pid:
+        rec.close_open_steps()
+        if isinstance(rec.sink, SocketSink):
+            try:
+                timeout = float(os.environ.get(ENV_FLUSH_TIMEOUT, "10"))
+            except ValueError:
+                timeout = 10.0
+            rec.sink.close(timeout)
+
+
+_at_exit_registered = False
+
+
+def _register_at_exit() -> None:
+    """Close open supersteps and flush to the daemon at interpreter exit (once per process;
+    called with the lock held when a recorder is created)."""
+    global _at_exit_registered
+    if not _at_exit_registered:
+        atexit.register(_at_exit)
+        _at_exit_registered = True

@@ -1,0 +1,91 @@
+"""Where a program's records go when no daemon takes them: memory or a spool file."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from counterd import spool
+from counterd.env import ENV_SPOOL
+from counterd.errors import BadInput
+from counterd.markers import identity
+from counterd.records import SuperstepRecord
+
+if TYPE_CHECKING:
+    from counterd.markers.recorder import Step
+
+
+def _as_record(item: SuperstepRecord | Step) -> SuperstepRecord:
+    return item if isinstance(item, SuperstepRecord) else item.record()
+
+
+class MemorySink:
+    """Keeps records in the process (the default when nothing else is configured).
+
+    A superstep ended by the marker is kept as its closed :class:`Step`; the record is built
+    when :attr:`records` is read (building and validating a record costs more than the rest of
+    a marker pair). The records are identical to ones built at the end marker.
+    """
+
+    def __init__(self) -> None:
+        self._items: list[SuperstepRecord | Step] = []
+
+    @property
+    def records(self) -> list[SuperstepRecord]:
+        items = self._items
+        n = len(items)  # appended concurrently beyond n: left for the next read
+        for i in range(n):
+            item = items[i]
+            if not isinstance(item, SuperstepRecord):
+                items[i] = item.record()  # assignment of one element is atomic under the GIL
+        return items[:n]  # type: ignore[return-value]
+
+    def begin(self, line: Mapping[str, Any]) -> None:  # begins need no durability in memory
+        pass
+
+    def record(self, rec: SuperstepRecord | Step) -> None:
+        self._items.append(rec)  # list.append is atomic under the GIL
+
+    closed = record
+
+
+class SpoolSink:
+    """Appends one JSON line per begin and per record to ``<spool>/<pid>.jsonl``.
+
+    Each line is one ``write(2)`` on an O_APPEND descriptor, so a process killed at any point
+    leaves whole lines only; a ``begin`` line with no matching record becomes an ``incomplete``
+    record when the spool is collected.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self._fd: int | None = None
+        self._pid = -1
+
+    def _descriptor(self) -> int:
+        pid = identity.pid
+        if self._fd is None or self._pid != pid:  # first use, or we are a forked child
+            path = spool.path_for(self.directory, pid)
+            try:
+                self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                                   0o644)
+            except OSError as exc:
+                raise BadInput(f"cannot write the marker spool {path}: {exc.strerror}",
+                               f"make {self.directory} writable or unset {ENV_SPOOL}") from exc
+            self._pid = pid
+        return self._fd
+
+    def _descriptor_fast(self) -> int:
+        fd = self._fd
+        return fd if fd is not None and self._pid == identity.pid else self._descriptor()
+
+    def begin(self, line: Mapping[str, Any]) -> None:
+        os.write(self._descriptor_fast(), spool.encode_line(spool.BEGIN, line))
+
+    def record(self, rec: SuperstepRecord | Step) -> None:
+        line = spool.encode_line(spool.RECORD, _as_record(rec).to_json())
+        os.write(self._descriptor_fast(), line)
+
+    closed = record

@@ -1,0 +1,140 @@
+"""Text, JSON and CSV renderings of a report, and the table of runs (``counterd runs``)."""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from counterd.prediction import BOUNDS, TERMS
+from counterd.report.model import Report, StepRow
+
+if TYPE_CHECKING:
+    from counterd.daemon.store import RunRow
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.3f}"
+
+
+def _s_ms(s: float | None) -> str:
+    return "-" if s is None else f"{s * 1e3:.3f}"
+
+
+def _num(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if abs(v) >= 1e6:
+        return f"{v:.3e}"
+    return f"{v:,.0f}" if float(v).is_integer() or abs(v) >= 100 else f"{v:.3g}"
+
+
+def render_text(rep: Report) -> str:
+    out = [f"counterd report: {rep.source}",
+           f"runs {', '.join(rep.runs)}; hosts {', '.join(rep.hosts) or '-'}; "
+           f"backends {', '.join(rep.backends)}; {len(rep.rows)} supersteps",
+           f"predictions: {rep.prediction_note}" if not rep.predicted else
+           f"predictions: {rep.prediction_note}", ""]
+    head = (f"{'#':>4} {'superstep':<20} {'p':>3} {'time_ms':>10} {'F_ms':>10} {'E':>6} "
+            f"{'dom':>4} {'F1_ms':>9} {'F2_ms':>9} {'F3_ms':>9} {'t_imb':>6}  flags")
+    out.append(head)
+    for r in rep.rows:
+        p = r.prediction
+        e = r.error_ratio
+        imb = r.time_imbalance
+        out.append(
+            f"{r.index:>4} {r.name[:20]:<20} {r.processors:>3} {_ms(r.time_ns):>10} "
+            f"{_s_ms(p.total_s if p else None):>10} {'-' if e is None else f'{e:.2f}':>6} "
+            f"{r.dominating or '-':>4} "
+            + " ".join(f"{_s_ms(p.terms_s[t] if p else None):>9}" for t in TERMS)
+            + f" {'-' if imb is None else f'{imb:.2f}':>6}  {','.join(sorted(r.flags))}")
+    summary = rep.error_summary()
+    if summary:
+        out.append(f"error ratio E = max(T,P)/min(T,P): average {summary[0]:.2f}, "
+                   f"maximum {summary[1]:.2f}")
+    if rep.counters:
+        out += ["", "per-processor counters: max / sum / imbalance (max/mean)"]
+        out.append(f"{'#':>4} {'superstep':<20} {'counter':<16} {'max':>12} {'sum':>12} "
+                   f"{'imb':>6} source")
+        for r in rep.rows:
+            for k, c in r.counters.items():
+                out.append(f"{r.index:>4} {r.name[:20]:<20} {k:<16} {_num(c.max):>12} "
+                           f"{_num(c.sum):>12} "
+                           f"{'-' if c.imbalance is None else f'{c.imbalance:.2f}':>6} "
+                           f"{c.source}")
+    return "\n".join(out) + "\n"
+
+
+def to_json(rep: Report) -> dict[str, Any]:
+    def row(r: StepRow) -> dict[str, Any]:
+        p = r.prediction
+        return {
+            "index": r.index, "name": r.name, "processors": r.processors,
+            "time_ns": r.time_ns, "work_ns": {str(k): v for k, v in sorted(r.work_ns.items())},
+            "time_imbalance": r.time_imbalance,
+            "counters": {k: {"max": c.max, "sum": c.sum, "imbalance": c.imbalance,
+                             "source": c.source} for k, c in r.counters.items()},
+            "prediction": None if p is None else {
+                "F1_s": p.terms_s["F1"], "F2_s": p.terms_s["F2"], "F3_s": p.terms_s["F3"],
+                "F_s": p.total_s, "bounds_s": {b: list(v) for b, v in p.bounds_s.items()},
+                "dominating": p.dominating, "profile": p.profile},
+            "error_ratio": r.error_ratio,
+            "flags": sorted(r.flags),
+        }
+
+    summary = rep.error_summary()
+    return {"format": 1, "source": rep.source, "runs": list(rep.runs), "hosts": list(rep.hosts),
+            "backends": list(rep.backends), "prediction_note": rep.prediction_note,
+            "error_ratio": None if summary is None else {"average": summary[0],
+                                                         "maximum": summary[1]},
+            "supersteps": [row(r) for r in rep.rows]}
+
+
+def render_json(rep: Report) -> str:
+    return json.dumps(to_json(rep), indent=2) + "\n"
+
+
+def render_csv(rep: Report) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    bounds = [b for b in BOUNDS if any(r.prediction and b in r.prediction.bounds_s
+                                       for r in rep.rows)]
+    w.writerow(["index", "name", "processors", "time_ns", "F1_s", "F2_s", "F3_s", "F_s",
+                *[f"{b}_{m}_s" for b in bounds for m in ("min", "max")], "dominating",
+                "error_ratio", "time_imbalance",
+                *[f"{c}_{s}" for c in rep.counters for s in ("max", "sum", "imbalance")],
+                "flags"])
+    for r in rep.rows:
+        p = r.prediction
+        w.writerow([
+            r.index, r.name, r.processors, "" if r.time_ns is None else r.time_ns,
+            *(["" if p is None else repr(p.terms_s[t]) for t in TERMS]),
+            "" if p is None else repr(p.total_s),
+            *[("" if p is None or b not in p.bounds_s else repr(p.bounds_s[b][i]))
+              for b in bounds for i in (0, 1)],
+            r.dominating or "", "" if r.error_ratio is None else repr(r.error_ratio),
+            "" if r.time_imbalance is None else repr(r.time_imbalance),
+            *[v for c in rep.counters for v in (
+                (repr(r.counters[c].max), repr(r.counters[c].sum),
+                 "" if r.counters[c].imbalance is None else repr(r.counters[c].imbalance))
+                if c in r.counters else ("", "", ""))],
+            ";".join(sorted(r.flags))])
+    return buf.getvalue()
+
+
+def render_runs(rows: Sequence[RunRow]) -> str:
+    from counterd.daemon.sampling import user_name
+
+    if not rows:
+        return "no runs in the store"
+    out = [f"{'run':<24} {'job':<20} {'user':<10} {'first seen (UTC)':<19} {'records':>8} "
+           f"{'supersteps':>10} {'incomplete':>10}"]
+    for r in rows:
+        first = datetime.datetime.fromtimestamp(r.first_seen_ns / 1e9, datetime.UTC)
+        out.append(f"{r.run_id[:24]:<24} {r.job[:20]:<20} {user_name(r.uid)[:10]:<10} "
+                   f"{first:%Y-%m-%d %H:%M:%S} {r.records:>8} {r.supersteps:>10} "
+                   f"{r.incomplete:>10}")
+    return "\n".join(out)

@@ -1,0 +1,44 @@
+"""The cache simulator: count what a known address stream does to a cache hierarchy.
+
+Seed 004 needs per-bank counts LM(b) (L2 misses served by bank b) and WB(b) (writebacks to
+bank b) for its F3 and DXBSP functions (seed 004 section 4.2); on real hardware they "must be
+inferred ... from code inspection", which is what this package does.
+
+* :mod:`counterd.sim.streams`: the address streams it runs;
+* :mod:`counterd.sim.engines`: one processor's model, in Python (the specification) and C;
+* :mod:`counterd.sim.coherence`: one processor, several independent ones, or a coherent
+  system of several, and :func:`simulate`;
+* :mod:`counterd.sim.counts`: what it counts.
+
+The machine it simulates is described in :mod:`counterd.machine`; :class:`Geometry`,
+:class:`CacheLevel` and :class:`BankMap`, which :func:`simulate` and the simulators take, are
+re-exported here. The ``sim`` backend (counterd.backends.sim) adapts this package to the
+Backend interface.
+"""
+
+from __future__ import annotations
+
+from counterd.machine import BankMap, CacheLevel, Geometry
+from counterd.sim.coherence import (
+    DEFAULT_CHUNK,
+    CacheSim,
+    CoherentSim,
+    PhaseStreams,
+    simulate,
+)
+from counterd.sim.counts import (
+    BankCounts,
+    LevelCounts,
+    ProcessorCounts,
+    SimResult,
+    canonical_values,
+)
+from counterd.sim.engines import EngineName, native_status
+from counterd.sim.streams import KIND_CODES, AddressStream, Kind, Stream, StridedStream
+
+__all__ = [
+    "DEFAULT_CHUNK", "KIND_CODES", "AddressStream", "BankCounts", "BankMap", "CacheLevel",
+    "CacheSim", "CoherentSim", "EngineName", "Geometry", "Kind", "LevelCounts", "PhaseStreams",
+    "ProcessorCounts", "SimResult", "Stream", "StridedStream", "canonical_values",
+    "native_status", "simulate",
+]
