@@ -26,8 +26,8 @@ from _host import host_line  # noqa: E402
 
 from counterd.backends.base import CounterValue  # noqa: E402
 from counterd.events import Source  # noqa: E402
-from counterd.records import SuperstepRecord  # noqa: E402
 from counterd.markers.client import SocketSink  # noqa: E402
+from counterd.records import SuperstepRecord  # noqa: E402
 
 
 def main() -> int:

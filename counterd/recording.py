@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING
 
 from counterd import backends
 from counterd.backends.base import CounterGroup, Target
+from counterd.env import ENV_BACKEND, ENV_EVENTS, ENV_RUN_ID, ENV_SPOOL
 from counterd.errors import BadInput, CounterdError
 from counterd.events import check_names
 from counterd.records import SuperstepRecord, write_jsonl
-from counterd.env import ENV_BACKEND, ENV_EVENTS, ENV_RUN_ID, ENV_SPOOL
 from counterd.spool import collect as collect_spool
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from counterd.backends.base import THIS_THREAD, Capability, Reading, Target
+from counterd.backends.base import THIS_THREAD, Capability, CounterValue, Reading, Target
 from counterd.errors import BadInput
 from counterd.events import NAMES, Source, check_names
 from counterd.machine import HOST_BANKS, BankMap, Geometry
@@ -28,6 +28,8 @@ from counterd.sim import (
 from counterd.sim.counts import _LEVEL_COUNTERS, UNSUPPORTED_REASON
 
 _OTHER_MEMORY_COUNTERS = ("loads", "stores", "dtlb_misses")
+NO_STREAM_REASON = ("no address stream was declared for this superstep: use step.feed(...) "
+                    "or another backend")
 
 
 @dataclass
@@ -39,6 +41,7 @@ class SimGroup:
     target: Target
     sim: CacheSim
     _closed: bool = field(default=False, repr=False)
+    _fed: int = field(default=0, repr=False)  # feed() calls so far
 
     def _check_open(self) -> None:
         if self._closed:
@@ -47,6 +50,7 @@ class SimGroup:
     def feed(self, stream: Stream | Iterable[Stream]) -> None:
         self._check_open()
         self.sim.feed(stream)
+        self._fed += 1
 
     def flush(self) -> None:
         self._check_open()
@@ -56,6 +60,19 @@ class SimGroup:
         self._check_open()
         values, unsupported = canonical_values(self.sim.counts(), self.events)
         return Reading(values, 0, 0, unsupported)
+
+    def read_raw(self) -> tuple[int, Reading]:
+        """A reading with the number of streams fed so far (the markers' read)."""
+        return self._fed, self.read()
+
+    def delta_raw(self, start: tuple[int, Reading], stop: tuple[int, Reading]
+                  ) -> tuple[dict[str, CounterValue], dict[str, str]]:
+        """A superstep's counters and what it could not count. A superstep that declared no
+        stream simulated nothing: its counters are absent with the reason, never 0."""
+        (fed0, r0), (fed1, r1) = start, stop
+        if fed1 == fed0:
+            return {}, {**r1.unsupported, **{e: NO_STREAM_REASON for e in r1.values}}
+        return r1.delta(r0), dict(r1.unsupported)
 
     def bank_counts(self) -> BankCounts:
         return self.sim.counts().banks

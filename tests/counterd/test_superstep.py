@@ -205,6 +205,24 @@ def test_simulation_of_fed_streams_is_not_part_of_the_superstep_time() -> None:
     assert rec.duration_ns is not None and rec.duration_ns < 20_000_000
 
 
+def test_a_superstep_without_a_declared_stream_has_no_sim_counters_never_zeros() -> None:
+    from counterd.backends.sim import NO_STREAM_REASON
+    from counterd.sim import StridedStream
+
+    configure(backend="sim", events=("loads", "stores", "l1d_misses"), run_id="sim-none")
+    with counterd.superstep("undeclared"):
+        sum(range(1000))
+    with counterd.superstep("declared") as step:
+        step.feed(StridedStream(1 << 30, 100, 8, "store"))
+    undeclared, declared = counterd.records()
+    assert undeclared.counters == {}
+    assert undeclared.unsupported == {c: NO_STREAM_REASON
+                                      for c in ("loads", "stores", "l1d_misses")}
+    assert "unsupported_counters" in undeclared.flags
+    assert declared.counters["stores"].value == 100 and declared.counters["loads"].value == 0
+    assert declared.unsupported == {} and "unsupported_counters" not in declared.flags
+
+
 class _KnownGroup:
     """A counter group whose readings are known: ``loads`` grows by 1000 per read and ran
     half of the time (multiplexed), ``sim_x`` is simulated and grows by 7."""

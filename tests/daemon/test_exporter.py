@@ -11,12 +11,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from counterd.backends.base import CounterValue, Reading, Target
 from counterd.daemon.config import WatchRule
+from counterd.daemon.exporter import CounterdCollector, MetricsState, registry
+from counterd.daemon.sampling import Sampler
 from counterd.errors import CounterAccessDenied
 from counterd.events import Source
-from counterd.daemon.exporter import CounterdCollector, MetricsState, registry
 from counterd.prediction import Prediction
 from counterd.records import SuperstepRecord
-from counterd.daemon.sampling import Sampler
 
 
 def rec(run: str, index: int, rank: int, begin: int, end: int, name: str = "s",

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from counterd.records import SuperstepRecord
 from counterd.markers.client import SocketSink
+from counterd.records import SuperstepRecord
 
 from .conftest import DaemonProc, free_port
 

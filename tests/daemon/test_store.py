@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 
 from counterd.backends.base import CounterValue
-from counterd.events import Source
-from counterd.records import SuperstepRecord
 from counterd.daemon.store import (
     SCHEMA_VERSION,
     RunInfo,
@@ -21,6 +19,8 @@ from counterd.daemon.store import (
     open_readonly,
     schema_version,
 )
+from counterd.events import Source
+from counterd.records import SuperstepRecord
 
 
 def rec(index: int, rank: int = 0, end: int | None = 2_000, run: str = "r1",

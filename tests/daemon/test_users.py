@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from counterd.records import SuperstepRecord
 from counterd.daemon.store import open_readonly
 from counterd.markers.client import SocketSink
+from counterd.records import SuperstepRecord
 
 from .conftest import DaemonProc
 
