@@ -1,18 +1,25 @@
 """Linux ``perf_event_open(2)`` counters through ctypes (DESIGN.md section 4, backend ``perf``).
 
-One :class:`PerfGroup` per :class:`~counterd.backends.base.Target`: a disabled leader plus
-members opened with ``group_fd``, read atomically with one ``read(2)`` of
-``PERF_FORMAT_GROUP | TOTAL_TIME_ENABLED | TOTAL_TIME_RUNNING | ID``; values are scaled for
-multiplexing (``raw * enabled / running``) and carry the ratio ``running / enabled``.
+The counters of one :class:`~counterd.backends.base.Target` form a :class:`PerfGroup`: one or
+more kernel groups, each a disabled leader plus members opened with ``group_fd`` and read
+atomically with one ``read(2)`` of ``PERF_FORMAT_GROUP | TOTAL_TIME_ENABLED |
+TOTAL_TIME_RUNNING | ID``; values are scaled for multiplexing (``raw * enabled / running``)
+and carry their group's ratio ``running / enabled``.
 
-Which event counts which canonical counter depends on the CPU: :func:`event_table` gives, per
-vendor/family/model, an :class:`EventSpec` or the reason the counter cannot be had, so tables
-can be checked without the hardware. Errors from the kernel become :mod:`counterd.errors` in
-one pure function, :func:`translate_errno`.
+Which event counts which canonical counter depends on the CPU: versioned data files in
+``perf_events/`` (one per CPU family, plus ``generic.json``) give, per canonical counter, an
+:class:`EventSpec` or the reason it cannot be had, with the source each encoding was checked
+against, and the family's PMU facts (general counters with SMT on/off, fixed counters,
+counter constraints). :func:`schedule_groups` partitions the requested events into groups
+that fit those counters (a bipartite matching per group); the kernel multiplexes the groups,
+and a group it still rejects with EINVAL is split (:class:`_Opener`). Errors from the kernel
+become :mod:`counterd.errors` in one pure function, :func:`translate_errno`.
 
 References: perf_event_open(2) man page; include/uapi/linux/perf_event.h;
-kernel/events/core.c (perf_copy_attr, perf_read_group); the event encodings cite
-intel/perfmon and the kernel's tools/perf/pmu-events/arch/x86/<cpu>/*.json next to each table.
+kernel/events/core.c (perf_copy_attr, perf_read_group); arch/x86/events/core.c
+(validate_group, x86_schedule_events); arch/x86/events/intel/core.c and amd/core.c (event
+constraints, generic event maps); the encodings cite intel/perfmon and the kernel's
+tools/perf/pmu-events/arch/x86/<cpu>/*.json in each data file.
 """
 
 from __future__ import annotations
@@ -20,13 +27,17 @@ from __future__ import annotations
 import ctypes
 import errno as _errno
 import fcntl
+import functools
+import importlib.resources
+import json
 import os
 import platform
 import struct
 import weakref
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from counterd.backends.base import THIS_THREAD, Capability, CounterValue, Reading, Target
 from counterd.errors import (
@@ -167,7 +178,7 @@ assert ctypes.sizeof(PerfEventAttr) == PERF_ATTR_SIZE_VER8  # layout guard, not 
 
 
 # --------------------------------------------------------------------------------------------
-# Event tables
+# Event tables: versioned data files in counterd/backends/perf_events/*.json
 # --------------------------------------------------------------------------------------------
 
 
@@ -176,10 +187,14 @@ class EventSpec:
     """How to count one canonical counter: ``perf_event_attr.type``/``config`` (+ config1).
 
     ``event`` is the vendor's or perf's name for it; ``note`` says where it differs from the
-    canonical definition in counterd/events.py (an honest caveat, empty when it matches).
+    canonical definition in counterd/events.py (an honest caveat, empty when it matches);
+    ``source`` what the encoding was checked against; ``verified`` is False where no vendor
+    or kernel list has the event (the note says which list it comes from).
     ``kernel_side``: the event only ever fires in kernel mode, so it is opened without
     ``exclude_kernel`` (which would filter every occurrence out, kernel/events/core.c
     perf_exclude_event) and needs perf_event_paranoid <= 1 or privileges.
+    ``kernel_config``: for perf's generic events (PERF_TYPE_HARDWARE / HW_CACHE), the raw event
+    the kernel programs for them on this CPU family, which decides the counters it may use.
     """
 
     type: int
@@ -188,10 +203,22 @@ class EventSpec:
     note: str = ""
     config1: int = 0
     kernel_side: bool = False
+    source: str = ""
+    kernel_config: int | None = None
+    verified: bool = True
 
     @property
     def is_hardware(self) -> bool:
         return self.type in HARDWARE_TYPES
+
+    @property
+    def raw_config(self) -> int | None:
+        """The raw event the PMU is programmed with (None: not known for this CPU)."""
+        return self.config if self.type == PERF_TYPE_RAW else self.kernel_config
+
+    def describe(self) -> str:
+        kind = TYPE_NAMES.get(self.type, str(self.type))
+        return f"{self.event} ({kind} config {self.config:#x})"
 
 
 def hw_cache_config(cache: int, op: int, result: int) -> int:
@@ -217,210 +244,363 @@ def amd_raw_config(event: int, umask: int) -> int:
 # Counters that only perf provides; accepted by open() even if events.py does not list them.
 PERF_EXTRA_NAMES: tuple[str, ...] = ("context_switches",)
 
-_SOFTWARE: dict[str, EventSpec] = {
-    "task_clock_ns": EventSpec(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK, "task-clock"),
-    "page_faults": EventSpec(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_PAGE_FAULTS, "page-faults",
-                             "faults taken in user mode; kernel-mode faults (e.g. read() into "
-                             "a fresh buffer) count only with include_kernel"),
-    "context_switches": EventSpec(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CONTEXT_SWITCHES,
-                                  "context-switches", kernel_side=True),
-}
-
-_L3_WB_REASON = ("L3-to-memory writebacks are counted by the memory controller's uncore PMU "
-                 "(Intel IMC CAS_COUNT.WR, AMD DF/UMC), per socket and system-wide, not per "
-                 "thread")
-_NO_GENERIC_L2 = ("perf has no generic L2 event (PERF_COUNT_HW_CACHE_* covers L1D, L1I, LL, "
-                  "DTLB, ITLB, BPU, NODE) and counterd has no raw-event table for this CPU")
-_NO_GENERIC_WB = ("perf has no generic writeback event and counterd has no raw-event table "
-                  "for this CPU")
-
-# Generic events: the kernel maps each onto the CPU's own event (arch/x86/events/intel/core.c
-# *_hw_cache_event_ids, arch/x86/events/amd/core.c amd_hw_cache_event_ids_f17h). Vendor tables
-# below override the ones that are wrong or vague on that vendor.
-_GENERIC: dict[str, EventSpec | str] = {
-    "cycles": EventSpec(PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES, "cycles"),
-    "instructions": EventSpec(PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS, "instructions"),
-    "loads": EventSpec(PERF_TYPE_HW_CACHE, hw_cache_config(
-        PERF_COUNT_HW_CACHE_L1D, PERF_COUNT_HW_CACHE_OP_READ, PERF_COUNT_HW_CACHE_RESULT_ACCESS),
-        "L1-dcache-loads", "generic L1D read accesses; the kernel's mapping varies by CPU"),
-    "stores": EventSpec(PERF_TYPE_HW_CACHE, hw_cache_config(
-        PERF_COUNT_HW_CACHE_L1D, PERF_COUNT_HW_CACHE_OP_WRITE, PERF_COUNT_HW_CACHE_RESULT_ACCESS),
-        "L1-dcache-stores", "generic L1D write accesses; many CPUs do not map it"),
-    "l1d_misses": EventSpec(PERF_TYPE_HW_CACHE, hw_cache_config(
-        PERF_COUNT_HW_CACHE_L1D, PERF_COUNT_HW_CACHE_OP_READ, PERF_COUNT_HW_CACHE_RESULT_MISS),
-        "L1-dcache-load-misses", "generic L1D read misses: may leave out store misses"),
-    "l2_misses": _NO_GENERIC_L2,
-    "l3_misses": EventSpec(PERF_TYPE_HW_CACHE, hw_cache_config(
-        PERF_COUNT_HW_CACHE_LL, PERF_COUNT_HW_CACHE_OP_READ, PERF_COUNT_HW_CACHE_RESULT_MISS),
-        "LLC-load-misses", "generic last-level read misses (demand data reads on Intel)"),
-    "l1d_writebacks": _NO_GENERIC_WB,
-    "l2_writebacks": _NO_GENERIC_WB,
-    "l3_writebacks": _L3_WB_REASON,
-    "dtlb_misses": EventSpec(PERF_TYPE_HW_CACHE, hw_cache_config(
-        PERF_COUNT_HW_CACHE_DTLB, PERF_COUNT_HW_CACHE_OP_READ, PERF_COUNT_HW_CACHE_RESULT_MISS),
-        "dTLB-load-misses", "load DTLB misses (Intel: completed page walks; AMD: L1 DTLB)"),
-}
+TABLE_FORMAT_VERSION = 1  # the data-file layout this module reads (perf_events/README.md)
+TYPE_NAMES: dict[int, str] = {PERF_TYPE_HARDWARE: "hardware", PERF_TYPE_SOFTWARE: "software",
+                              PERF_TYPE_HW_CACHE: "hw_cache", PERF_TYPE_RAW: "raw"}
+_TYPES_BY_NAME = {name: number for number, name in TYPE_NAMES.items()}
+_ENCODERS = {"GenuineIntel": intel_raw_config, "AuthenticAMD": amd_raw_config}
 
 
-def _intel(event: int, umask: int, name: str, note: str = "") -> EventSpec:
-    return EventSpec(PERF_TYPE_RAW, intel_raw_config(event, umask), name, note)
+class TableError(CounterdError):
+    """A perf_events/*.json file is malformed or newer than this code."""
+
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(f"perf event table {path}: {what}",
+                         "the tables are package data of counterd: reinstall it, or fix the "
+                         "file (perf_events/README.md describes the format)")
 
 
-def _amd(event: int, umask: int, name: str, note: str = "") -> EventSpec:
-    return EventSpec(PERF_TYPE_RAW, amd_raw_config(event, umask), name, note)
+@dataclass(frozen=True)
+class FixedCounter:
+    """A fixed-function counter: it counts one event (``config``, event | umask << 8) only.
+    The kernel also lets that event use a general counter unless ``fixed_only`` (the
+    pseudo-encodings with event code 0, arch/x86/events/intel/core.c
+    intel_pmu_check_event_constraints)."""
+
+    index: int
+    event: str
+    config: int
+    serves: tuple[str, ...] = ()
+    fixed_only: bool = False
 
 
-_INTEL_LLC_NOTE = ("core-originated cacheable requests missing L3: data and code reads, RFOs "
-                   "and L1/L2 prefetches")
-_INTEL_L2_IN_NOTE = "lines filled into L2 (data, code, RFO and prefetch): L2 miss traffic"
+@dataclass(frozen=True)
+class CounterConstraint:
+    """General counters an event may use, matched on the event-select byte (and the umask when
+    given), as the kernel's INTEL_EVENT_CONSTRAINT(_RANGE)/INTEL_UEVENT_CONSTRAINT entries;
+    the first matching constraint of a family applies (x86_get_event_constraints)."""
 
-# Skylake-SP / Cascade Lake / Cooper Lake, family 6 model 0x55.
-# Source: intel/perfmon SKX/events/skylakex_core.json V1.37 (= kernel
-# tools/perf/pmu-events/arch/x86/skylakex/{memory,cache}.json).
-_SKYLAKE_X: dict[str, EventSpec | str] = {
-    "loads": _intel(0xD0, 0x81, "MEM_INST_RETIRED.ALL_LOADS"),
-    "stores": _intel(0xD0, 0x82, "MEM_INST_RETIRED.ALL_STORES"),
-    "l1d_misses": _intel(0x51, 0x01, "L1D.REPLACEMENT"),
-    "l2_misses": _intel(0xF1, 0x1F, "L2_LINES_IN.ALL", _INTEL_L2_IN_NOTE),
-    "l3_misses": _intel(0x2E, 0x41, "LONGEST_LAT_CACHE.MISS", _INTEL_LLC_NOTE),
-    # Not in Intel's published SKX list; LIKWID measures L1->L2 evictions with it
-    # (groups/skylakeX/L2.txt, src/includes/perfmon_skylakeX_events.txt).
-    "l1d_writebacks": _intel(0x51, 0x04, "L1D.M_EVICT",
-                             "undocumented by Intel for SKX (used by LIKWID); validate first"),
-    "l2_writebacks": _intel(0xF2, 0x02, "L2_LINES_OUT.NON_SILENT",
-                            "upper bound: also counts clean lines the non-inclusive L3 keeps "
-                            "(skylakex_core.json: 'either in modified state or clean state')"),
-    "l3_writebacks": _L3_WB_REASON,
-}
+    codes: tuple[tuple[int, int], ...]
+    counters: frozenset[int]
+    umask: int | None = None
+    source: str = ""
 
-# Ice Lake-SP / -D, family 6 models 0x6a, 0x6c. Source: intel/perfmon
-# ICX/events/icelakex_core.json V1.30 (= kernel .../x86/icelakex/{memory,cache}.json).
-_ICELAKE_X: dict[str, EventSpec | str] = {
-    **_SKYLAKE_X,
-    "l1d_writebacks": ("no documented core event counts dirty L1D evictions on Ice Lake-SP "
-                       "(icelakex_core.json has none; L1D.M_EVICT 0x51/0x04 is untested there)"),
-    "l2_writebacks": _intel(0xF2, 0x02, "L2_LINES_OUT.NON_SILENT",
-                            "upper bound: lines evicted from L2 to L3, clean or modified "
-                            "(icelakex_core.json)"),
-}
+    def matches(self, config: int) -> bool:
+        code, umask = config & 0xFF, (config >> 8) & 0xFF
+        if self.umask is not None and umask != self.umask:
+            return False
+        return any(lo <= code <= hi for lo, hi in self.codes)
 
-# Sapphire Rapids (0x8f) and Emerald Rapids (0xcf); L2 events moved to 0x23-0x26. Source:
-# intel/perfmon SPR/events/sapphirerapids_core.json V1.39, EMR/events/emeraldrapids_core.json
-# V1.24 (= kernel tools/perf/pmu-events/arch/x86/emeraldrapids/cache.json: L1D.REPLACEMENT
-# 0x51/0x1, L2_LINES_IN.ALL 0x25/0x1f, L2_LINES_OUT.NON_SILENT 0x26/0x2).
-_SAPPHIRE_RAPIDS: dict[str, EventSpec | str] = {
-    "loads": _intel(0xD0, 0x81, "MEM_INST_RETIRED.ALL_LOADS"),
-    "stores": _intel(0xD0, 0x82, "MEM_INST_RETIRED.ALL_STORES"),
-    "l1d_misses": _intel(0x51, 0x01, "L1D.REPLACEMENT"),
-    "l2_misses": _intel(0x25, 0x1F, "L2_LINES_IN.ALL", _INTEL_L2_IN_NOTE),
-    "l3_misses": _intel(0x2E, 0x41, "LONGEST_LAT_CACHE.MISS", _INTEL_LLC_NOTE),
-    "l1d_writebacks": ("no published core event counts dirty L1D evictions on Sapphire/Emerald "
-                       "Rapids (L2_TRANS.L1D_WB 0x23/0x10 is undocumented; LIKWID marks it "
-                       "'not officially supported')"),
-    "l2_writebacks": _intel(0x26, 0x02, "L2_LINES_OUT.NON_SILENT"),
-    "l3_writebacks": _L3_WB_REASON,
-}
 
-_INTEL_TABLES: dict[int, tuple[str, dict[str, EventSpec | str]]] = {
-    0x55: ("Skylake-SP/Cascade Lake-SP", _SKYLAKE_X),
-    0x6A: ("Ice Lake-SP", _ICELAKE_X),
-    0x6C: ("Ice Lake-D", _ICELAKE_X),
-    0x8F: ("Sapphire Rapids", _SAPPHIRE_RAPIDS),
-    0xCF: ("Emerald Rapids", _SAPPHIRE_RAPIDS),
-}
+@dataclass(frozen=True)
+class PmuFacts:
+    """What a CPU family's core PMU offers one logical CPU, from its table's ``pmu`` section."""
 
-# AMD Zen. ls_dispatch (0x29) counts dispatched, not retired, ops; umask 0x04 (load-op-store)
-# is added to both loads and stores ("Unit Masks ADDed"). Sources: kernel
-# tools/perf/pmu-events/arch/x86/amdzen{1,2,3,4}/{memory,cache}.json and LIKWID
-# src/includes/perfmon_zen*_events.txt.
-_AMD_DISPATCH_NOTE = "dispatched load/store ops (speculative), not retired instructions"
-_AMD_L2_NOTE = "data-cache requests missing L2; excludes L2 hardware-prefetch misses"
-_AMD_DRAM_NOTE = ("proxy: L1D fills sourced from DRAM/IO (the L3 is counted per CCX by the "
-                  "amd_l3 PMU, not per thread); misses that stop in L2 are not seen")
-_AMD_L1WB = ("Zen core PMUs have no event for dirty L1D evictions (none in the PPR event lists "
-             "behind tools/perf/pmu-events/arch/x86/amdzen*)")
-_AMD_L2WB = ("Zen has no per-core event for L2 victim writebacks; the L3 victim cache is "
-             "counted per CCX by the amd_l3 PMU, not per thread")
+    general_smt_on: int
+    general_smt_off: int
+    fixed: tuple[FixedCounter, ...] = ()
+    constraints: tuple[CounterConstraint, ...] = ()
+    watchdog_config: int | None = None
+    source: str = ""
 
-_ZEN_COMMON: dict[str, EventSpec | str] = {
-    "loads": _amd(0x29, 0x05, "ls_dispatch.ld_dispatch+ld_st_dispatch", _AMD_DISPATCH_NOTE),
-    "stores": _amd(0x29, 0x06, "ls_dispatch.store_dispatch+ld_st_dispatch", _AMD_DISPATCH_NOTE),
-    "l2_misses": _amd(0x64, 0x08, "l2_cache_req_stat.ls_rd_blk_c", _AMD_L2_NOTE),
-    "l1d_writebacks": _AMD_L1WB,
-    "l2_writebacks": _AMD_L2WB,
-    "l3_writebacks": _L3_WB_REASON,
-}
-# Zen 1/2: ls_refills_from_sys (0x43) counts demand fills only; 0x5B = all sources.
-_ZEN12: dict[str, EventSpec | str] = {
-    **_ZEN_COMMON,
-    "l1d_misses": _amd(0x43, 0x5B, "ls_refills_from_sys (all sources)",
-                       "demand L1D fills only; hardware-prefetch fills are not counted"),
-    "l3_misses": _amd(0x43, 0x48, "ls_refills_from_sys.ls_mabresp_{lcl,rmt}_dram",
-                      _AMD_DRAM_NOTE),
-}
-# Zen 3: ls_any_fills_from_sys (0x44), demand and prefetch; 0x5F = every documented source.
-_ZEN3: dict[str, EventSpec | str] = {
-    **_ZEN_COMMON,
-    "l1d_misses": _amd(0x44, 0x5F, "ls_any_fills_from_sys (all sources)"),
-    "l3_misses": _amd(0x44, 0x48, "ls_any_fills_from_sys.mem_io_{local,remote}", _AMD_DRAM_NOTE),
-}
-# Zen 4: ls_any_fills_from_sys.all = 0x44/0xff, .dram_io_all = 0x44/0x48.
-_ZEN4: dict[str, EventSpec | str] = {
-    **_ZEN_COMMON,
-    "l1d_misses": _amd(0x44, 0xFF, "ls_any_fills_from_sys.all"),
-    "l3_misses": _amd(0x44, 0x48, "ls_any_fills_from_sys.dram_io_all", _AMD_DRAM_NOTE),
-}
+
+@dataclass(frozen=True)
+class EventTable:
+    """One data file: a CPU family's encodings (or the generic ones) and its PMU facts."""
+
+    name: str
+    label: str
+    revision: int
+    path: str
+    events: Mapping[str, EventSpec | str]
+    pmu: PmuFacts
+    matches: tuple[tuple[str, int, tuple[tuple[int, int], ...]], ...] = ()
+    model_labels: Mapping[int, str] = field(default_factory=dict)
+    software: Mapping[str, EventSpec | str] = field(default_factory=dict)
+    label_appended: frozenset[str] = frozenset()
+
+    def covers(self, vendor: str, family: int, model: int) -> bool:
+        return any(v == vendor and f == family and any(lo <= model <= hi for lo, hi in ranges)
+                   for v, f, ranges in self.matches)
+
+
+def _int(value: object, path: str, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise TableError(path, f"{what} must be an integer or a hex string, not {value!r}")
+    try:
+        return value if isinstance(value, int) else int(value, 0)
+    except ValueError:
+        raise TableError(path, f"{what}: {value!r} is not a number") from None
+
+
+def _ranges(items: Sequence[object], path: str, what: str) -> tuple[tuple[int, int], ...]:
+    """``["0x01-0x8f", "0xce"]`` -> ((1, 0x8f), (0xce, 0xce))."""
+    out = []
+    for item in items:
+        lo, _, hi = str(item).partition("-")
+        out.append((_int(lo, path, what), _int(hi or lo, path, what)))
+    return tuple(out)
+
+
+def _counter_set(text: object, path: str) -> frozenset[int]:
+    return frozenset(i for lo, hi in _ranges(str(text).split(","), path, "counters")
+                     for i in range(lo, hi + 1))
+
+
+def _event_entry(name: str, entry: Mapping[str, Any], vendor: str | None,
+                 path: str) -> EventSpec | str:
+    if "unsupported" in entry:
+        return str(entry["unsupported"])
+    kind = entry.get("type")
+    if kind not in _TYPES_BY_NAME:
+        raise TableError(path, f"{name}: type {kind!r} is not one of {sorted(_TYPES_BY_NAME)}")
+    config = _int(entry.get("config"), path, f"{name}.config")
+    encoding = entry.get("encoding")
+    if encoding is not None:  # the vendor's EventCode/UMask must give the same config
+        encode = _ENCODERS.get(vendor or "")
+        if encode is None:
+            raise TableError(path, f"{name}: an encoding needs a vendor in the match rules")
+        expected = encode(_int(encoding.get("EventCode"), path, f"{name}.EventCode"),
+                          _int(encoding.get("UMask", 0), path, f"{name}.UMask"))
+        if expected != config:
+            raise TableError(path, f"{name}: config {config:#x} does not match its encoding "
+                             f"{dict(encoding)} ({expected:#x})")
+    kernel = entry.get("kernel_event")
+    return EventSpec(
+        type=_TYPES_BY_NAME[kind], config=config, event=str(entry.get("event", name)),
+        note=str(entry.get("note", "")),
+        config1=_int(entry.get("config1", 0), path, f"{name}.config1"),
+        kernel_side=bool(entry.get("kernel_side", False)), source=str(entry.get("source", "")),
+        kernel_config=None if kernel is None else _int(kernel.get("config"), path,
+                                                       f"{name}.kernel_event"),
+        verified=bool(entry.get("verified", True)))
+
+
+def _pmu_facts(section: Mapping[str, Any], path: str) -> PmuFacts:
+    general = section.get("general_counters") or {}
+    fixed = tuple(
+        FixedCounter(index=_int(f.get("index"), path, "fixed index"), event=str(f.get("event")),
+                     config=_int(f.get("config"), path, "fixed config"),
+                     serves=tuple(f.get("serves", ())), fixed_only=bool(f.get("fixed_only")))
+        for f in section.get("fixed_counters", ()))
+    constraints = tuple(
+        CounterConstraint(codes=_ranges(c.get("event_codes", ()), path, "event_codes"),
+                          counters=_counter_set(c.get("counters", ""), path),
+                          umask=None if c.get("umask") is None else _int(c["umask"], path,
+                                                                         "umask"),
+                          source=str(c.get("source", "")))
+        for c in section.get("constraints", ()))
+    watchdog = (section.get("nmi_watchdog") or {}).get("config")
+    return PmuFacts(
+        general_smt_on=_int(general.get("smt_on"), path, "general_counters.smt_on"),
+        general_smt_off=_int(general.get("smt_off"), path, "general_counters.smt_off"),
+        fixed=fixed, constraints=constraints,
+        watchdog_config=None if watchdog is None else _int(watchdog, path, "nmi_watchdog"),
+        source=str(general.get("source", "")))
+
+
+def parse_table(doc: Mapping[str, Any], path: str) -> EventTable:
+    """One data file's JSON -> :class:`EventTable`; raises :class:`TableError` on anything
+    malformed, including an ``encoding`` that does not give the stated ``config``."""
+    version = doc.get("format_version")
+    if version != TABLE_FORMAT_VERSION:
+        raise TableError(path, f"format_version {version!r}, this counterd reads "
+                         f"{TABLE_FORMAT_VERSION}")
+    matches = tuple(
+        (str(m.get("vendor")), _int(m.get("family"), path, "family"),
+         _ranges(m.get("models", ()), path, "models"))
+        for m in doc.get("match", ()))
+    vendors = {m[0] for m in matches}
+    vendor = vendors.pop() if len(vendors) == 1 else None
+    events = {name: _event_entry(name, entry, vendor, path)
+              for name, entry in doc.get("events", {}).items()}
+    software = {name: _event_entry(name, entry, vendor, path)
+                for name, entry in doc.get("software", {}).items()}
+    appended = frozenset(name for name, entry in doc.get("events", {}).items()
+                         if entry.get("append_cpu_label"))
+    return EventTable(
+        name=str(doc.get("table")), label=str(doc.get("label", doc.get("table"))),
+        revision=_int(doc.get("revision", 0), path, "revision"), path=path, events=events,
+        pmu=_pmu_facts(doc.get("pmu") or {}, path), matches=matches,
+        model_labels={_int(k, path, "model"): str(v)
+                      for k, v in (doc.get("model_labels") or {}).items()},
+        software=software, label_appended=appended)
+
+
+@functools.lru_cache(maxsize=1)
+def load_tables() -> tuple[EventTable, tuple[EventTable, ...]]:
+    """``(generic, families)`` from the package's perf_events/*.json (read once)."""
+    generic: EventTable | None = None
+    families: list[EventTable] = []
+    folder = importlib.resources.files("counterd.backends").joinpath("perf_events")
+    for item in sorted(folder.iterdir(), key=lambda p: p.name):
+        if not item.name.endswith(".json"):
+            continue
+        path = f"counterd/backends/perf_events/{item.name}"
+        try:
+            doc = json.loads(item.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise TableError(path, f"cannot be read: {exc}") from exc
+        table = parse_table(doc, path)
+        if table.name == "generic":
+            generic = table
+        else:
+            families.append(table)
+    if generic is None:
+        raise TableError("counterd/backends/perf_events/generic.json", "missing")
+    return generic, tuple(families)
+
+
+def family_table(vendor: str, family: int, model: int) -> EventTable | None:
+    """The data file whose match rules cover this CPU, or None (generic events only)."""
+    return next((t for t in load_tables()[1] if t.covers(vendor, family, model)), None)
 
 
 def amd_generation(family: int, model: int) -> str | None:
-    """Zen generation from family/model, as tools/perf/pmu-events/arch/x86/mapfile.csv maps
-    them: family 0x17 models < 0x30 Zen 1, else Zen 2; family 0x19 models 0x00-0x0f and
-    0x20-0x5f Zen 3, else Zen 4."""
-    if family == 0x17:
-        return "zen1" if model < 0x30 else "zen2"
-    if family == 0x19:
-        return "zen3" if model < 0x10 or 0x20 <= model <= 0x5F else "zen4"
-    return None
-
-
-_AMD_TABLES: dict[str, dict[str, EventSpec | str]] = {
-    "zen1": _ZEN12, "zen2": _ZEN12, "zen3": _ZEN3, "zen4": _ZEN4,
-}
+    """Zen generation ("zen1".."zen4") from family/model, by the AMD tables' match rules:
+    family 0x17 models 0x00-0x2f Zen 1 and the rest Zen 2, as tools/perf/pmu-events/arch/x86/
+    mapfile.csv maps them; family 0x19 models 0x00-0x0f and 0x20-0x5f Zen 3, the rest Zen 4,
+    as arch/x86/kernel/cpu/amd.c (bsp_init_amd) does. mapfile.csv differs there: its amdzen3
+    pattern leaves models 0x30-0x3f to amdzen4 (see amdzen3.json)."""
+    table = family_table("AuthenticAMD", family, model)
+    return table.name.removeprefix("amd") if table is not None else None
 
 
 def cpu_label(vendor: str, family: int, model: int) -> str:
     """A human name for the CPU the tables know it as, for messages."""
-    if vendor == "GenuineIntel" and family == 6 and model in _INTEL_TABLES:
-        return _INTEL_TABLES[model][0]
-    if vendor == "AuthenticAMD" and (gen := amd_generation(family, model)):
-        return gen.replace("zen", "Zen ")
+    table = family_table(vendor, family, model)
+    if table is not None:
+        return table.model_labels.get(model, table.label)
     return f"{vendor or 'unknown vendor'} family {family:#x} model {model:#x}"
 
 
 def event_table(vendor: str, family: int, model: int) -> dict[str, EventSpec | str]:
     """Canonical counter -> how to count it on this CPU, or why it cannot be counted.
 
-    Pure: reads nothing from the host. Software events and perf's generic events come first;
-    a per-vendor raw table (Intel family 6 models 0x55, 0x6a, 0x6c, 0x8f, 0xcf; AMD families
-    0x17 and 0x19) overrides them where the generic event is missing or means something else.
+    Pure: reads nothing from the host but the package's data files. Software events and
+    perf's generic events (generic.json) come first; a family's table (Intel family 6 models
+    0x55, 0x6a, 0x6c, 0x8f, 0xcf; AMD families 0x17 and 0x19) replaces them where the generic
+    event is missing or means something else (e.g. amd_hw_cache_event_ids_f17h maps L1D read
+    access to ls_dc_accesses, loads and stores, so the generic "loads" is wrong on Zen).
     """
-    table: dict[str, EventSpec | str] = {**_GENERIC, **_SOFTWARE}
-    specific: dict[str, EventSpec | str] | None = None
-    if vendor == "GenuineIntel" and family == 6 and model in _INTEL_TABLES:
-        specific = _INTEL_TABLES[model][1]
-    elif vendor == "AuthenticAMD" and (gen := amd_generation(family, model)):
-        specific = _AMD_TABLES[gen]
-        # amd_hw_cache_event_ids_f17h maps L1D read access to ls_dc_accesses (loads and
-        # stores), so the generic "loads" is wrong on Zen; the raw table replaces it.
+    generic, _ = load_tables()
+    table: dict[str, EventSpec | str] = {**generic.events, **generic.software}
+    specific = family_table(vendor, family, model)
     if specific is None:
         label = cpu_label(vendor, family, model)
-        for name, entry in table.items():
-            if isinstance(entry, str) and entry in (_NO_GENERIC_L2, _NO_GENERIC_WB):
-                table[name] = f"{entry} ({label})"
+        for name in generic.label_appended:
+            table[name] = f"{table[name]} ({label})"
     else:
-        table.update(specific)
+        table.update(specific.events)
     return table
 
+
+def pmu_facts(vendor: str, family: int, model: int) -> PmuFacts:
+    """The PMU facts of this CPU's family table, or the generic assumption."""
+    specific = family_table(vendor, family, model)
+    return (specific or load_tables()[0]).pmu
+
+
+# --------------------------------------------------------------------------------------------
+# The group scheduler (pure): which events can share a kernel group
+# --------------------------------------------------------------------------------------------
+
+Slot = tuple[str, int]  # ("fixed", index) or ("general", index)
+
+
+@dataclass(frozen=True)
+class PmuLayout:
+    """The counters one logical CPU offers, as the scheduler sees them: ``general`` general
+    counters (from sysfs caps where the kernel exports a count, else the family table for
+    the SMT state), the family's fixed counters and constraints, and the raw config of the
+    NMI watchdog's pinned cycles event when kernel.nmi_watchdog=1 (it holds a counter the
+    kernel's open-time group check does not see)."""
+
+    general: int
+    fixed: tuple[FixedCounter, ...] = ()
+    constraints: tuple[CounterConstraint, ...] = ()
+    watchdog_config: int | None = None
+    source: str = ""
+
+    @classmethod
+    def from_facts(cls, facts: PmuFacts, *, smt: bool = True, general: int | None = None,
+                   watchdog: bool = False, source: str = "") -> PmuLayout:
+        count = general if general is not None else (
+            facts.general_smt_on if smt else facts.general_smt_off)
+        return cls(count, facts.fixed, facts.constraints,
+                   facts.watchdog_config if watchdog else None, source or facts.source)
+
+
+def counter_choices(config: int | None, layout: PmuLayout) -> frozenset[Slot]:
+    """The counters the kernel may put an event with this raw config on: its fixed counter
+    (and every general counter unless the fixed encoding is a pseudo-event), else the
+    general counters of the first matching constraint, else all general counters. ``None``
+    (an encoding unknown for this CPU) may use any general counter."""
+    everything = frozenset(("general", i) for i in range(layout.general))
+    if config is None:
+        return everything
+    for fixed in layout.fixed:
+        if config == fixed.config:
+            slot = frozenset({("fixed", fixed.index)})
+            return slot if fixed.fixed_only else slot | everything
+    for constraint in layout.constraints:
+        if constraint.matches(config):
+            return frozenset(("general", i) for i in constraint.counters if i < layout.general)
+    return everything
+
+
+def assign_counters(choices: Sequence[frozenset[Slot]]) -> list[Slot] | None:
+    """A counter for each event, all different, each among its choices (a maximum bipartite
+    matching by augmenting paths, Kuhn's algorithm); None when no such assignment exists."""
+    owner: dict[Slot, int] = {}
+
+    def place(i: int, seen: set[Slot]) -> bool:
+        for slot in sorted(choices[i]):
+            if slot in seen:
+                continue
+            seen.add(slot)
+            if slot not in owner or place(owner[slot], seen):
+                owner[slot] = i
+                return True
+        return False
+
+    for i in range(len(choices)):
+        if not place(i, set()):
+            return None
+    by_event = {i: slot for slot, i in owner.items()}
+    return [by_event[i] for i in range(len(choices))]
+
+
+def schedule_groups(events: Sequence[tuple[str, EventSpec]], layout: PmuLayout
+                    ) -> list[tuple[str, ...]]:
+    """Partition events into kernel groups that each fit the PMU at once.
+
+    Hardware events are placed first-fit in the order given: an event joins the first group
+    in which every member (plus the NMI watchdog's event, when it holds a counter) still gets
+    a counter of its own (:func:`assign_counters`), else it starts a group. Software events
+    use no PMU counter and form one group of their own, last. Groups the kernel multiplexes
+    are each read atomically, so every value keeps its own group's running/enabled ratio.
+    """
+    watchdog = ([counter_choices(layout.watchdog_config, layout)]
+                if layout.watchdog_config is not None else [])
+    hardware: list[tuple[list[str], list[frozenset[Slot]]]] = []
+    software: list[str] = []
+    for name, spec in events:
+        if not spec.is_hardware:
+            software.append(name)
+            continue
+        choice = counter_choices(spec.raw_config, layout)
+        for names, choices in hardware:
+            if assign_counters([*choices, choice, *watchdog]) is not None:
+                names.append(name)
+                choices.append(choice)
+                break
+        else:
+            hardware.append(([name], [choice]))
+    groups = [tuple(names) for names, _ in hardware]
+    if software:
+        groups.append(tuple(software))
+    return groups
 
 # --------------------------------------------------------------------------------------------
 # Pure helpers: parsing, scaling, errno translation, host facts from injectable roots
@@ -497,12 +677,15 @@ def paranoid_level_needed(target: Target, include_kernel: bool) -> int:
 
 def translate_errno(err: int, event: str, target: Target, paranoid: int | None, *,
                     include_kernel: bool = False, attr_size: int = PERF_ATTR_SIZE_VER8,
-                    ) -> CounterdError:
-    """The typed error for a failed ``perf_event_open`` (errno list: perf_event_open(2)).
+                    encoding: str = "") -> CounterdError:
+    """The typed error for a failed ``perf_event_open`` of one event opened on its own (errno
+    list: perf_event_open(2)); a group that does not fit is split before it comes to this.
 
     Pure, so every branch is testable with an injected errno. ``paranoid`` is the value of
-    /proc/sys/kernel/perf_event_paranoid, or None when it could not be read.
+    /proc/sys/kernel/perf_event_paranoid, or None when it could not be read; ``encoding``
+    names the event's encoding in the message (EventSpec.describe()).
     """
+    what = f"{encoding}: " if encoding else ""
     who = target.describe()
     level = "unknown" if paranoid is None else str(paranoid)
     if err in (_errno.EACCES, _errno.EPERM):
@@ -530,15 +713,18 @@ def translate_errno(err: int, event: str, target: Target, paranoid: int | None, 
             "is older than this layout and a field it does not know was set",
             "report this with `uname -r`; counterd only sets fields known since Linux 2.6.32")
     if err == _errno.ENOENT:
-        return EventNotSupported(event, BACKEND, "the kernel has no such event for this CPU "
-                                 "(ENOENT: type/config unknown to its PMU driver)")
+        return EventNotSupported(event, BACKEND, f"{what}not on this PMU: the kernel has no "
+                                 "such event for this CPU (ENOENT: type/config unknown to its "
+                                 "PMU driver)")
     if err in (_errno.EOPNOTSUPP, _errno.ENODEV):
-        return EventNotSupported(event, BACKEND, f"the PMU cannot count it "
+        return EventNotSupported(event, BACKEND, f"{what}the PMU cannot count it "
                                  f"({_errno.errorcode.get(err, err)}: hardware lacks the event "
                                  "or the requested exclusion filter)")
     if err == _errno.EINVAL:
-        return EventNotSupported(event, BACKEND, "the kernel rejected the event encoding "
-                                 "(EINVAL: invalid config, or a CPU the target cannot run on)")
+        return EventNotSupported(event, BACKEND, f"{what}the kernel rejected the event "
+                                 "encoding (EINVAL when opened alone, so not a group that does "
+                                 "not fit: invalid config bits, or a CPU the target cannot run "
+                                 "on)")
     if err == _errno.EBUSY:
         return EventNotSupported(event, BACKEND, "the PMU is held exclusively by another user "
                                  "(EBUSY)", "stop the other profiler and retry")
@@ -615,33 +801,100 @@ def _close_all(fds: list[int]) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# The group and the backend
+# Readings, the counter set and the backend
 # --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PerfReading(Reading):
+    """A :class:`Reading` of counters from several kernel groups (or from separately opened
+    events): ``times`` holds each counter's own ``(time_enabled, time_running)``, and
+    :meth:`delta` scales each counter by its own group's span. The reading-level times are
+    those of the group with the lowest running/enabled ratio (the most multiplexed)."""
+
+    times: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+
+    def delta(self, earlier: Reading) -> dict[str, CounterValue]:
+        theirs = earlier.times if isinstance(earlier, PerfReading) else {}
+        default_now = (self.time_enabled_ns, self.time_running_ns)
+        default_then = (earlier.time_enabled_ns, earlier.time_running_ns)
+        out: dict[str, CounterValue] = {}
+        for name, now in self.values.items():
+            before = earlier.values.get(name)
+            if before is None:
+                continue
+            if now.source is Source.MEASURED and now.raw is not None and before.raw is not None:
+                en, run = self.times.get(name, default_now)
+                en0, run0 = theirs.get(name, default_then)
+                de, dr = en - en0, run - run0
+                raw = now.raw - before.raw  # the same rules as Reading.delta, per group
+                if de > 0 and dr > 0:
+                    out[name] = CounterValue(raw * de / dr, now.source, min(1.0, dr / de), raw)
+                elif de > 0:
+                    out[name] = CounterValue(0.0, now.source, 0.0, raw)
+                else:
+                    out[name] = CounterValue(float(raw), now.source, 1.0, raw)
+            else:
+                out[name] = CounterValue(now.value - before.value, now.source,
+                                         min(now.ratio, before.ratio), None)
+        return out
+
+
+class _KernelGroup:
+    """One kernel group: its members in the kernel's order (leader first, then siblings as
+    they were attached: kernel/events/core.c perf_read_group), their fds and event ids."""
+
+    __slots__ = ("names", "fds", "leader", "ids", "id_map", "struct", "size", "n")
+
+    def __init__(self, names: Sequence[str], fds: Sequence[int], ids: Sequence[int]) -> None:
+        self.names = tuple(names)
+        self.fds = tuple(fds)
+        self.leader = fds[0]
+        self.ids = tuple(ids)
+        self.id_map = dict(zip(self.ids, self.names, strict=True))
+        self.n = len(self.names)
+        self.struct = struct.Struct("=" + "Q" * (3 + 2 * self.n))
+        self.size = self.struct.size
 
 
 class PerfGroup:
     """Counters for one target, opened by :meth:`PerfBackend.open`; a context manager.
 
-    Without ``inherit`` the events form one kernel group: the leader (first opened event) is
-    created disabled, members join it with ``group_fd``, and ``read()`` is one ``read(2)`` on
-    the leader, so all values share the same time_enabled/time_running (the group is scheduled
-    onto the PMU as a whole). With ``target.inherit`` each event is opened on its own: kernels
-    before 4.13 reject ``inherit`` together with ``PERF_FORMAT_GROUP``
-    (kernel/events/core.c, perf_event_open), so such a read is one ``read(2)`` per event and
-    not atomic across events; each value is still scaled by its own times.
+    Without ``inherit`` the events form one or more kernel groups (:attr:`groups`): in each,
+    the leader is created disabled, members join it with ``group_fd``, and it is read with one
+    ``read(2)`` on the leader, so its values share one time_enabled/time_running (the kernel
+    schedules a group onto the PMU as a whole and multiplexes groups that do not all fit).
+    Every value is scaled by its own group's times. With ``target.inherit`` each event is
+    opened on its own: kernels before 4.13 reject ``inherit`` together with
+    ``PERF_FORMAT_GROUP`` (kernel/events/core.c, perf_event_open), so such a read is one
+    ``read(2)`` per event and not atomic across events; each value is scaled by its own times.
     """
 
     def __init__(self, events: tuple[str, ...], target: Target, fds: list[int],
-                 ids: dict[int, str], grouped: bool, unsupported: dict[str, str]) -> None:
+                 ids: dict[int, str], grouped: bool, unsupported: dict[str, str],
+                 groups: Sequence[tuple[Sequence[str], Sequence[int]]] | None = None) -> None:
+        """``groups``: per kernel group, its member names in kernel order and their fds (the
+        leader first); ``ids`` maps each event id (PERF_EVENT_IOC_ID) to its name. Without
+        ``groups`` a grouped set is one kernel group led by ``fds[0]`` in ``events`` order."""
         self.events = events
         self.target = target
         self.grouped = grouped
         self._fds = fds
         self._ids = ids
         self._unsupported = unsupported
-        self._group_struct = struct.Struct("=" + "Q" * (3 + 2 * len(events)))
         by_name = {name: event_id for event_id, name in ids.items()}
-        self._id_order = tuple(by_name.get(name, -1) for name in events)
+        kernel: list[_KernelGroup] = []
+        if grouped and fds:
+            layout = groups if groups is not None else [(events, fds)]
+            for names, group_fds in layout:
+                kernel.append(_KernelGroup(names, group_fds,
+                                           [by_name.get(n, -1) for n in names]))
+        self._groups = tuple(kernel)
+        # The raw-tuple layout of read_raw(): per group (enabled, running, values...) in kernel
+        # order; _single is the one-group fast path (the common case: the marker's hot path).
+        self._single = kernel[0] if len(kernel) == 1 else None
+        self._raw_names = tuple(n for g in kernel for n in g.names)
+        self._reorder = self._raw_names != tuple(events)
         # Closes the fds if the caller drops the group without close().
         self._finalizer = weakref.finalize(self, _close_all, fds)
 
@@ -649,80 +902,143 @@ class PerfGroup:
     def closed(self) -> bool:
         return not self._finalizer.alive
 
+    @property
+    def groups(self) -> tuple[tuple[str, ...], ...]:
+        """The kernel groups, each in the kernel's member order (one per event with inherit)."""
+        if self._groups:
+            return tuple(g.names for g in self._groups)
+        return tuple((name,) for name in self.events)
+
     def read(self) -> Reading:
-        """Cumulative counts since open, scaled for multiplexing."""
+        """Cumulative counts since open, scaled for multiplexing (one read(2) per group)."""
         if self.closed:
             raise CounterdError("read() on a closed perf group", "open a new group")
         if not self._fds:
             return Reading({}, 0, 0, dict(self._unsupported))
-        if self.grouped:
-            # Hot path (two reads per superstep marker pair): one read(2), one unpack of the
-            # whole buffer with a precompiled struct; parse_group_read is the checked decoder
-            # used when the fast layout does not match.
-            buf = os.read(self._fds[0], self._group_struct.size)
-            if len(buf) == self._group_struct.size:
-                fields = self._group_struct.unpack(buf)
-                if fields[0] == len(self.events) and fields[4::2] == self._id_order:
-                    enabled, running = fields[1], fields[2]
-                    scaled, ratio = scale(1, enabled, running)
-                    src = Source.MEASURED
-                    values = {name: CounterValue(raw * scaled, src, ratio, raw)
-                              for name, raw in zip(self.events, fields[3::2], strict=True)}
-                    return Reading(values, enabled, running, self._unsupported)
-            sample = parse_group_read(buf, self._ids)
-            times = {name: (sample.time_enabled_ns, sample.time_running_ns)
-                     for name in sample.raw}
-            raw = sample.raw
-            enabled, running = sample.time_enabled_ns, sample.time_running_ns
-        else:
-            raw, times = {}, {}
-            for fd in self._fds:
-                value, en, run, event_id = parse_single_read(os.read(fd, 32))
-                raw[self._ids[event_id]] = value
-                times[self._ids[event_id]] = (en, run)
-            enabled, running = times[self.events[0]]
+        if not self.grouped:
+            return self._read_separate()
+        return self._decode([os.read(g.leader, g.size) for g in self._groups])
+
+    def _read_separate(self) -> Reading:
+        raw: dict[str, int] = {}
+        times: dict[str, tuple[int, int]] = {}
+        for fd in self._fds:
+            value, en, run, event_id = parse_single_read(os.read(fd, 32))
+            raw[self._ids[event_id]] = value
+            times[self._ids[event_id]] = (en, run)
         values = {}
         for name in self.events:
             en, run = times[name]
             scaled_value, ratio = scale(raw[name], en, run)
             values[name] = CounterValue(scaled_value, Source.MEASURED, ratio, raw[name])
-        return Reading(values, enabled, running, dict(self._unsupported))
+        enabled, running = _most_multiplexed(times.values())
+        return PerfReading(values, enabled, running, dict(self._unsupported), times)
+
+    def _decode(self, bufs: Sequence[bytes]) -> Reading:
+        """Values from one read(2) buffer per group: a precompiled unpack when the layout is
+        the one opened, else the checked decoder (parse_group_read) on the same bytes."""
+        src = Source.MEASURED
+        values: dict[str, CounterValue] = {}
+        times: dict[str, tuple[int, int]] = {}
+        spans: list[tuple[int, int]] = []
+        for g, buf in zip(self._groups, bufs, strict=True):
+            fields = g.struct.unpack(buf) if len(buf) == g.size else ()
+            if fields and fields[0] == g.n and fields[4::2] == g.ids:
+                enabled, running = fields[1], fields[2]
+                raws = dict(zip(g.names, fields[3::2], strict=True))
+            else:
+                sample = parse_group_read(buf, g.id_map)
+                enabled, running, raws = (sample.time_enabled_ns, sample.time_running_ns,
+                                          sample.raw)
+            factor, ratio = scale(1, enabled, running)
+            for name, raw in raws.items():
+                values[name] = CounterValue(raw * factor, src, ratio, raw)
+                times[name] = (enabled, running)
+            spans.append((enabled, running))
+        if self._reorder:
+            values = {name: values[name] for name in self.events if name in values}
+        if len(spans) == 1:
+            return Reading(values, spans[0][0], spans[0][1], self._unsupported)
+        enabled, running = _most_multiplexed(spans)
+        return PerfReading(values, enabled, running, self._unsupported, times)
 
     def read_raw(self) -> tuple[int, ...] | Reading:
-        """The marker's hot path: ``(time_enabled, time_running, raw0, raw1, ...)`` in
-        ``events`` order from one read(2), with no objects built (about 1 us, where ``read()``
-        costs about 6). Turned into counter values by :meth:`delta_raw` when a record is
-        needed. Falls back to ``read()`` (a Reading) when the group is not one atomic group."""
-        if self.grouped and self._fds and not self.closed:
-            buf = os.read(self._fds[0], self._group_struct.size)
-            if len(buf) == self._group_struct.size:
-                fields = self._group_struct.unpack(buf)
-                if fields[0] == len(self.events) and fields[4::2] == self._id_order:
+        """The marker's hot path: per kernel group ``(time_enabled, time_running, raw...)`` in
+        the kernel's member order, concatenated, from one read(2) per group, with no objects
+        built (about 1 us for one group, where ``read()`` costs about 6). Turned into counter
+        values by :meth:`delta_raw` when a record is needed. When a buffer does not have the
+        layout opened, the same bytes are decoded by the checked decoder and a Reading is
+        returned (no second read); with inherit (no atomic group) it is ``read()``."""
+        single = self._single
+        if single is not None and self._finalizer.alive:
+            buf = os.read(single.leader, single.size)
+            if len(buf) == single.size:
+                fields = single.struct.unpack(buf)
+                if fields[0] == single.n and fields[4::2] == single.ids:
                     return fields[1:3] + fields[3::2]
+            return self._decode([buf])
+        if self._groups and self._finalizer.alive:
+            bufs = [os.read(g.leader, g.size) for g in self._groups]
+            out: tuple[int, ...] = ()
+            for g, buf in zip(self._groups, bufs, strict=True):
+                if len(buf) != g.size:
+                    return self._decode(bufs)
+                fields = g.struct.unpack(buf)
+                if fields[0] != g.n or fields[4::2] != g.ids:
+                    return self._decode(bufs)
+                out += fields[1:3] + fields[3::2]
+            return out
         return self.read()
 
     def delta_raw(self, start: tuple[int, ...] | Reading, stop: tuple[int, ...] | Reading
                   ) -> tuple[dict[str, CounterValue], Mapping[str, str]]:
-        """Counter values of the span between two :meth:`read_raw` results, scaled by the
-        span's own enabled/running times (as :meth:`Reading.delta`), and the counters that
-        could not be opened."""
+        """Counter values of the span between two :meth:`read_raw` results, each group's
+        values scaled by that group's own enabled/running span (as :meth:`Reading.delta`),
+        and the counters that could not be opened."""
         if isinstance(start, Reading) or isinstance(stop, Reading):
             a = start if isinstance(start, Reading) else self._as_reading(start)
             b = stop if isinstance(stop, Reading) else self._as_reading(stop)
             return b.delta(a), b.unsupported
-        de, dr = stop[0] - start[0], stop[1] - start[1]
-        factor, ratio = scale(1, de, dr) if de > 0 else (1.0, 1.0)
         src = Source.MEASURED
-        values = {name: CounterValue((y - x) * factor, src, ratio, y - x)
-                  for name, x, y in zip(self.events, start[2:], stop[2:], strict=True)}
+        if self._single is not None:
+            de, dr = stop[0] - start[0], stop[1] - start[1]
+            factor, ratio = scale(1, de, dr) if de > 0 else (1.0, 1.0)
+            values = {name: CounterValue((y - x) * factor, src, ratio, y - x)
+                      for name, x, y in zip(self._raw_names, start[2:], stop[2:], strict=True)}
+        else:
+            values = {}
+            at = 0
+            for g in self._groups:
+                de, dr = stop[at] - start[at], stop[at + 1] - start[at + 1]
+                factor, ratio = scale(1, de, dr) if de > 0 else (1.0, 1.0)
+                for i, name in enumerate(g.names, at + 2):
+                    d = stop[i] - start[i]
+                    values[name] = CounterValue(d * factor, src, ratio, d)
+                at += 2 + g.n
+        if self._reorder:
+            values = {name: values[name] for name in self.events}
         return values, self._unsupported
 
     def _as_reading(self, raw: tuple[int, ...]) -> Reading:
-        enabled, running = raw[0], raw[1]
-        factor, ratio = scale(1, enabled, running)
-        return Reading({name: CounterValue(v * factor, Source.MEASURED, ratio, v)
-                        for name, v in zip(self.events, raw[2:], strict=True)},
-                       enabled, running, self._unsupported)
+        src = Source.MEASURED
+        values: dict[str, CounterValue] = {}
+        times: dict[str, tuple[int, int]] = {}
+        spans = []
+        at = 0
+        for names in [g.names for g in self._groups] or [self.events]:
+            enabled, running = raw[at], raw[at + 1]
+            factor, ratio = scale(1, enabled, running)
+            for name, v in zip(names, raw[at + 2:at + 2 + len(names)], strict=True):
+                values[name] = CounterValue(v * factor, src, ratio, v)
+                times[name] = (enabled, running)
+            spans.append((enabled, running))
+            at += 2 + len(names)
+        if self._reorder:
+            values = {name: values[name] for name in self.events}
+        if len(spans) == 1:
+            return Reading(values, spans[0][0], spans[0][1], self._unsupported)
+        enabled, running = _most_multiplexed(spans)
+        return PerfReading(values, enabled, running, self._unsupported, times)
 
     def close(self) -> None:
         """Close every fd; safe to call more than once."""
@@ -735,20 +1051,114 @@ class PerfGroup:
         self.close()
 
 
+def _most_multiplexed(spans: Iterable[tuple[int, int]]) -> tuple[int, int]:
+    """The (enabled, running) pair with the lowest running/enabled ratio."""
+    return min(spans, key=lambda s: scale(1, s[0], s[1])[1], default=(0, 0))
+
+
+Syscall = Callable[[PerfEventAttr, int, int, int, int], int]
+
+
+class _Opener:
+    """Opens planned groups for :meth:`PerfBackend.open_groups`, splitting what the kernel
+    rejects.
+
+    A member the kernel refuses to add to a group (EINVAL: the group would not fit the PMU,
+    or the member's encoding is bad; or an error of the event itself such as ENOENT or
+    EACCES) leaves the group as it was (a failed perf_event_open changes nothing), so the
+    group keeps the members already accepted, later members still try to join it, and the
+    refused ones form the next group, split again the same way, down to single events. An
+    event is left out only when it fails as the leader of a group of its own, i.e. alone
+    (strict: that error is raised), with the errno translated for that event; errors that
+    are not about the event (ESRCH, EMFILE, ...) always raise.
+    """
+
+    def __init__(self, syscall: Syscall, target: Target, *, grouped: bool, strict: bool,
+                 include_kernel: bool, paranoid: int | None) -> None:
+        self.syscall = syscall
+        self.target = target
+        self.grouped = grouped
+        self.strict = strict
+        self.include_kernel = include_kernel
+        self.paranoid = paranoid
+        self.groups: list[tuple[tuple[str, ...], list[int]]] = []
+        self.ids: dict[int, str] = {}
+        self.unsupported: dict[str, str] = {}
+        self.splits = 0  # planned groups the kernel made us split (for tests and logs)
+
+    @property
+    def fds(self) -> list[int]:
+        return [fd for _, fds in self.groups for fd in fds]
+
+    def _error(self, err: int, name: str, spec: EventSpec) -> CounterdError:
+        return translate_errno(err, name, self.target, self.paranoid,
+                               include_kernel=self.include_kernel or spec.kernel_side,
+                               encoding=spec.describe())
+
+    def open(self, members: Sequence[tuple[str, EventSpec]]) -> None:
+        pid, cpu = self.target.kernel_tid, self.target.cpu
+        pending = list(members)
+        while pending:
+            fds: list[int] = []
+            names: list[str] = []
+            refused: list[tuple[str, EventSpec]] = []
+            for name, spec in pending:
+                attr = make_attr(spec, leader=not fds, inherit=self.target.inherit,
+                                 include_kernel=self.include_kernel, group=self.grouped)
+                try:
+                    fd = self.syscall(attr, pid, cpu, fds[0] if fds else -1,
+                                      PERF_FLAG_FD_CLOEXEC)
+                except OSError as exc:
+                    err = self._error(exc.errno or 0, name, spec)
+                    if not isinstance(err, EventNotSupported | CounterAccessDenied):
+                        _close_all(fds)
+                        raise err from exc
+                    if fds:  # refused by this group: it tries the next one
+                        refused.append((name, spec))
+                    elif self.strict:  # refused alone: the event's own verdict
+                        raise err from exc
+                    else:
+                        self.unsupported[name] = err.reason
+                    continue
+                fds.append(fd)
+                names.append(name)
+                try:
+                    self.ids[_event_id(fd)] = name
+                except OSError:
+                    _close_all(fds)
+                    raise
+            if fds:
+                self.groups.append((tuple(names), fds))
+            if refused:
+                self.splits += 1
+            pending = refused
+
+
+# Files under <sysfs>/bus/event_source/devices/<pmu>/caps/ that would give the number of
+# general counters. Linux up to 6.1x exports no such file for x86 core PMUs (caps/ holds
+# max_precise, pmu_name, branches, branch_counter_nr, branch_counter_width), so the family
+# table decides today; a kernel or a test fixture that writes one of these overrides it.
+CAPS_GENERAL_COUNTER_FILES: tuple[str, ...] = ("num_counters", "num_gp_counters")
+
+
 class PerfBackend:
     """Counters from the Linux kernel's perf_events subsystem.
 
-    ``sysfs_root`` and ``procfs_root`` are where /sys and /proc are read from (the PMU list,
-    perf_event_paranoid, cpuinfo), so tests can pass fixture trees; the syscall is always real.
+    ``sysfs_root`` and ``procfs_root`` are where /sys and /proc are read from (the PMU list and
+    its caps, SMT state, perf_event_paranoid, nmi_watchdog, cpuinfo), so tests can pass fixture
+    trees. ``syscall`` replaces ``perf_event_open`` (same arguments: attr, pid, cpu, group_fd,
+    flags; returns an fd or raises OSError), e.g. with a model of a PMU in tests.
     """
 
     name = "perf"
     source = Source.MEASURED
 
     def __init__(self, sysfs_root: str | os.PathLike[str] = "/sys",
-                 procfs_root: str | os.PathLike[str] = "/proc") -> None:
+                 procfs_root: str | os.PathLike[str] = "/proc", *,
+                 syscall: Syscall | None = None) -> None:
         self.sysfs_root = Path(sysfs_root)
         self.procfs_root = Path(procfs_root)
+        self._syscall: Syscall = syscall or perf_event_open
 
     # Host facts -------------------------------------------------------------------------
 
@@ -765,6 +1175,54 @@ class PerfBackend:
     def paranoid(self) -> int | None:
         return read_paranoid(self.procfs_root)
 
+    def smt_splits_counters(self) -> bool:
+        """Whether sibling hardware threads share the core's general counters (Intel cores
+        before Ice Lake give each thread half). Only ``smt/control`` = ``notsupported`` (no
+        sibling threads: SMT absent or off in firmware) counts as unshared: when the kernel
+        turned SMT off (``off``/``forceoff``) the firmware still split the counters at boot;
+        unknown means shared, the smaller count."""
+        try:
+            control = Path(self.sysfs_root, "devices/system/cpu/smt/control").read_text()
+        except OSError:
+            return True
+        return control.strip() != "notsupported"
+
+    def nmi_watchdog(self) -> bool:
+        """kernel.nmi_watchdog=1: the hard-lockup detector holds a cycles counter per CPU."""
+        try:
+            return Path(self.procfs_root, "sys/kernel/nmi_watchdog").read_text().strip() == "1"
+        except OSError:
+            return False
+
+    def caps_general_counters(self) -> int | None:
+        """The general-counter count from the core PMU's sysfs caps, where one is exported."""
+        pmu = core_pmu(self.sysfs_root)
+        for device in dict.fromkeys(p for p in (pmu, "cpu", "cpu_core") if p):
+            for file in CAPS_GENERAL_COUNTER_FILES:
+                path = Path(self.sysfs_root, "bus/event_source/devices", device, "caps", file)
+                try:
+                    return int(path.read_text().strip(), 0)
+                except (OSError, ValueError):
+                    continue
+        return None
+
+    def pmu_layout(self) -> PmuLayout:
+        """The counters the group scheduler plans with on this host (see :class:`PmuLayout`)."""
+        vendor, family, model = self.cpu()
+        facts = pmu_facts(vendor, family, model)
+        caps = self.caps_general_counters()
+        smt = self.smt_splits_counters()
+        where = (f"sysfs caps ({caps} general counters)" if caps is not None else
+                 f"{cpu_label(vendor, family, model)} table, SMT {'on' if smt else 'off'}")
+        return PmuLayout.from_facts(facts, smt=smt, general=caps, watchdog=self.nmi_watchdog(),
+                                    source=where)
+
+    def plan(self, events: Sequence[str]) -> list[tuple[str, ...]]:
+        """The kernel groups :meth:`open` would try for these counters on this host (counters
+        the table cannot count, or hardware ones without a PMU, are left out)."""
+        wanted, _ = self._resolve(self._check_names(events), strict=False)
+        return schedule_groups(wanted, self.pmu_layout())
+
     # Backend protocol -------------------------------------------------------------------
 
     def available(self) -> Capability:
@@ -772,7 +1230,8 @@ class PerfBackend:
         thread (user space only); hardware counters are not tried when sysfs lists no core PMU.
         """
         paranoid = self.paranoid()
-        probe = _SOFTWARE["task_clock_ns"]
+        probe = load_tables()[0].software["task_clock_ns"]
+        assert isinstance(probe, EventSpec)
         try:
             self._probe(probe, Target(), include_kernel=False)
         except (OSError, CounterdError) as exc:
@@ -793,7 +1252,8 @@ class PerfBackend:
                 except OSError as exc:
                     counters[name] = str(translate_errno(exc.errno or 0, name, Target(),
                                                          paranoid,
-                                                         include_kernel=entry.kernel_side))
+                                                         include_kernel=entry.kernel_side,
+                                                         encoding=entry.describe()))
         reason = (f"perf_event_open works (kernel.perf_event_paranoid={paranoid}); "
                   + (f"core PMU {pmu}" if pmu else "software events only: "
                      + no_pmu_reason(self.sysfs_root)))
@@ -801,18 +1261,70 @@ class PerfBackend:
 
     def open(self, events: Sequence[str], target: Target = THIS_THREAD, *, strict: bool = True,
              include_kernel: bool = False) -> PerfGroup:
-        """Open ``events`` on ``target`` as one group (see :class:`PerfGroup`).
+        """Open ``events`` on ``target`` as kernel groups that fit the PMU (see
+        :func:`schedule_groups` and :class:`PerfGroup`).
 
         ``strict``: the first event that cannot be counted raises (EventNotSupported,
         CounterAccessDenied, ...); otherwise it is left out and listed in
-        ``Reading.unsupported`` with the reason. A missing target (NoSuchTarget) and the fd
-        limit always raise. ``include_kernel`` also counts kernel mode (needs
-        perf_event_paranoid <= 1 or privileges).
+        ``Reading.unsupported`` with the reason. Only an event that fails when opened alone is
+        left out: a group the kernel rejects with EINVAL is split. A missing target
+        (NoSuchTarget) and the fd limit always raise. ``include_kernel`` also counts kernel
+        mode (needs perf_event_paranoid <= 1 or privileges).
         """
         names = self._check_names(events)
+        wanted, unsupported = self._resolve(names, strict)
+        specs = dict(wanted)
+        if target.inherit:
+            plan: list[tuple[str, ...]] = [(name,) for name, _ in wanted]
+        else:
+            plan = schedule_groups(wanted, self.pmu_layout())
+        return self.open_groups([[(n, specs[n]) for n in group] for group in plan], target,
+                                strict=strict, include_kernel=include_kernel,
+                                unsupported=unsupported, order=names)
+
+    def open_groups(self, groups: Sequence[Sequence[tuple[str, EventSpec]]],
+                    target: Target = THIS_THREAD, *, strict: bool = True,
+                    include_kernel: bool = False, unsupported: Mapping[str, str] | None = None,
+                    order: Sequence[str] | None = None) -> PerfGroup:
+        """Open the given kernel groups as they are (no scheduling; EINVAL still splits), e.g.
+        events that are not canonical counters. ``order`` is the order of ``events`` and of
+        reading values (default: the groups' order); with ``target.inherit`` every event is
+        opened on its own."""
+        grouped = not target.inherit
+        opener = _Opener(self._syscall, target, grouped=grouped, strict=strict,
+                         include_kernel=include_kernel, paranoid=self.paranoid())
+        opener.unsupported.update(unsupported or {})
+        try:
+            for members in groups:
+                if grouped:
+                    opener.open(list(members))
+                else:
+                    for member in members:
+                        opener.open([member])
+            for _, fds in opener.groups:
+                if grouped:
+                    fcntl.ioctl(fds[0], PERF_EVENT_IOC_RESET, PERF_IOC_FLAG_GROUP)
+                    fcntl.ioctl(fds[0], PERF_EVENT_IOC_ENABLE, PERF_IOC_FLAG_GROUP)
+                else:
+                    fcntl.ioctl(fds[0], PERF_EVENT_IOC_RESET, 0)
+                    fcntl.ioctl(fds[0], PERF_EVENT_IOC_ENABLE, 0)
+        except BaseException:
+            _close_all(opener.fds)
+            raise
+        opened = {name for names, _ in opener.groups for name in names}
+        sequence = order if order is not None else [n for g in groups for n, _ in g]
+        events = tuple(n for n in sequence if n in opened)
+        return PerfGroup(events, target, opener.fds, opener.ids, grouped, opener.unsupported,
+                         groups=opener.groups if grouped else None)
+
+    # Internals --------------------------------------------------------------------------
+
+    def _resolve(self, names: tuple[str, ...], strict: bool
+                 ) -> tuple[list[tuple[str, EventSpec]], dict[str, str]]:
+        """The table's EventSpec for each name, or (strict) EventNotSupported / (lenient) the
+        reason in the second dict; hardware events need a core PMU in sysfs."""
         table = self.table()
         pmu = core_pmu(self.sysfs_root)
-        paranoid = self.paranoid()
         unsupported: dict[str, str] = {}
         wanted: list[tuple[str, EventSpec]] = []
         for name in names:
@@ -825,46 +1337,7 @@ class PerfBackend:
                 unsupported[name] = entry
             else:
                 wanted.append((name, entry))
-        # Hardware first, so the leader is a hardware event and software members join its
-        # context (a software leader would have to be moved; kernel/events/core.c move_group).
-        wanted.sort(key=lambda item: not item[1].is_hardware)
-        grouped = not target.inherit
-        pid = target.kernel_tid  # 0: calling thread; -1 with a cpu: system-wide
-        fds: list[int] = []
-        ids: dict[int, str] = {}
-        opened: list[str] = []
-        try:
-            for name, spec in wanted:
-                leader = not grouped or not fds
-                attr = make_attr(spec, leader=leader, inherit=target.inherit,
-                                 include_kernel=include_kernel, group=grouped)
-                group_fd = fds[0] if grouped and fds else -1
-                try:
-                    fd = perf_event_open(attr, pid, target.cpu, group_fd)
-                except OSError as exc:
-                    err = translate_errno(exc.errno or 0, name, target, paranoid,
-                                          include_kernel=include_kernel or spec.kernel_side)
-                    if strict or not isinstance(err, EventNotSupported | CounterAccessDenied):
-                        raise err from exc
-                    unsupported[name] = err.reason
-                    continue
-                fds.append(fd)
-                ids[_event_id(fd)] = name
-                opened.append(name)
-            if grouped and fds:
-                fcntl.ioctl(fds[0], PERF_EVENT_IOC_RESET, PERF_IOC_FLAG_GROUP)
-                fcntl.ioctl(fds[0], PERF_EVENT_IOC_ENABLE, PERF_IOC_FLAG_GROUP)
-            else:
-                for fd in fds:
-                    fcntl.ioctl(fd, PERF_EVENT_IOC_RESET, 0)
-                    fcntl.ioctl(fd, PERF_EVENT_IOC_ENABLE, 0)
-        except BaseException:
-            _close_all(fds)
-            raise
-        order = tuple(n for n in names if n in opened)
-        return PerfGroup(order, target, fds, ids, grouped, unsupported)
-
-    # Internals --------------------------------------------------------------------------
+        return wanted, unsupported
 
     @staticmethod
     def _check_names(events: Sequence[str]) -> tuple[str, ...]:
@@ -876,15 +1349,18 @@ class PerfBackend:
                                 "list each counter once")
         return tuple(events)
 
-    @staticmethod
-    def _probe(spec: EventSpec, target: Target, include_kernel: bool) -> None:
+    def _probe(self, spec: EventSpec, target: Target, include_kernel: bool) -> None:
         attr = make_attr(spec, leader=True, inherit=False, include_kernel=include_kernel,
                          group=False)
-        os.close(perf_event_open(attr, target.kernel_tid, target.cpu))
+        os.close(self._syscall(attr, target.kernel_tid, target.cpu, -1, PERF_FLAG_FD_CLOEXEC))
 
 
 __all__ = [
-    "EventSpec", "GroupSample", "PerfBackend", "PerfEventAttr", "PerfGroup",
-    "PERF_EXTRA_NAMES", "amd_raw_config", "event_table", "hw_cache_config", "intel_raw_config",
-    "parse_cpuinfo", "parse_group_read", "parse_single_read", "scale", "translate_errno",
+    "CAPS_GENERAL_COUNTER_FILES", "CounterConstraint", "EventSpec", "EventTable",
+    "FixedCounter", "GroupSample", "PERF_EXTRA_NAMES", "PerfBackend", "PerfEventAttr",
+    "PerfGroup", "PerfReading", "PmuFacts", "PmuLayout", "TableError", "amd_raw_config",
+    "assign_counters", "counter_choices", "event_table", "family_table", "hw_cache_config",
+    "intel_raw_config", "load_tables", "parse_cpuinfo", "parse_group_read",
+    "parse_single_read", "parse_table", "pmu_facts", "scale", "schedule_groups",
+    "translate_errno",
 ]
