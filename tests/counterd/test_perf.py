@@ -1,4 +1,4 @@
-"""Tests for the perf_event_open backend (counterd/backends/perf.py).
+"""Tests for the perf_event_open backend (counterd/backends/perf/).
 
 Software events run on any Linux host; hardware-event tests are marked ``pmu`` and skip with
 the backend's own reason where the kernel exposes no hardware PMU (e.g. most VMs).
@@ -124,7 +124,7 @@ def test_context_switches_count_voluntary_sleeps(backend: PerfBackend) -> None:
 
 def test_group_read_is_one_syscall_with_shared_times(
         backend: PerfBackend, monkeypatch: pytest.MonkeyPatch) -> None:
-    import counterd.backends.perf as perf
+    import counterd.backends.perf.group as perf_group
 
     with backend.open(list(SOFTWARE)) as group:
         touch_fresh_pages(16)
@@ -135,7 +135,7 @@ def test_group_read_is_one_syscall_with_shared_times(
             calls.append(fd)
             return real_read(fd, n)
 
-        monkeypatch.setattr(perf.os, "read", counting_read)
+        monkeypatch.setattr(perf_group.os, "read", counting_read)
         reading = group.read()
         monkeypatch.undo()
     assert len(calls) == 1

@@ -1,5 +1,5 @@
 """Event tables as data, the group scheduler, EINVAL splitting and multi-group reads
-(counterd/backends/perf.py, counterd/backends/perf_events/*.json).
+(counterd/backends/perf/, counterd/backends/perf/events/*.json).
 
 Hardware groups are checked against :class:`FakeKernel`, a model of the kernel's open-time
 group validation (arch/x86/events/core.c validate_group) for one CPU family: a group is
@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 import counterd.backends.perf as perf
+import counterd.backends.perf.group as perf_group
 from counterd.backends.base import Reading, Target
 from counterd.backends.perf import (
     PERF_COUNT_SW_CPU_CLOCK,
@@ -226,7 +227,7 @@ def show(title: str, groups: Sequence[Sequence[str]]) -> None:
 # The data files
 # ---------------------------------------------------------------------------------------------
 
-TABLE_DIR = Path(perf.__file__).with_name("perf_events")
+TABLE_DIR = Path(perf.__file__).with_name("events")
 
 
 def test_every_table_loads_with_version_history_and_sources() -> None:
@@ -537,7 +538,7 @@ def test_software_listed_first_still_takes_the_fast_path(
     try:
         assert group.events == ("task_clock_ns", "loads")
         assert group.groups == (("loads", "task_clock_ns"),)
-        monkeypatch.setattr(perf.os, "read", counting_read)
+        monkeypatch.setattr(perf_group.os, "read", counting_read)
         first = group.read_raw()
         spin(0.01)
         second = group.read_raw()
@@ -553,7 +554,7 @@ def test_software_listed_first_still_takes_the_fast_path(
     with backend.open(["task_clock_ns", "page_faults", "loads"]) as both:
         assert both.groups == (("loads",), ("task_clock_ns", "page_faults"))
         calls.clear()
-        monkeypatch.setattr(perf.os, "read", counting_read)
+        monkeypatch.setattr(perf_group.os, "read", counting_read)
         raw = both.read_raw()
         monkeypatch.undo()
         assert isinstance(raw, tuple) and len(calls) == 2
@@ -602,7 +603,7 @@ def test_two_real_groups_read_atomically_with_sane_values(
         calls.append(fd)
         return real_read(fd, n)
 
-    monkeypatch.setattr(perf.os, "read", counting_read)
+    monkeypatch.setattr(perf_group.os, "read", counting_read)
     after = group.read()
     monkeypatch.undo()
     assert len(calls) == 2 and len(set(calls)) == 2  # one read(2) per group, on each leader
@@ -701,7 +702,7 @@ def test_a_foreign_buffer_is_decoded_from_the_same_read(monkeypatch: pytest.Monk
 
     try:
         os.write(wfd, scripted(900, 300, [(20, 2), (10, 1)]))
-        monkeypatch.setattr(perf.os, "read", counting_read)
+        monkeypatch.setattr(perf_group.os, "read", counting_read)
         result = group.read_raw()
         monkeypatch.undo()
         assert len(calls) == 1
