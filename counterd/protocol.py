@@ -185,9 +185,17 @@ def flag_bits(flags: frozenset[str]) -> int | None:
 
 
 def bit_flags(bits: int) -> frozenset[str]:
-    if bits >> len(FLAG_BITS):
-        raise ProtocolError("bad_close", f"unknown flag bits {bits:#x}")
-    return frozenset(name for i, name in enumerate(FLAG_BITS) if bits >> i & 1)
+    """The flags of a CLOSE bitmask; ProtocolError ``bad_close`` for a bit without a flag."""
+    flags = _FLAGS_OF.get(bits)
+    if flags is None:
+        if bits >> len(FLAG_BITS):
+            raise ProtocolError("bad_close", f"unknown flag bits {bits:#x}")
+        flags = _FLAGS_OF[bits] = frozenset(name for i, name in enumerate(FLAG_BITS)
+                                            if bits >> i & 1)
+    return flags
+
+
+_FLAGS_OF: dict[int, frozenset[str]] = {}  # bit_flags, memoised (2 ** len(FLAG_BITS) at most)
 
 
 # -- the hot path: OPEN and CLOSE without building a dataclass ----------------------------------
@@ -537,15 +545,21 @@ def _check_head(ftype: FrameType, packed: struct.Struct, body: bytes) -> None:
                             f"than its {packed.size}-byte head")
 
 
-def _unpack_head(ftype: FrameType, packed: struct.Struct, body: bytes) -> tuple[Any, ...]:
-    _check_head(ftype, packed, body)
-    return packed.unpack_from(body)
+_unpack_open = OPEN_HEAD.unpack_from
+_unpack_close = CLOSE_HEAD.unpack_from
+_iter_counters = COUNTER.iter_unpack
+_new_tuple = tuple.__new__  # a WireCounter without NamedTuple's Python-level __new__
+
+
+_OPEN_HEAD_SIZE = OPEN_HEAD.size
+_CLOSE_HEAD_SIZE = CLOSE_HEAD.size
 
 
 def head(ftype: FrameType, body: bytes) -> Head:
     """The :class:`Head` of an OPEN or CLOSE body; ProtocolError ``bad_frame`` when the body is
     shorter than its fixed head."""
-    _check_head(ftype, OPEN_HEAD if ftype is FrameType.OPEN else CLOSE_HEAD, body)
+    if len(body) < (_OPEN_HEAD_SIZE if ftype is FrameType.OPEN else _CLOSE_HEAD_SIZE):
+        _check_head(ftype, OPEN_HEAD if ftype is FrameType.OPEN else CLOSE_HEAD, body)
     s, c, index = _HEAD_PREFIX.unpack_from(body)
     return Head(s, c, index)
 
@@ -573,8 +587,10 @@ class Open:
     def decode(cls, body: bytes) -> Open:
         """ProtocolError ``bad_frame`` (shorter than its head) or ``bad_begin`` (a name or
         params that do not decode)."""
-        s, c, index, begin_ns, rank, cpu, name_bytes = _unpack_head(cls.TYPE, OPEN_HEAD, body)
         start = OPEN_HEAD.size
+        if len(body) < start:
+            _check_head(cls.TYPE, OPEN_HEAD, body)
+        s, c, index, begin_ns, rank, cpu, name_bytes = _unpack_open(body)
         try:
             name = body[start:start + name_bytes].decode()
             tail = body[start + name_bytes:]
@@ -625,26 +641,27 @@ class Close:
     def decode(cls, body: bytes, names: Sequence[str]) -> Close:
         """``names``: the counters of the CLOSE's context. ProtocolError ``bad_frame`` (shorter
         than its head) or ``bad_record`` (sizes, sources, unsupported counters or flags)."""
-        s, c, index, begin_ns, end_ns, bits, tail_bytes = _unpack_head(cls.TYPE, CLOSE_HEAD,
-                                                                       body)
-        size = COUNTER.size
         start = CLOSE_HEAD.size
+        if len(body) < start:
+            _check_head(cls.TYPE, CLOSE_HEAD, body)
+        s, c, index, begin_ns, end_ns, bits, tail_bytes = _unpack_close(body)
+        end = start + len(names) * COUNTER.size
         try:
-            if len(body) != start + len(names) * size + tail_bytes:
+            if len(body) != end + tail_bytes:
                 raise ValueError(f"{len(body)} bytes for {len(names)} counters and "
                                  f"{tail_bytes} bytes of unsupported counters")
-            counters = []
-            for i, name in enumerate(names):
-                src, value, ratio, raw = COUNTER.unpack_from(body, start + i * size)
-                counters.append(WireCounter(name, SOURCES[src], value, ratio,
-                                            None if raw == NO_RAW else raw))
+            counters = tuple([
+                _new_tuple(WireCounter, (name, SOURCES[src], value, ratio,
+                                         None if raw == NO_RAW else raw))
+                for name, (src, value, ratio, raw) in zip(
+                    names, _iter_counters(body[start:end]), strict=True)])
             unsupported = json.loads(body[len(body) - tail_bytes:]) if tail_bytes else {}
             if not isinstance(unsupported, dict):
                 raise ValueError("unsupported counters are not a JSON object")
             flags = bit_flags(bits)
         except (ValueError, IndexError, ProtocolError) as exc:
             raise ProtocolError("bad_record", f"malformed CLOSE ({exc})") from None
-        return cls(s, c, index, begin_ns, end_ns, flags, tuple(counters), unsupported)
+        return cls(s, c, index, begin_ns, end_ns, flags, counters, unsupported)
 
 
 ClientFrame = Hello | Context | Begin | Open | Close | Record | Read | Sync

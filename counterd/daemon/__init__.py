@@ -6,8 +6,8 @@ Importing the package loads nothing else; the modules are imported where used.
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 
 
 def run(config_path: Path | None = None, *, env: Mapping[str, str] | None = None) -> int:

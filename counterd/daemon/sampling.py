@@ -8,7 +8,8 @@ read one last time and its final counts are kept in the job's retired total, so 
 series stays monotonic (a Prometheus counter) however many threads come and go; label
 cardinality is the number of jobs, not of threads.
 
-``procfs`` is a parameter so tests can pass a fixture tree.
+``procfs`` is a parameter so tests can pass a fixture tree. :func:`sample_forever` is the
+daemon's sampler thread: it exports each sample to the metrics and queues it for the store.
 """
 
 from __future__ import annotations
@@ -16,16 +17,24 @@ from __future__ import annotations
 import logging
 import os
 import pwd
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from counterd.backends.base import Target
-from counterd.daemon.config import WatchRule
+from counterd.daemon.config import Config, WatchRule
+from counterd.daemon.store import Sample
 from counterd.errors import CounterdError, NoSuchTarget
 
+if TYPE_CHECKING:
+    from counterd.daemon.behalf import Counting
+    from counterd.daemon.exporter import MetricsState
+
 log = logging.getLogger("counterd.daemon.sampling")
+_daemon_log = logging.getLogger("counterd.daemon")  # where the sampler thread logs
 
 
 @dataclass(frozen=True)
@@ -206,3 +215,51 @@ class Sampler:
             for th in jstate.threads.values():
                 th.group.close()
             jstate.threads.clear()
+
+
+# -- the daemon's sampler thread ----------------------------------------------------------------
+def sample_forever(stop: threading.Event, settings: Callable[[], tuple[Config, Counting]],
+                   clients: Callable[[], Mapping[int, str]], state: MetricsState,
+                   emit: Callable[[list[Sample]], None]) -> None:
+    """Every ``sampling.interval_s`` until ``stop``: sample the watched processes and the
+    marker ``clients`` (pid -> job), export the totals to ``state`` and ``emit`` them as rows
+    for the store. ``settings`` gives the current config and means of counting (they change
+    on SIGHUP); the groups are reopened when the counters or the backend change."""
+    sampler: Sampler | None = None
+    key: tuple[Any, ...] | None = None
+    while not stop.is_set():
+        cfg, counting = settings()
+        started = time.monotonic()
+        backend = counting.backend
+        if backend is not None:
+            want = (cfg.sample_events or counting.default_events, id(backend))
+            if sampler is None or key != want:
+                if sampler is not None:
+                    sampler.close()
+                key = want
+                sampler = Sampler(want[0], lambda ev, t, b=backend: b.open(
+                    ev, t, strict=False), on_error=lambda r: state.count("sample_errors", r))
+            try:
+                _sample_once(sampler, cfg, clients(), state, emit)
+            except Exception:  # sampling must never take the daemon down
+                _daemon_log.exception("sampling failed")
+        stop.wait(max(0.0, cfg.sample_interval_s - (time.monotonic() - started)))
+    if sampler is not None:
+        sampler.close()
+
+
+def _sample_once(sampler: Sampler, cfg: Config, clients: Mapping[int, str],
+                 state: MetricsState, emit: Callable[[list[Sample]], None]) -> None:
+    targets = sampler.discover(cfg.watch, clients)
+    result = sampler.sample(targets)
+    now = time.time_ns()
+    rows: list[Sample] = []
+    for job, (totals, ratios, threads) in result.items():
+        state.observe_samples(job, totals, ratios, threads,
+                              sampler.by_pid(job) if cfg.export_pids else None)
+        rows.extend(Sample(now, job, c, v, ratios.get(c, 1.0)) for c, v in totals.items())
+    if sampler.unsupported:
+        state.set_available("sampled", dict.fromkeys(sampler.events) | {
+            k: v for k, v in sampler.unsupported.items()})
+    if rows:
+        emit(rows)

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from counterd.env import ENV_JOB
 from counterd.markers import identity
 from counterd.markers.sinks import MemorySink, SpoolSink, _as_record
-from counterd.protocol import SOURCES as _WIRE_SOURCES
 from counterd.records import Param, SuperstepRecord
 
 if TYPE_CHECKING:
@@ -25,7 +24,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("counterd.markers")
 _SNDTIMEO = struct.pack("ll", 30, 0)  # struct timeval: a send to the daemon waits 30 s at most
-_SOURCE_INDEX = {source: i for i, source in enumerate(_WIRE_SOURCES)}  # Source is a StrEnum
 
 
 class SocketSink:
@@ -240,18 +238,13 @@ class SocketSink:
         if bits is None:
             return None
         try:
-            values = [(_SOURCE_INDEX[cv.source], cv.value, cv.ratio,
-                       p.NO_RAW if cv.raw is None else cv.raw) for cv in counters.values()]
-            tail = p._dumps(unsupported).encode() if unsupported else b""
             c = self._context_id(step.recorder._ctx, tuple(counters))
             if c is None:
                 return None
-            body = b"".join([p.CLOSE_HEAD.pack(self._seq + 1, c, step.index, step.begin_ns,
-                                               step.end_ns, bits, len(tail)),
-                             *[p.COUNTER.pack(*v) for v in values], tail])
+            return p.encode_close(self._seq + 1, c, step.index, step.begin_ns, step.end_ns,
+                                  bits, counters.values(), unsupported)
         except (KeyError, struct.error, ValueError):
             return None
-        return p.HEADER.pack(len(body) + 2, 2, p.FrameType.CLOSE) + body
 
     # -- sink interface ----------------------------------------------------------------------
     def open(self, ctx: tuple[str, int, str, str], index: int, name: str, rank: int, cpu: int,
@@ -268,16 +261,11 @@ class SocketSink:
             c = self._context_id(ctx, ())
             frame = None
             if c is not None:
-                nb = name.encode()
                 try:
-                    body = p.OPEN_HEAD.pack(self._seq + 1, c, index, begin_ns, rank, cpu,
-                                            len(nb)) + nb
+                    frame = p.encode_open(self._seq + 1, c, index, begin_ns, rank, cpu, name,
+                                          params)
                 except struct.error:  # an index, rank or name beyond the packed fields
                     pass
-                else:
-                    if params:
-                        body += p._dumps(params).encode()
-                    frame = p.HEADER.pack(len(body) + 2, 2, p.FrameType.OPEN) + body
             self._seq += 1
             if frame is None:
                 self._send(p.FrameType.BEGIN, {"s": self._seq, "line": _line_of(fields)})

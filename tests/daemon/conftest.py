@@ -114,11 +114,16 @@ class RawClient:
         self.sock.connect(str(path))
         self.decoder = protocol.Decoder()
         if hello:
-            self.send(FrameType.HELLO, {"pid": os.getpid(), "host": "h", "job": "raw"})
+            self.send_frame(protocol.Hello(pid=os.getpid(), host="h", job="raw"))
             assert self.reply()[0] is FrameType.WELCOME
 
     def send(self, ftype: FrameType, payload: dict[str, object]) -> None:
+        """Any payload, malformed ones included (see send_frame for well-formed frames)."""
         self.sock.sendall(protocol.encode(ftype, payload))
+
+    def send_frame(self, frame: protocol.Frame, version: int = protocol.PROTOCOL_VERSION
+                   ) -> None:
+        self.sock.sendall(frame.encode(version))
 
     def reply(self) -> tuple[FrameType, dict[str, object]]:
         while True:

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from counterd import protocol
-from counterd.protocol import FrameType
-from counterd.records import SuperstepRecord
 from counterd.daemon.store import open_readonly
 from counterd.markers.client import SocketSink
 from counterd.markers.sinks import MemorySink
+from counterd.protocol import FrameType
+from counterd.records import SuperstepRecord
 
 from .conftest import DaemonProc, RawClient
 
@@ -118,7 +118,7 @@ def test_malformed_and_fuzzed_input_is_rejected_and_others_go_on(daemon: DaemonP
     c = RawClient(daemon.socket)
     line = {"run_id": "fuzz", "index": 0, "name": "half", "rank": 0, "pid": 1, "cpu": 0,
             "begin_ns": 5, "params": {}, "backend": "none", "host": "h"}
-    c.send(FrameType.BEGIN, {"s": 1, "line": line})
+    c.send_frame(protocol.Begin(1, line))
     frame = protocol.encode(FrameType.RECORD, {"s": 2, "rec": {"x": "y" * 500}})
     c.sock.sendall(frame[: len(frame) // 2])
     c.close()
@@ -128,11 +128,11 @@ def test_malformed_and_fuzzed_input_is_rejected_and_others_go_on(daemon: DaemonP
     assert c.reply()[1]["code"] == "bad_json"
     c.send(FrameType.RECORD, {"s": 1, "rec": {"format": 1, "run_id": "fuzz"}})
     assert c.reply()[1]["code"] == "bad_record"
-    c.send(FrameType.SYNC, {"s": 1})
+    c.send_frame(protocol.Sync(1))
     assert c.reply()[1]["code"] == "bad_seq"
     c.close()
     c = RawClient(daemon.socket, hello=False)
-    c.send(FrameType.SYNC, {"s": 1})
+    c.send_frame(protocol.Sync(1))
     assert c.reply()[1]["code"] == "no_hello"
     c.close()
     # the daemon is alive and a well-behaved client is served
@@ -290,33 +290,24 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert out.stderr.count("\n") == 1 and "store.synchronous" in out.stderr
 
 
-def _open_frame(seq: int, ctx: int, index: int, begin_ns: int, name: str,
-                params: bytes = b"") -> bytes:
-    nb = name.encode()
-    return protocol.encode_raw(FrameType.OPEN, protocol.OPEN_HEAD.pack(
-        seq, ctx, index, begin_ns, 2, 1, len(nb)) + nb + params)
-
-
 def test_compact_open_and_close_frames(daemon: DaemonProc) -> None:
     c = RawClient(daemon.socket)
     base = {"run_id": "compact", "pid": 4242, "host": "hh", "backend": "perf"}
-    c.send(FrameType.CONTEXT, {"s": 1, "c": 1, **base, "counters": []})
-    c.send(FrameType.CONTEXT, {"s": 2, "c": 2, **base, "counters": ["loads", "sim_x"]})
-    c.sock.sendall(_open_frame(3, 1, 0, 100, "exchange", b'{"n":3}'))
-    unsupported = b'{"l2_misses":"no PMU"}'
-    bits = protocol.flag_bits(frozenset({"nested", "multiplexed", "unsupported_counters"}))
-    close = (protocol.CLOSE_HEAD.pack(4, 2, 0, 150, 400, bits, len(unsupported))
-             + protocol.COUNTER.pack(0, 2000.0, 0.5, 1000)
-             + protocol.COUNTER.pack(1, 7.0, 1.0, protocol.NO_RAW) + unsupported)
-    c.sock.sendall(protocol.encode_raw(FrameType.CLOSE, close))
+    c.send_frame(protocol.Context(1, 1, **base))
+    c.send_frame(protocol.Context(2, 2, **base, counters=("loads", "sim_x")))
+    c.send_frame(protocol.Open(3, 1, 0, 100, rank=2, cpu=1, name="exchange", params={"n": 3}))
+    c.send_frame(protocol.Close(
+        4, 2, 0, 150, 400, frozenset({"nested", "multiplexed", "unsupported_counters"}),
+        (protocol.WireCounter("loads", "measured", 2000.0, 0.5, 1000),
+         protocol.WireCounter("sim_x", "simulated", 7.0, 1.0, None)),
+        {"l2_misses": "no PMU"}))
     # a CLOSE without its OPEN is refused with its sequence number; the stream goes on
-    c.sock.sendall(protocol.encode_raw(FrameType.CLOSE, protocol.CLOSE_HEAD.pack(
-        5, 1, 9, 1, 2, 0, 0)))
+    c.send_frame(protocol.Close(5, 1, 9, 1, 2))
     ftype, payload = c.reply()
     assert ftype is FrameType.ERROR and payload["code"] == "unknown_begin" and payload["s"] == 5
     # an OPEN left open when the client goes away becomes an incomplete record
-    c.sock.sendall(_open_frame(6, 1, 1, 500, "dies", b'{"k":"v"}'))
-    c.send(FrameType.SYNC, {"s": 7})
+    c.send_frame(protocol.Open(6, 1, 1, 500, rank=2, cpu=1, name="dies", params={"k": "v"}))
+    c.send_frame(protocol.Sync(7))
     # acks are cumulative and coalesced: an earlier one (for the CLOSE, s=4) may come first
     reply = c.reply()
     while reply[0] is FrameType.ACK and reply[1]["s"] < 7:
@@ -342,14 +333,17 @@ def test_compact_open_and_close_frames(daemon: DaemonProc) -> None:
 def test_version_1_clients_are_still_served_in_version_1(daemon: DaemonProc) -> None:
     c = RawClient(daemon.socket, hello=False)
     c.decoder = protocol.Decoder(versions=frozenset({1}))
-    c.sock.sendall(protocol.encode(FrameType.HELLO, {"pid": os.getpid(), "job": "old"}, 1))
+    c.send_frame(protocol.Hello(pid=os.getpid(), job="old"), version=1)
     ftype, welcome = c.reply()
     assert ftype is FrameType.WELCOME and welcome["version"] == 1
     rec = SuperstepRecord(run_id="v1", index=0, name="s", rank=0, pid=1, cpu=0, begin_ns=1,
                           end_ns=2)
-    c.sock.sendall(protocol.encode(FrameType.RECORD, {"s": 1, "rec": rec.to_json()}, 1))
-    c.sock.sendall(protocol.encode(FrameType.SYNC, {"s": 2}, 1))
-    assert c.reply() == (FrameType.ACK, {"s": 2})
+    c.send_frame(protocol.Record(1, rec), version=1)
+    c.send_frame(protocol.Sync(2), version=1)
+    reply = c.reply()
+    while reply[0] is FrameType.ACK and reply[1]["s"] < 2:  # the RECORD's own ack may come first
+        reply = c.reply()
+    assert reply == (FrameType.ACK, {"s": 2})
     c.close()
     assert stored(daemon, "v1") == [rec]
 

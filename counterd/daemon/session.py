@@ -1,0 +1,374 @@
+"""One marker client's connection: its state and the protocol's state machine (DESIGN.md
+section 6, :mod:`counterd.protocol`).
+
+A :class:`Session` answers HELLO with WELCOME, then takes CONTEXT, BEGIN, OPEN, CLOSE, RECORD,
+READ and SYNC frames in sequence-number order. It holds the supersteps begun (BEGIN, OPEN)
+until they end (RECORD, CLOSE), hands records to the writer (:mod:`counterd.daemon.writer`),
+counts on the client's behalf where asked (:mod:`counterd.daemon.behalf`) and answers each
+frame it refuses with an ERROR (a ``protocol_errors`` metric per code). Replies wait in
+``outbuf`` for the server to send them; a client that does not read them is dropped. When the
+connection closes with supersteps still begun (the client died inside them), they become
+``incomplete`` records. The socket itself (accepting, reading, writing) is the server's
+(:mod:`counterd.daemon.server`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from counterd import protocol
+from counterd.daemon.auth import Authority, Peer
+from counterd.daemon.behalf import ClientCounters, Counting
+from counterd.daemon.sampling import owner_uids
+from counterd.daemon.store import RunInfo
+from counterd.daemon.writer import Item, Writer
+from counterd.errors import CounterdError, NoSuchTarget
+from counterd.events import CounterValue, Source
+from counterd.protocol import Decoder, FrameType, ProtocolError
+from counterd.records import SuperstepRecord, incomplete_record
+
+if TYPE_CHECKING:
+    from counterd.daemon.exporter import MetricsState
+
+log = logging.getLogger("counterd.daemon")
+
+MAX_OPEN_BEGINS = 65536  # per connection
+MAX_OUTBUF = 1 << 20  # replies a client does not read; beyond, the client is dropped
+
+_SOURCE = {s: Source(s) for s in protocol.SOURCES}
+
+
+class Clients:
+    """pid -> job of the connected marker clients (the sampler samples them as jobs).
+    Written by the loop's thread, read by the sampler's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[int, str] = {}
+
+    def add(self, pid: int, job: str) -> None:
+        with self._lock:
+            self._jobs[pid] = job
+
+    def discard(self, pid: int) -> None:
+        with self._lock:
+            self._jobs.pop(pid, None)
+
+    def snapshot(self) -> dict[int, str]:
+        with self._lock:
+            return dict(self._jobs)
+
+
+@dataclass
+class Shared:
+    """What the sessions of one daemon share. ``counting`` is replaced when the config is."""
+
+    state: MetricsState
+    auth: Authority
+    writer: Writer
+    clients: Clients
+    counting: Counting = field(default_factory=Counting)
+
+
+class Opened(NamedTuple):
+    """A superstep begun by an OPEN: the frame, and the CONTEXT it named (run_id, pid, host,
+    backend)."""
+
+    context: protocol.Context
+    open: protocol.Open
+
+
+Begun = Mapping[str, Any] | Opened  # a BEGIN's line, or an OPEN
+
+
+class Session:
+    """One connection. ``on_close`` is the server's: it forgets the session (selector,
+    connection table, clients) when :meth:`close` runs, before the socket is closed."""
+
+    def __init__(self, cid: int, sock: socket.socket, peer: Peer, decoder: Decoder,
+                 opened: float, shared: Shared, on_close: Callable[[Session], None]) -> None:
+        self.cid = cid
+        self.sock = sock
+        self.peer = peer
+        self.opened = opened
+        self.decoder = decoder
+        self.shared = shared
+        self._on_close = on_close
+        self.hello = False
+        self.job = "unknown"
+        self.last_seq = 0
+        self.begins: dict[tuple[str, int], Begun] = {}  # (run_id, index) -> begun superstep
+        self.contexts: dict[int, protocol.Context] = {}
+        self.info: RunInfo | None = None
+        self.counters = ClientCounters(peer.pid)
+        self.outbuf = bytearray()
+        self.ack_wanted = 0
+        self.ack_sent = 0
+        self.partial_since: float | None = None
+        self.writing = False
+        self.closed = False
+
+    @property
+    def pid(self) -> int:
+        return self.peer.pid
+
+    @property
+    def uid(self) -> int:
+        return self.peer.uid
+
+    def describe(self) -> str:
+        return self.peer.describe()
+
+    @property
+    def version(self) -> int:
+        """The protocol version this client speaks (that of its first frame)."""
+        return self.decoder.version or protocol.PROTOCOL_VERSION
+
+    # -- output, violations, end -------------------------------------------------------------
+    def send(self, frame: bytes) -> None:
+        self.outbuf += frame
+        if len(self.outbuf) > MAX_OUTBUF:
+            log.warning("%s does not read its replies; dropping it", self.describe())
+            self.shared.state.count("protocol_errors", "slow_reader")
+            self.close(incomplete=True)
+
+    def violation(self, code: str, message: str, seq: int | None = None,
+                  reply: bool = True) -> None:
+        """Log and count a protocol violation; answer it with an ERROR (about frame ``seq``)
+        unless ``reply`` is False."""
+        log.warning("%s: %s: %s", self.describe(), code, message)
+        self.shared.state.count("protocol_errors", code)
+        if reply and not self.closed:
+            self.send(protocol.Error(code, message, seq).encode(self.version))
+
+    def close(self, *, incomplete: bool) -> None:
+        """End the session; with ``incomplete``, the supersteps still begun are stored as
+        incomplete records. Sends what ``outbuf`` holds if the socket takes it at once."""
+        if self.closed:
+            return
+        self.closed = True
+        if incomplete and self.begins:
+            info = RunInfo(self.job, self.uid)
+            for line in self.begins.values():
+                try:
+                    rec = _incomplete_record(line)
+                except (KeyError, TypeError, ValueError) as exc:
+                    log.warning("%s: unusable begin line %r: %s", self.describe(), line, exc)
+                    continue
+                log.info("%s: died inside superstep %d (%s) of run %s: stored as incomplete",
+                         self.describe(), rec.index, rec.name, rec.run_id)
+                self.shared.writer.put(Item(0, 0, rec, info))
+        self.begins.clear()
+        self.counters.close()
+        if self.outbuf:  # best effort: the ERROR that explains why we close
+            with contextlib.suppress(OSError):
+                self.sock.send(self.outbuf)
+        self._on_close(self)
+        self.sock.close()
+
+    # -- frames ------------------------------------------------------------------------------
+    def handle(self, ftype: FrameType, payload: Any) -> None:
+        """One frame from :meth:`Decoder.frames`. Raises ProtocolError for what breaks the
+        conversation (the server reports it, and closes the connection before HELLO); a frame
+        refused on its own is answered here, with an ERROR carrying its sequence number."""
+        if ftype not in protocol.CLIENT_TYPES:
+            raise ProtocolError("bad_type", f"{ftype.name} is not a client frame")
+        if ftype is FrameType.HELLO:
+            if self.hello:
+                raise ProtocolError("bad_order", "HELLO sent twice")
+            self._hello(protocol.Hello.decode(payload))
+            return
+        if not self.hello:
+            raise ProtocolError("no_hello", f"{ftype.name} before HELLO")
+        if ftype is FrameType.OPEN or ftype is FrameType.CLOSE:
+            head = protocol.head(ftype, payload)
+            self._follow(head.s)
+            if ftype is FrameType.OPEN:
+                self._open(head, payload)
+            else:
+                self._close_step(head, payload)
+            return
+        seq = self._follow(payload.get("s"))
+        if ftype is FrameType.CONTEXT:
+            self._context(seq, payload)
+        elif ftype is FrameType.BEGIN:
+            self._begin(seq, payload)
+        elif ftype is FrameType.RECORD:
+            self._record(seq, payload)
+        elif ftype is FrameType.READ:
+            self._read(seq, payload)
+        elif ftype is FrameType.SYNC:
+            self.shared.writer.put(Item(self.cid, protocol.Sync.decode(payload).s, None, None))
+
+    def _follow(self, seq: object) -> int:
+        """``seq`` if it follows the last sequence number (ProtocolError ``bad_seq`` if not)."""
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq <= self.last_seq:
+            raise ProtocolError("bad_seq", f"sequence number {seq!r} does not follow "
+                                f"{self.last_seq}")
+        self.last_seq = seq
+        return seq
+
+    def _hello(self, hello: protocol.Hello) -> None:
+        self.hello = True
+        self.job = (hello.job or "unknown")[:128]
+        self.shared.clients.add(self.pid, self.job)
+        self.send(protocol.Welcome(version=self.version, max_frame=self.decoder.max_frame,
+                                   uid=self.uid, pid=self.pid).encode(self.version))
+
+    def _too_many_open(self, seq: int) -> bool:
+        """Refuse a begin beyond MAX_OPEN_BEGINS open supersteps on one connection."""
+        if len(self.begins) < MAX_OPEN_BEGINS:
+            return False
+        self.violation("too_many_open", f"more than {MAX_OPEN_BEGINS} supersteps open "
+                       "on one connection", seq)
+        return True
+
+    def _begin(self, seq: int, payload: Mapping[str, Any]) -> None:
+        try:
+            begin = protocol.Begin.decode(payload)
+            line = begin.line
+            key = (str(line["run_id"]), int(line["index"]))
+            _incomplete_record(line)  # validates the fields an incomplete record needs
+        except ProtocolError as exc:
+            self.violation(exc.code, exc.message, seq)
+            return
+        except (KeyError, TypeError, ValueError) as exc:
+            self.violation("bad_begin", f"malformed begin line ({exc})", seq)
+            return
+        if not self.shared.auth.owns_run(self.peer, key[0]):
+            self.violation("forbidden", f"run {key[0]} belongs to another user", seq)
+            return
+        if self._too_many_open(seq):
+            return
+        self.begins[key] = line
+        if begin.count is None:
+            return
+        unsupported = None
+        try:
+            self.counters.start(self.shared.counting, key, line.get("tid"), begin.count)
+        except (CounterdError, OSError, TypeError, ValueError) as exc:
+            unsupported = str(exc)
+        self.send(protocol.Started(seq, unsupported).encode(self.version))
+
+    def _context(self, seq: int, payload: Mapping[str, Any]) -> None:
+        try:
+            ctx = protocol.Context.decode(payload)
+        except ProtocolError as exc:
+            self.violation(exc.code, exc.message, seq)
+            return
+        if not self.shared.auth.owns_run(self.peer, ctx.run_id):
+            self.violation("forbidden", f"run {ctx.run_id} belongs to another user", seq)
+            return
+        self.contexts[ctx.c] = ctx
+
+    def _open(self, head: protocol.Head, body: bytes) -> None:
+        seq = head.s
+        ctx = self.contexts.get(head.c)
+        if ctx is None:
+            self.violation("unknown_context", f"OPEN names context {head.c}, not declared "
+                           "on this connection", seq)
+            return
+        try:
+            opened = protocol.Open.decode(body)
+        except ProtocolError as exc:
+            self.violation(exc.code, exc.message, seq)
+            return
+        if self._too_many_open(seq):
+            return
+        self.begins[(ctx.run_id, opened.index)] = Opened(ctx, opened)
+
+    def _close_step(self, head: protocol.Head, body: bytes) -> None:
+        seq, index = head.s, head.index
+        ctx = self.contexts.get(head.c)
+        begun = self.begins.get((ctx.run_id, index)) if ctx is not None else None
+        if ctx is None or not isinstance(begun, Opened):
+            self.violation("unknown_begin", f"CLOSE of superstep {index} (context {head.c})"
+                           " without its OPEN on this connection: send a RECORD", seq)
+            self.shared.state.count("refused", "malformed")
+            return
+        try:
+            close = protocol.Close.decode(body, ctx.counters)
+            bctx, op = begun.context, begun.open
+            rec = SuperstepRecord(
+                run_id=bctx.run_id, index=index, name=op.name, rank=op.rank, pid=bctx.pid,
+                cpu=op.cpu, begin_ns=close.begin_ns, end_ns=close.end_ns,
+                counters={k.name: CounterValue(k.value, _SOURCE[k.source], k.ratio, k.raw)
+                          for k in close.counters},
+                params=op.params, flags=close.flags, unsupported=close.unsupported,
+                backend=bctx.backend, host=bctx.host)
+        except ProtocolError as exc:
+            self.violation(exc.code, exc.message, seq)
+            self.shared.state.count("refused", "malformed")
+            return
+        except ValueError as exc:
+            self.violation("bad_record", f"malformed CLOSE ({exc})", seq)
+            self.shared.state.count("refused", "malformed")
+            return
+        del self.begins[(ctx.run_id, index)]
+        if self.info is None:
+            self.info = RunInfo(self.job, self.uid)
+        self.shared.writer.put(Item(self.cid, seq, rec, self.info))
+
+    def _record(self, seq: int, payload: Mapping[str, Any]) -> None:
+        try:
+            rec = protocol.Record.decode(payload).rec
+        except ProtocolError as exc:
+            self.violation(exc.code, exc.message, seq)
+            self.shared.state.count("refused", "malformed")
+            return
+        if not self.shared.auth.owns_run(self.peer, rec.run_id):
+            self.violation("forbidden", f"run {rec.run_id} belongs to another user", seq)
+            self.shared.state.count("refused", "forbidden")
+            return
+        key = (rec.run_id, rec.index)
+        self.begins.pop(key, None)
+        rec = self.counters.finish(key, rec, self.describe())
+        self.shared.writer.put(Item(self.cid, seq, rec, RunInfo(self.job, self.uid)))
+
+    def _read(self, seq: int, payload: Mapping[str, Any]) -> None:
+        """READ: cumulative counters of a process the client may read, since its first READ."""
+        try:
+            read = protocol.Read.decode(payload)
+        except ProtocolError as exc:
+            self.violation(exc.code, exc.message, seq)
+            return
+        pid = read.pid
+        tid = read.tid if read.tid is not None else pid
+        uids = owner_uids(pid)
+        if uids is None or not Path(f"/proc/{pid}/task/{tid}").exists():
+            self.violation("no_such_process", f"pid {pid} tid {tid} does not exist", seq)
+            return
+        if not self.shared.auth.may_read(self.peer, uids):
+            self.violation("forbidden",
+                           f"uid {self.uid} may not read counters of pid {pid} (owned by uid "
+                           f"{uids[0]}): only root or members of socket.allowed_group may",
+                           seq)
+            return
+        try:
+            reading = self.counters.read(self.shared.counting, pid, tid, read.count)
+        except NoSuchTarget:
+            self.violation("no_such_process", f"pid {pid} exited", seq)
+            return
+        except CounterdError as exc:
+            self.violation("unavailable", str(exc), seq)
+            return
+        self.send(protocol.Reading(
+            seq, {k: (v.value, v.ratio) for k, v in reading.values.items()},
+            dict(reading.unsupported)).encode(self.version))
+
+
+def _incomplete_record(line: Begun) -> SuperstepRecord:
+    """The ``incomplete`` record of a begin never ended (a BEGIN's line or an OPEN)."""
+    if isinstance(line, Opened):
+        ctx, op = line.context, line.open
+        line = {"run_id": ctx.run_id, "index": op.index, "name": op.name, "rank": op.rank,
+                "pid": ctx.pid, "cpu": op.cpu, "begin_ns": op.begin_ns, "params": op.params,
+                "backend": ctx.backend, "host": ctx.host}
+    return incomplete_record(line)

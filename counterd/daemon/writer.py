@@ -1,0 +1,152 @@
+"""The group-commit writer: the store's only user while the daemon runs (its own thread).
+
+The loop queues what it processed (:meth:`Writer.put`: a record, or nothing for a SYNC, with
+the connection and sequence number to acknowledge) and the sampler its samples; the writer
+takes whatever is queued, up to :data:`WRITER_BATCH` records, commits it in one transaction,
+and only then hands the sequence numbers back (:meth:`Writer.take_acks`, after waking the
+loop), which acknowledges them to the clients: acknowledged means durable. A commit that fails
+(e.g. disk full) is retried and nothing is acknowledged meanwhile. Rows older than the
+retention are pruned every :data:`PRUNE_EVERY_S`.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from counterd.daemon.store import RunInfo, Sample, Store, StoreError
+from counterd.records import SuperstepRecord
+
+if TYPE_CHECKING:
+    from counterd.daemon.exporter import MetricsState
+
+log = logging.getLogger("counterd.daemon")
+
+WRITER_BATCH = 4096  # records per transaction at most
+PRUNE_EVERY_S = 3600.0
+
+
+@dataclass
+class Item:
+    """A processed frame: the record to commit (None for a SYNC) and the sequence number to
+    acknowledge on connection ``cid`` once it is committed (cid 0: nobody to acknowledge)."""
+
+    cid: int
+    seq: int
+    record: SuperstepRecord | None
+    info: RunInfo | None
+
+
+_STOP = object()
+
+
+class Writer:
+    """``start(store)`` runs the writer thread; ``stop()`` has it commit what is queued, close
+    the store and end. ``wake`` tells the loop acknowledgements are ready; ``stopping`` is set
+    when the daemon shuts down (a commit that keeps failing is then given up)."""
+
+    def __init__(self, state: MetricsState, *, wake: Callable[[], None],
+                 stopping: threading.Event) -> None:
+        self.state = state
+        self._wake = wake
+        self._stopping = stopping
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._acks: dict[int, int] = {}
+        self._acks_lock = threading.Lock()
+        self._retention: tuple[int | None, float] = (None, 0.0)  # ns (None: keep), days
+
+    def set_retention(self, retention_ns: int | None, retention_days: float) -> None:
+        self._retention = (retention_ns, retention_days)
+
+    def put(self, item: Item) -> None:
+        self._queue.put(item)
+
+    def put_samples(self, rows: list[Sample]) -> None:
+        self._queue.put(rows)
+
+    def stop(self) -> None:
+        self._queue.put(_STOP)
+
+    def take_acks(self) -> dict[int, int]:
+        """connection id -> the highest committed sequence number, since the last call."""
+        with self._acks_lock:
+            acks, self._acks = self._acks, {}
+        return acks
+
+    def start(self, store: Store) -> threading.Thread:
+        thread = threading.Thread(target=self._run, args=(store,), name="counterd-writer",
+                                  daemon=True)
+        thread.start()
+        return thread
+
+    def _run(self, store: Store) -> None:
+        next_prune = 0.0
+        stopping = False
+        while not stopping:
+            try:
+                first = self._queue.get(timeout=0.5)
+            except queue.Empty:
+                first = None
+            batch: list[Item] = []
+            samples: list[Sample] = []
+            item: Any = first
+            while item is not None:
+                if item is _STOP:
+                    stopping = True
+                elif isinstance(item, Item):
+                    batch.append(item)
+                else:
+                    samples.extend(item)
+                if len(batch) >= WRITER_BATCH:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    item = None
+            if batch or samples:
+                self._commit(store, batch, samples)
+            retention_ns, retention_days = self._retention
+            if time.monotonic() >= next_prune and retention_ns:
+                next_prune = time.monotonic() + PRUNE_EVERY_S
+                try:
+                    n = store.prune(retention_ns)
+                    if n:
+                        log.info("retention: deleted %d rows older than %g days", n,
+                                 retention_days)
+                except Exception as exc:
+                    log.error("retention failed: %s", exc)
+        store.close()
+
+    def _commit(self, store: Store, batch: list[Item], samples: list[Sample]) -> None:
+        records = [(it.record, it.info) for it in batch
+                   if it.record is not None and it.info is not None]
+        delay = 0.1
+        while True:
+            t0 = time.perf_counter()
+            try:
+                store.commit(records, samples)
+                break
+            except StoreError as exc:  # e.g. disk full: nothing is acknowledged; retry
+                log.error("%s; retrying in %.1f s (clients are not acknowledged)", exc, delay)
+                if self._stopping.is_set() and delay > 5:
+                    log.error("giving up on %d records at shutdown", len(records))
+                    return
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+        elapsed = time.perf_counter() - t0
+        self.state.observe_records([(it.record, it.info.job) for it in batch
+                                    if it.record is not None and it.info is not None], elapsed)
+        acks: dict[int, int] = {}
+        for it in batch:
+            if it.cid and it.seq > acks.get(it.cid, 0):
+                acks[it.cid] = it.seq
+        if acks:
+            with self._acks_lock:
+                for cid, seq in acks.items():
+                    self._acks[cid] = max(seq, self._acks.get(cid, 0))
+            self._wake()
