@@ -66,12 +66,17 @@ class Reading:
     time_running_ns: int = 0
     # Counters that were asked for but could not be counted, with the reason.
     unsupported: Mapping[str, str] = field(default_factory=dict)
+    # Per counter, its own (time_enabled, time_running) where the counters come from several
+    # kernel groups that the kernel multiplexes separately; a counter not here has the
+    # reading's times (for several groups, those of the most multiplexed one).
+    times: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     def delta(self, earlier: Reading) -> dict[str, CounterValue]:
-        """Per-counter difference ``self - earlier`` (a superstep's counts), ratio of the span."""
+        """Per-counter difference ``self - earlier`` (a superstep's counts), each measured
+        counter scaled by its own group's span and carrying that span's ratio."""
         out: dict[str, CounterValue] = {}
-        de = self.time_enabled_ns - earlier.time_enabled_ns
-        dr = self.time_running_ns - earlier.time_running_ns
+        default_now = (self.time_enabled_ns, self.time_running_ns)
+        default_then = (earlier.time_enabled_ns, earlier.time_running_ns)
         for name, now in self.values.items():
             before = earlier.values.get(name)
             if before is None:
@@ -79,6 +84,9 @@ class Reading:
             if now.source is Source.MEASURED and now.raw is not None and before.raw is not None:
                 # Scale the raw delta by the span's own enabled/running times: the difference of
                 # two cumulatively scaled values is not the scaled difference.
+                en, run = self.times.get(name, default_now)
+                en0, run0 = earlier.times.get(name, default_then)
+                de, dr = en - en0, run - run0
                 raw = now.raw - before.raw
                 if de > 0 and dr > 0:
                     out[name] = CounterValue(raw * de / dr, now.source, min(1.0, dr / de), raw)

@@ -18,7 +18,7 @@ import os
 import struct
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from counterd.backends.base import CounterValue, Reading, Target
 from counterd.backends.perf.syscall import (
@@ -106,39 +106,10 @@ def scale(raw: int, enabled: int, running: int) -> tuple[float, float]:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PerfReading(Reading):
-    """A :class:`Reading` of counters from several kernel groups (or from separately opened
-    events): ``times`` holds each counter's own ``(time_enabled, time_running)``, and
-    :meth:`delta` scales each counter by its own group's span. The reading-level times are
-    those of the group with the lowest running/enabled ratio (the most multiplexed)."""
-
-    times: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-
-    def delta(self, earlier: Reading) -> dict[str, CounterValue]:
-        theirs = earlier.times if isinstance(earlier, PerfReading) else {}
-        default_now = (self.time_enabled_ns, self.time_running_ns)
-        default_then = (earlier.time_enabled_ns, earlier.time_running_ns)
-        out: dict[str, CounterValue] = {}
-        for name, now in self.values.items():
-            before = earlier.values.get(name)
-            if before is None:
-                continue
-            if now.source is Source.MEASURED and now.raw is not None and before.raw is not None:
-                en, run = self.times.get(name, default_now)
-                en0, run0 = theirs.get(name, default_then)
-                de, dr = en - en0, run - run0
-                raw = now.raw - before.raw  # the same rules as Reading.delta, per group
-                if de > 0 and dr > 0:
-                    out[name] = CounterValue(raw * de / dr, now.source, min(1.0, dr / de), raw)
-                elif de > 0:
-                    out[name] = CounterValue(0.0, now.source, 0.0, raw)
-                else:
-                    out[name] = CounterValue(float(raw), now.source, 1.0, raw)
-            else:
-                out[name] = CounterValue(now.value - before.value, now.source,
-                                         min(now.ratio, before.ratio), None)
-        return out
+# A reading of counters from several kernel groups: each counter keeps its own group's
+# (time_enabled, time_running) in ``Reading.times`` and is scaled by it (Reading.delta). The
+# name stays for readers of this backend.
+PerfReading = Reading
 
 
 class _KernelGroup:
