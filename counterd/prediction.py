@@ -47,6 +47,9 @@ class Prediction:
     total_s: float
     bounds_s: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     profile: str = ""
+    model: str = ""  # the profile's model variant that predicted (by the counters present)
+    # That variant's accuracy as calibration measured it: average and maximum E, and on what.
+    accuracy: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         missing = [t for t in TERMS if t not in self.terms_s]
@@ -59,19 +62,51 @@ class Prediction:
         return max(TERMS, key=lambda t: self.terms_s[t])
 
     @staticmethod
-    def from_mapping(values: Mapping[str, float], profile: str = "") -> Prediction:
+    def from_mapping(values: Mapping[str, Any], profile: str = "") -> Prediction:
         terms = {t: float(values[t]) for t in TERMS}
         total = float(values.get("F", max(terms.values())))
         bounds = {b: (float(values[f"{b}_min"]), float(values[f"{b}_max"])) for b in BOUNDS
                   if f"{b}_min" in values and f"{b}_max" in values}
-        return Prediction(terms, total, bounds, profile)
+        return Prediction(terms, total, bounds, profile, str(values.get("model", "")),
+                          dict(values.get("accuracy") or {}))
+
+    @property
+    def accuracy_note(self) -> str:
+        """``improved.l1_llc, validated E avg 1.50 / max 3.65`` (empty when unknown)."""
+        acc = self.accuracy
+        if not self.model:
+            return ""
+        if "avg_error" not in acc:
+            return self.model
+        on = str(acc.get("on", ""))
+        how = ("validation" if on.startswith("validation") else
+               "cross-validated" if "cross-validated" in on else "fitting")
+        return (f"{self.model}, {how} E avg {float(acc['avg_error']):.2f} / max "
+                f"{float(acc['max_error']):.2f}")
 
 
 PredictFn = Callable[[Sequence[SuperstepRecord]], Prediction | None]
 
 
+# Why a superstep has no prediction: a fixed set, so that it can be a metric label.
+NO_PREDICTION_REASONS = {
+    "no_memory_counters": "the superstep has no memory-hierarchy counters (software events "
+                          "only): record the program with `counterd record --backend callgrind "
+                          "-- CMD`, or declare its address streams with step.feed() under the "
+                          "sim backend",
+    "no_model_variant": "no model variant of the profile fits the superstep's counters: "
+                        "re-calibrate (predict calibrate) to fit every variant",
+    "incomplete": "the superstep did not end on every processor",
+    "error": "the predictor failed (the daemon's log says why)",
+}
+
+
 class NoPrediction(CounterdError):
-    """The profile cannot predict these records (e.g. a counter its model needs is absent)."""
+    """The profile cannot predict these records; ``code`` is one of NO_PREDICTION_REASONS."""
+
+    def __init__(self, what: str, code: str = "error") -> None:
+        self.code = code if code in NO_PREDICTION_REASONS else "error"
+        super().__init__(what)
 
 
 def error_ratio(measured_s: float, predicted_s: float) -> float | None:
@@ -131,8 +166,11 @@ def _from_predictor(profile_path: str | Path) -> tuple[PredictFn | None, str]:
         arrays = {k: np.asarray(v, dtype=float) for k, v in per_processor(records).items()}
         try:
             values: Any = predict(profile, arrays)
-        except Exception as exc:  # e.g. a counter the model needs is missing
-            raise NoPrediction(str(exc)) from exc
+        except Exception as exc:  # e.g. no variant fits the counters present
+            memory = getattr(exc, "memory", None)
+            code = ("error" if memory is None else "no_model_variant" if memory
+                    else "no_memory_counters")
+            raise NoPrediction(str(exc), code) from exc
         return Prediction.from_mapping(values, str(profile_path))
 
     return fn, f"predictions from {profile_path}"

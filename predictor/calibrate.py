@@ -10,19 +10,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from predictor import costfuncs as cf
 from predictor import terms as tm
-from predictor.errors import BadInput, InsufficientPatterns
-from predictor.fit import fit_all, split_suites
+from predictor.errors import BadInput, InsufficientPatterns, PredictorError
+from predictor.fit import ImprovedFit, PaperFit, fit_all, split_suites
 from predictor.inputs import Results, Step
-from predictor.model import ASSUMPTIONS, BSP_FUNCTIONS, bsp_quantities
+from predictor.model import ASSUMPTIONS, BSP_FUNCTIONS, FModel, bsp_quantities
 from predictor.profile import MachineProfile, caches_spec, check_host, new_profile
+from predictor.variants import distinct_sets, model_key
 
 
 def results_host(results: Results) -> dict[str, Any]:
@@ -41,18 +43,36 @@ def calibrate(results: Results, *, name: str | None = None, folds: int = 5,
                        "the microbench results must describe the caches they ran on")
     P = results.processors
     banks = int(results.bank_map.get("banks") or 1)
-    fits = fit_all(results.patterns, levels=levels, processors=P, banks=banks, folds=folds,
-                   tol=tol, seed=seed)
-    paper, improved, diag = fits["paper"], fits["improved"], fits["diagnostics"]
-    fit_names = [s.name for s in split_suites(results.patterns)[0]]
-    models = {
-        "paper": {**paper.model_.to_dict(), "patterns": paper.patterns_,
-                  "diagnostics": diag["paper"]},
-        "improved": {**improved.model_.to_dict(),
-                     "terms": improved.terms_, "dropped_terms": improved.dropped_,
-                     "selection": [f"{t}: cv_mre {s:.4f}" for t, s in improved.selection_.history],
-                     "patterns": {"F": fit_names}, "diagnostics": diag["improved"]},
-    }
+    _, val = split_suites(results.patterns)
+    val = [s for s in val if s.time_ns]
+    models: dict[str, Any] = {}
+    bsp = None
+    for cs in distinct_sets(levels):
+        full = cs.name == "full"
+        suffix = "" if full else f".{cs.name}"
+        fits = fit_all(results.patterns, levels=levels, processors=P, banks=banks, folds=folds,
+                       tol=tol, seed=seed, counters=None if full else cs.counters(levels),
+                       suffix=suffix)
+        paper, improved, diag = fits["paper"], fits["improved"], fits["diagnostics"]
+        bsp = bsp or paper.bsp_
+        fit_steps = split_suites(results.patterns)[0]
+        fit_names = [s.name for s in fit_steps]
+        common = {"counter_set": cs.name, "sources": cs.sources}
+        models[model_key("paper", cs.name)] = {
+            **paper.model_.to_dict(), **common, "needs": paper.model_.needs(),
+            "accuracy": _accuracy(paper.model_, val, fit_steps, folds, seed, partial(
+                PaperFit, levels=levels, processors=P, banks=banks, counters=paper.counters)),
+            "patterns": paper.patterns_, "diagnostics": diag["paper"]}
+        models[model_key("improved", cs.name)] = {
+            **improved.model_.to_dict(), **common, "needs": improved.model_.needs(),
+            "accuracy": _accuracy(improved.model_, val, fit_steps, folds, seed,
+                                  partial(ImprovedFit, levels=levels, processors=P,
+                                          banks=banks, counters=improved.counters,
+                                          select=False, optional_terms=improved.terms_)),
+            "terms": improved.terms_, "dropped_terms": improved.dropped_,
+            "selection": [f"{t}: cv_mre {s:.4f}" for t, s in improved.selection_.history],
+            "patterns": {"F": fit_names}, "diagnostics": diag["improved"]}
+    assert bsp is not None  # distinct_sets always has the full set
     host = results_host(results)
     return new_profile(
         name or f"{host.get('hostname') or 'host'}-{results.backend}",
@@ -60,9 +80,36 @@ def calibrate(results: Results, *, name: str | None = None, folds: int = 5,
         geometry=results.geometry,
         bank_map=results.bank_map or {"banks": 1, "provenance": "none given: one bank"},
         processors=P, word_bytes=results.word_bytes, llc_level=max(levels),
-        models=models, bsp=paper.bsp_.to_dict(),
-        notes=(f"fitted on {len(fit_names)} patterns of {results.path} "
+        models=models, bsp=bsp.to_dict(),
+        notes=(f"fitted on {len(split_suites(results.patterns)[0])} patterns of {results.path} "
                f"(backend {results.backend})",))
+
+
+def _accuracy(model: FModel, validation: Sequence[Step], fitting: Sequence[Step], folds: int,
+              seed: int, refit: Callable[[], PaperFit | ImprovedFit]) -> dict[str, Any]:
+    """A variant's accuracy as prediction reports it beside its forecasts: E = max(T,P)/min(T,P)
+    on the validation patterns held apart from the fit; where the results have none (the quick
+    suite), on the fitting patterns by k-fold cross-validation (each fold predicted by the same
+    variant refitted without it, the kept terms fixed); where a fold lacks the patterns a fit
+    needs, on the fitting patterns themselves -- and ``on`` says which."""
+    if validation:
+        t = np.array([float(s.time_ns or 0) for s in validation])
+        e = cf.error_ratio(t, model.predict(validation))
+        on = "validation patterns"
+    else:
+        t = np.array([float(s.time_ns or 0) for s in fitting])
+        pred = np.zeros(len(fitting))
+        try:
+            for test in tm.kfold(len(fitting), folds, seed):
+                held = set(test.tolist())
+                train = [s for i, s in enumerate(fitting) if i not in held]
+                pred[test] = refit().fit(train).predict([fitting[i] for i in test])
+            on = f"fitting patterns, {min(folds, len(fitting))}-fold cross-validated"
+        except InsufficientPatterns:
+            pred = model.predict(fitting)
+            on = "fitting patterns (too few for cross-validation)"
+        e = cf.error_ratio(t, pred)
+    return {"on": on, "n": len(e), "avg_error": float(e.mean()), "max_error": float(e.max())}
 
 
 # -- validation -----------------------------------------------------------------------------
@@ -123,25 +170,42 @@ def validate(results: Results, profile: MachineProfile, *, worst: int = 3) -> Va
 
 def forecast(profile: MachineProfile, steps: Sequence[Step], *, variant: str | None = None
              ) -> list[dict[str, Any]]:
-    """One dict per superstep: F terms, the dominating one, every BSP bound, the quantities
-    used (with what was assumed) and, where the time is known, E."""
-    model = profile.f_model(variant)
+    """One dict per superstep: the model variant used (``variant``, else the most complete
+    one whose counters the superstep has) with its calibrated accuracy, F terms, the
+    dominating one, every BSP bound, the quantities used (with what was assumed) and, where
+    the time is known, E. A superstep no variant can predict gets ``F_ns`` None and
+    ``why``; when no superstep can be predicted, the first one's reason is raised."""
     bsp = profile.bsp_model()
     out = []
+    first_error: PredictorError | None = None
     for s in steps:
-        br = model.evaluate(s)
-        q = bsp_quantities(s, profile.banks)
+        try:
+            name = variant or profile.select_model(
+                s.counters, where=f"superstep {s.name}", bank_counts=s.bank_lm is not None)
+            br = profile.f_model(name).evaluate(s)
+            q = bsp_quantities(s, profile.banks)
+            bounds = bsp.evaluate(s)
+        except PredictorError as exc:
+            first_error = first_error or exc
+            out.append({"superstep": s.name, "processors": s.processors, "model": None,
+                        "F_ns": None, "why": str(exc), "time_ns": s.time_ns, "error": None,
+                        "assumed": []})
+            continue
         row: dict[str, Any] = {
-            "superstep": s.name, "processors": s.processors, "F1_ns": br.f1, "F2_ns": br.f2,
+            "superstep": s.name, "processors": s.processors, "model": name,
+            "accuracy": dict(profile.accuracy(name)),
+            "F1_ns": br.f1, "F2_ns": br.f2,
             "F3_ns": br.f3, "const_ns": br.const, "F_ns": br.f, "dominant": br.dominant,
             "F1_rank": br.f1_rank, "F3_bank": br.f3_bank,
             "H": q.h, "M": q.m, "K": q.k, "M_b": q.m_b,
-            **{f"{k}_ns": v for k, v in bsp.evaluate(s).items()},
+            **{f"{k}_ns": v for k, v in bounds.items()},
             "assumed": sorted({*br.assumed, *q.assumed}),
             "time_ns": s.time_ns,
             "error": (float(cf.error_ratio(s.time_ns, br.f)) if s.time_ns else None),
         }
         out.append(row)
+    if first_error is not None and all(r["F_ns"] is None for r in out):
+        raise first_error
     return out
 
 

@@ -16,7 +16,7 @@ import json
 import math
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -127,21 +127,32 @@ def _forecast(a: argparse.Namespace) -> tuple[Any, str]:
     check_host(prof)
     rows = forecast(prof, load_counters(a.counters), variant=a.model)
     assumed = assumptions_used(rows)
-    model = a.model or prof.default_model
     cols = ["F1", "F2", "F3", "F", "QSM_min", "QSM_max", "EBSP_min", "EBSP_max",
             "DXBSP_min", "DXBSP_max"]
-    lines = [f"profile {prof.name}, model {model}; times in us",
+    how = (f"model {a.model}" if a.model
+           else "model per superstep: the most complete variant whose counters it has")
+    lines = [f"profile {prof.name}, {how}; times in us",
              f"{'superstep':<20} {'p':>3} " + " ".join(f"{c:>9}" for c in cols)
-             + f" {'dom':>4} {'T':>9} {'E':>6}"]
+             + f" {'dom':>4} {'T':>9} {'E':>6}  model"]
+    models: dict[str, Mapping[str, Any]] = {}
     for r in rows:
+        if r["F_ns"] is None:
+            lines.append(f"{r['superstep'][:20]:<20} {r['processors']:>3} no prediction: "
+                         f"{r['why']}")
+            continue
         vals = " ".join(f"{_num(r[c + '_ns']):>9}" for c in cols)
         e = "-" if r["error"] is None else f"{r['error']:.2f}"
         lines.append(f"{r['superstep'][:20]:<20} {r['processors']:>3} {vals} "
-                     f"{r['dominant']:>4} {_num(r['time_ns']):>9} {e:>6}"
+                     f"{r['dominant']:>4} {_num(r['time_ns']):>9} {e:>6}  {r['model']}"
                      + (" *" if r["assumed"] else ""))
+        models[r["model"]] = r["accuracy"]
+    for name, acc in models.items():
+        if acc:
+            lines.append(f"model {name}: E avg {acc['avg_error']:.2f} / max "
+                         f"{acc['max_error']:.2f} on {acc['n']} {acc['on']}")
     for k, why in assumed.items():
         lines.append(f"* assumed {k}: {why}")
-    return {"profile": prof.name, "model": model, "supersteps": rows,
+    return {"profile": prof.name, "model": a.model, "supersteps": rows,
             "assumptions": assumed}, "\n".join(lines)
 
 

@@ -167,15 +167,20 @@ def error_ratio(t: ArrayLike, p: ArrayLike) -> Array:
 
 
 def predict_superstep(profile: Any, counters: Mapping[str, ArrayLike],
-                      variant: str | None = None) -> dict[str, float]:
-    """The entry point counterd's daemon calls (counterd/prediction.py): ``counters`` maps
-    canonical names to arrays over processors; returns ``F1``, ``F2``, ``F3``, ``F`` and the
-    BSP bounds ``<fn>_min`` / ``<fn>_max`` in **seconds** (profiles hold ns). Raises
-    MissingCounter when the profile's model needs a counter that is absent."""
+                      variant: str | None = None) -> dict[str, Any]:
+    """The entry point counterd calls (counterd/prediction.py): ``counters`` maps canonical
+    names to arrays over processors; returns ``F1``, ``F2``, ``F3``, ``F`` and the BSP bounds
+    ``<fn>_min`` / ``<fn>_max`` in **seconds** (profiles hold ns), ``model`` (the variant used:
+    ``variant``, else the most complete one whose counters are present) and ``accuracy`` (its
+    average and maximum E as calibration measured them, where the profile has them). Raises
+    NoVariant or MissingCounter when the counters cannot support a prediction."""
     from predictor.inputs import Step  # lazy: model and inputs import this module
 
     step = Step("superstep", {k: np.atleast_1d(_a(v)) for k, v in counters.items()})
-    br = profile.f_model(variant).evaluate(step)
-    out = {"F1": br.f1 * 1e-9, "F2": br.f2 * 1e-9, "F3": br.f3 * 1e-9, "F": br.f * 1e-9}
+    name = variant or profile.select_model(step.counters)
+    br = profile.f_model(name).evaluate(step)
+    out: dict[str, Any] = {"F1": br.f1 * 1e-9, "F2": br.f2 * 1e-9, "F3": br.f3 * 1e-9,
+                           "F": br.f * 1e-9, "model": name,
+                           "accuracy": dict(profile.accuracy(name))}
     out.update({k: v * 1e-9 for k, v in profile.bsp_model().evaluate(step).items()})
     return out

@@ -36,8 +36,39 @@ class MissingCounter(BadInput):
         self.where = where
         super().__init__(
             f"{where}: counter {counter!r} is missing but {needed_by} needs it",
-            f"record it (counterd record --events ...,{counter}) or use a profile whose "
-            "model does not use it")
+            "leave the model unset so that a variant whose counters are present is chosen, "
+            "or name one (the profile's models and what each needs: predict profile PROFILE)")
+
+
+# What supplies memory counters on a host without a PMU; both commands are tested end to end
+# (tests/predictor/test_variants.py runs the first, tests/counterd/test_superstep.py the second).
+MEMORY_COUNTER_ACTION = (
+    "record the program with `counterd record --backend callgrind --out FILE -- CMD` "
+    "(simulated counters, valgrind needed), or declare its address streams with step.feed() "
+    "and record with `--backend sim`")
+
+
+class NoVariant(BadInput):
+    """No model variant of the profile can predict a superstep from the counters it has."""
+
+    def __init__(self, where: str, have: tuple[str, ...], closest: str,
+                 missing: tuple[str, ...], memory: bool) -> None:
+        self.where = where
+        self.have = have
+        self.closest = closest
+        self.missing = missing
+        self.memory = memory
+        if not memory:
+            what = (f"{where} has no memory-hierarchy counters (it has "
+                    f"{', '.join(have) or 'none'}), and time is never predicted from time")
+            fix = MEMORY_COUNTER_ACTION
+        else:
+            more = f" (and {', '.join(missing[1:])})" if len(missing) > 1 else ""
+            what = (f"{where}: counter {missing[0]!r} is missing{more}: no model variant of "
+                    f"the profile fits its counters (the closest is {closest})")
+            fix = ("re-calibrate (predict calibrate) to fit every variant, or "
+                   + MEMORY_COUNTER_ACTION)
+        super().__init__(what, fix)
 
 
 class UnknownCounter(BadInput):

@@ -15,7 +15,7 @@ Two variants, both kept so they can be compared (DESIGN.md section 8):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -27,7 +27,7 @@ from predictor import costfuncs as cf
 from predictor import terms as tm
 from predictor.errors import BadInput, InsufficientPatterns, NotFittedError
 from predictor.inputs import Step, miss_counter, writeback_counter
-from predictor.model import BSPModel, FModel, bank_features, proc_features
+from predictor.model import BSPModel, FModel, bank_features, counters_needed, proc_features
 
 Array = NDArray[np.float64]
 
@@ -81,6 +81,19 @@ def f2_terms(llc_level: int) -> list[str]:
     return [miss_counter(llc_level), writeback_counter(llc_level)]
 
 
+def usable(terms: Sequence[str], counters: Collection[str] | None) -> list[str]:
+    """The terms whose counters are all in ``counters`` (None: every counter; a variant by
+    counter set, predictor/variants.py). ``const`` needs none."""
+    if counters is None:
+        return list(terms)
+    return [t for t in terms if t == "const" or all(c in counters for c in counters_needed(t))]
+
+
+def _f3_columns(llc: int, counters: Collection[str] | None) -> tuple[str, ...]:
+    """F3's terms: ``lm`` and, where the counter set has last-level writebacks, ``wb``."""
+    return ("lm", "wb") if counters is None or writeback_counter(llc) in counters else ("lm",)
+
+
 def _error_stats(t: Array, p: Array, names: Sequence[str]) -> dict[str, Any]:
     e = cf.error_ratio(t, p)
     worst = int(np.argmax(e)) if len(e) else 0
@@ -101,15 +114,20 @@ class PaperFit:
     """
 
     def __init__(self, *, levels: Sequence[int] = (1, 2), processors: int = 1,
-                 banks: int = 1) -> None:
+                 banks: int = 1, counters: Collection[str] | None = None,
+                 name: str = "paper") -> None:
         self.levels = tuple(levels)
         self.processors = processors
         self.banks = banks
+        self.counters = None if counters is None else frozenset(counters)
+        self.name = name
 
     def fit(self, steps: Sequence[Step]) -> PaperFit:
         steps = list(steps)
         P, llc = self.processors, max(self.levels)
-        f1_t = base_f1_terms(self.levels)
+        f1_t = usable(base_f1_terms(self.levels), self.counters)
+        f2_t = usable(f2_terms(llc), self.counters)
+        f3_t = _f3_columns(llc, self.counters)
         patterns: dict[str, list[str]] = {}
 
         # F1: one processor, exclusive, every level (paper: p1.s1.b0.-E, p1.s8.b0.-E,
@@ -133,7 +151,7 @@ class PaperFit:
             raise InsufficientPatterns("F2", f"exclusive memory patterns on all {P} "
                                        "processors with bank contention <= 1 "
                                        f"(p{P}.*.b1.-E)")
-        X2 = np.array([[s.counter(c).sum() / P for c in f2_terms(llc)] for s in s2])
+        X2 = np.array([[s.counter(c).sum() / P for c in f2_t] for s in s2])
         c2 = tm.nnls(X2, _times(s2, "F2"))
         patterns["F2"] = [s.name for s in s2]
 
@@ -148,14 +166,14 @@ class PaperFit:
         X3 = []
         for s in s3:
             bf, _ = bank_features(s, llc, self.banks)
-            X3.append(bf[:, int(np.argmax(bf.sum(axis=0)))])
+            X3.append(bf[:len(f3_t), int(np.argmax(bf[:len(f3_t)].sum(axis=0)))])
         c3 = tm.nnls(np.array(X3), _times(s3, "F3"))
         patterns["F3"] = [s.name for s in s3]
 
         self.model_ = FModel(dict(zip(f1_t, map(float, c1), strict=True)),
-                             dict(zip(f2_terms(llc), map(float, c2), strict=True)),
-                             {"lm": float(c3[0]), "wb": float(c3[1])}, 0.0, llc, P,
-                             self.banks, "paper")
+                             dict(zip(f2_t, map(float, c2), strict=True)),
+                             dict(zip(f3_t, map(float, c3), strict=True)), 0.0, llc, P,
+                             self.banks, self.name)
         self.bsp_ = fit_bsp(steps, processors=P, banks=self.banks)
         self.patterns_ = patterns
         return self
@@ -246,10 +264,13 @@ class _Design:
 
 
 def _design(steps: Sequence[Step], f1_terms: Sequence[str], f2_t: Sequence[str], llc: int,
-            P: int, banks: int, t: Array) -> _Design:
+            P: int, banks: int, t: Array, wb: bool = True) -> _Design:
+    bf = [bank_features(s, llc, banks)[0] for s in steps]
+    if not wb:  # a counter set without last-level writebacks: F3 charges misses only
+        bf = [np.vstack([b[:1], np.zeros_like(b[:1])]) for b in bf]
     return _Design([proc_features(s, f1_terms) for s in steps],
-                   np.array([[s.counter(c).sum() / P for c in f2_t] for s in steps]),
-                   [bank_features(s, llc, banks)[0] for s in steps], t)
+                   np.array([[s.counter(c).sum() / P for c in f2_t] for s in steps]).reshape(
+                       len(steps), len(f2_t)), bf, t)
 
 
 def _components(d: _Design, c: Array, k1: int, k2: int, const: bool
@@ -336,7 +357,10 @@ class ImprovedFit:
     def __init__(self, *, levels: Sequence[int] = (1, 2), processors: int = 1, banks: int = 1,
                  optional_terms: Sequence[str] | None = None, folds: int = 5,
                  tol: float = 0.02, max_iter: int = 30, seed: int = 0,
-                 select: bool = True) -> None:
+                 select: bool = True, counters: Collection[str] | None = None,
+                 name: str = "improved") -> None:
+        self.counters = None if counters is None else frozenset(counters)
+        self.name = name
         self.levels = tuple(levels)
         self.processors = processors
         self.banks = banks
@@ -365,17 +389,18 @@ class ImprovedFit:
         const = "const" in f1_terms
         t1 = [x for x in f1_terms if x != "const"]
         llc = max(self.levels)
-        f2_t = f2_terms(llc)
-        d = _design(steps, t1, f2_t, llc, self.processors, self.banks, t)
+        f2_t = usable(f2_terms(llc), self.counters)
+        f3_t = _f3_columns(llc, self.counters)
+        d = _design(steps, t1, f2_t, llc, self.processors, self.banks, t, "wb" in f3_t)
         c, dom, _ = _joint_fit(d, len(t1), len(f2_t), const, self._init_assign(steps),
                                self.max_iter)
         o = 1 if const else 0
         k1, k2 = len(t1), len(f2_t)
         model = FModel(dict(zip(t1, map(float, c[o:o + k1]), strict=True)),
                        dict(zip(f2_t, map(float, c[o + k1:o + k1 + k2]), strict=True)),
-                       {"lm": float(c[o + k1 + k2]), "wb": float(c[o + k1 + k2 + 1])},
+                       dict(zip(f3_t, map(float, c[o + k1 + k2:]), strict=False)),
                        float(c[0]) if const else 0.0, llc, self.processors, self.banks,
-                       "improved")
+                       self.name)
         return model, dom
 
     def cv_score(self, steps: Sequence[Step], t: Array, f1_terms: Sequence[str]) -> float:
@@ -394,9 +419,10 @@ class ImprovedFit:
         t = _times(steps, "improved fit") if times is None else np.asarray(times, float)
         if len(steps) < 4:
             raise InsufficientPatterns("the improved F", "four or more timed patterns")
-        base = base_f1_terms(self.levels)
-        optional = [x for x in (self.optional_terms if self.optional_terms is not None
-                                else default_optional_terms(self.levels)) if x not in base]
+        base = usable(base_f1_terms(self.levels), self.counters)
+        optional = [x for x in usable(self.optional_terms if self.optional_terms is not None
+                                      else default_optional_terms(self.levels), self.counters)
+                    if x not in base]
         # A candidate needs its counter in every step; otherwise it cannot be a term here.
         optional = [x for x in optional if x == "const" or all(
             not s.missing([x.removeprefix("stream:")]) for s in steps)]
@@ -436,16 +462,20 @@ def diagnostics(model: FModel | None, steps: Sequence[Step], t: Array) -> dict[s
 
 
 def fit_all(steps: Sequence[Step], *, levels: Sequence[int], processors: int, banks: int,
-            folds: int = 5, tol: float = 0.02, seed: int = 0) -> Mapping[str, Any]:
-    """Both variants on the fitting patterns: {"paper": PaperFit, "improved": ImprovedFit,
-    "diagnostics": {...}}."""
+            folds: int = 5, tol: float = 0.02, seed: int = 0,
+            counters: Collection[str] | None = None, suffix: str = "") -> Mapping[str, Any]:
+    """Both fits on the fitting patterns: {"paper": PaperFit, "improved": ImprovedFit,
+    "diagnostics": {...}}; ``counters`` limits the terms to a counter set (a model variant,
+    predictor/variants.py) and ``suffix`` names it (``improved.misses``)."""
     fit_steps, _ = split_suites(steps)
     if not fit_steps:
         raise InsufficientPatterns("any function", "fitting patterns (suite 'table1')")
     t = _times(fit_steps, "calibration")
-    paper = PaperFit(levels=levels, processors=processors, banks=banks).fit(fit_steps)
+    paper = PaperFit(levels=levels, processors=processors, banks=banks, counters=counters,
+                     name="paper" + suffix).fit(fit_steps)
     improved = ImprovedFit(levels=levels, processors=processors, banks=banks, folds=folds,
-                           tol=tol, seed=seed).fit(fit_steps, t)
+                           tol=tol, seed=seed, counters=counters,
+                           name="improved" + suffix).fit(fit_steps, t)
     diag = {"paper": diagnostics(paper.model_, fit_steps, t),
             "improved": {**diagnostics(improved.model_, fit_steps, t),
                          "cv_mre": improved.cv_mre_, "dropped_terms": improved.dropped_}}

@@ -42,7 +42,7 @@ ASSUMPTIONS = {
 }
 
 
-def _counter_needed(term: str) -> list[str]:
+def counters_needed(term: str) -> list[str]:
     if term == "acc":
         return ["loads", "stores"]
     if term.startswith("stream:"):
@@ -72,7 +72,10 @@ def bank_features(step: Step, llc_level: int, banks: int) -> tuple[Array, bool]:
         wb = step.bank_wb if step.bank_wb is not None else np.zeros_like(lm)
         return np.array([lm, wb]), False
     lm_u = cf.uniform_over_banks(step.counter(miss_counter(llc_level)).sum(), banks)
-    wb_u = cf.uniform_over_banks(step.counter(writeback_counter(llc_level)).sum(), banks)
+    wb_name = writeback_counter(llc_level)
+    # A model without writebacks (a counter set that lacks them) reads no writeback row.
+    wb_u = (cf.uniform_over_banks(step.counter(wb_name).sum(), banks)
+            if wb_name in step.counters else np.zeros_like(lm_u))
     return np.array([lm_u, wb_u]), True
 
 
@@ -104,23 +107,25 @@ class FModel:
     banks: int = 1
     name: str = "F"
 
-    def needs(self) -> list[str]:
-        """Canonical counters a step must carry for this model."""
+    def needs(self, *, bank_counts: bool = False) -> list[str]:
+        """Canonical counters a step must carry for this model; without per-bank counts (any
+        recorded program) F3 reads the last level's misses and writebacks."""
         out: list[str] = []
-        for t in [*self.f1, *self.f2]:
-            for c in _counter_needed(t):
+        terms = [*self.f1, *self.f2]
+        if not bank_counts:
+            terms += [c for t, c in (("lm", miss_counter(self.llc_level)),
+                                     ("wb", writeback_counter(self.llc_level)))
+                      if self.f3.get(t)]
+        for t in terms:
+            for c in counters_needed(t):
                 if c not in out:
                     out.append(c)
         return out
 
     def check(self, step: Step) -> None:
-        for c in self.needs():
+        for c in self.needs(bank_counts=step.bank_lm is not None):
             if c not in step.counters:
                 raise MissingCounter(c, f"superstep {step.name}", f"model {self.name}")
-        if step.bank_lm is None:
-            for c in (miss_counter(self.llc_level), writeback_counter(self.llc_level)):
-                if c not in step.counters and any(self.f3.values()):
-                    raise MissingCounter(c, f"superstep {step.name}", f"{self.name}'s F3")
 
     def evaluate(self, step: Step) -> Breakdown:
         self.check(step)

@@ -21,18 +21,26 @@ import os
 import re
 import tempfile
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from predictor.errors import ProfileError, ProfileVersionError, warn_host_mismatch
+from counterd.events import MISS_COUNTERS, WRITEBACK_COUNTERS
+from predictor.errors import NoVariant, ProfileError, ProfileVersionError, warn_host_mismatch
 from predictor.model import BSPModel, FModel
 
 PROFILE_FORMAT = "counterd-machine-profile"
-PROFILE_VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+# Version history:
+#   1 - models "paper" and "improved", BSP min/max, fingerprint, bank map with provenance.
+#   2 - model variants by counter set ("improved.misses", "paper.l1_llc", ...; see
+#       predictor/variants.py), each with "counter_set", "needs" and "accuracy".
+PROFILE_VERSION = 2
+SUPPORTED_VERSIONS = (1, 2)
 FINGERPRINT_FIELDS = ("cpu_model", "cpus_online", "page_bytes", "caches")
+# Counters of the memory hierarchy: a superstep with none of them cannot be predicted.
+MEMORY_COUNTERS = frozenset({"loads", "stores", "dtlb_misses", *MISS_COUNTERS,
+                             *WRITEBACK_COUNTERS})
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,38 @@ class MachineProfile:
                                "choose from " + ", ".join(self.models))
         return FModel.from_dict(self.models[v], llc_level=self.llc_level,
                                 processors=self.processors, banks=self.banks, name=v)
+
+    def variants(self, family: str | None = None) -> list[str]:
+        """The models of a family (``improved``: ``improved``, ``improved.misses``, ...), the
+        most complete first (the most counters needed)."""
+        fam = family or self.default_model
+        names = [k for k in self.models if k == fam or k.startswith(fam + ".")]
+        return sorted(names, key=lambda k: (-len(self.f_model(k).needs()), k != fam, k))
+
+    def select_model(self, counters: Collection[str], *, where: str = "the superstep",
+                     bank_counts: bool = False, family: str | None = None) -> str:
+        """The most complete variant whose counters are all in ``counters``; NoVariant (with
+        the one action that supplies them) when none is."""
+        names = self.variants(family)
+        if not names:
+            raise ProfileError(f"profile {self.name} has no model {family!r}",
+                               "choose from " + ", ".join(self.models))
+        closest = names[0]
+        missing: tuple[str, ...] = ()
+        for name in names:
+            need = self.f_model(name).needs(bank_counts=bank_counts)
+            lacking = tuple(c for c in need if c not in counters)
+            if not lacking:
+                return name
+            if not missing or len(lacking) < len(missing):
+                closest, missing = name, lacking
+        have = tuple(sorted(counters))
+        memory = any(c in MEMORY_COUNTERS for c in counters)
+        raise NoVariant(where, have, closest, missing, memory)
+
+    def accuracy(self, name: str) -> Mapping[str, Any]:
+        """A model's accuracy as calibration measured it (empty for older profiles)."""
+        return self.models.get(name, {}).get("accuracy", {})
 
     def bsp_model(self) -> BSPModel:
         try:
@@ -121,35 +161,19 @@ def caches_spec(levels: Any) -> str:
 
 
 def current_host(procfs: str = "/proc", sysfs: str = "/sys") -> dict[str, Any]:
-    """This host's fingerprint, read from procfs and sysfs."""
-    model = "?"
+    """This host's fingerprint: counterd's machine description (:mod:`counterd.machine`, read
+    from procfs and sysfs once per process, or the machine file ``COUNTERD_MACHINE`` names).
+    Other roots than the defaults are read afresh (tests). A bad machine file is BadInput."""
+    from counterd import machine
+    from counterd.errors import CounterdError
+    from predictor.errors import BadInput
+
     try:
-        for text in Path(procfs, "cpuinfo").read_text(errors="replace").splitlines():
-            key, _, val = text.partition(":")
-            if key.strip() in ("model name", "Model"):
-                model = val.strip()
-                break
-    except OSError:
-        pass
-    levels = []
-    base = Path(sysfs, "devices/system/cpu/cpu0/cache")
-    try:
-        for idx in sorted(base.glob("index*")):
-            if (idx / "type").read_text().strip() not in ("Data", "Unified"):
-                continue
-            m = re.fullmatch(r"(\d+)([KMG]?)", (idx / "size").read_text().strip())
-            if not m:
-                continue
-            size = int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m[2]]
-            line = int((idx / "coherency_line_size").read_text())
-            ways = int((idx / "ways_of_associativity").read_text()) or size // line
-            levels.append({"level": int((idx / "level").read_text()), "size_bytes": size,
-                           "ways": ways, "line_bytes": line})
-    except (OSError, ValueError):
-        pass
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"hostname": os.uname().nodename, "cpu_model": model, "cpus_online": cpus or 1,
-            "page_bytes": os.sysconf("SC_PAGE_SIZE"), "caches": caches_spec(levels)}
+        m = (machine.current() if (procfs, sysfs) == ("/proc", "/sys")
+             else machine.read(sysfs, procfs))
+    except CounterdError as exc:
+        raise BadInput(exc.what, exc.fix) from exc
+    return m.fingerprint()
 
 
 def fingerprint_differences(fitted: Mapping[str, Any], here: Mapping[str, Any]) -> list[str]:

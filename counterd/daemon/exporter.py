@@ -24,7 +24,10 @@ Families (``<c>`` is a canonical counter with its unit, e.g. ``loads``, ``task_c
 * ``counterd_last_superstep_predicted_seconds{workload}``,
   ``counterd_last_superstep_term_seconds{workload,term}``,
   ``counterd_last_superstep_dominating{workload,term}`` (1 for the dominating term), when a
-  machine profile is configured
+  machine profile is configured; ``counterd_last_superstep_unpredicted{workload,reason}`` (1)
+  when it is and the superstep cannot be predicted, the reason from a fixed set
+  (counterd.prediction.NO_PREDICTION_REASONS: e.g. no memory-hierarchy counters, and the
+  action that supplies them), also logged once per reason
 * ``counterd_sampled_<c>_total{workload}``                      watched processes, per job
 * ``counterd_event_available{counter,origin}``           1 or 0
 * ``counterd_event_multiplex_ratio{workload,counter,origin}`` last time_running/time_enabled
@@ -48,7 +51,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Summa
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from counterd.events import BY_NAME
-from counterd.prediction import TERMS, PredictFn, Prediction
+from counterd.prediction import (
+    NO_PREDICTION_REASONS,
+    TERMS,
+    NoPrediction,
+    PredictFn,
+    Prediction,
+)
 from counterd.records import Superstep, SuperstepRecord
 
 _T = TypeVar("_T")
@@ -88,6 +97,7 @@ class _LastStep:
     records: list[SuperstepRecord] = field(default_factory=list)
     prediction: Prediction | None = None
     predicted: bool = False
+    no_prediction: str = ""  # a NO_PREDICTION_REASONS code when predicted and none came
 
     @property
     def time_s(self) -> float | None:
@@ -137,6 +147,7 @@ class MetricsState:
         self.commit_sum_s = 0.0
         self.predict: PredictFn | None = None
         self.predict_reason = "no machine profile configured"
+        self._logged: set[str] = set()
         self.version = 0  # bumped by every update: the exposition cache re-renders on change
 
     # -- label bounding ----------------------------------------------------------------------
@@ -196,6 +207,15 @@ class MetricsState:
             for counter, why in counters.items():
                 self.available[(counter, origin)] = (why is None, why or "")
 
+    def log_once(self, key: str, msg: str, *args: object) -> None:
+        """Log a warning the first time ``key`` is seen (say a missing prediction once, not
+        once per superstep); the metric keeps saying it."""
+        with self.lock:
+            if key in self._logged:
+                return
+            self._logged.add(key)
+        log.warning(msg, *args)
+
     def count(self, table: str, reason: str, n: int = 1) -> None:
         with self.lock:
             self.version += 1
@@ -231,15 +251,21 @@ class CounterdCollector(Collector):
             todo = [s.last for s in st.jobs.values() if s.last is not None and not s.last.predicted]
             work = [(last, list(last.records)) for last in todo]
         for last, records in work:
-            pred = None
-            if fn is not None and all(r.end_ns is not None for r in records):
+            pred, why = None, ""
+            if fn is None:
+                pass
+            elif not all(r.end_ns is not None for r in records):
+                why = "incomplete"
+            else:
                 try:
                     pred = fn(records)
                 except Exception as exc:
-                    log.warning("prediction for %s superstep %d failed: %s", last.run_id,
+                    why = exc.code if isinstance(exc, NoPrediction) else "error"
+                    st.log_once(why, "no prediction for %s superstep %d: %s", last.run_id,
                                 last.index, exc)
             with st.lock:
                 last.prediction = pred
+                last.no_prediction = why
                 last.predicted = True
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | SummaryMetricFamily]:
@@ -268,6 +294,11 @@ class CounterdCollector(Collector):
         term_s = GaugeMetricFamily("counterd_last_superstep_term_seconds",
                                    "F1 (hierarchy), F2 (bus), F3 (bank) of the job's last "
                                    "superstep", labels=["workload", "term"])
+        unpred = GaugeMetricFamily(
+            "counterd_last_superstep_unpredicted",
+            "1 when the job's last superstep has no prediction, by reason: "
+            + "; ".join(f"{k}: {v}" for k, v in NO_PREDICTION_REASONS.items()),
+            labels=["workload", "reason"])
         dom = GaugeMetricFamily("counterd_last_superstep_dominating",
                                 "1 for the term that dominates the job's last superstep",
                                 labels=["workload", "term"])
@@ -286,6 +317,8 @@ class CounterdCollector(Collector):
                 t = last.time_s
                 if t is not None:
                     last_s.add_metric([job], t)
+                if last.no_prediction:
+                    unpred.add_metric([job, last.no_prediction], 1.0)
                 if last.prediction is not None:
                     p = last.prediction
                     pred_s.add_metric([job], p.total_s)
@@ -311,6 +344,7 @@ class CounterdCollector(Collector):
         yield flagged
         yield last_s
         yield pred_s
+        yield unpred
         yield term_s
         yield dom
         yield ratio

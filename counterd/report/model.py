@@ -134,6 +134,9 @@ def build(records: Iterable[SuperstepRecord], *, predict: PredictFn | None = Non
     present = tuple(sorted({k for row in rows for k in row.counters}, key=_counter_order))
     note = prediction_note if predict is None else (
         prediction_note or "predictions from the configured profile")
+    used = sorted({r.prediction.accuracy_note for r in rows if r.prediction is not None} - {""})
+    if used:  # which model variant predicted (chosen by the counters present) and how well
+        note += "; model " + "; ".join(used)
     for why, steps in failures.items():
         note += f"; no prediction for supersteps {', '.join(map(str, steps))}: {why}"
     return Report(source, tuple(sorted({r.run_id for r in recs})),

@@ -80,7 +80,8 @@ def to_json(rep: Report) -> dict[str, Any]:
             "prediction": None if p is None else {
                 "F1_s": p.terms_s["F1"], "F2_s": p.terms_s["F2"], "F3_s": p.terms_s["F3"],
                 "F_s": p.total_s, "bounds_s": {b: list(v) for b, v in p.bounds_s.items()},
-                "dominating": p.dominating, "profile": p.profile},
+                "dominating": p.dominating, "profile": p.profile, "model": p.model,
+                "accuracy": dict(p.accuracy)},
             "error_ratio": r.error_ratio,
             "flags": sorted(r.flags),
         }

@@ -8,6 +8,7 @@ import pytest
 
 from predictor.errors import HostMismatchWarning, ProfileError, ProfileVersionError
 from predictor.profile import (
+    PROFILE_VERSION,
     check_host,
     dumps,
     load_profile,
@@ -52,7 +53,7 @@ def test_dumps_handles_quoted_keys_and_table_arrays():
 def test_unknown_version_and_format(tmp_path):
     text = profile_to_toml(sgi_power_challenge())
     f = tmp_path / "p.toml"
-    f.write_text(text.replace("version = 1", "version = 7"))
+    f.write_text(text.replace(f"version = {PROFILE_VERSION}", "version = 7"))
     with pytest.raises(ProfileVersionError, match="version 7 is not supported"):
         load_profile(f)
     f.write_text(text.replace('format = "counterd-machine-profile"', 'format = "x"'))

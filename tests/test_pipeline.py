@@ -1,0 +1,54 @@
+"""The whole pipeline on this host, as a new user runs it: calibrate the node, record a program
+the way the "no memory counters" advice says, and get a prediction for every superstep that
+did work, with the model variant named. This runs the advice itself, so it cannot go stale."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from counterd.prediction import NO_PREDICTION_REASONS
+from predictor.errors import MEMORY_COUNTER_ACTION
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run([str(BIN / args[0]), *args[1:]], cwd=ROOT, text=True,
+                         capture_output=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
+@pytest.mark.callgrind
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_recorded_as_advised_every_superstep_is_predicted(tmp_path: Path) -> None:
+    # The advice, as the errors and /metrics give it.
+    advice = "counterd record --backend callgrind --out FILE -- CMD"
+    assert advice in MEMORY_COUNTER_ACTION
+    assert "counterd record --backend callgrind" in NO_PREDICTION_REASONS["no_memory_counters"]
+    _cli("microbench", "run", "--quick", "--out", str(tmp_path / "q.json"), "--force")
+    _cli("predict", "calibrate", "--results", str(tmp_path / "q.json"), "--out",
+         str(tmp_path / "node.toml"), "--force")
+    run = tmp_path / "run.jsonl"
+    _cli(*advice.replace("FILE", str(run)).replace("CMD", f"{sys.executable} "
+                                                   "examples/bsp_sum.py").split())
+    rep = json.loads(_cli("counterd", "report", "--records", str(run), "--profile",
+                          str(tmp_path / "node.toml"), "--json").stdout)
+    steps = rep["supersteps"]
+    assert len(steps) == 4
+    for s in steps:
+        assert s["prediction"] is not None, rep["prediction_note"]
+        assert s["prediction"]["model"] == "improved.l1_llc"  # Callgrind's two levels
+        assert s["prediction"]["accuracy"]["avg_error"] >= 1.0
+    assert "no prediction" not in rep["prediction_note"]
+    # predict --counters reads the same records and picks the same variant.
+    fc = json.loads(_cli("predict", "--profile", str(tmp_path / "node.toml"), "--counters",
+                         str(run), "--json").stdout)
+    assert [r["model"] for r in fc["supersteps"]] == ["improved.l1_llc"] * 4
