@@ -159,10 +159,9 @@ def validate(results: Results, profile: MachineProfile, *, worst: int = 3) -> Va
     rows = [_row(f"{fn}-{bound.upper()}", t, np.array([x[f"{fn}_{bound}"] for x in b]), names,
                  worst)
             for fn in BSP_FUNCTIONS for bound in ("min", "max")]
-    for variant in ("paper", "improved"):
-        if variant in profile.models:
-            rows.append(_row(f"F ({variant})", t, profile.f_model(variant).predict(val), names,
-                             worst))
+    for variant in profile.models:  # paper, improved and their variants by counter set
+        rows.append(_row(f"F ({variant})", t, profile.f_model(variant).predict(val), names,
+                         worst))
     return ValidationTable(tuple(rows), len(val), tuple(diffs))
 
 
