@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _host import host_line  # noqa: E402
 
+from counterd import machine  # noqa: E402
 from counterd.machine import SGI_BANKS, Geometry  # noqa: E402
 from counterd.sim import AddressStream, CacheSim, StridedStream, native_status  # noqa: E402
 
@@ -57,7 +58,7 @@ def main() -> int:
     ap.add_argument("--accesses", type=int, default=20_000_000,
                     help="accesses per stream for the native engine (Python: 1/100 of it)")
     args = ap.parse_args()
-    geometry = Geometry.host()
+    geometry = machine.current().geometry
     print(host_line())  # platform node, CPU model, CPUs, kernel, python
     print(f"geometry: {geometry.spec()}  ({geometry.source})")
     ok, why = native_status()

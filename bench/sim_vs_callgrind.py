@@ -29,7 +29,6 @@ from _host import host_line  # noqa: E402
 
 from counterd import machine, sim  # noqa: E402
 from counterd.backends import callgrind as cg  # noqa: E402
-from counterd.host import read_caches  # noqa: E402
 
 PROGRAM = """\
 import sys
@@ -56,8 +55,10 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=200_000, help="elements (one per 64-byte line)")
     args = ap.parse_args()
-    caches = {(c.level, c.kind): c for c in read_caches()}
-    l1, l1i, l2 = caches[(1, "Data")], caches[(1, "Instruction")], caches[(2, "Unified")]
+    m = machine.current()  # this host's (sysfs), or COUNTERD_MACHINE's
+    if m.l1i is None or len(m.levels) < 2:
+        raise SystemExit(f"{m.caches_source} lacks an L1i, an L1d or an L2")
+    l1, l1i, l2 = m.levels[0], m.l1i, m.levels[1]
     spec = cg.CacheSpec
     geo_cg = cg.CallgrindGeometry(spec(l1i.size_bytes, l1i.ways, l1i.line_bytes),
                                   spec(l1.size_bytes, l1.ways, l1.line_bytes),

@@ -27,14 +27,21 @@ def _parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("probe", help="which counters and backends work on this host, and why not")
     pr.add_argument("--json", action="store_true", help="machine-readable output")
+    pr.add_argument("--machine", metavar="FILE", type=Path, default=None,
+                    help="machine description (TOML, see counterd/machine.py) instead of sysfs "
+                    "(default: $COUNTERD_MACHINE)")
 
     rec = sub.add_parser("record", help="run a command with superstep markers active")
     rec.add_argument("--backend", default="auto",
                      help="auto, perf, papi, sim, callgrind or none (default: auto)")
     rec.add_argument("--events", default="",
-                     help="comma-separated canonical counters (default: all the backend supports)")
+                     help="comma-separated canonical counters: only these are recorded; one "
+                     "the backend cannot give here is an error (default: all it supports)")
     rec.add_argument("--out", required=True, type=Path, help="records as JSON lines")
     rec.add_argument("--json", action="store_true", help="print a JSON summary")
+    rec.add_argument("--machine", metavar="FILE", type=Path, default=None,
+                     help="machine description for the simulating backends (TOML, see "
+                     "counterd/machine.py) instead of sysfs (default: $COUNTERD_MACHINE)")
     rec.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
 
@@ -162,7 +169,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         command = {"probe": _probe, "record": _record, "run": _run,
                    "runs": _runs, "report": _report}[args.command]
-        return command(args)
+        if args.command not in ("probe", "record"):
+            return command(args)
+        from counterd.machine import using
+
+        with using(args.machine):  # a bad machine file is BadInput here, before anything runs
+            return command(args)
     except CounterdError as exc:
         print(f"counterd {args.command}: {exc}", file=sys.stderr)
         return exc.exit_code

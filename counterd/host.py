@@ -1,19 +1,23 @@
-"""What this host is: CPU, kernel, PMU exposure, perf_event_paranoid.
+"""What this host is: CPU, kernel, PMU exposure, perf_event_paranoid (data only).
+
+The machine description (caches, page size, CPUs online, the fingerprint) is not read here:
+:mod:`counterd.machine` is its one home, and :func:`host_info` takes those fields from it.
 
 Roots are parameters (``procfs``, ``sysfs``) so tests can feed fixture trees, as psutil and
 prometheus client_python do. Nothing here raises for a missing file: unknown is reported as
-such.
+such (a bad machine file, through :mod:`counterd.machine`, is BadInput).
 """
 
 from __future__ import annotations
 
 import os
 import platform
-import re
-import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from counterd.machine import Machine
 
 # Names the kernel gives the core (per-thread) PMU under /sys/bus/event_source/devices.
 # x86: arch/x86/events/core.c registers "cpu" (hybrid: "cpu_core", "cpu_atom");
@@ -136,92 +140,35 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def host_info(procfs: str | Path = "/proc", sysfs: str | Path = "/sys") -> HostInfo:
+def host_info(procfs: str | Path = "/proc", sysfs: str | Path = "/sys", *,
+              machine: Machine | None = None) -> HostInfo:
+    """What this host is. Hostname, CPU model, CPUs online and page size are the machine
+    description's (``machine``, default: :func:`counterd.machine.current` for the default
+    roots, else :func:`counterd.machine.read` of the given ones); the rest is read here."""
+    from counterd import machine as machine_mod
+
+    if machine is None:
+        machine = (machine_mod.current() if (str(procfs), str(sysfs)) == ("/proc", "/sys")
+                   else machine_mod.read(sysfs, procfs))
     proc, sys_ = Path(procfs), Path(sysfs)
-    fields = cpuinfo_fields(_read(proc / "cpuinfo") or "")
-    vendor, family, model = parse_cpuinfo(_read(proc / "cpuinfo") or "")
-    model_name = fields.get("model name") or fields.get("Model") or platform.processor() or "?"
+    text = _read(proc / "cpuinfo") or ""
+    fields = cpuinfo_fields(text)
+    vendor, family, model = parse_cpuinfo(text)
     siblings, cores = _int(fields.get("siblings")), _int(fields.get("cpu cores"))
     tpc = siblings // cores if siblings and cores else None
-    online = _read(sys_ / "devices/system/cpu/online")
     return HostInfo(
-        hostname=socket.gethostname(),
+        hostname=machine.hostname,
         kernel=platform.release(),
         machine=platform.machine(),
-        cpu_model=model_name,
+        cpu_model=machine.cpu_model,
         vendor=vendor or fields.get("CPU implementer", "unknown"),
         family=family or None,
         model=model or None,
-        cpus_online=_count_cpus(online) if online else (os.cpu_count() or 1),
+        cpus_online=machine.cpus_online,
         threads_per_core=tpc,
-        page_bytes=os.sysconf("SC_PAGE_SIZE"),
+        page_bytes=machine.page_bytes,
         perf_event_paranoid=read_paranoid(proc),
         pmu_devices=tuple(pmu_devices(sys_)),
         core_pmu=core_pmu(sys_),
         hypervisor="hypervisor" in fields.get("flags", "").split(),
     )
-
-
-@dataclass(frozen=True)
-class SysfsCache:
-    """One ``cpuN/cache/indexK`` entry of sysfs."""
-
-    level: int
-    kind: str  # "Data", "Instruction" or "Unified"
-    size_bytes: int
-    ways: int  # sysfs says 0 for fully associative: then size // line
-    line_bytes: int
-    shared_cpus: tuple[int, ...]
-
-
-def parse_size(text: str) -> int:
-    """``"48K"`` -> 49152. Suffixes K, M, G (binary, as sysfs and the seed use them); an
-    optional trailing ``B`` or ``iB``."""
-    from counterd.errors import BadInput
-
-    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:i?B)?\s*", text, re.IGNORECASE)
-    if not m:
-        raise BadInput(f"cannot read size {text!r}", "write a byte count like 32768, 32K or 1M")
-    return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
-
-
-def read_caches(sysfs: str | Path = "/sys", cpu: int = 0) -> tuple[SysfsCache, ...]:
-    """Every cache of ``cpu`` described under ``<sysfs>/devices/system/cpu/cpuN/cache``, in
-    index order. Raises BadInput (naming the file) when an entry cannot be read."""
-    from counterd.errors import BadInput
-
-    base = Path(sysfs) / "devices" / "system" / "cpu" / f"cpu{cpu}" / "cache"
-    fix = "mount sysfs, or give the cache geometry explicitly"
-    try:
-        indexes = sorted(base.glob("index*"), key=lambda p: int(p.name[5:] or 0))
-    except (OSError, ValueError) as exc:
-        raise BadInput(f"cannot read cache geometry from {base}: {exc}", fix) from exc
-    out = []
-    for idx in indexes:
-        try:
-            size = parse_size((idx / "size").read_text())
-            line = int((idx / "coherency_line_size").read_text())
-            ways = int((idx / "ways_of_associativity").read_text()) or size // line
-            shared_file = idx / "shared_cpu_list"
-            shared = parse_cpulist(shared_file.read_text()) if shared_file.exists() else ()
-            out.append(SysfsCache(int((idx / "level").read_text()),
-                                  (idx / "type").read_text().strip(), size, ways, line, shared))
-        except (OSError, ValueError, BadInput) as exc:
-            raise BadInput(f"cannot read cache geometry from {idx}: {exc}", fix) from exc
-    return tuple(out)
-
-
-def _count_cpus(cpulist: str) -> int:
-    """Number of CPUs in a sysfs cpu list such as ``0-3,6``."""
-    return len(parse_cpulist(cpulist))
-
-
-def parse_cpulist(cpulist: str) -> tuple[int, ...]:
-    """sysfs cpu list ``"0-3,8"`` -> (0, 1, 2, 3, 8)."""
-    cpus: list[int] = []
-    for part in cpulist.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
-    return tuple(cpus)

@@ -1,24 +1,91 @@
-"""The machine a simulation runs on, as data: cache levels, DTLB and memory banks.
+"""The machine counterd counts and simulates on, as data: one home for it.
 
-:class:`Geometry` (a processor's data-side hierarchy and DTLB, read from sysfs, parsed from
-a spec or given) and :class:`BankMap` (the memory bank of an address), with the machines
-counterd knows: the seed's SGI Power Challenge (:data:`SGI_POWER_CHALLENGE`,
-:data:`SGI_BANKS`), this host's declared bank map (:data:`HOST_BANKS`) and the geometry used
-when sysfs is unreadable (:data:`FALLBACK_GEOMETRY`). The simulator that runs address streams
-on them is :mod:`counterd.sim`.
+:class:`Machine` is the description every part uses: its cache levels (size, ways, line, the
+CPUs sharing each), the L1 instruction cache where known, the DTLB where known, the page size,
+the memory bank map with its provenance, and the host fingerprint (hostname, CPU model, CPUs
+online, caches spec). :func:`current` is this process's: read from sysfs and procfs once
+(:func:`read`, whose roots and file reader are parameters for tests) and cached, or loaded from
+a machine file (:func:`load_file`) named by ``COUNTERD_MACHINE`` or by a CLI's ``--machine``
+(:func:`using`). The sim backend, the callgrind backend, ``counterd probe``, ``microbench`` and
+the predictor's host fingerprint all take their geometry from it; nothing else reads
+``/sys/devices/system/cpu/*/cache``.
+
+:class:`Geometry` is the simulator's view of a machine (data-side levels, DTLB, page size; from
+:attr:`Machine.geometry`, parsed from a spec or given) and :class:`BankMap` the memory bank of
+an address. Also here: the machines counterd knows, the seed's SGI Power Challenge
+(:data:`SGI_POWER_CHALLENGE`, :data:`SGI_BANKS`), the bank map declared for a host
+(:data:`HOST_BANKS`, :data:`HOST_BANKS_PROVENANCE`) and the geometry used when sysfs is
+unreadable (:data:`FALLBACK_GEOMETRY`). The simulator that runs address streams on them is
+:mod:`counterd.sim`. This module is data only: it imports no service.
+
+Machine files
+-------------
+
+TOML, UTF-8. Every table and key but ``format`` and ``version`` is optional: what the file
+does not give is read from this host (sysfs, procfs) as without a file. ``[[caches]]``, when
+given, replaces every cache sysfs lists. Unknown keys, wrong types and impossible geometry are
+errors that name the file, the field and the fix (exit 2 in every CLI)::
+
+    format = "counterd-machine"
+    version = 1
+    page_bytes = 4096                 # a power of two
+
+    [host]                            # the fingerprint profiles are checked against
+    hostname = "node17"
+    cpu_model = "Intel(R) Xeon(R) Platinum 8480+"
+    cpus_online = 8
+
+    [[caches]]                        # one table per cache; caches[k] counts them from 1
+    level = 1
+    type = "data"                     # data, unified or instruction (level 1 only)
+    size = "48K"                      # bytes: an integer, or a string with K, M or G
+    ways = 12                         # at least 1 (fully associative: size / line_bytes)
+    line_bytes = 64                   # a power of two, not below the previous level's line
+    shared_cpus = [0]                 # the CPUs sharing it (sysfs shared_cpu_list)
+
+    [tlb]                             # the DTLB (sysfs does not describe it)
+    entries = 64
+    ways = 4                          # entries a multiple of ways
+
+    [bank_map]                        # default: HOST_BANKS, marked assumed
+    banks = 8
+    interleave_bytes = 256
+    provenance = "measured with ..."  # default: "declared in <file>"
+
+Data and unified levels are numbered 1, 2, ... without gaps (at most 8). Every level needs a
+whole number of sets (``size = sets x ways x line_bytes``), which both simulators index by
+address modulo sets: a set count that is not a power of two (e.g. a 20-way L3) is accepted;
+valgrind needs powers of two and a line of at least 16 B, and the callgrind backend adjusts
+the set count as it documents (:func:`counterd.backends.callgrind.adjust_cache`). Callgrind
+also needs the L1 instruction cache.
+
+Format history: 1 - first version (format, version, page_bytes, host, caches, tlb, bank_map).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import platform
 import re
+import socket
+import threading
+import tomllib
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from counterd.errors import BadInput
-from counterd.host import parse_size, read_caches
+
+#: The environment variable naming a machine file (as ``--machine FILE`` does).
+ENV_MACHINE = "COUNTERD_MACHINE"
+FILE_FORMAT = "counterd-machine"
+FILE_VERSION = 1
+SUPPORTED_FILE_VERSIONS = (1,)
 
 # sysfs has no TLB geometry; these defaults are used unless the caller gives values.
 DEFAULT_PAGE_BYTES = 4096
@@ -43,6 +110,27 @@ def _fmt_size(n: int) -> str:
         if n % unit == 0:
             return f"{n // unit}{suffix}"
     return str(n)
+
+
+def parse_size(text: str) -> int:
+    """``"48K"`` -> 49152. Suffixes K, M, G (binary, as sysfs and the seed use them); an
+    optional trailing ``B`` or ``iB``."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise BadInput(f"cannot read size {text!r}", "write a byte count like 32768, 32K or 1M")
+    return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
+
+
+def parse_cpulist(cpulist: str) -> tuple[int, ...]:
+    """sysfs cpu list ``"0-3,8"`` -> (0, 1, 2, 3, 8)."""
+    cpus: list[int] = []
+    for part in cpulist.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return tuple(cpus)
+
 
 
 @dataclass(frozen=True)
@@ -159,46 +247,6 @@ class Geometry:
         return cls(tuple(levels), source=source or "; ".join([f"spec {spec!r}", *notes]),
                    **extra)
 
-    @classmethod
-    def from_sysfs(cls, sysfs_root: str | Path = "/sys", cpu: int = 0, *,
-                   page_bytes: int = DEFAULT_PAGE_BYTES, tlb_entries: int = DEFAULT_TLB_ENTRIES,
-                   tlb_ways: int = DEFAULT_TLB_WAYS) -> Geometry:
-        """Read cpuN's Data and Unified caches from ``<root>/devices/system/cpu/cpuN/cache``.
-
-        The DTLB is not described in sysfs: the defaults (or the given values) are used and
-        ``source`` says so. Raises BadInput, with the fix, when sysfs cannot be read.
-        """
-        base = Path(sysfs_root) / "devices" / "system" / "cpu" / f"cpu{cpu}" / "cache"
-        fix = ('mount sysfs, or give the geometry explicitly, e.g. '
-               'Geometry.from_spec("L1=48K/12/64,L2=2M/16/64") or SimBackend(geometry=...)')
-        try:
-            caches = read_caches(sysfs_root, cpu)
-        except BadInput as exc:
-            raise BadInput(exc.what, fix) from exc
-        levels: dict[int, CacheLevel] = {}
-        for c in caches:
-            if c.kind not in ("Data", "Unified"):
-                continue
-            if c.level in levels:
-                raise BadInput(f"{base} lists two data caches at level {c.level}", fix)
-            levels[c.level] = CacheLevel(c.level, c.size_bytes, c.ways, c.line_bytes,
-                                         c.shared_cpus)
-        if not levels:
-            raise BadInput(f"no data or unified caches found under {base}", fix)
-        return cls(tuple(levels[k] for k in sorted(levels)), page_bytes, tlb_entries, tlb_ways,
-                   source=f"sysfs {base}; {_TLB_NOTE}")
-
-    @classmethod
-    def host(cls, sysfs_root: str | Path = "/sys", cpu: int = 0) -> Geometry:
-        """This host's geometry from sysfs, or :data:`FALLBACK_GEOMETRY` (with the reason in
-        ``source``) when sysfs cannot be read. Never raises."""
-        try:
-            return cls.from_sysfs(sysfs_root, cpu)
-        except BadInput as exc:
-            return dataclasses.replace(
-                FALLBACK_GEOMETRY,
-                source=f"fallback {FALLBACK_GEOMETRY.spec()} because sysfs failed ({exc})")
-
     def split_shared(self, processors: int) -> Geometry:
         """Give each of ``processors`` its share of every level sysfs lists as shared: the
         ways are divided among min(processors, sharers) (at least one way is kept)."""
@@ -213,7 +261,7 @@ class Geometry:
                                    source=f"{self.source}; shared levels split {processors} ways")
 
 
-# Used by Geometry.host() when sysfs is unreadable: a common x86 server core's L1d/L2/L3.
+# Used by read() when sysfs is unreadable: a common x86 server core's L1d/L2/L3.
 FALLBACK_GEOMETRY = Geometry.from_spec("L1=32K/8/64,L2=1M/16/64,L3=32M/16/64",
                                        source="fallback")
 
@@ -265,3 +313,525 @@ HOST_BANKS_PROVENANCE = ("assumed: 8 banks interleaved on 256 B (bank = address 
                          "channel/bank interleave is not discoverable; 256 B is a common channel-"
                          "interleave granularity and keeps Table 1's 32-word bank unit with 8 B "
                          "words; controller address hashing is not modelled")
+
+
+# --------------------------------------------------------------------------------------------
+# Reading sysfs and procfs
+
+#: How :func:`read` reads a file (tests inject a counting one). OSError when it cannot.
+Reader = Callable[[Path], str]
+
+
+def read_text(path: Path) -> str:
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+@dataclass(frozen=True)
+class SysfsCache:
+    """One ``cpuN/cache/indexK`` entry of sysfs."""
+
+    level: int
+    kind: str  # "Data", "Instruction" or "Unified"
+    size_bytes: int
+    ways: int  # sysfs says 0 for fully associative: then size // line
+    line_bytes: int
+    shared_cpus: tuple[int, ...]
+
+
+_SYSFS_FIX = ("mount sysfs, or describe the machine in a file (COUNTERD_MACHINE=FILE or "
+              "--machine FILE, format in counterd/machine.py), or give the geometry "
+              'explicitly, e.g. Geometry.from_spec("L1=48K/12/64,L2=2M/16/64") or '
+              "SimBackend(geometry=...)")
+
+
+def cache_dir(sysfs: str | Path = "/sys", cpu: int = 0) -> Path:
+    return Path(sysfs) / "devices" / "system" / "cpu" / f"cpu{cpu}" / "cache"
+
+
+def read_caches(sysfs: str | Path = "/sys", cpu: int = 0,
+                reader: Reader = read_text) -> tuple[SysfsCache, ...]:
+    """Every cache of ``cpu`` described under ``<sysfs>/devices/system/cpu/cpuN/cache``, in
+    index order. Raises BadInput (naming the file) when an entry cannot be read."""
+    base = cache_dir(sysfs, cpu)
+    try:
+        indexes = sorted(base.glob("index*"), key=lambda p: int(p.name[5:] or 0))
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"cannot read cache geometry from {base}: {exc}", _SYSFS_FIX) from exc
+    out = []
+    for idx in indexes:
+        try:
+            size = parse_size(reader(idx / "size"))
+            line = int(reader(idx / "coherency_line_size"))
+            ways = int(reader(idx / "ways_of_associativity")) or size // line
+            try:
+                shared = parse_cpulist(reader(idx / "shared_cpu_list"))
+            except FileNotFoundError:
+                shared = ()
+            out.append(SysfsCache(int(reader(idx / "level")), reader(idx / "type").strip(),
+                                  size, ways, line, shared))
+        except (OSError, ValueError, ZeroDivisionError, BadInput) as exc:
+            raise BadInput(f"cannot read cache geometry from {idx}: {exc}", _SYSFS_FIX) from exc
+    return tuple(out)
+
+
+def read_levels(sysfs: str | Path = "/sys", cpu: int = 0, reader: Reader = read_text
+                ) -> tuple[tuple[CacheLevel, ...], CacheLevel | None]:
+    """``cpu``'s data and unified levels in order, and its L1 instruction cache (None when
+    sysfs lists none), from sysfs. Raises BadInput, with the fix, when sysfs cannot be read,
+    lists no data cache or lists a level twice."""
+    where = cache_dir(sysfs, cpu)
+    levels: dict[int, CacheLevel] = {}
+    l1i = None
+    for c in read_caches(sysfs, cpu, reader):
+        lv = CacheLevel(c.level, c.size_bytes, c.ways, c.line_bytes, c.shared_cpus)
+        if c.kind == "Instruction":
+            if c.level == 1:
+                l1i = lv
+            continue
+        if c.kind not in ("Data", "Unified"):
+            continue
+        if c.level in levels:
+            raise BadInput(f"{where} lists two data caches at level {c.level}", _SYSFS_FIX)
+        levels[c.level] = lv
+    if not levels:
+        raise BadInput(f"no data or unified caches found under {where}", _SYSFS_FIX)
+    return tuple(levels[k] for k in sorted(levels)), l1i
+
+
+def _cpu_model(cpuinfo: str) -> str:
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("model name", "Model") and value.strip():
+            return value.strip()
+    return "?"
+
+
+# --------------------------------------------------------------------------------------------
+# The machine
+
+
+def fingerprint_size(n: int) -> str:
+    """A size as the fingerprint writes it: ``48K``, ``2M`` (bytes when neither divides)."""
+    for unit, div in (("M", 1 << 20), ("K", 1 << 10)):
+        if n % div == 0:
+            return f"{n // div}{unit}"
+    return str(n)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """One machine, as data: what counterd counts on and simulates.
+
+    ``levels``: data and unified caches L1, L2, ... (the fallback's when ``caches_known`` is
+    false); ``l1i``: the L1 instruction cache where known (callgrind simulates it);
+    ``tlb_entries``/``tlb_ways``: the DTLB where known (None: the simulator's defaults are used,
+    and :attr:`geometry` says so); ``bank_map`` with ``bank_provenance``; the host fingerprint
+    (``hostname``, ``cpu_model``, ``cpus_online``, :attr:`caches_spec`). ``source`` says where
+    each part came from; ``file`` is the machine file it was loaded from, if any.
+    """
+
+    levels: tuple[CacheLevel, ...]
+    l1i: CacheLevel | None
+    page_bytes: int
+    tlb_entries: int | None
+    tlb_ways: int | None
+    bank_map: BankMap
+    bank_provenance: str
+    hostname: str
+    cpu_model: str
+    cpus_online: int
+    caches_known: bool = True
+    caches_source: str = "given"
+    source: str = "given"
+    file: str | None = None
+
+    def __post_init__(self) -> None:
+        self.geometry  # noqa: B018 - validates levels, page and DTLB together
+
+    @property
+    def geometry(self) -> Geometry:
+        """The simulator's view: data-side levels, DTLB (defaults where unknown), page size."""
+        if self.tlb_entries is not None and self.tlb_ways is not None:
+            tlb = (self.tlb_entries, self.tlb_ways)
+            note = [f"DTLB from machine file {self.file}" if self.file else "DTLB given"]
+        else:
+            tlb, note = (DEFAULT_TLB_ENTRIES, DEFAULT_TLB_WAYS), [_TLB_NOTE]
+        return Geometry(self.levels, self.page_bytes, tlb[0], tlb[1],
+                        source="; ".join([self.caches_source, *note]))
+
+    @property
+    def caches_spec(self) -> str:
+        """``L1=48K/12/64,L2=2M/16/64,...`` (size/ways/line of the data and unified levels):
+        the fingerprint's cache field, as profiles store it; empty when the caches are
+        unknown (sysfs unreadable and no machine file)."""
+        if not self.caches_known:
+            return ""
+        return ",".join(f"L{lv.level}={fingerprint_size(lv.size_bytes)}/{lv.ways}/"
+                        f"{lv.line_bytes}" for lv in self.levels)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What a machine profile records of the host it was fitted on."""
+        return {"hostname": self.hostname, "cpu_model": self.cpu_model,
+                "cpus_online": self.cpus_online, "page_bytes": self.page_bytes,
+                "caches": self.caches_spec}
+
+    @property
+    def bank_map_assumed(self) -> bool:
+        return self.bank_provenance.startswith("assumed")
+
+    def to_json(self) -> dict[str, Any]:
+        def level(lv: CacheLevel, kind: str) -> dict[str, Any]:
+            return {"level": lv.level, "type": kind, "size_bytes": lv.size_bytes,
+                    "ways": lv.ways, "line_bytes": lv.line_bytes, "sets": lv.sets,
+                    "shared_cpus": list(lv.shared_cpus)}
+        caches = [level(lv, "data" if lv.level == 1 else "unified") for lv in self.levels]
+        if self.l1i is not None:
+            caches.insert(1, level(self.l1i, "instruction"))
+        return {
+            "source": self.source, "file": self.file, "fingerprint": self.fingerprint(),
+            "caches": caches, "caches_known": self.caches_known,
+            "caches_source": self.caches_source, "page_bytes": self.page_bytes,
+            "tlb": ({"entries": self.tlb_entries, "ways": self.tlb_ways}
+                    if self.tlb_entries is not None else None),
+            "bank_map": {"banks": self.bank_map.banks,
+                         "interleave_bytes": self.bank_map.interleave_bytes,
+                         "provenance": self.bank_provenance},
+        }
+
+
+def _hostname() -> str:
+    return socket.gethostname()
+
+
+def read(sysfs: str | Path = "/sys", procfs: str | Path = "/proc", *, cpu: int = 0,
+         reader: Reader | None = None) -> Machine:
+    """This host's machine, read from ``sysfs`` and ``procfs`` (uncached: :func:`current` is
+    the cached one). Never raises: unreadable caches give :data:`FALLBACK_GEOMETRY`'s levels
+    with ``caches_known`` false and the reason in the geometry's source; the bank map is the
+    declared :data:`HOST_BANKS`."""
+    rd = reader if reader is not None else read_text
+    try:
+        levels, l1i = read_levels(sysfs, cpu, rd)
+        known, caches_source = True, f"sysfs {cache_dir(sysfs, cpu)}"
+    except BadInput as exc:
+        levels, l1i, known = FALLBACK_GEOMETRY.levels, None, False
+        caches_source = f"fallback {FALLBACK_GEOMETRY.spec()} because sysfs failed ({exc})"
+    try:
+        model = _cpu_model(rd(Path(procfs) / "cpuinfo"))
+    except OSError:
+        model = "?"
+    if model == "?":
+        model = platform.processor() or "?"
+    try:
+        online = len(parse_cpulist(rd(Path(sysfs) / "devices/system/cpu/online")))
+    except (OSError, ValueError):
+        online = 0
+    return Machine(levels, l1i, os.sysconf("SC_PAGE_SIZE"), None, None, HOST_BANKS,
+                   HOST_BANKS_PROVENANCE, _hostname(), model, online or os.cpu_count() or 1,
+                   known, caches_source, f"this host ({sysfs}, {procfs})")
+
+
+# --------------------------------------------------------------------------------------------
+# Machine files
+
+
+class _FileError(Exception):
+    def __init__(self, what: str, fix: str) -> None:
+        super().__init__(what)
+        self.what, self.fix = what, fix
+
+
+_TOP_KEYS = ("format", "version", "page_bytes", "host", "caches", "tlb", "bank_map")
+_TABLE_KEYS = {
+    "host": ("hostname", "cpu_model", "cpus_online"),
+    "caches": ("level", "type", "size", "ways", "line_bytes", "shared_cpus"),
+    "tlb": ("entries", "ways"),
+    "bank_map": ("banks", "interleave_bytes", "provenance"),
+}
+_TYPES = ("data", "unified", "instruction")
+
+
+def _type_name(v: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a float", str: "a string",
+            list: "an array", dict: "a table"}.get(type(v), type(v).__name__)
+
+
+def _check_keys(table: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
+    for key in table:
+        if key not in allowed:
+            field = f"{where}.{key}" if where else key
+            raise _FileError(f"unknown key {field}",
+                             f"the keys{' of ' + where if where else ''} are "
+                             + ", ".join(allowed) + " (format in counterd/machine.py)")
+
+
+def _int(table: Mapping[str, Any], key: str, where: str, *, minimum: int = 1,
+         pow2: bool = False, hint: str = "") -> int | None:
+    if key not in table:
+        return None
+    v = table[key]
+    field = f"{where}.{key}" if where else key
+    if not isinstance(v, int) or isinstance(v, bool):
+        suggestion = "<integer>"
+        if isinstance(v, str):
+            with contextlib.suppress(BadInput):
+                suggestion = f"{parse_size(v)}, without quotes"
+        raise _FileError(f"{field} = {v!r} is {_type_name(v)}, not an integer",
+                         f"write {key} = {suggestion}{hint}")
+    if pow2 and not _is_pow2(v):
+        raise _FileError(f"{field} = {v} is not a power of two",
+                         f"give {key} as a power of two{hint}")
+    if v < minimum:
+        raise _FileError(f"{field} = {v}", f"give {key} >= {minimum}{hint}")
+    return v
+
+
+def _str(table: Mapping[str, Any], key: str, where: str) -> str | None:
+    if key not in table:
+        return None
+    v = table[key]
+    if not isinstance(v, str):
+        raise _FileError(f"{where}.{key} = {v!r} is {_type_name(v)}, not a string",
+                         f'write {key} = "..."')
+    return v
+
+
+def _table(doc: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
+    if key not in doc:
+        return None
+    v = doc[key]
+    if not isinstance(v, dict):
+        raise _FileError(f"{key} is {_type_name(v)}, not a table", f"write it as [{key}]")
+    _check_keys(v, _TABLE_KEYS[key], key)
+    return v
+
+
+def _cache(c: Any, k: int) -> tuple[str, CacheLevel]:
+    where = f"caches[{k}]"
+    if not isinstance(c, dict):
+        raise _FileError(f"{where} is {_type_name(c)}, not a table",
+                         "write each cache as a [[caches]] table")
+    _check_keys(c, _TABLE_KEYS["caches"], where)
+    for key in ("level", "size", "ways", "line_bytes"):
+        if key not in c:
+            raise _FileError(f"{where} has no {key}",
+                             "give level, size, ways and line_bytes for every cache")
+    level = _int(c, "level", where, hint=" (1 for L1)")
+    kind = _str(c, "type", where) or ("data" if level == 1 else "unified")
+    if kind.lower() not in _TYPES:
+        raise _FileError(f"{where}.type = {kind!r}", "give type = data, unified or instruction")
+    kind = kind.lower()
+    size_v = c["size"]
+    if isinstance(size_v, str):
+        try:
+            size: int | None = parse_size(size_v)
+        except BadInput:
+            raise _FileError(f"{where}.size = {size_v!r} is not a size",
+                             'write a byte count like 49152, "48K" or "2M"') from None
+    else:
+        size = _int(c, "size", where, hint=' (bytes, or a string like "48K")')
+    ways = _int(c, "ways", where, hint=" (the associativity; fully associative: size / line)")
+    line = _int(c, "line_bytes", where, pow2=True, minimum=2,
+                hint=" (bytes, e.g. 64; sysfs: coherency_line_size)")
+    assert level is not None and size is not None and ways is not None and line is not None
+    if size <= 0:
+        raise _FileError(f"{where}.size = {size_v!r}", "give the size in bytes, > 0")
+    if size % (ways * line):
+        raise _FileError(f"{where}.size = {size} B is not ways x line_bytes x a whole number of "
+                         f"sets ({ways} x {line} B x {size / (ways * line):g})",
+                         "check size, ways and line_bytes (the simulators index a whole number "
+                         "of sets)")
+    if kind == "instruction" and level != 1:
+        raise _FileError(f"{where}: an instruction cache at level {level}",
+                         'only L1 has a separate instruction cache: write type = "unified"')
+    shared: tuple[int, ...] = ()
+    if "shared_cpus" in c:
+        v = c["shared_cpus"]
+        if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool)
+                                              and x >= 0 for x in v):
+            raise _FileError(f"{where}.shared_cpus = {v!r} is not a list of CPU numbers",
+                             "write shared_cpus = [0, 1]")
+        shared = tuple(v)
+    try:
+        return kind, CacheLevel(level, size, ways, line, shared)
+    except BadInput as exc:
+        raise _FileError(f"{where}: {exc.what}", exc.fix or "check the cache") from None
+
+
+def _caches(v: Any) -> tuple[tuple[CacheLevel, ...], CacheLevel | None]:
+    if not isinstance(v, list) or not v:
+        raise _FileError(f"caches is {_type_name(v)}, not an array of tables",
+                         "write each cache as a [[caches]] table, or leave caches out")
+    data: dict[int, tuple[int, CacheLevel]] = {}
+    l1i = None
+    for k, c in enumerate(v, start=1):
+        kind, lv = _cache(c, k)
+        if kind == "instruction":
+            if l1i is not None:
+                raise _FileError(f"caches[{k}]: a second L1 instruction cache",
+                                 "give one instruction cache")
+            l1i = lv
+        elif lv.level in data:
+            raise _FileError(f"caches[{k}]: a second data or unified cache at level "
+                             f"{lv.level} (caches[{data[lv.level][0]}] is one)",
+                             "give one data or unified cache per level")
+        else:
+            data[lv.level] = (k, lv)
+    numbers = sorted(data)
+    if numbers != list(range(1, len(numbers) + 1)) or len(numbers) > MAX_LEVELS:
+        raise _FileError(f"caches: data and unified levels {numbers}",
+                         f"number them 1, 2, ... without gaps (at most {MAX_LEVELS})")
+    for n in numbers[1:]:
+        k, lv = data[n]
+        prev = data[n - 1][1]
+        if lv.line_bytes < prev.line_bytes:
+            raise _FileError(f"caches[{k}].line_bytes = {lv.line_bytes} is smaller than L{n - 1}'s"
+                             f" line ({prev.line_bytes} B)",
+                             f"a line of L{n - 1} must fit in one line of L{n}: give L{n} a line "
+                             f"of at least {prev.line_bytes} B")
+    return tuple(data[n][1] for n in numbers), l1i
+
+
+def _decode(path: Path, raw: bytes) -> dict[str, Any]:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _FileError(f"not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
+                         "save it as UTF-8 text") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise _FileError(f"not TOML ({exc})", "fix the syntax (format in counterd/machine.py "
+                         "and the README, section Machine files)") from None
+
+
+def _apply(doc: Mapping[str, Any], base: Machine, name: str) -> Machine:
+    _check_keys(doc, _TOP_KEYS, "")
+    fmt = doc.get("format")
+    if fmt != FILE_FORMAT:
+        raise _FileError(f"format = {fmt!r}" if "format" in doc else "format is missing",
+                         f'a machine file starts with format = "{FILE_FORMAT}" and '
+                         f"version = {FILE_VERSION}")
+    if "version" not in doc:
+        raise _FileError("version is missing", f"add version = {FILE_VERSION}")
+    version = doc["version"]
+    if not isinstance(version, int) or isinstance(version, bool) \
+            or version not in SUPPORTED_FILE_VERSIONS:
+        raise _FileError(f"version = {version!r} is not supported",
+                         "this counterd reads version "
+                         + ", ".join(map(str, SUPPORTED_FILE_VERSIONS)))
+    changes: dict[str, Any] = {}
+    page = _int(doc, "page_bytes", "", pow2=True, hint=" (bytes, e.g. 4096)")
+    if page is not None:
+        changes["page_bytes"] = page
+    host = _table(doc, "host")
+    if host is not None:
+        for key in ("hostname", "cpu_model"):
+            s = _str(host, key, "host")
+            if s is not None:
+                changes[key] = s
+        cpus = _int(host, "cpus_online", "host")
+        if cpus is not None:
+            changes["cpus_online"] = cpus
+    if "caches" in doc:
+        levels, l1i = _caches(doc["caches"])
+        changes.update(levels=levels, l1i=l1i, caches_known=True,
+                       caches_source=f"machine file {name}")
+    tlb = _table(doc, "tlb")
+    if tlb is not None:
+        entries = _int(tlb, "entries", "tlb")
+        ways = _int(tlb, "ways", "tlb")
+        if entries is None or ways is None:
+            raise _FileError("tlb needs entries and ways", "give both, e.g. entries = 64, "
+                             "ways = 4")
+        if entries % ways:
+            raise _FileError(f"tlb.entries = {entries} is not a multiple of tlb.ways = {ways}",
+                             "give entries = sets x ways")
+        changes.update(tlb_entries=entries, tlb_ways=ways)
+    banks = _table(doc, "bank_map")
+    if banks is not None:
+        n = _int(banks, "banks", "bank_map")
+        il = _int(banks, "interleave_bytes", "bank_map", hint=" (bytes, e.g. 256)")
+        if n is None or il is None:
+            raise _FileError("bank_map needs banks and interleave_bytes",
+                             "give both, e.g. banks = 8, interleave_bytes = 256")
+        changes.update(bank_map=BankMap(n, il),
+                       bank_provenance=_str(banks, "provenance", "bank_map")
+                       or f"declared in {name}")
+    try:
+        return dataclasses.replace(base, **changes, file=name,
+                                   source=f"machine file {name}; the rest: {base.source}")
+    except BadInput as exc:  # a combination the field checks above do not see
+        raise _FileError(exc.what, exc.fix or "check the file against its format") from None
+
+
+def load_file(path: str | Path, base: Machine | None = None) -> Machine:
+    """The machine a file describes, over ``base`` (default: this host, :func:`host`) for
+    what it does not give. Raises BadInput naming the file, the field and the fix."""
+    path = Path(path)
+    name = str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise BadInput(f"cannot read machine file {name}: {exc.strerror or exc}",
+                       f"give an existing file with --machine or {ENV_MACHINE}") from None
+    try:
+        return _apply(_decode(path, raw), base if base is not None else host(), name)
+    except _FileError as exc:
+        raise BadInput(f"machine file {name}: {exc.what}", exc.fix) from None
+
+
+# --------------------------------------------------------------------------------------------
+# This process's machine
+
+_lock = threading.RLock()
+_host: Machine | None = None
+_files: dict[str, Machine] = {}
+_overrides: list[Machine] = []
+
+
+def host() -> Machine:
+    """This host as sysfs and procfs describe it, read once per process."""
+    global _host
+    with _lock:
+        if _host is None:
+            _host = read()
+        return _host
+
+
+def current() -> Machine:
+    """This process's machine: the one :func:`using` set, else the file ``COUNTERD_MACHINE``
+    names, else :func:`host`. Cached; raises BadInput for a bad machine file."""
+    with _lock:
+        if _overrides:
+            return _overrides[-1]
+        path = os.environ.get(ENV_MACHINE)
+        if not path:
+            return host()
+        m = _files.get(path)
+        if m is None:
+            m = _files[path] = load_file(path)
+        return m
+
+
+@contextlib.contextmanager
+def using(machine: Machine | str | Path | None) -> Iterator[Machine]:
+    """Make ``machine`` (or the machine file at that path) this process's :func:`current`
+    inside the block (the CLIs' ``--machine``). ``None``: :func:`current` as it is."""
+    m = current() if machine is None else (
+        machine if isinstance(machine, Machine) else load_file(machine))
+    with _lock:
+        _overrides.append(m)
+    try:
+        yield m
+    finally:
+        with _lock:
+            _overrides.remove(m)
+
+
+def reset() -> None:
+    """Forget the cached machines (tests; a process whose host changed under it)."""
+    global _host
+    with _lock:
+        _host = None
+        _files.clear()

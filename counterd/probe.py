@@ -1,21 +1,28 @@
-"""``counterd probe``: every canonical counter and every backend on this host, and why not.
+"""``counterd probe``: every canonical counter and every backend on this host, and why not;
+what ``auto`` picks for each purpose, and why; the machine description in use.
 
-JSON shape (issue 2): ``{"host": {...}, "backends": {name: {"available": bool, "reason": str}},
-"counters": {canonical: {"available": bool, "backend": str|null, "reason": str|null}}}``.
-A counter's backend is the first, in :data:`PREFERENCE` order, that can give it; measured
-sources come before simulated ones.
+JSON shape (issue 2, extended): ``{"host": {...}, "machine": {...}, "backends": {name:
+{"available": bool, "reason": str}}, "counters": {canonical: {"available": bool, "backend":
+str|null, "reason": str|null, "source": str|null}}, "auto": {purpose: {"requested": "auto",
+"backend": str|null, "reason": str, "error": bool, "tried": [{"step": str, "result":
+str}]}}}``. A counter's backend is the first, in :data:`PREFERENCE` order, that can give it;
+measured sources come before simulated ones. ``auto`` is :func:`counterd.backends.resolve`'s
+answer for every purpose; ``machine`` is :meth:`counterd.machine.Machine.to_json`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from counterd import backends
+from counterd.backends import Resolution
 from counterd.backends.base import Capability
 from counterd.events import BY_NAME, NAMES
 from counterd.host import HostInfo, host_info, no_pmu_reason
+from counterd.machine import Machine
+from counterd.machine import current as current_machine
 
 PREFERENCE = ("perf", "papi", "callgrind", "sim")
 
@@ -33,27 +40,25 @@ class ProbeResult:
     host: HostInfo
     backends: Mapping[str, Capability]
     counters: Mapping[str, CounterStatus]
+    auto: Mapping[str, Resolution] = field(default_factory=dict)
+    machine: Machine | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "host": self.host.to_json(),
+            "machine": self.machine.to_json() if self.machine is not None else None,
             "backends": {n: {"available": c.available, "reason": c.reason}
                          for n, c in self.backends.items()},
             "counters": {n: {"available": s.available, "backend": s.backend, "reason": s.reason,
                              "source": s.source}
                          for n, s in self.counters.items()},
+            "auto": {p: r.to_json() for p, r in self.auto.items()},
         }
 
 
-def _capability(name: str) -> Capability:
-    try:
-        return backends.get(name).available()
-    except Exception as exc:  # noqa: BLE001 - a probe reports, it never dies
-        return Capability(name, False, f"internal error while probing: {exc!r}", {})
-
-
 def probe() -> ProbeResult:
-    caps = {name: _capability(name) for name in PREFERENCE}
+    described = current_machine()  # a bad machine file is BadInput here, not a probe result
+    caps = {name: backends.capability(name) for name in PREFERENCE}
     counters: dict[str, CounterStatus] = {}
     for counter in NAMES:
         chosen = next((n for n in PREFERENCE if caps[n].supports(counter)), None)
@@ -67,7 +72,9 @@ def probe() -> ProbeResult:
             reason = cap.counters.get(counter) if cap.available else cap.reason
             why.append(f"{n}: {reason or 'not provided'}")
         counters[counter] = CounterStatus(False, None, "; ".join(why))
-    return ProbeResult(host_info(), caps, counters)
+    auto: dict[str, Resolution] = {p: backends.resolve("auto", p, caps)
+                                   for p in backends.PURPOSES}
+    return ProbeResult(host_info(machine=described), caps, counters, auto, described)
 
 
 def render_text(result: ProbeResult) -> str:
@@ -82,6 +89,20 @@ def render_text(result: ProbeResult) -> str:
     ]
     for name, cap in result.backends.items():
         lines.append(f"  {name:<10} {'yes' if cap.available else 'no ':<4} {cap.reason}")
+    m = result.machine
+    if m is not None:
+        tlb = (f"DTLB {m.tlb_entries} entries {m.tlb_ways}-way" if m.tlb_entries is not None
+               else "DTLB unknown")
+        l1i = f", L1i {m.l1i.size_bytes // 1024}K/{m.l1i.ways}" if m.l1i is not None else ""
+        lines[3:3] = [
+            f"machine   {m.caches_spec or 'caches unknown: ' + m.caches_source}{l1i}; "
+            f"page {m.page_bytes} B; {tlb}",
+            f"          banks {m.bank_map.banks} x {m.bank_map.interleave_bytes} B "
+            f"({m.bank_provenance.split(':')[0]}); from {m.source}",
+        ]
+    lines += ["", "auto picks, per purpose"]
+    for purpose, res in result.auto.items():
+        lines.append(f"  {purpose:<10} {res.backend or '-':<10} {res.reason}")
     lines += ["", "counters"]
     for name, st in result.counters.items():
         unit = BY_NAME[name].unit

@@ -98,7 +98,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, Protocol
 
-from counterd.errors import BadInput
+from counterd.errors import BadInput, PicklableError
 from counterd.records import SuperstepRecord
 
 PROTOCOL_VERSION = 2
@@ -146,7 +146,7 @@ SOURCES = ("measured", "simulated", "extrapolated", "assumed")  # counterd.event
 SOURCE_INDEX = {source: i for i, source in enumerate(SOURCES)}
 
 
-class ProtocolError(Exception):
+class ProtocolError(PicklableError):
     """The peer broke the protocol. ``code`` is a short, bounded reason (a metric label)."""
 
     def __init__(self, code: str, message: str) -> None:
@@ -158,7 +158,6 @@ class ProtocolError(Exception):
 dumps_payload = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
                                  allow_nan=False).encode
 """A JSON payload as the wire has it (compact separators, UTF-8 kept, NaN refused)."""
-_dumps = dumps_payload  # the old name, still used by counterd.markers.recorder
 
 
 def encode(ftype: FrameType, payload: Mapping[str, Any], version: int = PROTOCOL_VERSION

@@ -25,10 +25,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from counterd import backends
-from counterd.backends.base import CounterGroup, Target
+from counterd import backends, machine
+from counterd.backends.base import Capability, CounterGroup, Target
 from counterd.env import ENV_BACKEND, ENV_EVENTS, ENV_RUN_ID, ENV_SPOOL
-from counterd.errors import BadInput, CounterdError
+from counterd.errors import BadInput, CounterdError, UnknownBackend
 from counterd.events import check_names
 from counterd.records import SuperstepRecord, write_jsonl
 from counterd.spool import collect as collect_spool
@@ -36,7 +36,9 @@ from counterd.spool import collect as collect_spool
 if TYPE_CHECKING:
     from counterd.backends import callgrind
 
-RECORD_BACKENDS = ("auto", "perf", "papi", "sim", "callgrind", "none")
+RECORD_BACKENDS = ("auto", *backends.POLICIES["record"].names)
+# Backends suggested for a counter, measured first, then the simulators (as counterd probe).
+SUGGESTION_ORDER = ("perf", "papi", "callgrind", "sim")
 
 
 @dataclass(frozen=True)
@@ -57,25 +59,74 @@ def resolve_command(cmd: Sequence[str]) -> list[str]:
     return list(cmd)
 
 
-def resolve_backend(name: str) -> str:
-    """Which counter source a recording uses. ``auto``: perf when it has hardware memory
-    counters here, else callgrind (simulated) when valgrind is installed, else perf with its
-    software counters only."""
-    if name not in RECORD_BACKENDS:
-        raise BadInput(f"unknown backend {name!r}", "choose from " + ", ".join(RECORD_BACKENDS))
-    if name != "auto":
-        if name not in ("none",):
-            cap = backends.get(name).available()
-            if not cap.available:
-                raise BadInput(f"backend {name} is unavailable: {cap.reason}",
-                               "choose another with --backend (see counterd probe)")
-        return name
-    perf = backends.get("perf").available()
-    if perf.supports("loads"):
-        return "perf"
-    if backends.get("callgrind").available().available:
-        return "callgrind"
-    return "perf" if perf.available else "none"
+def resolve_backend(name: str) -> backends.Resolution:
+    """Which counter source a recording uses: :func:`counterd.backends.resolve` for purpose
+    ``record`` (``auto``: perf when it has hardware memory counters here, else callgrind
+    (simulated) when valgrind is installed, else perf with its software counters only, else
+    none). Raises BadInput for an unknown name or one unavailable here."""
+    try:
+        res = backends.resolve(name, "record")
+    except UnknownBackend as exc:
+        raise BadInput(exc.what, exc.fix) from None
+    if res.error:
+        raise BadInput(res.reason, "choose another with --backend (see counterd probe)")
+    return res
+
+
+def counter_sources(chosen: str, caps: Mapping[str, Capability]) -> dict[str, str]:
+    """Every counter a recording with backend ``chosen`` can give here -> the backend that
+    gives it. With callgrind, the timed run adds perf's counters (software events where there
+    is no PMU) to callgrind's simulated ones."""
+    def given(name: str) -> dict[str, str]:
+        cap = caps[name]
+        return {c: name for c in cap.counters if cap.supports(c)}
+
+    if chosen == "none":
+        return {}
+    if chosen == "callgrind":
+        return {**given("perf"), **given("callgrind")}
+    return given(chosen)
+
+
+def check_events(events: Sequence[str], chosen: str, caps: Mapping[str, Capability],
+                 requested: str = "") -> None:
+    """BadInput, naming the counter and the backends that can give it on this host, for the
+    first of ``events`` a recording with ``chosen`` cannot give."""
+    sources = counter_sources(chosen, caps)
+    which = f"backend {chosen}" + (" (auto's pick here)" if requested == "auto" else "")
+    for event in events:
+        if event in sources:
+            continue
+        able = [n for n in SUGGESTION_ORDER if caps[n].supports(event)]
+        if chosen == "none":
+            why = "it counts nothing"
+        else:
+            cap = caps[chosen]
+            why = backends.gist(cap.counters.get(event) or cap.reason)
+        where = ("backends that give it on this host: " + ", ".join(able) if able else
+                 "no backend gives it on this host")
+        raise BadInput(f"counter {event} cannot be recorded with {which}, {why}; {where}",
+                       (f"choose --backend {able[0]}" if able else "see counterd probe")
+                       + f", or leave {event} out of --events")
+
+
+def limit_to(records: Sequence[SuperstepRecord], events: Sequence[str]
+             ) -> list[SuperstepRecord]:
+    """``records`` with only the counters of ``events`` (and their unsupported reasons; a
+    reason for the whole superstep, ``*``, is kept), the flags that follow recomputed."""
+    keep = set(events) | {"*"}
+    out = []
+    for rec in records:
+        counters = {k: v for k, v in rec.counters.items() if k in keep}
+        unsupported = {k: v for k, v in rec.unsupported.items() if k in keep}
+        flags = set(rec.flags) - {"unsupported_counters", "multiplexed"}
+        if unsupported:
+            flags.add("unsupported_counters")
+        if any(cv.ratio < 1.0 for cv in counters.values()):
+            flags.add("multiplexed")
+        out.append(replace(rec, counters=counters, unsupported=unsupported,
+                           flags=frozenset(flags)))
+    return out
 
 
 def _check_writable(out: Path) -> None:
@@ -90,6 +141,9 @@ def _check_writable(out: Path) -> None:
 
 def _env(run_id: str, spool: Path, backend: str, events: Sequence[str]) -> dict[str, str]:
     env = dict(os.environ)
+    described = machine.current()
+    if described.file is not None:  # --machine: the command's simulating markers use it too
+        env[machine.ENV_MACHINE] = os.path.abspath(described.file)
     env[ENV_RUN_ID] = run_id
     env[ENV_SPOOL] = str(spool)
     env[ENV_BACKEND] = backend
@@ -204,19 +258,30 @@ def record(cmd: Sequence[str], *, out: Path | None, backend: str = "auto",
     check_names(tuple(events))
     if out is not None:
         _check_writable(Path(out))
-    chosen = resolve_backend(backend)
+    res = resolve_backend(backend)
+    chosen = res.backend or "none"
+    described = machine.current()  # a bad machine file fails here, before the command runs
+    geometry = None
+    if chosen == "callgrind":
+        from counterd.backends import callgrind
+
+        geometry = callgrind.CallgrindGeometry.from_machine(described)
+    if events:
+        caps = {**{n: backends.capability(n) for n in backends.NAMES
+                   if n not in res.capabilities}, **res.capabilities}
+        check_events(events, chosen, caps, backend)
     run_id = run_id or time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
     host = os.uname().nodename
     code, records = _run_timed(argv, run_id, chosen, events, host)
     if chosen == "callgrind":
-        from counterd.backends import callgrind
-
-        counted = callgrind.count_command(argv, run_id=run_id, env=_env(
+        counted = callgrind.count_command(argv, run_id=run_id, geometry=geometry, env=_env(
             run_id, Path("."), "callgrind", events))
         if len(records) == 1 and "whole_command" in records[0].flags:
             records = _merge_whole(records[0], counted)
         else:
             records = _merge_counted(records, counted.supersteps)
+    if events:
+        records = limit_to(records, events)
     records.sort(key=lambda r: (r.index, r.rank, r.pid))
     if out is not None:
         write_jsonl(records, Path(out))

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from counterd.errors import BadInput, CounterdError
-from counterd.machine import BankMap, Geometry
+from counterd.machine import BankMap, Geometry, using
 from microbench import results
 from microbench.patterns import SUITES, Machine, catalogue, host_machine
 from microbench.runner import NORMAL, QUICK
@@ -78,9 +78,13 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strides", help="only these strides in words, e.g. 1,8,32")
     p.add_argument("--accesses", type=_positive,
                    help="minimum accesses per processor per superstep (repeats short sweeps)")
-    p.add_argument("--geometry", help='cache geometry instead of sysfs, e.g. '
+    p.add_argument("--geometry", help='cache geometry instead of the machine\'s, e.g. '
                    '"L1=48K/12/64,L2=2M/16/64,L3=32M/16/64"')
-    p.add_argument("--banks", help="declared bank map BANKSxINTERLEAVE_BYTES (default 8x256)")
+    p.add_argument("--banks", help="declared bank map BANKSxINTERLEAVE_BYTES (default: the "
+                   "machine's, 8x256 assumed)")
+    p.add_argument("--machine", metavar="FILE",
+                   help="machine description (TOML, see counterd/machine.py) instead of sysfs; "
+                   "--geometry and --banks override it (default: $COUNTERD_MACHINE)")
     p.add_argument("--json", action="store_true")
 
 
@@ -211,11 +215,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        if args.command == "list":
-            return _cmd_list(args)
-        if args.command == "run":
-            return _cmd_run(args)
-        return _cmd_show(args)
+        if args.command == "show":
+            return _cmd_show(args)
+        with using(args.machine):
+            return _cmd_list(args) if args.command == "list" else _cmd_run(args)
     except CounterdError as exc:
         print(f"microbench: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -48,6 +48,7 @@ from counterd.machine import (
     BankMap,
     Geometry,
 )
+from counterd.machine import current as current_machine
 
 Op = Literal["load", "store", "rmw", "mixed"]
 Mode = Literal["exclusive", "concurrent"]
@@ -128,14 +129,17 @@ def paper_machine() -> Machine:
 
 def host_machine(geometry: Geometry | None = None, bank_map: BankMap | None = None,
                  bank_provenance: str | None = None) -> Machine:
-    """This host: the CPUs this process may run on, the sysfs geometry, the declared bank map."""
+    """This host: the CPUs this process may run on; the geometry, bank map and page size of
+    the machine description (:func:`counterd.machine.current`: sysfs and the declared bank
+    map, or a machine file), each overridable here."""
     cpus = tuple(sorted(os.sched_getaffinity(0)))
-    return Machine("host", cpus, geometry if geometry is not None else Geometry.host(),
-                   bank_map if bank_map is not None else HOST_BANKS,
-                   bank_provenance or (HOST_BANKS_PROVENANCE if bank_map is None
+    described = current_machine()
+    return Machine("host", cpus, geometry if geometry is not None else described.geometry,
+                   bank_map if bank_map is not None else described.bank_map,
+                   bank_provenance or (described.bank_provenance if bank_map is None
                                        else f"given: {bank_map.banks} banks x "
                                             f"{bank_map.interleave_bytes} B"),
-                   word_bytes=8, page_bytes=os.sysconf("SC_PAGE_SIZE"))
+                   word_bytes=8, page_bytes=described.page_bytes)
 
 
 # --------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from counterd import backends
-from counterd.errors import BadInput
+from counterd.errors import BadInput, UnknownBackend
 from counterd.events import Source
 from counterd.sim import DEFAULT_CHUNK, native_status
 from microbench import results
@@ -40,7 +40,7 @@ from microbench.runner import (
     no_progress,
 )
 
-BACKENDS: tuple[str, ...] = ("auto", "perf", "papi", "sim")
+BACKENDS: tuple[str, ...] = ("auto", *backends.POLICIES["microbench"].names)
 
 SIM_NOTES = (
     "simulated counters: counterd sim backend (write-back LRU caches; shared levels split "
@@ -71,17 +71,20 @@ class CounterPlan:
 
 
 def resolve_backend(name: str) -> CounterPlan:
-    """``auto``: perf (then papi) when it can count loads here, else sim (issue 4)."""
-    if name not in BACKENDS:
-        raise BadInput(f"unknown backend {name!r}", "choose " + ", ".join(BACKENDS))
-    if name == "sim":
-        return CounterPlan(name, "sim", None, "simulation requested")
-    backend = backends.select(name, counters=("loads",))
-    cap = backend.available()
-    if backend.name in ("perf", "papi"):
-        if cap.supports("loads") or name != "auto":
-            return CounterPlan(name, backend.name, backend.name, cap.reason)
-    return CounterPlan(name, "sim", None, f"no hardware load counter here: {cap.reason}")
+    """The counter plan of a run, as :func:`counterd.backends.resolve` decides for purpose
+    ``microbench`` (``auto``: perf, then papi, when it can count loads here, else sim). A
+    measured backend asked for by name is used even without a load counter."""
+    try:
+        res = backends.resolve(name, "microbench")
+    except UnknownBackend as exc:
+        raise BadInput(f"unknown backend {name!r}", "choose " + ", ".join(BACKENDS)) from exc
+    if res.error:
+        raise res.unavailable("choose another with --backend, or auto")
+    if res.backend == "sim":
+        return CounterPlan(name, "sim", None,
+                           "simulation requested" if name == "sim" else res.reason)
+    assert res.backend is not None
+    return CounterPlan(name, res.backend, res.backend, res.reason)
 
 
 def _sim_job(args: tuple[Pattern, Any, Any, int, int]) -> tuple[SimulatedSuperstep, ...]:

@@ -11,6 +11,7 @@ from counterd import errors as ce
 from counterd.backends.callgrind import CallgrindError
 from counterd.daemon.store import StoreError
 from counterd.prediction import NoPrediction
+from counterd.protocol import ProtocolError
 from microbench.runner import RunnerError
 from predictor import errors as pe
 
@@ -30,6 +31,8 @@ CASES = [
     pe.ProfileVersionError("node.toml", 9, (1, 2)),
     pe.InsufficientPatterns("F2", "store patterns"),
     pe.NotFittedError("PaperModel"),
+    pe.NoVariant("superstep 1", ("task_clock_ns",), "improved", ("loads",), False),
+    ProtocolError("bad_seq", "sequence number 'x' is not an integer"),
 ]
 
 

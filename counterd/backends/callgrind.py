@@ -2,7 +2,8 @@
 ``callgrind``): for pilot runs of arbitrary programs on hosts without a PMU.
 
 The command runs under ``valgrind --tool=callgrind --cache-sim=yes --simulate-wb=yes`` with the
-host's cache geometry given explicitly (``--I1``/``--D1``/``--LL``, from sysfs), and with
+host's cache geometry given explicitly (``--I1``/``--D1``/``--LL``, from the machine
+description, :mod:`counterd.machine`: sysfs or a machine file), and with
 ``--dump-before=counterd_superstep_boundary`` so that every superstep begin and end cuts one
 dump (Callgrind manual, sections 6.2.1 "Multiple profiling dumps from one program run" and
 6.3.1 "Dump creation options"). Every value produced here is ``Source.SIMULATED``; time is
@@ -79,7 +80,8 @@ from typing import TYPE_CHECKING, Any
 from counterd.backends.base import Capability, CounterGroup, CounterValue, Target
 from counterd.errors import BackendUnavailable, BadInput, CounterdError
 from counterd.events import NAMES, Source
-from counterd.host import read_caches
+from counterd.machine import Machine
+from counterd.machine import current as current_machine
 
 if TYPE_CHECKING:
     from counterd.records import SuperstepRecord
@@ -179,24 +181,28 @@ class CallgrindGeometry:
                                  "build it with valgrind_geometry()")
 
     @classmethod
-    def from_sysfs(cls, sysfs: str | Path = "/sys", cpu: int = 0) -> CallgrindGeometry:
-        """The host's L1i, L1d and last level from ``<sysfs>/devices/system/cpu/cpuN/cache``,
-        adjusted with :func:`valgrind_geometry`. Raises BadInput when sysfs lacks them."""
-        caches = _read_sysfs_caches(Path(sysfs), cpu)
-        where = Path(sysfs) / f"devices/system/cpu/cpu{cpu}/cache"
-        i1 = caches.get((1, "Instruction"))
-        d1 = caches.get((1, "Data"))
-        lower = sorted((lvl, spec) for (lvl, kind), spec in caches.items()
-                       if lvl >= 2 and kind in ("Unified", "Data"))
-        if i1 is None or d1 is None or not lower:
+    def from_machine(cls, machine: Machine | None = None) -> CallgrindGeometry:
+        """The L1i, L1d and last level of ``machine`` (default: :func:`counterd.machine.
+        current`), adjusted with :func:`valgrind_geometry`. Raises BadInput, naming where the
+        machine came from, when it lacks them or valgrind cannot simulate them."""
+        m = machine if machine is not None else current_machine()
+        where = m.caches_source
+        fix = ("pass the geometry explicitly: CallgrindGeometry(i1=..., d1=..., ll=..., "
+               "last_level=...) built with valgrind_geometry(), or describe the machine in a "
+               "file (--machine FILE or COUNTERD_MACHINE) with an L1 instruction cache")
+        if not m.caches_known or m.l1i is None or len(m.levels) < 2:
             raise BadInput(f"{where} does not describe an L1i, an L1d and a last-level cache",
-                           "pass the geometry explicitly: CallgrindGeometry(i1=..., d1=..., "
-                           "ll=..., last_level=...) built with valgrind_geometry()")
-        level, ll = lower[-1]
+                           fix)
+        level = m.levels[-1].level
         if level not in (2, 3):
             raise BadInput(f"the last-level cache in {where} is L{level}",
                            "pass the geometry explicitly with last_level=2 or 3")
-        return valgrind_geometry(i1, d1, ll, last_level=level)
+        spec = [CacheSpec(lv.size_bytes, lv.ways, lv.line_bytes)
+                for lv in (m.l1i, m.levels[0], m.levels[-1])]
+        try:
+            return valgrind_geometry(spec[0], spec[1], spec[2], last_level=level)
+        except BadInput as exc:
+            raise BadInput(f"{where}: {exc.what}", exc.fix) from None
 
 
 def _is_pow2(n: int) -> bool:
@@ -241,15 +247,6 @@ def valgrind_geometry(i1: CacheSpec, d1: CacheSpec, ll: CacheSpec,
         if adj is not None:
             adjustments.append(adj)
     return CallgrindGeometry(specs[0], specs[1], specs[2], last_level, tuple(adjustments))
-
-
-def _read_sysfs_caches(sysfs: Path, cpu: int) -> dict[tuple[int, str], CacheSpec]:
-    """``(level, type) -> CacheSpec`` for the caches sysfs describes (none if unreadable)."""
-    try:
-        caches = read_caches(sysfs, cpu)
-    except BadInput:
-        return {}
-    return {(c.level, c.kind): CacheSpec(c.size_bytes, c.ways, c.line_bytes) for c in caches}
 
 
 # --------------------------------------------------------------------------------------------
@@ -430,7 +427,8 @@ def counter_support(last_level: int | None) -> dict[str, str | None]:
         elif name in ("l2_misses", "l3_misses", "l2_writebacks", "l3_writebacks"):
             level = int(name[1])
             if last_level is None:
-                out[name] = "the host's last-level cache is unknown (no cache geometry in sysfs)"
+                out[name] = ("callgrind has no geometry for this machine: it needs an L1i, an L1d "
+                             "and a last level, from sysfs or a machine file")
             elif level == last_level:
                 out[name] = None
             elif level < last_level:
@@ -561,8 +559,9 @@ def run(cmd: Sequence[str], geometry: CallgrindGeometry | None = None,
         timeout: float | None = None) -> CallgrindRun:
     """Run ``cmd`` under Callgrind and read every dump it leaves in ``outdir``.
 
-    ``geometry`` defaults to the host's (sysfs). ``outdir`` defaults to a new temporary
-    directory, left in place for the caller (it holds the dumps and valgrind's logs).
+    ``geometry`` defaults to the machine's (:meth:`CallgrindGeometry.from_machine`).
+    ``outdir`` defaults to a new temporary directory, left in place for the caller (it holds
+    the dumps and valgrind's logs).
     Raises BackendUnavailable without valgrind, BadInput for a command that does not exist,
     CallgrindError when the timeout expires (the process tree is killed).
     """
@@ -576,7 +575,7 @@ def run(cmd: Sequence[str], geometry: CallgrindGeometry | None = None,
         else (prog if os.access(prog, os.X_OK) else None)
     if found is None:
         raise BadInput(f"command not found: {prog}", "check the spelling and PATH")
-    geo = geometry if geometry is not None else CallgrindGeometry.from_sysfs()
+    geo = geometry if geometry is not None else CallgrindGeometry.from_machine()
     out = Path(outdir) if outdir is not None else Path(tempfile.mkdtemp(prefix="counterd-cg-"))
     out.mkdir(parents=True, exist_ok=True)
     stale = dump_files(out)
@@ -617,7 +616,7 @@ def run(cmd: Sequence[str], geometry: CallgrindGeometry | None = None,
 
 
 # --------------------------------------------------------------------------------------------
-# The backend object (counterd probe, backends.select)
+# The backend object (counterd probe, backends.resolve)
 
 
 @functools.cache
@@ -636,12 +635,12 @@ class CallgrindBackend:
     name = NAME
     source = Source.SIMULATED
 
-    def __init__(self, sysfs: str | Path = "/sys") -> None:
-        self.sysfs = Path(sysfs)
+    def __init__(self, machine: Machine | None = None) -> None:
+        self.machine = machine  # None: counterd.machine.current() when asked
 
     def _last_level(self) -> int | None:
         try:
-            return CallgrindGeometry.from_sysfs(self.sysfs).last_level
+            return CallgrindGeometry.from_machine(self.machine).last_level
         except (BadInput, ValueError):
             return None
 
@@ -721,7 +720,7 @@ def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
     from counterd.records import SuperstepRecord
     from counterd.spool import files as spool_files
 
-    geo = geometry if geometry is not None else CallgrindGeometry.from_sysfs()
+    geo = geometry if geometry is not None else CallgrindGeometry.from_machine()
     support = counter_support(geo.last_level)
     unsupported = {k: v for k, v in support.items() if v is not None}
     with tempfile.TemporaryDirectory(prefix="counterd-cg-spool-") as spool_dir:

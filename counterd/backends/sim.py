@@ -15,7 +15,7 @@ from typing import Literal
 from counterd.backends.base import THIS_THREAD, Capability, CounterValue, Reading, Target
 from counterd.errors import BadInput
 from counterd.events import NAMES, Source, check_names
-from counterd.machine import HOST_BANKS, BankMap, Geometry
+from counterd.machine import BankMap, Geometry, current
 from counterd.sim import (
     BankCounts,
     CacheSim,
@@ -88,17 +88,26 @@ class SimGroup:
 class SimBackend:
     """Counter source that simulates declared address streams (DESIGN.md section 4, "sim").
 
-    ``geometry`` defaults to this host's (sysfs, with a documented fallback); ``bankmap`` to
-    the seed's 8 banks interleaved on 128 B, since a host's bank map is not discoverable.
+    ``geometry`` and ``bankmap`` default to this process's machine (:func:`counterd.machine.
+    current`: sysfs with a documented fallback, or a machine file), whose bank map is declared
+    (and marked assumed) unless a machine file gives it.
     """
 
     name = "sim"
     source = Source.SIMULATED
 
-    def __init__(self, geometry: Geometry | None = None, bankmap: BankMap = HOST_BANKS,
+    def __init__(self, geometry: Geometry | None = None, bankmap: BankMap | None = None,
                  engine: Literal["auto", "native", "python"] = "auto") -> None:
-        self.geometry = geometry if geometry is not None else Geometry.host()
-        self.bankmap = bankmap
+        self._bank_note = ""
+        if geometry is None or bankmap is None:
+            machine = current()
+            geometry = geometry if geometry is not None else machine.geometry
+            if bankmap is None:
+                bankmap = machine.bank_map
+                self._bank_note = (" (assumed: not discoverable)" if machine.bank_map_assumed
+                                   else f" ({machine.bank_provenance})")
+        self.geometry: Geometry = geometry
+        self.bankmap: BankMap = bankmap
         self.engine = engine
 
     def engine_name(self) -> EngineName:
@@ -111,8 +120,7 @@ class SimBackend:
         note = "" if engine == "native" else f" ({why})" if not ok else ""
         reason = (f"simulates {self.geometry.spec()} with the {engine} engine{note}; "
                   f"geometry from {self.geometry.source}; banks: {self.bankmap.banks} x "
-                  f"{self.bankmap.interleave_bytes} B"
-                  + (" (assumed: not discoverable)" if self.bankmap == HOST_BANKS else ""))
+                  f"{self.bankmap.interleave_bytes} B{self._bank_note}")
         depth = {lv.level for lv in self.geometry.levels}
         counters: dict[str, str | None] = {}
         for name in NAMES:

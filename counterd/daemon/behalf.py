@@ -30,17 +30,18 @@ log = logging.getLogger("counterd.daemon")
 
 def resolve_backend(name: str) -> tuple[Any, str, dict[str, str | None] | None]:
     """``sampling.backend`` -> (backend or None, why, counter -> None or why it is unavailable;
-    None for backend ``none``)."""
-    if name == "none":
-        return None, "sampling.backend = none", None
+    None for backend ``none``), as :func:`counterd.backends.resolve` decides for purpose
+    ``sampling``."""
     from counterd import backends
 
-    perf = backends.get("perf")
-    cap = perf.available()
-    if not cap.available:
-        log.warning("counters unavailable to the daemon: %s", cap.reason)
-        return None, cap.reason, dict(cap.counters)
-    return perf, cap.reason, dict(cap.counters)
+    res = backends.resolve(name, "sampling")
+    if name == "none":
+        return None, res.reason, None
+    cap = res.capabilities.get("perf") or backends.capability("perf")
+    if res.backend is None:
+        log.warning("counters unavailable to the daemon: %s", res.reason)
+        return None, res.reason, dict(cap.counters)
+    return res.get(), cap.reason, dict(cap.counters)
 
 
 @dataclass(frozen=True)

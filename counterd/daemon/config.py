@@ -56,6 +56,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from counterd.backends import POLICIES
 from counterd.errors import BadInput
 
 
@@ -129,8 +130,9 @@ class Config:
                self.store_synchronous, "full or normal")
         _check(self.sample_interval_s >= 0.05, "sampling.interval_s", self.sample_interval_s,
                "a number of seconds >= 0.05")
-        _check(self.sample_backend in ("auto", "perf", "none"), "sampling.backend",
-               self.sample_backend, "auto, perf or none")
+        choices = ("auto", *POLICIES["sampling"].names)  # counterd.backends.resolve
+        _check(self.sample_backend in choices, "sampling.backend",
+               self.sample_backend, ", ".join(choices[:-1]) + " or " + choices[-1])
         _check(1024 <= self.max_frame_bytes <= 64 * 1024 * 1024, "socket.max_frame_bytes",
                self.max_frame_bytes, "between 1024 and 67108864")
         _check(self.max_clients >= 1, "socket.max_clients", self.max_clients, ">= 1")

@@ -51,6 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from counterd.backends import POLICIES
 from counterd.backends.base import CounterGroup, CounterValue, Reading, Target
 from counterd.env import ENV_BACKEND, ENV_EVENTS, ENV_RUN_ID, ENV_SOCKET, ENV_SPOOL, MPI_RANK_VARS
 from counterd.errors import BadInput, CounterdError
@@ -59,7 +60,7 @@ from counterd.markers.client import SocketSink
 from counterd.markers.sinks import MemorySink, SpoolSink, _as_record
 from counterd.records import Param, SuperstepRecord
 
-MARKER_BACKENDS = ("perf", "papi", "sim", "callgrind", "daemon", "none")
+MARKER_BACKENDS = POLICIES["markers"].names  # what counterd.backends.resolve accepts
 
 log = logging.getLogger("counterd.markers")
 
@@ -173,6 +174,7 @@ class Recorder:
         env = os.environ
         self.run_id = run_id or env.get(ENV_RUN_ID) or _export_run_id()
         name = backend or env.get(ENV_BACKEND) or "default"
+        name = "default" if name == "auto" else name  # what backends.resolve calls auto
         if name not in MARKER_BACKENDS + ("default",):
             raise BadInput(f"unknown marker backend {name!r}",
                            "choose from " + ", ".join(MARKER_BACKENDS))
@@ -233,18 +235,13 @@ class Recorder:
         from counterd import backends
 
         name = self.backend_name
-        if name in ("none", "callgrind", "daemon"):  # these count from outside the process
-            self._backend_error = f"counters come from {name}" if name != "none" else "none"
-            return None
         try:
-            if name == "default":
-                candidate = backends.get("perf")
-                if not candidate.available().available:
-                    self._backend_error = "perf is not available; no counters"
-                    return None
-                self._backend = candidate
+            # callgrind, daemon and none count from outside the process: no backend here.
+            res = backends.resolve("auto" if name == "default" else name, "markers")
+            if res.backend is None:
+                self._backend_error = res.reason
             else:
-                self._backend = backends.select(name)
+                self._backend = res.get()
         except CounterdError as exc:
             self._backend_error = str(exc)
         return self._backend

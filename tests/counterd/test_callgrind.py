@@ -20,6 +20,7 @@ from counterd.backends import callgrind as cg
 from counterd.backends.callgrind import CacheSpec, CallgrindGeometry, Dump
 from counterd.errors import BackendUnavailable, BadInput
 from counterd.events import NAMES, Source
+from counterd.machine import read as read_machine
 
 # A dump as callgrind 3.19 writes it (--dump-line=no), cut down: header, two functions, a call
 # whose following line is the call's inclusive cost (not self cost), and the totals line.
@@ -142,7 +143,7 @@ def test_geometry_from_sysfs_fixture(tmp_path: Path) -> None:
     _fake_cache(tmp_path, 1, 1, "Instruction", "32K", 8)
     _fake_cache(tmp_path, 2, 2, "Unified", "2048K", 16)
     _fake_cache(tmp_path, 3, 3, "Unified", "307200K", 20)
-    g = CallgrindGeometry.from_sysfs(tmp_path)
+    g = CallgrindGeometry.from_machine(read_machine(tmp_path, tmp_path))
     assert g.last_level == 3 and g.d1 == CacheSpec(48 << 10, 12, 64)
     assert g.ll == CacheSpec(304 << 20, 19, 64)
     assert [a.level for a in g.adjustments] == ["LL"]
@@ -159,10 +160,11 @@ def test_geometry_from_sysfs_two_levels_and_missing(tmp_path: Path) -> None:
     _fake_cache(tmp_path, 0, 1, "Data", "32K", 8)
     _fake_cache(tmp_path, 1, 1, "Instruction", "32K", 8)
     _fake_cache(tmp_path, 2, 2, "Unified", "1024K", 16)
-    assert CallgrindGeometry.from_sysfs(tmp_path).last_level == 2
-    assert not cg.CallgrindBackend(tmp_path).available().counters["l2_misses"]
+    assert CallgrindGeometry.from_machine(read_machine(tmp_path, tmp_path)).last_level == 2
+    assert not cg.CallgrindBackend(read_machine(tmp_path, tmp_path)).available(
+        ).counters["l2_misses"]
     with pytest.raises(BadInput, match="pass the geometry"):
-        CallgrindGeometry.from_sysfs(tmp_path / "nothing")
+        CallgrindGeometry.from_machine(read_machine(tmp_path / "nothing", tmp_path))
 
 
 def _dump(part: int, ir: int, *, final: bool = False) -> Dump:

@@ -81,7 +81,8 @@ def test_probe_json_shape() -> None:
     proc = _cli("probe", "--json")
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)
-    assert set(d) == {"host", "backends", "counters"}
+    # issue 2's shape, plus the machine description and what auto picks per purpose
+    assert set(d) == {"host", "backends", "counters", "machine", "auto"}
     assert set(d["backends"]) == {"perf", "papi", "sim", "callgrind"}
     from counterd.events import NAMES
 

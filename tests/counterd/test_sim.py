@@ -18,8 +18,15 @@ from counterd.backends.base import Backend, CounterGroup, Reading
 from counterd.backends.sim import SimBackend
 from counterd.errors import BadInput, UnknownCounter
 from counterd.events import Source
-from counterd.host import parse_size
-from counterd.machine import SGI_BANKS, SGI_POWER_CHALLENGE, BankMap, Geometry
+from counterd.machine import (
+    SGI_BANKS,
+    SGI_POWER_CHALLENGE,
+    BankMap,
+    Geometry,
+    parse_size,
+    read,
+    read_levels,
+)
 from counterd.sim import (
     AddressStream,
     CacheSim,
@@ -99,7 +106,7 @@ def test_from_sysfs_reads_data_and_unified_levels(tmp_path: Path) -> None:
     for i, (level, kind, size, ways, line, shared) in enumerate(rows):
         _write_index(tmp_path, i, level=level, type=kind, size=size, ways_of_associativity=ways,
                      coherency_line_size=line, shared_cpu_list=shared)
-    g = Geometry.from_sysfs(tmp_path)
+    g = read(tmp_path, tmp_path).geometry
     assert [(lv.level, lv.size_bytes, lv.ways, lv.line_bytes, lv.sets, lv.shared_cpus)
             for lv in g.levels] == [(1, 48 * KiB, 12, 64, 64, (0,)),
                                     (2, 2 * MiB, 16, 64, 2048, (0,)),
@@ -112,11 +119,11 @@ def test_from_sysfs_reads_data_and_unified_levels(tmp_path: Path) -> None:
 
 def test_unreadable_sysfs_is_a_typed_error_with_a_fix(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match="Geometry.from_spec"):
-        Geometry.from_sysfs(tmp_path)
+        read_levels(tmp_path)
     _write_index(tmp_path, 0, level="1", type="Data", size="lots")
     with pytest.raises(BadInput, match="index0"):
-        Geometry.from_sysfs(tmp_path)
-    g = Geometry.host(tmp_path)  # the backend's documented fallback never raises
+        read_levels(tmp_path)
+    g = read(tmp_path, tmp_path).geometry  # the machine's documented fallback never raises
     assert g.source.startswith("fallback") and "sysfs failed" in g.source
     assert SimBackend(g).available().available
 

@@ -29,7 +29,10 @@ def test_calibrate_validate_forecast(results, tmp_path, capsys):
     cap = capsys.readouterr()
     table = {r["function"]: r for r in json.loads(cap.out)["rows"]}
     assert set(table) == {"QSM-MIN", "QSM-MAX", "EBSP-MIN", "EBSP-MAX", "DXBSP-MIN",
-                          "DXBSP-MAX", "F (paper)", "F (improved)"}
+                          "DXBSP-MAX", "F (paper)", "F (improved)",
+                          # the model variants by counter set (predictor/variants.py)
+                          *(f"F ({f}.{v})" for f in ("paper", "improved")
+                            for v in ("misses", "l1_llc"))}
     assert table["F (improved)"]["avg_error"] <= 1.10
     assert table["F (improved)"]["max_error"] <= 1.50
     assert table["F (improved)"]["max_error"] < table["QSM-MAX"]["max_error"]
