@@ -2,7 +2,7 @@
  *
  * The executable specification is the pure-Python engine in counterd/sim/engines.py
  * (class _PythonEngine); this file must count exactly what it counts, and
- * tests/counterd/test_sim.py checks that on random and strided streams. Read the Python engine
+ * tests/sim/test_sim.py checks that on random and strided streams. Read the Python engine
  * first: the rules are stated there once, and here only where C needs them spelled out.
  *
  * State lives in arrays owned by the caller (numpy), so caches stay warm across calls and
