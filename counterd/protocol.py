@@ -91,6 +91,7 @@ Version history:
 
 from __future__ import annotations
 
+import abc
 import enum
 import json
 import struct
@@ -260,14 +261,15 @@ def _reply_error(ftype: FrameType, exc: Exception) -> ProtocolError:
     return ProtocolError("bad_reply", f"malformed {ftype.name} ({exc})")
 
 
-class JsonFrame:
+class JsonFrame(abc.ABC):
     """A frame whose payload is a JSON object: ``payload()`` is that object."""
 
     __slots__ = ()
     TYPE: ClassVar[FrameType]
 
+    @abc.abstractmethod
     def payload(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The frame's JSON object."""
 
     def encode(self, version: int = PROTOCOL_VERSION) -> bytes:
         body = dumps_payload(self.payload()).encode()

@@ -43,6 +43,7 @@ from counterd.errors import (
     UnknownCounter,
 )
 from counterd.events import MISS_COUNTERS, NAMES, WRITEBACK_COUNTERS, Source
+from tests.counterd.workloads import spin, touch_fresh_pages
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="perf_event_open is Linux-only")
 
@@ -58,22 +59,6 @@ def backend() -> PerfBackend:
     if not cap.available:
         pytest.skip(f"perf backend unavailable here: {cap.reason}")
     return backend
-
-
-def touch_fresh_pages(n_pages: int) -> None:
-    """Write one byte into each of ``n_pages`` never-touched anonymous pages (one fault each)."""
-    area = mmap.mmap(-1, n_pages * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_NOHUGEPAGE"):  # a transparent huge page would fault once for 512
-        area.madvise(mmap.MADV_NOHUGEPAGE)
-    for offset in range(0, n_pages * PAGE, PAGE):
-        area[offset] = 1
-    area.close()
-
-
-def spin(seconds: float) -> None:
-    end = time.thread_time() + seconds
-    while time.thread_time() < end:
-        pass
 
 
 # ---------------------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ from counterd.backends.perf import (
 )
 from counterd.errors import CounterAccessDenied, EventNotSupported, NoSuchTarget
 from counterd.events import NAMES
+from tests.counterd.workloads import spin, touch_fresh_pages
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="perf_event_open is Linux-only")
 
@@ -200,21 +201,6 @@ def fake_backend(tmp_path: Path, cpu: str, kernel: FakeKernel | None = None,
     sysfs, procfs = make_host(tmp_path, cpu, **host)  # type: ignore[arg-type]
     kernel = kernel or FakeKernel(cpu)
     return PerfBackend(sysfs, procfs, syscall=kernel), kernel
-
-
-def touch_fresh_pages(n_pages: int) -> None:
-    area = mmap.mmap(-1, n_pages * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_NOHUGEPAGE"):
-        area.madvise(mmap.MADV_NOHUGEPAGE)
-    for offset in range(0, n_pages * PAGE, PAGE):
-        area[offset] = 1
-    area.close()
-
-
-def spin(seconds: float) -> None:
-    end = time.thread_time() + seconds
-    while time.thread_time() < end:
-        pass
 
 
 def show(title: str, groups: Sequence[Sequence[str]]) -> None:
