@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 from counterd.errors import CounterdError
+
+_T = TypeVar("_T")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,17 +53,42 @@ def _parser() -> argparse.ArgumentParser:
                      help="TOML config (default: built-in defaults + COUNTERD_* variables)")
     run.add_argument("--json", action="store_true", help="(accepted for symmetry; logs only)")
 
-    runs = sub.add_parser("runs", help="the runs in the daemon's store")
-    runs.add_argument("--store", type=Path, default=None, help="store path (default: config)")
-    runs.add_argument("--config", type=Path, default=None, help="TOML config (for store.path)")
+    runs = sub.add_parser("runs", help="your runs in the daemon's store (everyone's: root "
+                          "and socket.allowed_group)")
+    runs.add_argument("--store", type=Path, default=None,
+                      help="read this store file directly (who may read it: root, the "
+                      "daemon's user); default: ask the daemon")
+    runs.add_argument("--config", type=Path, default=None,
+                      help="TOML config (socket.path, store.path)")
+    runs.add_argument("--uid", type=int, default=None,
+                      help="only this user's runs (another's: root and socket.allowed_group)")
     runs.add_argument("--json", action="store_true", help="machine-readable output")
+
+    im = sub.add_parser("import", help="send records a program spilled (daemon down or slow) "
+                        "to the daemon, then remove the files")
+    im.add_argument("paths", nargs="*", type=Path, metavar="FILE|DIR",
+                    help="spill files or directories (default: $COUNTERD_SPILL, else the "
+                    "default spill directory)")
+    im.add_argument("--socket", type=Path, default=None,
+                    help="the daemon's socket (default: $COUNTERD_SOCKET, else the default "
+                    "socket)")
+    im.add_argument("--store", type=Path, default=None,
+                    help="write into this store instead of sending to the daemon")
+    im.add_argument("--timeout", type=float, default=30.0,
+                    help="seconds to wait for the daemon's acknowledgements (default: 30)")
+    im.add_argument("--json", action="store_true", help="machine-readable output")
 
     rp = sub.add_parser("report", help="per-superstep report of a run (store or records file)")
     rp.add_argument("run", nargs="?", default=None, help="run id (default: the latest run)")
     rp.add_argument("--records", type=Path, default=None,
                     help="a records JSONL file (counterd record --out) instead of the store")
-    rp.add_argument("--store", type=Path, default=None, help="store path (default: config)")
-    rp.add_argument("--config", type=Path, default=None, help="TOML config (store, profile)")
+    rp.add_argument("--store", type=Path, default=None,
+                    help="read this store file directly (who may read it: root, the daemon's "
+                    "user); default: ask the daemon, which gives you your own runs")
+    rp.add_argument("--uid", type=int, default=None,
+                    help="the run of this user (another's: root and socket.allowed_group)")
+    rp.add_argument("--config", type=Path, default=None,
+                    help="TOML config (socket, store, profile)")
     rp.add_argument("--profile", default=None,
                     help="machine profile for predictions (default: config predictor.profile)")
     rp.add_argument("--format", choices=("text", "json", "csv", "html"), default=None,
@@ -104,28 +132,56 @@ def _run(args: argparse.Namespace) -> int:
     return run(args.config)
 
 
-def _store_path(args: argparse.Namespace) -> Path:
+def _from_daemon_or_store(args: argparse.Namespace, from_daemon: Callable[[Path], _T],
+                          from_store: Callable[[Path], _T]) -> _T:
+    """``--store PATH``: read that file (who may: root, the daemon's user). Otherwise ask the
+    daemon, which shows users their own runs (the store file is private); with no daemon
+    running, read the configured store if this user can."""
     if args.store is not None:
-        return Path(args.store)
+        return from_store(Path(args.store))
     from counterd.daemon.config import load
+    from counterd.daemon.query import DaemonUnreachable
 
-    return load(args.config).store_path
+    cfg = load(args.config)
+    try:
+        return from_daemon(cfg.socket_path)
+    except DaemonUnreachable:
+        if os.access(cfg.store_path, os.R_OK):
+            return from_store(cfg.store_path)
+        raise
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from counterd.daemon.store import open_readonly
+    from counterd.daemon import query
     from counterd.report import render_runs
 
-    store = open_readonly(_store_path(args))
-    try:
-        rows = store.runs()
-    finally:
-        store.close()
+    rows = _from_daemon_or_store(args, lambda sock: query.runs_via_daemon(sock, args.uid),
+                                 lambda path: query.runs_from_store(path, args.uid))
     if args.json:
         print(json.dumps([r.__dict__ for r in rows], indent=2))
     else:
         print(render_runs(rows))
     return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    import os
+
+    from counterd.env import ENV_SOCKET
+    from counterd.markers.spill import import_files
+
+    sock = args.socket
+    if sock is None and args.store is None and os.environ.get(ENV_SOCKET) not in (None, "", "off"):
+        sock = Path(os.environ[ENV_SOCKET])
+    result = import_files(args.paths, socket=sock, store=args.store, timeout_s=args.timeout)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print(f"counterd import: {result.records} records imported, {len(result.removed)} "
+              f"files removed, {len(result.kept)} kept")
+        for path, why in result.kept.items():
+            print(f"  kept {path}: {why}")
+    return 1 if result.kept else 0
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -137,8 +193,8 @@ def _report(args: argparse.Namespace) -> int:
     if fmt is None:
         suffix = args.out.suffix.lstrip(".").lower() if args.out else ""
         fmt = {"htm": "html", "html": "html", "csv": "csv", "json": "json"}.get(suffix, "text")
-    if args.records is not None and (args.run or args.store):
-        raise BadInput("--records reads a file; a RUN or --store reads the store",
+    if args.records is not None and (args.run or args.store or args.uid is not None):
+        raise BadInput("--records reads a file; a RUN, --uid or --store reads the store",
                        "give one or the other")
     profile = args.profile
     if profile is None and (args.config is not None or args.records is None):
@@ -154,7 +210,11 @@ def _report(args: argparse.Namespace) -> int:
         records = list(read_jsonl(args.records))
         source = str(args.records)
     else:
-        records, source = report.records_from_store(_store_path(args), args.run)
+        from counterd.daemon import query
+
+        records, source = _from_daemon_or_store(
+            args, lambda sock: query.records_via_daemon(sock, args.run, args.uid),
+            lambda path: query.records_from_store(path, args.run, args.uid))
     rep = report.build(records, predict=predict, prediction_note=why, source=source)
     text = report.render(rep, fmt)
     if args.out is not None:
@@ -167,8 +227,8 @@ def _report(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        command = {"probe": _probe, "record": _record, "run": _run,
-                   "runs": _runs, "report": _report}[args.command]
+        command = {"probe": _probe, "record": _record, "run": _run, "runs": _runs,
+                   "report": _report, "import": _import}[args.command]
         if args.command not in ("probe", "record"):
             return command(args)
         from counterd.machine import using

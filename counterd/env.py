@@ -14,6 +14,7 @@ ENV_RANK = "COUNTERD_RANK"
 ENV_SOCKET = "COUNTERD_SOCKET"  # the daemon's socket; "off" disables the daemon
 ENV_JOB = "COUNTERD_JOB"
 ENV_FLUSH_TIMEOUT = "COUNTERD_FLUSH_TIMEOUT"  # seconds to wait for acks at exit (default 10)
+ENV_SPILL = "COUNTERD_SPILL"  # a directory for records the daemon did not take (0700)
 # COUNTERD_MACHINE (a machine file) is named in counterd.machine.ENV_MACHINE: the machine is a
 # data module the predictor loads, and this module is not one of those.
 

@@ -69,7 +69,11 @@ superstep, and the daemon adds the counts to the matching ``RECORD``.
 
 Authorisation (SO_PEERCRED): a client may only have counters read for processes it owns (all
 of the target's uids equal the client's uid); root, and members of the configured group, may
-read any. A record for a run first seen from another uid is refused the same way.
+read any. Run ids are namespaced by the client's uid: the same run id from two users is two
+runs, so no user can write into, or block, another's. Counting on a client's behalf is bound to
+the process that connected (:mod:`counterd.daemon.behalf`): one that exec'd, changed owner or
+whose pid was reused is not counted, and a record counted across such a change carries the
+flag ``target_changed`` instead of counts.
 
 Typed frames: every frame type has a frozen dataclass (:class:`Hello`, :class:`Welcome`,
 :class:`Context`, :class:`Begin`, :class:`Open`, :class:`Close`, :class:`Record`, :class:`Read`,
@@ -97,10 +101,18 @@ import json
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol, TypeGuard
 
+from counterd import strictjson
 from counterd.errors import BadInput, PicklableError
-from counterd.records import SuperstepRecord
+from counterd.records import (
+    INT32_MAX,
+    INT64_MAX,
+    MAX_ID_CHARS,
+    MAX_NAME_CHARS,
+    SuperstepRecord,
+    params,
+)
 
 PROTOCOL_VERSION = 2
 ACCEPTED_VERSIONS = frozenset({1, 2})
@@ -120,15 +132,18 @@ class FrameType(enum.IntEnum):
     CONTEXT = 7
     OPEN = 8
     CLOSE = 9
+    QUERY = 10
     ACK = 16
     STARTED = 17
     READING = 18
+    RESULT = 19
     ERROR = 31
 
 
 _KNOWN_TYPES = frozenset(int(t) for t in FrameType)
 CLIENT_TYPES = frozenset({FrameType.HELLO, FrameType.BEGIN, FrameType.RECORD, FrameType.READ,
-                          FrameType.SYNC, FrameType.CONTEXT, FrameType.OPEN, FrameType.CLOSE})
+                          FrameType.SYNC, FrameType.CONTEXT, FrameType.OPEN, FrameType.CLOSE,
+                          FrameType.QUERY})
 BINARY_TYPES = frozenset({int(FrameType.OPEN), int(FrameType.CLOSE)})  # payload is bytes
 _V1_TYPES = _KNOWN_TYPES - {int(FrameType.CONTEXT)} - BINARY_TYPES
 
@@ -141,7 +156,7 @@ _HEAD_PREFIX = struct.Struct("!QHQ")  # seq, ctx, index: how both OPEN_HEAD and 
 # Wire constants: appending is compatible, reordering is not.
 FLAG_BITS = ("incomplete", "unmatched_end", "nested", "exception", "multiplexed", "migrated",
              "unsupported_counters", "whole_command", "counters_from_separate_run",
-             "counters_missing")
+             "counters_missing", "target_changed")
 FLAG_BIT = {name: 1 << i for i, name in enumerate(FLAG_BITS)}
 SOURCES = ("measured", "simulated", "extrapolated", "assumed")  # counterd.events.Source values
 SOURCE_INDEX = {source: i for i, source in enumerate(SOURCES)}
@@ -250,11 +265,23 @@ def encode_close(s: int, c: int, index: int, begin_ns: int, end_ns: int, flags: 
 
 
 # -- typed frames -------------------------------------------------------------------------------
+MAX_COUNTERS = 64  # names in one CONTEXT (counterd.events knows fewer than 20)
+
+
 def _seq(p: Mapping[str, Any]) -> int:
     s = p.get("s")
-    if not isinstance(s, int) or isinstance(s, bool):
-        raise ProtocolError("bad_seq", f"sequence number {s!r} is not an integer")
-    return s
+    if _is_int(s, 1, UINT64_MAX):
+        return s
+    raise ProtocolError("bad_seq", f"sequence number {s!r:.40} is not an integer in [1, 2^64)")
+
+
+UINT64_MAX = (1 << 64) - 1
+
+
+def _is_int(v: Any, lo: int, hi: int) -> TypeGuard[int]:
+    """``v`` is an int (not a bool) in [lo, hi]: what a JSON field must be before it is used
+    as a pid, an index or a sequence number."""
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
 
 
 def _reply_error(ftype: FrameType, exc: Exception) -> ProtocolError:
@@ -347,11 +374,13 @@ class Context(JsonFrame):
         try:
             c, run_id, pid = p["c"], p["run_id"], p["pid"]
             host, backend, names = p["host"], p["backend"], p.get("counters", [])
-            if not (isinstance(c, int) and 0 < c <= 0xFFFF and isinstance(run_id, str)
-                    and run_id and isinstance(pid, int) and isinstance(host, str)
-                    and isinstance(backend, str) and isinstance(names, list)
-                    and all(isinstance(n, str) for n in names)):
-                raise TypeError("fields of the wrong type")
+            if not (_is_int(c, 1, 0xFFFF) and isinstance(run_id, str)
+                    and 0 < len(run_id) <= MAX_ID_CHARS and _is_int(pid, 0, INT32_MAX)
+                    and isinstance(host, str) and len(host) <= MAX_ID_CHARS
+                    and isinstance(backend, str) and len(backend) <= MAX_ID_CHARS
+                    and isinstance(names, list) and len(names) <= MAX_COUNTERS
+                    and all(isinstance(n, str) and len(n) <= MAX_ID_CHARS for n in names)):
+                raise TypeError("fields of the wrong type or beyond their limits")
         except (KeyError, TypeError) as exc:
             raise ProtocolError("bad_context", f"malformed CONTEXT ({exc})") from None
         return cls(s, c, run_id, pid, host, backend, tuple(names))
@@ -424,14 +453,14 @@ class Read(JsonFrame):
     @classmethod
     def decode(cls, p: Mapping[str, Any]) -> Read:
         s = _seq(p)
-        try:
-            pid = int(p["pid"])
-            sent = p.get("tid")
-            tid = int(sent) if sent else None  # 0 and null mean the main thread
-            count = tuple(str(e) for e in p.get("count", ()))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ProtocolError("bad_read", f"malformed READ ({exc})") from None
-        return cls(s, pid, tid, count)
+        pid, tid, count = p.get("pid"), p.get("tid") or None, p.get("count", [])
+        # tid 0 and null mean the main thread
+        if (_is_int(pid, 1, INT32_MAX) and (tid is None or _is_int(tid, 1, INT32_MAX))
+                and isinstance(count, list) and len(count) <= MAX_COUNTERS
+                and all(isinstance(e, str) and len(e) <= MAX_ID_CHARS for e in count)):
+            return cls(s, pid, tid, tuple(count))
+        raise ProtocolError("bad_read", "malformed READ (pid and tid must be integers in "
+                            f"[1, 2^31), count a list of at most {MAX_COUNTERS} names)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -593,14 +622,16 @@ class Open:
             _check_head(cls.TYPE, OPEN_HEAD, body)
         s, c, index, begin_ns, rank, cpu, name_bytes = _unpack_open(body)
         try:
-            name = body[start:start + name_bytes].decode()
+            if index > INT64_MAX or begin_ns > INT64_MAX:
+                raise ValueError("index or begin_ns beyond 2^63")
+            name = body[start:start + name_bytes].decode()  # strict: no surrogates
             tail = body[start + name_bytes:]
-            params = json.loads(tail) if tail else {}
-            if not isinstance(params, dict) or len(name.encode()) != name_bytes:
-                raise ValueError("params are not a JSON object, or the name is cut short")
-        except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError included
+            if len(name.encode()) != name_bytes or len(name) > MAX_NAME_CHARS:
+                raise ValueError(f"the name is cut short or longer than {MAX_NAME_CHARS}")
+            kept = params(strictjson.loads(tail)) if tail else {}
+        except (ValueError, TypeError) as exc:  # strictjson.Malformed and Unicode included
             raise ProtocolError("bad_begin", f"malformed OPEN ({exc})") from None
-        return cls(s, c, index, begin_ns, rank, cpu, name, params)
+        return cls(s, c, index, begin_ns, rank, cpu, name, kept)
 
 
 class WireCounter(NamedTuple):
@@ -656,17 +687,149 @@ class Close:
                                          None if raw == NO_RAW else raw))
                 for name, (src, value, ratio, raw) in zip(
                     names, _iter_counters(body[start:end]), strict=True)])
-            unsupported = json.loads(body[len(body) - tail_bytes:]) if tail_bytes else {}
-            if not isinstance(unsupported, dict):
-                raise ValueError("unsupported counters are not a JSON object")
+            unsupported = strictjson.loads(body[len(body) - tail_bytes:]) if tail_bytes \
+                else {}
+            if not isinstance(unsupported, dict) or not all(
+                    isinstance(v, str) for v in unsupported.values()):
+                raise ValueError("unsupported counters are not a JSON object of strings")
             flags = bit_flags(bits)
         except (ValueError, IndexError, ProtocolError) as exc:
             raise ProtocolError("bad_record", f"malformed CLOSE ({exc})") from None
         return cls(s, c, index, begin_ns, end_ns, flags, counters, unsupported)
 
 
-ClientFrame = Hello | Context | Begin | Open | Close | Record | Read | Sync
-DaemonFrame = Welcome | Ack | Started | Reading | Error
+# -- queries: users read their runs through the daemon ------------------------------------------
+# The store is private to the daemon's user (the Reliability issue: a world-readable store let
+# anyone read every run), so ``counterd runs`` and ``counterd report`` ask the daemon, which
+# answers from the asking uid's namespace (SO_PEERCRED) unless the client is privileged:
+#
+#     c: QUERY  {"s", "what": "runs"|"records", "run_id"?, "uid"?, "after"?}
+#     d: RESULT {"s", "items": [...], "after": cursor|null, "uid"?, "run_id"?}
+#
+# One RESULT per QUERY, at most a frame's worth of items; a client asks again with the
+# RESULT's ``after`` until it is null, so the daemon holds nothing between pages. A refused
+# QUERY is answered with an ERROR. Added in version 2 as new types (an older daemon answers
+# ``bad_type``).
+QUERY_WHATS = ("runs", "records")
+MAX_QUERY_ID_BYTES = 4096
+_UINT32 = 1 << 32
+_INT64 = 1 << 63
+
+
+def _cursor(value: Any, ftype: FrameType) -> tuple[str | int, ...] | None:
+    """A QUERY's or RESULT's ``after``: null, or a list of up to 4 strings and 64-bit ints."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) > 4 or not all(
+            (isinstance(v, str) and len(v) <= MAX_QUERY_ID_BYTES)
+            or (isinstance(v, int) and not isinstance(v, bool) and -_INT64 <= v < _INT64)
+            for v in value):
+        raise ProtocolError("bad_query" if ftype is FrameType.QUERY else "bad_reply",
+                            f"malformed {ftype.name} cursor {str(value)[:80]!r}")
+    return tuple(value)
+
+
+def _uid_field(value: Any) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < _UINT32:
+        raise ProtocolError("bad_query", f"uid {str(value)[:40]!r} is not a uid")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Query(JsonFrame):
+    """c: a page of runs (``what`` "runs") or of one run's records ("records"; ``run_id``
+    None: the latest run). ``uid``: whose namespace (None: the client's own, or every user's
+    runs for a privileged client); only privileged clients may name another. ``after``: the
+    previous RESULT's cursor."""
+
+    TYPE: ClassVar[FrameType] = FrameType.QUERY
+    s: int
+    what: str
+    run_id: str | None = None
+    uid: int | None = None
+    after: tuple[str | int, ...] | None = None
+
+    def payload(self) -> dict[str, Any]:
+        p: dict[str, Any] = {"s": self.s, "what": self.what}
+        if self.run_id is not None:
+            p["run_id"] = self.run_id
+        if self.uid is not None:
+            p["uid"] = self.uid
+        if self.after is not None:
+            p["after"] = list(self.after)
+        return p
+
+    @classmethod
+    def decode(cls, p: Mapping[str, Any]) -> Query:
+        s = _seq(p)
+        what, run_id = p.get("what"), p.get("run_id")
+        if what not in QUERY_WHATS:
+            raise ProtocolError("bad_query", f"QUERY of {str(what)[:40]!r}: not one of "
+                                + ", ".join(QUERY_WHATS))
+        if run_id is not None and not (isinstance(run_id, str) and run_id
+                                       and len(run_id) <= MAX_QUERY_ID_BYTES):
+            raise ProtocolError("bad_query", "QUERY run_id is not a non-empty string of at "
+                                f"most {MAX_QUERY_ID_BYTES} characters")
+        return cls(s, what, run_id, _uid_field(p.get("uid")),
+                   _cursor(p.get("after"), cls.TYPE))
+
+
+@dataclass(frozen=True, slots=True)
+class Result(JsonFrame):
+    """d: one page of a QUERY's answer: ``items`` (run rows as objects, or records' JSON),
+    ``uid`` and ``run_id`` of the run read (records), ``after`` the cursor to ask the next page
+    with (None: this was the last)."""
+
+    TYPE: ClassVar[FrameType] = FrameType.RESULT
+    s: int
+    items: tuple[Mapping[str, Any], ...] = ()
+    after: tuple[str | int, ...] | None = None
+    uid: int | None = None
+    run_id: str | None = None
+
+    def payload(self) -> dict[str, Any]:
+        p: dict[str, Any] = {"s": self.s, "items": list(self.items),
+                             "after": None if self.after is None else list(self.after)}
+        if self.uid is not None:
+            p["uid"] = self.uid
+        if self.run_id is not None:
+            p["run_id"] = self.run_id
+        return p
+
+    @classmethod
+    def decode(cls, p: Mapping[str, Any]) -> Result:
+        s = _seq(p)
+        items, uid, run_id = p.get("items"), p.get("uid"), p.get("run_id")
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            raise _reply_error(cls.TYPE, ValueError("items are not a list of objects"))
+        if run_id is not None and not isinstance(run_id, str):
+            raise _reply_error(cls.TYPE, ValueError("run_id is not a string"))
+        try:
+            uid = _uid_field(uid)
+        except ProtocolError as exc:
+            raise _reply_error(cls.TYPE, ValueError(exc.message)) from None
+        return cls(s, tuple(items), _cursor(p.get("after"), cls.TYPE), uid, run_id)
+
+
+def encode_result(s: int, item_texts: Sequence[str], after: Sequence[str | int] | None,
+                  uid: int | None = None, run_id: str | None = None,
+                  version: int = PROTOCOL_VERSION) -> bytes:
+    """A RESULT whose items are already JSON text (records as the store keeps them), spliced
+    in rather than parsed and encoded again; :meth:`Result.decode` reads it."""
+    tail: dict[str, Any] = {"after": None if after is None else list(after)}
+    if uid is not None:
+        tail["uid"] = uid
+    if run_id is not None:
+        tail["run_id"] = run_id
+    body = (f'{{"s":{int(s)},"items":[' + ",".join(item_texts) + "],"
+            + dumps_payload(tail)[1:]).encode()
+    return HEADER.pack(len(body) + 2, version, FrameType.RESULT) + body
+
+
+ClientFrame = Hello | Context | Begin | Open | Close | Record | Read | Sync | Query
+DaemonFrame = Welcome | Ack | Started | Reading | Error | Result
 Frame = ClientFrame | DaemonFrame
 
 _JSON_DECODERS: dict[FrameType, Callable[[Mapping[str, Any]], Frame]] = {
@@ -674,7 +837,8 @@ _JSON_DECODERS: dict[FrameType, Callable[[Mapping[str, Any]], Frame]] = {
     FrameType.CONTEXT: Context.decode, FrameType.BEGIN: Begin.decode,
     FrameType.RECORD: Record.decode, FrameType.READ: Read.decode, FrameType.SYNC: Sync.decode,
     FrameType.ACK: Ack.decode, FrameType.STARTED: Started.decode,
-    FrameType.READING: Reading.decode, FrameType.ERROR: Error.decode}
+    FrameType.READING: Reading.decode, FrameType.ERROR: Error.decode,
+    FrameType.QUERY: Query.decode, FrameType.RESULT: Result.decode}
 
 
 def decode(ftype: FrameType, payload: Any, names: Sequence[str] | None = None) -> Frame:
@@ -701,7 +865,8 @@ class Decoder:
     decoder usable.
     """
 
-    __slots__ = ("max_frame", "_buf", "broken", "versions", "version", "_counters")
+    __slots__ = ("max_frame", "_buf", "broken", "versions", "version", "_counters",
+                 "last_size")
 
     def __init__(self, max_frame: int = MAX_FRAME_BYTES,
                  versions: frozenset[int] = frozenset({PROTOCOL_VERSION})) -> None:
@@ -711,6 +876,7 @@ class Decoder:
         self.versions = versions
         self.version: int | None = None  # of the first frame; a stream keeps one version
         self._counters: dict[int, tuple[str, ...]] = {}  # typed_frames: CONTEXT c -> counters
+        self.last_size = 0  # bytes of the last frame yielded (what holding it costs)
 
     @property
     def pending(self) -> int:
@@ -734,6 +900,7 @@ class Decoder:
             version, ftype = buf[4], buf[5]
             body = bytes(buf[HEADER_BYTES:_LENGTH_PREFIX + length])
             del buf[:_LENGTH_PREFIX + length]
+            self.last_size = _LENGTH_PREFIX + length
             if version != self.version:
                 if self.version is not None or version not in self.versions:
                     self.broken = True
@@ -749,9 +916,9 @@ class Decoder:
                 yield FrameType(ftype), body
                 continue
             try:
-                payload = json.loads(body)
-            except (UnicodeDecodeError, ValueError) as exc:
-                raise ProtocolError("bad_json", f"payload is not JSON ({exc})") from None
+                payload = strictjson.loads(body)
+            except strictjson.Malformed as exc:
+                raise ProtocolError("bad_json", f"payload is not strict JSON ({exc})") from None
             if not isinstance(payload, dict):
                 raise ProtocolError("bad_json", "payload is not a JSON object")
             yield FrameType(ftype), payload

@@ -34,6 +34,8 @@ FLAGS = {
     "whole_command": "the command had no markers; it is recorded as one superstep",
     "counters_from_separate_run": "time from a timed run, counters from a separate counted run",
     "counters_missing": "the counted run produced no counters for this superstep",
+    "target_changed": "the process the daemon counted for the client exec'd, changed owner or "
+    "was replaced (reused pid): its counts were dropped (see unsupported)",
 }
 
 _KNOWN_FLAGS = frozenset(FLAGS)
@@ -42,6 +44,16 @@ _KNOWN_FLAGS = frozenset(FLAGS)
 INFO_FLAGS = frozenset({"unsupported_counters", "whole_command", "counters_from_separate_run"})
 
 Param = int | float | str | bool
+
+# Bounds of a record's fields: what SQLite and the wire's packed integers hold, and sizes no
+# honest program reaches (a name or param is a label, not a payload).
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+UINT64_MAX = (1 << 64) - 1
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+MAX_ID_CHARS = 256  # run_id, host, backend
+MAX_NAME_CHARS = 1024  # a superstep's name, a param's name
+MAX_VALUE_CHARS = 4096  # a string param, an unsupported counter's reason
+MAX_PARAMS = 256  # params (and unsupported counters) of one record
 
 
 @dataclass(frozen=True)
@@ -62,19 +74,32 @@ class SuperstepRecord:
     host: str = ""
 
     def __post_init__(self) -> None:
-        if not self.run_id:
-            raise ValueError("run_id is empty")
-        if self.index < 0:
-            raise ValueError(f"superstep index {self.index} < 0")
-        if self.end_ns is not None and self.end_ns < self.begin_ns:
-            raise ValueError(f"end_ns {self.end_ns} before begin_ns {self.begin_ns}")
+        # Ranges as the store and the wire hold them (SQLite and struct: 64-bit signed
+        # integers; rank and cpu 32-bit), so a record that exists can be stored and sent.
+        if not self.run_id or len(self.run_id) > MAX_ID_CHARS:
+            raise ValueError(f"run_id must have 1 to {MAX_ID_CHARS} characters")
+        if not 0 <= self.index <= INT64_MAX:
+            raise ValueError(f"superstep index {self.index} outside [0, 2^63)")
+        if not 0 <= self.begin_ns <= INT64_MAX:
+            raise ValueError(f"begin_ns {self.begin_ns} outside [0, 2^63)")
+        if self.end_ns is not None and not self.begin_ns <= self.end_ns <= INT64_MAX:
+            raise ValueError(f"end_ns {self.end_ns} before begin_ns {self.begin_ns} "
+                             "or beyond 2^63")
+        if not (INT32_MIN <= self.rank <= INT32_MAX and 0 <= self.pid <= INT32_MAX
+                and INT32_MIN <= self.cpu <= INT32_MAX):
+            raise ValueError(f"rank {self.rank}, pid {self.pid} or cpu {self.cpu} outside "
+                             "32 bits")
+        if len(self.name) > MAX_NAME_CHARS or len(self.host) > MAX_ID_CHARS \
+                or len(self.backend) > MAX_ID_CHARS:
+            raise ValueError(f"name, host or backend longer than {MAX_NAME_CHARS}, "
+                             f"{MAX_ID_CHARS}, {MAX_ID_CHARS} characters")
         if not self.flags <= _KNOWN_FLAGS:
             raise ValueError(f"unknown flags {sorted(set(self.flags) - _KNOWN_FLAGS)}")
         if self.end_ns is None and "incomplete" not in self.flags:
             raise ValueError("a record without end_ns must carry the flag 'incomplete'")
         for name, cv in self.counters.items():
-            if not math.isfinite(cv.value):
-                raise ValueError(f"counter {name} is not finite: {cv.value}")
+            if not 0.0 <= cv.value < math.inf:  # False for NaN too
+                raise ValueError(f"counter {name} is not a finite count >= 0: {cv.value}")
             if not 0.0 <= cv.ratio <= 1.0:
                 raise ValueError(f"counter {name}: multiplexing ratio {cv.ratio} outside [0, 1]")
 
@@ -113,29 +138,108 @@ class SuperstepRecord:
         }
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> SuperstepRecord:
+    def from_json(cls, d: Any) -> SuperstepRecord:
+        """The record of a JSON object as :meth:`to_json` writes it, every field checked for
+        its type and range (a boundary: files, RECORD frames, the store). BadInput says which
+        field is wrong."""
+        if not isinstance(d, Mapping):
+            raise BadInput(f"a superstep record is a JSON object, not {type(d).__name__}",
+                           _NOT_RECORDS)
         fmt = d.get("format")
         if fmt != RECORD_FORMAT:
             raise BadInput(f"record format {fmt!r} is not {RECORD_FORMAT}",
                            "re-record with this version of counterd")
         try:
-            counters = {
-                k: CounterValue(float(v["value"]), Source(v["source"]), float(v.get("ratio", 1.0)),
-                                v.get("raw"))
-                for k, v in d.get("counters", {}).items()
-            }
+            end = d.get("end_ns")
             return cls(
-                run_id=str(d["run_id"]), index=int(d["index"]), name=str(d["name"]),
-                rank=int(d["rank"]), pid=int(d["pid"]), cpu=int(d["cpu"]),
-                begin_ns=int(d["begin_ns"]),
-                end_ns=None if d.get("end_ns") is None else int(d["end_ns"]),
-                counters=counters, params=dict(d.get("params", {})),
-                flags=frozenset(d.get("flags", ())), unsupported=dict(d.get("unsupported", {})),
-                backend=str(d.get("backend", "none")), host=str(d.get("host", "")),
+                run_id=_str(d, "run_id"), index=_int(d, "index"), name=_str(d, "name"),
+                rank=_int(d, "rank"), pid=_int(d, "pid"), cpu=_int(d, "cpu"),
+                begin_ns=_int(d, "begin_ns"), end_ns=None if end is None else _int(d, "end_ns"),
+                counters=_counters(d.get("counters", {})), params=params(d.get("params", {})),
+                flags=frozenset(_strs(d.get("flags", []), "flags")),
+                unsupported=_str_map(d.get("unsupported", {}), "unsupported"),
+                backend=_str(d, "backend", "none"), host=_str(d, "host", ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise BadInput(f"malformed superstep record ({exc})",
-                           "the file is not counterd record output or is damaged") from exc
+            raise BadInput(f"malformed superstep record ({exc})", _NOT_RECORDS) from None
+
+
+_NOT_RECORDS = "the file is not counterd record output or is damaged"
+
+
+# -- field checks of from_json (and of the daemon's frames): types as to_json writes them -------
+def _int(d: Mapping[str, Any], key: str) -> int:
+    v = d[key]
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise TypeError(f"{key} is {type(v).__name__}, not an integer")
+    return v
+
+
+def _str(d: Mapping[str, Any], key: str, default: str | None = None) -> str:
+    v = d[key] if default is None else d.get(key, default)
+    if not isinstance(v, str):
+        raise TypeError(f"{key} is {type(v).__name__}, not a string")
+    return v
+
+
+def _strs(v: Any, what: str) -> list[str]:
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise TypeError(f"{what} is not a list of strings")
+    return v
+
+
+def _str_map(v: Any, what: str) -> dict[str, str]:
+    if not isinstance(v, Mapping) or len(v) > MAX_PARAMS \
+            or not all(isinstance(x, str) and len(x) <= MAX_VALUE_CHARS for x in v.values()):
+        raise TypeError(f"{what} is not an object of at most {MAX_PARAMS} strings of at most "
+                        f"{MAX_VALUE_CHARS} characters")
+    return dict(v)
+
+
+def _counters(v: Any) -> dict[str, CounterValue]:
+    if not isinstance(v, Mapping):
+        raise TypeError(f"counters is {type(v).__name__}, not an object")
+    out = {}
+    for name, c in v.items():
+        if not isinstance(c, Mapping):
+            raise TypeError(f"counter {name} is not an object")
+        value, ratio, raw = c["value"], c.get("ratio", 1.0), c.get("raw")
+        if not _is_number(value) or not _is_number(ratio):
+            raise TypeError(f"counter {name}: value and ratio must be numbers")
+        if raw is not None and (not isinstance(raw, int) or isinstance(raw, bool)
+                                or not 0 <= raw <= UINT64_MAX):
+            raise ValueError(f"counter {name}: raw count {raw!r} is not an integer in "
+                             "[0, 2^64)")
+        out[name] = CounterValue(float(value), Source(c["source"]), float(ratio), raw)
+    return out
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def params(v: Any) -> dict[str, Param]:
+    """``v`` as a superstep's params: an object of at most :data:`MAX_PARAMS` entries, each a
+    bool, an integer within 64 bits, a finite number or a string of at most
+    :data:`MAX_VALUE_CHARS` characters; ValueError or TypeError says what is not."""
+    if not isinstance(v, Mapping) or len(v) > MAX_PARAMS:
+        raise TypeError(f"params are not an object of at most {MAX_PARAMS} entries")
+    for k, x in v.items():
+        if not isinstance(k, str) or len(k) > MAX_NAME_CHARS:
+            raise TypeError(f"param name {k!r:.40} is not a string of at most "
+                            f"{MAX_NAME_CHARS} characters")
+        if isinstance(x, bool):
+            continue
+        if isinstance(x, int):
+            if not INT64_MIN <= x <= INT64_MAX:
+                raise ValueError(f"param {k}: {x} is beyond 64 bits")
+        elif isinstance(x, float):
+            if not math.isfinite(x):
+                raise ValueError(f"param {k}: {x} is not finite")
+        elif not isinstance(x, str) or len(x) > MAX_VALUE_CHARS:
+            raise TypeError(f"param {k} is not a bool, number or string of at most "
+                            f"{MAX_VALUE_CHARS} characters")
+    return dict(v)
 
 
 def span_ns(begin_ns: Any, end_ns: Any) -> Any:
@@ -215,11 +319,11 @@ def incomplete_record(begin: Mapping[str, Any]) -> SuperstepRecord:
     raises KeyError, TypeError or ValueError for a malformed line.
     """
     return SuperstepRecord(
-        run_id=str(begin["run_id"]), index=int(begin["index"]), name=str(begin["name"]),
-        rank=int(begin["rank"]), pid=int(begin["pid"]), cpu=int(begin["cpu"]),
-        begin_ns=int(begin["begin_ns"]), end_ns=None, params=dict(begin.get("params") or {}),
-        flags=frozenset({"incomplete"}), backend=str(begin.get("backend", "none")),
-        host=str(begin.get("host", "")))
+        run_id=_str(begin, "run_id"), index=_int(begin, "index"), name=_str(begin, "name"),
+        rank=_int(begin, "rank"), pid=_int(begin, "pid"), cpu=_int(begin, "cpu"),
+        begin_ns=_int(begin, "begin_ns"), end_ns=None, params=params(begin.get("params") or {}),
+        flags=frozenset({"incomplete"}), backend=_str(begin, "backend", "none"),
+        host=_str(begin, "host", ""))
 
 
 def write_jsonl(records: Iterable[SuperstepRecord], path: Path) -> int:
@@ -234,18 +338,32 @@ def write_jsonl(records: Iterable[SuperstepRecord], path: Path) -> int:
     return len(lines)
 
 
+MAX_LINE_BYTES = 1 << 24  # a record line; counterd writes a few hundred bytes per record
+
+
 def read_jsonl(path: Path) -> Iterator[SuperstepRecord]:
+    """The records of a JSON-lines file, one at a time (a file of any size is read in bounded
+    memory). BadInput, naming the line, for a line that is not a strict JSON record
+    (:mod:`counterd.strictjson`, :meth:`SuperstepRecord.from_json`)."""
+    from counterd.strictjson import Malformed, loads
+
     try:
-        fh = path.open(encoding="utf-8")
+        fh = Path(path).open("rb")
     except OSError as exc:
         raise BadInput(f"cannot read {path}: {exc.strerror}", "check the path") from exc
     with fh:
-        for lineno, line in enumerate(fh, 1):
+        lineno = 0
+        while line := fh.readline(MAX_LINE_BYTES + 1):
+            lineno += 1
+            if len(line) > MAX_LINE_BYTES:
+                raise BadInput(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES} bytes",
+                               "pass a file written by counterd record")
             if not line.strip():
                 continue
             try:
-                d = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BadInput(f"{path}:{lineno}: not JSON ({exc.msg})",
-                               "pass a file written by counterd record") from exc
-            yield SuperstepRecord.from_json(d)
+                yield SuperstepRecord.from_json(loads(line))
+            except Malformed as exc:
+                raise BadInput(f"{path}:{lineno}: not a JSON record ({exc})",
+                               "pass a file written by counterd record") from None
+            except BadInput as exc:
+                raise BadInput(f"{path}:{lineno}: {exc.what}", exc.fix) from None

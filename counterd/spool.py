@@ -44,7 +44,7 @@ def read_lines(path: Path) -> Iterator[dict[str, Any]]:
         for line in fh:
             try:
                 d = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # damaged, or nested beyond depth
                 continue
             if isinstance(d, dict):
                 yield d

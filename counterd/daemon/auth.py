@@ -3,9 +3,13 @@
 A client is who SO_PEERCRED says it was when it connected (:func:`peer_credentials`), never
 what it says of itself. It may only have counters read for processes it owns (all of the
 target's uids equal its uid); root, and members of the configured group
-(``socket.allowed_group``), are *privileged* and may read any. A run belongs to the uid it was
-first seen from (the store keeps the owners across restarts): a CONTEXT, BEGIN or RECORD for a
-run of another uid is refused unless the client is privileged.
+(``socket.allowed_group``), are *privileged* and may read any, and may list and report
+every user's runs (:mod:`counterd.daemon.query`); others see their own.
+
+Runs need no owner check: every client writes into its own uid's namespace (the store keys runs
+on uid and run id), so the same run id from two users is two runs and no one can squat another's
+(the Reliability issue). The run-id -> owner table this replaced grew with every CONTEXT of a
+new run id and was never shrunk.
 """
 
 from __future__ import annotations
@@ -47,13 +51,10 @@ def groups(pid: int) -> set[int]:
 
 
 class Authority:
-    """The daemon's authorisation decisions. ``owners`` (run id -> uid) comes from the store
-    and grows as runs are first seen; ``allowed_gid`` is ``socket.allowed_group``'s gid (None:
-    only root is privileged). Used by the loop's thread only."""
+    """The daemon's authorisation decisions. ``allowed_gid`` is ``socket.allowed_group``'s gid
+    (None: only root is privileged). Used by the loop's thread only."""
 
-    def __init__(self, owners: dict[str, int] | None = None,
-                 allowed_gid: int | None = None) -> None:
-        self.owners: dict[str, int] = {} if owners is None else owners
+    def __init__(self, allowed_gid: int | None = None) -> None:
         self.allowed_gid = allowed_gid
 
     def privileged(self, peer: Peer) -> bool:
@@ -62,14 +63,6 @@ class Authority:
             return True
         gid = self.allowed_gid
         return gid is not None and (peer.gid == gid or gid in groups(peer.pid))
-
-    def owns_run(self, peer: Peer, run_id: str) -> bool:
-        """May ``peer`` add to run ``run_id``? A run not seen before becomes the peer's."""
-        owner = self.owners.get(run_id)
-        if owner is None:
-            self.owners[run_id] = peer.uid
-            return True
-        return owner == peer.uid or self.privileged(peer)
 
     def may_read(self, peer: Peer, uids: Sequence[int]) -> bool:
         """May ``peer`` read the counters of a process whose uids are ``uids``?"""

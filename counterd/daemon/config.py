@@ -15,8 +15,19 @@ default (``counterd run`` with no file is a working, loopback-only daemon)::
     path = "<runtime dir>/counterd/counterd.sock"   # COUNTERD_SOCKET (clients read it too)
     mode = "0666"                 # COUNTERD_SOCKET_MODE; peers are checked with SO_PEERCRED
     max_frame_bytes = 262144      # COUNTERD_MAX_FRAME_BYTES
-    max_clients = 1024            # COUNTERD_MAX_CLIENTS
+    max_clients = 4096            # COUNTERD_MAX_CLIENTS: connections in all (the daemon raises
+                                  # its open-file limit to fit, or lowers this with a warning)
     allowed_group = ""            # COUNTERD_ALLOWED_GROUP: members may read any process
+    # Limits that keep one local user from starving the others (root is exempt from the
+    # per-uid ones); a client beyond one gets an ERROR naming the key:
+    max_clients_per_uid = 256     # COUNTERD_MAX_CLIENTS_PER_UID: connections of one uid
+    idle_timeout_s = 600          # COUNTERD_IDLE_TIMEOUT: a connection with no superstep open
+                                  # that sends nothing this long is closed (clients reconnect)
+    max_bytes_per_client = 8388608  # COUNTERD_MAX_BYTES_PER_CLIENT: begun supersteps and
+                                  # contexts one connection may have the daemon hold (wire bytes)
+    max_bytes_per_uid = 67108864  # COUNTERD_MAX_BYTES_PER_UID: the same over a uid's connections
+    max_contexts_per_client = 256 # COUNTERD_MAX_CONTEXTS: CONTEXTs declared on one connection
+    max_open_per_client = 65536   # COUNTERD_MAX_OPEN: supersteps begun, not ended, per connection
 
     [store]
     path = "<state dir>/counterd/counterd.db"       # COUNTERD_STORE
@@ -103,6 +114,21 @@ class WatchRule:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """What the marker socket allows each client and each user (the ``[socket]`` keys of the
+    same names; see the module's docstring)."""
+
+    max_clients: int = 4096
+    max_clients_per_uid: int = 256
+    max_frame_bytes: int = 256 * 1024
+    idle_timeout_s: float = 600.0
+    max_bytes_per_client: int = 8 * 1024 * 1024
+    max_bytes_per_uid: int = 64 * 1024 * 1024
+    max_contexts_per_client: int = 256
+    max_open_per_client: int = 65536
+
+
+@dataclass(frozen=True)
 class Config:
     metrics_listen: str = "127.0.0.1:9464"
     export_pids: bool = False
@@ -112,8 +138,14 @@ class Config:
     socket_path: Path = field(default_factory=default_socket_path)
     socket_mode: int = 0o666
     max_frame_bytes: int = 256 * 1024
-    max_clients: int = 1024
+    max_clients: int = 4096
     allowed_group: str = ""
+    max_clients_per_uid: int = 256
+    idle_timeout_s: float = 600.0
+    max_bytes_per_client: int = 8 * 1024 * 1024
+    max_bytes_per_uid: int = 64 * 1024 * 1024
+    max_contexts_per_client: int = 256
+    max_open_per_client: int = 65536
     store_path: Path = field(default_factory=default_store_path)
     store_synchronous: str = "full"
     retention_days: float = 30.0
@@ -136,6 +168,14 @@ class Config:
         _check(1024 <= self.max_frame_bytes <= 64 * 1024 * 1024, "socket.max_frame_bytes",
                self.max_frame_bytes, "between 1024 and 67108864")
         _check(self.max_clients >= 1, "socket.max_clients", self.max_clients, ">= 1")
+        for key in ("max_clients_per_uid", "max_contexts_per_client", "max_open_per_client"):
+            _check(getattr(self, key) >= 1, f"socket.{key}", getattr(self, key), ">= 1")
+        _check(self.idle_timeout_s >= 1, "socket.idle_timeout_s", self.idle_timeout_s,
+               "seconds >= 1")
+        _check(self.max_bytes_per_client >= self.max_frame_bytes, "socket.max_bytes_per_client",
+               self.max_bytes_per_client, "at least socket.max_frame_bytes")
+        _check(self.max_bytes_per_uid >= self.max_bytes_per_client, "socket.max_bytes_per_uid",
+               self.max_bytes_per_uid, "at least socket.max_bytes_per_client")
         _check(self.max_jobs >= 1 and self.max_superstep_names >= 1, "metrics.max_jobs",
                self.max_jobs, ">= 1")
         _check(0.05 <= self.metrics_refresh_s <= 3600, "metrics.refresh_s",
@@ -147,6 +187,12 @@ class Config:
             metrics_address(self.metrics_listen)
         if self.allowed_group:
             allowed_gid(self.allowed_group)
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(self.max_clients, self.max_clients_per_uid, self.max_frame_bytes,
+                      self.idle_timeout_s, self.max_bytes_per_client, self.max_bytes_per_uid,
+                      self.max_contexts_per_client, self.max_open_per_client)
 
     @property
     def retention_ns(self) -> int | None:
@@ -218,6 +264,15 @@ _KEYS: dict[tuple[str, str], tuple[str, str, Any]] = {
     ("socket", "max_frame_bytes"): ("max_frame_bytes", "COUNTERD_MAX_FRAME_BYTES", int),
     ("socket", "max_clients"): ("max_clients", "COUNTERD_MAX_CLIENTS", int),
     ("socket", "allowed_group"): ("allowed_group", "COUNTERD_ALLOWED_GROUP", str),
+    ("socket", "max_clients_per_uid"): ("max_clients_per_uid", "COUNTERD_MAX_CLIENTS_PER_UID",
+                                        int),
+    ("socket", "idle_timeout_s"): ("idle_timeout_s", "COUNTERD_IDLE_TIMEOUT", float),
+    ("socket", "max_bytes_per_client"): ("max_bytes_per_client",
+                                         "COUNTERD_MAX_BYTES_PER_CLIENT", int),
+    ("socket", "max_bytes_per_uid"): ("max_bytes_per_uid", "COUNTERD_MAX_BYTES_PER_UID", int),
+    ("socket", "max_contexts_per_client"): ("max_contexts_per_client", "COUNTERD_MAX_CONTEXTS",
+                                            int),
+    ("socket", "max_open_per_client"): ("max_open_per_client", "COUNTERD_MAX_OPEN", int),
     ("store", "path"): ("store_path", "COUNTERD_STORE", Path),
     ("store", "synchronous"): ("store_synchronous", "COUNTERD_STORE_SYNCHRONOUS", str),
     ("store", "retention_days"): ("retention_days", "COUNTERD_RETENTION_DAYS", float),
@@ -265,6 +320,9 @@ def load(path: Path | None = None, env: Mapping[str, str] | None = None) -> Conf
         except OSError as exc:
             raise BadInput(f"cannot read config {path}: {exc.strerror}", "check the path"
                            ) from None
+        except UnicodeDecodeError as exc:
+            raise BadInput(f"config {path} is not UTF-8 text (byte {exc.start})",
+                           "pass the TOML config file") from None
         except tomllib.TOMLDecodeError as exc:
             raise BadInput(f"config {path} is not valid TOML ({exc})", "fix the syntax") from None
     values: dict[tuple[str, str], Any] = {}

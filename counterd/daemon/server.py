@@ -1,7 +1,13 @@
-"""The marker socket (DESIGN.md section 6): listening, accepting clients (SO_PEERCRED,
-``socket.max_clients``), reading their frames into each connection's
-:class:`~counterd.daemon.session.Session` and writing its replies, all without blocking, on one
-selector in the loop's thread.
+"""The marker socket (DESIGN.md section 6): listening, accepting clients (SO_PEERCRED), reading
+their frames into each connection's :class:`~counterd.daemon.session.Session` and writing its
+replies, all without blocking, on one selector in the loop's thread.
+
+The limits (:class:`~counterd.daemon.config.Limits`, in ``shared.limits``) keep one user from
+starving the others: connections in all and per uid (root exempt), an idle timeout for
+connections with nothing open, and (in the sessions) bytes held per connection and per uid.
+When ``accept`` fails for want of file descriptors (EMFILE, ENFILE), the listener is taken out
+of the selector for :data:`ACCEPT_BACKOFF_S` (doubling to :data:`ACCEPT_BACKOFF_MAX_S`) and the
+failure is logged once per pause, instead of a busy loop on a socket that stays readable.
 
 Acknowledgements come from the writer's thread once records are committed: the writer wakes
 the loop (:meth:`Server.wake`, a socket pair in the selector, also used by signals) and the
@@ -12,6 +18,7 @@ within :data:`HELLO_TIMEOUT_S` and finish a frame within :data:`PARTIAL_FRAME_TI
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import selectors
@@ -30,7 +37,10 @@ log = logging.getLogger("counterd.daemon")
 
 HELLO_TIMEOUT_S = 10.0  # a connection must say HELLO within this
 PARTIAL_FRAME_TIMEOUT_S = 30.0  # a frame begun must be complete within this
+ACCEPT_BACKOFF_S = 0.1  # first pause of accepting after EMFILE
+ACCEPT_BACKOFF_MAX_S = 5.0
 _RECV_BYTES = 262144
+_NO_FDS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 def bind(path: Path, mode: int) -> socket.socket:
@@ -70,15 +80,17 @@ def bind(path: Path, mode: int) -> socket.socket:
 
 class Server:
     """The sessions of one daemon. ``listen()`` binds, ``poll()`` serves once, ``drain()``,
-    ``close_sessions()`` and ``close()`` shut down; ``max_clients`` and ``max_frame`` follow
-    the config."""
+    ``close_sessions()`` and ``close()`` shut down; the limits are ``shared.limits`` (a reload
+    replaces them; a session keeps the frame limit it was accepted with)."""
 
-    def __init__(self, shared: Shared, *, max_clients: int, max_frame: int) -> None:
+    def __init__(self, shared: Shared) -> None:
         self.shared = shared
-        self.max_clients = max_clients
-        self.max_frame = max_frame
         self._sel = selectors.DefaultSelector()
         self._sessions: dict[int, Session] = {}
+        self._per_uid: dict[int, int] = {}  # uid -> connections
+        self._accept_paused_until: float | None = None
+        self._accept_backoff = ACCEPT_BACKOFF_S
+        self._accept_failures = 0
         self._next_cid = 1
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -102,7 +114,9 @@ class Server:
         """Accept no more clients; remove the socket file."""
         if self._listener is not None:
             assert self._path is not None
-            self._sel.unregister(self._listener)
+            if self._accept_paused_until is None:
+                self._sel.unregister(self._listener)
+            self._accept_paused_until = None
             self._listener.close()
             with contextlib.suppress(OSError):
                 os.unlink(self._path)
@@ -146,7 +160,9 @@ class Server:
                     self._flush(session)
 
     def housekeeping(self, now: float) -> None:
-        """Drop clients that do not say HELLO in time or leave a frame half-sent."""
+        """Drop clients that do not say HELLO in time, leave a frame half-sent, or stay idle
+        with nothing open; resume accepting after an EMFILE pause."""
+        idle_s = self.shared.limits.idle_timeout_s
         for session in list(self._sessions.values()):
             if not session.hello and now - session.opened > HELLO_TIMEOUT_S:
                 session.violation("no_hello", f"no HELLO within {HELLO_TIMEOUT_S:.0f} s")
@@ -156,44 +172,89 @@ class Server:
                 session.violation("stalled", "a frame stayed incomplete for "
                                   f"{PARTIAL_FRAME_TIMEOUT_S:.0f} s")
                 session.close(incomplete=True)
+            elif not session.begins and now - session.last_frame > idle_s \
+                    and session.ack_sent >= session.ack_wanted and not session.outbuf:
+                session.violation("idle", f"nothing sent for {idle_s:g} s with no superstep "
+                                  "open (socket.idle_timeout_s); reconnect when needed")
+                session.close(incomplete=False)
+        if self._accept_paused_until is not None and now >= self._accept_paused_until:
+            self._resume_accepting()
 
     def _accept(self) -> None:
         assert self._listener is not None
         state = self.shared.state
+        limits = self.shared.limits
         for _ in range(64):
             try:
                 sock, _ = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:  # EMFILE and friends: keep serving the others
-                log.error("accept failed: %s", exc)
+            except OSError as exc:
+                if exc.errno in _NO_FDS:
+                    self._pause_accepting(exc)
+                else:  # ECONNABORTED and the like: that client's problem, not ours
+                    log.info("accept failed: %s", exc)
                 return
-            if len(self._sessions) >= self.max_clients:
-                log.warning("refusing a client: %d connections (socket.max_clients)",
-                            len(self._sessions))
-                state.count("protocol_errors", "too_many_clients")
-                sock.close()
-                continue
+            self._accept_backoff = ACCEPT_BACKOFF_S
             try:
                 peer = peer_credentials(sock)
             except OSError as exc:
                 log.warning("SO_PEERCRED failed, dropping the client: %s", exc)
                 sock.close()
                 continue
+            refusal = None
+            if len(self._sessions) >= limits.max_clients:
+                refusal = f"{len(self._sessions)} connections (socket.max_clients)"
+            elif peer.uid != 0 and self._per_uid.get(peer.uid, 0) >= \
+                    limits.max_clients_per_uid:
+                refusal = (f"uid {peer.uid} has {self._per_uid[peer.uid]} connections "
+                           "(socket.max_clients_per_uid)")
+            if refusal is not None:
+                self.shared.log.warning("refusing %s: %s", peer.describe(), refusal)
+                state.count("protocol_errors", "too_many_clients")
+                with contextlib.suppress(OSError):  # tell it why, if it listens
+                    sock.setblocking(False)
+                    sock.send(protocol.Error("too_many_clients", refusal).encode())
+                sock.close()
+                continue
             sock.setblocking(False)
             session = Session(self._next_cid, sock, peer,
-                              Decoder(self.max_frame, protocol.ACCEPTED_VERSIONS),
+                              Decoder(limits.max_frame_bytes, protocol.ACCEPTED_VERSIONS),
                               time.monotonic(), self.shared, self._forget)
             self._next_cid += 1
             self._sessions[session.cid] = session
+            self._per_uid[peer.uid] = self._per_uid.get(peer.uid, 0) + 1
             self._sel.register(sock, selectors.EVENT_READ, session)
             state.set_clients(len(self._sessions))
+
+    def _pause_accepting(self, exc: OSError) -> None:
+        """Out of file descriptors: stop watching the listener for a while (it stays readable,
+        so watching it would spin); the kernel keeps the waiting clients in its backlog."""
+        assert self._listener is not None
+        self._accept_failures += 1
+        log.error("accept failed: %s; pausing new connections for %.1f s (%d connections "
+                  "open; raise LimitNOFILE or lower socket.max_clients)", exc.strerror,
+                  self._accept_backoff, len(self._sessions))
+        self.shared.state.count("protocol_errors", "no_file_descriptors")
+        self._sel.unregister(self._listener)
+        self._accept_paused_until = time.monotonic() + self._accept_backoff
+        self._accept_backoff = min(self._accept_backoff * 2, ACCEPT_BACKOFF_MAX_S)
+
+    def _resume_accepting(self) -> None:
+        self._accept_paused_until = None
+        if self._listener is not None:
+            self._sel.register(self._listener, selectors.EVENT_READ, "listen")
 
     def _forget(self, session: Session) -> None:
         """A session closes: out of the selector, the table and the sampled clients."""
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(session.sock)
-        self._sessions.pop(session.cid, None)
+        if self._sessions.pop(session.cid, None) is not None:
+            left = self._per_uid.get(session.uid, 1) - 1
+            if left:
+                self._per_uid[session.uid] = left
+            else:
+                self._per_uid.pop(session.uid, None)
         if not any(s.pid == session.pid for s in self._sessions.values()):
             self.shared.clients.discard(session.pid)
         self.shared.state.set_clients(len(self._sessions))
@@ -226,6 +287,12 @@ class Server:
                 if decoder.broken or not session.hello:
                     session.close(incomplete=True)
                     return
+            except Exception:  # a bug the frame reached: this client goes, the daemon stays
+                log.exception("%s: internal error handling a frame", session.describe())
+                session.violation("internal", "the daemon could not handle a frame; "
+                                  "reconnect")
+                session.close(incomplete=True)
+                return
             session.partial_since = (session.partial_since or time.monotonic()) \
                 if decoder.pending else None
             if len(data) < _RECV_BYTES:
@@ -255,6 +322,11 @@ class Server:
         with contextlib.suppress(OSError):
             while self._wake_r.recv(4096):
                 pass
+        for cid, refused in self.shared.writer.take_refusals().items():
+            session = self._sessions.get(cid)
+            if session is not None and not session.closed:
+                for seq, reason in refused:  # before the ACK that covers them
+                    session.violation("refused", reason, seq)
         for cid, seq in self.shared.writer.take_acks().items():
             session = self._sessions.get(cid)
             if session is not None and not session.closed and seq > session.ack_wanted:

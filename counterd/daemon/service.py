@@ -27,9 +27,11 @@ systemd).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
+import resource
 import signal
 import socket
 import threading
@@ -42,8 +44,9 @@ from counterd import prediction
 from counterd.daemon import config as config_mod
 from counterd.daemon.auth import Authority, peer_credentials
 from counterd.daemon.behalf import Counting, resolve_backend
-from counterd.daemon.config import Config
+from counterd.daemon.config import Config, Limits
 from counterd.daemon.exporter import MetricsState, registry
+from counterd.daemon.query import Queries
 from counterd.daemon.sampling import sample_forever
 from counterd.daemon.server import Server
 from counterd.daemon.session import Clients, Shared
@@ -68,6 +71,28 @@ def sd_notify(message: str) -> None:
         log.debug("sd_notify failed: %s", exc)
 
 
+RESERVED_FDS = 128  # the store, the listener, /metrics, counting on behalf, the log
+
+
+def fit_open_files(limits: Limits) -> Limits:
+    """``limits`` with ``max_clients`` fitting the open-file limit: the soft limit is raised
+    towards the hard one (systemd's default hard limit is 524288) to hold every client plus
+    :data:`RESERVED_FDS`; if it cannot be, ``max_clients`` is lowered, with a warning."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = limits.max_clients + RESERVED_FDS
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+            soft = new
+    if soft != resource.RLIM_INFINITY and soft < want:
+        fit = max(1, soft - RESERVED_FDS)
+        log.warning("open-file limit %d fits %d clients, not socket.max_clients = %d: "
+                    "serving %d (raise LimitNOFILE)", soft, fit, limits.max_clients, fit)
+        return dataclasses.replace(limits, max_clients=fit)
+    return limits
+
+
 class Daemon:
     """One counterd instance. ``start()`` binds and starts the threads, ``serve()`` runs the
     loop until ``request_stop()``; tests drive it in a thread, ``run()`` in the foreground."""
@@ -87,8 +112,7 @@ class Daemon:
         self._clients = Clients()
         self._writer = Writer(self.state, wake=self._wake, stopping=self._stop)
         self._shared = Shared(self.state, self._auth, self._writer, self._clients)
-        self._server = Server(self._shared, max_clients=config.max_clients,
-                              max_frame=config.max_frame_bytes)
+        self._server = Server(self._shared)
         self._threads: list[threading.Thread] = []
         self._http: Any = None
         self._exposition: Any = None
@@ -99,7 +123,7 @@ class Daemon:
     def start(self) -> None:
         cfg = self.config
         self._store = Store(cfg.store_path, synchronous=cfg.store_synchronous)
-        self._auth.owners = self._store.run_owners()
+        self._shared.queries = Queries(cfg.store_path)
         self._apply(cfg)
         self._server.listen(cfg.socket_path, cfg.socket_mode)
         self._threads.append(self._writer.start(self._store))
@@ -178,6 +202,7 @@ class Daemon:
             self._http.server_close()
             self._exposition.close()
         self._server.close()
+        self._shared.queries.close()
         log.info("stopped; %d records stored in this run", self.state.records_stored)
 
     # -- configuration -------------------------------------------------------------------------
@@ -203,8 +228,7 @@ class Daemon:
         if cap is not None:
             st.set_available("sampled", {e: cap.get(e, "not known to perf")
                                          for e in (cfg.sample_events or cap)})
-        self._server.max_clients = cfg.max_clients
-        self._server.max_frame = cfg.max_frame_bytes
+        self._shared.limits = fit_open_files(cfg.limits)
         self._writer.set_retention(cfg.retention_ns, cfg.retention_days)
         self.config = cfg
 

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from counterd import protocol
 from counterd.daemon.auth import Authority, Peer
 from counterd.daemon.behalf import ClientCounters, Counting
+from counterd.daemon.config import Limits
+from counterd.daemon.query import Queries
 from counterd.daemon.sampling import owner_uids
 from counterd.daemon.store import RunInfo
 from counterd.daemon.writer import Item, Writer
@@ -39,10 +42,35 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("counterd.daemon")
 
-MAX_OPEN_BEGINS = 65536  # per connection
 MAX_OUTBUF = 1 << 20  # replies a client does not read; beyond, the client is dropped
 
 _SOURCE = {s: Source(s) for s in protocol.SOURCES}
+
+
+class ThrottledLog:
+    """The daemon's log for what clients cause: at most ``burst`` messages per ``interval_s``,
+    then one line saying how many were not logged, so no client can flood the log (or the
+    disk under it). Used by the loop's thread only."""
+
+    def __init__(self, burst: int = 100, interval_s: float = 10.0) -> None:
+        self.burst = burst
+        self.interval_s = interval_s
+        self._window_end = 0.0
+        self._logged = 0
+        self._skipped = 0
+
+    def warning(self, msg: str, *args: object) -> None:
+        now = time.monotonic()
+        if now >= self._window_end:
+            if self._skipped:
+                log.warning("%d more messages about clients in the last %g s not logged",
+                            self._skipped, self.interval_s)
+            self._window_end, self._logged, self._skipped = now + self.interval_s, 0, 0
+        if self._logged < self.burst:
+            self._logged += 1
+            log.warning(msg, *args)
+        else:
+            self._skipped += 1
 
 
 class Clients:
@@ -75,6 +103,10 @@ class Shared:
     writer: Writer
     clients: Clients
     counting: Counting = field(default_factory=Counting)
+    limits: Limits = field(default_factory=Limits)
+    held: dict[int, int] = field(default_factory=dict)  # uid -> bytes its connections hold
+    log: ThrottledLog = field(default_factory=ThrottledLog)
+    queries: Queries = field(default_factory=Queries)
 
 
 class Opened(NamedTuple):
@@ -106,6 +138,9 @@ class Session:
         self.last_seq = 0
         self.begins: dict[tuple[str, int], Begun] = {}  # (run_id, index) -> begun superstep
         self.contexts: dict[int, protocol.Context] = {}
+        self._sizes: dict[tuple[str, int], int] = {}  # wire bytes of each begun superstep
+        self.held = 0  # bytes of self.begins and self.contexts, as sent (shared.held's part)
+        self.last_frame = opened
         self.info: RunInfo | None = None
         self.counters = ClientCounters(peer.pid)
         self.outbuf = bytearray()
@@ -135,7 +170,8 @@ class Session:
     def send(self, frame: bytes) -> None:
         self.outbuf += frame
         if len(self.outbuf) > MAX_OUTBUF:
-            log.warning("%s does not read its replies; dropping it", self.describe())
+            self.shared.log.warning("%s does not read its replies; dropping it",
+                                    self.describe())
             self.shared.state.count("protocol_errors", "slow_reader")
             self.close(incomplete=True)
 
@@ -143,7 +179,7 @@ class Session:
                   reply: bool = True) -> None:
         """Log and count a protocol violation; answer it with an ERROR (about frame ``seq``)
         unless ``reply`` is False."""
-        log.warning("%s: %s: %s", self.describe(), code, message)
+        self.shared.log.warning("%s: %s: %s", self.describe(), code, message)
         self.shared.state.count("protocol_errors", code)
         if reply and not self.closed:
             self.send(protocol.Error(code, message, seq).encode(self.version))
@@ -166,6 +202,9 @@ class Session:
                          self.describe(), rec.index, rec.name, rec.run_id)
                 self.shared.writer.put(Item(0, 0, rec, info))
         self.begins.clear()
+        self._sizes.clear()
+        self.contexts.clear()
+        self._release(self.held)
         self.counters.close()
         if self.outbuf:  # best effort: the ERROR that explains why we close
             with contextlib.suppress(OSError):
@@ -180,6 +219,7 @@ class Session:
         refused on its own is answered here, with an ERROR carrying its sequence number."""
         if ftype not in protocol.CLIENT_TYPES:
             raise ProtocolError("bad_type", f"{ftype.name} is not a client frame")
+        self.last_frame = time.monotonic()
         if ftype is FrameType.HELLO:
             if self.hello:
                 raise ProtocolError("bad_order", "HELLO sent twice")
@@ -206,6 +246,10 @@ class Session:
             self._read(seq, payload)
         elif ftype is FrameType.SYNC:
             self.shared.writer.put(Item(self.cid, protocol.Sync.decode(payload).s, None, None))
+        elif ftype is FrameType.QUERY:
+            self.send(self.shared.queries.answer(payload, self.peer,
+                                                 self.shared.auth.privileged(self.peer),
+                                                 self.version, self.decoder.max_frame))
 
     def _follow(self, seq: object) -> int:
         """``seq`` if it follows the last sequence number (ProtocolError ``bad_seq`` if not)."""
@@ -222,32 +266,65 @@ class Session:
         self.send(protocol.Welcome(version=self.version, max_frame=self.decoder.max_frame,
                                    uid=self.uid, pid=self.pid).encode(self.version))
 
-    def _too_many_open(self, seq: int) -> bool:
-        """Refuse a begin beyond MAX_OPEN_BEGINS open supersteps on one connection."""
-        if len(self.begins) < MAX_OPEN_BEGINS:
+    def _hold(self, seq: int, size: int, *, opening: bool) -> bool:
+        """Account ``size`` bytes more held for this client (a begun superstep when
+        ``opening``, else a context); refuse (False, with an ERROR) beyond the limits."""
+        limits = self.shared.limits
+        held_by_uid = self.shared.held.get(self.uid, 0)
+        if opening and len(self.begins) >= limits.max_open_per_client:
+            self.violation("too_many_open", f"more than {limits.max_open_per_client} "
+                           "supersteps open on one connection (socket.max_open_per_client)",
+                           seq)
             return False
-        self.violation("too_many_open", f"more than {MAX_OPEN_BEGINS} supersteps open "
-                       "on one connection", seq)
+        if self.held + size > limits.max_bytes_per_client:
+            self.violation("too_much_held", "the supersteps open and contexts of this "
+                           f"connection would hold more than {limits.max_bytes_per_client} "
+                           "bytes (socket.max_bytes_per_client)", seq)
+            return False
+        if self.uid != 0 and held_by_uid + size > limits.max_bytes_per_uid:
+            self.violation("too_much_held", f"the connections of uid {self.uid} would hold "
+                           f"more than {limits.max_bytes_per_uid} bytes "
+                           "(socket.max_bytes_per_uid)", seq)
+            return False
+        self.held += size
+        self.shared.held[self.uid] = held_by_uid + size
         return True
+
+    def _release(self, size: int) -> None:
+        if not size:
+            return
+        self.held -= size
+        left = self.shared.held.get(self.uid, 0) - size
+        if left > 0:
+            self.shared.held[self.uid] = left
+        else:
+            self.shared.held.pop(self.uid, None)
+
+    def _keep_begun(self, key: tuple[str, int], begun: Begun) -> None:
+        """Hold a begun superstep (its bytes already accounted by :meth:`_hold`)."""
+        self._release(self._sizes.pop(key, 0))  # a begin sent again replaces the first
+        self.begins[key] = begun
+        self._sizes[key] = self.decoder.last_size
+
+    def _end_begun(self, key: tuple[str, int]) -> None:
+        if self.begins.pop(key, None) is not None:
+            self._release(self._sizes.pop(key, 0))
 
     def _begin(self, seq: int, payload: Mapping[str, Any]) -> None:
         try:
             begin = protocol.Begin.decode(payload)
             line = begin.line
-            key = (str(line["run_id"]), int(line["index"]))
-            _incomplete_record(line)  # validates the fields an incomplete record needs
+            held = _incomplete_record(line)  # validates the fields an incomplete record needs
+            key = (held.run_id, held.index)
         except ProtocolError as exc:
             self.violation(exc.code, exc.message, seq)
             return
         except (KeyError, TypeError, ValueError) as exc:
             self.violation("bad_begin", f"malformed begin line ({exc})", seq)
             return
-        if not self.shared.auth.owns_run(self.peer, key[0]):
-            self.violation("forbidden", f"run {key[0]} belongs to another user", seq)
+        if not self._hold(seq, self.decoder.last_size, opening=True):
             return
-        if self._too_many_open(seq):
-            return
-        self.begins[key] = line
+        self._keep_begun(key, line)
         if begin.count is None:
             return
         unsupported = None
@@ -263,9 +340,14 @@ class Session:
         except ProtocolError as exc:
             self.violation(exc.code, exc.message, seq)
             return
-        if not self.shared.auth.owns_run(self.peer, ctx.run_id):
-            self.violation("forbidden", f"run {ctx.run_id} belongs to another user", seq)
-            return
+        if ctx.c not in self.contexts:
+            if len(self.contexts) >= self.shared.limits.max_contexts_per_client:
+                self.violation("too_many_contexts", "more than "
+                               f"{self.shared.limits.max_contexts_per_client} contexts on one "
+                               "connection (socket.max_contexts_per_client)", seq)
+                return
+            if not self._hold(seq, self.decoder.last_size, opening=False):
+                return
         self.contexts[ctx.c] = ctx
 
     def _open(self, head: protocol.Head, body: bytes) -> None:
@@ -280,9 +362,9 @@ class Session:
         except ProtocolError as exc:
             self.violation(exc.code, exc.message, seq)
             return
-        if self._too_many_open(seq):
+        if not self._hold(seq, self.decoder.last_size, opening=True):
             return
-        self.begins[(ctx.run_id, opened.index)] = Opened(ctx, opened)
+        self._keep_begun((ctx.run_id, opened.index), Opened(ctx, opened))
 
     def _close_step(self, head: protocol.Head, body: bytes) -> None:
         seq, index = head.s, head.index
@@ -311,7 +393,7 @@ class Session:
             self.violation("bad_record", f"malformed CLOSE ({exc})", seq)
             self.shared.state.count("refused", "malformed")
             return
-        del self.begins[(ctx.run_id, index)]
+        self._end_begun((ctx.run_id, index))
         if self.info is None:
             self.info = RunInfo(self.job, self.uid)
         self.shared.writer.put(Item(self.cid, seq, rec, self.info))
@@ -323,12 +405,8 @@ class Session:
             self.violation(exc.code, exc.message, seq)
             self.shared.state.count("refused", "malformed")
             return
-        if not self.shared.auth.owns_run(self.peer, rec.run_id):
-            self.violation("forbidden", f"run {rec.run_id} belongs to another user", seq)
-            self.shared.state.count("refused", "forbidden")
-            return
         key = (rec.run_id, rec.index)
-        self.begins.pop(key, None)
+        self._end_begun(key)
         rec = self.counters.finish(key, rec, self.describe())
         self.shared.writer.put(Item(self.cid, seq, rec, RunInfo(self.job, self.uid)))
 

@@ -15,24 +15,41 @@ Records are kept whole, as their JSON (``records.py`` format, versioned there), 
 columns that are queried; a record is identified by (run, host, pid, superstep index), so a
 client that resends after a reconnect cannot create duplicates, and a complete record replaces
 an ``incomplete`` one of the same identity.
+
+Privacy: the store holds every user's runs, so it is the daemon user's alone. The database, its
+WAL and shared-memory files are 0600 and a directory created for them 0700, whatever the umask
+(:func:`_private_file`); a store found readable by others is made private when opened, with a
+log line. Run ids are namespaced by the uid that sent them (schema 3): the same run id from two
+users is two runs, so no user can claim, fill or block another's run id. Users read their own
+runs through the daemon (:mod:`counterd.daemon.query`), never the file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
 import sqlite3
+import stat
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from counterd.errors import BadInput, CounterdError
 from counterd.records import SuperstepRecord
 
+log = logging.getLogger("counterd.daemon")
+
 # Schema history (each entry is applied once, in order, in its own transaction):
 #   1 - runs, records (one row per processor per superstep, JSON body), samples.
 #   2 - the supersteps view (time = max end - min begin over processors) and time indices
 #       used by retention.
+#   3 - run ids are namespaced by the owning uid (the Reliability issue: one RECORD under a
+#       run id made another user's records of that id refused): runs are keyed on (uid,
+#       run_id), records on (uid, run_id, host, pid, idx), the view groups by uid too.
+#       Existing runs keep the uid they were recorded with.
 MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE runs (
@@ -80,6 +97,54 @@ MIGRATIONS: tuple[str, ...] = (
                SUM(end_ns IS NULL) AS incomplete
         FROM records GROUP BY run_id, idx, name;
     """,
+    """
+    CREATE TABLE runs_v3 (
+        uid           INTEGER NOT NULL,      -- SO_PEERCRED uid of the clients (the namespace)
+        run_id        TEXT NOT NULL,
+        host          TEXT NOT NULL,
+        job           TEXT NOT NULL,
+        first_seen_ns INTEGER NOT NULL,      -- wall clock (time.time_ns)
+        last_seen_ns  INTEGER NOT NULL,
+        PRIMARY KEY (uid, run_id)
+    );
+    INSERT INTO runs_v3 SELECT uid, run_id, host, job, first_seen_ns, last_seen_ns FROM runs;
+    CREATE TABLE records_v3 (
+        uid         INTEGER NOT NULL,        -- the run's uid (runs.uid)
+        run_id      TEXT NOT NULL,
+        host        TEXT NOT NULL,
+        pid         INTEGER NOT NULL,
+        idx         INTEGER NOT NULL,
+        name        TEXT NOT NULL,
+        rank        INTEGER NOT NULL,
+        begin_ns    INTEGER NOT NULL,        -- CLOCK_MONOTONIC of the client's host
+        end_ns      INTEGER,                 -- NULL: incomplete
+        flags       TEXT NOT NULL,           -- comma-separated, sorted
+        body        TEXT NOT NULL,           -- SuperstepRecord.to_json()
+        received_ns INTEGER NOT NULL,        -- wall clock
+        PRIMARY KEY (uid, run_id, host, pid, idx)
+    ) WITHOUT ROWID;
+    INSERT INTO records_v3
+        SELECT COALESCE((SELECT r.uid FROM runs r WHERE r.run_id = x.run_id), 0), x.run_id,
+               x.host, x.pid, x.idx, x.name, x.rank, x.begin_ns, x.end_ns, x.flags, x.body,
+               x.received_ns
+        FROM records x;
+    DROP VIEW supersteps;
+    DROP INDEX records_received;
+    DROP TABLE records;
+    DROP TABLE runs;
+    ALTER TABLE runs_v3 RENAME TO runs;
+    ALTER TABLE records_v3 RENAME TO records;
+    CREATE INDEX records_received ON records(received_ns);
+    CREATE VIEW supersteps AS
+        SELECT uid, run_id, idx, name,
+               COUNT(DISTINCT rank) AS processors,
+               MIN(begin_ns) AS begin_ns,
+               CASE WHEN COUNT(end_ns) = COUNT(*) THEN MAX(end_ns) END AS end_ns,
+               CASE WHEN COUNT(end_ns) = COUNT(*) THEN MAX(end_ns) - MIN(begin_ns) END
+                   AS time_ns,
+               SUM(end_ns IS NULL) AS incomplete
+        FROM records GROUP BY uid, run_id, idx, name;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -94,10 +159,10 @@ class RunInfo:
 
 @dataclass(frozen=True)
 class RunRow:
+    uid: int
     run_id: str
     host: str
     job: str
-    uid: int
     first_seen_ns: int
     last_seen_ns: int
     records: int
@@ -124,7 +189,7 @@ def _connect(path: Path, synchronous: str, *, readonly: bool = False) -> sqlite3
             conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10.0,
                                    isolation_level=None, check_same_thread=False)
         else:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            _private_file(path)
             conn = sqlite3.connect(path, timeout=10.0, isolation_level=None,
                                    check_same_thread=False)
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -141,6 +206,31 @@ def _connect(path: Path, synchronous: str, *, readonly: bool = False) -> sqlite3
     except OSError as exc:
         raise StoreError(f"cannot create the store's directory {path.parent}: {exc.strerror}",
                          "choose a writable store.path (COUNTERD_STORE)") from exc
+
+
+_PRIVATE_FILE = 0o600
+_PRIVATE_DIR = 0o700
+_OTHERS = stat.S_IRWXG | stat.S_IRWXO
+
+
+def _private_file(path: Path) -> None:
+    """Create the store's directory (0700) and file (0600) if missing, whatever the umask, and
+    take group and other access away from an existing store and its WAL and shared-memory
+    files. SQLite creates ``-wal`` and ``-shm`` with the database file's mode, so they follow.
+    A directory that exists is left as it is: it may be shared (the socket's, in tests)."""
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True, mode=_PRIVATE_DIR)
+        os.chmod(path.parent, _PRIVATE_DIR)  # mkdir's mode is masked by the umask
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, _PRIVATE_FILE)
+    os.close(fd)
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            mode = name.stat().st_mode
+            if mode & _OTHERS:
+                os.chmod(name, stat.S_IMODE(mode) & ~_OTHERS)
+                log.warning("the store file %s was readable by others (mode %04o): made it "
+                            "private (%04o)", name, stat.S_IMODE(mode),
+                            stat.S_IMODE(mode) & ~_OTHERS)
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
@@ -174,18 +264,18 @@ def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
 
 
 _UPSERT = """
-INSERT INTO records (run_id, host, pid, idx, name, rank, begin_ns, end_ns, flags, body,
+INSERT INTO records (uid, run_id, host, pid, idx, name, rank, begin_ns, end_ns, flags, body,
                      received_ns)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (run_id, host, pid, idx) DO UPDATE SET
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (uid, run_id, host, pid, idx) DO UPDATE SET
     name=excluded.name, rank=excluded.rank, begin_ns=excluded.begin_ns, end_ns=excluded.end_ns,
     flags=excluded.flags, body=excluded.body, received_ns=excluded.received_ns
 WHERE records.end_ns IS NULL AND excluded.end_ns IS NOT NULL
 """
 
 
-def _row(rec: SuperstepRecord, now: int) -> tuple[object, ...]:
-    return (rec.run_id, rec.host, rec.pid, rec.index, rec.name, rec.rank, rec.begin_ns,
+def _row(rec: SuperstepRecord, uid: int, now: int) -> tuple[object, ...]:
+    return (uid, rec.run_id, rec.host, rec.pid, rec.index, rec.name, rec.rank, rec.begin_ns,
             rec.end_ns, ",".join(sorted(rec.flags)),
             json.dumps(rec.to_json(), separators=(",", ":")), now)
 
@@ -199,6 +289,10 @@ class Store:
         if readonly and not self.path.exists():
             raise BadInput(f"no store at {self.path}",
                            "run counterd run first, or pass --store / --records")
+        if readonly and not os.access(self.path, os.R_OK):
+            raise BadInput(f"the store {self.path} is private to the daemon's user",
+                           "omit --store: counterd runs and counterd report ask the daemon, "
+                           "which gives you your own runs")
         self._conn = _connect(self.path, synchronous, readonly=readonly)
         if readonly:
             version = schema_version(self._conn)
@@ -215,35 +309,37 @@ class Store:
     # -- writing (the daemon) ------------------------------------------------------------------
     def commit(self, records: Sequence[tuple[SuperstepRecord, RunInfo]],
                samples: Sequence[Sample] = ()) -> None:
-        """Store ``records`` and ``samples`` in one transaction; durable when this returns."""
+        """Store ``records`` (each in its sender's uid namespace, ``RunInfo.uid``) and
+        ``samples`` in one transaction; durable when this returns. StoreError names the cause
+        (:func:`_write_failure`); nothing of the batch is kept then."""
         now = time.time_ns()
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
-            try:
-                runs: dict[str, tuple[str, RunInfo]] = {}
-                for rec, info in records:
-                    runs.setdefault(rec.run_id, (rec.host, info))
-                conn.executemany(
-                    "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE "
-                    "SET last_seen_ns=excluded.last_seen_ns",
-                    [(run_id, host, info.job, info.uid, now, now)
-                     for run_id, (host, info) in runs.items()])
-                conn.executemany(_UPSERT, [_row(rec, now) for rec, _ in records])
-                if samples:
-                    conn.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?)",
-                                     [(s.ts_ns, s.job, s.counter, s.value, s.ratio)
-                                      for s in samples])
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot write the store {self.path}: {exc}",
-                             "free disk space or fix the store's permissions") from exc
-
-    def run_owners(self) -> dict[str, int]:
-        return {r: int(u) for r, u in self._conn.execute("SELECT run_id, uid FROM runs")}
+            runs: dict[tuple[int, str], tuple[str, RunInfo]] = {}
+            for rec, info in records:
+                runs.setdefault((info.uid, rec.run_id), (rec.host, info))
+            conn.executemany(
+                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (uid, run_id) DO UPDATE "
+                "SET last_seen_ns=excluded.last_seen_ns",
+                [(uid, run_id, host, info.job, now, now)
+                 for (uid, run_id), (host, info) in runs.items()])
+            conn.executemany(_UPSERT, [_row(rec, info.uid, now) for rec, info in records])
+            if samples:
+                conn.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?)",
+                                 [(s.ts_ns, s.job, s.counter, s.value, s.ratio)
+                                  for s in samples])
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            # SQLite rolls back by itself when COMMIT fails for lack of space (SQLITE_FULL):
+            # a ROLLBACK then fails with "no transaction is active" and, raised, would hide
+            # the cause. Roll back only what is still open.
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise _write_failure(self.path, exc) from exc
+            raise
 
     def prune(self, retention_ns: int, now_ns: int | None = None) -> int:
         """Delete runs (with their records) and samples older than the retention; returns the
@@ -252,13 +348,14 @@ class Store:
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            old = [r for (r,) in conn.execute("SELECT run_id FROM runs WHERE last_seen_ns < ?",
-                                              (cutoff,))]
+            old = conn.execute("SELECT uid, run_id FROM runs WHERE last_seen_ns < ?",
+                               (cutoff,)).fetchall()
             deleted = 0
-            for run_id in old:
-                deleted += conn.execute("DELETE FROM records WHERE run_id = ?",
-                                        (run_id,)).rowcount
-                deleted += conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,)).rowcount
+            for uid, run_id in old:
+                deleted += conn.execute("DELETE FROM records WHERE uid = ? AND run_id = ?",
+                                        (uid, run_id)).rowcount
+                deleted += conn.execute("DELETE FROM runs WHERE uid = ? AND run_id = ?",
+                                        (uid, run_id)).rowcount
             deleted += conn.execute("DELETE FROM samples WHERE ts_ns < ?", (cutoff,)).rowcount
             conn.execute("COMMIT")
         except BaseException:
@@ -266,28 +363,77 @@ class Store:
             raise
         return deleted
 
-    # -- reading (reports) ----------------------------------------------------------------
-    def runs(self) -> list[RunRow]:
+    # -- reading (reports, and the daemon's answers to QUERY) -----------------------------------
+    # ``uid`` None reads every user's runs: for those who may read the file (root, the daemon
+    # user); the daemon passes the asking client's uid unless it is privileged.
+    def runs(self, uid: int | None = None) -> list[RunRow]:
+        where, args = ("WHERE r.uid = ? ", (uid,)) if uid is not None else ("", ())
         rows = self._conn.execute(
-            "SELECT r.run_id, r.host, r.job, r.uid, r.first_seen_ns, r.last_seen_ns, "
-            "(SELECT COUNT(*) FROM records x WHERE x.run_id = r.run_id), "
-            "(SELECT COUNT(*) FROM supersteps s WHERE s.run_id = r.run_id), "
-            "(SELECT COUNT(*) FROM records x WHERE x.run_id = r.run_id AND x.end_ns IS NULL) "
-            "FROM runs r ORDER BY r.first_seen_ns, r.run_id").fetchall()
+            "SELECT r.uid, r.run_id, r.host, r.job, r.first_seen_ns, r.last_seen_ns, "
+            "(SELECT COUNT(*) FROM records x WHERE x.uid = r.uid AND x.run_id = r.run_id), "
+            "(SELECT COUNT(*) FROM supersteps s WHERE s.uid = r.uid AND s.run_id = r.run_id), "
+            "(SELECT COUNT(*) FROM records x WHERE x.uid = r.uid AND x.run_id = r.run_id "
+            "AND x.end_ns IS NULL) "
+            f"FROM runs r {where}ORDER BY r.first_seen_ns, r.run_id, r.uid", args).fetchall()
         return [RunRow(*row) for row in rows]
 
-    def latest_run(self) -> str | None:
+    def latest(self, uid: int | None = None) -> tuple[int, str] | None:
+        """(uid, run id) of the run seen last (of ``uid``'s runs, if given)."""
+        where, args = ("WHERE uid = ? ", (uid,)) if uid is not None else ("", ())
         row = self._conn.execute(
-            "SELECT run_id FROM runs ORDER BY last_seen_ns DESC, run_id LIMIT 1").fetchone()
-        return None if row is None else str(row[0])
+            f"SELECT uid, run_id FROM runs {where}ORDER BY last_seen_ns DESC, run_id LIMIT 1",
+            args).fetchone()
+        return None if row is None else (int(row[0]), str(row[1]))
 
-    def records(self, run_id: str) -> list[SuperstepRecord]:
+    def latest_run(self) -> str | None:
+        latest = self.latest()
+        return None if latest is None else latest[1]
+
+    def run_uid(self, run_id: str, uid: int | None = None) -> int | None:
+        """The uid whose run ``run_id`` is (None: no such run). With ``uid`` None and the id
+        used by several users, BadInput: the caller must say whose."""
+        if uid is not None:
+            found = self._conn.execute("SELECT 1 FROM runs WHERE uid = ? AND run_id = ?",
+                                       (uid, run_id)).fetchone()
+            return uid if found else None
+        uids = [int(u) for (u,) in self._conn.execute(
+            "SELECT uid FROM runs WHERE run_id = ? ORDER BY uid", (run_id,))]
+        if len(uids) > 1:
+            raise BadInput(f"run {run_id!r} exists for uids {', '.join(map(str, uids))}",
+                           "name the user with --uid")
+        return uids[0] if uids else None
+
+    def record_bodies(self, uid: int, run_id: str, after: tuple[str, int, int] | None = None
+                      ) -> Generator[tuple[tuple[str, int, int], str], None, None]:
+        """The JSON bodies of run ``(uid, run_id)``'s records, each with its key (host, pid,
+        index), in key order (the primary key's: no sort), from after the key ``after``:
+        :mod:`counterd.daemon.query` sends them in pages and resumes there."""
+        query = "SELECT host, pid, idx, body FROM records WHERE uid = ? AND run_id = ?"
+        args: tuple[object, ...] = (uid, run_id)
+        if after is not None:
+            query += " AND (host, pid, idx) > (?, ?, ?)"
+            args += after
+        cur = self._conn.execute(query + " ORDER BY host, pid, idx", args)
+        try:  # a cursor left open would hold a read transaction (and the WAL) until collected
+            for host, pid, idx, body in cur:
+                yield (str(host), int(pid), int(idx)), str(body)
+        finally:
+            cur.close()
+
+    def records(self, run_id: str, uid: int | None = None) -> list[SuperstepRecord]:
+        """Run ``run_id``'s records (of ``uid``'s namespace; None: the one user who has that
+        run id, see :meth:`run_uid`), by index, rank and pid."""
+        owner = self.run_uid(run_id, uid)
+        if owner is None:
+            return []
         rows = self._conn.execute(
-            "SELECT body FROM records WHERE run_id = ? ORDER BY idx, rank, pid", (run_id,))
+            "SELECT body FROM records WHERE uid = ? AND run_id = ? ORDER BY idx, rank, pid",
+            (owner, run_id))
         return [SuperstepRecord.from_json(json.loads(body)) for (body,) in rows]
 
     def all_records(self) -> list[SuperstepRecord]:
-        rows = self._conn.execute("SELECT body FROM records ORDER BY run_id, idx, rank, pid")
+        rows = self._conn.execute(
+            "SELECT body FROM records ORDER BY uid, run_id, idx, rank, pid")
         return [SuperstepRecord.from_json(json.loads(body)) for (body,) in rows]
 
     def samples(self, job: str | None = None) -> list[Sample]:
@@ -297,6 +443,21 @@ class Store:
             query += " WHERE job = ?"
             args = (job,)
         return [Sample(*row) for row in self._conn.execute(query + " ORDER BY ts_ns", args)]
+
+
+_SQLITE_FULL = 13  # sqlite3.h: "Insertion failed because database is full"
+
+
+def _write_failure(path: Path, exc: sqlite3.Error) -> StoreError:
+    """The StoreError of a failed write, naming the cause: SQLITE_FULL is a full disk (or a
+    full quota, or max_page_count), not the rollback error that used to hide it."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF == _SQLITE_FULL:
+        return StoreError(f"cannot write the store {path}: disk full (database or WAL cannot "
+                          "grow)", "free space on its file system, or lower "
+                          "store.retention_days")
+    return StoreError(f"cannot write the store {path}: {exc}",
+                      "free disk space or fix the store's permissions")
 
 
 def open_readonly(path: Path) -> Store:

@@ -5,8 +5,12 @@ the connection and sequence number to acknowledge) and the sampler its samples; 
 takes whatever is queued, up to :data:`WRITER_BATCH` records, commits it in one transaction,
 and only then hands the sequence numbers back (:meth:`Writer.take_acks`, after waking the
 loop), which acknowledges them to the clients: acknowledged means durable. A commit that fails
-(e.g. disk full) is retried and nothing is acknowledged meanwhile. Rows older than the
-retention are pruned every :data:`PRUNE_EVERY_S`.
+(e.g. disk full) is retried and nothing is acknowledged meanwhile. A record the store cannot
+hold (any other error of its transaction) is found by committing the batch's records one by
+one and refused to its client (:meth:`Writer.take_refusals`), with the reason; the others are
+committed and acknowledged. Nothing a client sends ends the writer's thread: an unexpected
+error is logged with its traceback and the loop goes on. Rows older than the retention are
+pruned every :data:`PRUNE_EVERY_S`.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ class Writer:
         self._stopping = stopping
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._acks: dict[int, int] = {}
+        self._refusals: dict[int, list[tuple[int, str]]] = {}
         self._acks_lock = threading.Lock()
         self._retention: tuple[int | None, float] = (None, 0.0)  # ns (None: keep), days
 
@@ -77,6 +82,13 @@ class Writer:
         with self._acks_lock:
             acks, self._acks = self._acks, {}
         return acks
+
+    def take_refusals(self) -> dict[int, list[tuple[int, str]]]:
+        """connection id -> (sequence number, reason) of the records the store refused, since
+        the last call (the loop sends them before the acknowledgements that follow them)."""
+        with self._acks_lock:
+            refusals, self._refusals = self._refusals, {}
+        return refusals
 
     def start(self, store: Store) -> threading.Thread:
         thread = threading.Thread(target=self._run, args=(store,), name="counterd-writer",
@@ -109,7 +121,11 @@ class Writer:
                 except queue.Empty:
                     item = None
             if batch or samples:
-                self._commit(store, batch, samples)
+                try:
+                    self._commit(store, batch, samples)
+                except Exception:  # a bug, not a client's doing: log it, keep the thread
+                    log.exception("the writer could not commit %d records and %d samples",
+                                  len(batch), len(samples))
             retention_ns, retention_days = self._retention
             if time.monotonic() >= next_prune and retention_ns:
                 next_prune = time.monotonic() + PRUNE_EVERY_S
@@ -123,24 +139,22 @@ class Writer:
         store.close()
 
     def _commit(self, store: Store, batch: list[Item], samples: list[Sample]) -> None:
-        records = [(it.record, it.info) for it in batch
-                   if it.record is not None and it.info is not None]
-        delay = 0.1
-        while True:
-            t0 = time.perf_counter()
-            try:
-                store.commit(records, samples)
-                break
-            except StoreError as exc:  # e.g. disk full: nothing is acknowledged; retry
-                log.error("%s; retrying in %.1f s (clients are not acknowledged)", exc, delay)
-                if self._stopping.is_set() and delay > 5:
-                    log.error("giving up on %d records at shutdown", len(records))
-                    return
-                time.sleep(delay)
-                delay = min(delay * 2, 10.0)
+        t0 = time.perf_counter()
+        try:
+            committed = self._commit_retrying(store, batch, samples)
+        except _GaveUp:
+            return
+        except Exception as exc:  # some record the store cannot hold: find it, keep the rest
+            log.warning("the store refused a batch (%s: %s); committing its records one by "
+                        "one", type(exc).__name__, exc)
+            committed = self._commit_each(store, batch, samples)
         elapsed = time.perf_counter() - t0
-        self.state.observe_records([(it.record, it.info.job) for it in batch
-                                    if it.record is not None and it.info is not None], elapsed)
+        try:
+            self.state.observe_records([(it.record, it.info.job) for it in committed
+                                        if it.record is not None and it.info is not None],
+                                       elapsed)
+        except Exception:
+            log.exception("metrics of %d committed records not updated", len(committed))
         acks: dict[int, int] = {}
         for it in batch:
             if it.cid and it.seq > acks.get(it.cid, 0):
@@ -150,3 +164,54 @@ class Writer:
                 for cid, seq in acks.items():
                     self._acks[cid] = max(seq, self._acks.get(cid, 0))
             self._wake()
+
+    def _commit_retrying(self, store: Store, batch: list[Item], samples: list[Sample]
+                         ) -> list[Item]:
+        """Commit everything, retrying a StoreError (disk full); :class:`_GaveUp` at
+        shutdown, any other error as the store raised it."""
+        records = [(it.record, it.info) for it in batch
+                   if it.record is not None and it.info is not None]
+        delay = 0.1
+        while True:
+            try:
+                store.commit(records, samples)
+                return batch
+            except StoreError as exc:  # e.g. disk full: nothing is acknowledged; retry
+                log.error("%s; retrying in %.1f s (clients are not acknowledged)", exc, delay)
+                if self._stopping.is_set() and delay > 5:
+                    log.error("giving up on %d records at shutdown", len(records))
+                    raise _GaveUp from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    def _commit_each(self, store: Store, batch: list[Item], samples: list[Sample]
+                     ) -> list[Item]:
+        """Commit the samples, then each item alone; refuse the items the store refuses.
+        Returns the items committed (a SYNC is one)."""
+        committed: list[Item] = []
+        refused: dict[int, list[tuple[int, str]]] = {}
+        for items, rows in [([], samples)] + [([it], []) for it in batch]:
+            try:
+                self._commit_retrying(store, items, rows)
+                committed.extend(items)
+            except _GaveUp:
+                return committed
+            except Exception as exc:
+                for it in items:
+                    log.warning("refused a record of run %s (connection %d, frame %d): %s",
+                                it.record.run_id if it.record else "-", it.cid, it.seq, exc)
+                    self.state.count("refused", "store")
+                    if it.cid:
+                        refused.setdefault(it.cid, []).append(
+                            (it.seq, f"the store cannot hold this record ({exc})"))
+                if not items:
+                    log.error("%d samples not stored: %s", len(rows), exc)
+        if refused:
+            with self._acks_lock:
+                for cid, rows_ in refused.items():
+                    self._refusals.setdefault(cid, []).extend(rows_)
+        return committed
+
+
+class _GaveUp(Exception):
+    """A commit given up at shutdown (the disk stayed full)."""

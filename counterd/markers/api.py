@@ -42,7 +42,7 @@ def _fork_copy(parent: Recorder) -> Recorder:
     own connection (the parent's is never used by the child)."""
     spool = parent.sink.directory if isinstance(parent.sink, SpoolSink) else None
     sock: Path | str = "off"
-    if isinstance(parent.sink, SocketSink) and parent.sink.degraded is None:
+    if isinstance(parent.sink, SocketSink):  # even if the parent is disconnected just now
         sock = parent.sink.path
     child = Recorder(run_id=parent.run_id, backend=parent.backend_name,
                      events=parent.events or None, spool=spool, socket=sock)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import select
@@ -10,6 +11,7 @@ import struct
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,48 +19,78 @@ from typing import TYPE_CHECKING, Any
 from counterd.env import ENV_JOB
 from counterd.markers import identity
 from counterd.markers.sinks import MemorySink, SpoolSink, _as_record
+from counterd.markers.spill import SpillFile
 from counterd.records import Param, SuperstepRecord
 
 if TYPE_CHECKING:
     from counterd.markers.recorder import Step
 
 log = logging.getLogger("counterd.markers")
-_SNDTIMEO = struct.pack("ll", 30, 0)  # struct timeval: a send to the daemon waits 30 s at most
+
+# The longest a marker call waits for the daemon: connecting and its HELLO, acknowledgements at
+# the high-water mark, a STARTED reply. A daemon that is slower than this (its disk full, say)
+# costs the program its buffer, never its time (the issue measured 30 s per marker before).
+BLOCK_S = 2.0
+# Reconnection attempts after a lost connection: 50 ms, doubling to 2 s, for as long as the
+# program runs. Attempts are made by marker calls that find the delay passed (they never sleep
+# for it), and by flush and close.
+BACKOFF_MIN_S = 0.05
+BACKOFF_MAX_S = 2.0
+ACK_EVERY = 16  # frames sent between two non-blocking looks for acknowledgements
+OUT_MAX_BYTES = 8 << 20  # bytes the daemon has not read yet before it counts as stuck
+REFUSED_KEPT = 1000  # refused records kept (with the reason) for inspection; all are counted
 
 
 class SocketSink:
     """Sends begins and records to the daemon over its Unix socket (:mod:`counterd.protocol`).
 
-    Every record stays in ``unacked`` until the daemon acknowledges it (acknowledged = committed
-    to the daemon's store); acknowledgements are read without blocking as markers go by, and
-    waited for only when more than ``high_water`` records are outstanding, by :meth:`flush`,
-    and at exit. If the connection breaks, the sink reconnects once and resends what is
-    unacknowledged (and the begins of supersteps still open); if the daemon is gone it writes
-    them to ``fallback`` (a MemorySink unless given) and continues there. Records the daemon
-    refuses are moved to ``refused`` with the reason. One connection per process: a forked
-    child gets its own sink (``_fork_copy``). Thread-safe.
+    Every record stays in ``unacked`` until the daemon acknowledges it (acknowledged =
+    committed to the daemon's store); acknowledgements are looked for every ``ACK_EVERY``
+    frames sent, without blocking. A full socket makes a send wait (``BLOCK_S`` at most) only
+    while the daemon shows that it takes records; otherwise what the socket does not take
+    waits in an output buffer, and a daemon that reads nothing is left for a new connection.
+
+    When the connection breaks (or was never made: no daemon at start), ``degraded`` says why
+    and the sink keeps trying to reconnect with backoff (``BACKOFF_MIN_S`` doubling to
+    ``BACKOFF_MAX_S``) for as long as the program runs; once reconnected it resends everything
+    unacknowledged and the begins of supersteps still open. Meanwhile records are held in
+    ``unacked``, at most ``high_water`` of them: at the mark the sink waits up to ``BLOCK_S``
+    for acknowledgements if the daemon is acknowledging, and appends what still exceeds it to
+    this process's spill file (:mod:`counterd.markers.spill`), which ``counterd import``
+    sends on. At :meth:`close` (interpreter exit) whatever is still unacknowledged after the
+    flush goes there too, and one warning line says where.
+
+    Records the daemon refuses are counted in ``refused_count`` (the first ``REFUSED_KEPT``
+    kept in ``refused`` with the reason); :meth:`flush` returns False then. No method raises
+    for the daemon's sake. One connection per process: a forked child gets its own sink
+    (``counterd.markers.api._fork_copy``); one that uses its parent's anyway writes to
+    ``fallback``. Thread-safe.
     """
 
     def __init__(self, path: Path | str, *, job: str | None = None,
                  fallback: MemorySink | SpoolSink | None = None, timeout_s: float = 5.0,
-                 high_water: int = 8192) -> None:
+                 high_water: int = 8192, spill: SpillFile | None = None) -> None:
         from counterd import protocol
 
         self._protocol = protocol
         self.path = Path(path)
         self.job = job or os.environ.get(ENV_JOB) or Path(sys.argv[0] or "python").name
         self.fallback: MemorySink | SpoolSink = fallback or MemorySink()
-        self.timeout_s = timeout_s
-        self.high_water = high_water
+        self.timeout_s = timeout_s  # flush and READ replies (marker calls wait BLOCK_S at most)
+        self.high_water = max(1, high_water)
+        self.spill = spill or SpillFile()
         # seq -> record (or the closed Step it is built from), in sending order
-        self.unacked: dict[int, SuperstepRecord | Step] = {}
+        self.unacked: OrderedDict[int, SuperstepRecord | Step] = OrderedDict()
         self.refused: list[tuple[SuperstepRecord | None, str]] = []
-        self.degraded: str | None = None  # why records go to the fallback
+        self.refused_count = 0
+        self._refused_codes: set[str] = set()
+        self.degraded: str | None = "not connected yet"  # None while connected, else why not
         self.on_ack: Callable[[list[SuperstepRecord]], None] | None = None
         self.welcome: dict[str, Any] = {}
         # (run_id, index) -> begin line, or the fields of an OPEN (see _line_of)
         self._open: dict[tuple[str, int], Any] = {}
         self._replies: dict[int, dict[str, Any]] = {}
+        self._awaited: set[int] = set()  # sequence numbers whose reply someone waits for
         self._lock = threading.RLock()
         self._pid = identity.pid
         self._seq = 0
@@ -66,155 +98,277 @@ class SocketSink:
         self._contexts: dict[tuple[Any, ...], int] = {}  # (ctx, counter names) -> CONTEXT id
         self._sock: _socket.socket | None = None
         self._decoder = protocol.Decoder(versions=protocol.ACCEPTED_VERSIONS)
-        self._connect()
+        self._out = bytearray()  # sent frames the socket has not taken yet
+        self._unread = 0  # frames sent since the last look for acknowledgements
+        self._retry_at = 0.0  # time.monotonic() of the next reconnection attempt
+        self._backoff = BACKOFF_MIN_S
+        # time.monotonic() of the last sign the daemon takes records: an acknowledgement, or
+        # a new connection unless the last one ended with the daemon not reading
+        self._alive_at = -BLOCK_S
+        self._stuck = False
+        self._flushed_refused = 0  # refused_count and spill.records at the last flush
+        self._flushed_spilled = 0
+        self._attempt(force=True)
 
     # -- connection ------------------------------------------------------------------------
     def _connect(self) -> None:
-        """Connect and say HELLO; raises OSError (no daemon) or ConnectionError."""
+        """Connect and say HELLO; raises OSError (ConnectionError: no WELCOME in BLOCK_S)."""
         p = self._protocol
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+        wait_s = min(self.timeout_s, BLOCK_S)
         try:
-            sock.settimeout(self.timeout_s)
+            sock.settimeout(wait_s)
             sock.connect(str(self.path))
-            # Blocking from here on (a Python socket timeout would turn every MSG_DONTWAIT
-            # receive into a wait); a daemon that stops reading fails sends after 30 s instead.
-            sock.settimeout(None)
-            sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDTIMEO, _SNDTIMEO)
             sock.sendall(p.encode(p.FrameType.HELLO, {
                 "pid": os.getpid(), "host": _socket.gethostname(), "job": self.job}))
-            self._sock, self._seq = sock, 0
+            # Blocking without a timeout from here on: sends use MSG_DONTWAIT, receives look
+            # with select first (a Python socket timeout would turn each into a wait).
+            sock.settimeout(None)
+            self._sock, self._seq, self.welcome = sock, 0, {}
             self._decoder = p.Decoder(versions=p.ACCEPTED_VERSIONS)
+            self._out.clear()
+            self._unread = 0
             self._gen += 1
             self._contexts = {}
-            deadline = time.monotonic() + self.timeout_s
-            while not self.welcome or self.welcome.get("pid") is None:
+            deadline = time.monotonic() + wait_s
+            while self.welcome.get("pid") is None:
                 left = deadline - time.monotonic()
-                if left <= 0 or not self._receive(block=True, timeout_s=left):
+                if left <= 0:
                     raise ConnectionError(f"the daemon at {self.path} did not answer HELLO")
+                if select.select([sock], [], [], left)[0] and not self._receive():
+                    raise ConnectionError(f"the daemon at {self.path} closed the connection")
         except BaseException:
             sock.close()
             self._sock = None
             raise
 
-    def _reconnect(self, reason: str) -> None:
-        """After a broken connection: reconnect and resend, or fall back."""
+    def _attempt(self, force: bool = False) -> bool:
+        """Connect if not connected and the backoff delay has passed (or ``force``), then
+        resend what is held; True when connected."""
         if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-        self.welcome = {}
+            return True
+        now = time.monotonic()
+        if not force and now < self._retry_at:
+            return False
+        before = self.degraded
         try:
             self._connect()
-            records, self.unacked = list(self.unacked.values()), {}
-            for line in list(self._open.values()):
-                self._seq += 1
-                self._send_raw(self._protocol.FrameType.BEGIN,
-                               {"s": self._seq, "line": _line_of(line)})
-            for rec in records:
-                self._seq += 1
-                self.unacked[self._seq] = rec
-                self._send_raw(self._protocol.FrameType.RECORD,
-                               {"s": self._seq, "rec": _as_record(rec).to_json()})
-            log.info("reconnected to counterd at %s after: %s", self.path, reason)
-        except (OSError, ConnectionError) as exc:
-            self._degrade(f"{reason}; reconnecting failed: {exc}")
+        except OSError as exc:  # ConnectionError included
+            self._retry_at = time.monotonic() + self._backoff
+            self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
+            self.degraded = f"cannot connect to counterd at {self.path}: {exc}"
+            return False
+        self.degraded = None
+        if not self._stuck:
+            self._alive_at = time.monotonic()
+        self._resend()
+        if self._sock is not None and before != "not connected yet":
+            log.info("reconnected to counterd at %s (after: %s); resent %d records",
+                     self.path, before, len(self.unacked))
+        return self._sock is not None
 
-    def _degrade(self, reason: str) -> None:
+    def _resend(self) -> None:
+        """On a new connection: the begins of open supersteps, then every unacknowledged
+        record, renumbered."""
+        p = self._protocol
+        for line in list(self._open.values()):
+            self._seq += 1
+            self._send(p.FrameType.BEGIN, {"s": self._seq, "line": _line_of(line)})
+            if self._sock is None:
+                return
+        items = list(self.unacked.values())
+        self.unacked = OrderedDict(zip(itertools.count(self._seq + 1), items))
+        self._seq += len(items)
+        for seq, item in list(self.unacked.items()):
+            self._send_record(seq, item)
+            if self._sock is None:
+                return
+
+    def _disconnect(self, reason: str, stuck: bool = False) -> None:
+        """Drop the connection; what it carried stays held and is resent after the next
+        connection (the first attempt after the backoff delay; at once at flush and close)."""
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        self._out.clear()
+        self.welcome = {}
         self.degraded = reason
-        log.warning("counterd daemon unreachable (%s): %d unacknowledged records and %d open "
-                    "supersteps go to the %s sink", reason, len(self.unacked), len(self._open),
-                    type(self.fallback).__name__)
-        for line in self._open.values():
-            self.fallback.begin(_line_of(line))
-        for rec in self.unacked.values():
-            self.fallback.record(rec)
-        self.unacked.clear()
-        self._open.clear()
+        self._stuck = stuck
+        if stuck:
+            self._backoff = BACKOFF_MAX_S
+        self._retry_at = time.monotonic() + self._backoff
+        self._backoff = min(self._backoff * 2, BACKOFF_MAX_S)
+        log.info("counterd connection lost (%s): %d records held, reconnecting",
+                 reason, len(self.unacked))
 
-    def _send_raw(self, ftype: Any, payload: Mapping[str, Any]) -> None:
-        assert self._sock is not None
-        self._sock.sendall(self._protocol.encode(ftype, payload))
-
-    def _send(self, ftype: Any, payload: Mapping[str, Any]) -> None:
+    # -- the one way out -----------------------------------------------------------------------
+    def _send(self, ftype: Any, payload: Mapping[str, Any]) -> bool:
+        """A JSON frame, written; False (nothing written) for a payload that is not JSON (NaN,
+        a lone surrogate)."""
         try:
-            if self._sock is None:
-                raise ConnectionError("not connected")
-            self._send_raw(ftype, payload)
-        except OSError as exc:  # the daemon went away: what we hold is resent or kept
-            self._reconnect(f"send failed ({exc})")
+            frame = self._protocol.encode(ftype, payload)
+        except (ValueError, TypeError):
+            return False
+        self._write(frame)
+        return True
 
-    def _receive(self, block: bool, timeout_s: float = 1.0) -> bool:
-        """Read and handle replies (waiting up to ``timeout_s`` if ``block``); False when the
-        connection is gone."""
+    def _write(self, frame: bytes) -> None:
+        """Every frame leaves here; never raises. A broken connection is dropped (``_sock``
+        None afterwards) and the caller keeps what the frame carried. What the socket does
+        not take at once waits in the output buffer; the call waits for it (``BLOCK_S`` at
+        most, as a full pipe would make it) only while the daemon shows it takes records."""
+        sock = self._sock
+        if sock is None:
+            return
+        out = self._out
+        try:
+            if out:
+                out += frame
+                self._drain_out(sock)
+            else:
+                try:
+                    n = sock.send(frame, _socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    n = 0
+                if n < len(frame):
+                    out += frame[n:]
+            if out and time.monotonic() - self._alive_at < BLOCK_S:
+                deadline = time.monotonic() + BLOCK_S
+                while out and (left := deadline - time.monotonic()) > 0:
+                    if select.select([], [sock], [], left)[1]:
+                        self._drain_out(sock)
+                if out:
+                    self._disconnect(f"the daemon read nothing for {BLOCK_S:g} s", stuck=True)
+                    return
+        except (OSError, ValueError) as exc:
+            self._disconnect(f"send failed ({exc})")
+            return
+        if len(out) > OUT_MAX_BYTES:
+            self._disconnect(f"the daemon read nothing of the last {len(out)} bytes sent",
+                             stuck=True)
+            return
+        self._unread += 1
+        if self._unread >= ACK_EVERY:  # acknowledgements are read on every path
+            self._unread = 0
+            self._poll()
+
+    def _drain_out(self, sock: _socket.socket) -> None:
+        """Send what the output buffer holds, as far as the socket takes it now."""
+        out = self._out
+        while out:
+            try:
+                n = sock.send(out, _socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            del out[:n]
+
+    def _send_record(self, seq: int, item: SuperstepRecord | Step) -> None:
+        """A held record as a RECORD frame; one that cannot be encoded is refused here."""
+        if not self._send(self._protocol.FrameType.RECORD,
+                          {"s": seq, "rec": _as_record(item).to_json()}):
+            self.unacked.pop(seq, None)
+            self._refuse(_as_record(item), "not_encodable: the record is not JSON (NaN or "
+                         "infinite values, or text that is not UTF-8)")
+
+    def _refuse(self, rec: SuperstepRecord | None, message: str) -> None:
+        self.refused_count += 1
+        if len(self.refused) < REFUSED_KEPT:
+            self.refused.append((rec, message))
+        code = message.split(":", 1)[0]
+        if code not in self._refused_codes:  # one warning per reason, not one per record
+            self._refused_codes.add(code)
+            log.warning("counterd refused a record: %s", message)
+
+    # -- what comes back -----------------------------------------------------------------------
+    def _poll(self) -> None:
+        """Read whatever replies have arrived, without waiting."""
+        if self._sock is not None and not self._receive():
+            self._disconnect("the daemon closed the connection")
+
+    def _receive(self) -> bool:
+        """Read and handle the replies available now; False when the connection is gone."""
         sock = self._sock
         if sock is None:
             return False
         try:
-            if block and not select.select([sock], [], [], timeout_s)[0]:
-                return True
             data = sock.recv(65536, _socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
             return True
-        except (OSError, ValueError):
+        except OSError:
             return False
         if not data:
             return False
         self._decoder.feed(data)
         FrameType = self._protocol.FrameType
+        unacked = self.unacked
         try:
             for ftype, payload in self._decoder.frames():
                 seq = payload.get("s")
-                if ftype is FrameType.ACK and isinstance(seq, int):
+                if not isinstance(seq, int):
+                    seq = None
+                if ftype is FrameType.ACK and seq is not None:
                     done = []
-                    for s in list(self.unacked):
-                        if s > seq:
+                    while unacked:
+                        first = next(iter(unacked))
+                        if first > seq:
                             break
-                        done.append(self.unacked.pop(s))
+                        done.append(unacked.pop(first))
+                    self._alive_at = time.monotonic()
+                    self._stuck = False
+                    self._backoff = BACKOFF_MIN_S  # this connection works
                     if done and self.on_ack is not None:
                         self.on_ack([_as_record(r) for r in done])
                 elif ftype is FrameType.WELCOME:
                     self.welcome = payload
+                elif seq is not None and seq in self._awaited:
+                    self._replies[seq] = {"type": ftype.name, **payload}
                 elif ftype is FrameType.ERROR:
-                    rec = self.unacked.pop(seq, None) if isinstance(seq, int) else None
+                    rec = unacked.pop(seq, None) if seq is not None else None
                     message = f"{payload.get('code')}: {payload.get('message')}"
                     if rec is not None:
-                        self.refused.append((_as_record(rec), message))
-                    log.warning("counterd refused a frame: %s", message)
-                    if isinstance(seq, int):
-                        self._replies[seq] = payload
-                elif isinstance(seq, int):
-                    self._replies[seq] = {"type": ftype.name, **payload}
-        except self._protocol.ProtocolError as exc:
+                        self._refuse(_as_record(rec), message)
+                    else:
+                        log.info("counterd refused a frame: %s", message)
+        except (self._protocol.ProtocolError, RecursionError) as exc:  # never into the program
             log.warning("counterd sent a bad frame (%s); reconnecting", exc)
             return False
         return True
 
-    def _wait(self, done: Callable[[], bool], timeout_s: float) -> bool:
+    def _wait(self, done: Callable[[], bool], timeout_s: float, reconnect: bool) -> bool:
+        """Wait until ``done()`` or the timeout. With ``reconnect`` (flush, close) a lost
+        connection is retried with backoff meanwhile; without (marker calls) it ends the wait.
+        """
         deadline = time.monotonic() + timeout_s
         while not done():
             left = deadline - time.monotonic()
-            if self._sock is None or left <= 0:
-                return done()
-            if not self._receive(block=True, timeout_s=min(left, 1.0)):
-                self._reconnect("connection closed while waiting for the daemon")
-        return True
+            if left <= 0:
+                break
+            sock = self._sock
+            if sock is None:
+                if not reconnect:
+                    break
+                if not self._attempt():
+                    time.sleep(max(0.0, min(left, self._retry_at - time.monotonic())))
+                continue
+            try:
+                readable, writable, _ = select.select([sock], [sock] if self._out else [], [],
+                                                      min(left, 1.0))
+                if writable:
+                    self._drain_out(sock)
+            except (OSError, ValueError) as exc:
+                self._disconnect(f"send failed ({exc})")
+                continue
+            if readable:
+                self._poll()
+        return done()
 
     def _mine(self) -> bool:
         return self._pid == identity.pid  # a forked child never uses its parent's connection
 
-    def _send_frame(self, frame: bytes) -> None:
-        try:
-            if self._sock is None:
-                raise ConnectionError("not connected")
-            self._sock.sendall(frame)
-        except OSError as exc:  # the daemon went away: what we hold is resent or kept
-            self._reconnect(f"send failed ({exc})")
-
     def _context_id(self, ctx: tuple[str, int, str, str], names: tuple[str, ...]) -> int | None:
         """The CONTEXT id for ``ctx`` and counter ``names`` on this connection, declaring it
-        first if new; None when the connection cannot take one (the caller sends JSON)."""
+        first if new; None when the connection cannot take one (the caller sends JSON) or
+        broke sending it."""
         key = (ctx, names)
         c = self._contexts.get(key)
         if c is None:
@@ -223,9 +377,10 @@ class SocketSink:
                 return None
             c = len(self._contexts) + 1
             self._seq += 1
-            self._send_raw(self._protocol.FrameType.CONTEXT, {
-                "s": self._seq, "c": c, "run_id": ctx[0], "pid": ctx[1], "host": ctx[2],
-                "backend": ctx[3], "counters": list(names)})
+            if not self._send(self._protocol.FrameType.CONTEXT, {
+                    "s": self._seq, "c": c, "run_id": ctx[0], "pid": ctx[1], "host": ctx[2],
+                    "backend": ctx[3], "counters": list(names)}) or self._sock is None:
+                return None
             self._contexts[key] = c
         return c
 
@@ -253,116 +408,173 @@ class SocketSink:
         the connection number the OPEN went on, 0 if none (then its end goes as a RECORD)."""
         fields = (ctx, index, name, rank, cpu, begin_ns, params)
         with self._lock:
-            if self.degraded is not None or self._pid != identity.pid:
+            if self._pid != identity.pid:
                 self.fallback.begin(_line_of(fields))
                 return 0
+            self._open[(ctx[0], index)] = fields  # resent after a reconnection until it ends
+            if self._sock is None and not self._attempt():
+                return 0
             p = self._protocol
-            self._open[(ctx[0], index)] = fields
             c = self._context_id(ctx, ())
             frame = None
             if c is not None:
                 try:
                     frame = p.encode_open(self._seq + 1, c, index, begin_ns, rank, cpu, name,
                                           params)
-                except struct.error:  # an index, rank or name beyond the packed fields
+                except (struct.error, ValueError):  # beyond the packed fields, or not JSON
                     pass
+            if self._sock is None:
+                return 0
             self._seq += 1
+            gen = self._gen
             if frame is None:
                 self._send(p.FrameType.BEGIN, {"s": self._seq, "line": _line_of(fields)})
                 return 0
-            gen = self._gen
-            self._send_frame(frame)
+            self._write(frame)
             return gen
 
     def begin(self, line: Mapping[str, Any], count: Sequence[str] | None = None
               ) -> dict[str, Any] | None:
         """Send a begin line; with ``count``, ask the daemon to count this superstep's thread
-        and wait until it has started (returns the daemon's reply)."""
+        and wait (``BLOCK_S`` at most) until it has started (returns the daemon's reply)."""
         with self._lock:
-            if self.degraded is not None or not self._mine():
+            if not self._mine():
                 self.fallback.begin(line)
+                return None
+            self._open[(line["run_id"], line["index"])] = dict(line)
+            if self._sock is None and not self._attempt():
                 return None
             self._seq += 1
             seq = self._seq
-            self._open[(line["run_id"], line["index"])] = dict(line)
             payload: dict[str, Any] = {"s": seq, "line": line}
             if count is not None:
                 payload["count"] = list(count)
-            self._send(self._protocol.FrameType.BEGIN, payload)
             if count is None:
+                self._send(self._protocol.FrameType.BEGIN, payload)
                 return None
-            self._wait(lambda: seq in self._replies, self.timeout_s)
+            self._awaited.add(seq)
+            if not self._send(self._protocol.FrameType.BEGIN, payload):
+                self._awaited.discard(seq)
+                return None
+            self._wait(lambda: seq in self._replies, min(self.timeout_s, BLOCK_S),
+                       reconnect=False)
+            self._awaited.discard(seq)
             return self._replies.pop(seq, None)
 
     def record(self, rec: SuperstepRecord) -> None:
         with self._lock:
-            if self.degraded is not None or not self._mine():
+            if not self._mine():
                 self.fallback.record(rec)
                 return
+            self._open.pop((rec.run_id, rec.index), None)
             self._seq += 1
             self.unacked[self._seq] = rec
-            self._open.pop((rec.run_id, rec.index), None)
-            self._send(self._protocol.FrameType.RECORD, {"s": self._seq, "rec": rec.to_json()})
+            if self._sock is not None or self._attempt():
+                self._send_record(self._seq, rec)
             self._after_record()
 
     def closed(self, step: Step) -> None:
         """A superstep ended: a CLOSE if its OPEN went on this connection, else a RECORD."""
         with self._lock:
-            if self.degraded is not None or self._pid != identity.pid:
+            if self._pid != identity.pid:
                 self.fallback.record(step)
                 return
             self._open.pop((step.recorder.run_id, step.index), None)
-            frame = self._close_frame(step) if step.sent == self._gen else None
+            frame = None
+            if (self._sock is not None or self._attempt()) and step.sent == self._gen:
+                frame = self._close_frame(step)  # may declare a CONTEXT, and lose the socket
             self._seq += 1
             self.unacked[self._seq] = step
-            if frame is None:
-                self._send(self._protocol.FrameType.RECORD,
-                           {"s": self._seq, "rec": step.record().to_json()})
-            else:
-                self._send_frame(frame)
+            if self._sock is not None:
+                if frame is None:
+                    self._send_record(self._seq, step)
+                else:
+                    self._write(frame)
             self._after_record()
 
     def _after_record(self) -> None:
-        if self._sock is not None and not self._seq & 15:  # acks: one look every 16 frames
-            self._receive(block=False)
-            if len(self.unacked) > self.high_water:
-                self._wait(lambda: len(self.unacked) <= self.high_water // 2,
-                           self.timeout_s * 6)
+        """Enforce ``high_water``: wait for acknowledgements if the daemon gives them (a
+        slower daemon slows the program down, as a full pipe would), spill the rest."""
+        if len(self.unacked) <= self.high_water:
+            return
+        if self._sock is not None:
+            self._poll()
+            if len(self.unacked) > self.high_water and \
+                    time.monotonic() - self._alive_at < BLOCK_S:
+                self._wait(lambda: len(self.unacked) <= self.high_water // 2, BLOCK_S,
+                           reconnect=False)
+        self._spill(len(self.unacked) - self.high_water)
+
+    def _spill(self, n: int) -> None:
+        """Move the ``n`` oldest held records to the spill file (kept held if it fails)."""
+        if n <= 0:
+            return
+        seqs = list(itertools.islice(self.unacked, n))
+        if self.spill.write([self.unacked[s] for s in seqs]):
+            for s in seqs:
+                del self.unacked[s]
 
     def read(self, pid: int, events: Sequence[str] = (), tid: int | None = None
              ) -> dict[str, Any]:
         """Ask the daemon for the counters of ``pid`` (cumulative since the first READ); returns
         the READING or ERROR payload."""
         with self._lock:
+            if self._sock is None and not self._attempt(force=True):
+                return {"code": "unreachable", "message": str(self.degraded)}
             self._seq += 1
             seq = self._seq
-            self._send(self._protocol.FrameType.READ,
-                       {"s": seq, "pid": pid, "tid": tid, "count": list(events)})
-            self._wait(lambda: seq in self._replies, self.timeout_s)
+            self._awaited.add(seq)
+            if not self._send(self._protocol.FrameType.READ,
+                              {"s": seq, "pid": pid, "tid": tid, "count": list(events)}):
+                self._awaited.discard(seq)
+                return {"code": "bad_read", "message": "the request is not JSON"}
+            self._wait(lambda: seq in self._replies, self.timeout_s, reconnect=False)
+            self._awaited.discard(seq)
             return self._replies.pop(seq, {"code": "timeout", "message": "no reply"})
 
     def flush(self, timeout_s: float | None = None) -> bool:
-        """Wait until every record sent so far is acknowledged; True if all are."""
+        """Wait until every record given so far is acknowledged (reconnecting meanwhile if
+        need be). True only if all are and none was refused or spilled since the last
+        flush."""
         with self._lock:
-            if self.degraded is not None or not self._mine() or self._sock is None:
-                return not self.unacked
-            if not self.unacked:
-                return True
-            self._seq += 1
-            self._send(self._protocol.FrameType.SYNC, {"s": self._seq})
-            return self._wait(lambda: not self.unacked,
-                              self.timeout_s if timeout_s is None else timeout_s)
+            if not self._mine():
+                return False
+            if self.unacked:
+                if self._sock is not None or self._attempt(force=True):
+                    self._seq += 1
+                    self._send(self._protocol.FrameType.SYNC, {"s": self._seq})
+                self._wait(lambda: not self.unacked,
+                           self.timeout_s if timeout_s is None else timeout_s, reconnect=True)
+            ok = not self.unacked and self.refused_count == self._flushed_refused \
+                and self.spill.records == self._flushed_spilled
+            self._flushed_refused, self._flushed_spilled = self.refused_count, \
+                self.spill.records
+            return ok
 
-    def close(self, timeout_s: float | None = None) -> None:
-        """Flush, then close; records still unacknowledged go to the fallback (logged)."""
+    def close(self, timeout_s: float | None = None, *, spill: bool = True) -> None:
+        """Flush (one connection attempt if disconnected: an exit never waits for a daemon
+        that is not there), close, and (with ``spill``) write what is still unacknowledged to
+        the spill file; one warning names it and how to import it."""
         with self._lock:
             if not self._mine():
                 return
-            if not self.flush(timeout_s) and self.unacked:
-                self._degrade(f"{len(self.unacked)} records not acknowledged in time")
+            if self.unacked and (self._sock is not None or self._attempt(force=True)):
+                self.flush(timeout_s)
             if self._sock is not None:
                 self._sock.close()
                 self._sock = None
+            self.degraded = "closed"
+            held = len(self.unacked)
+            if spill and held:
+                self._spill(held)
+            self.spill.close()
+            if self.spill.records:
+                log.warning("counterd: %d records the daemon did not acknowledge are in %s; "
+                            "send them with: counterd import %s", self.spill.records,
+                            self.spill.path, self.spill.path)
+            if spill and self.unacked:
+                log.warning("counterd: %d records the daemon did not acknowledge are lost: "
+                            "the spill file could not be written", len(self.unacked))
 
 
 def _line_of(item: Any) -> dict[str, Any]:

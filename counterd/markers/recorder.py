@@ -26,12 +26,16 @@ kept in memory (``counterd.records()``) and counted with perf where available.
 Where records go (the sink), first match wins: ``configure(spool=...)`` or
 ``configure(socket=...)``; ``COUNTERD_SPOOL`` (set by ``counterd record``); ``COUNTERD_SOCKET``
 (a path; ``off`` disables the daemon); the daemon's default socket
-(:func:`counterd.daemon.config.default_socket_path`) if a daemon answers there; else memory. Through
+(:func:`counterd.daemon.config.default_socket_path`) if it exists; else memory. Through
 the daemon (:class:`SocketSink`) every record is kept by the process until the daemon has
-acknowledged it as committed to its store; ``COUNTERD_JOB`` names the job (default: the
-program's file name). Backend ``daemon`` (or perf being unusable in-process, e.g.
-``perf_event_paranoid`` forbidding self-monitoring) asks the daemon to count each superstep's
-thread on the program's behalf.
+acknowledged it as committed to its store, a daemon that does not answer (yet, or any more) is
+retried for as long as the program runs, and what it has not acknowledged beyond the
+high-water mark or at exit goes to a private spill file for ``counterd import``
+(:mod:`counterd.markers.spill`); ``COUNTERD_JOB`` names the job (default: the program's file
+name). A param that is not JSON (NaN, infinity, an object) is dropped and named in the
+record's ``unsupported`` (``param:<key>``), never raised. Backend ``daemon`` (or perf being
+unusable in-process, e.g. ``perf_event_paranoid`` forbidding self-monitoring) asks the daemon
+to count each superstep's thread on the program's behalf.
 
 Rank: ``set_rank()`` wins; else ``COUNTERD_RANK``; else an MPI launcher's rank variable
 (Open MPI, MPICH/PMI, PMIx, MVAPICH, Slurm); else a multiprocessing worker's identity (1-based,
@@ -43,6 +47,8 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
+import numbers
 import os
 import socket as _socket
 import threading
@@ -84,7 +90,7 @@ class Step:
 
     __slots__ = ("recorder", "index", "name", "rank", "cpu", "begin_ns", "params", "start",
                  "flags", "closed", "streams", "end_ns", "stop", "end_cpu", "unsupported",
-                 "sent", "_record", "delta")
+                 "sent", "_record", "delta", "dropped")
 
     def __init__(self, recorder: Recorder, index: int, name: str, rank: int, cpu: int,
                  begin_ns: int, params: dict[str, Param], start: Any,
@@ -105,6 +111,7 @@ class Step:
         self.end_cpu = -1
         self.unsupported: Mapping[str, str] | None = None  # the thread's, at the end
         self.sent = 0  # SocketSink connection number its OPEN went on (0: none)
+        self.dropped: Mapping[str, str] | None = None  # params (and name) that were not JSON
         self._record: SuperstepRecord | None = None
         # Turns (start, stop) into (counter values, unsupported): the group's raw decoder.
         self.delta: Callable[[Any, Any], tuple[dict[str, CounterValue], Mapping[str, str]]] \
@@ -284,6 +291,9 @@ class Recorder:
         cpu = identity.current_cpu()
         rank = st.rank if st.rank is not None else self.rank()
         params = dict(params) if params else {}
+        dropped = None
+        if params or not name.isascii():
+            name, params, dropped = clean_marker(name, params)
         sent = 0
         sink = self.sink
         if not isinstance(sink, MemorySink):  # the begin is what survives a kill inside it
@@ -305,6 +315,7 @@ class Recorder:
                     _NESTED if st.stack else _NO_FLAGS)
         step.delta = st.delta
         step.sent = sent
+        step.dropped = dropped
         st.stack.append(step)
         self._open[id(step)] = step
         if self._native is not None:
@@ -351,6 +362,8 @@ class Recorder:
         ended)."""
         counters: dict[str, CounterValue] = {}
         unsupported = dict(step.unsupported) if step.unsupported else {}
+        if step.dropped:
+            unsupported.update(step.dropped)
         start, stop = step.start, step.stop
         if start is not None and stop is not None:
             counters, group_unsupported = step.delta(start, stop)
@@ -380,10 +393,12 @@ class Recorder:
             unsupported=unsupported, backend=self._ctx[3], host=self.host)
 
     def _unmatched_end(self, name: str, end_ns: int) -> SuperstepRecord:
+        name, _, dropped = clean_marker(name, {})
+        flags = frozenset({"unmatched_end"} | ({"unsupported_counters"} if dropped else set()))
         rec = SuperstepRecord(
             run_id=self.run_id, index=next(self._indices), name=name, rank=self.rank(),
             pid=self.pid, cpu=identity.current_cpu(), begin_ns=end_ns, end_ns=end_ns,
-            flags=frozenset({"unmatched_end"}), backend=self._label(), host=self.host)
+            flags=flags, unsupported=dropped or {}, backend=self._label(), host=self.host)
         self.sink.record(rec)
         return rec
 
@@ -416,25 +431,85 @@ def make_sink(spool: Path | None, sock: Path | str | None
     if spool:
         return SpoolSink(spool)
     if sock is not None and str(sock) not in ("", "off"):
-        try:
-            return SocketSink(sock)
-        except (OSError, ConnectionError) as exc:
-            raise BadInput(f"cannot reach counterd at {sock}: {exc}",
-                           "start it (counterd run) or leave the socket unset") from exc
+        return _socket_sink(sock)
     if env.get(ENV_SPOOL):
         return SpoolSink(Path(env[ENV_SPOOL]))
     if sock is None:
         path = env.get(ENV_SOCKET)
-        explicit = path is not None
         if path is None:
             from counterd.daemon.config import default_socket_path
 
             default = default_socket_path()
             path = str(default) if default.exists() else None
         if path and path != "off":
-            try:
-                return SocketSink(path)
-            except (OSError, ConnectionError) as exc:
-                (log.warning if explicit else log.debug)(
-                    "counterd daemon at %s unreachable (%s); records stay in memory", path, exc)
+            return _socket_sink(path)
     return MemorySink()
+
+
+def _socket_sink(path: Path | str) -> SocketSink:
+    """A daemon that does not answer yet is waited for: the sink holds the records, retries
+    with backoff and spills what exceeds its high-water mark, and at exit what is left (see
+    :class:`SocketSink`). A named socket means a daemon is expected; memory would lose the
+    records at exit."""
+    sink = SocketSink(path)
+    if sink.degraded is not None:
+        log.info("%s; records are held and sent once it answers", sink.degraded)
+    return sink
+
+
+def clean_marker(name: str, params: dict[str, Any]
+                 ) -> tuple[str, dict[str, Param], dict[str, str] | None]:
+    """The name and params of a marker as every sink can encode them (JSON: finite numbers,
+    valid UTF-8), and what was dropped or replaced, for the record's ``unsupported``
+    (``param:<key>`` or ``name`` -> why). A marker never raises for its params: the issue
+    found a NaN param raising ValueError inside the user's program and losing the record."""
+    if name.__class__ is str and name.isascii():  # the common case, on the marker's path
+        for key, value in params.items():
+            t = value.__class__
+            if not (key.__class__ is str and key.isascii() and (
+                    t is int or t is bool or (t is str and value.isascii())
+                    or (t is float and value - value == 0.0))):  # inf - inf, nan - nan: nan
+                break
+        else:
+            return name, params, None
+    dropped: dict[str, str] = {}
+    if not isinstance(name, str):
+        dropped["name"] = f"a {type(name).__name__}, not a string"
+        name = str(name)
+    if not name.isascii() and not _utf8(name):
+        dropped["name"] = "not valid UTF-8 (lone surrogates replaced)"
+        name = name.encode("utf-8", "replace").decode()
+    clean: dict[str, Param] = {}
+    for key, value in params.items():
+        why = None
+        if not isinstance(key, str) or not _utf8(key):
+            why = "the key is not valid UTF-8 text"
+        elif isinstance(value, bool | str | int):
+            if isinstance(value, str) and not value.isascii() and not _utf8(value):
+                why = "not valid UTF-8 (a lone surrogate)"
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                why = f"not finite: {value}"
+        elif isinstance(value, numbers.Integral):
+            value = int(value)
+        elif isinstance(value, numbers.Real) and math.isfinite(float(value)):
+            value = float(value)
+        else:
+            why = f"a {type(value).__name__}, not a finite int, float, str or bool"
+        if why is None:
+            clean[key] = value
+        else:
+            dropped[f"param:{_printable(key)}"] = why
+    return name, clean, dropped or None
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _printable(key: Any) -> str:
+    return str(key).encode("utf-8", "replace").decode()

@@ -35,6 +35,7 @@ from counterd.backends.perf import (
     scale,
     translate_errno,
 )
+from counterd.backends.perf.syscall import read_seccomp
 from counterd.errors import (
     CounterAccessDenied,
     CounterdError,
@@ -529,3 +530,22 @@ def test_raw_reads_decode_like_readings() -> None:
         assert isinstance(group.read(), Reading)
     finally:
         group.close()
+
+
+def test_eperm_the_paranoid_level_does_not_explain_names_seccomp_or_the_container(
+        tmp_path: Path) -> None:
+    # Seen under systemd in a container: EPERM at paranoid 2, and the old advice was to lower
+    # the level to 2. EACCES (the kernel's own refusal) still gets the sysctl advice.
+    filtered = translate_errno(errno.EPERM, "loads", Target(), paranoid=2, seccomp=2)
+    assert isinstance(filtered, CounterAccessDenied)
+    assert "Seccomp: 2 in /proc/self/status" in str(filtered)
+    assert "lower kernel.perf_event_paranoid" not in str(filtered)
+    assert "seccomp" in (filtered.fix or "")
+    unknown = translate_errno(errno.EPERM, "loads", Target(), paranoid=1, seccomp=0)
+    assert "a seccomp filter or the container runtime" in str(unknown)
+    assert "lower kernel.perf_event_paranoid to 2" in (translate_errno(
+        errno.EACCES, "loads", Target(), paranoid=2, seccomp=2).fix or "")
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self" / "status").write_text("Name:\tx\nSeccomp:\t2\nSeccomp_filters:\t1\n")
+    assert read_seccomp(tmp_path) == 2
+    assert read_seccomp(tmp_path / "missing") is None

@@ -40,8 +40,39 @@ def test_validation_rejects_bad_records() -> None:
         _rec(end_ns=None)
     with pytest.raises(ValueError, match="unknown flags"):
         _rec(flags=frozenset({"weird"}))
-    with pytest.raises(ValueError, match="not finite"):
+    with pytest.raises(ValueError, match="not a finite count"):
         _rec(counters={"loads": CounterValue(float("nan"), Source.MEASURED)})
+    with pytest.raises(ValueError, match="not a finite count"):
+        _rec(counters={"loads": CounterValue(-5.0, Source.MEASURED)})
+    with pytest.raises(ValueError, match="outside"):
+        _rec(index=1 << 63)
+    with pytest.raises(ValueError, match="outside 32 bits"):
+        _rec(cpu=1 << 31)
+
+
+@pytest.mark.parametrize(("field", "value", "why"), [
+    ("index", 10**30, "outside"), ("index", 1.5, "not an integer"), ("index", True,
+                                                                       "not an integer"),
+    ("begin_ns", "0", "not an integer"), ("run_id", 7, "not a string"),
+    ("counters", [], "not an object"), ("counters", {"loads": 5}, "not an object"),
+    ("counters", {"loads": {"value": -5, "source": "measured"}}, "finite count"),
+    ("params", {"x": [1]}, "not a bool"), ("params", {"x": 2**70}, "beyond 64 bits"),
+    ("flags", "incomplete", "not a list"), ("unsupported", {"x": 1}, "strings"),
+])
+def test_from_json_checks_every_field(field: str, value: object, why: str) -> None:
+    d = _rec().to_json()
+    d[field] = value
+    with pytest.raises(BadInput, match=why):
+        SuperstepRecord.from_json(d)
+
+
+@pytest.mark.parametrize("line", [b"[1, 2]", b'{"format": 1, "begin_ns": 1e400}', b"\xff\xfe",
+                                  b"[" * 100000, b'{"format": 1, "run_id": "\\ud800"}'])
+def test_read_jsonl_refuses_a_bad_line_naming_it(tmp_path: Path, line: bytes) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(json.dumps(_rec().to_json()).encode() + b"\n" + line + b"\n")
+    with pytest.raises(BadInput, match=r"x.jsonl:2: "):
+        list(read_jsonl(path))
 
 
 def test_unknown_format_version_is_rejected(tmp_path: Path) -> None:

@@ -220,6 +220,13 @@ GOLDEN = {  # captured from protocol.py and SocketSink before the typed frames e
         "000000720209000000000000000b00010000000000000000000000000000009600000000000001900000"
         "0054001600409f4000000000003fe000000000000000000000000003e801401c0000000000003ff00000"
         "0000000080000000000000007b226c325f6d6973736573223a226e6f20504d55227d"),
+    # QUERY and RESULT came after the typed frames: their bytes as first released.
+    "query": (
+        "00000046020a7b2273223a31332c2277686174223a227265636f726473222c2272756e5f6964223a2272"
+        "222c22756964223a313030302c226166746572223a5b2268222c34322c335d7d"),
+    "result": (
+        "0000004702137b2273223a31342c226974656d73223a5b7b2261223a317d5d2c226166746572223a5b22"
+        "68222c34322c335d2c22756964223a313030302c2272756e5f6964223a2272227d"),
 }
 
 _REC = SuperstepRecord(
@@ -264,6 +271,8 @@ _V2_FRAMES: dict[str, protocol.Frame] = {
         (protocol.WireCounter("loads", "measured", 2000.0, 0.5, 1000),
          protocol.WireCounter("sim_x", "simulated", 7.0, 1.0, None)),
         {"l2_misses": "no PMU"}),
+    "query": protocol.Query(13, "records", "r", 1000, ("h", 42, 3)),
+    "result": protocol.Result(14, ({"a": 1},), ("h", 42, 3), 1000, "r"),
 }
 
 
@@ -330,16 +339,18 @@ def test_typed_decoding_refuses_with_the_daemons_codes() -> None:
 
     assert code(lambda: protocol.Context.decode({"s": 1, "c": 0, "run_id": "r", "pid": 1,
                                                  "host": "h", "backend": "b"})) == (
-        "bad_context", "malformed CONTEXT (fields of the wrong type)")
+        "bad_context", "malformed CONTEXT (fields of the wrong type or beyond their limits)")
     assert code(lambda: protocol.Context.decode({"s": 1})) == (
         "bad_context", "malformed CONTEXT ('c')")
     assert code(lambda: protocol.Begin.decode({"s": 1})) == (
         "bad_begin", "malformed begin line (no begin line)")
     assert code(lambda: protocol.Record.decode({"s": 1, "rec": 5}))[0] == "bad_record"
-    assert code(lambda: protocol.Read.decode({"s": 1})) == ("bad_read", "malformed READ ('pid')")
+    for bad in ({"s": 1}, {"s": 1, "pid": "7"}, {"s": 1, "pid": 1e400}, {"s": 1, "pid": 2**31},
+                {"s": 1, "pid": 7, "tid": True}, {"s": 1, "pid": 7, "count": "loads"}):
+        assert code(lambda b=bad: protocol.Read.decode(b))[0] == "bad_read", bad
     assert code(lambda: protocol.Sync.decode({"s": True}))[0] == "bad_seq"
     # READ: a tid of 0 or null is the main thread
-    assert protocol.Read.decode({"s": 1, "pid": "7", "tid": 0}) == protocol.Read(1, 7, None)
+    assert protocol.Read.decode({"s": 1, "pid": 7, "tid": 0}) == protocol.Read(1, 7, None)
     # a HELLO is never refused; an empty job is no job
     assert protocol.Hello.decode({"job": 0, "pid": "x"}) == protocol.Hello()
     head = protocol.OPEN_HEAD.pack(1, 1, 0, 5, 0, 0, 3)
@@ -347,6 +358,12 @@ def test_typed_decoding_refuses_with_the_daemons_codes() -> None:
         "bad_frame", "OPEN of 35 bytes is shorter than its 36-byte head")
     assert code(lambda: protocol.Open.decode(head + b"ab"))[0] == "bad_begin"  # cut short
     assert code(lambda: protocol.Open.decode(head + b"abc[1]"))[0] == "bad_begin"
+    for tail in (b'{"x":NaN}', b'{"x":1e400}', b'{"x":"\\ud800"}', b'{"x":[1]}', b"[" * 10**5):
+        assert code(lambda t=tail: protocol.Open.decode(head + b"abc" + t))[0] == "bad_begin"
+    huge = protocol.OPEN_HEAD.pack(1, 1, (1 << 64) - 1, 5, 0, 0, 3)
+    assert code(lambda: protocol.Open.decode(huge + b"abc"))[0] == "bad_begin"
+    assert code(lambda: protocol.Open.decode(head[:-2] + b"\0\3\xed\xa0\x80"))[0] \
+        == "bad_begin"  # an encoded surrogate is not UTF-8
     assert code(lambda: protocol.head(FrameType.CLOSE, b"\0" * 10))[0] == "bad_frame"
     close = protocol.CLOSE_HEAD.pack(1, 1, 0, 5, 6, 0, 0)
     counter = protocol.COUNTER.pack(9, 1.0, 1.0, 0)  # source 9 does not exist

@@ -53,6 +53,7 @@ from counterd.backends.perf.syscall import (
     Syscall,
     _close_all,
     perf_event_open,
+    read_seccomp,
     translate_errno,
 )
 from counterd.backends.perf.tables import (
@@ -181,7 +182,8 @@ class PerfBackend:
             self._probe(probe, Target(), include_kernel=False)
         except (OSError, CounterdError) as exc:
             reason = exc.what if isinstance(exc, CounterdError) else str(
-                translate_errno(exc.errno or 0, "task_clock_ns", Target(), paranoid))
+                translate_errno(exc.errno or 0, "task_clock_ns", Target(), paranoid,
+                                seccomp=read_seccomp(self.procfs_root)))
             return Capability(self.name, False, f"perf_event_open does not work here: {reason}")
         pmu = core_pmu(self.sysfs_root)
         counters: dict[str, str | None] = {}
@@ -198,7 +200,9 @@ class PerfBackend:
                     counters[name] = str(translate_errno(exc.errno or 0, name, Target(),
                                                          paranoid,
                                                          include_kernel=entry.kernel_side,
-                                                         encoding=entry.describe()))
+                                                         encoding=entry.describe(),
+                                                         seccomp=read_seccomp(
+                                                             self.procfs_root)))
         reason = (f"perf_event_open works (kernel.perf_event_paranoid={paranoid}); "
                   + (f"core PMU {pmu}" if pmu else "software events only: "
                      + no_pmu_reason(self.sysfs_root)))
@@ -237,7 +241,8 @@ class PerfBackend:
         opened on its own."""
         grouped = not target.inherit
         opener = _Opener(self._syscall, target, grouped=grouped, strict=strict,
-                         include_kernel=include_kernel, paranoid=self.paranoid())
+                         include_kernel=include_kernel, paranoid=self.paranoid(),
+                         seccomp=read_seccomp(self.procfs_root))
         opener.unsupported.update(unsupported or {})
         try:
             for members in groups:

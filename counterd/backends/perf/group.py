@@ -366,13 +366,15 @@ class _Opener:
     """
 
     def __init__(self, syscall: Syscall, target: Target, *, grouped: bool, strict: bool,
-                 include_kernel: bool, paranoid: int | None) -> None:
+                 include_kernel: bool, paranoid: int | None, seccomp: int | None = None
+                 ) -> None:
         self.syscall = syscall
         self.target = target
         self.grouped = grouped
         self.strict = strict
         self.include_kernel = include_kernel
         self.paranoid = paranoid
+        self.seccomp = seccomp  # for the EPERM the paranoid level does not explain
         self.groups: list[tuple[tuple[str, ...], list[int]]] = []
         self.ids: dict[int, str] = {}
         self.unsupported: dict[str, str] = {}
@@ -385,7 +387,7 @@ class _Opener:
     def _error(self, err: int, name: str, spec: EventSpec) -> CounterdError:
         return translate_errno(err, name, self.target, self.paranoid,
                                include_kernel=self.include_kernel or spec.kernel_side,
-                               encoding=spec.describe())
+                               encoding=spec.describe(), seccomp=self.seccomp)
 
     def open(self, members: Sequence[tuple[str, EventSpec]]) -> None:
         pid, cpu = self.target.kernel_tid, self.target.cpu

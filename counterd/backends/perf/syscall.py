@@ -15,6 +15,7 @@ import os
 import platform
 import struct
 from collections.abc import Callable
+from pathlib import Path
 
 from counterd.backends.base import Target
 from counterd.errors import (
@@ -165,21 +166,49 @@ def paranoid_level_needed(target: Target, include_kernel: bool) -> int:
     return 1 if include_kernel else 2
 
 
+def read_seccomp(procfs_root: str | os.PathLike[str] = "/proc") -> int | None:
+    """This process's seccomp mode (``Seccomp:`` of ``<procfs_root>/self/status``: 0 none,
+    1 strict, 2 filter), None when the kernel does not say."""
+    try:
+        for line in Path(procfs_root, "self/status").read_text().splitlines():
+            if line.startswith("Seccomp:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def translate_errno(err: int, event: str, target: Target, paranoid: int | None, *,
                     include_kernel: bool = False, attr_size: int = PERF_ATTR_SIZE_VER8,
-                    encoding: str = "") -> CounterdError:
+                    encoding: str = "", seccomp: int | None = None) -> CounterdError:
     """The typed error for a failed ``perf_event_open`` of one event opened on its own (errno
     list: perf_event_open(2)); a group that does not fit is split before it comes to this.
 
     Pure, so every branch is testable with an injected errno. ``paranoid`` is the value of
     /proc/sys/kernel/perf_event_paranoid, or None when it could not be read; ``encoding``
-    names the event's encoding in the message (EventSpec.describe()).
+    names the event's encoding in the message (EventSpec.describe()); ``seccomp`` is this
+    process's seccomp mode (:func:`read_seccomp`).
+
+    EPERM where the paranoid level permits the request is not the sysctl's doing: the kernel's
+    own checks answer EACCES, so it is a seccomp filter or a container runtime refusing the
+    call (Docker's default profile does; seen under systemd in a container, where advising to
+    lower the level to the value it already had was no help).
     """
     what = f"{encoding}: " if encoding else ""
     who = target.describe()
     level = "unknown" if paranoid is None else str(paranoid)
     if err in (_errno.EACCES, _errno.EPERM):
         needed = paranoid_level_needed(target, include_kernel)
+        if err == _errno.EPERM and paranoid is not None and paranoid <= needed:
+            filtered = (f"this process runs under a seccomp filter (Seccomp: {seccomp} in "
+                        "/proc/self/status)" if seccomp else
+                        "a seccomp filter or the container runtime refuses the call")
+            return CounterAccessDenied(
+                event, who, f"perf_event_open returned EPERM although "
+                f"kernel.perf_event_paranoid={paranoid} permits this: {filtered}",
+                "allow perf_event_open in the seccomp profile or the container (docker: "
+                "--security-opt seccomp=<profile allowing perf_event_open> or --cap-add "
+                "PERFMON; systemd: SystemCallFilter=), or run counterd outside it")
         if paranoid is not None and paranoid > needed:
             reason = f"kernel.perf_event_paranoid={paranoid} forbids this without privileges"
         else:
