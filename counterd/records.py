@@ -36,6 +36,8 @@ FLAGS = {
     "counters_missing": "the counted run produced no counters for this superstep",
     "target_changed": "the process the daemon counted for the client exec'd, changed owner or "
     "was replaced (reused pid): its counts were dropped (see unsupported)",
+    "dropped_params": "a param (or the name) could not be recorded as given: not finite, not "
+                      "text, or beyond its limits; unsupported says which and why",
 }
 
 _KNOWN_FLAGS = frozenset(FLAGS)

@@ -64,7 +64,15 @@ from counterd.errors import BadInput, CounterdError
 from counterd.markers import identity
 from counterd.markers.client import SocketSink
 from counterd.markers.sinks import MemorySink, SpoolSink, _as_record
-from counterd.records import Param, SuperstepRecord
+from counterd.records import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_NAME_CHARS,
+    MAX_PARAMS,
+    MAX_VALUE_CHARS,
+    Param,
+    SuperstepRecord,
+)
 
 MARKER_BACKENDS = POLICIES["markers"].names  # what counterd.backends.resolve accepts
 
@@ -170,6 +178,7 @@ _INCOMPLETE = frozenset({"incomplete"})
 _MIGRATED = frozenset({"migrated"})
 _MULTIPLEXED = frozenset({"multiplexed"})
 _UNSUPPORTED = frozenset({"unsupported_counters"})
+_DROPPED = frozenset({"dropped_params"})
 
 
 class Recorder:
@@ -364,6 +373,9 @@ class Recorder:
         unsupported = dict(step.unsupported) if step.unsupported else {}
         if step.dropped:
             unsupported.update(step.dropped)
+            flags_dropped = True
+        else:
+            flags_dropped = False
         start, stop = step.start, step.stop
         if start is not None and stop is not None:
             counters, group_unsupported = step.delta(start, stop)
@@ -380,8 +392,10 @@ class Recorder:
             if cv.ratio < 1.0:
                 flags = flags | _MULTIPLEXED
                 break
-        if unsupported:
+        if len(unsupported) > len(step.dropped or ()):
             flags = flags | _UNSUPPORTED
+        if flags_dropped:
+            flags = flags | _DROPPED
         return counters, flags, unsupported
 
     def _materialise(self, step: Step) -> SuperstepRecord:
@@ -394,7 +408,7 @@ class Recorder:
 
     def _unmatched_end(self, name: str, end_ns: int) -> SuperstepRecord:
         name, _, dropped = clean_marker(name, {})
-        flags = frozenset({"unmatched_end"} | ({"unsupported_counters"} if dropped else set()))
+        flags = frozenset({"unmatched_end"} | ({"dropped_params"} if dropped else set()))
         rec = SuperstepRecord(
             run_id=self.run_id, index=next(self._indices), name=name, rank=self.rank(),
             pid=self.pid, cpu=identity.current_cpu(), begin_ns=end_ns, end_ns=end_ns,
@@ -463,11 +477,13 @@ def clean_marker(name: str, params: dict[str, Any]
     valid UTF-8), and what was dropped or replaced, for the record's ``unsupported``
     (``param:<key>`` or ``name`` -> why). A marker never raises for its params: the issue
     found a NaN param raising ValueError inside the user's program and losing the record."""
-    if name.__class__ is str and name.isascii():  # the common case, on the marker's path
+    if name.__class__ is str and name.isascii() and len(name) <= MAX_NAME_CHARS \
+            and len(params) <= MAX_PARAMS:  # the common case, on the marker's path
         for key, value in params.items():
             t = value.__class__
-            if not (key.__class__ is str and key.isascii() and (
-                    t is int or t is bool or (t is str and value.isascii())
+            if not (key.__class__ is str and key.isascii() and len(key) <= MAX_NAME_CHARS and (
+                    (t is int and INT64_MIN <= value <= INT64_MAX) or t is bool
+                    or (t is str and value.isascii() and len(value) <= MAX_VALUE_CHARS)
                     or (t is float and value - value == 0.0))):  # inf - inf, nan - nan: nan
                 break
         else:
@@ -479,14 +495,26 @@ def clean_marker(name: str, params: dict[str, Any]
     if not name.isascii() and not _utf8(name):
         dropped["name"] = "not valid UTF-8 (lone surrogates replaced)"
         name = name.encode("utf-8", "replace").decode()
+    if len(name) > MAX_NAME_CHARS:
+        dropped["name"] = f"{len(name)} characters, cut to {MAX_NAME_CHARS}"
+        name = name[:MAX_NAME_CHARS]
     clean: dict[str, Param] = {}
     for key, value in params.items():
         why = None
-        if not isinstance(key, str) or not _utf8(key):
-            why = "the key is not valid UTF-8 text"
-        elif isinstance(value, bool | str | int):
-            if isinstance(value, str) and not value.isascii() and not _utf8(value):
+        if not isinstance(key, str) or not _utf8(key) or len(key) > MAX_NAME_CHARS:
+            why = f"the key is not valid UTF-8 text of at most {MAX_NAME_CHARS} characters"
+        elif len(clean) >= MAX_PARAMS:
+            why = f"more than {MAX_PARAMS} params"
+        elif isinstance(value, bool):
+            pass
+        elif isinstance(value, str):
+            if not value.isascii() and not _utf8(value):
                 why = "not valid UTF-8 (a lone surrogate)"
+            elif len(value) > MAX_VALUE_CHARS:
+                why = f"a string of {len(value)} characters, more than {MAX_VALUE_CHARS}"
+        elif isinstance(value, int):
+            if not INT64_MIN <= value <= INT64_MAX:
+                why = "an integer beyond 64 bits"
         elif isinstance(value, float):
             if not math.isfinite(value):
                 why = f"not finite: {value}"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
+import collections
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,13 +59,20 @@ class SpoolSink:
 
     Each line is one ``write(2)`` on an O_APPEND descriptor, so a process killed at any point
     leaves whole lines only; a ``begin`` line with no matching record becomes an ``incomplete``
-    record when the spool is collected.
+    record when the spool is collected. A write that fails (a full disk) never raises into the
+    program: the line waits in a backlog of at most :data:`BACKLOG_LINES` lines, written
+    before the next line once the disk takes it again; lines pushed out of a full backlog are
+    counted in ``lost`` and reported once on stderr.
     """
+
+    BACKLOG_LINES = 65536
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
         self._fd: int | None = None
         self._pid = -1
+        self._backlog: collections.deque[bytes] = collections.deque()
+        self.lost = 0
 
     def _descriptor(self) -> int:
         pid = identity.pid
@@ -81,11 +91,41 @@ class SpoolSink:
         fd = self._fd
         return fd if fd is not None and self._pid == identity.pid else self._descriptor()
 
+    def _write(self, line: bytes) -> None:
+        fd = self._descriptor_fast()
+        if not self._backlog:
+            try:
+                os.write(fd, line)
+                return
+            except OSError as exc:
+                self._failed(exc)
+        self._backlog.append(line)
+        try:  # oldest first, so the file keeps the program's order
+            while self._backlog:
+                os.write(fd, self._backlog[0])
+                self._backlog.popleft()
+        except OSError:
+            if len(self._backlog) > self.BACKLOG_LINES:
+                self._backlog.popleft()
+                self.lost += 1
+
+    def _failed(self, exc: OSError) -> None:
+        if not self._backlog and self.lost == 0:
+            print(f"counterd: cannot write the marker spool {self.directory}: {exc.strerror}; "
+                  f"keeping up to {self.BACKLOG_LINES} lines in memory until it can",
+                  file=sys.stderr)
+            atexit.register(self._report_loss)
+
+    def _report_loss(self) -> None:
+        if self.lost or self._backlog:
+            print(f"counterd: {self.lost + len(self._backlog)} marker spool lines were not "
+                  f"written to {self.directory} (disk full?): those supersteps have no record",
+                  file=sys.stderr)
+
     def begin(self, line: Mapping[str, Any]) -> None:
-        os.write(self._descriptor_fast(), spool.encode_line(spool.BEGIN, line))
+        self._write(spool.encode_line(spool.BEGIN, line))
 
     def record(self, rec: SuperstepRecord | Step) -> None:
-        line = spool.encode_line(spool.RECORD, _as_record(rec).to_json())
-        os.write(self._descriptor_fast(), line)
+        self._write(spool.encode_line(spool.RECORD, _as_record(rec).to_json()))
 
     closed = record

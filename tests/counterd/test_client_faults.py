@@ -4,8 +4,10 @@ blocked for long, or lied to."""
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import socket
 import threading
 import time
@@ -168,5 +170,35 @@ def test_any_params_give_a_record_every_sink_can_encode(
             if kept:
                 assert json.loads(protocol.dumps_payload({"v": got.params[key]}))["v"] == \
                     value
-        if got.unsupported:
-            assert "unsupported_counters" in got.flags
+        assert ("dropped_params" in got.flags) == bool(got.unsupported)
+        assert "unsupported_counters" not in got.flags
+
+
+def test_a_full_disk_never_raises_into_the_program(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """ENOSPC on the spool: lines wait in memory and are written, in order, once the disk
+    takes them again; beyond the backlog they are counted as lost and reported."""
+    (tmp_path / "spool").mkdir()
+    sink = SpoolSink(tmp_path / "spool")
+    sink.BACKLOG_LINES = 3
+    real_write = os.write
+    full = True
+
+    def write(fd: int, data: bytes) -> int:
+        if full and fd == sink._fd:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    recs = [SuperstepRecord("r", i, "s", 0, 1, 0, 10, 20) for i in range(6)]
+    for rec in recs[:5]:
+        sink.record(rec)  # no exception
+    assert "cannot write the marker spool" in capsys.readouterr().err
+    assert sink.lost == 2 and len(sink._backlog) == 3
+    full = False
+    sink.record(recs[5])
+    assert not sink._backlog
+    from counterd import spool
+
+    assert [r.index for r in spool.collect(tmp_path / "spool")] == [2, 3, 4, 5]
