@@ -37,6 +37,7 @@ from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from counterd import strictjson
 from counterd.errors import BadInput, CounterdError
 from counterd.records import SuperstepRecord
 
@@ -286,13 +287,19 @@ class Store:
 
     def __init__(self, path: Path, *, synchronous: str = "full", readonly: bool = False) -> None:
         self.path = Path(path)
-        if readonly and not self.path.exists():
-            raise BadInput(f"no store at {self.path}",
-                           "run counterd run first, or pass --store / --records")
-        if readonly and not os.access(self.path, os.R_OK):
-            raise BadInput(f"the store {self.path} is private to the daemon's user",
-                           "omit --store: counterd runs and counterd report ask the daemon, "
-                           "which gives you your own runs")
+        if readonly:
+            private = BadInput(f"the store {self.path} is private to the daemon's user",
+                               "omit --store: counterd runs and counterd report ask the "
+                               "daemon, which gives you your own runs")
+            try:
+                os.stat(self.path)
+            except FileNotFoundError:
+                raise BadInput(f"no store at {self.path}",
+                               "run counterd run first, or pass --store / --records") from None
+            except OSError:  # EACCES: in the daemon's private directory
+                raise private from None
+            if not os.access(self.path, os.R_OK):
+                raise private
         self._conn = _connect(self.path, synchronous, readonly=readonly)
         if readonly:
             version = schema_version(self._conn)
@@ -429,12 +436,21 @@ class Store:
         rows = self._conn.execute(
             "SELECT body FROM records WHERE uid = ? AND run_id = ? ORDER BY idx, rank, pid",
             (owner, run_id))
-        return [SuperstepRecord.from_json(json.loads(body)) for (body,) in rows]
+        return [self._record(body) for (body,) in rows]
 
     def all_records(self) -> list[SuperstepRecord]:
         rows = self._conn.execute(
             "SELECT body FROM records ORDER BY uid, run_id, idx, rank, pid")
-        return [SuperstepRecord.from_json(json.loads(body)) for (body,) in rows]
+        return [self._record(body) for (body,) in rows]
+
+    def _record(self, body: object) -> SuperstepRecord:
+        """A stored body as a record, checked as a file's would be (BadInput: the store was
+        written by something else, or damaged)."""
+        try:
+            return SuperstepRecord.from_json(strictjson.loads(str(body)))
+        except (strictjson.Malformed, BadInput) as exc:
+            raise BadInput(f"the store {self.path} holds a damaged record ({exc})",
+                           "restore the store from a backup, or delete it") from None
 
     def samples(self, job: str | None = None) -> list[Sample]:
         query = "SELECT ts_ns, job, counter, value, ratio FROM samples"

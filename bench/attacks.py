@@ -1,0 +1,1595 @@
+"""A hostile local user and broken files against a live ``counterd run`` (issue "Reliability").
+
+    .venv/bin/python bench/attacks.py [--only CATEGORY] [--quick] [--strict]
+
+Starts ``counterd run --config FILE`` on temp paths (as bench/_daemon.py does), then runs every
+attack of the issue, grouped in its categories: protocol and floods, authorisation,
+durability, bad files, signals, marker misuse. After each attack it checks what the issue's
+target names: the daemon process is alive, ``/metrics`` answers 200, and a canary (a fresh
+:class:`counterd.markers.client.SocketSink` sending 5 records) gets ``flush() == True`` and
+its 5 records are in the store (read with SQLite in read-only mode). An attack FAILS when one
+of these does not hold or when its own expectation does not (the frame was not refused with
+an ERROR, RSS or the log grew beyond a bound, a record of a forbidden run was stored, a file
+command printed a traceback or exited other than 0/2, ...). A daemon left dead or not serving
+is killed and restarted on the same store, so one failure does not hide the next.
+
+Prints one line per check (category, name, ok/FAILED/skipped, why), then the tally table
+(category | tried | failed) and the host line. Exits 0 (it is a measurement); ``--strict``
+exits 1 if anything failed. ``--quick`` scales the floods down and skips the slowloris (30 s).
+
+Attacks that need a second user (run id squat, reading others' runs, counting on behalf of a
+setuid program, idle connections from one user) fork and ``setuid`` to uids 65534 and 65533;
+run as root for them (they are reported as skipped otherwise). Disk full needs root too (a
+small tmpfs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import socket
+import sqlite3
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _daemon import free_port  # noqa: E402
+from _host import host_line  # noqa: E402
+
+import counterd  # noqa: E402
+from counterd import protocol  # noqa: E402
+from counterd.markers.client import SocketSink  # noqa: E402
+from counterd.records import SuperstepRecord  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+HOST = socket.gethostname()
+NOBODY = 65534  # the hostile user
+OTHER = 65533  # a second unprivileged user (the victim of a squat)
+CATEGORIES = ("protocol and floods", "authorisation", "durability", "bad files", "signals",
+              "marker misuse")
+REPLY_TIMEOUT_S = 5.0
+F = protocol.FrameType
+
+
+# -- the daemon under attack ----------------------------------------------------------------
+class LiveDaemon:
+    """``counterd run --config <dir>/counterd.toml`` with its socket in ``dir`` (0755, so other
+    users reach it) and its store in ``dir/state/`` (created by the daemon: its mode is the
+    daemon's doing). ``nofile`` lowers RLIMIT_NOFILE of the daemon."""
+
+    def __init__(self, directory: Path, *, src: Path = ROOT, extra: str = "",
+                 nofile: int | None = None, store_dir: Path | None = None) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(directory, 0o755)
+        self.dir = directory
+        self.socket = directory / "counterd.sock"
+        self.store = (store_dir or directory / "state") / "counterd.db"
+        self.config = directory / "counterd.toml"
+        self.log = directory / "daemon.log"
+        self.port = free_port()
+        self.nofile = nofile
+        self.extra = extra
+        self.src = src
+        self.write_config()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def write_config(self, extra: str | None = None) -> None:
+        self.config.write_text(
+            f'log_level = "info"\n[metrics]\nlisten = "127.0.0.1:{self.port}"\nrefresh_s = 0.2\n'
+            f'[socket]\npath = "{self.socket}"\n[store]\npath = "{self.store}"\n'
+            f'[sampling]\ninterval_s = 1.0\n' + (self.extra if extra is None else extra))
+
+    def start(self, timeout_s: float = 20.0) -> LiveDaemon:
+        env = _env(self.src)
+        limit = self.nofile
+
+        def lower_nofile() -> None:
+            if limit is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+        self.proc = subprocess.Popen([PY, "-m", "counterd.cli", "run", "--config",
+                                      str(self.config)], env=env, cwd=self.src,
+                                     stdout=subprocess.DEVNULL, stderr=self.log.open("ab"),
+                                     preexec_fn=lower_nofile)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"counterd run exited {self.proc.returncode}: "
+                                   + self.log_text()[-1500:])
+            try:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(str(self.socket))
+                if self.metrics_ok():
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("counterd run did not become ready: " + self.log_text()[-1500:])
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout_s: float = 60.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.proc.wait(10)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/metrics"
+
+    def metrics_ok(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url, timeout=3) as r:
+                r.read()
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    def rss_bytes(self) -> int:
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def cpu_seconds(self) -> float:
+        assert self.proc is not None
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def log_lines(self) -> int:
+        with self.log.open("rb") as fh:
+            return sum(1 for _ in fh)
+
+
+def _env(src: Path) -> dict[str, str]:
+    """The environment of the commands under attack: no COUNTERD_* of ours, the code of
+    ``src`` (``python -m`` also imports from its working directory)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERD_")}
+    env["PYTHONPATH"] = str(src)
+    return env
+
+
+# -- the store, read as a reader would --------------------------------------------------------
+def stored(store: Path, run_id: str) -> list[dict[str, Any]]:
+    """The records of ``run_id`` (matched as a substring, so a uid-namespaced run id still
+    counts) in the store, as their JSON bodies; [] if there is no store yet."""
+    if not store.exists():
+        return []
+    conn = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=10)
+    try:
+        rows = conn.execute("SELECT body FROM records WHERE instr(run_id, ?) > 0",
+                            (run_id,)).fetchall()
+    finally:
+        conn.close()
+    return [json.loads(b) for (b,) in rows]
+
+
+def new_run(tag: str) -> str:
+    return f"{tag}-{uuid.uuid4().hex[:12]}"
+
+
+def make_record(run_id: str, index: int = 0, pid: int | None = None) -> SuperstepRecord:
+    t = time.monotonic_ns()
+    return SuperstepRecord(run_id=run_id, index=index, name="attack", rank=0,
+                           pid=os.getpid() if pid is None else pid, cpu=0, begin_ns=t,
+                           end_ns=t + 1000, host=HOST)
+
+
+def canary(d: LiveDaemon, n: int = 5) -> str | None:
+    """A fresh client's ``n`` records: None if flush() is True and all are in the store."""
+    run_id = new_run("canary")
+    try:
+        sink = SocketSink(d.socket, job="canary", timeout_s=REPLY_TIMEOUT_S)
+    except (OSError, ConnectionError) as exc:
+        return f"canary cannot connect ({exc})"
+    try:
+        for i in range(n):
+            sink.record(make_record(run_id, i))
+        flushed = sink.flush(10.0)
+        refused = [why for _, why in sink.refused]
+    except Exception as exc:  # the canary measures: whatever breaks is the finding
+        return f"canary raised {type(exc).__name__}: {exc}"
+    finally:
+        with contextlib.suppress(Exception):
+            sink.close(1.0)
+    got = len(stored(d.store, run_id))
+    if not flushed or got != n:
+        return (f"canary: flush() {flushed}, {got} of {n} records stored"
+                + (f", refused: {refused[0]}" if refused else ""))
+    return None
+
+
+def health(d: LiveDaemon) -> list[str]:
+    """The target's three conditions, as failure reasons."""
+    if not d.alive():
+        code = d.proc.returncode if d.proc is not None else None
+        tail = [ln for ln in d.log_text().splitlines() if ln.strip()][-1:]
+        return [f"daemon died (exit {code}; {tail[0][:160] if tail else 'no log'})"]
+    why = []
+    if not d.metrics_ok():
+        why.append("/metrics does not answer 200")
+    c = canary(d)
+    if c:
+        why.append(c)
+    return why
+
+
+# -- raw protocol -----------------------------------------------------------------------------
+def frame(ftype: int, body: bytes, version: int = protocol.PROTOCOL_VERSION) -> bytes:
+    return protocol.HEADER.pack(len(body) + 2, version, ftype) + body
+
+
+def jframe(ftype: int, text: str, version: int = protocol.PROTOCOL_VERSION) -> bytes:
+    """A frame whose payload is ``text`` as written (lone-surrogate escapes, Infinity, ...)."""
+    return frame(ftype, text.encode("utf-8", "surrogatepass"), version)
+
+
+def record_text(run_id: str, raw: dict[str, str] | None = None, seq: int = 1) -> str:
+    """A RECORD payload; ``raw`` replaces fields of the record with JSON text as written."""
+    raw = raw or {}
+    body = make_record(run_id).to_json()
+    body["counters"] = {"task_clock": {"value": 1.0, "source": "measured", "ratio": 1.0,
+                                       "raw": 1}}
+    marks = {}
+    for k in raw:
+        marks[k] = f"@@{k}@@"
+        body[k] = marks[k]
+    out = json.dumps({"s": seq, "rec": body}, separators=(",", ":"))
+    for k, text in raw.items():
+        out = out.replace(json.dumps(marks[k]), text)
+    return out
+
+
+class Conn:
+    """One raw client connection; ``replies()`` collects what the daemon answers."""
+
+    def __init__(self, path: Path, hello: bool = True, job: str = "attack") -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(REPLY_TIMEOUT_S)
+        self.sock.connect(str(path))
+        self.decoder = protocol.Decoder(max_frame=1 << 24, versions=protocol.ACCEPTED_VERSIONS)
+        self.frames: list[tuple[protocol.FrameType, Any]] = []
+        self.closed = False
+        if hello:
+            self.send(protocol.encode(F.HELLO, {"pid": os.getpid(), "host": HOST, "job": job}))
+            if self.wait(lambda: any(t is F.WELCOME for t, _ in self.frames)) is not True:
+                raise ConnectionError("no WELCOME")
+
+    def send(self, data: bytes) -> bool:
+        try:
+            self.sock.sendall(data)
+            return True
+        except OSError:
+            return False
+
+    def _read(self, timeout_s: float) -> None:
+        self.sock.settimeout(max(timeout_s, 0.01))
+        try:
+            data = self.sock.recv(1 << 20)
+        except TimeoutError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.closed = True
+            return
+        self.decoder.feed(data)
+        with contextlib.suppress(protocol.ProtocolError):
+            self.frames.extend(self.decoder.frames())
+
+    def wait(self, done: Callable[[], bool], timeout_s: float = REPLY_TIMEOUT_S) -> bool | str:
+        """True once ``done()``; "closed" if the daemon closed first; False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            if self.closed:
+                return "closed"
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._read(min(left, 0.5))
+        return True
+
+    def errors(self) -> list[dict[str, Any]]:
+        return [p for t, p in self.frames if t is F.ERROR]
+
+    def acked(self) -> int:
+        return max((int(p["s"]) for t, p in self.frames if t is F.ACK), default=0)
+
+    def outcome(self, seq: int, sync: int | None = None) -> str:
+        """What became of frame ``seq``: "error CODE", "ack", "closed" or "no answer" (a SYNC
+        ``sync`` is sent to have the daemon acknowledge it otherwise)."""
+        if sync is not None:
+            self.send(jframe(F.SYNC, json.dumps({"s": sync})))
+        target = seq if sync is None else sync
+
+        def answered() -> bool:
+            return any(p.get("s") in (seq, None) for p in self.errors()) \
+                or self.acked() >= target
+
+        got = self.wait(answered)
+        for p in self.errors():
+            if p.get("s") in (seq, None):
+                return f"error {p.get('code')}"
+        if self.acked() >= target:
+            return "ack"
+        return "closed" if got == "closed" else "no answer"
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def expect(result: str, allowed: tuple[str, ...], what: str) -> str | None:
+    """None if ``result`` starts with one of ``allowed``, else why the attack failed."""
+    if result.startswith(allowed):
+        return None
+    return f"{what}: {result} (wanted {' or '.join(allowed)})"
+
+
+# -- other users ------------------------------------------------------------------------------
+class Child:
+    """``fn(chan, *args, **kwargs)`` in a forked process, as ``uid`` if given; ``chan.send(obj)`` /
+    ``chan.recv()`` talk JSON lines with the parent (``send``/``recv`` here)."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, uid: int | None = None,
+                 **kwargs: Any) -> None:
+        up_r, up_w = os.pipe()
+        down_r, down_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # the child
+            code = 0
+            try:
+                os.close(up_r)
+                os.close(down_w)
+                if uid is not None:
+                    os.setgroups([])
+                    os.setgid(uid)
+                    os.setuid(uid)
+                chan = _Chan(os.fdopen(down_r, "r"), os.fdopen(up_w, "w"))
+                result = fn(chan, *args, **kwargs)
+                chan.send({"result": result})
+            except BaseException as exc:
+                with contextlib.suppress(BaseException):
+                    os.write(up_w, (json.dumps({"error": f"{type(exc).__name__}: {exc}",
+                                                "tb": traceback.format_exc()[-800:]})
+                                    + "\n").encode())
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(up_w)
+        os.close(down_r)
+        self.chan = _Chan(os.fdopen(up_r, "r"), os.fdopen(down_w, "w"))
+
+    def send(self, obj: Any) -> None:
+        self.chan.send(obj)
+
+    def recv(self, timeout_s: float = 60.0) -> Any:
+        return self.chan.recv(timeout_s)
+
+    def result(self, timeout_s: float = 120.0) -> Any:
+        """The child's return value; raises RuntimeError with its exception."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            msg = self.recv(max(deadline - time.monotonic(), 0.1))
+            if msg is None:
+                self.kill()
+                raise RuntimeError("the child did not finish in time")
+            if "error" in msg:
+                self.reap()
+                raise RuntimeError(msg["error"])
+            if "result" in msg:
+                self.reap()
+                return msg["result"]
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        self.reap()
+
+    def reap(self) -> None:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+
+
+class _Chan:
+    def __init__(self, r: Any, w: Any) -> None:
+        self.r, self.w = r, w
+
+    def send(self, obj: Any) -> None:
+        self.w.write(json.dumps(obj) + "\n")
+        self.w.flush()
+
+    def recv(self, timeout_s: float = 60.0) -> Any:
+        import select
+
+        if not select.select([self.r], [], [], timeout_s)[0]:
+            return None
+        line = self.r.readline()
+        return json.loads(line) if line else {"error": "the child exited"}
+
+
+def as_root() -> bool:
+    return os.geteuid() == 0
+
+
+# -- marker programs (forked; each its own recorder, as a user's program) -----------------------
+def marker_program(chan: _Chan, sock: str, run_id: str, *, steps: int = 0,
+                   until: float = 0.0, backend: str = "none", pace_s: float = 0.0,
+                   params: dict[str, Any] | None = None, wait_inside: bool = False,
+                   bad_param: str = "") -> dict[str, Any]:
+    """A user's program marking supersteps through the daemon. Returns what it saw: total
+    supersteps, the slowest marker call, the exception a marker raised (if any), flush(),
+    the acknowledgement times (CLOCK_MONOTONIC, comparable with the parent's), the records
+    still unacknowledged before flush and the high-water mark."""
+    from counterd.markers.api import recorder
+
+    counterd.configure(backend=backend, socket=sock, run_id=run_id)
+    sink = recorder().sink
+    acks: list[tuple[int, float]] = []
+    if hasattr(sink, "on_ack"):
+        def on_ack(recs: list[SuperstepRecord]) -> None:
+            now = time.monotonic()
+            acks.extend((r.index, now) for r in recs)
+        sink.on_ack = on_ack
+    extra: dict[str, Any] = dict(params or {})
+    if bad_param == "nan":
+        extra["x"] = float("nan")
+    elif bad_param == "inf":
+        extra["x"] = float("inf")
+    elif bad_param == "huge":
+        extra["x"] = "p" * (400 * 1024)
+    slowest, raised, i = 0.0, "", 0
+    try:
+        while (steps and i < steps) or (until and time.monotonic() < until):
+            t0 = time.monotonic()
+            with counterd.superstep("w", **extra):
+                if wait_inside:
+                    chan.send({"inside": True})
+                    chan.recv(120)
+            slowest = max(slowest, time.monotonic() - t0)
+            i += 1
+            if pace_s:
+                time.sleep(pace_s)
+    except Exception as exc:  # the finding: a marker raised into the program
+        raised = f"{type(exc).__name__}: {exc}"
+    unacked = len(getattr(sink, "unacked", ()))
+    high_water = int(getattr(sink, "high_water", 0))
+    flushed = bool(sink.flush(60.0)) if hasattr(sink, "flush") else False
+    return {"total": i, "slowest_s": slowest, "raised": raised, "flushed": flushed,
+            "acks": acks, "unacked": unacked, "high_water": high_water,
+            "sink": type(sink).__name__, "degraded": getattr(sink, "degraded", None)}
+
+
+def writers(d: LiveDaemon, n: int, seconds: float, tag: str) -> list[tuple[str, Child]]:
+    until = time.monotonic() + seconds
+    out = []
+    for w in range(n):
+        run_id = new_run(f"{tag}{w}")
+        out.append((run_id, Child(marker_program, str(d.socket), run_id, until=until,
+                                  pace_s=0.0005)))
+    return out
+
+
+def lost(d: LiveDaemon, runs: list[tuple[str, Child]], cut: float
+         ) -> tuple[int, int, int, int, list[str]]:
+    """(acknowledged before ``cut``, of them missing from the store, total marked, total
+    missing from the store, what the writers raised)."""
+    acked = missing_acked = total = missing = 0
+    raised = []
+    for run_id, child in runs:
+        try:
+            res = child.result(180)
+        except RuntimeError as exc:
+            raised.append(str(exc))
+            continue
+        if res["raised"]:
+            raised.append(res["raised"])
+        have = {int(r["index"]) for r in stored(d.store, run_id)}
+        before = {i for i, t in res["acks"] if t < cut}
+        acked += len(before)
+        missing_acked += len(before - have)
+        total += res["total"]
+        missing += len(set(range(res["total"])) - have)
+    return acked, missing_acked, total, missing, raised
+
+
+# -- the lab -----------------------------------------------------------------------------------
+@dataclass
+class Check:
+    name: str
+    why: str | None  # None: ok
+    skipped: bool = False
+
+
+@dataclass
+class Lab:
+    tmp: Path
+    quick: bool
+    daemon: LiveDaemon
+    src: Path = ROOT  # the tree whose daemon and file commands are attacked
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def scale(self, full: int, quick: int) -> int:
+        return quick if self.quick else full
+
+    def special(self, name: str, **kw: Any) -> LiveDaemon:
+        return LiveDaemon(self.tmp / name, src=self.src, **kw)
+
+
+Attack = Callable[[Lab], list[Check]]
+ATTACKS: list[tuple[str, str, Attack]] = []
+
+
+def attack(category: str, name: str) -> Callable[[Attack], Attack]:
+    assert category in CATEGORIES
+
+    def register(fn: Attack) -> Attack:
+        ATTACKS.append((category, name, fn))
+        return fn
+    return register
+
+
+def one(name: str, *reasons: str | None) -> list[Check]:
+    why = "; ".join(r for r in reasons if r)
+    return [Check(name, why or None)]
+
+
+# -- protocol and floods ------------------------------------------------------------------------
+DEEP = "[" * 100_000
+
+
+@attack("protocol and floods", "100k nested [ before HELLO")
+def nested_before_hello(lab: Lab) -> list[Check]:
+    c = Conn(lab.daemon.socket, hello=False)
+    c.send(jframe(F.HELLO, DEEP))
+    got = c.wait(lambda: bool(c.errors()))
+    c.close()
+    return one("", None if got is True else f"no ERROR frame ({got or 'no answer'})")
+
+
+@attack("protocol and floods", "100k nested [ after HELLO")
+def nested_after_hello(lab: Lab) -> list[Check]:
+    c = Conn(lab.daemon.socket)
+    c.send(jframe(F.RECORD, '{"s":1,"rec":' + DEEP))
+    got = c.wait(lambda: bool(c.errors()))
+    c.close()
+    return one("", None if got is True else f"no ERROR frame ({got or 'no answer'})")
+
+
+def _refused(lab: Lab, payload: str, ftype: int = F.RECORD,
+             allowed: tuple[str, ...] = ("error",), job: str = "attack") -> str | None:
+    c = Conn(lab.daemon.socket, job=job)
+    c.send(jframe(ftype, payload))
+    result = c.outcome(1, sync=2)
+    c.close()
+    return expect(result, allowed, "frame 1")
+
+
+RECORD_ATTACKS = {
+    'RECORD "counters": []': {"counters": "[]"},
+    "RECORD begin_ns Infinity": {"begin_ns": "Infinity"},
+    "RECORD begin_ns 1e400": {"begin_ns": "1e400"},
+    "RECORD NaN counter": {"counters": '{"task_clock":{"value":NaN,"source":"measured"}}'},
+    "RECORD index 10**30": {"index": str(10**30)},
+}
+# Refused, or stored (with the name made storable): either way answered and the writer alive.
+RECORD_STORABLE = {
+    'RECORD name "\\ud800" (JSON escape)': {"name": '"\\ud800"'},
+    "RECORD name raw bytes ED A0 80": {"name": '"\udced\udca0\udc80"'},  # surrogateescape
+}
+
+
+def _record_attack(raw: dict[str, str], allowed: tuple[str, ...]) -> Attack:
+    def run(lab: Lab) -> list[Check]:
+        text = record_text(new_run("hostile"), raw)
+        if "\udced" in text:  # the raw bytes ED A0 80, not valid UTF-8
+            text_bytes = text.encode("utf-8", "surrogateescape")
+            c = Conn(lab.daemon.socket)
+            c.send(frame(F.RECORD, text_bytes))
+            result = c.outcome(1, sync=2)
+            c.close()
+            return one("", expect(result, allowed, "frame 1"))
+        return one("", _refused(lab, text, allowed=allowed))
+    return run
+
+
+for _name, _raw in RECORD_ATTACKS.items():
+    attack("protocol and floods", _name)(_record_attack(_raw, ("error",)))
+for _name, _raw in RECORD_STORABLE.items():
+    attack("protocol and floods", _name)(_record_attack(_raw, ("error", "ack")))
+
+
+@attack("protocol and floods", "READ pid 1e400")
+def read_pid_1e400(lab: Lab) -> list[Check]:
+    return one("", _refused(lab, '{"s":1,"pid":1e400,"count":[]}', F.READ))
+
+
+def _begin_line(run_id: str, **raw: str) -> str:
+    line = {"run_id": run_id, "index": 0, "name": "b", "rank": 0, "pid": os.getpid(), "cpu": 0,
+            "begin_ns": time.monotonic_ns(), "params": {}, "backend": "none", "host": HOST}
+    text = json.dumps({"s": 1, "line": line}, separators=(",", ":"))
+    for k, v in raw.items():
+        text = text.replace(f'"{k}":{json.dumps(line[k])}', f'"{k}":{v}')
+    return text
+
+
+@attack("protocol and floods", "BEGIN index 1e999")
+def begin_index_1e999(lab: Lab) -> list[Check]:
+    return one("", _refused(lab, _begin_line(new_run("hostile"), index="1e999"), F.BEGIN))
+
+
+def _context(seq: int, c: int, run_id: str) -> bytes:
+    return protocol.encode(F.CONTEXT, {"s": seq, "c": c, "run_id": run_id, "pid": os.getpid(),
+                                       "host": HOST, "backend": "none", "counters": []})
+
+
+@attack("protocol and floods", "OPEN/CLOSE index 2**64-1")
+def open_close_huge_index(lab: Lab) -> list[Check]:
+    c = Conn(lab.daemon.socket)
+    top = 2**64 - 1
+    t = time.monotonic_ns()
+    c.send(_context(1, 1, new_run("hostile")))
+    c.send(protocol.encode_open(2, 1, top, t, 0, 0, "huge"))
+    c.send(protocol.encode_close(3, 1, top, t, t + 10, 0))
+    result = c.outcome(3, sync=4)
+    c.close()
+    return one("", expect(result, ("error", "ack"), "CLOSE"))
+
+
+@attack("protocol and floods", 'HELLO job "\\ud800x"')
+def hello_job_surrogate(lab: Lab) -> list[Check]:
+    c = Conn(lab.daemon.socket, hello=False)
+    c.send(jframe(F.HELLO, '{"pid":1,"host":"h","job":"\\ud800x"}'))
+    if c.wait(lambda: any(t is F.WELCOME for t, _ in c.frames)) is not True:
+        refused = bool(c.errors())
+        c.close()
+        return one("", None if refused else "HELLO neither answered nor refused")
+    c.send(jframe(F.RECORD, record_text(new_run("hostile"))))
+    result = c.outcome(1, sync=2)
+    c.close()
+    return one("", expect(result, ("error", "ack"), "RECORD after the HELLO"))
+
+
+@attack("protocol and floods", "random bytes (50 connections)")
+def random_bytes(lab: Lab) -> list[Check]:
+    rng = random.Random(4)
+    conns = [Conn(lab.daemon.socket, hello=bool(i % 2)) for i in range(50)]
+    for c in conns:
+        c.send(rng.randbytes(4096))
+    hung = sum(1 for c in conns if _hangs(c))
+    for c in conns:
+        c.close()
+    return one("", f"{hung} of 50 connections neither refused nor closed" if hung else None)
+
+
+def _hangs(c: Conn) -> bool:
+    """Neither refused (ERROR) nor closed within 15 s (the HELLO timeout is 10 s)."""
+    return c.wait(lambda: bool(c.errors()), 15.0) is False
+
+
+@attack("protocol and floods", "truncated frame, then close")
+def truncated(lab: Lab) -> list[Check]:
+    c = Conn(lab.daemon.socket)
+    full = jframe(F.RECORD, record_text(new_run("hostile")))
+    c.send(full[: len(full) // 2])
+    c.close()
+    return one("")
+
+
+@attack("protocol and floods", "oversized frame (length 2**31)")
+def oversized(lab: Lab) -> list[Check]:
+    c = Conn(lab.daemon.socket)
+    c.send(struct.pack("!IBB", 2**31, 2, F.RECORD) + b"{" * 1024)
+    got = c.wait(lambda: bool(c.errors()))
+    code = c.errors()[0].get("code") if c.errors() else got
+    c.close()
+    return one("", None if got is True else f"not refused ({code})")
+
+
+@attack("protocol and floods", "bad versions (99 first; 1 then 2)")
+def bad_versions(lab: Lab) -> list[Check]:
+    why = []
+    c = Conn(lab.daemon.socket, hello=False)
+    c.send(jframe(F.HELLO, '{"pid":1}', version=99))
+    if c.wait(lambda: bool(c.errors())) is not True:
+        why.append("version 99 not refused")
+    c.close()
+    c = Conn(lab.daemon.socket, hello=False)
+    c.send(jframe(F.HELLO, '{"pid":1}', version=1))
+    c.send(jframe(F.SYNC, '{"s":1}', version=2))
+    if c.wait(lambda: bool(c.errors())) is not True:
+        why.append("a version change inside a stream not refused")
+    c.close()
+    return one("", *why)
+
+
+@attack("protocol and floods", "1030 idle connections after HELLO from one user")
+def idle_connections(lab: Lab) -> list[Check]:
+    n = 1030
+    if not as_root():
+        return [Check("", "not root: cannot open them as another uid; run as root", True)]
+    child = Child(_hold_idle, str(lab.daemon.socket), n, uid=NOBODY)
+    got = child.recv(120)
+    held = int(got.get("held", 0)) if got else 0
+    why = [None if held else f"the holder failed: {got}"]
+    why.append(canary(lab.daemon))  # while they are held: another user must still get in
+    child.send({"release": True})
+    with contextlib.suppress(RuntimeError):
+        child.result(60)
+    refused = int(got.get("refused", 0)) if got else 0
+    return one(f"uid {NOBODY}: {held} held, {refused} refused", *why)
+
+
+def _hold_idle(chan: _Chan, sock: str, n: int) -> dict[str, Any]:
+    """Open ``n`` connections, each welcomed (accepted and past HELLO) or refused, and hold
+    the welcomed ones idle until the parent says so."""
+    conns, refused = [], 0
+    for _ in range(n):
+        try:
+            c = Conn(Path(sock), job="idle")
+            conns.append(c)
+        except (OSError, ConnectionError):
+            refused += 1
+    chan.send({"held": len(conns), "refused": refused})
+    chan.recv(300)
+    for c in conns:
+        c.close()
+    return {"held": len(conns)}
+
+
+@attack("protocol and floods", "fd exhaustion (RLIMIT_NOFILE 64): EMFILE")
+def fd_exhaustion(lab: Lab) -> list[Check]:
+    d = lab.special("emfile", nofile=64).start()
+    try:
+        conns = []
+        for _ in range(120):  # beyond the daemon's 64 descriptors; the backlog takes them
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(2)
+            try:
+                s.connect(str(d.socket))
+                s.sendall(protocol.encode(F.HELLO, {"pid": os.getpid(), "job": "fd"}))
+            except OSError:
+                s.close()
+                break
+            conns.append(s)
+        time.sleep(0.5)
+        window = lab.scale(5, 3)
+        cpu0, lines0, t0 = d.cpu_seconds(), d.log_lines(), time.monotonic()
+        time.sleep(window)
+        dt = time.monotonic() - t0
+        cpu = (d.cpu_seconds() - cpu0) / dt * 100
+        lines = (d.log_lines() - lines0) / dt
+        metrics = d.metrics_ok()
+        for s in conns:
+            s.close()
+        time.sleep(0.5)
+        why = [f"{cpu:.0f}% CPU" if cpu > 20 else None,
+               f"{lines:.0f} log lines/s" if lines > 100 else None,
+               None if metrics else "/metrics unreachable at the fd limit", *health(d)]
+        note = f"{len(conns)} connections, {cpu:.0f}% CPU, {lines:.1f} log lines/s"
+        return one(note, *why)
+    finally:
+        d.stop()
+
+
+@attack("protocol and floods", "500 open BEGINs with 200 KB params")
+def big_begins(lab: Lab) -> list[Check]:
+    d = lab.daemon
+    before = d.rss_bytes()
+    c = Conn(d.socket)
+    run_id = new_run("big")
+    pad = "x" * (200 * 1024)
+    stop = threading.Event()
+    reader = threading.Thread(target=_drain, args=(c, stop), daemon=True)
+    reader.start()
+    for i in range(500):
+        text = _begin_line(run_id).replace('"params":{}', f'"params":{{"p":"{pad}"}}')
+        text = text.replace('"s":1', f'"s":{i + 1}').replace('"index":0', f'"index":{i}')
+        if not c.send(jframe(F.BEGIN, text)):
+            break
+    time.sleep(1.0)
+    grown = (d.rss_bytes() - before) / 2**20
+    stop.set()
+    reader.join(5)
+    c.close()
+    return one(f"RSS +{grown:.0f} MB", f"RSS grew by {grown:.0f} MB (bound 50)"
+               if grown > 50 else None)
+
+
+def _drain(c: Conn, stop: threading.Event) -> None:
+    while not stop.is_set() and not c.closed:
+        c._read(0.2)
+
+
+@attack("protocol and floods", "CONTEXT frames with distinct run ids, then disconnect")
+def context_flood(lab: Lab) -> list[Check]:
+    d = lab.daemon
+    n = lab.scale(200_000, 50_000)
+    before = d.rss_bytes()
+    c = Conn(d.socket)
+    stop = threading.Event()
+    reader = threading.Thread(target=_drain, args=(c, stop), daemon=True)
+    reader.start()
+    prefix = uuid.uuid4().hex[:8]
+    batch = []
+    for i in range(n):
+        batch.append(_context(i + 1, i % 0xFFFF + 1, f"ctx-{prefix}-{i}"))
+        if len(batch) == 1000:
+            if not c.send(b"".join(batch)):
+                break
+            batch = []
+    c.send(b"".join(batch))
+    c.outcome(n, sync=n + 1)
+    stop.set()
+    reader.join(5)
+    c.close()
+    time.sleep(2.0)
+    grown = (d.rss_bytes() - before) / 2**20
+    bound = 20 if n == 200_000 else 20 * n / 200_000
+    return one(f"{n} contexts, RSS +{grown:.0f} MB after disconnect",
+               f"RSS stays {grown:.0f} MB above the baseline (bound {bound:.0f})"
+               if grown > bound else None)
+
+
+@attack("protocol and floods", "slowloris (1 byte/s inside a frame)")
+def slowloris(lab: Lab) -> list[Check]:
+    if lab.quick:
+        return [Check("", "--quick (takes 30 s)", True)]
+    c = Conn(lab.daemon.socket)
+    full = jframe(F.RECORD, record_text(new_run("slow")))
+    t0 = time.monotonic()
+    for b in full[:-1]:
+        if not c.send(bytes([b])) or time.monotonic() - t0 > 60:
+            break
+        c._read(1.0)
+        if c.closed:
+            break
+    took = time.monotonic() - t0
+    c.close()
+    return one(f"dropped after {took:.0f} s", None if took < 45 else "not dropped in 45 s")
+
+
+@attack("protocol and floods", "connect-and-drop flood")
+def connect_drop(lab: Lab) -> list[Check]:
+    n = lab.scale(10_000, 2_000)
+    for _ in range(n):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            with contextlib.suppress(OSError):
+                s.connect(str(lab.daemon.socket))
+    return one(f"{n} connections")
+
+
+# -- authorisation ------------------------------------------------------------------------------
+def _squat(chan: _Chan, sock: str, run_id: str) -> str:
+    c = Conn(Path(sock), job="squatter")
+    c.send(jframe(F.RECORD, record_text(run_id)))
+    out = c.outcome(1, sync=2)
+    c.close()
+    return out
+
+
+def _owner(chan: _Chan, sock: str, run_id: str) -> dict[str, Any]:
+    sink = SocketSink(sock, job="owner", timeout_s=REPLY_TIMEOUT_S)
+    for i in range(5):
+        sink.record(make_record(run_id, i + 1))
+    ok = sink.flush(10)
+    refused = [why for _, why in sink.refused]
+    sink.close(1)
+    return {"flushed": ok, "refused": refused, "pid": os.getpid()}
+
+
+@attack("authorisation", "run id squat by another user")
+def run_id_squat(lab: Lab) -> list[Check]:
+    if not as_root():
+        return [Check("", "not root: needs two other uids", True)]
+    run_id = new_run("squatted")
+    squat = Child(_squat, str(lab.daemon.socket), run_id, uid=NOBODY).result(30)
+    owner = Child(_owner, str(lab.daemon.socket), run_id, uid=OTHER).result(30)
+    mine = [r for r in stored(lab.daemon.store, run_id) if r["pid"] == owner["pid"]]
+    why = []
+    if len(mine) != 5:
+        why.append(f"{len(mine)} of the owner's 5 records stored"
+                   + (f" ({owner['refused'][0]})" if owner["refused"] else ""))
+    if owner["flushed"] and owner["refused"]:
+        why.append("flush() returned True although records were refused")
+    return one(f"squatter's RECORD: {squat}", *why)
+
+
+def _behalf(chan: _Chan, sock: str, run_id: str, suid: str) -> dict[str, Any]:
+    """Count this process on its behalf, fork a child that keeps the connection, exec a
+    setuid-root program; the child then ends the superstep."""
+    c = Conn(Path(sock), job="behalf")
+    me = os.getpid()
+    line = json.loads(_begin_line(run_id))["line"]
+    line["tid"] = me
+    c.send(protocol.encode(F.BEGIN, {"s": 1, "line": line, "count": []}))
+    if c.wait(lambda: any(t is F.STARTED or t is F.ERROR for t, _ in c.frames)) is not True:
+        return {"started": "no answer"}
+    started = next(p for t, p in c.frames if t in (F.STARTED, F.ERROR))
+    if started.get("unsupported") or "code" in started:
+        return {"started": started}
+    r, w = os.pipe()
+    if os.fork() == 0:  # the child: ends the superstep once the parent is a setuid program
+        os.close(w)
+        os.read(r, 1)
+        time.sleep(0.8)
+        rec = make_record(run_id, 0, pid=me).to_json()
+        rec["begin_ns"] = line["begin_ns"]
+        rec["end_ns"] = time.monotonic_ns()
+        c.send(protocol.encode(F.RECORD, {"s": 2, "rec": rec}))
+        out = c.outcome(2, sync=3)
+        chan.send({"result": {"started": started, "record": out}})
+        os._exit(0)
+    os.close(r)
+    os.write(w, b"x")
+    os.execv(suid, [suid, "2"])
+    return {}  # not reached
+
+
+@attack("authorisation", "counting on behalf: fork, parent execs a setuid program")
+def behalf_setuid_exec(lab: Lab) -> list[Check]:
+    if not as_root():
+        return [Check("", "not root: needs a setuid-root program and another uid", True)]
+    suid = lab.tmp / "suid-sleep"
+    shutil.copy("/bin/sleep", suid)
+    os.chown(suid, 0, 0)
+    os.chmod(suid, 0o4755)
+    run_id = new_run("behalf")
+    res = Child(_behalf, str(lab.daemon.socket), run_id, str(suid), uid=NOBODY).result(60)
+    if "record" not in res:
+        return [Check("", f"the daemon cannot count here: {res.get('started')}", True)]
+    recs = stored(lab.daemon.store, run_id)
+    counted = [r for r in recs if r.get("counters")]
+    flagged = [r for r in recs if r.get("flags") or r.get("unsupported")]
+    why = None
+    if counted:
+        names = ", ".join(sorted(counted[0]["counters"]))
+        why = f"a setuid-root program's counts went into the record ({names})"
+    elif recs and not flagged:
+        why = "the record is not flagged"
+    return one(f"RECORD: {res['record']}", why)
+
+
+@attack("authorisation", "READ of a root process by another user")
+def read_root_process(lab: Lab) -> list[Check]:
+    if not as_root():
+        return [Check("", "not root", True)]
+
+    def read(chan: _Chan, sock: str) -> str:
+        c = Conn(Path(sock))
+        c.send(protocol.encode(F.READ, {"s": 1, "pid": 1, "count": []}))
+        out = c.outcome(1)
+        c.close()
+        return out
+    out = Child(read, str(lab.daemon.socket), uid=NOBODY).result(30)
+    return one("", expect(out, ("error forbidden", "error no_such"), "READ pid 1"))
+
+
+@attack("authorisation", "store file mode")
+def store_mode(lab: Lab) -> list[Check]:
+    why = []
+    for p in (lab.daemon.store.parent, lab.daemon.store,
+              *lab.daemon.store.parent.glob("*.db-*")):
+        mode = p.stat().st_mode & 0o777
+        if mode & 0o004:
+            why.append(f"{p.name or p} is {mode:o}: readable by others")
+    return one("", *why)
+
+
+def _cli(chan: _Chan, argv: list[str], sock: str, uid: int) -> dict[str, Any]:
+    """``counterd ARGV`` as ``uid`` in this forked process. It runs once as root first, so that
+    every module it needs is loaded before the switch: the other user may not be able to read
+    this tree's Python (e.g. under /root)."""
+    os.environ["COUNTERD_SOCKET"] = sock
+    _run_cli(argv)
+    for name in ("csv", "grp", "html", "pwd"):  # what the error paths may import
+        __import__(name)
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+    return _run_cli(argv)
+
+
+def _run_cli(argv: list[str]) -> dict[str, Any]:
+    import io
+
+    from counterd.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    sys.stdout, sys.stderr = out, err
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        err.write(traceback.format_exc())
+        code = 1
+    finally:
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+    return {"code": code, "out": out.getvalue(), "err": err.getvalue()}
+
+
+@attack("authorisation", "counterd runs / report --store as another user")
+def others_runs(lab: Lab) -> list[Check]:
+    if not as_root():
+        return [Check("", "not root", True)]
+    d = lab.daemon
+    canary(d)  # a run of root's is in the store
+    checks = []
+    for cmd in (["runs", "--json"], ["report"]):
+        p = Child(_cli, [*cmd, "--store", str(d.store)], str(d.socket), NOBODY).result(60)
+        why = []
+        if "canary-" in p["out"]:
+            why.append(f"root's runs are shown to uid {NOBODY}")
+        if "Traceback" in p["err"] or p["code"] not in (0, 2):
+            why.append(f"exit {p['code']}: {p['err'].strip().splitlines()[-1:]}")
+        checks.append(Check(f"counterd {cmd[0]}", "; ".join(why) or None))
+    return checks
+
+
+# -- durability ---------------------------------------------------------------------------------
+@attack("durability", "kill -9 under 8 writers, restart with them running")
+def kill9_restart(lab: Lab) -> list[Check]:
+    d = lab.daemon
+    runs = writers(d, 8, lab.scale(8, 5), "k9w")
+    time.sleep(lab.scale(3, 2))
+    cut = time.monotonic()
+    d.kill9()
+    d.start()
+    acked, missing_acked, total, missing, raised = lost(d, runs, cut)
+    return [Check("kill -9: acknowledged records lost",
+                  f"{missing_acked} of {acked} acknowledged records missing"
+                  if missing_acked or not acked else None),
+            Check(f"restart: writers' records stored ({total - missing} of {total})",
+                  f"{missing} of {total} records not stored" if missing else
+                  (f"a writer raised: {raised[0]}" if raised else None))]
+
+
+@attack("durability", "backend none: acknowledgements read, memory bounded")
+def unacked_bounded(lab: Lab) -> list[Check]:
+    n = lab.scale(100_000, 30_000)
+    res = Child(marker_program, str(lab.daemon.socket), new_run("none"), steps=n).result(300)
+    why = None
+    if res["unacked"] > max(res["high_water"], 1):
+        why = (f"{res['unacked']} of {n} records unacknowledged after the loop "
+               f"(high water {res['high_water']})")
+    return one(f"{res['unacked']} unacknowledged", why,
+               f"raised {res['raised']}" if res["raised"] else None)
+
+
+@attack("durability", "disk full (8 MB tmpfs)")
+def disk_full(lab: Lab) -> list[Check]:
+    if not as_root():
+        return [Check("", "not root: cannot mount a tmpfs", True)]
+    mnt = lab.tmp / "full"
+    mnt.mkdir(exist_ok=True)
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)],
+                       check=True, capture_output=True)
+    except (subprocess.CalledProcessError, OSError) as exc:
+        return [Check("", f"cannot mount a tmpfs ({exc})", True)]
+    d = lab.special("diskfull", store_dir=mnt / "state")
+    try:
+        d.start()
+        lines0 = len(d.log_text().splitlines())
+        filler = mnt / "filler"
+        with filler.open("wb") as fh, contextlib.suppress(OSError):
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+        run_id = new_run("full")
+        child = Child(marker_program, str(d.socket), run_id, steps=50, pace_s=0.01)
+        time.sleep(4)
+        # predict calibrate --out on the full disk must not leave a file behind
+        out = mnt / "profile.toml"
+        cal = subprocess.run([PY, "-m", "predictor.cli", "calibrate", "--results",
+                              str(lab.files["results.json"]), "--out", str(out)],
+                             capture_output=True, text=True, timeout=60, cwd=lab.src,
+                             env=_env(lab.src))
+        leftovers = [p.name for p in mnt.iterdir() if p.name not in ("filler", "state")]
+        filler.unlink()
+        res = child.result(120)
+        log = "\n".join(d.log_text().splitlines()[lines0:])
+        got = len(stored(d.store, run_id))
+        checks = [
+            Check(f"slowest marker call {res['slowest_s']:.1f} s",
+                  f"a marker call blocked {res['slowest_s']:.1f} s" if res["slowest_s"] > 2
+                  else (f"raised {res['raised']}" if res["raised"] else None)),
+            Check("the log says disk full",
+                  "the log says 'cannot rollback'" if "cannot rollback" in log else
+                  (None if ("disk full" in log.lower() or "no space" in log.lower())
+                   else "no 'disk full' in the log")),
+            Check(f"records stored once space is back ({got} of {res['total']})",
+                  None if got == res["total"] else f"{got} of {res['total']} stored"),
+            Check("predict calibrate --out on a full disk",
+                  "; ".join(filter(None, [
+                      f"left {leftovers}" if leftovers else None,
+                      "traceback" if "Traceback" in cal.stderr else None,
+                      None if cal.returncode in (1, 2) else f"exit {cal.returncode}"])) or None),
+            *[Check("daemon after disk full", w) for w in health(d)],
+        ]
+        return checks
+    finally:
+        d.stop()
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+# -- signals ------------------------------------------------------------------------------------
+@attack("signals", "SIGTERM under load (acknowledged kept)")
+def sigterm_load(lab: Lab) -> list[Check]:
+    d = lab.daemon
+    runs = writers(d, 8, lab.scale(6, 4), "termw")
+    time.sleep(2)
+    cut = time.monotonic()
+    d.signal(signal.SIGTERM)
+    code = d.proc.wait(60) if d.proc is not None else None
+    d.start()
+    acked, missing_acked, _, _, _ = lost(d, runs, cut)
+    return one(f"{acked} acknowledged before SIGTERM",
+               None if code == 0 else f"daemon exited {code}",
+               f"{missing_acked} acknowledged records missing" if missing_acked else None)
+
+
+@attack("signals", "200 SIGHUPs under load")
+def sighup_storm(lab: Lab) -> list[Check]:
+    d = lab.daemon
+    runs = writers(d, 4, 4, "hupw")
+    for _ in range(200):
+        if not d.alive():
+            break
+        d.signal(signal.SIGHUP)
+        time.sleep(0.01)
+    _, _, total, missing, raised = lost(d, runs, 0)
+    return one(f"{total} records", f"{missing} of {total} not stored" if missing else None,
+               f"a writer raised {raised[0]}" if raised else None)
+
+
+@attack("signals", "SIGHUP with a binary config file")
+def sighup_binary_config(lab: Lab) -> list[Check]:
+    d = lab.daemon
+    good = d.config.read_bytes()
+    lines0 = len(d.log_text().splitlines())
+    d.config.write_bytes(random.Random(7).randbytes(4096))
+    d.signal(signal.SIGHUP)
+    time.sleep(1.5)
+    d.config.write_bytes(good)
+    log = d.log_text().splitlines()[lines0:]
+    said = any(ln.startswith(("ERROR", "WARNING")) and "config" in ln for ln in log)
+    return one("", None if d.alive() else "the daemon died",
+               "Traceback in the log" if any("Traceback" in ln for ln in log) else None,
+               None if said or not d.alive() else "no ERROR/WARNING about the config")
+
+
+@attack("signals", "SIGHUP to a config naming an unreadable profile")
+def sighup_bad_profile(lab: Lab) -> list[Check]:
+    d = lab.daemon
+    good = d.config.read_text()
+    lines0 = len(d.log_text().splitlines())
+    missing = lab.tmp / "no-such-profile.toml"
+    d.write_config(d.extra + f'[predictor]\nprofile = "{missing}"\n')
+    d.signal(signal.SIGHUP)
+    time.sleep(1.5)
+    d.config.write_text(good)
+    d.signal(signal.SIGHUP)
+    time.sleep(0.5)
+    log = d.log_text().splitlines()[lines0:]
+    loud = [ln for ln in log if ln.startswith(("ERROR", "WARNING")) and "profile" in ln]
+    return one("", None if loud else "accepted silently (no WARNING/ERROR about the profile)")
+
+
+# -- marker misuse ------------------------------------------------------------------------------
+def _misuse(lab: Lab, bad_param: str) -> list[Check]:
+    run_id = new_run(f"param-{bad_param}")
+    res = Child(marker_program, str(lab.daemon.socket), run_id, steps=3,
+                bad_param=bad_param).result(60)
+    recs = stored(lab.daemon.store, run_id)
+    return one(f"{len(recs)} of 3 records stored",
+               f"raised into the program: {res['raised']}" if res["raised"] else None,
+               None if len(recs) == 3 else f"{len(recs)} of 3 records stored",
+               None if len(recs) != 3 or all(r["flags"] for r in recs)
+               else "the records are not flagged")
+
+
+for _param in ("nan", "inf", "huge"):
+    attack("marker misuse", f"param {_param}")(
+        lambda lab, p=_param: _misuse(lab, p))  # type: ignore[misc]
+
+
+def _first_step_program(chan: _Chan, sock: str, run_id: str) -> dict[str, Any]:
+    return marker_program(chan, sock, run_id, steps=1, backend="perf", wait_inside=True)
+
+
+@attack("marker misuse", "first superstep open while the daemon restarts")
+def first_step_restart(lab: Lab) -> list[Check]:
+    d = lab.daemon
+    run_id = new_run("first")
+    child = Child(_first_step_program, str(d.socket), run_id)
+    if child.recv(30) is None:
+        child.kill()
+        return one("", "the program did not start its superstep")
+    d.stop()
+    d.start()
+    child.send({"go": True})
+    res = child.result(60)
+    got = len(stored(d.store, run_id))
+    return one("", f"raised into the program: {res['raised']}" if res["raised"] else None,
+               None if got == 1 else "the superstep's record was lost")
+
+
+def _misuse_program(chan: _Chan, sock: str, run_id: str) -> dict[str, Any]:
+    counterd.configure(backend="none", socket=sock, run_id=run_id)
+    raised = []
+    for call in (lambda: counterd.end(), lambda: _nested(), lambda: _raising()):
+        try:
+            call()
+        except ZeroDivisionError:
+            pass
+        except Exception as exc:
+            raised.append(f"{type(exc).__name__}: {exc}")
+    from counterd.markers.api import recorder
+    sink: Any = recorder().sink
+    return {"raised": raised, "flushed": bool(sink.flush(10))}
+
+
+def _nested() -> None:
+    with counterd.superstep("outer"), counterd.superstep("inner"):
+        pass
+
+
+def _raising() -> None:
+    with counterd.superstep("raises"):
+        1 / 0  # noqa: B018 - the exception is the point
+
+
+@attack("marker misuse", "unmatched end, nested, exception in the body")
+def held_misuse(lab: Lab) -> list[Check]:
+    run_id = new_run("misuse")
+    res = Child(_misuse_program, str(lab.daemon.socket), run_id).result(60)
+    flags = set().union(*(set(r["flags"]) for r in stored(lab.daemon.store, run_id)))
+    want = {"unmatched_end", "nested", "exception"}
+    return one("", f"raised {res['raised']}" if res["raised"] else None,
+               f"flags missing: {sorted(want - flags)}" if want - flags else None)
+
+
+# -- bad files ----------------------------------------------------------------------------------
+def _valid_inputs(lab: Lab) -> None:
+    """Valid files of every format, from the project's own writers."""
+    from counterd.daemon.store import store_records
+    from counterd.events import CounterValue, Source
+    from predictor.synthetic import make_results, reference_model
+
+    files = lab.files
+    files["results.json"] = lab.tmp / "results.json"
+    files["results.json"].write_text(json.dumps(
+        make_results(reference_model(const=1500.0, dtlb=30.0), noise=0.01, seed=2)))
+    files["profile.toml"] = lab.tmp / "profile.toml"
+    _make(["-m", "predictor.cli", "calibrate", "--results", str(files["results.json"]),
+           "--out", str(files["profile.toml"]), "--force"])
+    files["resume.json"] = lab.tmp / "resume.json"
+    _make(["-m", "microbench.cli", "run", "--quick", "--backend", "sim", "--procs", "1",
+           "--strides", "1", "--suite", "table1", "--out", str(files["resume.json"])])
+    t = 10_000
+    recs = [SuperstepRecord(run_id="files", index=i, name="s", rank=r, pid=100 + r, cpu=r,
+                            begin_ns=t * i, end_ns=t * i + 5000,
+                            counters={"loads": CounterValue(1000.0 + i, Source.MEASURED),
+                                      "l1d_misses": CounterValue(100.0, Source.MEASURED)},
+                            backend="perf", host=HOST) for i in range(4) for r in range(2)]
+    files["records.jsonl"] = lab.tmp / "records.jsonl"
+    files["records.jsonl"].write_text("".join(json.dumps(r.to_json()) + "\n" for r in recs))
+    files["store.db"] = lab.tmp / "files-store.db"
+    store_records(files["store.db"], recs)
+    files["config.toml"] = lab.tmp / "files-config.toml"
+    files["config.toml"].write_text(
+        f'[metrics]\nlisten = "127.0.0.1:{free_port()}"\n[socket]\npath = '
+        f'"{lab.tmp / "files.sock"}"\n[store]\npath = "{lab.tmp / "files-run.db"}"\n')
+
+
+def _make(argv: list[str]) -> None:
+    """Write a valid input with this tree's own command; RuntimeError with its stderr."""
+    p = subprocess.run([PY, *argv], capture_output=True, text=True, cwd=ROOT)
+    if p.returncode:
+        raise RuntimeError(f"{' '.join(argv[1:3])} failed: {p.stderr.strip()[-300:]}")
+
+
+MARK = 987654.25  # a counter value replaced by hostile JSON text
+
+
+def _hostile_files(lab: Lab) -> dict[str, dict[str, Path]]:
+    """format -> kind -> file. Kinds: binary, deep, list, 1e400, negative, nan, empty,
+    truncated, huge line; each written in the format its readers expect."""
+    out: dict[str, dict[str, Path]] = {}
+    d = lab.tmp / "bad"
+    d.mkdir(exist_ok=True)
+    rng = random.Random(11)
+    binary = rng.randbytes(64 * 1024)
+    huge = b"x" * (16 * 1024 * 1024) + b"\n"
+
+    def put(fmt: str, kind: str, data: bytes | str) -> None:
+        p = d / f"{fmt}-{kind}"
+        p.write_bytes(data.encode() if isinstance(data, str) else data)
+        out.setdefault(fmt, {})[kind] = p
+
+    files = lab.files
+    lines = files["records.jsonl"].read_text().splitlines()
+    first = json.loads(lines[0])
+
+    def rec_line(**change: Any) -> str:
+        r = json.loads(json.dumps(first))
+        r.update(change)
+        return json.dumps(r)
+
+    for fmt in ("records", "results", "resume", "profile", "config", "store"):
+        put(fmt, "binary", binary)
+        put(fmt, "empty", b"")
+        put(fmt, "huge line", huge)
+    put("records", "deep", DEEP + "\n")
+    put("records", "list", "[1, 2]\n")
+    put("records", "1e400", rec_line(begin_ns=MARK).replace(str(MARK), "1e400") + "\n")
+    put("records", "negative", rec_line(counters={"loads": {"value": -5.0,
+                                                             "source": "measured"}}) + "\n")
+    put("records", "nan", rec_line(counters={"loads": {"value": MARK, "source": "measured"}}
+                                   ).replace(str(MARK), "NaN") + "\n")
+    put("records", "truncated", files["records.jsonl"].read_text()[:-40])
+    for fmt, src in (("results", "results.json"), ("resume", "resume.json")):
+        doc = json.loads(files[src].read_text())
+        proc = doc["patterns"][0]["processors"][0]
+        key = next(iter(proc["counters"]))
+        proc["counters"][key]["value"] = MARK
+        text = json.dumps(doc)
+        put(fmt, "deep", DEEP)
+        put(fmt, "list", "[1, 2]")
+        put(fmt, "1e400", text.replace(str(MARK), "1e400"))
+        put(fmt, "negative", text.replace(str(MARK), "-5"))
+        put(fmt, "nan", text.replace(str(MARK), "NaN"))
+        put(fmt, "truncated", files[src].read_text()[: files[src].stat().st_size // 2])
+    prof = files["profile.toml"].read_text()
+    first_value = next(ln for ln in prof.splitlines() if ln.startswith("acc = "))
+    put("profile", "deep", "x = " + "[" * 100_000)
+    put("profile", "list", "x = [1, 2]\n")
+    put("profile", "1e400", prof.replace(first_value, "acc = 1e400", 1))
+    put("profile", "negative", prof.replace(first_value, "acc = -5.0", 1))
+    put("profile", "nan", prof.replace(first_value, "acc = nan", 1))
+    put("profile", "truncated", prof[: len(prof) // 2])
+    cfg = files["config.toml"].read_text()
+    put("config", "deep", "log_level = " + "[" * 100_000)
+    put("config", "list", "log_level = [1, 2]\n")
+    put("config", "1e400", cfg + "[sampling]\ninterval_s = 1e400\n")
+    put("config", "negative", cfg.replace("[socket]\n", "[socket]\nmax_clients = -5\n"))
+    put("config", "nan", cfg + "[sampling]\ninterval_s = nan\n")
+    put("config", "truncated", cfg[: len(cfg) // 2])
+    for kind, body in (("deep", DEEP), ("list", "[1, 2]"),
+                       ("1e400", json.dumps(first).replace(str(first["begin_ns"]), "1e400", 1)),
+                       ("negative", json.dumps({**first, "counters": {
+                           "loads": {"value": -5.0, "source": "measured"}}})),
+                       ("nan", json.dumps({**first, "counters": {
+                           "loads": {"value": MARK, "source": "measured"}}}
+                       ).replace(str(MARK), "NaN"))):
+        p = d / f"store-{kind}.db"
+        shutil.copy(files["store.db"], p)
+        conn = sqlite3.connect(p)
+        conn.execute("UPDATE records SET body = ?", (body,))
+        conn.commit()
+        conn.close()
+        out["store"][kind] = p
+    db = files["store.db"].read_bytes()
+    put("store", "truncated", db[: len(db) // 2])
+    return out
+
+
+# command name -> (format, argv with FILE, kinds whose file is acceptable input)
+def _commands(lab: Lab) -> dict[str, tuple[str, list[str], frozenset[str]]]:
+    f = lab.files
+    c, p, m = ["-m", "counterd.cli"], ["-m", "predictor.cli"], ["-m", "microbench.cli"]
+    return {
+        "counterd report --records": ("records", [*c, "report", "--records", "FILE"],
+                                      frozenset({"empty"})),
+        "predict --counters": ("records", [*p, "--profile", str(f["profile.toml"]),
+                                           "--counters", "FILE"], frozenset()),
+        "counterd report --store": ("store", [*c, "report", "--store", "FILE"], frozenset()),
+        "counterd runs --store": ("store", [*c, "runs", "--store", "FILE"],
+                                  frozenset({"deep", "list", "1e400", "negative", "nan"})),
+        "predict calibrate": ("results", [*p, "calibrate", "--results", "FILE", "--out",
+                                          str(lab.tmp / "bad" / "out.toml"), "--force"],
+                              frozenset()),
+        "predict validate": ("results", [*p, "validate", "--results", "FILE", "--profile",
+                                         str(f["profile.toml"])], frozenset()),
+        "microbench show": ("resume", [*m, "show", "FILE"], frozenset()),
+        "microbench run --resume": ("resume", [*m, "run", "--quick", "--backend", "sim",
+                                               "--procs", "1", "--strides", "1", "--suite",
+                                               "table1", "--resume", "--out", "FILE"],
+                                    frozenset({"empty"})),
+        "predict --profile": ("profile", [*p, "--profile", "FILE", "--counters",
+                                          str(f["records.jsonl"])], frozenset()),
+        "counterd report --profile": ("profile", [*c, "report", "--records",
+                                                  str(f["records.jsonl"]), "--profile",
+                                                  "FILE"], frozenset()),
+        "counterd run --config": ("config", [*c, "run", "--config", "FILE"],
+                                  frozenset({"empty"})),
+    }
+
+
+def _run_file_command(src: Path, argv: list[str], path: Path, copy_first: bool
+                      ) -> tuple[int, str, float]:
+    target = path
+    if copy_first:  # commands that write their input (--resume) get a copy
+        target = path.with_name(path.name + ".copy")
+        shutil.copy(path, target)
+    cmd = [PY, *[str(target) if a == "FILE" else a for a in argv]]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=_env(src), cwd=src)
+    daemon = "run" in argv and "--config" in argv
+    try:
+        _, err = proc.communicate(timeout=3 if daemon else 120)
+    except subprocess.TimeoutExpired:  # a daemon that accepted its config: stop it
+        proc.send_signal(signal.SIGTERM if daemon else signal.SIGKILL)
+        _, err = proc.communicate(timeout=30)
+        if daemon and proc.returncode == 0:
+            return 0, err, time.monotonic() - t0
+        return -999, err, time.monotonic() - t0
+    return proc.returncode, err, time.monotonic() - t0
+
+
+def _exception_line(err: str) -> str:
+    """The ``SomeError: message`` line of the last traceback in ``err``."""
+    tail = err[err.rindex("Traceback"):].splitlines()[1:]
+    return next((ln for ln in tail if ln and not ln.startswith(" ")), "")
+
+
+@attack("bad files", "file commands x hostile files")
+def bad_files(lab: Lab) -> list[Check]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    files = _hostile_files(lab)
+    jobs = []
+    for cname, (fmt, argv, acceptable) in _commands(lab).items():
+        for kind, path in files[fmt].items():
+            jobs.append((cname, kind, argv, path, acceptable))
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        results = list(pool.map(
+            lambda j: _run_file_command(lab.src, j[2], j[3], "--resume" in j[2]), jobs))
+    checks = []
+    for (cname, kind, _, _, acceptable), (code, err, _) in zip(jobs, results, strict=True):
+        allowed = (0, 2) if kind in acceptable else (2,)
+        why = []
+        if "Traceback" in err:
+            why.append(f"traceback ({_exception_line(err)[:100]})")
+        elif code == -999:
+            why.append("did not finish in 120 s")
+        elif code not in allowed:
+            why.append(f"exit {code}, wanted {' or '.join(map(str, allowed))}")
+        elif code == 2 and err.strip().count("\n"):
+            why.append(f"{err.strip().count(chr(10)) + 1} lines on stderr")
+        checks.append(Check(f"{cname} < {kind}", "; ".join(why) or None))
+    # a profile fitted on another host: predict warns; counterd report must too
+    p = subprocess.run([PY, "-m", "counterd.cli", "report", "--records",
+                        str(lab.files["records.jsonl"]), "--profile",
+                        str(lab.files["profile.toml"])], capture_output=True, text=True,
+                       cwd=lab.src, env=_env(lab.src), timeout=120)
+    checks.append(Check("counterd report --profile < another host's profile",
+                        None if "another host" in p.stderr
+                        else f"no warning (exit {p.returncode})"))
+    return checks
+
+
+# -- the run -----------------------------------------------------------------------------------
+def run(only: str | None, quick: bool, src: Path = ROOT) -> list[tuple[str, str, Check]]:
+    results: list[tuple[str, str, Check]] = []
+    with tempfile.TemporaryDirectory(prefix="counterd-attacks-") as tmp_name:
+        tmp = Path(tmp_name)
+        os.chmod(tmp, 0o755)
+        lab = Lab(tmp, quick, LiveDaemon(tmp / "main", src=src).start(), src)
+        try:
+            _valid_inputs(lab)
+            for category, name, fn in ATTACKS:
+                if only and not category.startswith(only.lower()):
+                    continue
+                t0 = time.monotonic()
+                try:
+                    checks = fn(lab)
+                except Exception as exc:  # the attack's own failure is reported, not hidden
+                    checks = [Check("", f"attack aborted: {type(exc).__name__}: {exc}")]
+                after = health(lab.daemon)
+                took = time.monotonic() - t0
+                for check in checks:
+                    if not check.skipped and after:
+                        check.why = "; ".join(filter(None, [check.why, *after]))
+                    label = f"{name}: {check.name}" if check.name else name
+                    results.append((category, label, check))
+                    status = "skipped" if check.skipped else ("FAILED" if check.why else "ok")
+                    print(f"{category:<20} {label[:78]:<78} {status:<7} "
+                          f"{check.why or ''}"[:400] + f"  [{took:.1f} s]", flush=True)
+                if after:  # measure the next attack on a daemon that serves
+                    if lab.daemon.alive():
+                        lab.daemon.kill9()
+                    lab.daemon.start()
+        finally:
+            lab.daemon.stop()
+    return results
+
+
+def tally(results: list[tuple[str, str, Check]]) -> str:
+    rows = ["category             | tried | failed | skipped",
+            "---------------------|-------|--------|--------"]
+    for cat in CATEGORIES:
+        mine = [c for k, _, c in results if k == cat]
+        if not mine:
+            continue
+        tried = [c for c in mine if not c.skipped]
+        failed = sum(1 for c in tried if c.why)
+        rows.append(f"{cat:<20} | {len(tried):>5} | {failed:>6} | {len(mine) - len(tried):>7}")
+    return "\n".join(rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", metavar="CATEGORY", default=None,
+                    help="one category (a prefix is enough): " + ", ".join(CATEGORIES))
+    ap.add_argument("--quick", action="store_true", help="smaller floods, no slowloris")
+    ap.add_argument("--strict", action="store_true", help="exit 1 if any attack failed")
+    ap.add_argument("--daemon-src", type=Path, default=ROOT, metavar="DIR",
+                    help="run the daemon and the file commands from this source tree (e.g. "
+                    "`git archive` of an older commit, with counterd/_native's built library "
+                    "copied in) to see the attacks catch what a fix removed; the marker "
+                    "clients stay this tree's (default: this tree)")
+    args = ap.parse_args()
+    if args.only and not any(c.startswith(args.only.lower()) for c in CATEGORIES):
+        print(f"attacks.py: --only {args.only!r} names no category ({', '.join(CATEGORIES)})",
+              file=sys.stderr)
+        return 2
+    import logging
+
+    logging.getLogger("counterd").addHandler(logging.NullHandler())  # the canary's warnings
+    logging.getLogger("counterd").propagate = False
+    t0 = time.monotonic()
+    results = run(args.only, args.quick, args.daemon_src.resolve())
+    print()
+    print(tally(results))
+    print(f"{len(results)} checks in {time.monotonic() - t0:.0f} s"
+          + (" (--quick)" if args.quick else ""))
+    print(host_line() + ("" if args.daemon_src.resolve() == ROOT
+                         else f"; daemon and file commands from {args.daemon_src}"))
+    failed = any(c.why and not c.skipped for _, _, c in results)
+    return 1 if args.strict and failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
