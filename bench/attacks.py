@@ -988,6 +988,72 @@ def behalf_setuid_exec(lab: Lab) -> list[Check]:
     return one(f"RECORD: {res['record']}", why)
 
 
+def _reuse_client(chan: _Chan, sock: str, run_id: str) -> dict[str, Any]:
+    """Connect, hand the connection to a child and exit, so this pid can go to a root process;
+    the child then asks the daemon to count "its" process (the pid that connected)."""
+    c = Conn(Path(sock), job="reuse")
+    me = os.getpid()
+    if os.fork() == 0:  # the child keeps the connection
+        go = chan.recv(60)  # the pid now names a root process
+        line = json.loads(_begin_line(run_id))["line"]
+        line["pid"] = line["tid"] = me
+        c.send(protocol.encode(F.BEGIN, {"s": 1, "line": line, "count": []}))
+        c.wait(lambda: any(t is F.STARTED or t is F.ERROR for t, _ in c.frames))
+        started = next((p for t, p in c.frames if t in (F.STARTED, F.ERROR)), None)
+        time.sleep(0.5)  # the root process spins meanwhile
+        rec = make_record(run_id, 0, pid=me).to_json()
+        rec["begin_ns"] = line["begin_ns"]
+        rec["end_ns"] = time.monotonic_ns()
+        c.send(protocol.encode(F.RECORD, {"s": 2, "rec": rec}))
+        chan.send({"result": {"go": go, "started": started, "record": c.outcome(2, sync=3)}})
+        os._exit(0)
+    return {"pid": me}
+
+
+@attack("authorisation", "counting on behalf: the client's pid reused by a root process")
+def behalf_pid_reuse(lab: Lab) -> list[Check]:
+    if not as_root() or not os.access("/proc/sys/kernel/ns_last_pid", os.W_OK):
+        return [Check("", "needs root and a writable /proc/sys/kernel/ns_last_pid", True)]
+    run_id = new_run("reuse")
+    child = Child(_reuse_client, str(lab.daemon.socket), run_id, uid=NOBODY)
+    msg = child.recv(30)
+    if not msg or "result" not in msg:
+        return [Check("", f"the client did not start: {msg}", True)]
+    pid = msg["result"]["pid"]
+    child.reap()  # its pid is free now; its child holds the connection
+    spinner = None
+    for _ in range(50):  # other processes and threads take pids too: try until it lands
+        with open("/proc/sys/kernel/ns_last_pid", "w") as fh:
+            fh.write(str(pid - 1))
+        p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        if p.pid == pid:
+            spinner = p
+            break
+        p.kill()
+        p.wait()
+    if spinner is None:
+        child.send({"go": False})
+        return [Check("", f"could not give pid {pid} to a root process", True)]
+    try:
+        child.send({"go": True})
+        res = child.recv(60)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    if not res or "result" not in res:
+        return one("", f"the client's child did not report: {res}")
+    recs = stored(lab.daemon.store, run_id)
+    counted = [r for r in recs if r.get("counters")]
+    started = res["result"]["started"] or {}
+    why = None
+    if counted:
+        why = (f"root process {pid}'s counts went into uid {NOBODY}'s record "
+               f"({', '.join(sorted(counted[0]['counters']))})")
+    elif not (started.get("unsupported") or "code" in started):
+        why = f"the BEGIN for a reused pid was answered STARTED without a refusal: {started}"
+    return one(f"BEGIN: {started}", why)
+
+
 @attack("authorisation", "READ of a root process by another user")
 def read_root_process(lab: Lab) -> list[Check]:
     if not as_root():
