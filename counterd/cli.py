@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
@@ -201,13 +201,14 @@ def _report(args: argparse.Namespace) -> int:
         from counterd.daemon.config import load
 
         profile = load(args.config).profile
-    predict, why = prediction.load(profile)
+    predict, why = prediction.load(
+        profile, warn=lambda m: print(f"counterd report: warning: {m}", file=sys.stderr))
     if args.profile is not None and predict is None:
         raise BadInput(why, "give a profile file (predict calibrate --out) or a built-in name")
     if args.records is not None:
-        from counterd.records import read_jsonl
+        from counterd.records import SuperstepRecord, read_jsonl
 
-        records = list(read_jsonl(args.records))
+        records: Iterable[SuperstepRecord] = read_jsonl(args.records)  # streamed into build
         source = str(args.records)
     else:
         from counterd.daemon import query

@@ -17,6 +17,12 @@ def _rebuild(cls: type[BaseException], message: str, fields: dict[str, Any]) -> 
     return err
 
 
+def one_line(message: str) -> str:
+    """``message`` with its line breaks escaped: an error quotes what it got (a field name
+    from a file, say), and the CLIs promise one line on stderr."""
+    return message.replace("\r", "\\r").replace("\n", "\\n")
+
+
 class PicklableError(Exception):
     """An exception that survives a pickle round trip with its message and fields.
 
@@ -38,7 +44,7 @@ class CounterdError(PicklableError):
     def __init__(self, what: str, fix: str | None = None) -> None:
         self.what = what
         self.fix = fix
-        super().__init__(f"{what}: {fix}" if fix else what)
+        super().__init__(one_line(f"{what}: {fix}" if fix else what))
 
 
 class BadInput(CounterdError):

@@ -71,7 +71,6 @@ import platform
 import re
 import socket
 import threading
-import tomllib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -693,16 +692,15 @@ def _caches(v: Any) -> tuple[tuple[CacheLevel, ...], CacheLevel | None]:
 
 
 def _decode(path: Path, raw: bytes) -> dict[str, Any]:
+    from counterd import stricttoml
+    from counterd.strictjson import Malformed
+
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _FileError(f"not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
-                         "save it as UTF-8 text") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise _FileError(f"not TOML ({exc})", "fix the syntax (format in counterd/machine.py "
-                         "and the README, section Machine files)") from None
+        return stricttoml.loads(raw)
+    except Malformed as exc:
+        raise _FileError(str(exc), "save it as UTF-8 text" if str(exc).startswith("not UTF-8")
+                         else "fix the syntax (format in counterd/machine.py and the README, "
+                         "section Machine files)") from None
 
 
 def _apply(doc: Mapping[str, Any], base: Machine, name: str) -> Machine:

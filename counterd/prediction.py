@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import importlib
 import logging
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from counterd.errors import CounterdError
+from counterd.errors import CounterdError, PicklableError
 from counterd.records import SuperstepRecord
 
 log = logging.getLogger("counterd.prediction")
@@ -129,19 +130,40 @@ def per_processor(records: Sequence[SuperstepRecord]) -> dict[str, list[float]]:
     return {n: [by_rank[r].get(n, 0.0) for r in ranks] for n in names}
 
 
-def load(profile: str | Path | None) -> tuple[PredictFn | None, str]:
+def load(profile: str | Path | None, *,
+         warn: Callable[[str], None] = log.warning) -> tuple[PredictFn | None, str]:
     """A prediction function for ``profile`` (a TOML file, or the name of a profile built into
-    the predictor, e.g. ``sgi-power-challenge``), or ``(None, reason)``. Never raises."""
+    the predictor, e.g. ``sgi-power-challenge``), or ``(None, reason)``. Never raises.
+
+    A profile fitted on another host is still used; ``warn`` gets the predictor's one-line
+    warning saying which fingerprint fields differ (``predictor.profile.check_host``, the
+    warning ``predict`` prints): the daemon logs it, ``counterd report`` prints it."""
     if profile is None:
         return None, "no machine profile configured (predictor.profile / COUNTERD_PROFILE)"
     if not Path(profile).is_file() and not _is_builtin(str(profile)):
         return None, f"machine profile {profile} does not exist"
     try:
-        return _from_predictor(profile)
+        return _from_predictor(profile, warn)
     except ImportError as exc:
         return None, f"the predictor package is not importable ({exc})"
     except Exception as exc:  # a broken profile must not take the daemon down
         return None, f"cannot load machine profile {profile}: {exc}"
+
+
+def _check_host(profile_mod: Any, profile: Any, warn: Callable[[str], None]) -> None:
+    """The predictor's host check, its warnings passed to ``warn`` one line each."""
+    check = getattr(profile_mod, "check_host", None)
+    if check is None:
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            check(profile)
+        except PicklableError as exc:  # this host cannot be described (a bad machine file)
+            warn(f"cannot compare profile {getattr(profile, 'name', '')} with this host: "
+                 f"{exc}")
+    for w in caught:
+        warn(str(w.message))
 
 
 def _is_builtin(name: str) -> bool:
@@ -151,7 +173,8 @@ def _is_builtin(name: str) -> bool:
         return False
 
 
-def _from_predictor(profile_path: str | Path) -> tuple[PredictFn | None, str]:
+def _from_predictor(profile_path: str | Path,
+                    warn: Callable[[str], None]) -> tuple[PredictFn | None, str]:
     profile_mod = importlib.import_module("predictor.profile")
     costfuncs = importlib.import_module("predictor.costfuncs")
     load_profile = getattr(profile_mod, "load_profile", None)
@@ -160,6 +183,7 @@ def _from_predictor(profile_path: str | Path) -> tuple[PredictFn | None, str]:
         return None, ("the predictor lacks predictor.profile.load_profile or "
                       "predictor.costfuncs.predict_superstep; predictions are off")
     profile = load_profile(profile_path)
+    _check_host(profile_mod, profile, warn)
     import numpy as np
 
     def fn(records: Sequence[SuperstepRecord]) -> Prediction | None:

@@ -162,7 +162,7 @@ class SuperstepRecord:
                 unsupported=_str_map(d.get("unsupported", {}), "unsupported"),
                 backend=_str(d, "backend", "none"), host=_str(d, "host", ""),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:  # 10**400: float()
             raise BadInput(f"malformed superstep record ({exc})", _NOT_RECORDS) from None
 
 

@@ -70,32 +70,109 @@ def new_document(*, machine: Machine, backend: str, suite: str, host: Mapping[st
 
 
 def check_document(doc: Any, where: str) -> dict[str, Any]:
-    """Validate the envelope; raise BadInput naming the problem and the fix."""
+    """Validate the envelope and every field ``show``, ``--resume`` and the summaries read;
+    raise BadInput (one line: the file, the field, the fix)."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise BadInput(f"{where} is not a microbench results file (format "
-                       f"{doc.get('format') if isinstance(doc, dict) else None!r})",
+                       f"{doc.get('format') if isinstance(doc, dict) else None!r:.40})",
                        "give a file written by microbench run")
     version = doc.get("version")
-    if version not in SUPPORTED_VERSIONS:
-        raise BadInput(f"{where} has results format version {version!r}; this microbench "
+    if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
+        raise BadInput(f"{where} has results format version {version!r:.40}; this microbench "
                        f"reads {', '.join(map(str, SUPPORTED_VERSIONS))}",
                        "upgrade microbench, or rerun the suite with this version")
     if not isinstance(doc.get("patterns"), list):
         raise BadInput(f"{where} has no pattern list", "rerun microbench run")
+    try:
+        _check_fields(doc, _DOC_FIELDS, "")
+        for key, types in (("geometry", {"spec": str}), ("bank_map", _BANK_FIELDS)):
+            _check_fields(doc[key], types, key)
+        for i, p in enumerate(doc["patterns"]):
+            _check_pattern(p, f"patterns[{i}]")
+    except _Damaged as exc:
+        raise BadInput(f"{where}: {exc}", "the file is damaged: rerun microbench run "
+                       "(--force), or restore it") from None
     return doc
 
 
+class _Damaged(Exception):
+    """A field of a results document with the wrong type or range (``where: why``)."""
+
+
+_NUM = (int, float)  # strict JSON (counterd.strictjson) has made every float finite
+_DOC_FIELDS: dict[str, Any] = {"created": str, "backend": str, "suite": str, "host": dict,
+                               "geometry": dict, "bank_map": dict, "complete": bool}
+_BANK_FIELDS: dict[str, Any] = {"banks": int, "interleave_bytes": int, "provenance": str}
+_PATTERN_FIELDS: dict[str, Any] = {
+    "mnemonic": str, "level": str, "suite": str, "op": str, "mode": str, "procs": int,
+    "bkc": _NUM, "bkc_fraction": str, "per_access_ns": _NUM, "time_ns": dict,
+    "flags": list, "processors": list}
+_TIME_FIELDS: dict[str, Any] = {"spread": _NUM, "reps": int, "median": _NUM}
+
+
+def _check_fields(d: Any, fields: Mapping[str, Any], where: str) -> None:
+    if not isinstance(d, dict):
+        raise _Damaged(f"{where or 'the document'} is {type(d).__name__}, not an object")
+    for key, types in fields.items():
+        v = d.get(key)
+        if not isinstance(v, types) or (isinstance(v, bool) and types is not bool):
+            raise _Damaged(f"{where + '.' if where else ''}{key} is "
+                           + (f"{type(v).__name__}, not "
+                              f"{getattr(types, '__name__', 'a number')}" if key in d
+                              else "missing"))
+        if isinstance(v, _NUM) and not isinstance(v, bool) and not _count(v):
+            raise _Damaged(f"{where + '.' if where else ''}{key} = {v!r:.40} is not a number "
+                           "in [0, 2^63]")
+
+
+def _count(v: float) -> bool:
+    """Whether ``v`` is a number a count, a time or a ratio can be: >= 0 and within 64 bits
+    (an integer like 10**400 passes strict JSON and overflows every float use)."""
+    return 0 <= v <= 1 << 63
+
+
+def _check_pattern(p: Any, where: str) -> None:
+    _check_fields(p, _PATTERN_FIELDS, where)
+    _check_fields(p["time_ns"], _TIME_FIELDS, f"{where}.time_ns")
+    if not all(isinstance(f, str) for f in p["flags"]):
+        raise _Damaged(f"{where}.flags is not a list of strings")
+    for j, pr in enumerate(p["processors"]):
+        pw = f"{where}.processors[{j}]"
+        _check_fields(pr, {"rank": int, "counters": dict, "begin_ns": list, "end_ns": list},
+                      pw)
+        for key in ("begin_ns", "end_ns"):
+            if not all(isinstance(t, int) and not isinstance(t, bool) and _count(t)
+                       for t in pr[key]):
+                raise _Damaged(f"{pw}.{key} is not a list of integers in [0, 2^63]")
+        for name, c in pr["counters"].items():
+            value = c.get("value") if isinstance(c, dict) else None
+            if not isinstance(value, _NUM) or isinstance(value, bool) or not _count(value):
+                raise _Damaged(f"{pw}.counters.{name} has value {value!r:.40}: counters are "
+                               "finite event counts >= 0")
+
+
+MAX_BYTES = 1 << 28  # a full suite's results are a few MB
+
+
 def load(path: str | Path) -> dict[str, Any]:
+    """The results document at ``path``: strict JSON (:mod:`counterd.strictjson`: no NaN,
+    no 1e400, no deep nesting, UTF-8), checked by :func:`check_document`."""
+    from counterd.strictjson import Malformed, loads
+
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)
     except OSError as exc:
         raise BadInput(f"cannot read {p}: {exc.strerror}", "check the path") from exc
+    if len(raw) > MAX_BYTES:
+        raise BadInput(f"{p} is larger than {MAX_BYTES} bytes",
+                       "give a file written by microbench run")
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{p} is not JSON ({exc.msg} at line {exc.lineno})",
-                       "give a file written by microbench run") from exc
+        doc = loads(raw)
+    except Malformed as exc:
+        raise BadInput(f"{p} is not JSON ({exc})",
+                       "give a file written by microbench run") from None
     return check_document(doc, str(p))
 
 

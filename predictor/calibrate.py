@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -167,16 +167,30 @@ def validate(results: Results, profile: MachineProfile, *, worst: int = 3) -> Va
 
 # -- forecasts for recorded supersteps --------------------------------------------------------
 
-def forecast(profile: MachineProfile, steps: Sequence[Step], *, variant: str | None = None
+def forecast(profile: MachineProfile, steps: Iterable[Step], *, variant: str | None = None
              ) -> list[dict[str, Any]]:
     """One dict per superstep: the model variant used (``variant``, else the most complete
     one whose counters the superstep has) with its calibrated accuracy, F terms, the
     dominating one, every BSP bound, the quantities used (with what was assumed) and, where
     the time is known, E. A superstep no variant can predict gets ``F_ns`` None and
     ``why``; when no superstep can be predicted, the first one's reason is raised."""
-    bsp = profile.bsp_model()
     out = []
     first_error: PredictorError | None = None
+    for row, error in iter_forecast(profile, steps, variant=variant):
+        first_error = first_error or error
+        out.append(row)
+    if first_error is not None and all(r["F_ns"] is None for r in out):
+        raise first_error
+    return out
+
+
+def iter_forecast(profile: MachineProfile, steps: Iterable[Step], *,
+                  variant: str | None = None
+                  ) -> Iterator[tuple[dict[str, Any], PredictorError | None]]:
+    """:func:`forecast`'s rows one at a time, each with the error that left it without a
+    prediction (None if predicted): a caller that renders and drops each row holds no list
+    (``predict --counters`` on a large file)."""
+    bsp = profile.bsp_model()
     for s in steps:
         try:
             name = variant or profile.select_model(
@@ -185,10 +199,9 @@ def forecast(profile: MachineProfile, steps: Sequence[Step], *, variant: str | N
             q = bsp_quantities(s, profile.banks)
             bounds = bsp.evaluate(s)
         except PredictorError as exc:
-            first_error = first_error or exc
-            out.append({"superstep": s.name, "processors": s.processors, "model": None,
-                        "F_ns": None, "why": str(exc), "time_ns": s.time_ns, "error": None,
-                        "assumed": []})
+            yield ({"superstep": s.name, "processors": s.processors, "model": None,
+                    "F_ns": None, "why": str(exc), "time_ns": s.time_ns, "error": None,
+                    "assumed": []}, exc)
             continue
         row: dict[str, Any] = {
             "superstep": s.name, "processors": s.processors, "model": name,
@@ -202,12 +215,9 @@ def forecast(profile: MachineProfile, steps: Sequence[Step], *, variant: str | N
             "time_ns": s.time_ns,
             "error": (float(cf.error_ratio(s.time_ns, br.f)) if s.time_ns else None),
         }
-        out.append(row)
-    if first_error is not None and all(r["F_ns"] is None for r in out):
-        raise first_error
-    return out
+        yield row, None
 
 
-def assumptions_used(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    used = sorted({a for r in rows for a in r["assumed"]})
-    return {a: ASSUMPTIONS[a] for a in used}
+def assumptions_used(names: Iterable[str]) -> dict[str, str]:
+    """What each assumption a forecast made (the rows' ``assumed``) means, by name."""
+    return {a: ASSUMPTIONS[a] for a in sorted(set(names))}

@@ -119,14 +119,14 @@ def _profile(a: argparse.Namespace) -> tuple[Any, str]:
 
 
 def _forecast(a: argparse.Namespace) -> tuple[Any, str]:
-    from predictor.calibrate import assumptions_used, forecast
-    from predictor.inputs import load_counters
+    """Rows rendered as they come (``iter_forecast``): without ``--json`` no row and no step
+    is kept, so a large records file is forecast in the memory of its compact rows."""
+    from predictor.calibrate import assumptions_used, iter_forecast
+    from predictor.inputs import iter_counters
     from predictor.profile import check_host, load_profile
 
     prof = load_profile(a.profile)
     check_host(prof)
-    rows = forecast(prof, load_counters(a.counters), variant=a.model)
-    assumed = assumptions_used(rows)
     cols = ["F1", "F2", "F3", "F", "QSM_min", "QSM_max", "EBSP_min", "EBSP_max",
             "DXBSP_min", "DXBSP_max"]
     how = (f"model {a.model}" if a.model
@@ -135,21 +135,36 @@ def _forecast(a: argparse.Namespace) -> tuple[Any, str]:
              f"{'superstep':<20} {'p':>3} " + " ".join(f"{c:>9}" for c in cols)
              + f" {'dom':>4} {'T':>9} {'E':>6}  model"]
     models: dict[str, Mapping[str, Any]] = {}
-    for r in rows:
+    rows: list[dict[str, Any]] = []
+    used: set[str] = set()
+    first_error: PredictorError | None = None
+    predicted = False
+    for r, error in iter_forecast(prof, iter_counters(a.counters), variant=a.model):
+        first_error = first_error or error
+        used.update(r["assumed"])
+        if a.json:
+            rows.append(r)
         if r["F_ns"] is None:
-            lines.append(f"{r['superstep'][:20]:<20} {r['processors']:>3} no prediction: "
-                         f"{r['why']}")
+            if not a.json:
+                lines.append(f"{r['superstep'][:20]:<20} {r['processors']:>3} no prediction: "
+                             f"{r['why']}")
+            continue
+        predicted = True
+        models[r["model"]] = r["accuracy"]
+        if a.json:
             continue
         vals = " ".join(f"{_num(r[c + '_ns']):>9}" for c in cols)
         e = "-" if r["error"] is None else f"{r['error']:.2f}"
         lines.append(f"{r['superstep'][:20]:<20} {r['processors']:>3} {vals} "
                      f"{r['dominant']:>4} {_num(r['time_ns']):>9} {e:>6}  {r['model']}"
                      + (" *" if r["assumed"] else ""))
-        models[r["model"]] = r["accuracy"]
+    if first_error is not None and not predicted:  # forecast()'s rule: none predicted
+        raise first_error
+    assumed = assumptions_used(used)
     for name, acc in models.items():
         if acc:
             lines.append(f"model {name}: E avg {acc['avg_error']:.2f} / max "
-                         f"{acc['max_error']:.2f} on {acc['n']} {acc['on']}")
+                         f"{acc['max_error']:.2f} on {acc.get('n', '?')} {acc.get('on', '')}")
     for k, why in assumed.items():
         lines.append(f"* assumed {k}: {why}")
     return {"profile": prof.name, "model": a.model, "supersteps": rows,

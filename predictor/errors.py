@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 
-from counterd.errors import PicklableError
+from counterd.errors import PicklableError, one_line
 
 
 class PredictorError(PicklableError):
@@ -21,7 +21,7 @@ class PredictorError(PicklableError):
     def __init__(self, what: str, fix: str | None = None) -> None:
         self.what = what
         self.fix = fix
-        super().__init__(f"{what}: {fix}" if fix else what)
+        super().__init__(one_line(f"{what}: {fix}" if fix else what))
 
 
 class BadInput(PredictorError):

@@ -10,9 +10,10 @@ any, and which inputs were assumed.
 from __future__ import annotations
 
 import csv
-import json
+import itertools
 import math
-from collections.abc import Iterable, Mapping
+from array import array
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,7 @@ def _number(where: str, name: str, raw: Any) -> float:
         raise BadCounterValue(name, where, raw)
     try:
         v = float(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer like 10**400
         raise BadCounterValue(name, where, raw) from None
     if not math.isfinite(v) or v < 0:
         raise BadCounterValue(name, where, raw)
@@ -124,14 +125,44 @@ class Results:
         return max((int(s.meta.get("procs", s.processors)) for s in self.patterns), default=0)
 
 
-def _pattern_step(i: int, d: Mapping[str, Any]) -> Step:
-    where = f"pattern {d.get('mnemonic', i)!r}"
+_DAMAGED = "give the JSON file written by `microbench run` (this one is damaged)"
+
+
+def _mapping(v: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(v, Mapping):
+        raise BadInput(f"{where} is {type(v).__name__}, not an object", _DAMAGED)
+    return v
+
+
+def _count(v: Any, where: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 1 << 31:
+        raise BadInput(f"{where} = {v!r:.40} is not an integer in [0, 2^31)", _DAMAGED)
+    return v
+
+
+# Pattern fields the fits read (predictor/fit.py), with the types microbench writes.
+_META_TYPES: dict[str, tuple[type, ...]] = {
+    "mnemonic": (str,), "suite": (str,), "op": (str,), "mode": (str,), "level": (str,),
+    "coherence": (str,), "bkc": (int, float), "stride_words": (int,),
+    "accesses_per_proc": (int,), "procs": (int,), "flags": (list,)}
+
+
+def _pattern_step(i: int, d: Any, path: str = "<results>") -> Step:
+    d = _mapping(d, f"{path}: pattern #{i}")
+    where = f"{path}: pattern {str(d.get('mnemonic', i))[:60]!r}"
+    for key, types in _META_TYPES.items():
+        v = d.get(key)
+        if v is not None and (not isinstance(v, types) or isinstance(v, bool)):
+            raise BadInput(f"{where}: {key} is {type(v).__name__}", _DAMAGED)
+    if d.get("procs") is not None:
+        _count(d["procs"], f"{where}: procs")
     procs = d.get("processors")
     if not isinstance(procs, list) or not procs:
         raise BadInput(f"{where}: no processors", "each pattern lists its processors")
     names: list[str] = []
-    for pr in procs:
-        for n in pr.get("counters", {}):
+    for j, pr in enumerate(procs):
+        for n in _mapping(_mapping(pr, f"{where} processor #{j}").get("counters", {}),
+                          f"{where} processor #{j} counters"):
             _check_name(n, where)
             if n not in names:
                 names.append(n)
@@ -143,22 +174,22 @@ def _pattern_step(i: int, d: Mapping[str, Any]) -> Step:
             if n not in c:
                 raise BadInput(f"{where}: counter {n!r} is given for some processors only",
                                "every processor of a pattern must report the same counters")
-            vals.append(_number(f"{where} rank {pr.get('rank')}", n, c[n]))
+            vals.append(_number(f"{where} rank {str(pr.get('rank'))[:20]}", n, c[n]))
         counters[n] = np.array(vals)
     time = d.get("time_ns")
     t = None
     if isinstance(time, Mapping) and time.get("median") is not None:
         t = _number(where, "time_ns.median", time["median"])
-    banks = d.get("banks") or {}
-    bsp = d.get("bsp") or {}
-    meta = {k: d.get(k) for k in ("mnemonic", "suite", "procs", "stride_words", "bkc", "op",
-                                  "mode", "level", "coherence", "accesses_per_proc", "flags")}
+    banks = _mapping(d.get("banks") or {}, f"{where}: banks")
+    bsp = _mapping(d.get("bsp") or {}, f"{where}: bsp")
+    meta = {k: d.get(k) for k in _META_TYPES}
     for key in ("H", "M"):
         if bsp.get(key) is not None:
             meta[key] = _number(where, f"bsp.{key}", bsp[key])
     return Step(
         name=str(d.get("mnemonic", f"pattern{i}")), counters=counters,
-        ranks=tuple(int(pr.get("rank", j)) for j, pr in enumerate(procs)),
+        ranks=tuple(_count(pr.get("rank", j), f"{where} processor #{j} rank")
+                    for j, pr in enumerate(procs)),
         bank_lm=_bank_array(where, "lm", banks.get("lm")),
         bank_wb=_bank_array(where, "wb", banks.get("wb")),
         k=None if bsp.get("K") is None else _number(where, "bsp.K", bsp["K"]),
@@ -166,35 +197,72 @@ def _pattern_step(i: int, d: Mapping[str, Any]) -> Step:
         time_ns=t, meta=meta)
 
 
+def _geometry(v: Any, path: str) -> dict[str, Any]:
+    """The geometry table, its levels checked (the profile's fingerprint and LLC come
+    from them)."""
+    g = dict(_mapping(v or {}, f"{path}: geometry"))
+    levels = g.get("levels", [])
+    if not isinstance(levels, list):
+        raise BadInput(f"{path}: geometry.levels is not a list", _DAMAGED)
+    for j, lv in enumerate(levels):
+        lv = _mapping(lv, f"{path}: geometry.levels[{j}]")
+        for key in ("level", "size_bytes", "ways", "line_bytes"):
+            if _count(lv.get(key), f"{path}: geometry.levels[{j}].{key}") < 1:
+                raise BadInput(f"{path}: geometry.levels[{j}].{key} is 0", _DAMAGED)
+    return g
+
+
 def results_from_json(d: Mapping[str, Any], path: str = "<results>") -> Results:
+    """The results in ``d``, each field the predictor reads checked for its type and range
+    (BadInput naming the file and the field)."""
     if d.get("format") != RESULTS_FORMAT:
-        raise BadInput(f"{path}: format {d.get('format')!r} is not {RESULTS_FORMAT!r}",
+        raise BadInput(f"{path}: format {d.get('format')!r:.40} is not {RESULTS_FORMAT!r}",
                        "give the JSON file written by `microbench run`")
     if d.get("version") not in RESULTS_VERSIONS:
-        raise BadInput(f"{path}: microbench results version {d.get('version')!r} is not "
+        raise BadInput(f"{path}: microbench results version {d.get('version')!r:.40} is not "
                        f"supported (this predictor reads {RESULTS_VERSIONS})",
                        "use a predictor that matches the microbench version")
     pats = d.get("patterns")
     if not isinstance(pats, list):
         raise BadInput(f"{path}: no pattern list", "the results file is damaged")
+    host = dict(_mapping(d.get("host") or {}, f"{path}: host"))
+    for key in ("hostname", "cpu_model", "cpus_online", "page_bytes"):
+        if host.get(key) is not None and not isinstance(host[key], (str, int)):
+            raise BadInput(f"{path}: host.{key} is {type(host[key]).__name__}", _DAMAGED)
+    bank_map = dict(_mapping(d.get("bank_map") or {}, f"{path}: bank_map"))
+    if bank_map.get("banks") is not None and _count(bank_map["banks"],
+                                                     f"{path}: bank_map.banks") < 1:
+        raise BadInput(f"{path}: bank_map.banks is 0", _DAMAGED)
+    word_bytes = _count(d.get("word_bytes", 8), f"{path}: word_bytes")
     return Results(
-        path=path, backend=str(d.get("backend", "?")), host=dict(d.get("host") or {}),
-        geometry=dict(d.get("geometry") or {}), bank_map=dict(d.get("bank_map") or {}),
-        word_bytes=int(d.get("word_bytes", 8)),
-        patterns=tuple(_pattern_step(i, p) for i, p in enumerate(pats)))
+        path=path, backend=str(d.get("backend", "?")), host=host,
+        geometry=_geometry(d.get("geometry"), path), bank_map=bank_map,
+        word_bytes=word_bytes,
+        patterns=tuple(_pattern_step(i, p, path) for i, p in enumerate(pats)))
+
+
+MAX_RESULTS_BYTES = 1 << 28  # a full suite's results are a few MB
 
 
 def load_results(path: str | Path) -> Results:
+    """A microbench results file, strict JSON (:mod:`counterd.strictjson`: no NaN, no
+    1e400, no deep nesting) checked pattern by pattern (:func:`results_from_json`)."""
+    from counterd.strictjson import Malformed, loads
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as fh:
+            raw = fh.read(MAX_RESULTS_BYTES + 1)
     except OSError as exc:
         raise BadInput(f"cannot read results {path}: {exc.strerror}",
-                       "give the JSON file written by `microbench run`") from exc
+                       "give the JSON file written by `microbench run`") from None
+    if len(raw) > MAX_RESULTS_BYTES:
+        raise BadInput(f"{path} is larger than {MAX_RESULTS_BYTES} bytes",
+                       "give the JSON file written by `microbench run`")
     try:
-        d = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{path} is not JSON ({exc.msg} at line {exc.lineno})",
-                       "give the JSON file written by `microbench run`") from exc
+        d = loads(raw)
+    except Malformed as exc:
+        raise BadInput(f"{path} is not JSON ({exc})",
+                       "give the JSON file written by `microbench run`") from None
     if not isinstance(d, dict):
         raise BadInput(f"{path} is not a microbench results object", "see predictor/README")
     return results_from_json(d, str(path))
@@ -206,80 +274,134 @@ _CSV_META = frozenset({"superstep", "rank", "name", "run_id", "begin_ns", "end_n
                        "cpu", "pid", "K", "M_b"})
 
 
-@dataclass
 class _Acc:
-    name: str
-    ranks: list[int] = field(default_factory=list)
-    rows: list[dict[str, float]] = field(default_factory=list)
-    begin: list[float] = field(default_factory=list)
-    end: list[float] = field(default_factory=list)
-    time_ns: float | None = None
-    k: float | None = None
-    m_b: float | None = None
-    incomplete: bool = False
+    """One superstep's rows while a file is read, compact (a 200 MB records file holds ~90k
+    supersteps): per rank an array of counter values indexed by the file's counter names
+    (``names``: name -> slot), NaN where a rank did not report a counter."""
+
+    __slots__ = ("name", "ranks", "rows", "begin", "end", "time_ns", "k", "m_b", "incomplete")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.ranks: list[int] = []
+        self.rows: list[array[float]] = []
+        self.begin = array("d")
+        self.end = array("d")
+        self.time_ns: float | None = None
+        self.k: float | None = None
+        self.m_b: float | None = None
+        self.incomplete = False
+
+    def add(self, rank: int, row: Mapping[str, float], names: dict[str, int]) -> None:
+        values = array("d")
+        for n, v in row.items():
+            slot = names.setdefault(n, len(names))
+            if slot >= len(values):
+                values.extend([math.nan] * (slot + 1 - len(values)))
+            values[slot] = v
+        self.ranks.append(rank)
+        self.rows.append(values)
 
 
-def _steps_from_acc(accs: Iterable[_Acc]) -> list[Step]:
-    steps = []
-    for a in accs:
-        names = sorted({n for r in a.rows for n in r})
+def _steps_from_acc(accs: list[_Acc | None], names: Mapping[str, int]) -> Iterator[Step]:
+    """The steps of ``accs`` in order, each accumulator dropped once its step is built."""
+    order = list(names)
+    for i, a in enumerate(accs):
+        assert a is not None
+        accs[i] = None
+        slots = sorted({j for r in a.rows for j, v in enumerate(r) if not math.isnan(v)},
+                       key=lambda j: order[j])
         counters = {}
-        for n in names:
-            missing = [rk for rk, r in zip(a.ranks, a.rows, strict=True) if n not in r]
+        for j in slots:
+            col = [r[j] if j < len(r) else math.nan for r in a.rows]
+            missing = [rk for rk, v in zip(a.ranks, col, strict=True) if math.isnan(v)]
             if missing:
-                raise BadInput(f"superstep {a.name}: counter {n!r} is missing for rank(s) "
-                               f"{missing}", "every processor of a superstep must report the "
-                               "same counters; re-record, or drop the counter")
-            counters[n] = np.array([r[n] for r in a.rows])
+                raise BadInput(f"superstep {a.name}: counter {order[j]!r} is missing for "
+                               f"rank(s) {missing}", "every processor of a superstep must "
+                               "report the same counters; re-record, or drop the counter")
+            counters[order[j]] = np.array(col)
         t = a.time_ns
         if t is None and a.begin and a.end and not a.incomplete:
             t = span_ns(a.begin, a.end)
-        steps.append(Step(name=a.name, counters=counters, ranks=tuple(a.ranks), k=a.k,
-                          m_b=a.m_b, time_ns=t, meta={"incomplete": a.incomplete}))
-    return steps
+        yield Step(name=a.name, counters=counters, ranks=tuple(a.ranks), k=a.k,
+                   m_b=a.m_b, time_ns=t, meta={"incomplete": a.incomplete})
 
 
-def steps_from_records(lines: Iterable[str], path: str = "<records>") -> list[Step]:
-    """Group ``counterd record`` JSON lines (one per processor per superstep) into steps."""
+def _int_field(d: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int:
+    v = d.get(key, default)
+    if not isinstance(v, int) or isinstance(v, bool) or not -(1 << 63) <= v < 1 << 63:
+        raise BadInput(f"{where}: {key} = {v!r:.40} is not a 64-bit integer",
+                       "give the JSON lines written by `counterd record`")
+    return v
+
+
+def steps_from_records(lines: Iterable[str | bytes], path: str = "<records>") -> list[Step]:
+    """Group ``counterd record`` JSON lines (one per processor per superstep) into steps.
+    Each line is strict JSON (:mod:`counterd.strictjson`); BadInput names the line."""
+    return list(_records_steps(lines, path))
+
+
+def _records_steps(lines: Iterable[str | bytes], path: str) -> Iterator[Step]:
+    from counterd.strictjson import Malformed, loads
+
     groups: dict[tuple[str, int], _Acc] = {}
+    names: dict[str, int] = {}
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
         try:
-            d = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BadInput(f"{where} is not JSON ({exc.msg})",
-                           "give the JSON lines written by `counterd record`") from exc
-        if not isinstance(d, dict) or "index" not in d or "counters" not in d:
+            d = loads(line)
+        except Malformed as exc:
+            raise BadInput(f"{where} is not JSON ({exc})",
+                           "give the JSON lines written by `counterd record`") from None
+        if not isinstance(d, dict) or "index" not in d or not isinstance(d.get("counters"),
+                                                                          dict):
             raise BadInput(f"{where} is not a superstep record (no index or counters)",
                            "give the JSON lines written by `counterd record`")
-        key = (str(d.get("run_id", "")), int(d["index"]))
-        name = f"{d['index']}:{d.get('name', '')}"
+        index = _int_field(d, "index", where)
+        run_id, step_name = d.get("run_id", ""), d.get("name", "")
+        if not isinstance(run_id, str) or not isinstance(step_name, str):
+            raise BadInput(f"{where}: run_id and name must be strings",
+                           "give the JSON lines written by `counterd record`")
+        key = (run_id, index)
+        name = f"{index}:{step_name}"
         a = groups.setdefault(key, _Acc(name=name))
-        rank = int(d.get("rank", len(a.ranks)))
+        rank = _int_field(d, "rank", where, len(a.ranks))
         if rank in a.ranks:
             raise BadInput(f"{where}: rank {rank} appears twice in superstep {name}",
                            "give one record file per run")
-        swhere = f"superstep {name} rank {rank}"
+        swhere = f"{where}: superstep {name} rank {rank}"
         row = {}
         for n, v in d["counters"].items():
             _check_name(n, swhere)
             row[n] = _number(swhere, n, v)
-        a.ranks.append(rank)
-        a.rows.append(row)
+        a.add(rank, row, names)
         if d.get("end_ns") is None:
             a.incomplete = True
         else:
-            a.begin.append(float(d["begin_ns"]))
-            a.end.append(float(d["end_ns"]))
-    return _steps_from_acc(groups.values())
+            begin, end = _int_field(d, "begin_ns", where), _int_field(d, "end_ns", where)
+            a.begin.append(float(begin))
+            a.end.append(float(end))
+    accs: list[_Acc | None] = list(groups.values())
+    groups.clear()
+    return _steps_from_acc(accs, names)
 
 
-def steps_from_csv(text: str, path: str = "<csv>") -> list[Step]:
+def steps_from_csv(text: str | Iterable[str], path: str = "<csv>") -> list[Step]:
     """A plain table: columns ``superstep``, ``rank`` and canonical counter names; optional
-    ``time_ns`` (the superstep's time) or ``begin_ns``/``end_ns``, ``K``, ``M_b``."""
-    reader = csv.DictReader(text.splitlines())
+    ``time_ns`` (the superstep's time) or ``begin_ns``/``end_ns``, ``K``, ``M_b``. ``text``
+    is the table or its lines; BadInput names the line of anything malformed."""
+    reader = csv.DictReader(text.splitlines() if isinstance(text, str) else text)
+    try:
+        return list(_csv_steps(reader, path))
+    except csv.Error as exc:
+        raise BadInput(f"{path}:{reader.line_num}: not a CSV table ({exc})",
+                       "a counter table has columns superstep, rank and canonical "
+                       "counters") from None
+
+
+def _csv_steps(reader: csv.DictReader[str], path: str) -> Iterator[Step]:
     cols = reader.fieldnames or []
     if "superstep" not in cols or "rank" not in cols:
         raise BadInput(f"{path}: no 'superstep' and 'rank' columns",
@@ -288,35 +410,89 @@ def steps_from_csv(text: str, path: str = "<csv>") -> list[Step]:
         if c not in _CSV_META:
             _check_name(c, f"{path} header")
     groups: dict[str, _Acc] = {}
-    for lineno, r in enumerate(reader, 2):
-        where = f"{path}:{lineno}"
-        key = r["superstep"]
+    names: dict[str, int] = {}
+    for r in reader:
+        where = f"{path}:{reader.line_num}"
+        key, rank = r["superstep"], r["rank"]
+        if key is None or rank is None or not (rank.strip().isdecimal()
+                                               and len(rank.strip()) <= 9):
+            raise BadInput(f"{where}: no superstep, or rank {rank!r:.40} is not a processor "
+                           "number", "every row has a superstep and a rank (an integer >= 0)")
         a = groups.setdefault(key, _Acc(name=key if not r.get("name") else f"{key}:{r['name']}"))
         row = {c: _number(where, c, r[c]) for c in cols
                if c not in _CSV_META and r[c] not in ("", None)}
-        a.ranks.append(int(r["rank"]))
-        a.rows.append(row)
+        a.add(int(rank), row, names)
         if r.get("time_ns"):
             a.time_ns = _number(where, "time_ns", r["time_ns"])
         if r.get("begin_ns") and r.get("end_ns"):
-            a.begin.append(float(r["begin_ns"]))
-            a.end.append(float(r["end_ns"]))
+            a.begin.append(_number(where, "begin_ns", r["begin_ns"]))
+            a.end.append(_number(where, "end_ns", r["end_ns"]))
         for col in ("K", "M_b"):
             if r.get(col):
                 setattr(a, col.lower(), _number(where, col, r[col]))
-    return _steps_from_acc(groups.values())
+    return _steps_from_acc(list(groups.values()), names)
+
+
+MAX_LINE_BYTES = 1 << 24  # a record line or CSV row; counterd writes a few hundred bytes
+
+
+def _lines(path: str | Path) -> Iterator[bytes]:
+    """The lines of ``path``, read one at a time (a file of any size in bounded memory);
+    BadInput for one longer than :data:`MAX_LINE_BYTES`."""
+    try:
+        fh = Path(path).open("rb")
+    except OSError as exc:
+        raise BadInput(f"cannot read counters {path}: {exc.strerror}",
+                       "give a counterd record JSONL file or a CSV counter table") from None
+    with fh:
+        lineno = 0
+        while line := fh.readline(MAX_LINE_BYTES + 1):
+            lineno += 1
+            if len(line) > MAX_LINE_BYTES:
+                raise BadInput(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES} bytes",
+                               "give a counterd record JSONL file or a CSV counter table")
+            yield line
+
+
+def _text_lines(lines: Iterable[bytes], path: str | Path) -> Iterator[str]:
+    for lineno, line in enumerate(lines, 1):
+        try:
+            yield line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadInput(f"{path}:{lineno}: not UTF-8 (byte {exc.start})",
+                           "give a counterd record JSONL file or a CSV counter table") from None
 
 
 def load_counters(path: str | Path) -> list[Step]:
     """Steps from a ``counterd record`` JSONL file or a CSV counter table (by content)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BadInput(f"cannot read counters {path}: {exc.strerror}",
-                       "give a counterd record JSONL file or a CSV counter table") from exc
-    first = text.lstrip()[:1]
-    steps = (steps_from_records(text.splitlines(), str(path)) if first == "{"
-             else steps_from_csv(text, str(path)))
-    if not steps:
+    return list(iter_counters(path))
+
+
+def iter_counters(path: str | Path) -> Iterator[Step]:
+    """The steps of :func:`load_counters` one at a time: the file is read line by line and
+    each superstep's rows are dropped once its step is made, so a caller that does not keep
+    the steps holds only the compact rows (``predict --counters``)."""
+    lines = _lines(path)
+    first = b""
+    for first in lines:
+        if first.strip():
+            break
+    if not first.strip():
+        raise BadInput(f"{path} is empty", "record a run first (counterd record)")
+    rest = itertools.chain([first], lines)
+    if first.lstrip()[:1] in (b"{", b"["):
+        steps = _records_steps(rest, str(path))
+    else:
+        reader = csv.DictReader(_text_lines(rest, path))
+        try:
+            steps = _csv_steps(reader, str(path))
+        except csv.Error as exc:
+            raise BadInput(f"{path}:{reader.line_num}: not a CSV table ({exc})",
+                           "a counter table has columns superstep, rank and canonical "
+                           "counters") from None
+    any_step = False
+    for step in steps:
+        any_step = True
+        yield step
+    if not any_step:
         raise BadInput(f"{path} holds no supersteps", "record a run first (counterd record)")
-    return steps

@@ -17,10 +17,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import os
 import re
-import tempfile
-import tomllib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,7 +122,7 @@ class MachineProfile:
     def from_dict(cls, d: Mapping[str, Any], source: str = "<profile>") -> MachineProfile:
         if d.get("format") != PROFILE_FORMAT:
             raise ProfileError(f"{source}: not a machine profile (format "
-                               f"{d.get('format')!r})",
+                               f"{d.get('format')!r:.40})",
                                "give a file written by `predict calibrate` or a built-in name: "
                                + ", ".join(BUILTIN))
         if d.get("version") not in SUPPORTED_VERSIONS:
@@ -134,16 +131,82 @@ class MachineProfile:
             raise ProfileError(f"{source}: unit {d.get('unit')!r} is not 'ns'",
                                "profiles keep every parameter in ns per event")
         try:
-            m = d["machine"]
-            return cls(name=str(d["name"]), host=d.get("host", {}),
-                       geometry=d.get("geometry", {}), bank_map=d.get("bank_map", {}),
-                       processors=int(m["processors"]), word_bytes=int(m["word_bytes"]),
-                       llc_level=int(m["llc_level"]), models=d["models"], bsp=d["bsp"],
-                       default_model=str(d.get("default_model", "improved")),
-                       created=str(d.get("created", "")), notes=tuple(d.get("notes", ())))
+            m = _table(d, "machine")
+            prof = cls(name=_text(d, "name"), host=_table(d, "host", {}),
+                       geometry=_table(d, "geometry", {}), bank_map=_table(d, "bank_map", {}),
+                       processors=_count(m, "processors"), word_bytes=_count(m, "word_bytes"),
+                       llc_level=_count(m, "llc_level"), models=_models(d),
+                       bsp=_table(d, "bsp"),
+                       default_model=_text(d, "default_model", "improved"),
+                       created=_text(d, "created", ""), notes=tuple(_texts(d, "notes")))
+            _count(prof.bank_map, "banks", 1)
+            for name in prof.models:  # every model the profile names can be built
+                prof.f_model(name)
+            for fn, bounds in prof.bsp_model().params.items():
+                for b, g in bounds.items():
+                    for i, v in enumerate(g):
+                        _coefficient(v, f"bsp.{fn}.{b}[{i}]")
         except (KeyError, TypeError, ValueError) as exc:
-            raise ProfileError(f"{source}: incomplete machine profile (missing {exc})",
-                               "re-run predict calibrate") from exc
+            raise ProfileError(f"{source}: not a valid machine profile ({exc})",
+                               "re-run predict calibrate") from None
+        except ProfileError as exc:
+            raise ProfileError(f"{source}: {exc.what}", exc.fix) from None
+        return prof
+
+
+# -- field checks of from_dict: what the models and the CLI read, typed as calibrate writes it
+def _table(d: Mapping[str, Any], key: str, default: Any = None) -> dict[str, Any]:
+    v = d[key] if default is None else d.get(key, default)
+    if not isinstance(v, Mapping):
+        raise TypeError(f"{key} is {type(v).__name__}, not a table")
+    return dict(v)
+
+
+def _text(d: Mapping[str, Any], key: str, default: str | None = None) -> str:
+    v = d[key] if default is None else d.get(key, default)
+    if not isinstance(v, str):
+        raise TypeError(f"{key} is {type(v).__name__}, not a string")
+    return v
+
+
+def _texts(d: Mapping[str, Any], key: str) -> list[str]:
+    v = d.get(key, [])
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise TypeError(f"{key} is not a list of strings")
+    return v
+
+
+def _count(d: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    v = d[key] if default is None else d.get(key, default)
+    if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 1 << 20:
+        raise ValueError(f"{key} = {v!r:.40} is not a count in [1, 2^20]")
+    return v
+
+
+def _coefficient(v: Any, where: str) -> float:
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < math.inf:
+        raise ValueError(f"{where} = {v!r:.40} is not a finite number >= 0")
+    return float(v)
+
+
+def _models(d: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The model tables, every coefficient (F1, F2, F3, const: ns per event, fitted >= 0 by
+    NNLS) finite and >= 0, and the accuracy the CLI prints numeric."""
+    models = _table(d, "models")
+    if not models:
+        raise ValueError("models is empty")
+    for name, model in models.items():
+        if not isinstance(model, Mapping):
+            raise TypeError(f"models.{name} is not a table")
+        _coefficient(model.get("const", 0.0), f"models.{name}.const")
+        for term in ("F1", "F2", "F3"):
+            for k, v in _table(model, term, {}).items():
+                _coefficient(v, f"models.{name}.{term}.{k}")
+        acc = _table(model, "accuracy", {})
+        for k in ("avg_error", "max_error"):
+            if k in acc and (not isinstance(acc[k], (int, float)) or isinstance(acc[k], bool)):
+                raise TypeError(f"models.{name}.accuracy.{k} is not a number")
+    return models
 
 
 # -- fingerprints ---------------------------------------------------------------------------
@@ -257,36 +320,63 @@ def profile_to_toml(p: MachineProfile) -> str:
 
 
 def save_profile(p: MachineProfile, path: str | Path, *, overwrite: bool = False) -> Path:
+    """Write ``p`` atomically (:func:`counterd.fsutil.atomic_write_text`: on a full disk the
+    temp file is removed and an existing profile is left as it was)."""
+    from counterd.errors import BadInput as FileError
+    from counterd.fsutil import atomic_write_text
+
     path = Path(path)
     if path.exists() and not overwrite:
         raise ProfileError(f"{path} exists", "choose another --out or pass --force")
-    text = profile_to_toml(p)
-    tomllib.loads(text)  # never write a file we cannot read back
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise ProfileError(f"cannot write profile {path}: {exc.strerror}",
-                           "choose a writable --out") from exc
+        text = profile_to_toml(p)
+    except TypeError as exc:  # a value TOML cannot hold, from the results it was fitted on
+        raise ProfileError(f"cannot write profile {path} ({exc})",
+                           "check the microbench results for damaged host or geometry "
+                           "fields") from None
+    load_profile_text(text, str(path))  # never write a file we cannot read back
+    try:
+        atomic_write_text(path, text)
+    except FileError as exc:
+        raise ProfileError(f"cannot write profile {exc.what.removeprefix('cannot write ')}",
+                           "free space on the disk or choose a writable --out") from None
     return path
 
 
+MAX_PROFILE_BYTES = 16 << 20  # a calibrated profile is a few kB
+
+
 def load_profile(spec: str | Path) -> MachineProfile:
-    """A built-in profile by name, or a TOML file."""
+    """A built-in profile by name, or a TOML file. ProfileError (one line, naming the file)
+    for a file that cannot be read or is not a valid profile."""
     if str(spec) in BUILTIN:
         return BUILTIN[str(spec)]()
     try:
-        data = tomllib.loads(Path(spec).read_text(encoding="utf-8"))
+        with Path(spec).open("rb") as fh:
+            raw = fh.read(MAX_PROFILE_BYTES + 1)
     except OSError as exc:
-        raise ProfileError(f"cannot read profile {spec}: {exc.strerror}",
+        raise ProfileError(f"cannot read profile {spec}: {exc.strerror or exc}",
                            "give a profile file or a built-in name: "
-                           + ", ".join(BUILTIN)) from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ProfileError(f"{spec} is not TOML ({exc})", "give a profile written by "
-                           "predict calibrate") from exc
-    return MachineProfile.from_dict(data, str(spec))
+                           + ", ".join(BUILTIN)) from None
+    if len(raw) > MAX_PROFILE_BYTES:
+        raise ProfileError(f"{spec} is larger than {MAX_PROFILE_BYTES} bytes",
+                           "give a profile written by predict calibrate")
+    return load_profile_text(raw, str(spec))
+
+
+def load_profile_text(data: str | bytes, source: str) -> MachineProfile:
+    """The profile of a TOML text (strict: :mod:`counterd.stricttoml`), checked field by
+    field (:meth:`MachineProfile.from_dict`)."""
+    from counterd import stricttoml
+    from counterd.strictjson import Malformed
+
+    try:
+        doc = stricttoml.loads(data, finite=False)  # diagnostics may be inf; from_dict
+        # checks the parameters
+    except Malformed as exc:
+        raise ProfileError(f"{source} is not a profile file ({exc})",
+                           "give a profile written by predict calibrate") from None
+    return MachineProfile.from_dict(doc, source)
 
 
 # -- the paper's machine ----------------------------------------------------------------------

@@ -61,7 +61,6 @@ import grp
 import os
 import pwd
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -315,16 +314,17 @@ def load(path: Path | None = None, env: Mapping[str, str] | None = None) -> Conf
     env = os.environ if env is None else env
     doc: dict[str, Any] = {}
     if path is not None:
+        from counterd import stricttoml
+        from counterd.strictjson import Malformed
+
         try:
-            doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+            doc = stricttoml.loads(Path(path).read_bytes())
         except OSError as exc:
             raise BadInput(f"cannot read config {path}: {exc.strerror}", "check the path"
                            ) from None
-        except UnicodeDecodeError as exc:
-            raise BadInput(f"config {path} is not UTF-8 text (byte {exc.start})",
-                           "pass the TOML config file") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise BadInput(f"config {path} is not valid TOML ({exc})", "fix the syntax") from None
+        except Malformed as exc:  # not UTF-8, not TOML, nested too deep, nan or inf
+            raise BadInput(f"config {path} is not valid TOML ({exc})",
+                           "fix the syntax") from None
     values: dict[tuple[str, str], Any] = {}
     watch: tuple[WatchRule, ...] | None = None
     sections = {s for s, _ in _KEYS if s} | {"watch"}
@@ -356,7 +356,12 @@ def load(path: Path | None = None, env: Mapping[str, str] | None = None) -> Conf
             raise BadInput(f"config {spec[0] + '.' if spec[0] else ''}{spec[1]} "
                            f"(or {var}) = {value!r} is invalid ({exc})",
                            "see counterd/config.py for the expected type") from None
-    return Config(**kwargs)
+    try:
+        return Config(**kwargs)
+    except BadInput as exc:  # a value out of range: say which file holds it
+        if path is None:
+            raise
+        raise BadInput(f"{path}: {exc.what}", exc.fix) from None
 
 
 def with_overrides(config: Config, **changes: Any) -> Config:

@@ -122,9 +122,9 @@ class Daemon:
     # -- start / stop --------------------------------------------------------------------------
     def start(self) -> None:
         cfg = self.config
+        self._apply(cfg)  # first: a config refused here (an unusable profile) leaves no store
         self._store = Store(cfg.store_path, synchronous=cfg.store_synchronous)
         self._shared.queries = Queries(cfg.store_path)
-        self._apply(cfg)
         self._server.listen(cfg.socket_path, cfg.socket_mode)
         self._threads.append(self._writer.start(self._store))
         sampler = threading.Thread(
@@ -206,7 +206,12 @@ class Daemon:
         log.info("stopped; %d records stored in this run", self.state.records_stored)
 
     # -- configuration -------------------------------------------------------------------------
-    def _apply(self, cfg: Config) -> None:
+    def _apply(self, cfg: Config, predictor: tuple[prediction.PredictFn | None, str] | None = None
+               ) -> None:
+        """Make ``cfg`` the running configuration. The predictor is resolved first, so a
+        profile that cannot be used (BadInput) changes nothing; ``predictor`` keeps one already
+        loaded (re-applying the running config after a failed reload)."""
+        fn, why = predictor if predictor is not None else self._predictor(cfg)
         st = self.state
         with st.lock:
             st.max_jobs = cfg.max_jobs
@@ -215,12 +220,8 @@ class Daemon:
         logging.getLogger("counterd").setLevel(cfg.log_level.upper())
         self._auth.allowed_gid = config_mod.allowed_gid(cfg.allowed_group) \
             if cfg.allowed_group else None
-        if self._injected_predict is not None:
-            st.set_predictor(self._injected_predict, "injected")
-        else:
-            fn, reason = prediction.load(cfg.profile)
-            st.set_predictor(fn, reason)
-            log.info("predictions: %s", reason)
+        st.set_predictor(fn, why)
+        log.info("predictions: %s", why)
         backend, reason, cap = resolve_backend(cfg.sample_backend)
         self._shared.counting = Counting(
             backend, reason, tuple(e for e, why in (cap or {}).items() if why is None),
@@ -231,6 +232,19 @@ class Daemon:
         self._shared.limits = fit_open_files(cfg.limits)
         self._writer.set_retention(cfg.retention_ns, cfg.retention_days)
         self.config = cfg
+
+    def _predictor(self, cfg: Config) -> tuple[prediction.PredictFn | None, str]:
+        """The prediction function of ``cfg.profile``. A profile that is configured but cannot
+        be used is BadInput (exit 2 at start; on SIGHUP the running config stays): predictions
+        must not switch off with an INFO line."""
+        if self._injected_predict is not None:
+            return self._injected_predict, "injected"
+        fn, why = prediction.load(cfg.profile)
+        if fn is None and cfg.profile is not None:
+            raise BadInput(f"config predictor.profile: {why}",
+                           "give a profile written by predict calibrate (predict profile FILE "
+                           "checks one) or a built-in name, or remove predictor.profile")
+        return fn, why
 
     def reload(self) -> None:
         if self.config_path is None:
@@ -255,7 +269,7 @@ class Daemon:
             self._apply(new)
         except CounterdError as exc:
             log.error("SIGHUP: keeping the running config: %s", exc)
-            self._apply(old)
+            self._apply(old, (self.state.predict, self.state.predict_reason))
         else:
             log.info("SIGHUP: configuration reloaded from %s", self.config_path)
         sd_notify("READY=1")

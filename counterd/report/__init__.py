@@ -12,7 +12,6 @@ from counterd.report.model import (
     Report,
     StepRow,
     build,
-    records_from_store,
 )
 from counterd.report.text import render_csv, render_json, render_runs, render_text
 
@@ -25,5 +24,5 @@ def render(report: Report, fmt: str) -> str:
     return renderers[fmt](report)
 
 
-__all__ = ["CounterStats", "Report", "StepRow", "build", "records_from_store", "render",
+__all__ = ["CounterStats", "Report", "StepRow", "build", "render",
            "render_runs"]

@@ -9,15 +9,17 @@ E = max(T, P) / min(T, P).
 
 from __future__ import annotations
 
+import math
+from array import array
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import TypeVar
 
 from counterd.errors import BadInput
-from counterd.events import NAMES
+from counterd.events import NAMES, CounterValue, Source
 from counterd.prediction import PredictFn, Prediction, error_ratio
-from counterd.records import Superstep, SuperstepRecord
+from counterd.records import SuperstepRecord
 
 
 @dataclass(frozen=True)
@@ -80,57 +82,141 @@ class Report:
         return (sum(errs) / len(errs), max(errs)) if errs else None
 
 
-def records_from_store(path: Path, run: str | None) -> tuple[list[SuperstepRecord], str]:
-    from counterd.daemon.store import open_readonly
+_I = TypeVar("_I")
 
-    store = open_readonly(path)
-    try:
-        run_id = run or store.latest_run()
-        if run_id is None:
-            raise BadInput(f"the store {path} holds no runs",
-                           "send supersteps to counterd run first, or pass --records FILE")
-        records = store.records(run_id)
-    finally:
-        store.close()
-    if not records:
-        raise BadInput(f"no run {run_id!r} in {path}", "see counterd runs for the run ids")
-    return records, f"{path} run {run_id}"
+
+class _RankRow:
+    """One processor's part of one superstep, compact: what the report needs of its records.
+
+    A report holds one of these per (superstep, rank) instead of the records (a 200 MB
+    records file holds ~180k records; their objects took 1.2 GB). ``counters`` is indexed by
+    the report's counter names (:class:`_Steps.names`); NaN marks a counter this rank has not
+    reported, which is distinct from 0.
+    """
+
+    __slots__ = ("begin_ns", "end_ns", "work_ns", "counters")
+
+    def __init__(self, begin_ns: int) -> None:
+        self.begin_ns = begin_ns
+        self.end_ns: int | None = None
+        self.work_ns: int | None = None  # the longest of this rank's records (threads)
+        self.counters = array("d")
+
+
+class _Step:
+    """The aggregate of one superstep's records as they stream past: the same quantities as
+    :class:`counterd.records.Superstep` (time = max end - min begin, None unless every record
+    ended; work per rank = its longest record), without holding the records.
+    ``tests/readers/test_streaming.py`` checks the two agree on random record sets."""
+
+    __slots__ = ("run_id", "ranks", "complete", "flags", "sources")
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.ranks: dict[int, _RankRow] = {}
+        self.complete = True
+        self.flags: frozenset[str] = frozenset()
+        self.sources: dict[str, str] = {}
+
+
+class _Steps:
+    """Records folded into per-superstep aggregates, one record at a time."""
+
+    def __init__(self) -> None:
+        self.steps: dict[tuple[int, str], _Step] = {}
+        self.names: dict[str, int] = {}  # counter name -> its slot in _RankRow.counters
+        self.runs: set[str] = set()
+        self.hosts: set[str] = set()
+        self.backends: set[str] = set()
+        self._interned: dict[object, object] = {}  # flag sets and sources: one object each
+
+    def _intern(self, v: _I) -> _I:
+        return self._interned.setdefault(v, v)  # type: ignore[return-value]
+
+    def add(self, r: SuperstepRecord) -> None:
+        self.runs.add(r.run_id)
+        if r.host:
+            self.hosts.add(r.host)
+        self.backends.add(r.backend)
+        step = self.steps.get((r.index, r.name))
+        if step is None:
+            step = self.steps[(r.index, r.name)] = _Step(self._intern(r.run_id))
+        row = step.ranks.get(r.rank)
+        if row is None:
+            row = step.ranks[r.rank] = _RankRow(r.begin_ns)
+        row.begin_ns = min(row.begin_ns, r.begin_ns)
+        if r.end_ns is None:
+            step.complete = False
+        else:
+            row.end_ns = r.end_ns if row.end_ns is None else max(row.end_ns, r.end_ns)
+            d = r.end_ns - r.begin_ns
+            row.work_ns = d if row.work_ns is None else max(row.work_ns, d)
+        if r.flags and not r.flags <= step.flags:
+            step.flags = self._intern(step.flags | r.flags)
+        for k, cv in r.counters.items():
+            slot = self.names.setdefault(k, len(self.names))
+            if slot >= len(row.counters):
+                row.counters.extend([math.nan] * (slot + 1 - len(row.counters)))
+            old = row.counters[slot]
+            row.counters[slot] = cv.value if math.isnan(old) else old + cv.value
+            step.sources[k] = self._intern(cv.source.value)
+
+    def per_rank(self, step: _Step) -> dict[int, dict[str, float]]:
+        """Per rank, its counters summed over its records (absent counters left out)."""
+        names = list(self.names)
+        return {rank: {names[i]: v for i, v in enumerate(row.counters) if not math.isnan(v)}
+                for rank, row in step.ranks.items()}
+
+
+def _prediction_input(step: _Step, index: int, name: str,
+                      per_rank: dict[int, dict[str, float]]) -> list[SuperstepRecord]:
+    """One record per rank carrying its summed counters: what a PredictFn reads
+    (:func:`counterd.prediction.per_processor` sums per rank, so the sums give its answer)."""
+    out = []
+    for rank, counters in sorted(per_rank.items()):
+        row = step.ranks[rank]
+        out.append(SuperstepRecord(
+            run_id=step.run_id, index=index, name=name, rank=rank, pid=0, cpu=0,
+            begin_ns=row.begin_ns, end_ns=row.end_ns,
+            counters={k: CounterValue(v, Source(step.sources[k])) for k, v in counters.items()},
+            flags=frozenset() if row.end_ns is not None else frozenset({"incomplete"})))
+    return out
 
 
 def build(records: Iterable[SuperstepRecord], *, predict: PredictFn | None = None,
           prediction_note: str = "", source: str = "") -> Report:
-    recs = list(records)
-    if not recs:
-        raise BadInput("no superstep records to report", "record a run first")
-    groups: dict[tuple[int, str], list[SuperstepRecord]] = defaultdict(list)
-    for r in recs:
-        groups[(r.index, r.name)].append(r)
+    """The report of ``records``, read once and folded as they come (a generator such as
+    :func:`counterd.records.read_jsonl` keeps memory to the supersteps, not the records)."""
+    acc = _Steps()
+    for r in records:
+        acc.add(r)
+    if not acc.steps:
+        raise BadInput(f"no superstep records to report{' in ' + source if source else ''}",
+                       "record a run first")
     rows = []
     failures: dict[str, list[int]] = defaultdict(list)
-    for (index, name), group in sorted(groups.items()):
-        step = Superstep(group[0].run_id, index, name, tuple(group))
-        complete, time_ns, work = step.complete, step.time_ns, step.work_ns
-        per_rank: dict[int, dict[str, float]] = defaultdict(dict)
-        sources: dict[str, str] = {}
-        for r in group:
-            for k, cv in r.counters.items():
-                per_rank[r.rank][k] = per_rank[r.rank].get(k, 0.0) + cv.value
-                sources[k] = cv.source.value
+    for (index, name), step in sorted(acc.steps.items()):
+        ends = [row.end_ns for row in step.ranks.values() if row.end_ns is not None]
+        time_ns = (max(ends) - min(row.begin_ns for row in step.ranks.values())
+                   if step.complete else None)
+        work = {rank: row.work_ns for rank, row in step.ranks.items()
+                if row.work_ns is not None}
+        per_rank = acc.per_rank(step)
         counters = {}
-        for k in sorted(sources, key=_counter_order):
+        for k in sorted(step.sources, key=_counter_order):
             vals = [v[k] for v in per_rank.values() if k in v]
             total = sum(vals)
             mean = total / len(vals) if vals else 0.0
             counters[k] = CounterStats(max(vals), total, max(vals) / mean if mean > 0 else None,
-                                       sources[k])
+                                       step.sources[k])
         pred = None
-        if predict is not None and complete:
+        if predict is not None and step.complete:
             try:
-                pred = predict(group)
+                pred = predict(_prediction_input(step, index, name, per_rank))
             except Exception as exc:  # a failing prediction is a missing column, said once
                 failures[str(exc)].append(index)
-        rows.append(StepRow(index, name, len({r.rank for r in group}), time_ns, work, counters,
-                            frozenset().union(*(r.flags for r in group)), pred))
+        rows.append(StepRow(index, name, len(step.ranks), time_ns, work, counters,
+                            step.flags, pred))
     present = tuple(sorted({k for row in rows for k in row.counters}, key=_counter_order))
     note = prediction_note if predict is None else (
         prediction_note or "predictions from the configured profile")
@@ -139,9 +225,8 @@ def build(records: Iterable[SuperstepRecord], *, predict: PredictFn | None = Non
         note += "; model " + "; ".join(used)
     for why, steps in failures.items():
         note += f"; no prediction for supersteps {', '.join(map(str, steps))}: {why}"
-    return Report(source, tuple(sorted({r.run_id for r in recs})),
-                  tuple(sorted({r.host for r in recs if r.host})),
-                  tuple(sorted({r.backend for r in recs})), tuple(rows), note, present)
+    return Report(source, tuple(sorted(acc.runs)), tuple(sorted(acc.hosts)),
+                  tuple(sorted(acc.backends)), tuple(rows), note, present)
 
 
 def _counter_order(name: str) -> tuple[int, str]:

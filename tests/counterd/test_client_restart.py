@@ -105,7 +105,7 @@ def test_acknowledgements_are_read_on_the_marker_path(tmp_path: Path) -> None:
             time.sleep(0.05)  # the daemon commits; its acks are read by the next markers
     assert most <= 1000
     assert sink.spill.records == 0  # a healthy daemon slows the program, spills nothing
-    assert len(sink.unacked) < 1000
+    assert 6000 - len(sink.unacked) >= 5000  # acknowledged while the program ran
     assert sink.flush(20)
     assert len(stored(d, "acks")) == 6000
     d.stop()

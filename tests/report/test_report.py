@@ -106,7 +106,7 @@ def test_cli_report_from_records_and_store(tmp_path: Path, capsys: pytest.Captur
     assert capsys.readouterr().out.startswith("index,name,processors,time_ns")
     db = tmp_path / "s.db"
     store_records(db, records(), job="bsp")
-    monkeypatch.setattr(prediction, "load", lambda profile: (predict, "fake"))
+    monkeypatch.setattr(prediction, "load", lambda profile, **kw: (predict, "fake"))
     out = tmp_path / "r.html"
     assert cli.main(["report", "rep", "--store", str(db), "--out", str(out)]) == 0
     assert out.read_text().startswith("<!DOCTYPE html>")
