@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from counterd.errors import BadInput
@@ -37,3 +38,23 @@ def atomic_write_text(path: Path, text: str, *, overwrite: bool = True) -> None:
             pass
         raise BadInput(f"cannot write {path}: {exc.strerror}",
                        "free space on the disk or choose another --out") from exc
+
+
+MAX_LINE_BYTES = 1 << 24  # a record line or CSV row; counterd writes a few hundred bytes
+
+
+def bounded_lines(path: str | Path, fix: str) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of ``path``, read one at a time, so a file of any size is read in
+    bounded memory; BadInput (with ``fix``) for an unreadable file or a line longer than
+    :data:`MAX_LINE_BYTES`."""
+    try:
+        fh = Path(path).open("rb")
+    except OSError as exc:
+        raise BadInput(f"cannot read {path}: {exc.strerror}", fix) from None
+    with fh:
+        lineno = 0
+        while line := fh.readline(MAX_LINE_BYTES + 1):
+            lineno += 1
+            if len(line) > MAX_LINE_BYTES:
+                raise BadInput(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES} bytes", fix)
+            yield lineno, line

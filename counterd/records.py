@@ -340,32 +340,20 @@ def write_jsonl(records: Iterable[SuperstepRecord], path: Path) -> int:
     return len(lines)
 
 
-MAX_LINE_BYTES = 1 << 24  # a record line; counterd writes a few hundred bytes per record
-
-
 def read_jsonl(path: Path) -> Iterator[SuperstepRecord]:
     """The records of a JSON-lines file, one at a time (a file of any size is read in bounded
     memory). BadInput, naming the line, for a line that is not a strict JSON record
     (:mod:`counterd.strictjson`, :meth:`SuperstepRecord.from_json`)."""
+    from counterd.fsutil import bounded_lines
     from counterd.strictjson import Malformed, loads
 
-    try:
-        fh = Path(path).open("rb")
-    except OSError as exc:
-        raise BadInput(f"cannot read {path}: {exc.strerror}", "check the path") from exc
-    with fh:
-        lineno = 0
-        while line := fh.readline(MAX_LINE_BYTES + 1):
-            lineno += 1
-            if len(line) > MAX_LINE_BYTES:
-                raise BadInput(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES} bytes",
-                               "pass a file written by counterd record")
-            if not line.strip():
-                continue
-            try:
-                yield SuperstepRecord.from_json(loads(line))
-            except Malformed as exc:
-                raise BadInput(f"{path}:{lineno}: not a JSON record ({exc})",
-                               "pass a file written by counterd record") from None
-            except BadInput as exc:
-                raise BadInput(f"{path}:{lineno}: {exc.what}", exc.fix) from None
+    fix = "pass a file written by counterd record"
+    for lineno, line in bounded_lines(path, fix):
+        if not line.strip():
+            continue
+        try:
+            yield SuperstepRecord.from_json(loads(line))
+        except Malformed as exc:
+            raise BadInput(f"{path}:{lineno}: not a JSON record ({exc})", fix) from None
+        except BadInput as exc:
+            raise BadInput(f"{path}:{lineno}: {exc.what}", exc.fix) from None

@@ -21,7 +21,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from counterd.errors import BadInput as CounterdBadInput
 from counterd.events import NAMES
+from counterd.fsutil import bounded_lines
 from counterd.records import span_ns
 from predictor.errors import BadCounterValue, BadInput, UnknownCounter
 
@@ -433,25 +435,16 @@ def _csv_steps(reader: csv.DictReader[str], path: str) -> Iterator[Step]:
     return _steps_from_acc(list(groups.values()), names)
 
 
-MAX_LINE_BYTES = 1 << 24  # a record line or CSV row; counterd writes a few hundred bytes
-
-
 def _lines(path: str | Path) -> Iterator[bytes]:
-    """The lines of ``path``, read one at a time (a file of any size in bounded memory);
-    BadInput for one longer than :data:`MAX_LINE_BYTES`."""
+    """The lines of ``path``, read one at a time (:func:`counterd.fsutil.bounded_lines`)."""
     try:
-        fh = Path(path).open("rb")
-    except OSError as exc:
-        raise BadInput(f"cannot read counters {path}: {exc.strerror}",
-                       "give a counterd record JSONL file or a CSV counter table") from None
-    with fh:
-        lineno = 0
-        while line := fh.readline(MAX_LINE_BYTES + 1):
-            lineno += 1
-            if len(line) > MAX_LINE_BYTES:
-                raise BadInput(f"{path}:{lineno}: line longer than {MAX_LINE_BYTES} bytes",
-                               "give a counterd record JSONL file or a CSV counter table")
+        for _, line in bounded_lines(path, _COUNTERS_FIX):
             yield line
+    except CounterdBadInput as exc:  # the predictor's own error type, for its CLI
+        raise BadInput(str(exc)) from None
+
+
+_COUNTERS_FIX = "give a counterd record JSONL file or a CSV counter table"
 
 
 def _text_lines(lines: Iterable[bytes], path: str | Path) -> Iterator[str]:
