@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterator
 from typing import Any
 
 MAX_DEPTH = 32  # objects and arrays inside each other; no counterd format nests beyond 4
@@ -44,13 +45,7 @@ _decoder = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 def loads(data: str | bytes | bytearray, *, max_depth: int = MAX_DEPTH) -> Any:
     """The value of one JSON text; :class:`Malformed` for anything the module's docstring
     lists, for text that is not JSON, and for bytes that are not UTF-8."""
-    if isinstance(data, (bytes, bytearray)):
-        try:
-            text = bytes(data).decode("utf-8")  # strict: refuses encoded surrogates too
-        except UnicodeDecodeError as exc:
-            raise Malformed(f"not UTF-8 (byte {exc.start})") from None
-    else:
-        text = data
+    text = utf8_text(data)
     try:
         value = _decoder.decode(text)
     except RecursionError:
@@ -62,8 +57,35 @@ def loads(data: str | bytes | bytearray, *, max_depth: int = MAX_DEPTH) -> Any:
     if _SURROGATE_ESCAPE.search(text):
         _check_strings(value)
     if text.count("[") + text.count("{") > max_depth:
-        _check_depth(value, max_depth)
+        for _ in nodes(value, max_depth):
+            pass
     return value
+
+
+def utf8_text(data: str | bytes | bytearray) -> str:
+    """``data`` as text; Malformed for bytes that are not UTF-8 (strict: encoded surrogates
+    are refused too)."""
+    if not isinstance(data, (bytes, bytearray)):
+        return data
+    try:
+        return bytes(data).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Malformed(f"not UTF-8 (byte 0x{data[exc.start]:02x} at offset "
+                        f"{exc.start})") from None
+
+
+def nodes(value: Any, max_depth: int) -> Iterator[Any]:
+    """Every value inside ``value`` (itself included), without recursion; Malformed for a
+    container nested deeper than ``max_depth``."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        yield v
+        if isinstance(v, (dict, list)):
+            if depth > max_depth:
+                raise Malformed(f"nested deeper than {max_depth} levels")
+            stack.extend((item, depth + 1) for item in (v.values() if isinstance(v, dict)
+                                                        else v))
 
 
 def _check_strings(value: Any) -> None:
@@ -87,20 +109,3 @@ def _utf8(s: str) -> None:
         s.encode("utf-8")
     except UnicodeEncodeError:
         raise Malformed(f"string {s[:40]!r} holds a lone UTF-16 surrogate") from None
-
-
-def _check_depth(value: Any, max_depth: int) -> None:
-    stack = [(value, 1)]
-    while stack:
-        v, depth = stack.pop()
-        if isinstance(v, (dict, list)):
-            if depth > max_depth:
-                raise Malformed(f"nested deeper than {max_depth} levels")
-            stack.extend((item, depth + 1) for item in (v.values() if isinstance(v, dict)
-                                                        else v))
-
-
-def valid_text(s: str) -> bool:
-    """Whether ``s`` can be written as UTF-8 (no lone surrogate): for strings that did not
-    come through :func:`loads`, such as names given to the marker API."""
-    return s.isascii() or not any("\ud800" <= c <= "\udfff" for c in s)

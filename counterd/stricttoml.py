@@ -15,7 +15,7 @@ import math
 import tomllib
 from typing import Any
 
-from counterd.strictjson import MAX_DEPTH, Malformed
+from counterd.strictjson import MAX_DEPTH, Malformed, nodes, utf8_text
 
 
 def loads(data: str | bytes, *, max_depth: int = MAX_DEPTH,
@@ -24,14 +24,7 @@ def loads(data: str | bytes, *, max_depth: int = MAX_DEPTH,
     lists and for text that is not TOML. ``finite=False`` lets non-finite floats through, for
     a format that records them on purpose (a profile's fit diagnostics: E is infinite when a
     prediction is 0); its reader checks the fields that must be finite."""
-    if isinstance(data, bytes):
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise Malformed(f"not UTF-8 (byte 0x{data[exc.start]:02x} at offset "
-                            f"{exc.start})") from None
-    else:
-        text = data
+    text = utf8_text(data)
     try:
         doc = tomllib.loads(text)
     except RecursionError:
@@ -45,17 +38,10 @@ def loads(data: str | bytes, *, max_depth: int = MAX_DEPTH,
 def _check(doc: Any, max_depth: int, finite: bool) -> None:
     """Malformed for a non-finite float or nesting beyond ``max_depth`` (iterative: the
     parser's own recursion limit is far above ours)."""
-    stack = [(doc, 1)]
-    while stack:
-        v, depth = stack.pop()
+    for v in nodes(doc, max_depth):
         if isinstance(v, (datetime.date, datetime.time)):  # datetime is a date
             raise Malformed(f"{v.isoformat()} is a TOML date or time (no counterd file holds "
                             "one: dates are strings)")
         if finite and isinstance(v, float) and not math.isfinite(v):
             raise Malformed(f"{v} is not a finite number (TOML allows it; no counterd file "
                             "holds one)")
-        if isinstance(v, (dict, list)):
-            if depth > max_depth:
-                raise Malformed(f"nested deeper than {max_depth} levels")
-            stack.extend((item, depth + 1) for item in (v.values() if isinstance(v, dict)
-                                                        else v))
