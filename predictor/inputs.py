@@ -484,8 +484,13 @@ def iter_counters(path: str | Path) -> Iterator[Step]:
                            "a counter table has columns superstep, rank and canonical "
                            "counters") from None
     any_step = False
-    for step in steps:
-        any_step = True
-        yield step
+    try:
+        for step in steps:
+            any_step = True
+            yield step
+    except BadInput as exc:  # about a superstep: say which file holds it
+        if type(exc) is not BadInput or str(path) in exc.what:
+            raise
+        raise BadInput(f"{path}: {exc.what}", exc.fix) from None
     if not any_step:
         raise BadInput(f"{path} holds no supersteps", "record a run first (counterd record)")

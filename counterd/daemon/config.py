@@ -325,6 +325,16 @@ def load(path: Path | None = None, env: Mapping[str, str] | None = None) -> Conf
         except Malformed as exc:  # not UTF-8, not TOML, nested too deep, nan or inf
             raise BadInput(f"config {path} is not valid TOML ({exc})",
                            "fix the syntax") from None
+    try:
+        return _config(doc, path, env)
+    except BadInput as exc:  # a bad key or value: say which file holds it
+        if path is None or str(path) in exc.what:
+            raise
+        raise BadInput(f"{path}: {exc.what}", exc.fix) from None
+
+
+def _config(doc: Mapping[str, Any], path: Path | None, env: Mapping[str, str]) -> Config:
+    """The Config of a parsed file ``doc`` (from ``path``) with ``env``'s overrides."""
     values: dict[tuple[str, str], Any] = {}
     watch: tuple[WatchRule, ...] | None = None
     sections = {s for s, _ in _KEYS if s} | {"watch"}
@@ -335,13 +345,13 @@ def load(path: Path | None = None, env: Mapping[str, str] | None = None) -> Conf
             for sub, subval in value.items():
                 if (key, sub) not in _KEYS:
                     raise BadInput(f"config {path}: unknown key {key}.{sub}",
-                                   "see counterd/config.py for the keys")
+                                   "see counterd/daemon/config.py for the keys")
                 values[(key, sub)] = subval
         elif ("", key) in _KEYS:
             values[("", key)] = value
         else:
             raise BadInput(f"config {path}: unknown key {key}",
-                           "see counterd/config.py for the keys")
+                           "see counterd/daemon/config.py for the keys")
     for spec, (_, var, _) in _KEYS.items():
         if var in env and not (var == "COUNTERD_SOCKET" and env[var] in ("", "off")):
             values[spec] = env[var]
@@ -355,13 +365,9 @@ def load(path: Path | None = None, env: Mapping[str, str] | None = None) -> Conf
         except (ValueError, TypeError) as exc:
             raise BadInput(f"config {spec[0] + '.' if spec[0] else ''}{spec[1]} "
                            f"(or {var}) = {value!r} is invalid ({exc})",
-                           "see counterd/config.py for the expected type") from None
-    try:
-        return Config(**kwargs)
-    except BadInput as exc:  # a value out of range: say which file holds it
-        if path is None:
-            raise
-        raise BadInput(f"{path}: {exc.what}", exc.fix) from None
+                           "see counterd/daemon/config.py for the expected type") from None
+    return Config(**kwargs)
+
 
 
 def with_overrides(config: Config, **changes: Any) -> Config:

@@ -62,6 +62,18 @@ class Harness:
                                            max_open_per_client=64))
         self.store = Store(tmp / "store.db", synchronous="normal")
         self.socks: list[socket.socket] = []
+        self.queued = 0
+
+    def errors(self) -> int:
+        return sum(self.state.protocol_errors.values())
+
+    def accounted(self, session: Session, errors_before: int, held_before: int) -> bool:
+        """Whatever a client sent was refused (a protocol error counted), is waiting for the
+        rest of its frame, or was taken (an item queued for the writer, a superstep or
+        context held): never silently dropped."""
+        return (self.errors() > errors_before or session.decoder.pending > 0
+                or self.queued > 0 or len(session.begins) + len(session.contexts)
+                > held_before)
 
     def session(self, uid: int = 1000) -> Session:
         ours, theirs = socket.socketpair()
@@ -98,10 +110,12 @@ class Harness:
                 break
             if isinstance(item, Item):
                 items.append(item)
+        self.queued = len(items)
         records = [(it.record, it.info) for it in items if it.record is not None
                    and it.info is not None]
-        for rec, _ in records:
-            json.dumps(rec.to_json(), allow_nan=False).encode("utf-8")
+        for rec, _ in records:  # what the writer gets is a record JSON and the store hold
+            assert SuperstepRecord.from_json(json.loads(json.dumps(
+                rec.to_json(), allow_nan=False).encode("utf-8"))) == rec
         self.store.commit(records, [])
         self.state.observe_records([(r, i.job) for r, i in records], 0.0)
         return [r for r, _ in records]
@@ -133,8 +147,11 @@ def _valid_record(**changes: object) -> dict[str, object]:
 @SETTINGS
 @given(st.binary(max_size=512))
 def test_random_bytes_are_protocol_errors(harness: Harness, data: bytes) -> None:
-    harness.feed(harness.session(), data)
+    session = harness.session()
+    before = harness.errors()
+    harness.feed(session, data)
     harness.commit_queued()
+    assert not data or harness.accounted(session, before, 0)
 
 
 @SETTINGS
@@ -151,8 +168,10 @@ def test_random_json_frames_are_refused_or_stored(harness: Harness, ftype: Frame
         body = json.dumps(payload).encode("utf-8", "surrogatepass")
     except ValueError:
         return
+    before = harness.errors()
     harness.feed(session, _json_frame(ftype, body))
     harness.commit_queued()
+    assert harness.accounted(session, before, 0), (ftype, payload)
 
 
 @SETTINGS
@@ -190,15 +209,20 @@ def test_random_binary_open_and_close(harness: Harness, seq: int, ctx: int, inde
     session = harness.session()
     harness.feed(session, protocol.Context(1, 1, "r", 1, "h", "none", ("a", "b", "c")
                                            ).encode())
+    before = harness.errors()
     head = protocol.OPEN_HEAD.pack(seq, ctx, index, begin, 0, 0, len(name))
     harness.feed(session, _json_frame(FrameType.OPEN, head + name + tail))
+    assert harness.accounted(session, before, 1)  # the context is held already
+    before, held = harness.errors(), len(session.begins)
     counters = b"".join(struct.pack("!Bddq", *v) for v in values)
     close = protocol.CLOSE_HEAD.pack(seq + 1 if seq < 2**64 - 1 else seq, ctx, index, begin,
                                      end, flags, len(tail))
     harness.feed(session, _json_frame(FrameType.CLOSE, close + counters + tail))
-    harness.commit_queued()
+    stored = harness.commit_queued()
+    assert harness.errors() > before or (len(stored) == 1 and len(session.begins) < held)
+    open_before = len(session.begins)
     session.close(incomplete=True)  # open supersteps become incomplete records
-    harness.commit_queued()
+    assert len(harness.commit_queued()) == open_before
 
 
 def test_the_reported_attacks_are_protocol_errors(harness: Harness) -> None:
