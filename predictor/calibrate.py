@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from predictor import costfuncs as cf
-from predictor import terms as tm
+from predictor import modeling as md
 from predictor.errors import BadInput, InsufficientPatterns, PredictorError
 from predictor.fit import ImprovedFit, PaperFit, fit_all, split_suites
 from predictor.inputs import Results, Step
@@ -69,8 +69,10 @@ def calibrate(results: Results, *, name: str | None = None, folds: int = 5,
                                   partial(ImprovedFit, levels=levels, processors=P,
                                           banks=banks, counters=improved.counters,
                                           select=False, optional_terms=improved.terms_)),
-            "terms": improved.terms_, "dropped_terms": improved.dropped_,
-            "selection": [f"{t}: cv_mre {s:.4f}" for t, s in improved.selection_.history],
+            "terms": [str(t) for t in improved.terms_],
+            "dropped_terms": [str(t) for t in improved.dropped_],
+            "selection": [f"-: cv_mre {improved.selection_.start:.4f}"]
+            + [f"{t}: cv_mre {s:.4f}" for t, s in improved.selection_.dropped],
             "patterns": {"F": fit_names}, "diagnostics": diag["improved"]}
     assert bsp is not None  # distinct_sets always has the full set
     host = results_host(results)
@@ -100,10 +102,9 @@ def _accuracy(model: FModel, validation: Sequence[Step], fitting: Sequence[Step]
         t = np.array([float(s.time_ns or 0) for s in fitting])
         pred = np.zeros(len(fitting))
         try:
-            for test in tm.kfold(len(fitting), folds, seed):
-                held = set(test.tolist())
-                train = [s for i, s in enumerate(fitting) if i not in held]
-                pred[test] = refit().fit(train).predict([fitting[i] for i in test])
+            for train, test in md.cv_splits(len(fitting), folds, seed):
+                pred[test] = refit().fit([fitting[i] for i in train]).predict(
+                    [fitting[i] for i in test])
             on = f"fitting patterns, {min(folds, len(fitting))}-fold cross-validated"
         except InsufficientPatterns:
             pred = model.predict(fitting)
@@ -140,7 +141,7 @@ class ValidationTable:
 def _row(name: str, t: np.ndarray, p: np.ndarray, names: Sequence[str], worst: int) -> Row:
     e = cf.error_ratio(t, p)
     order = np.argsort(-e)[:worst]
-    return Row(name, float(e.mean()), float(e.max()), tm.mre(t, p),
+    return Row(name, float(e.mean()), float(e.max()), md.mre(t, p),
                tuple((names[i], float(e[i])) for i in order))
 
 

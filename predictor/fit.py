@@ -10,7 +10,7 @@ Two variants, both kept so they can be compared (DESIGN.md section 8):
 - :class:`ImprovedFit` fits F = const + max(F1, F2, F3) jointly on every fitting pattern,
   minimising relative error (seed 003 footnote 1), with optional extra terms (TLB misses,
   streaming misses, load/store asymmetry, a per-superstep constant) each kept only if it earns
-  its place under k-fold cross-validation (predictor/terms.py).
+  its place under k-fold cross-validation (the toolkit, predictor/modeling.py).
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from predictor import costfuncs as cf
+from predictor import modeling as md
 from predictor import terms as tm
 from predictor.errors import BadInput, InsufficientPatterns, NotFittedError
 from predictor.inputs import Step, miss_counter, writeback_counter
-from predictor.model import BSPModel, FModel, bank_features, counters_needed, proc_features
+from predictor.model import BSPModel, FModel, bank_features, bus_features, proc_features
 
 Array = NDArray[np.float64]
 
@@ -71,27 +72,31 @@ def level_names(levels: Sequence[int]) -> list[str]:
     return [f"L{lv}" for lv in levels] + ["mem"]
 
 
-def base_f1_terms(levels: Sequence[int]) -> list[str]:
+def base_f1_terms(levels: Sequence[int]) -> list[tm.Term]:
     """The paper's F1 generalised: accesses, one miss and one writeback term per level."""
-    return (["acc"] + [miss_counter(lv) for lv in levels]
-            + [writeback_counter(lv) for lv in levels])
+    acc: list[tm.Term] = [tm.Accesses()]
+    return (acc + [tm.Power(miss_counter(lv)) for lv in levels]
+            + [tm.Power(writeback_counter(lv)) for lv in levels])
 
 
-def f2_terms(llc_level: int) -> list[str]:
-    return [miss_counter(llc_level), writeback_counter(llc_level)]
+def f2_terms(llc_level: int) -> list[tm.Term]:
+    return [tm.Power(miss_counter(llc_level)), tm.Power(writeback_counter(llc_level))]
 
 
-def usable(terms: Sequence[str], counters: Collection[str] | None) -> list[str]:
+def usable(terms: Sequence[tm.Term], counters: Collection[str] | None) -> list[tm.Term]:
     """The terms whose counters are all in ``counters`` (None: every counter; a variant by
-    counter set, predictor/variants.py). ``const`` needs none."""
+    counter set, predictor/variants.py). The constant needs none."""
     if counters is None:
         return list(terms)
-    return [t for t in terms if t == "const" or all(c in counters for c in counters_needed(t))]
+    return [t for t in terms if all(c in counters for c in t.needs)]
 
 
-def _f3_columns(llc: int, counters: Collection[str] | None) -> tuple[str, ...]:
+_LM, _WB = tm.Power("lm"), tm.Power("wb")
+
+
+def _f3_columns(llc: int, counters: Collection[str] | None) -> tuple[tm.Term, ...]:
     """F3's terms: ``lm`` and, where the counter set has last-level writebacks, ``wb``."""
-    return ("lm", "wb") if counters is None or writeback_counter(llc) in counters else ("lm",)
+    return (_LM, _WB) if counters is None or writeback_counter(llc) in counters else (_LM,)
 
 
 def _error_stats(t: Array, p: Array, names: Sequence[str]) -> dict[str, Any]:
@@ -99,7 +104,7 @@ def _error_stats(t: Array, p: Array, names: Sequence[str]) -> dict[str, Any]:
     worst = int(np.argmax(e)) if len(e) else 0
     return {"avg_error": float(np.mean(e)) if len(e) else float("nan"),
             "max_error": float(np.max(e)) if len(e) else float("nan"),
-            "mre": tm.mre(t, p) if len(e) else float("nan"),
+            "mre": md.mre(t, p) if len(e) else float("nan"),
             "n": len(e), "worst": names[worst] if len(e) else ""}
 
 
@@ -141,7 +146,7 @@ class PaperFit:
             raise InsufficientPatterns("F1", "one-processor exclusive store patterns (p1.*.SE)")
         X1 = np.array([proc_features(s, f1_t)[:, int(np.argmax(
             s.counter("loads") + s.counter("stores")))] for s in s1])
-        c1 = tm.nnls(X1, _times(s1, "F1"))
+        c1 = md.nnls(X1, _times(s1, "F1"))
         patterns["F1"] = [s.name for s in s1]
 
         # F2: all processors, exclusive, memory, low bank contention (paper: p8.s256.b1.-E).
@@ -151,8 +156,8 @@ class PaperFit:
             raise InsufficientPatterns("F2", f"exclusive memory patterns on all {P} "
                                        "processors with bank contention <= 1 "
                                        f"(p{P}.*.b1.-E)")
-        X2 = np.array([[s.counter(c).sum() / P for c in f2_t] for s in s2])
-        c2 = tm.nnls(X2, _times(s2, "F2"))
+        X2 = np.array([bus_features(s, f2_t, P) for s in s2])
+        c2 = md.nnls(X2, _times(s2, "F2"))
         patterns["F2"] = [s.name for s in s2]
 
         # F3: all processors, exclusive, memory, the highest bank contention (p8.s256.b8.-E).
@@ -167,7 +172,7 @@ class PaperFit:
         for s in s3:
             bf, _ = bank_features(s, llc, self.banks)
             X3.append(bf[:len(f3_t), int(np.argmax(bf[:len(f3_t)].sum(axis=0)))])
-        c3 = tm.nnls(np.array(X3), _times(s3, "F3"))
+        c3 = md.nnls(np.array(X3), _times(s3, "F3"))
         patterns["F3"] = [s.name for s in s3]
 
         self.model_ = FModel(dict(zip(f1_t, map(float, c1), strict=True)),
@@ -263,13 +268,14 @@ class _Design:
     t: Array  # (S,)
 
 
-def _design(steps: Sequence[Step], f1_terms: Sequence[str], f2_t: Sequence[str], llc: int,
+def _design(steps: Sequence[Step], f1_terms: Sequence[tm.Term], f2_t: Sequence[tm.Term],
+            llc: int,
             P: int, banks: int, t: Array, wb: bool = True) -> _Design:
     bf = [bank_features(s, llc, banks)[0] for s in steps]
     if not wb:  # a counter set without last-level writebacks: F3 charges misses only
         bf = [np.vstack([b[:1], np.zeros_like(b[:1])]) for b in bf]
     return _Design([proc_features(s, f1_terms) for s in steps],
-                   np.array([[s.counter(c).sum() / P for c in f2_t] for s in steps]).reshape(
+                   np.array([bus_features(s, f2_t, P) for s in steps]).reshape(
                        len(steps), len(f2_t)), bf, t)
 
 
@@ -317,7 +323,7 @@ def _joint_fit(d: _Design, k1: int, k2: int, const: bool, init: NDArray[np.int64
                 A[i, o + k1:o + k1 + k2] = d.s2[i]
             else:
                 A[i, o + k1 + k2:] = rows3[i]
-        c = tm.relative_nnls(A, d.t)
+        c = md.relative_nnls(A, d.t)
         vals, cst, rows1, rows3 = _components(d, c, k1, k2, const)
         pred = vals.max(axis=1) + cst
         obj = float(np.sum(((pred - d.t) / d.t) ** 2))
@@ -332,12 +338,12 @@ def _joint_fit(d: _Design, k1: int, k2: int, const: bool, init: NDArray[np.int64
     return best[1], best[2], best[0]
 
 
-def default_optional_terms(levels: Sequence[int]) -> list[str]:
+def default_optional_terms(levels: Sequence[int]) -> list[tm.Term]:
     """Candidate extra terms of the improved F1 (each must earn its place): a per-superstep
     constant, data TLB misses, a store surcharge (load/store asymmetry) and a streaming
     proxy per cache level."""
-    return (["const", "dtlb_misses", "stores"]
-            + [f"stream:{miss_counter(lv)}" for lv in levels])
+    return ([tm.Const(), tm.Power("dtlb_misses"), tm.Power("stores")]
+            + [tm.Streaming(miss_counter(lv)) for lv in levels])
 
 
 class ImprovedFit:
@@ -350,12 +356,13 @@ class ImprovedFit:
     ``seed``, ``select``.
 
     Attributes after ``fit``: ``model_`` (FModel), ``terms_`` (F1 terms kept), ``dropped_``,
-    ``cv_mre_`` (cross-validated MRE of the kept model), ``selection_`` (terms.Selection),
+    ``cv_mre_`` (cross-validated MRE of the kept model), ``selection_``
+    (modeling.Elimination: what was dropped, in order, with the score after each drop),
     ``dominant_`` (per fitting step: 0, 1, 2 for F1, F2, F3).
     """
 
     def __init__(self, *, levels: Sequence[int] = (1, 2), processors: int = 1, banks: int = 1,
-                 optional_terms: Sequence[str] | None = None, folds: int = 5,
+                 optional_terms: Sequence[str | tm.Term] | None = None, folds: int = 5,
                  tol: float = 0.02, max_iter: int = 30, seed: int = 0,
                  select: bool = True, counters: Collection[str] | None = None,
                  name: str = "improved") -> None:
@@ -384,14 +391,14 @@ class ImprovedFit:
                     out[i] = 2 if bkc_of(s) == top and top > 1 else 1
         return out
 
-    def _fit_terms(self, steps: Sequence[Step], t: Array, f1_terms: Sequence[str]
+    def _fit_terms(self, steps: Sequence[Step], t: Array, f1_terms: Sequence[tm.Term]
                    ) -> tuple[FModel, NDArray[np.int64]]:
-        const = "const" in f1_terms
-        t1 = [x for x in f1_terms if x != "const"]
+        const = tm.Const() in f1_terms
+        t1 = [x for x in f1_terms if not isinstance(x, tm.Const)]
         llc = max(self.levels)
         f2_t = usable(f2_terms(llc), self.counters)
         f3_t = _f3_columns(llc, self.counters)
-        d = _design(steps, t1, f2_t, llc, self.processors, self.banks, t, "wb" in f3_t)
+        d = _design(steps, t1, f2_t, llc, self.processors, self.banks, t, _WB in f3_t)
         c, dom, _ = _joint_fit(d, len(t1), len(f2_t), const, self._init_assign(steps),
                                self.max_iter)
         o = 1 if const else 0
@@ -403,16 +410,13 @@ class ImprovedFit:
                        self.name)
         return model, dom
 
-    def cv_score(self, steps: Sequence[Step], t: Array, f1_terms: Sequence[str]) -> float:
+    def cv_score(self, steps: Sequence[Step], t: Array, f1_terms: Sequence[tm.Term]) -> float:
         """k-fold cross-validated MRE of the model with these F1 terms."""
         pred = np.zeros(len(steps))
-        for test in tm.kfold(len(steps), self.folds, self.seed):
-            mask = np.ones(len(steps), dtype=bool)
-            mask[test] = False
-            train = [s for s, k in zip(steps, mask, strict=True) if k]
-            model, _ = self._fit_terms(train, t[mask], f1_terms)
+        for train, test in md.cv_splits(len(steps), self.folds, self.seed):
+            model, _ = self._fit_terms([steps[i] for i in train], t[train], f1_terms)
             pred[test] = model.predict([steps[i] for i in test])
-        return tm.mre(t, pred)
+        return md.mre(t, pred)
 
     def fit(self, steps: Sequence[Step], times: ArrayLike | None = None) -> ImprovedFit:
         steps = list(steps)
@@ -420,22 +424,21 @@ class ImprovedFit:
         if len(steps) < 4:
             raise InsufficientPatterns("the improved F", "four or more timed patterns")
         base = usable(base_f1_terms(self.levels), self.counters)
-        optional = [x for x in usable(self.optional_terms if self.optional_terms is not None
-                                      else default_optional_terms(self.levels), self.counters)
-                    if x not in base]
-        # A candidate needs its counter in every step; otherwise it cannot be a term here.
-        optional = [x for x in optional if x == "const" or all(
-            not s.missing([x.removeprefix("stream:")]) for s in steps)]
+        candidates = (tm.parse_all(self.optional_terms) if self.optional_terms is not None
+                      else default_optional_terms(self.levels))
+        optional = [x for x in usable(candidates, self.counters) if x not in base]
+        # A candidate needs its counters in every step; otherwise it cannot be a term here.
+        optional = [x for x in optional if all(not s.missing(x.needs) for s in steps)]
         if self.select and optional:
-            sel = tm.backward_eliminate(base, optional,
+            sel = md.backward_eliminate(base, optional,
                                         lambda ts: self.cv_score(steps, t, ts), self.tol,
                                         floor=1.0)
         else:
-            sel = tm.Selection(tuple(optional), (), self.cv_score(steps, t, base + optional),
-                               ())
+            score = self.cv_score(steps, t, base + optional)
+            sel = md.Elimination(tuple(optional), (), score, score)
         self.selection_ = sel
         self.terms_ = [*base, *sel.kept]
-        self.dropped_ = list(sel.dropped)
+        self.dropped_ = [x for x, _ in sel.dropped]
         self.cv_mre_ = sel.score
         self.model_, self.dominant_ = self._fit_terms(steps, t, self.terms_)
         return self
@@ -478,5 +481,6 @@ def fit_all(steps: Sequence[Step], *, levels: Sequence[int], processors: int, ba
                            name="improved" + suffix).fit(fit_steps, t)
     diag = {"paper": diagnostics(paper.model_, fit_steps, t),
             "improved": {**diagnostics(improved.model_, fit_steps, t),
-                         "cv_mre": improved.cv_mre_, "dropped_terms": improved.dropped_}}
+                         "cv_mre": improved.cv_mre_,
+                         "dropped_terms": [str(t) for t in improved.dropped_]}}
     return {"paper": paper, "improved": improved, "diagnostics": diag}

@@ -2,18 +2,17 @@
 bounds with their min/max parameter sets. Evaluated on :class:`predictor.inputs.Step` s through
 the pure functions of :mod:`predictor.costfuncs`.
 
-Term names (the vocabulary shared by fitting, profiles and evaluation):
+Terms (:mod:`predictor.terms`, written in their text form in profiles):
 
-- F1 (one value per processor, then the max, seed 004 section 4.2): ``acc`` = loads + stores
-  (the paper's C0E2 + C0E3), any canonical counter (``l1d_misses`` = C1E9, ``l2_misses`` =
-  C1EA, ``l1d_writebacks`` = C1E6, ``l2_writebacks`` = C0E7 in lines, ``dtlb_misses``,
-  ``stores``...), and ``stream:<counter>`` = counter^2 / acc, a counter-only proxy for
-  streaming misses (a miss per line of a stride-1 stream gives counter/acc = word/line, a miss
-  per access gives 1, so ``a*m + b*m^2/acc`` charges prefetched streams less; predictor/NOTES.md).
-- F2 (bus): canonical last-level counters, each summed over processors and divided by the
-  machine's processor count p.
-- F3 (banks): ``lm`` and ``wb``, last-level misses served by / lines written back to a bank,
-  then the max over banks.
+- F1 (one value per processor, then the max, seed 004 section 4.2): terms on the superstep's
+  per-processor counters: ``acc`` = loads + stores (the paper's C0E2 + C0E3), any canonical
+  counter (``l1d_misses`` = C1E9, ``l2_misses`` = C1EA, ``l1d_writebacks`` = C1E6,
+  ``l2_writebacks`` = C0E7 in lines, ``dtlb_misses``, ``stores``...), and
+  ``stream:<counter>`` = counter^2 / acc (a streaming-miss proxy, predictor/NOTES.md).
+- F2 (bus): terms on each counter summed over processors and divided by the machine's
+  processor count p.
+- F3 (banks): terms on ``lm`` and ``wb``, last-level misses served by / lines written back to
+  each bank, then the max over banks.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from predictor import costfuncs as cf
+from predictor import terms as tm
 from predictor.errors import MissingCounter
 from predictor.inputs import Step, miss_counter, writeback_counter
 
@@ -42,27 +42,20 @@ ASSUMPTIONS = {
 }
 
 
-def counters_needed(term: str) -> list[str]:
-    if term == "acc":
-        return ["loads", "stores"]
-    if term.startswith("stream:"):
-        return ["loads", "stores", term[7:]]
-    return [term]
+Coefficients = Mapping[tm.Term, float]
 
 
-def proc_features(step: Step, terms: Sequence[str]) -> Array:
+def proc_features(step: Step, terms: Sequence[tm.Term]) -> Array:
     """``(K, n)`` matrix: term k for each of the step's n processors."""
-    acc = step.counter("loads") + step.counter("stores")
-    rows = []
-    for t in terms:
-        if t == "acc":
-            rows.append(acc)
-        elif t.startswith("stream:"):
-            c = step.counter(t[7:])
-            rows.append(np.divide(c * c, acc, out=np.zeros_like(c), where=acc > 0))
-        else:
-            rows.append(step.counter(t))
-    return np.array(rows, dtype=np.float64).reshape(len(terms), step.processors)
+    return np.array([np.broadcast_to(t.evaluate(step.counters), (step.processors,))
+                     for t in terms], dtype=np.float64).reshape(len(terms), step.processors)
+
+
+def bus_features(step: Step, terms: Sequence[tm.Term], processors: int) -> Array:
+    """``(K,)``: each term on the counters summed over processors and divided by the
+    machine's processor count (F2's sum_i C(p_i) / p)."""
+    table = {c: step.counter(c).sum() / processors for c in tm.needs(terms)}
+    return np.array([float(t.evaluate(table)) for t in terms], dtype=np.float64)
 
 
 def bank_features(step: Step, llc_level: int, banks: int) -> tuple[Array, bool]:
@@ -98,9 +91,9 @@ class Breakdown:
 class FModel:
     """F = const + max(F1, F2, F3); every coefficient in the profile's unit per event."""
 
-    f1: Mapping[str, float]
-    f2: Mapping[str, float]
-    f3: Mapping[str, float]
+    f1: Coefficients
+    f2: Coefficients
+    f3: Coefficients  # terms in "lm" and "wb"
     const: float = 0.0
     llc_level: int = 2
     processors: int = 1
@@ -110,17 +103,11 @@ class FModel:
     def needs(self, *, bank_counts: bool = False) -> list[str]:
         """Canonical counters a step must carry for this model; without per-bank counts (any
         recorded program) F3 reads the last level's misses and writebacks."""
-        out: list[str] = []
-        terms = [*self.f1, *self.f2]
+        out = list(tm.needs([*self.f1, *self.f2]))
         if not bank_counts:
-            terms += [c for t, c in (("lm", miss_counter(self.llc_level)),
-                                     ("wb", writeback_counter(self.llc_level)))
-                      if self.f3.get(t)]
-        for t in terms:
-            for c in counters_needed(t):
-                if c not in out:
-                    out.append(c)
-        return out
+            bank = {"lm": miss_counter(self.llc_level), "wb": writeback_counter(self.llc_level)}
+            out += [bank[n] for t, c in self.f3.items() if c for n in t.needs]
+        return list(dict.fromkeys(out))
 
     def check(self, step: Step) -> None:
         for c in self.needs(bank_counts=step.bank_lm is not None):
@@ -132,11 +119,14 @@ class FModel:
         t1 = list(self.f1)
         v1, arg1 = cf.linear_max(proc_features(step, t1), np.array([self.f1[t] for t in t1]))
         # F2: the bus term on per-processor averages (p = the machine's processors).
-        sums = np.array([step.counter(c).sum() for c in self.f2])
-        v2 = float(np.dot(sums, [self.f2[c] for c in self.f2]) / self.processors)
+        t2 = list(self.f2)
+        v2 = float(np.dot(bus_features(step, t2, self.processors), [self.f2[t] for t in t2]))
         feats, assumed_banks = bank_features(step, self.llc_level, self.banks)
-        v3, arg3 = cf.linear_max(feats, np.array([self.f3.get("lm", 0.0),
-                                                  self.f3.get("wb", 0.0)]))
+        t3 = list(self.f3)
+        table3 = {"lm": feats[0], "wb": feats[1]}
+        v3, arg3 = cf.linear_max(
+            np.array([t.evaluate(table3) for t in t3]).reshape(len(t3), feats.shape[1]),
+            np.array([self.f3[t] for t in t3]))
         res = cf.f_max(v1, v2, v3)
         rank = step.ranks[int(arg1)] if step.ranks else int(arg1)
         return Breakdown(float(v1), v2, float(v3), self.const, float(res.value) + self.const,
@@ -147,16 +137,24 @@ class FModel:
         return np.array([self.evaluate(s).f for s in steps])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"const": self.const, "F1": dict(self.f1), "F2": dict(self.f2),
-                "F3": dict(self.f3)}
+        return {"const": self.const, "F1": _named(self.f1), "F2": _named(self.f2),
+                "F3": _named(self.f3)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, llc_level: int, processors: int, banks: int,
                   name: str) -> FModel:
-        return cls({k: float(v) for k, v in d.get("F1", {}).items()},
-                   {k: float(v) for k, v in d.get("F2", {}).items()},
-                   {k: float(v) for k, v in d.get("F3", {}).items()},
+        return cls(coefficients(d.get("F1", {})), coefficients(d.get("F2", {})),
+                   coefficients(d.get("F3", {})),
                    float(d.get("const", 0.0)), llc_level, processors, banks, name)
+
+
+def _named(c: Coefficients) -> dict[str, float]:
+    return {str(t): float(v) for t, v in c.items()}
+
+
+def coefficients(d: Mapping[str, Any]) -> dict[tm.Term, float]:
+    """Coefficients by term from coefficients by the terms' text form."""
+    return {tm.parse(k): float(v) for k, v in d.items()}
 
 
 @dataclass(frozen=True)

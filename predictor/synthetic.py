@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from predictor.inputs import _pattern_step, miss_counter, writeback_counter
-from predictor.model import FModel
+from predictor.model import FModel, coefficients
 
 
 def _pattern(procs: int, stride: int, level: str, op: str, mode: str, place: str, *,
@@ -131,5 +131,6 @@ def reference_model(*, levels: tuple[int, ...] = (1, 2, 3), processors: int = 4,
           **{writeback_counter(lv): wb[lv] for lv in levels}}
     if dtlb:
         f1["dtlb_misses"] = dtlb
-    return FModel(f1, {miss_counter(llc): 60.0, writeback_counter(llc): 25.0},
-                  {"lm": 30.0, "wb": 15.0}, const, llc, processors, banks, "truth")
+    return FModel(coefficients(f1),
+                  coefficients({miss_counter(llc): 60.0, writeback_counter(llc): 25.0}),
+                  coefficients({"lm": 30.0, "wb": 15.0}), const, llc, processors, banks, "truth")

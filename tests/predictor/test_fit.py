@@ -3,16 +3,14 @@ keeps a term that matters and drops one that does not; the 003 toolkit on known 
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 
-from predictor import terms as tm
 from predictor.errors import InsufficientPatterns, NotFittedError
 from predictor.fit import ImprovedFit, PaperFit, fit_all, fit_bsp, split_suites
 from predictor.inputs import results_from_json
 from predictor.synthetic import make_results, reference_model
+from predictor.terms import parse as term
 
 
 def _results(model, **kw):
@@ -41,14 +39,14 @@ def test_improved_fit_keeps_terms_that_matter_and_drops_the_rest():
     est = ImprovedFit(levels=r.levels, processors=r.processors, banks=8,
                       optional_terms=["const", "dtlb_misses", "stores"], folds=5)
     assert est.fit(fit_steps) is est
-    assert "dtlb_misses" in est.terms_ and "const" in est.terms_
-    assert "stores" in est.dropped_  # true store surcharge is 0
+    assert term("dtlb_misses") in est.terms_ and term("const") in est.terms_
+    assert term("stores") in est.dropped_  # true store surcharge is 0
     m = est.model_
     assert m.const == pytest.approx(2000.0, rel=0.05)
-    assert m.f1["dtlb_misses"] == pytest.approx(40.0, rel=0.1)
-    assert m.f1["l3_misses"] == pytest.approx(40.0, rel=0.05)
-    assert m.f2["l3_misses"] == pytest.approx(60.0, rel=0.05)
-    assert m.f3["lm"] == pytest.approx(30.0, rel=0.05)
+    assert m.f1[term("dtlb_misses")] == pytest.approx(40.0, rel=0.1)
+    assert m.f1[term("l3_misses")] == pytest.approx(40.0, rel=0.05)
+    assert m.f2[term("l3_misses")] == pytest.approx(60.0, rel=0.05)
+    assert m.f3[term("lm")] == pytest.approx(30.0, rel=0.05)
     # Held-out patterns: the error the noise allows, no more.
     t = np.array([s.time_ns for s in val])
     e = np.maximum(t, est.predict(val)) / np.minimum(t, est.predict(val))
@@ -99,36 +97,3 @@ def test_bsp_parameters_come_from_the_extreme_patterns():
     assert b.patterns["EBSP"]["max_patterns"][0].startswith("p1.")
 
 
-def test_nnls_matches_brute_force():
-    rng = np.random.default_rng(1)
-    A = rng.normal(size=(30, 4))
-    b = A @ np.array([1.0, -2.0, 0.5, 0.0]) + 0.1 * rng.normal(size=30)
-    x = tm.nnls(A, b)
-    assert (x >= 0).all()
-    best = np.inf
-    for mask in itertools.product([0, 1], repeat=4):  # every active set, keep feasible ones
-        idx = [i for i in range(4) if mask[i]]
-        if not idx:
-            continue
-        sol = np.linalg.lstsq(A[:, idx], b, rcond=None)[0]
-        if (sol >= 0).all():
-            best = min(best, float(np.sum((A[:, idx] @ sol - b) ** 2)))
-    assert np.sum((A @ x - b) ** 2) == pytest.approx(best, rel=1e-9)
-    assert x[1] == 0.0
-
-
-def test_mre_and_kfold():
-    # (1 + 0)/1 and (2 + 1)/2: geometric mean sqrt(1 * 1.5)
-    assert tm.mre([1.0, 2.0], [1.0, 1.0]) == pytest.approx(1.5 ** 0.5)
-    folds = tm.kfold(10, 3, seed=0)
-    assert sorted(np.concatenate(folds).tolist()) == list(range(10))
-    assert len(tm.kfold(4, 10)) == 4  # leave-one-out when k >= n
-
-
-def test_backward_elimination():
-    # Score: better with "a" (matters); "b" and "c" are noise-level.
-    def score(terms):
-        return 1.0 + (0.0 if "a" in terms else 0.2) + 0.0001 * ("b" in terms)
-    sel = tm.backward_eliminate(["base"], ["a", "b", "c"], score, tol=0.005)
-    assert sel.kept == ("a",)
-    assert set(sel.dropped) == {"b", "c"}
