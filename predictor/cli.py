@@ -3,6 +3,7 @@
     predict calibrate --results FILE --out PROFILE [--name NAME] [--force] [--json]
     predict validate  --results FILE --profile PROFILE [--json]
     predict profile   PROFILE [--json]
+    predict select    --spec SPEC --samples FILE [--samples FILE...] NAME=VALUE... [--json]
     predict --profile PROFILE --counters FILE [--model paper|improved] [--json]
 
 Exit codes: 0 ok, 2 bad usage or bad input (one line on stderr: what, and the fix).
@@ -20,9 +21,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from predictor.errors import HostMismatchWarning, PredictorError
+from predictor import modeling
+from predictor.errors import BadInput, HostMismatchWarning, PredictorError
 
-SUBCOMMANDS = ("calibrate", "validate", "profile")
+SUBCOMMANDS = ("calibrate", "validate", "profile", "select")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,6 +49,28 @@ def _sub_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("profile", help="print a machine profile")
     s.add_argument("profile", help="profile file or built-in name (sgi-power-challenge)")
     s.add_argument("--json", action="store_true", help="machine-readable output")
+    from predictor import select
+
+    m = sub.add_parser(
+        "select", help="pick the implementation with the least predicted time (seed 003)",
+        description="Fit one model per implementation from profiling samples and pick the "
+        "implementation with the least predicted time at the given parameters, optimising "
+        "each implementation's integer parameter (Brewer, 'High-level optimization via "
+        "automated statistical modeling').", epilog=select.__doc__.split("Specification "
+        "format::")[1].split("Samples are")[0].rstrip() if select.__doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    m.add_argument("at", nargs="+", metavar="NAME=VALUE",
+                   help="the caller's parameters, e.g. keys=100000 width=32")
+    m.add_argument("--spec", required=True, type=Path, help="specification (TOML)")
+    m.add_argument("--samples", required=True, type=Path, action="append",
+                   help="profiling samples, JSON lines (repeatable)")
+    m.add_argument("--modeler", default="brewer", choices=sorted(modeling.MODELERS),
+                   help="term search: brewer (t-tests, 95%%; the default), cv "
+                   "(cross-validation), single (one term, a baseline)")
+    m.add_argument("--holdout", type=float, default=None, metavar="FRACTION",
+                   help="hold this fraction of the samples apart to validate each model "
+                   "(default: cross-validate)")
+    m.add_argument("--json", action="store_true", help="machine-readable output")
     return p
 
 
@@ -118,6 +142,72 @@ def _profile(a: argparse.Namespace) -> tuple[Any, str]:
     return prof.to_dict(), profile_to_toml(prof).rstrip("\n")
 
 
+def seconds(v: float) -> str:
+    """A time in seconds with an SI prefix: 1.23 ms."""
+    if not math.isfinite(v):
+        return str(v)
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g} {unit}"
+    return f"{v:.3g} s"
+
+
+def parse_assignments(items: Sequence[str]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            eq = ""
+        if not eq or not name.strip() or not math.isfinite(out.get(name.strip(), math.nan)):
+            raise BadInput(f"{item!r} is not NAME=NUMBER", "write e.g. keys=100000")
+    return out
+
+
+def _select(a: argparse.Namespace) -> tuple[Any, str]:
+    from predictor import select
+
+    params = parse_assignments(a.at)
+    spec = select.load_spec(a.spec)
+    if a.holdout is not None and not 0 < a.holdout < 1:
+        raise BadInput(f"--holdout {a.holdout} is not a fraction", "give e.g. --holdout 0.25")
+    models = select.fit_implementations(spec, select.load_samples(spec, a.samples),
+                                        modeler=a.modeler, holdout=a.holdout)
+    choice = select.choose(spec, models, params)
+    at = ", ".join(f"{k} = {v:g}" for k, v in params.items())
+    lines = [f"{spec.name} at {at}: predicted times (95% prediction intervals)",
+             f"{'implementation':<16} {'predicted':>10}  {'interval':<22} parameters"]
+    for c in choice.candidates:
+        lines.append(f"{c.implementation:<16} {seconds(c.predicted):>10}  "
+                     f"{seconds(c.lower) + ' .. ' + seconds(c.upper):<22} "
+                     f"{c.optimised or '-'}")
+    best = choice.best
+    if len(choice.candidates) > 1:
+        lines.append(f"pick {best.implementation}: predicted {choice.margin:.2f}x faster than "
+                     f"{choice.candidates[1].implementation}, the next best")
+    else:
+        lines.append(f"pick {best.implementation}: the only implementation")
+    lines.append("models (seconds):")
+    for name, m in models.items():
+        v = m.validation
+        lines.append(f"  {name} = {m.formula()}")
+        lines.append(f"    MRE {100 * (m.mre - 1):.1f}% on {m.n} fitted configurations"
+                     + (f", {100 * (v.mre - 1):.1f}% on {v.n} by {v.on}" if v else "")
+                     + f"; terms decided by {m.decided_by}"
+                     + (f"; dropped {', '.join(str(d.term) for d in m.dropped)}"
+                        if m.dropped else ""))
+    lines += [f"note: {n}" for n in choice.notes]
+    data = {"specification": spec.name, "parameters": params,
+            "pick": best.implementation, "margin": choice.margin,
+            "candidates": [{"implementation": c.implementation, "predicted_s": c.predicted,
+                            "interval_s": [c.lower, c.upper], "parameters": dict(c.params),
+                            "optimised": c.optimised} for c in choice.candidates],
+            "models": {k: m.to_dict() for k, m in models.items()},
+            "notes": list(choice.notes)}
+    return data, "\n".join(lines)
+
+
 def _forecast(a: argparse.Namespace) -> tuple[Any, str]:
     """Rows rendered as they come (``iter_forecast``): without ``--json`` no row and no step
     is kept, so a large records file is forecast in the memory of its compact rows."""
@@ -178,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args and args[0] in SUBCOMMANDS:
             a = _sub_parser().parse_args(args)
             run = {"calibrate": _calibrate, "validate": _validate,
-                   "profile": _profile}[a.command]
+                   "profile": _profile, "select": _select}[a.command]
         elif args[:1] in (["-h"], ["--help"]) or not args:
             _forecast_parser().print_help(sys.stdout if args else sys.stderr)
             return 0 if args else 2
