@@ -36,7 +36,10 @@ def results_host(results: Results) -> dict[str, Any]:
 
 
 def calibrate(results: Results, *, name: str | None = None, folds: int = 5,
-              tol: float = 0.02, seed: int = 0) -> MachineProfile:
+              tol: float = 0.02, seed: int = 0, select: str | None = "brewer"
+              ) -> MachineProfile:
+    """Fit every cost function and model variant on the results' fitting patterns.
+    ``select``: how the improved F's optional terms are chosen (:class:`ImprovedFit`)."""
     levels = results.levels
     if not levels:
         raise BadInput(f"{results.path}: no cache geometry (geometry.levels)",
@@ -52,7 +55,7 @@ def calibrate(results: Results, *, name: str | None = None, folds: int = 5,
         suffix = "" if full else f".{cs.name}"
         fits = fit_all(results.patterns, levels=levels, processors=P, banks=banks, folds=folds,
                        tol=tol, seed=seed, counters=None if full else cs.counters(levels),
-                       suffix=suffix)
+                       suffix=suffix, select=select)
         paper, improved, diag = fits["paper"], fits["improved"], fits["diagnostics"]
         bsp = bsp or paper.bsp_
         fit_steps = split_suites(results.patterns)[0]
@@ -68,11 +71,11 @@ def calibrate(results: Results, *, name: str | None = None, folds: int = 5,
             "accuracy": _accuracy(improved.model_, val, fit_steps, folds, seed,
                                   partial(ImprovedFit, levels=levels, processors=P,
                                           banks=banks, counters=improved.counters,
-                                          select=False, optional_terms=improved.terms_)),
+                                          select=None, optional_terms=improved.terms_)),
             "terms": [str(t) for t in improved.terms_],
             "dropped_terms": [str(t) for t in improved.dropped_],
-            "selection": [f"-: cv_mre {improved.selection_.start:.4f}"]
-            + [f"{t}: cv_mre {s:.4f}" for t, s in improved.selection_.dropped],
+            "selection": {"decided_by": improved.decided_by_,
+                          "dropped": {str(x): why for x, why in improved.reasons_.items()}},
             "patterns": {"F": fit_names}, "diagnostics": diag["improved"]}
     assert bsp is not None  # distinct_sets always has the full set
     host = results_host(results)

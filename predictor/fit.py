@@ -347,24 +347,30 @@ def default_optional_terms(levels: Sequence[int]) -> list[tm.Term]:
 
 
 class ImprovedFit:
-    """F = const + max(F1, F2, F3) fitted jointly for relative error, terms selected by
-    k-fold cross-validation.
+    """F = const + max(F1, F2, F3) fitted jointly for relative error, optional terms selected
+    as seed 003 does (t-tests at 95%) or by k-fold cross-validation.
 
     Keyword settings: ``levels``, ``processors``, ``banks`` (the machine), ``optional_terms``
-    (None: :func:`default_optional_terms`), ``folds``, ``tol`` (a term stays when it reduces
-    the cross-validated relative error, MRE - 1, by more than this fraction), ``max_iter``,
-    ``seed``, ``select``.
+    (None: :func:`default_optional_terms`), ``folds``, ``tol`` (under cross-validation, a term
+    stays when it reduces the cross-validated relative error, MRE - 1, by more than this
+    fraction), ``max_iter``, ``seed``, ``select``: ``"brewer"`` (the default: a term stays if
+    its coefficient is significant at 95%; cross-validation where the patterns are too few for
+    a t-test), ``"cv"`` or ``None`` (keep every candidate).
 
-    Attributes after ``fit``: ``model_`` (FModel), ``terms_`` (F1 terms kept), ``dropped_``,
-    ``cv_mre_`` (cross-validated MRE of the kept model), ``selection_``
-    (modeling.Elimination: what was dropped, in order, with the score after each drop),
-    ``dominant_`` (per fitting step: 0, 1, 2 for F1, F2, F3).
+    The t-tests are on the model linearised at its fit: given which of F1, F2, F3 dominates
+    each pattern (and at which processor and bank), F is linear in its coefficients, and the
+    toolkit's weighted least squares on that design gives standard errors and p-values.
+
+    Attributes after ``fit``: ``model_`` (FModel), ``terms_`` (F1 terms kept), ``dropped_``
+    (terms dropped, in order), ``reasons_`` (why, per dropped term), ``decided_by_``,
+    ``cv_mre_`` (cross-validated MRE of the kept model), ``dominant_`` (per fitting step: 0, 1,
+    2 for F1, F2, F3).
     """
 
     def __init__(self, *, levels: Sequence[int] = (1, 2), processors: int = 1, banks: int = 1,
                  optional_terms: Sequence[str | tm.Term] | None = None, folds: int = 5,
                  tol: float = 0.02, max_iter: int = 30, seed: int = 0,
-                 select: bool = True, counters: Collection[str] | None = None,
+                 select: str | None = "brewer", counters: Collection[str] | None = None,
                  name: str = "improved") -> None:
         self.counters = None if counters is None else frozenset(counters)
         self.name = name
@@ -429,19 +435,83 @@ class ImprovedFit:
         optional = [x for x in usable(candidates, self.counters) if x not in base]
         # A candidate needs its counters in every step; otherwise it cannot be a term here.
         optional = [x for x in optional if all(not s.missing(x.needs) for s in steps)]
-        if self.select and optional:
+        if self.select not in ("brewer", "cv", None):
+            raise BadInput(f"select = {self.select!r}", "choose brewer, cv or None")
+        self.reasons_: dict[tm.Term, str] = {}
+        how = self.select
+        if how == "brewer" and optional:
+            ncol = len(base) + len(optional) + 4  # and F2's two, F3's two
+            if len(steps) - ncol < md.Significance.min_dof:
+                how = "cv"
+            else:
+                kept, self.reasons_ = self._significant(steps, t, base, optional)
+                self.decided_by_ = f"t-test at 95% confidence ({len(steps)} patterns)"
+        if how == "cv" and optional:
             sel = md.backward_eliminate(base, optional,
                                         lambda ts: self.cv_score(steps, t, ts), self.tol,
                                         floor=1.0)
-        else:
-            score = self.cv_score(steps, t, base + optional)
-            sel = md.Elimination(tuple(optional), (), score, score)
-        self.selection_ = sel
-        self.terms_ = [*base, *sel.kept]
-        self.dropped_ = [x for x, _ in sel.dropped]
-        self.cv_mre_ = sel.score
+            kept = list(sel.kept)
+            self.reasons_ = {x: f"cross-validated MRE without it {s:.4f}, within "
+                                f"{self.tol:.0%} of with it" for x, s in sel.dropped}
+            self.decided_by_ = (f"cross-validation ({min(self.folds, len(steps))}-fold, MRE; "
+                                f"{len(steps)} patterns)")
+        elif how is None or not optional:
+            kept = optional
+            self.decided_by_ = "none: every candidate kept"
+        self.terms_ = [*base, *kept]
+        self.dropped_ = list(self.reasons_)
+        self.cv_mre_ = self.cv_score(steps, t, self.terms_)
         self.model_, self.dominant_ = self._fit_terms(steps, t, self.terms_)
         return self
+
+    def _significant(self, steps: Sequence[Step], t: Array, base: Sequence[tm.Term],
+                     optional: Sequence[tm.Term]) -> tuple[list[tm.Term], dict[tm.Term, str]]:
+        """Brewer's pruning on the linearised model: fit, drop what the t-tests reject (the
+        toolkit's Significance search, refitting after each drop), refit the joint model
+        with the rest (the dominating terms may change), until nothing more goes."""
+        kept = list(optional)
+        reasons: dict[tm.Term, str] = {}
+        for _ in range(len(optional) + 1):
+            terms = [*base, *kept]
+            A, cols = self._linearised(steps, t, terms)
+            sel = md.Significance(folds=self.folds, seed=self.seed).select(
+                cols, A, t, nonnegative=True, keep=frozenset(cols) - frozenset(kept),
+                progress=md.no_progress)
+            out = [d for d in sel.dropped if d.term in kept]
+            if not out:
+                break
+            for d in out:
+                kept.remove(d.term)
+                reasons[d.term] = d.reason
+        return kept, reasons
+
+    def _linearised(self, steps: Sequence[Step], t: Array, f1_terms: Sequence[tm.Term]
+                    ) -> tuple[Array, list[tm.Term]]:
+        """The design on which the fitted F is linear: per pattern, the features of its
+        dominating term at its processor or bank; and the column terms."""
+        model, _ = self._fit_terms(steps, t, f1_terms)
+        const = tm.Const() in f1_terms
+        t1 = [x for x in f1_terms if not isinstance(x, tm.Const)]
+        llc = max(self.levels)
+        f2_t = usable(f2_terms(llc), self.counters)
+        f3_t = _f3_columns(llc, self.counters)
+        d = _design(steps, t1, f2_t, llc, self.processors, self.banks, t, _WB in f3_t)
+        c = np.array(([model.const] if const else []) + [model.f1[x] for x in t1]
+                     + [model.f2[x] for x in f2_t] + [model.f3.get(x, 0.0) for x in (_LM, _WB)])
+        vals, _, rows1, rows3 = _components(d, c, len(t1), len(f2_t), const)
+        o, k1, k2 = (1 if const else 0), len(t1), len(f2_t)
+        A = np.zeros((len(steps), len(c)))
+        if const:
+            A[:, 0] = 1.0
+        for i, dom in enumerate(vals.argmax(axis=1)):
+            if dom == 0:
+                A[i, o:o + k1] = rows1[i]
+            elif dom == 1:
+                A[i, o + k1:o + k1 + k2] = d.s2[i]
+            else:
+                A[i, o + k1 + k2:] = rows3[i]
+        cols = ([tm.Const()] if const else []) + t1 + list(f2_t) + [_LM, _WB]
+        return A, cols
 
     def predict(self, steps: Sequence[Step]) -> Array:
         if not hasattr(self, "model_"):
@@ -466,7 +536,8 @@ def diagnostics(model: FModel | None, steps: Sequence[Step], t: Array) -> dict[s
 
 def fit_all(steps: Sequence[Step], *, levels: Sequence[int], processors: int, banks: int,
             folds: int = 5, tol: float = 0.02, seed: int = 0,
-            counters: Collection[str] | None = None, suffix: str = "") -> Mapping[str, Any]:
+            counters: Collection[str] | None = None, suffix: str = "",
+            select: str | None = "brewer") -> Mapping[str, Any]:
     """Both fits on the fitting patterns: {"paper": PaperFit, "improved": ImprovedFit,
     "diagnostics": {...}}; ``counters`` limits the terms to a counter set (a model variant,
     predictor/variants.py) and ``suffix`` names it (``improved.misses``)."""
@@ -477,10 +548,10 @@ def fit_all(steps: Sequence[Step], *, levels: Sequence[int], processors: int, ba
     paper = PaperFit(levels=levels, processors=processors, banks=banks, counters=counters,
                      name="paper" + suffix).fit(fit_steps)
     improved = ImprovedFit(levels=levels, processors=processors, banks=banks, folds=folds,
-                           tol=tol, seed=seed, counters=counters,
+                           tol=tol, seed=seed, counters=counters, select=select,
                            name="improved" + suffix).fit(fit_steps, t)
     diag = {"paper": diagnostics(paper.model_, fit_steps, t),
             "improved": {**diagnostics(improved.model_, fit_steps, t),
-                         "cv_mre": improved.cv_mre_,
+                         "cv_mre": improved.cv_mre_, "decided_by": improved.decided_by_,
                          "dropped_terms": [str(t) for t in improved.dropped_]}}
     return {"paper": paper, "improved": improved, "diagnostics": diag}
