@@ -30,6 +30,7 @@ degrees of freedom. ``tests/predictor/test_modeling.py`` checks it against stats
 
 from __future__ import annotations
 
+import math
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -66,7 +67,8 @@ def check_times(y: ArrayLike, *, where: str) -> Array:
     a = np.asarray(y, dtype=np.float64).ravel()
     bad = np.flatnonzero(~np.isfinite(a) | (a <= 0))
     if bad.size:
-        raise BadInput(f"{where}: sample {int(bad[0])} has time {a[bad[0]]!r}; a relative-error "
+        raise BadInput(f"{where}: sample {int(bad[0])} has time {float(a[bad[0]])!r}; a "
+                       "relative-error "
                        "fit needs finite times > 0",
                        "drop failed or unmeasured runs from the samples")
     return a
@@ -268,10 +270,16 @@ class CrossValidated(Modeler):
             progress(f"dropped {terms[j]} (cross-validated MRE {s:.4f})")
         k = min(self.folds, len(y))
         how = "leave-one-out" if k >= len(y) else f"{k}-fold"
-        return Selection(tuple(sorted(base + kept)),
-                         tuple(Dropped(terms[j], f"{how} cross-validated MRE without it "
-                                                 f"{s:.4f}, within {self.tol:.0%} of with it")
-                               for j, s in dropped),
+        reasons = []
+        before = e.start
+        for j, s in dropped:
+            reasons.append(Dropped(terms[j], (
+                f"{how} cross-validated MRE without it {s:.4f}, within {self.tol:.0%} of "
+                f"with it ({before:.4f})" if math.isfinite(before) else
+                f"too few samples to cross-validate a model with it ({how}: a fold has fewer "
+                f"samples than terms); without it {s:.4f}")))
+            before = s
+        return Selection(tuple(sorted(base + kept)), tuple(reasons),
                          f"cross-validation ({how}, MRE)")
 
 
@@ -398,12 +406,9 @@ class Model:
     modeler: str
     dropped: tuple[Dropped, ...] = ()
     validation: Validation | None = None
+    n: int = 0  # samples fitted
     inputs: Mapping[str, Array] = field(default_factory=dict, repr=False)
     times: Array = field(default_factory=lambda: np.zeros(0), repr=False)
-
-    @property
-    def n(self) -> int:
-        return len(self.times)
 
     @property
     def needs(self) -> tuple[str, ...]:
@@ -463,7 +468,7 @@ class Model:
                         tuple(Dropped(tm.parse(x["term"]), str(x["reason"]))
                               for x in d.get("dropped", ())),
                         None if v is None else Validation(str(v["on"]), int(v["n"]),
-                                                          float(v["mre"])))
+                                                          float(v["mre"])), int(d["n"]))
         except (KeyError, TypeError, ValueError) as e:
             raise BadInput(f"not a fitted model ({type(e).__name__}: {e})",
                            "use a file written by this tool") from None
@@ -537,4 +542,4 @@ def fit_model(terms: Sequence[str | tm.Term], table: tm.Table, times: ArrayLike,
         val = None
     progress(f"kept {len(kept)} of {len(cand)} terms; MRE {mre(y, fitted):.4f}")
     return Model(kept, r.coef, r.stderr, r.pvalues, r.cov, r.scale, r.dof, mre(y, fitted),
-                 r.r2, sel.decided_by, search.name, tuple(dropped), val, data, y)
+                 r.r2, sel.decided_by, search.name, tuple(dropped), val, len(y), data, y)

@@ -43,6 +43,7 @@ Array = NDArray[np.float64]
 Table = Mapping[str, ArrayLike]
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_.]*"
+_NUMBER = r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:e[-+]?[0-9]+)?"
 
 
 def _column(table: Table, name: str) -> Array:
@@ -227,7 +228,8 @@ def product(factors: Iterable[Term]) -> Term:
                     continue
                 powers[g.input] = len(out)
             out.append(g)
-    out = [f for f in out if str(f) != "1"]
+    # Sorted by text: a product has one canonical form whatever order it was written in.
+    out = sorted((f for f in out if str(f) != "1"), key=str)
     if not out:
         return Const()
     return out[0] if len(out) == 1 else Product(tuple(out))
@@ -237,11 +239,11 @@ _FACTORS: tuple[tuple[re.Pattern[str], Any], ...] = (
     (re.compile(r"(?:1|const)"), lambda m: Const()),
     (re.compile(r"acc"), lambda m: Accesses()),
     (re.compile(rf"stream:({_NAME})"), lambda m: Streaming(m[1])),
-    (re.compile(rf"log\(({_NAME})\)(?:\^([0-9.]+))?"),
+    (re.compile(rf"log\(({_NAME})\)(?:\^({_NUMBER}))?"),
      lambda m: Power(m[1], 0.0, float(m[2] or 1))),
     (re.compile(rf"2\^({_NAME})"), lambda m: Exp2(m[1])),
     (re.compile(rf"ceil\(({_NAME})/({_NAME})\)"), lambda m: CeilDiv(m[1], m[2])),
-    (re.compile(rf"({_NAME})(?:\^([0-9.]+))?"), lambda m: Power(m[1], float(m[2] or 1))),
+    (re.compile(rf"({_NAME})(?:\^({_NUMBER}))?"), lambda m: Power(m[1], float(m[2] or 1))),
 )
 
 
@@ -296,8 +298,9 @@ def growth_terms(param: str, exponents: Sequence[float] = (0.5, 1, 1.5, 2, 3),
 
 def design(terms: Sequence[Term], table: Table) -> Array:
     """The ``(samples, terms)`` design matrix of 1-D inputs."""
-    cols = [np.broadcast_to(t.evaluate(table), _rows(table)) for t in terms]
-    return np.column_stack(cols) if cols else np.zeros((_rows(table)[0], 0))
+    rows = _rows(table)
+    cols = [np.broadcast_to(t.evaluate(table), rows) for t in terms]
+    return np.column_stack(cols) if cols else np.zeros((rows[0], 0))
 
 
 def _rows(table: Table) -> tuple[int]:
