@@ -17,7 +17,8 @@ Grammar (a term is a product of factors joined by ``*``):
     x | x^a                   an input (a counter, a parameter, a pattern quantity) to a power
     log(x) | log(x)^b         log2 of an input, to a power
     2^x                       two to the power of an input (003: bins = 2^bpd)
-    ceil(x/y)                 ceil of a ratio of inputs (003: iterations = ceil(width/bpd))
+    ceil(x/y)                 ceil of a ratio of an input and an input or a number (003:
+                              iterations = ceil(width/bpd); bytes per digit = ceil(bpd/8))
     acc                       loads + stores (seed 004's C0E2 + C0E3)
     stream:x                  x^2 / acc, a counter-only proxy for streamed misses (a miss per
                               line of a stride-1 stream has x/acc = word/line, a miss per
@@ -141,21 +142,26 @@ class Exp2(Term):
 @dataclass(frozen=True, repr=False)
 class CeilDiv(Term):
     numerator: str
-    denominator: str
+    denominator: str | float  # an input, or a number > 0
 
     @property
     def needs(self) -> tuple[str, ...]:
-        return (self.numerator, self.denominator)
+        if isinstance(self.denominator, str):
+            return (self.numerator, self.denominator)
+        return (self.numerator,)
 
     def evaluate(self, table: Table) -> Array:
-        d = _column(table, self.denominator)
+        d = (_column(table, self.denominator) if isinstance(self.denominator, str)
+             else np.float64(self.denominator))
         if np.any(d <= 0):
-            raise BadInput(f"ceil({self.numerator}/{self.denominator}) needs "
-                           f"{self.denominator} > 0", "drop the samples where it is not")
+            den = self.denominator
+            raise BadInput(f"{self} needs {den if isinstance(den, str) else _num(den)} > 0",
+                           "drop the samples where it is not")
         return np.ceil(_column(table, self.numerator) / d)
 
     def __str__(self) -> str:
-        return f"ceil({self.numerator}/{self.denominator})"
+        d = self.denominator
+        return f"ceil({self.numerator}/{d if isinstance(d, str) else _num(d)})"
 
 
 @dataclass(frozen=True, repr=False)
@@ -243,6 +249,7 @@ _FACTORS: tuple[tuple[re.Pattern[str], Any], ...] = (
      lambda m: Power(m[1], 0.0, float(m[2] or 1))),
     (re.compile(rf"2\^({_NAME})"), lambda m: Exp2(m[1])),
     (re.compile(rf"ceil\(({_NAME})/({_NAME})\)"), lambda m: CeilDiv(m[1], m[2])),
+    (re.compile(rf"ceil\(({_NAME})/({_NUMBER})\)"), lambda m: CeilDiv(m[1], float(m[2]))),
     (re.compile(rf"({_NAME})(?:\^({_NUMBER}))?"), lambda m: Power(m[1], float(m[2] or 1))),
 )
 

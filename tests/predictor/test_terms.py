@@ -306,3 +306,12 @@ def test_a_near_collinear_growth_list_passes_without_the_independence_check():
     scaled = X / np.linalg.norm(X, axis=0)
     assert np.linalg.cond(scaled) > 1e8
     assert math.isfinite(float(np.linalg.cond(scaled)))
+
+
+def test_ceil_by_a_number():
+    """ceil(bpd/8): the bytes of a digit (a radix sort's 16-bit digits cost two byte passes)."""
+    t = parse("ceil(bpd/8)")
+    assert t == CeilDiv("bpd", 8.0) and str(t) == "ceil(bpd/8)" and t.needs == ("bpd",)
+    assert t.evaluate({"bpd": np.array([1.0, 8.0, 9.0, 16.0])}).tolist() == [1, 1, 2, 2]
+    with pytest.raises(BadInput, match="needs 0 > 0"):
+        parse("ceil(bpd/0)").evaluate({"bpd": np.array([1.0])})
