@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import sys
+import textwrap
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -51,13 +52,17 @@ def _sub_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="machine-readable output")
     from predictor import select
 
+    fmt = (select.__doc__ or "").split("Specification format::")[-1].split("Samples are")[0]
     m = sub.add_parser(
-        "select", help="pick the implementation with the least predicted time (seed 003)",
-        description="Fit one model per implementation from profiling samples and pick the "
-        "implementation with the least predicted time at the given parameters, optimising "
-        "each implementation's integer parameter (Brewer, 'High-level optimization via "
-        "automated statistical modeling').", epilog=select.__doc__.split("Specification "
-        "format::")[1].split("Samples are")[0].rstrip() if select.__doc__ else None,
+        "select", help="pick the implementation with the least predicted time (Brewer)",
+        description=textwrap.fill(
+            "Fit one model per implementation from profiling samples and pick the "
+            "implementation with the least predicted time at the given parameters, optimising "
+            "each implementation's integer parameter (E. A. Brewer, 'High-level optimization "
+            "via automated statistical modeling').", 92),
+        epilog="specification (TOML), e.g.:\n" + fmt.rstrip() + "\n\nterms: products (*) of "
+        "1, x, x^a, log(x), log(x)^b, 2^x, ceil(x/y), max(x-c,0), acc, stream:x\nsamples: JSON "
+        "lines with the parameters, the implementation key and the time key",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     m.add_argument("at", nargs="+", metavar="NAME=VALUE",
                    help="the caller's parameters, e.g. keys=100000 width=32")

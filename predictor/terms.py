@@ -19,6 +19,8 @@ Grammar (a term is a product of factors joined by ``*``):
     2^x                       two to the power of an input (003: bins = 2^bpd)
     ceil(x/y)                 ceil of a ratio of an input and an input or a number (003:
                               iterations = ceil(width/bpd); bytes per digit = ceil(bpd/8))
+    max(x-c,0)                a hinge at c: 0 below, x - c above (a cost per item that
+                              changes where the data leave a cache)
     acc                       loads + stores (seed 004's C0E2 + C0E3)
     stream:x                  x^2 / acc, a counter-only proxy for streamed misses (a miss per
                               line of a stride-1 stream has x/acc = word/line, a miss per
@@ -165,6 +167,24 @@ class CeilDiv(Term):
 
 
 @dataclass(frozen=True, repr=False)
+class Hinge(Term):
+    """max(x - knot, 0): with x itself, a piecewise-linear cost with a break at the knot."""
+
+    input: str
+    knot: float
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        return (self.input,)
+
+    def evaluate(self, table: Table) -> Array:
+        return np.maximum(_column(table, self.input) - self.knot, 0.0)
+
+    def __str__(self) -> str:
+        return f"max({self.input}-{_num(self.knot)},0)"
+
+
+@dataclass(frozen=True, repr=False)
 class Accesses(Term):
     @property
     def needs(self) -> tuple[str, ...]:
@@ -250,6 +270,7 @@ _FACTORS: tuple[tuple[re.Pattern[str], Any], ...] = (
     (re.compile(rf"2\^({_NAME})"), lambda m: Exp2(m[1])),
     (re.compile(rf"ceil\(({_NAME})/({_NAME})\)"), lambda m: CeilDiv(m[1], m[2])),
     (re.compile(rf"ceil\(({_NAME})/({_NUMBER})\)"), lambda m: CeilDiv(m[1], float(m[2]))),
+    (re.compile(rf"max\(({_NAME})-({_NUMBER}),0\)"), lambda m: Hinge(m[1], float(m[2]))),
     (re.compile(rf"({_NAME})(?:\^({_NUMBER}))?"), lambda m: Power(m[1], float(m[2] or 1))),
 )
 

@@ -577,3 +577,28 @@ def test_progress_goes_to_the_injected_callback_and_nowhere_by_default(capsys):
     fit_model(GROWTH, {"n": n[:5]}, y[:5])
     out = capsys.readouterr()
     assert out.out == "" and out.err == ""
+
+
+def test_a_new_modeler_plugs_in_without_touching_callers():
+    """A term search is one class with a name: an instance goes wherever a name does (here a
+    search that keeps the first two candidates), and callers see its name and decision."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from predictor.modeling import Modeler, Selection
+
+    @dataclass
+    class FirstTwo(Modeler):
+        name: ClassVar[str] = "first-two"
+
+        def select(self, terms, X, y, *, nonnegative, keep, progress):
+            progress("keeping the first two")
+            return Selection((0, 1), (), "the first two, by fiat")
+
+    n = np.linspace(10.0, 100.0, 30)
+    seen: list[str] = []
+    m = fit_model(["1", "n", "n^2"], {"n": n}, 5.0 + 2.0 * n + 0.01 * n ** 2,
+                  modeler=FirstTwo(), progress=seen.append)
+    assert [str(t) for t in m.terms] == ["1", "n"]
+    assert m.modeler == "first-two" and m.decided_by == "the first two, by fiat"
+    assert "keeping the first two" in seen

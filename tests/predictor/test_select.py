@@ -276,3 +276,19 @@ def test_cli_select_bad_input_exits_2(tmp_path, capsys, extra, message):
     rc = main(["select", "--spec", str(tmp_path / "spec.toml"), "--samples", str(s), *extra])
     err = capsys.readouterr().err
     assert rc == 2 and message in err and err.count("\n") == 1
+
+
+def test_cli_select_refuses_a_parameter_grid_with_one_value(tmp_path, capsys):
+    """Sample sort profiled at one key width cannot fit its width term: exit 2, one line."""
+    (tmp_path / "spec.toml").write_text(SPEC)
+    lines = [json.dumps({"algo": "sample", "keys": k, "width": 32, "total_s": 1e-3 * k / 1e3})
+             for k in (1e3, 2e3, 4e3, 8e3, 16e3, 32e3)]
+    lines += [json.dumps({"algo": "radix", "keys": k, "width": w, "bpd": b,
+                          "total_s": radix_time(k, w, b)})
+              for k in (1e3, 1e4, 1e5) for w in (8, 16, 32) for b in (4, 8, 16)]
+    (tmp_path / "s.jsonl").write_text("\n".join(lines) + "\n")
+    rc = main(["select", "--spec", str(tmp_path / "spec.toml"), "--samples",
+               str(tmp_path / "s.jsonl"), "keys=1e4", "width=32"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert "implementation sample: the term width takes one value on every sample" in err

@@ -18,6 +18,7 @@ from predictor.terms import (
     CeilDiv,
     Const,
     Exp2,
+    Hinge,
     Power,
     Product,
     Streaming,
@@ -315,3 +316,12 @@ def test_ceil_by_a_number():
     assert t.evaluate({"bpd": np.array([1.0, 8.0, 9.0, 16.0])}).tolist() == [1, 1, 2, 2]
     with pytest.raises(BadInput, match="needs 0 > 0"):
         parse("ceil(bpd/0)").evaluate({"bpd": np.array([1.0])})
+
+
+def test_hinge():
+    """max(keys-20000,0): zero below the knot, the excess above it."""
+    t = parse("max(keys-20000,0)")
+    assert t == Hinge("keys", 20000.0) and str(t) == "max(keys-20000,0)"
+    assert t.evaluate({"keys": np.array([1e3, 2e4, 2.5e4])}).tolist() == [0.0, 0.0, 5000.0]
+    assert parse(str(parse("ceil(width/bpd)*max(keys-5000,0)"))) == \
+        product([CeilDiv("width", "bpd"), Hinge("keys", 5000.0)])
