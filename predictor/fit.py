@@ -298,14 +298,30 @@ def _components(d: _Design, c: Array, k1: int, k2: int, const: bool
     return vals, np.full(len(d.t), c[0] if const else 0.0), rows1, rows3
 
 
+def _assigned(d: _Design, assign: NDArray[np.int64], rows1: Sequence[Array],
+              rows3: Sequence[Array], k1: int, k2: int, const: bool) -> Array:
+    """The design on which F is linear once each step's dominating term is fixed: per step,
+    the features of its term (F1 at ``rows1[i]``, F2, F3 at ``rows3[i]``), zeros elsewhere."""
+    o = 1 if const else 0
+    A = np.zeros((len(d.t), o + k1 + k2 + 2))
+    if const:
+        A[:, 0] = 1.0
+    for i, a in enumerate(assign):
+        if a == 0:
+            A[i, o:o + k1] = rows1[i]
+        elif a == 1:
+            A[i, o + k1:o + k1 + k2] = d.s2[i]
+        else:
+            A[i, o + k1 + k2:] = rows3[i]
+    return A
+
+
 def _joint_fit(d: _Design, k1: int, k2: int, const: bool, init: NDArray[np.int64],
                max_iter: int
                ) -> tuple[Array, NDArray[np.int64], float]:
     """Alternate: assign every step to the term that dominates it, then fit all coefficients
     at once by relative NNLS on the assigned rows; keep the best objective seen."""
-    S = len(d.t)
     ncol = (1 if const else 0) + k1 + k2 + 2
-    o = 1 if const else 0
     assign = init.copy()
     # Initial rows: the processor with the most accesses-weighted features, the busiest bank.
     rows1 = [pf[:, int(np.argmax(pf.sum(axis=0)))] for pf in d.pf]
@@ -313,17 +329,7 @@ def _joint_fit(d: _Design, k1: int, k2: int, const: bool, init: NDArray[np.int64
     best: tuple[float, Array, NDArray[np.int64]] = (np.inf, np.zeros(ncol), assign)
     seen: set[bytes] = set()
     for _ in range(max_iter):
-        A = np.zeros((S, ncol))
-        if const:
-            A[:, 0] = 1.0
-        for i in range(S):
-            if assign[i] == 0:
-                A[i, o:o + k1] = rows1[i]
-            elif assign[i] == 1:
-                A[i, o + k1:o + k1 + k2] = d.s2[i]
-            else:
-                A[i, o + k1 + k2:] = rows3[i]
-        c = md.relative_nnls(A, d.t)
+        c = md.relative_nnls(_assigned(d, assign, rows1, rows3, k1, k2, const), d.t)
         vals, cst, rows1, rows3 = _components(d, c, k1, k2, const)
         pred = vals.max(axis=1) + cst
         obj = float(np.sum(((pred - d.t) / d.t) ** 2))
@@ -397,14 +403,20 @@ class ImprovedFit:
                     out[i] = 2 if bkc_of(s) == top and top > 1 else 1
         return out
 
-    def _fit_terms(self, steps: Sequence[Step], t: Array, f1_terms: Sequence[tm.Term]
-                   ) -> tuple[FModel, NDArray[np.int64]]:
-        const = tm.Const() in f1_terms
-        t1 = [x for x in f1_terms if not isinstance(x, tm.Const)]
+    def _setup(self, steps: Sequence[Step], t: Array, f1_terms: Sequence[tm.Term]
+               ) -> tuple[bool, list[tm.Term], list[tm.Term], tuple[tm.Term, ...], _Design]:
+        """(constant?, F1's other terms, F2's, F3's, the design) for these F1 terms."""
         llc = max(self.levels)
+        t1 = [x for x in f1_terms if not isinstance(x, tm.Const)]
         f2_t = usable(f2_terms(llc), self.counters)
         f3_t = _f3_columns(llc, self.counters)
-        d = _design(steps, t1, f2_t, llc, self.processors, self.banks, t, _WB in f3_t)
+        return (tm.Const() in f1_terms, t1, f2_t, f3_t,
+                _design(steps, t1, f2_t, llc, self.processors, self.banks, t, _WB in f3_t))
+
+    def _fit_terms(self, steps: Sequence[Step], t: Array, f1_terms: Sequence[tm.Term]
+                   ) -> tuple[FModel, NDArray[np.int64]]:
+        const, t1, f2_t, f3_t, d = self._setup(steps, t, f1_terms)
+        llc = max(self.levels)
         c, dom, _ = _joint_fit(d, len(t1), len(f2_t), const, self._init_assign(steps),
                                self.max_iter)
         o = 1 if const else 0
@@ -490,26 +502,12 @@ class ImprovedFit:
         """The design on which the fitted F is linear: per pattern, the features of its
         dominating term at its processor or bank; and the column terms."""
         model, _ = self._fit_terms(steps, t, f1_terms)
-        const = tm.Const() in f1_terms
-        t1 = [x for x in f1_terms if not isinstance(x, tm.Const)]
-        llc = max(self.levels)
-        f2_t = usable(f2_terms(llc), self.counters)
-        f3_t = _f3_columns(llc, self.counters)
-        d = _design(steps, t1, f2_t, llc, self.processors, self.banks, t, _WB in f3_t)
+        const, t1, f2_t, _, d = self._setup(steps, t, f1_terms)
         c = np.array(([model.const] if const else []) + [model.f1[x] for x in t1]
                      + [model.f2[x] for x in f2_t] + [model.f3.get(x, 0.0) for x in (_LM, _WB)])
         vals, _, rows1, rows3 = _components(d, c, len(t1), len(f2_t), const)
-        o, k1, k2 = (1 if const else 0), len(t1), len(f2_t)
-        A = np.zeros((len(steps), len(c)))
-        if const:
-            A[:, 0] = 1.0
-        for i, dom in enumerate(vals.argmax(axis=1)):
-            if dom == 0:
-                A[i, o:o + k1] = rows1[i]
-            elif dom == 1:
-                A[i, o + k1:o + k1 + k2] = d.s2[i]
-            else:
-                A[i, o + k1 + k2:] = rows3[i]
+        A = _assigned(d, vals.argmax(axis=1).astype(np.int64), rows1, rows3, len(t1),
+                      len(f2_t), const)
         cols = ([tm.Const()] if const else []) + t1 + list(f2_t) + [_LM, _WB]
         return A, cols
 
