@@ -52,40 +52,51 @@ SPEC = ROOT / "examples" / "sorts.toml"
 Config = tuple[str, int, int, int | None]  # algo, keys per processor, width, bpd
 
 
-def passes(configs: Sequence[Config], n: int, repeats: int, seed: int, rng: np.random.Generator,
-           what: str) -> list[dict[Config, list[dict[str, Any]]]]:
-    """Measure every configuration once in each of ``n`` passes, each pass in a fresh random
-    order: one launch of the p workers per configuration and pass, ``repeats`` warm runs after
-    one warm-up run (dropped: the first run of a launch is 2-3x slower below 1e5 keys).
+def passes(groups: Sequence[Sequence[Config]], n: int, repeats: int, seed: int,
+           rng: np.random.Generator, what: str) -> list[dict[Config, list[dict[str, Any]]]]:
+    """Measure every configuration once in each of ``n`` passes: one launch of the p workers
+    per configuration and pass, ``repeats`` warm runs after one warm-up run (dropped: the first
+    run of a launch is 2-3x slower below 1e5 keys).
 
-    Why passes in random order: the host drifts (a 2-CPU guest shares its machine), so
-    configurations measured one after another share its state; shuffled passes turn that drift
-    into noise spread over all configurations instead of an error confined to a block of them,
-    and two passes measure how much one launch's verdict can be trusted."""
+    The host drifts: a 2-CPU guest shares its machine, and the same configuration measured
+    minutes apart differs by up to 40 %. So what is compared is measured together: each group
+    (the configurations compared at one grid point) runs back to back, in a fresh random order
+    within the group, and the groups in a fresh random order each pass; comparisons are made
+    within a pass, and the passes give their median and how far one pass can be trusted."""
     out: list[dict[Config, list[dict[str, Any]]]] = []
     t0 = time.perf_counter()
+    total = sum(len(g) for g in groups)
     for i in range(n):
-        order = [configs[j] for j in rng.permutation(len(configs))]
         runs: dict[Config, list[dict[str, Any]]] = {}
-        for j, (algo, k, w, b) in enumerate(order):
-            runs[(algo, k, w, b)] = bsp_sort.run_repeats(
-                algo, keys=k, width=w, bpd=b, seed=seed, repeats=repeats + 1)[1:]
-            if j % 200 == 199:
-                print(f"  {what}: pass {i + 1}/{n}, {j + 1}/{len(order)} configurations "
-                      f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+        for j in rng.permutation(len(groups)):
+            g = groups[j]
+            for m in rng.permutation(len(g)):
+                algo, k, w, b = g[m]
+                runs[g[m]] = bsp_sort.run_repeats(algo, keys=k, width=w, bpd=b, seed=seed,
+                                                  repeats=repeats + 1)[1:]
+                if len(runs) % 400 == 0:
+                    print(f"  {what}: pass {i + 1}/{n}, {len(runs)}/{total} configurations "
+                          f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
         out.append(runs)
     return out
+
+
+def ratio(ps: Sequence[dict[Config, list[dict[str, Any]]]], a: Config, b: Config) -> float:
+    """Median over passes of time(a) / time(b), each pass's times measured back to back."""
+    return float(np.median([median_s(p[a]) / median_s(p[b]) for p in ps]))
 
 
 def median_s(runs: Iterable[dict[str, Any]]) -> float:
     return float(np.median([r["total_s"] for r in runs]))
 
 
-def profile(configs: Sequence[Config], repeats: int, seed: int, out: Path, launches: int,
-            rng: np.random.Generator) -> list[str]:
+def profile(groups: Sequence[Sequence[Config]], repeats: int, seed: int, out: Path,
+            launches: int, rng: np.random.Generator) -> list[str]:
+    """Training samples: the configurations of one (keys, width) measured back to back, so
+    that the models of the implementations see the host in the same state there."""
     lines = [json.dumps({x: r[x] for x in ("algo", "keys", "width", "bpd", "p", "repeat",
                                            "total_s") if x in r})
-             for ps in passes(configs, launches, repeats, seed, rng, "training")
+             for ps in passes(groups, launches, repeats, seed, rng, "training")
              for runs in ps.values() for r in runs]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n")
@@ -142,9 +153,10 @@ def main(argv: Iterable[str] | None = None) -> int:
         sample_files = [a.samples]
         print(f"training samples: {a.samples} (reused)")
     else:
-        configs: list[Config] = [(algo, k, w, b) for k in keys for w in widths
-                                 for algo, b in [("sample", None), *(("radix", b) for b in bpds)]]
-        lines = profile(configs, a.repeats, a.seed, a.out_samples, a.train_launches,
+        tgroups: list[list[Config]] = [
+            [(algo, k, w, b) for algo, b in [("sample", None), *(("radix", b) for b in bpds)]]
+            for k in keys for w in widths]
+        lines = profile(tgroups, a.repeats, a.seed, a.out_samples, a.train_launches,
                         np.random.default_rng(a.seed))
         sample_files = [a.out_samples]
         print(f"training: p = {p}, keys per processor {keys}, widths {widths}, radix bits per "
@@ -177,33 +189,34 @@ def main(argv: Iterable[str] | None = None) -> int:
     def bpd_of(c: select.Choice) -> int:
         return int(next(x for x in c.candidates if x.implementation == "radix").params["bpd"])
 
-    need: list[Config] = sorted({cfg for k, w, _, c in choices
-                   for cfg in (("sample", k, w, None), ("radix", k, w, bpd_of(c)))}, key=str)
-    ps = passes(need, a.launches, a.repeats, a.seed + 1, rng, "selection grid")
-    measured = {cfg: median_s(r for p in ps for r in p[cfg]) for cfg in need}
+    groups: dict[tuple[int, int], set[Config]] = {}
+    for k, w, _, c in choices:
+        groups.setdefault((k, w), set()).update({("sample", k, w, None),
+                                                  ("radix", k, w, bpd_of(c))})
+    ps = passes([sorted(g, key=str) for g in groups.values()], a.launches, a.repeats,
+                a.seed + 1, rng, "selection grid")
+    nconf = sum(len(g) for g in groups.values())
     rows: dict[str, list[tuple[bool, float, float]]] = {n: [] for n in MODELERS}
     agree: dict[str, list[bool]] = {n: [] for n in MODELERS}
     details = []
+    h = len(ps) // 2
     for k, w, name, c in choices:
         bpd = bpd_of(c)
         cfgs = {"sample": ("sample", k, w, None), "radix": ("radix", k, w, bpd)}
-        t = {impl: measured[cfg] for impl, cfg in cfgs.items()}
         pick = c.best.implementation
         other = "radix" if pick == "sample" else "sample"
-        gap = max(t.values()) / min(t.values()) - 1
-        rows[name].append((t[pick] <= t[other], t[pick] / t[other] - 1, gap))
-        if len(ps) > 1:  # do the two halves of the passes name the same winner?
-            h = len(ps) // 2
-            first, second = ({impl: median_s(r for p in half for r in p[cfg])
-                              for impl, cfg in cfgs.items()} for half in (ps[:h], ps[h:]))
-            agree[name].append(min(first, key=first.__getitem__)
-                               == min(second, key=second.__getitem__))
+        q = ratio(ps, cfgs[pick], cfgs[other])  # < 1: the pick is faster
+        rows[name].append((q <= 1, q - 1, max(q, 1 / q) - 1))
+        if h:  # do the two halves of the passes, measured apart, name the same winner?
+            agree[name].append((ratio(ps[:h], cfgs[pick], cfgs[other]) <= 1)
+                               == (ratio(ps[h:], cfgs[pick], cfgs[other]) <= 1))
+        t = {impl: median_s(r for p in ps for r in p[cfg]) for impl, cfg in cfgs.items()}
         details.append({"modeler": name, "keys": k, "width": w, "pick": pick, "bpd": bpd,
-                        "measured_s": t, "predicted_s": {x.implementation: x.predicted
-                                                         for x in c.candidates}})
+                        "measured_s": t, "ratio_pick_other": q,
+                        "predicted_s": {x.implementation: x.predicted for x in c.candidates}})
     print(f"\nselection: {points} random points (keys per processor log-uniform in "
           f"[{lo}, {hi}], width 4..32, none a training point), sample sort against radix sort "
-          f"at the model's digit width; {len(need)} configurations measured in "
+          f"at the model's digit width; {nconf} configurations measured in "
           f"{time.perf_counter() - t1:.0f} s")
     print(f"{'modeler':<8} {'right':>14} {'gap > ' + str(round(100 * a.decisive)) + '%':>18} "
           f"{'gap > 25%':>18} {'mean penalty':>13} {'worst':>7}  (penalty when wrong)")
@@ -224,8 +237,9 @@ def main(argv: Iterable[str] | None = None) -> int:
               f"{dright:>6}/{len(dec)} {100 * dright / max(1, len(dec)):5.1f}% "
               f"{bright:>6}/{len(big)} {100 * bright / max(1, len(big)):5.1f}% "
               f"{100 * mean:>12.1f}% {100 * worst:>6.1f}%")
-    print(f"(decisive: the two measured more than {100 * a.decisive:.0f}% apart; each time the "
-          f"median of {a.repeats} warm runs in each of {a.launches} launches)")
+    print(f"(the two are compared in each of {a.launches} passes, measured back to back, "
+          f"{a.repeats} warm runs each; the verdict is the median of the passes' ratios; gap: "
+          f"how far apart that median puts them)")
     for name, ag in agree.items():
         if ag:
             summary[name]["noise_agreement"] = sum(ag) / len(ag)
@@ -242,11 +256,25 @@ def main(argv: Iterable[str] | None = None) -> int:
           + "  ".join(f"{n + ' bpd':>10} {'penalty':>7}" for n in MODELERS))
     offs: dict[str, list[tuple[int, float]]] = {n: [] for n in MODELERS}
     wpoints = grid(width_points, rng, train, lo, hi)
-    wneed: list[Config] = [("radix", k, w, b) for k, w in wpoints for b in range(1, 17)]
-    wps = passes(wneed, a.launches, a.repeats, a.seed + 2, rng, "minimiser grid")
+    wgroups = [[("radix", k, w, b) for b in range(1, 17)] for k, w in wpoints]
+    wps = passes(wgroups, a.launches, a.repeats, a.seed + 2, rng, "minimiser grid")
+    def relative(k: int, w: int, ps: Sequence[dict[Config, list[dict[str, Any]]]]
+                 ) -> dict[int, float]:
+        """Each pass's times relative to that pass's fastest width; the median of passes."""
+        return {b: float(np.median([median_s(p[("radix", k, w, b)])
+                                    / min(median_s(p[("radix", k, w, x)]) for x in range(1, 17))
+                                    for p in ps])) for b in range(1, 17)}
+
+    halves_within_one = 0
     for k, w in wpoints:
-        tb = {b: median_s(r for p in wps for r in p[("radix", k, w, b)]) for b in range(1, 17)}
-        best = min(tb, key=tb.__getitem__)
+        rel = relative(k, w, wps)
+        best = min(rel, key=rel.__getitem__)
+        if len(wps) > 1:  # the noise floor: do two halves of the passes agree within one?
+            h1, h2 = relative(k, w, wps[:len(wps) // 2]), relative(k, w, wps[len(wps) // 2:])
+            halves_within_one += abs(min(h1, key=h1.__getitem__)
+                                     - min(h2, key=h2.__getitem__)) <= 1
+        t_best = median_s(r for p in wps for r in p[("radix", k, w, best)])
+        tb = {b: rel[b] / rel[best] * t_best for b in rel}
         cells = []
         for name, ms in models.items():
             b, _ = select.best_parameter(spec.implementations["radix"], ms["radix"],
@@ -261,6 +289,9 @@ def main(argv: Iterable[str] | None = None) -> int:
         print(f"  {name}: digit width within one of the measured best at {within}/{len(o)} "
               f"points; time penalty mean {100 * float(np.mean([x for _, x in o])):.1f}%, "
               f"worst {100 * max(x for _, x in o):.1f}%")
+    if len(wps) > 1:
+        print(f"  noise floor: the best widths of the first and the last {len(wps) // 2} passes, "
+              f"measured apart, are within one at {halves_within_one}/{len(wpoints)} points")
     print(f"({time.perf_counter() - t1:.0f} s; total {time.perf_counter() - t0:.0f} s)")
     br = summary["brewer"]
     ok = br["right"] >= 0.995 * br["points"]

@@ -189,8 +189,11 @@ def _select(a: argparse.Namespace) -> tuple[Any, str]:
                      f"{c.optimised or '-'}")
     best = choice.best
     if len(choice.candidates) > 1:
+        nxt = choice.candidates[1]
         lines.append(f"pick {best.implementation}: predicted {choice.margin:.2f}x faster than "
-                     f"{choice.candidates[1].implementation}, the next best")
+                     f"{nxt.implementation}, the next best"
+                     + ("; their 95% intervals overlap, so within the models' error the two "
+                        "may be equal" if best.upper >= nxt.lower else ""))
     else:
         lines.append(f"pick {best.implementation}: the only implementation")
     lines.append("models (seconds):")
