@@ -30,6 +30,7 @@ import dataclasses
 import logging
 import os
 import select
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,18 +118,29 @@ def _exe(pid: int, procfs: Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+# A process in the last steps of an exec shows start_code and start_stack as 0: the kernel
+# closes close-on-exec descriptors (which is when a parent's Popen returns) before the ELF
+# loader sets them. Read again for up to this long before taking such an identity as it is
+# (a kernel thread or a zombie has no image at all).
+_EXEC_SETTLE_S = 0.05
+
+
 def identify(pid: int, tid: int, procfs: Path = PROCFS) -> Identity | None:
     """Thread ``tid`` of process ``pid`` as it is now (None: no such thread of that process)."""
-    fields = _stat_fields(f"{procfs}/{pid}/task/{tid}/stat")
-    uids = _uids(pid, tid, procfs)
-    if fields is None or uids is None or len(fields) < 46:
-        return None
-    try:
-        start = int(fields[19])
-        image = (int(fields[23]), int(fields[25]), int(fields[45]))
-    except ValueError:
-        return None
-    return Identity(start, uids, _exe(pid, procfs), image)
+    deadline = time.monotonic() + _EXEC_SETTLE_S
+    while True:
+        fields = _stat_fields(f"{procfs}/{pid}/task/{tid}/stat")
+        uids = _uids(pid, tid, procfs)
+        if fields is None or uids is None or len(fields) < 46:
+            return None
+        try:
+            start = int(fields[19])
+            image = (int(fields[23]), int(fields[25]), int(fields[45]))
+        except ValueError:
+            return None
+        if (image[0] and image[1]) or time.monotonic() > deadline:
+            return Identity(start, uids, _exe(pid, procfs), image)
+        time.sleep(0.0005)
 
 
 def _pidfd(pid: int) -> int | None:
