@@ -514,10 +514,13 @@ def fit_model(terms: Sequence[str | tm.Term], table: tm.Table, times: ArrayLike,
         validation = ({k: v[te] if v.ndim else v for k, v in data.items()}, y[te])
         data = {k: v[tr] if v.ndim else v for k, v in data.items()}
         X, y = X[tr], y[tr]
-    if len(y) < len(cand):
-        raise BadInput(f"{where}: {len(y)} samples for {len(cand)} terms",
-                       f"profile at least {len(cand)} runs, or list fewer terms")
     search = make_modeler(modeler, folds=folds, seed=seed)
+    # A search that fits every candidate at once needs a sample per candidate; one that fits a
+    # constant and one term at a time (single), three (two, and one to cross-validate).
+    need = len(cand) if search.fits_all else min(len(cand), 3)
+    if len(y) < need:
+        raise BadInput(f"{where}: {len(y)} samples for {len(cand)} terms",
+                       f"profile at least {need} runs, or list fewer terms")
     tm.check_design(cand, X, where=where, independent=search.fits_all)
     sel = search.select(cand, X, y, nonnegative=nonnegative,
                         keep=frozenset(tm.parse(k) for k in keep), progress=progress)

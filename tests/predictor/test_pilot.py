@@ -1,0 +1,160 @@
+"""Pilot forecasts on synthetic programs whose counters grow by a known law: extrapolation within
+tolerance, the growth term found, interval coverage measured, F on extrapolated counters, and
+every bad input of the Pilot issue."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from predictor import pilot
+from predictor.errors import BadInput
+from predictor.inputs import Step
+from predictor.profile import load_profile
+
+SIZES = [1e5, 2e5, 3e5, 4e5, 5e5]
+
+
+def _law(n: float) -> float:
+    return 3e3 + 2.0 * n + 0.5 * n * math.log2(n)
+
+
+def test_extrapolation_of_a_two_term_law_within_tolerance():
+    """a + b*n + c*n*log(n), 1% noise, 5 sizes x 3 repeats, target 2x the largest pilot: the
+    one-term model is within 2% of the truth, and its 90% interval holds the truth."""
+    rng = np.random.default_rng(3)
+    ns = [n for n in SIZES for _ in range(3)]
+    ys = [_law(n) * (1 + 0.01 * rng.standard_normal()) for n in ns]
+    e = pilot.extrapolate(ns, ys, 1e6)
+    assert e.value == pytest.approx(_law(1e6), rel=0.02)
+    assert e.lower <= _law(1e6) <= e.upper
+
+
+@pytest.mark.parametrize("law, term", [
+    (lambda n: 50.0 + 3.0 * n * math.log2(n), "n*log(n)"),
+    (lambda n: 1e4 + 1e-5 * n ** 2, "n^2"),
+    (lambda n: 10.0 + 7.0 * n, "n"),
+])
+def test_the_growth_term_is_found(law, term):
+    rng = np.random.default_rng(5)
+    ns = [n for n in SIZES for _ in range(3)]
+    ys = [law(n) * (1 + 0.01 * rng.standard_normal()) for n in ns]
+    e = pilot.extrapolate(ns, ys, 2e6)
+    assert e.how.endswith(f"*{term}") and "+" in e.how, e.how
+    assert e.value == pytest.approx(law(2e6), rel=0.03)
+
+
+def test_interval_coverage_at_the_target_is_measured():
+    """200 pilot campaigns (1% noise, law within the model family): the 90% interval at 2x the
+    largest pilot holds a fresh observation there at 0.845 (measured), a little below nominal:
+    the interval does not account for the choice of the growth term among 17."""
+    rng = np.random.default_rng(11)
+    law = lambda n: 50.0 + 3.0 * n * math.log2(n)  # noqa: E731
+    ns = [n for n in SIZES for _ in range(3)]
+    inside = 0
+    reps = 200
+    for _ in range(reps):
+        ys = [law(n) * (1 + 0.01 * rng.standard_normal()) for n in ns]
+        e = pilot.extrapolate(ns, ys, 1e6, level=0.9)
+        inside += e.lower <= law(1e6) * (1 + 0.01 * rng.standard_normal()) <= e.upper
+    assert 0.82 <= inside / reps <= 0.97, inside / reps
+
+
+def test_zero_counters_stay_zero_and_sparse_ones_are_scaled():
+    zero = pilot.extrapolate(SIZES, [0.0] * 5, 1e6)
+    assert (zero.value, zero.lower, zero.upper) == (0.0, 0.0, 0.0) and "zero" in zero.how
+    sparse = pilot.extrapolate(SIZES, [0, 0, 0, 4.0, 5.0], 1e6)
+    assert sparse.value == pytest.approx(10.0) and "linearly" in sparse.how
+
+
+# -- forecasts with a profile ---------------------------------------------------------------------
+
+PROFILE = load_profile("sgi-power-challenge")  # the paper's machine: 8 processors
+P = 4  # processors used by the synthetic program
+
+
+def _counters(n: float, rng: np.random.Generator, noise: float) -> dict[str, np.ndarray]:
+    """Per processor: loads n/P, stores n/P, misses and writebacks at fixed rates (a streaming
+    sort-like step)."""
+    base = {"loads": n / P, "stores": n / P, "l1d_misses": n / P / 8, "l2_misses": n / P / 32,
+            "l1d_writebacks": n / P / 16, "l2_writebacks": n / P / 64}
+    return {k: np.full(P, v) * (1 + noise * rng.standard_normal(P)) for k, v in base.items()}
+
+
+def _run(n: float, rng: np.random.Generator, noise: float = 0.01) -> pilot.PilotRun:
+    steps = []
+    for i, name in enumerate(("count elements", "move elements")):
+        c = _counters(n * (1 + i), rng, noise)
+        s = Step(f"{i}:{name}", c, tuple(range(P)))
+        t = PROFILE.f_model("paper").evaluate(s).f * (1 + noise * rng.standard_normal())
+        steps.append(Step(s.name, c, s.ranks, time_ns=t))
+    return pilot.PilotRun(n, tuple(steps), f"run-{n:g}")
+
+
+def test_forecast_evaluates_f_on_extrapolated_counters():
+    rng = np.random.default_rng(7)
+    runs = [_run(n, rng) for n in SIZES for _ in range(2)]
+    fc = pilot.forecast(runs, 2e6, PROFILE, level=0.9)
+    truth = [PROFILE.f_model("paper").evaluate(Step("x", _counters(2e6 * (1 + i),
+                                                                  np.random.default_rng(0), 0.0),
+                                                    tuple(range(P)))) for i in range(2)]
+    assert [(s.index, s.name) for s in fc.steps] == [(0, "count elements"),
+                                                     (1, "move elements")]
+    for s, t in zip(fc.steps, truth, strict=True):
+        assert s.f is not None and s.variant == "paper"
+        assert s.f.f == pytest.approx(t.f, rel=0.03)
+        assert s.f.dominant == t.dominant
+        lo, hi = s.f_interval_ns or (0, 0)
+        assert lo <= s.f.f <= hi
+        assert s.time_only.value == pytest.approx(t.f * 1e-9, rel=0.05)
+        assert s.pilot_f_error is not None and s.pilot_f_error < 1.05
+        assert s.counters["loads"].value == pytest.approx(2e6 * (1 + s.index), rel=0.03)
+    j = fc.to_json()
+    assert j["target"] == 2e6 and j["sizes"] == SIZES and j["profile"] == PROFILE.name
+    assert set(j["supersteps"][0]) >= {"index", "name", "predicted_s", "interval_s",
+                                       "dominating", "time_only_s", "counters"}
+    total, lo, hi = fc.total()
+    assert lo <= total <= hi and total == pytest.approx(sum(s.predicted_s for s in fc.steps))
+
+
+def test_without_a_profile_the_time_only_forecast_remains():
+    rng = np.random.default_rng(8)
+    fc = pilot.forecast([_run(n, rng) for n in SIZES], 1e6, None)
+    assert all(s.f is None and s.why == "no profile given" for s in fc.steps)
+    assert all(s.predicted_s == s.time_only.value > 0 for s in fc.steps)
+
+
+def test_a_target_inside_the_pilot_range_is_interpolated_and_said():
+    rng = np.random.default_rng(9)
+    fc = pilot.forecast([_run(n, rng) for n in SIZES], 2.5e5, PROFILE)
+    assert any("inside the pilot range" in n for n in fc.notes)
+
+
+# -- bad input --------------------------------------------------------------------------------
+
+def _runs(sizes, rng=None):
+    rng = rng or np.random.default_rng(1)
+    return [_run(n, rng) for n in sizes]
+
+
+def test_bad_pilot_campaigns_are_refused_naming_what():
+    with pytest.raises(BadInput, match="not increasing"):
+        pilot.check_runs(_runs([1e5, 3e5, 2e5]))
+    with pytest.raises(BadInput, match="2 distinct pilot sizes"):
+        pilot.check_runs(_runs([1e5, 2e5, 2e5]))
+    with pytest.raises(BadInput, match="no pilot runs"):
+        pilot.check_runs([])
+    runs = _runs(SIZES[:3])
+    runs[1] = pilot.PilotRun(runs[1].size, (), "empty-run")
+    with pytest.raises(BadInput, match="empty-run .* recorded no supersteps"):
+        pilot.check_runs(runs)
+    runs = _runs(SIZES[:3])
+    s = runs[2].steps
+    runs[2] = pilot.PilotRun(runs[2].size, (s[0], Step("1:other", s[1].counters, s[1].ranks,
+                                                        time_ns=s[1].time_ns)), "odd-run")
+    with pytest.raises(BadInput, match="odd-run .* has superstep \\(1, 'other'\\)"):
+        pilot.check_runs(runs)
+    with pytest.raises(BadInput, match="not a size > 0"):
+        pilot.forecast(_runs(SIZES[:3]), -5, None)
