@@ -4,6 +4,8 @@
     predict validate  --results FILE --profile PROFILE [--json]
     predict profile   PROFILE [--json]
     predict select    --spec SPEC --samples FILE [--samples FILE...] NAME=VALUE... [--json]
+    predict --pilot 'CMD ... {n} ...' --sizes S1,S2,... --target N [--profile P] [--backend B]
+            [--repeat R] [--check] [--json]
     predict --profile PROFILE --counters FILE [--model paper|improved] [--json]
 
 Exit codes: 0 ok, 2 bad usage or bad input (one line on stderr: what, and the fix).
@@ -88,6 +90,112 @@ def _forecast_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="paper or improved (default: the profile's)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return p
+
+
+def _pilot_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="predict --pilot", description=textwrap.fill(
+        "Run a command at small input sizes (timed runs with markers only, and one counted run "
+        "per size), fit a growth model in n for every superstep's time and counters, and "
+        "forecast each superstep at the target size: F on the extrapolated counters (with a "
+        "profile) beside the time extrapolated directly (Amato et al., 'Predicting "
+        "performance on SMPs', section 5.4).", 92),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pilot", required=True, metavar="CMD",
+                   help="the command, with {n} where it takes its input size")
+    p.add_argument("--sizes", required=True, help="pilot sizes, comma-separated, increasing")
+    p.add_argument("--target", required=True, type=float, help="the size to forecast")
+    p.add_argument("--profile", default=None, help="machine profile (file or built-in name)")
+    p.add_argument("--backend", default="callgrind",
+                   help="counting source of the counted runs (default callgrind; perf or papi "
+                   "where the host has a PMU)")
+    p.add_argument("--repeat", type=int, default=3, help="timed runs per size (default 3)")
+    p.add_argument("--level", type=float, default=0.9, help="interval level (default 0.9)")
+    p.add_argument("--check", action="store_true",
+                   help="also run the target size and compare (E = max(T,P)/min(T,P))")
+    p.add_argument("--keep", type=Path, default=None,
+                   help="keep the runs' records in this directory (default: a temporary one)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    return p
+
+
+def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
+    import sys as _sys
+    import tempfile
+
+    from predictor import pilot
+    from predictor.profile import check_host, load_profile
+
+    try:
+        sizes = [float(x) for x in a.sizes.split(",") if x.strip()]
+    except ValueError:
+        raise BadInput(f"--sizes {a.sizes!r} is not a list of numbers",
+                       "write e.g. --sizes 1e5,2e5,3e5") from None
+    if len(set(sizes)) < 3 or any(b <= x for x, b in zip(sizes, sizes[1:], strict=False)):
+        raise BadInput(f"--sizes {a.sizes}: give three or more increasing sizes",
+                       "write e.g. --sizes 1e5,2e5,3e5")
+    if not 0 < a.level < 1:
+        raise BadInput(f"--level {a.level} is not a fraction", "give e.g. --level 0.9")
+    pilot.command_for(a.pilot, sizes[0])  # the {n} check before anything runs
+    prof = load_profile(a.profile) if a.profile else None
+    if prof is not None:
+        check_host(prof)
+
+    def progress(m: str) -> None:
+        print(f"predict: {m}", file=_sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="counterd-pilot-") as tmp:
+        work = a.keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        runs = pilot.run_campaign(a.pilot, sizes, repeat=a.repeat, backend=a.backend,
+                                  workdir=work, progress=progress)
+        fc = pilot.forecast(runs, a.target, prof, level=a.level)
+        measured = (dict(pilot.measure_target(a.pilot, a.target, repeat=a.repeat,
+                                              workdir=work, progress=progress))
+                    if a.check else {})
+    data = fc.to_json()
+    pct = round(100 * a.level)
+    lines = [f"forecast at n = {a.target:g} from pilots at {', '.join(f'{x:g}' for x in sizes)}"
+             f" ({a.repeat} timed runs and 1 counted run ({a.backend}) each); profile "
+             f"{prof.name if prof else 'none'}; {pct}% intervals",
+             f"{'superstep':<26} {'F':>9} {str(pct) + '% interval':>21} {'dom':>3} "
+             f"{'time-only':>9} {'trust':>9}" + (f" {'measured':>9} {'E':>5} in" if a.check
+                                                 else "")]
+    tot_m = 0.0
+    for s, j in zip(fc.steps, data["supersteps"], strict=True):
+        lo, hi = j["interval_s"]
+        f_mre = s.pilot_f_error
+        t_mre = s.time_only.pilot_mre
+        trust = ("-" if f_mre is None or t_mre is None
+                 else "F" if f_mre - 1 <= t_mre - 1 else "time")
+        row = (f"{(str(s.index) + ' ' + s.name)[:26]:<26} "
+               f"{seconds(s.f.f * 1e-9) if s.f else '-':>9} "
+               f"{seconds(lo) + ' .. ' + seconds(hi):>21} {j['dominating'] or '-':>3} "
+               f"{seconds(s.time_only.value):>9} {trust:>9}")
+        m = measured.get((s.index, s.name))
+        if a.check:
+            if m is None:
+                row += "         -     -"
+            else:
+                t = m * 1e-9
+                tot_m += t
+                e = max(t, s.predicted_s) / min(t, s.predicted_s)
+                j["measured_s"], j["E"] = t, e
+                j["inside"] = lo <= t <= hi
+                row += f" {seconds(t):>9} {e:>5.2f} {'yes' if lo <= t <= hi else 'no'}"
+        lines.append(row)
+        if s.why:
+            lines.append(f"{'':<26} no F: {s.why}")
+    total, lo, hi = fc.total()
+    lines.append(f"{'total':<26} {seconds(total):>9} {seconds(lo) + ' .. ' + seconds(hi):>21}"
+                 f" {'':>3} {seconds(data['total']['time_only_s']):>9}")
+    if a.check and tot_m:
+        e = max(tot_m, total) / min(tot_m, total)
+        data["total"].update({"measured_s": tot_m, "E": e})
+        lines.append(f"measured in all {seconds(tot_m)}: E {e:.2f}")
+    lines.append("trust: F or time-only, whichever fits the pilot runs' own times better (F's "
+                 "average E there against time-only's cross-validated MRE)")
+    lines += [f"note: {n}" for n in fc.notes]
+    return data, "\n".join(lines)
 
 
 def _num(v: float | None, scale: float = 1e-3) -> str:
@@ -280,6 +388,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args[:1] in (["-h"], ["--help"]) or not args:
             _forecast_parser().print_help(sys.stdout if args else sys.stderr)
             return 0 if args else 2
+        elif any(x == "--pilot" or x.startswith("--pilot=") for x in args):
+            a = _pilot_parser().parse_args(args)
+            run = _pilot
         else:
             a = _forecast_parser().parse_args(args)
             run = _forecast

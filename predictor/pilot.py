@@ -50,6 +50,15 @@ class PilotRun:
     size: float
     steps: tuple[Step, ...]
     source: str = "<run>"
+    # Per step, the times (ns) of every timed run at this size, when the counted run's steps
+    # carry their median: the time model is fitted on these (more samples, the real spread).
+    times_ns: tuple[tuple[float, ...], ...] = ()
+
+    def step_times(self, i: int) -> list[float]:
+        if self.times_ns:
+            return list(self.times_ns[i])
+        t = self.steps[i].time_ns
+        return [float(t)] if t is not None else []
 
 
 def split_name(step: Step) -> tuple[int, str]:
@@ -231,11 +240,11 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
         where = f"superstep {index}:{name}"
         progress(f"{where}: fitting growth models")
         steps = [r.steps[i] for r in runs]
-        times = [s.time_ns for s in steps]
-        if any(t is None or not t > 0 for t in times):
+        tn = [(r.size, t) for r in runs for t in r.step_times(i)]
+        if any(not t > 0 for _, t in tn) or any(not r.step_times(i) for r in runs):
             raise BadInput(f"{where}: a pilot run has no time for it",
                            "give complete records (no incomplete supersteps)")
-        time_only = extrapolate(ns, [float(t or 0) * 1e-9 for t in times], target,
+        time_only = extrapolate([n for n, _ in tn], [t * 1e-9 for _, t in tn], target,
                                 level=level, modeler=modeler, where=f"{where}: time")
         names = sorted(set.intersection(*(set(s.counters) for s in steps)))
         counters = {c: extrapolate(ns, [float(s.counter(c).sum()) for s in steps], target,
@@ -267,3 +276,139 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
         out.append(sf)
     return Forecast(float(target), sizes, profile.name if profile else None, tuple(out),
                     tuple(notes))
+
+
+# -- running a pilot campaign ---------------------------------------------------------------------
+
+def _counterd() -> list[str]:
+    """The ``counterd`` command of this installation (beside this Python, else on PATH)."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    here = Path(sys.executable).parent / "counterd"
+    if here.exists():
+        return [str(here)]
+    found = shutil.which("counterd")
+    if found is None:
+        raise BadInput("the counterd command is not installed", "install this package")
+    return [found]
+
+
+def _size_text(n: float) -> str:
+    return str(int(n)) if float(n).is_integer() else repr(float(n))
+
+
+def command_for(template: str, n: float) -> list[str]:
+    """The command line of one run: ``{n}`` in ``template`` replaced by the size."""
+    import shlex
+
+    if "{n}" not in template:
+        raise BadInput(f"the pilot command {template!r} has no {{n}}",
+                       "write {n} where the command takes its input size")
+    try:
+        return shlex.split(template.replace("{n}", _size_text(n)))
+    except ValueError as exc:
+        raise BadInput(f"cannot split the pilot command {template!r}: {exc}",
+                       "quote it as a shell would") from None
+
+
+def record_run(template: str, n: float, backend: str, out: Any, *, what: str) -> list[Step]:
+    """One run of the command at size ``n`` under ``counterd record --backend backend``; its
+    supersteps. A failed run or one without supersteps is a BadInput naming the run."""
+    import subprocess
+
+    from predictor.inputs import load_counters
+
+    cmd = [*_counterd(), "record", "--backend", backend, "--out", str(out), "--",
+           *command_for(template, n)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise BadInput(f"{what} (n = {_size_text(n)}) failed with exit code "
+                       f"{proc.returncode}: {tail}", "run the command by hand at that size")
+    steps = load_counters(out)
+    if not steps:
+        raise BadInput(f"{what} (n = {_size_text(n)}) recorded no supersteps",
+                       "mark the program's supersteps with counterd.superstep")
+    return steps
+
+
+def _with_times(counted: Sequence[Step], timed: Sequence[Sequence[Step]], what: str
+                ) -> tuple[Step, ...]:
+    """The counted run's steps with the median time of the timed runs (a counting source such
+    as Callgrind slows the program down; times are always measured without it)."""
+    keys = [split_name(s) for s in counted]
+    for t in timed:
+        if [split_name(s) for s in t] != keys:
+            raise BadInput(f"{what}: the timed and the counted runs have different supersteps",
+                           "pilot runs must have the same supersteps every time")
+    return tuple(Step(s.name, s.counters, s.ranks, s.bank_lm, s.bank_wb, s.k, s.m_b,
+                      float(np.median([float(t[i].time_ns or 0) for t in timed])), s.meta)
+                 for i, s in enumerate(counted))
+
+
+def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
+                 backend: str = "callgrind", workdir: Any,
+                 progress: md.Progress = md.no_progress) -> list[PilotRun]:
+    """At every size: ``repeat`` timed runs (markers only, ``--backend none``) and one counted
+    run (``backend``); records under ``workdir``. Progress says what runs and the time left."""
+    import time
+    from pathlib import Path
+
+    if repeat < 1:
+        raise BadInput(f"--repeat {repeat}", "give 1 or more")
+    work = Path(workdir)
+    runs = []
+    spent = {"timed": [0.0, 0], "counted": [0.0, 0]}  # seconds, runs
+
+    def left(i: int, timed_done: int) -> str:
+        """Time left: each kind of run at its mean so far, scaled by size (runs grow with n;
+        linear scaling is the cautious guess)."""
+        est = 0.0
+        for kind, count in (("timed", repeat), ("counted", 1)):
+            s_, k_ = spent[kind]
+            if not k_:
+                return ""
+            per_n = s_ / k_ / float(np.mean(sizes[:i + 1]))
+            todo = [(m, count) for m in sizes[i + 1:]]
+            if kind == "timed":
+                todo.append((sizes[i], repeat - timed_done))
+            est += sum(per_n * m * c for m, c in todo)
+        return f", about {est:.0f} s left"
+
+    for i, n in enumerate(sizes):
+        timed = []
+        for r in range(repeat):
+            progress(f"n = {_size_text(n)}: timed run {r + 1}/{repeat}{left(i, r)}")
+            t1 = time.monotonic()
+            timed.append(record_run(template, n, "none", work / f"timed-{n:g}-{r}.jsonl",
+                                    what=f"timed pilot run {r + 1}"))
+            spent["timed"][0] += time.monotonic() - t1
+            spent["timed"][1] += 1
+        progress(f"n = {_size_text(n)}: counted run ({backend}){left(i, repeat)}")
+        t1 = time.monotonic()
+        counted = record_run(template, n, backend, work / f"counted-{n:g}.jsonl",
+                             what=f"counted pilot run ({backend})")
+        spent["counted"][0] += time.monotonic() - t1
+        spent["counted"][1] += 1
+        runs.append(PilotRun(float(n), _with_times(counted, timed, f"n = {_size_text(n)}"),
+                             f"the run at n = {_size_text(n)}",
+                             tuple(tuple(float(t[i].time_ns or 0) for t in timed)
+                                   for i in range(len(counted)))))
+    return runs
+
+
+def measure_target(template: str, target: float, *, repeat: int, workdir: Any,
+                   progress: md.Progress = md.no_progress) -> list[tuple[tuple[int, str], float]]:
+    """``--check``: the target size's supersteps and their median measured time (ns)."""
+    from pathlib import Path
+
+    timed = []
+    for r in range(repeat):
+        progress(f"n = {_size_text(target)}: checking run {r + 1}/{repeat}")
+        timed.append(record_run(template, target, "none",
+                                Path(workdir) / f"check-{r}.jsonl", what="checking run"))
+    keys = [split_name(s) for s in timed[0]]
+    return [(k, float(np.median([float(t[i].time_ns or 0) for t in timed])))
+            for i, k in enumerate(keys)]

@@ -158,3 +158,73 @@ def test_bad_pilot_campaigns_are_refused_naming_what():
         pilot.check_runs(runs)
     with pytest.raises(BadInput, match="not a size > 0"):
         pilot.forecast(_runs(SIZES[:3]), -5, None)
+
+
+# -- predict --pilot ------------------------------------------------------------------------------
+
+PROG = """
+import sys
+import numpy as np
+import counterd
+n = int(sys.argv[1])
+a = np.ones(n)
+with counterd.superstep("sum", n=n):
+    a.sum()
+with counterd.superstep("sort", n=n):
+    np.sort(np.random.default_rng(0).random(n))
+"""
+
+
+def _prog(tmp_path):
+    import sys
+
+    (tmp_path / "prog.py").write_text(PROG)
+    return f"{sys.executable} {tmp_path / 'prog.py'} {{n}}"
+
+
+def test_cli_pilot_runs_the_campaign_and_forecasts(tmp_path, capsys):
+    """Time-only forecasts (counted runs with --backend none count nothing), with --check: the
+    target is run and compared."""
+    import json
+
+    from predictor.cli import main
+
+    rc = main(["--pilot", _prog(tmp_path), "--sizes", "20000,40000,80000", "--target",
+               "160000", "--backend", "none", "--repeat", "2", "--check", "--json",
+               "--keep", str(tmp_path / "runs")])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    d = json.loads(out.out)
+    assert d["target"] == 160000 and d["sizes"] == [20000, 40000, 80000]
+    assert [(s["index"], s["name"]) for s in d["supersteps"]] == [(0, "sum"), (1, "sort")]
+    for s in d["supersteps"]:
+        assert s["predicted_s"] == s["time_only_s"] > 0 and s["measured_s"] > 0
+        assert s["E"] >= 1.0 and s["dominating"] is None
+    assert "timed run 1/2" in out.err and "s left" in out.err  # progress on stderr
+    assert len(list((tmp_path / "runs").glob("timed-*.jsonl"))) == 6
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--sizes", "3,2,1"], "three or more increasing sizes"),
+    (["--sizes", "1,2"], "three or more increasing sizes"),
+    (["--sizes", "a,b,c"], "not a list of numbers"),
+])
+def test_cli_pilot_bad_sizes_exit_2(tmp_path, capsys, args, message):
+    from predictor.cli import main
+
+    rc = main(["--pilot", _prog(tmp_path), "--target", "1e6", "--backend", "none", *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and err.count("\n") == 1
+
+
+def test_cli_pilot_refuses_a_command_without_n_and_a_failing_run(tmp_path, capsys):
+    import sys
+
+    from predictor.cli import main
+
+    rc = main(["--pilot", f"{sys.executable} -c pass", "--sizes", "1,2,3", "--target", "9"])
+    assert rc == 2 and "has no {n}" in capsys.readouterr().err
+    rc = main(["--pilot", f"{sys.executable} -c 'import sys; sys.exit(3)' {{n}}", "--sizes",
+               "1,2,3", "--target", "9", "--backend", "none", "--repeat", "1"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert rc == 2 and "timed pilot run 1 (n = 1) failed with exit code 3" in err
