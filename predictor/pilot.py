@@ -11,8 +11,9 @@ counters. Running the pilots is the caller's business.
 Choices, each stated where a forecast is printed:
 
 - Growth models come from the toolkit's ``single`` modeler by default: a constant plus the one
-  growth term n^a log2(n)^b (Extra-P's normal form) with the best cross-validated MRE. Pilot
-  campaigns have few sizes (3 to 5), too few for t-tests over a long term list.
+  growth term n^a log2(n)^b (Extra-P's normal form) with the best cross-validated MRE, both
+  coefficients >= 0. Pilot campaigns have few sizes (3 to 5), too few for t-tests over a long
+  term list.
 - Counters are extrapolated as their sum over processors; each processor's share is the one it
   had in the largest pilot run (balanced SPMD programs keep their shares as n grows). F1 takes
   the maximum over processors, so the shares matter; F2 and F3 read sums.
@@ -134,8 +135,10 @@ def extrapolate(ns: Sequence[float], values: Sequence[float], target: float, *,
         v = float(np.mean(y[last])) * target / float(n.max())
         return Extrapolated(v, v, v, "scaled linearly from the largest pilot run (fewer than "
                                      "three sizes with a non-zero value)")
+    # Costs >= 0: a time or a count does not shrink as the input grows, and a model that
+    # does would extrapolate below zero.
     model = md.fit_model(terms or tm.growth_terms(PARAM), {PARAM: n[positive]}, y[positive],
-                         modeler=modeler, where=where or "growth model")
+                         modeler=modeler, nonnegative=True, where=where or "growth model")
     p = model.interval({PARAM: np.array([float(target)])}, level)
     mean = float(p.mean[0])
     return Extrapolated(mean, max(0.0, float(p.lower[0])), float(p.upper[0]),

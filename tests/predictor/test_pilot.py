@@ -42,7 +42,7 @@ def test_the_growth_term_is_found(law, term):
     ns = [n for n in SIZES for _ in range(3)]
     ys = [law(n) * (1 + 0.01 * rng.standard_normal()) for n in ns]
     e = pilot.extrapolate(ns, ys, 2e6)
-    assert e.how.endswith(f"*{term}") and "+" in e.how, e.how
+    assert e.how.endswith(f"*{term}"), e.how  # the constant may go: costs are kept >= 0
     assert e.value == pytest.approx(law(2e6), rel=0.03)
 
 
