@@ -119,7 +119,6 @@ def _pilot_parser() -> argparse.ArgumentParser:
 
 
 def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
-    import sys as _sys
     import tempfile
 
     from predictor import pilot
@@ -141,7 +140,7 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
         check_host(prof)
 
     def progress(m: str) -> None:
-        print(f"predict: {m}", file=_sys.stderr, flush=True)
+        print(f"predict: {m}", file=sys.stderr, flush=True)
 
     with tempfile.TemporaryDirectory(prefix="counterd-pilot-") as tmp:
         work = a.keep or Path(tmp)

@@ -163,11 +163,16 @@ class StepForecast:
     def predicted_s(self) -> float:
         return self.f.f * 1e-9 if self.f is not None else self.time_only.value
 
+    @property
+    def interval_s(self) -> tuple[float, float]:
+        """F's interval where there is F, else the time-only one."""
+        if self.f_interval_ns is not None:
+            return self.f_interval_ns[0] * 1e-9, self.f_interval_ns[1] * 1e-9
+        return self.time_only.lower, self.time_only.upper
+
     def to_json(self) -> dict[str, Any]:
-        lo, hi = (self.f_interval_ns if self.f_interval_ns is not None
-                  else (self.time_only.lower * 1e9, self.time_only.upper * 1e9))
         return {"index": self.index, "name": self.name, "predicted_s": self.predicted_s,
-                "interval_s": [lo * 1e-9, hi * 1e-9],
+                "interval_s": list(self.interval_s),
                 "dominating": self.f.dominant if self.f is not None else None,
                 "variant": self.variant, "why": self.why,
                 "time_only_s": self.time_only.value,
@@ -190,13 +195,9 @@ class Forecast:
 
     def total(self) -> tuple[float, float, float]:
         """Predicted seconds in all, and the interval (the supersteps' bounds summed)."""
-        p = lo = hi = 0.0
-        for s in self.steps:
-            j = s.to_json()
-            p += s.predicted_s
-            lo += j["interval_s"][0]
-            hi += j["interval_s"][1]
-        return p, lo, hi
+        return (sum(s.predicted_s for s in self.steps),
+                sum(s.interval_s[0] for s in self.steps),
+                sum(s.interval_s[1] for s in self.steps))
 
     def to_json(self) -> dict[str, Any]:
         p, lo, hi = self.total()
