@@ -108,7 +108,7 @@ def _pilot_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="callgrind",
                    help="counting source of the counted runs (default callgrind; perf or papi "
                    "where the host has a PMU)")
-    p.add_argument("--repeat", type=int, default=3, help="timed runs per size (default 3)")
+    p.add_argument("--repeat", type=int, default=5, help="timed runs per size (default 5)")
     p.add_argument("--level", type=float, default=0.9, help="interval level (default 0.9)")
     p.add_argument("--check", action="store_true",
                    help="also run the target size and compare (E = max(T,P)/min(T,P))")
@@ -156,20 +156,18 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
     lines = [f"forecast at n = {a.target:g} from pilots at {', '.join(f'{x:g}' for x in sizes)}"
              f" ({a.repeat} timed runs and 1 counted run ({a.backend}) each); profile "
              f"{prof.name if prof else 'none'}; {pct}% intervals",
-             f"{'superstep':<26} {'F':>9} {str(pct) + '% interval':>21} {'dom':>3} "
-             f"{'time-only':>9} {'trust':>9}" + (f" {'measured':>9} {'E':>5} in" if a.check
-                                                 else "")]
+             f"{'superstep':<26} {'forecast':>9} {str(pct) + '% interval':>21} {'from':>4} "
+             f"{'F':>9} {'dom':>3} {'work':>9} {'time-only':>9}"
+             + (f" {'measured':>9} {'E':>5} in" if a.check else "")]
     tot_m = 0.0
     for s, j in zip(fc.steps, data["supersteps"], strict=True):
         lo, hi = j["interval_s"]
-        f_mre = s.pilot_f_error
-        t_mre = s.time_only.pilot_mre
-        trust = ("-" if f_mre is None or t_mre is None
-                 else "F" if f_mre - 1 <= t_mre - 1 else "time")
-        row = (f"{(str(s.index) + ' ' + s.name)[:26]:<26} "
-               f"{seconds(s.f.f * 1e-9) if s.f else '-':>9} "
-               f"{seconds(lo) + ' .. ' + seconds(hi):>21} {j['dominating'] or '-':>3} "
-               f"{seconds(s.time_only.value):>9} {trust:>9}")
+        row = (f"{(str(s.index) + ' ' + s.name)[:26]:<26} {seconds(s.predicted_s):>9} "
+               f"{seconds(lo) + ' .. ' + seconds(hi):>21} {s.basis:>4} "
+               f"{seconds(s.f_s) if s.f_s is not None else '-':>9} "
+               f"{j['dominating'] or '-':>3} "
+               f"{seconds(s.work.value) if s.work is not None else '-':>9} "
+               f"{seconds(s.time_only.value):>9}")
         m = measured.get((s.index, s.name))
         if a.check:
             if m is None:
@@ -185,14 +183,23 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
         if s.why:
             lines.append(f"{'':<26} no F: {s.why}")
     total, lo, hi = fc.total()
+    f_total = sum(s.f_s for s in fc.steps if s.f_s is not None)
+    w_total = sum(s.work.value for s in fc.steps if s.work is not None)
     lines.append(f"{'total':<26} {seconds(total):>9} {seconds(lo) + ' .. ' + seconds(hi):>21}"
-                 f" {'':>3} {seconds(data['total']['time_only_s']):>9}")
+                 f" {'':>4} {seconds(f_total) if f_total else '-':>9} {'':>3} "
+                 f"{seconds(w_total) if w_total else '-':>9} "
+                 f"{seconds(data['total']['time_only_s']):>9}")
     if a.check and tot_m:
         e = max(tot_m, total) / min(tot_m, total)
         data["total"].update({"measured_s": tot_m, "E": e})
         lines.append(f"measured in all {seconds(tot_m)}: E {e:.2f}")
-    lines.append("trust: F or time-only, whichever fits the pilot runs' own times better (F's "
-                 "average E there against time-only's cross-validated MRE)")
+    lines.append("F: the profile's cost function on the extrapolated counters; work: the "
+                 "largest pilot's time per instruction times the instructions extrapolated; "
+                 "time-only: the time extrapolated directly")
+    lines.append("forecast: F where F fits the pilot runs' own times at least as well as the "
+                 "other (F's average E there, less one, against the other's pilot error), else "
+                 "work where instructions were counted, else time-only; the interval is the "
+                 "forecast's")
     lines += [f"note: {n}" for n in fc.notes]
     return data, "\n".join(lines)
 

@@ -1,0 +1,270 @@
+"""Table 4 of Amato et al. on this host: forecasting the BSP sorts' supersteps from pilot runs.
+
+N. M. Amato et al., "Predicting Performance on SMPs. A Case Study: The SGI Power Challenge",
+section 5.4: counters measured at small input sizes, extrapolated to larger ones and fed to F.
+Here, for radix, sample and column sort (``examples/bsp_sort.py``, p = 2, n/p keys each):
+
+1. The pilot campaign is ``predict --pilot`` itself, at n/p = 1e5 * i for i = 1..5 (timed runs
+   with markers only, one counted run per size from Callgrind), timed as a user would see it.
+2. Targets: n/p = 1e5 * i for i = 6..10 (the paper's) and 16x the largest pilot. At each:
+   ``--target-repeat`` timed runs (their median is the measured time; the two halves of the
+   runs, compared, give the noise floor: what no forecast can beat) and, unless
+   ``--no-target-counts``, one counted run for F with measured counts.
+3. Per superstep and target, E = max(T, P) / min(T, P) of: F with measured counts, F with
+   extrapolated counts, work scaling (the largest pilot's time per instruction times the
+   instructions extrapolated), time-only extrapolation, the forecast ``predict --pilot``
+   prints (its ``basis``), and Extra-P (``extrap`` 4.2.5, default modeler,
+   on the same pilot timings; installed into ``bench/.extrap-venv`` on first use). Reported: median,
+   average and maximum E, the share within 10 %, and how often the 90 % intervals cover the
+   measured time.
+
+    .venv/bin/python bench/pilot_forecast.py [--algos radix,sample,column] [--work DIR]
+        [--profile P] [--no-target-counts] [--no-extrap] [--json OUT]
+
+Records are kept under ``--work`` (default ``out/pilot-forecast``); runs whose records exist are
+not run again (delete the directory for a fresh measurement), so an interrupted run resumes and
+the analysis can be repeated without measuring.
+
+Targets (issue 15): at the paper's targets, median E <= 1.10, maximum E <= 1.50, 90 % of
+supersteps within 10 %, 90 % intervals covering >= 85 %; a campaign of <= 5 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench._host import host_line  # noqa: E402
+from predictor import pilot  # noqa: E402
+from predictor.inputs import load_counters  # noqa: E402
+from predictor.profile import MachineProfile, load_profile  # noqa: E402
+
+ALGOS = ("radix", "sample", "column")
+PILOTS = tuple(1e5 * i for i in range(1, 6))
+TARGETS = tuple(1e5 * i for i in range(6, 11))
+FAR = 16 * PILOTS[-1]
+EXTRAP_VENV = ROOT / "bench" / ".extrap-venv"
+METHODS = ("F measured", "F extrap", "work", "time-only", "forecast", "Extra-P")
+VENV_BIN = Path(sys.executable).parent
+
+
+def command(algo: str) -> str:
+    return f"{sys.executable} {ROOT / 'examples' / 'bsp_sort.py'} {algo} --keys {{n}} -p 2"
+
+
+def log(msg: str) -> None:
+    print(f"pilot_forecast: {msg}", file=sys.stderr, flush=True)
+
+
+def ensure_profile(arg: str | None, work: Path) -> MachineProfile:
+    """The profile given, else one calibrated here as ``make demo`` does (quick suite)."""
+    if arg:
+        return load_profile(arg)
+    path = work / "node-quick.toml"
+    if not path.exists():
+        log("no --profile: calibrating one with the quick microbench suite")
+        subprocess.run([str(VENV_BIN / "microbench"), "run", "--quick", "--out",
+                        str(work / "quick.json"), "--force"], check=True)
+        subprocess.run([str(VENV_BIN / "predict"), "calibrate", "--results",
+                        str(work / "quick.json"), "--out", str(path), "--force"], check=True)
+    return load_profile(str(path))
+
+
+def run_pilots(algo: str, work: Path, repeat: int) -> float | None:
+    """``predict --pilot`` for one sort, keeping its records; its wall time (None if reused)."""
+    d = work / algo / "pilot"
+    if pilot.record_path(d, "counted", PILOTS[-1]).exists():
+        return None
+    sizes = ",".join(f"{s:g}" for s in PILOTS)
+    t0 = time.monotonic()
+    subprocess.run([str(VENV_BIN / "predict"), "--pilot", command(algo), "--sizes", sizes,
+                    "--target", f"{TARGETS[-1]:g}", "--repeat", str(repeat), "--keep", str(d),
+                    "--json"], check=True, stdout=subprocess.DEVNULL)
+    return time.monotonic() - t0
+
+
+def run_targets(algo: str, work: Path, repeat: int, counts: bool) -> None:
+    d = work / algo / "target"
+    d.mkdir(parents=True, exist_ok=True)
+    for n in (*TARGETS, FAR):
+        for r in range(repeat):
+            out = pilot.record_path(d, "timed", n, r)
+            if not out.exists():
+                log(f"{algo} n/p = {n:g}: timed run {r + 1}/{repeat}")
+                pilot.record_run(command(algo), n, "none", out, what="timed target run")
+        out = pilot.record_path(d, "counted", n)
+        if counts and not out.exists():
+            log(f"{algo} n/p = {n:g}: counted run (callgrind)")
+            pilot.record_run(command(algo), n, "callgrind", out, what="counted target run")
+
+
+def extrap_python() -> Path:
+    py = EXTRAP_VENV / "bin" / "python"
+    if not py.exists():
+        log(f"installing extrap 4.2.5 into {EXTRAP_VENV} (a bench dependency)")
+        subprocess.run(["python3", "-m", "venv", str(EXTRAP_VENV)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "extrap==4.2.5"], check=True)
+    return py
+
+
+def extrap_forecasts(runs: Sequence[pilot.PilotRun], targets: Sequence[float], work: Path
+                     ) -> dict[str, dict[str, Any]]:
+    """Extra-P's model of every superstep's time on the same pilot timings."""
+    path = work / "extrap-in.jsonl"
+    with path.open("w") as f:
+        for r in runs:
+            for i, s in enumerate(r.steps):
+                for t in r.step_times(i):
+                    f.write(json.dumps({"params": {"n": r.size}, "callpath": s.name,
+                                        "metric": "time", "value": t * 1e-9}) + "\n")
+    out = subprocess.run([str(extrap_python()), str(ROOT / "bench" / "_extrap_forecast.py"),
+                          str(path), *(f"{t:g}" for t in targets)],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def e_of(t: float, p: float | None) -> float | None:
+    return None if p is None or not p > 0 or not t > 0 else max(t, p) / min(t, p)
+
+
+def rows_for(algo: str, work: Path, profile: MachineProfile, repeat: int, target_repeat: int,
+             extrap: bool) -> list[dict[str, Any]]:
+    """One row per (target, superstep): measured time, the floor, each method's E."""
+    runs = pilot.load_campaign(work / algo / "pilot", PILOTS, repeat)
+    ex = extrap_forecasts(runs, (*TARGETS, FAR), work / algo) if extrap else {}
+    fm = {}
+    rows = []
+    for n in (*TARGETS, FAR):
+        tdir = work / algo / "target"
+        timed = [load_counters(pilot.record_path(tdir, "timed", n, r))
+                 for r in range(target_repeat)]
+        counted_path = pilot.record_path(tdir, "counted", n)
+        counted = load_counters(counted_path) if counted_path.exists() else None
+        fc = pilot.forecast(runs, n, profile)
+        for i, s in enumerate(fc.steps):
+            key = runs[0].steps[i].name  # "index:name", as Extra-P saw it
+            ex_at = ex.get(key, {}).get("at", {}).get(f"{n:g}")
+            times = [float(t[i].time_ns or 0) * 1e-9 for t in timed]
+            t = float(np.median(times))
+            half = (float(np.median(times[0::2])), float(np.median(times[1::2])))
+            f_meas = None
+            if counted is not None and s.variant is not None:
+                fm.setdefault(s.variant, profile.f_model(s.variant))
+                f_meas = fm[s.variant].evaluate(counted[i]).f * 1e-9
+            lo, hi = s.interval_s
+            rows.append({
+                "algo": algo, "n": n, "far": n == FAR, "step": f"{s.index}:{s.name}",
+                "measured_s": t, "floor": e_of(*half), "basis": s.basis,
+                "E": {"F measured": e_of(t, f_meas), "F extrap": e_of(t, s.f_s),
+                      "work": e_of(t, s.work.value if s.work else None),
+                      "time-only": e_of(t, s.time_only.value),
+                      "forecast": e_of(t, s.predicted_s),
+                      "Extra-P": e_of(t, ex_at)},
+                "inside": {"forecast": lo <= t <= hi,
+                           "work": s.work.lower <= t <= s.work.upper if s.work else None,
+                           "time-only": s.time_only.lower <= t <= s.time_only.upper,
+                           "F extrap": (s.f_interval_s[0] <= t <= s.f_interval_s[1]
+                                        if s.f_interval_s else None)},
+                "time_only_model": s.time_only.how,
+                "extrap_model": ex.get(key, {}).get("model")})
+    return rows
+
+
+def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
+    out = [f"{'method':<11} {'steps':>5} {'median E':>8} {'mean E':>7} {'max E':>6} "
+           f"{'<=10%':>6} {'90% int.':>8}"]
+    floor = [r["floor"] for r in rows if r["floor"] is not None]
+    for m in METHODS:
+        es = [r["E"][m] for r in rows if r["E"][m] is not None]
+        if not es:
+            out.append(f"{m:<11} {0:>5}  (not measured)")
+            continue
+        cover = [r["inside"].get(m) for r in rows if r["inside"].get(m) is not None]
+        out.append(f"{m:<11} {len(es):>5} {statistics.median(es):>8.3f} {np.mean(es):>7.3f} "
+                   f"{max(es):>6.2f} {np.mean([e <= 1.1 for e in es]):>6.0%} "
+                   + (f"{np.mean(cover):>8.0%}" if cover else f"{'-':>8}"))
+    if floor:
+        out.append(f"{'noise floor':<11} {len(floor):>5} {statistics.median(floor):>8.3f} "
+                   f"{np.mean(floor):>7.3f} {max(floor):>6.2f} "
+                   f"{np.mean([e <= 1.1 for e in floor]):>6.0%}    (half the target runs "
+                   "against the other half)")
+    return out
+
+
+def per_algo(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Table 4's layout: average E per sort."""
+    out = [f"{'sort':<7} " + " ".join(f"{m:>10}" for m in METHODS)]
+    out[0] += "  forecast from"
+    for algo in dict.fromkeys(r["algo"] for r in rows):
+        cells = []
+        for m in METHODS:
+            es = [r["E"][m] for r in rows if r["algo"] == algo and r["E"][m] is not None]
+            cells.append(f"{np.mean(es):>10.3f}" if es else f"{'-':>10}")
+        basis = [r["basis"] for r in rows if r["algo"] == algo]
+        out.append(f"{algo:<7} " + " ".join(cells) + "  " + ", ".join(
+            f"{b} {basis.count(b)}" for b in sorted(set(basis))))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--algos", default=",".join(ALGOS))
+    ap.add_argument("--work", type=Path, default=ROOT / "out" / "pilot-forecast")
+    ap.add_argument("--profile", default=None, help="machine profile (default: calibrate one)")
+    ap.add_argument("--repeat", type=int, default=10, help="timed runs per pilot size")
+    ap.add_argument("--target-repeat", type=int, default=10, help="timed runs per target")
+    ap.add_argument("--no-target-counts", action="store_true",
+                    help="no counted runs at the targets (no 'F measured' column)")
+    ap.add_argument("--no-extrap", action="store_true", help="leave Extra-P out")
+    ap.add_argument("--json", type=Path, default=None, help="write every row to this file")
+    a = ap.parse_args(argv)
+    algos = [x for x in a.algos.split(",") if x]
+    a.work.mkdir(parents=True, exist_ok=True)
+    profile = ensure_profile(a.profile, a.work)
+    campaign = {}
+    for algo in algos:
+        log(f"{algo}: pilot campaign (predict --pilot)")
+        campaign[algo] = run_pilots(algo, a.work, a.repeat)
+        run_targets(algo, a.work, a.target_repeat, not a.no_target_counts)
+    rows = [r for algo in algos
+            for r in rows_for(algo, a.work, profile, a.repeat, a.target_repeat, not a.no_extrap)]
+    print(host_line())
+    print(f"sorts {', '.join(algos)}, p = 2; pilots n/p = {', '.join(f'{s:g}' for s in PILOTS)} "
+          f"({a.repeat} timed runs + 1 counted run (callgrind) each); profile {profile.name}")
+    for algo, s in campaign.items():
+        print(f"campaign {algo}: " + (f"{s:.0f} s (predict --pilot, wall)" if s is not None
+                                      else "records reused, not timed"))
+    near = [r for r in rows if not r["far"]]
+    far = [r for r in rows if r["far"]]
+    print(f"\nat the paper's targets n/p = {', '.join(f'{t:g}' for t in TARGETS)} "
+          f"({a.target_repeat} timed runs each):")
+    print("\n".join(summary(near)))
+    print("\naverage E per sort (Table 4's layout):")
+    print("\n".join(per_algo(near)))
+    print(f"\nat 16x the largest pilot, n/p = {FAR:g}:")
+    print("\n".join(summary(far)))
+    worst = sorted(near, key=lambda r: -(r["E"]["forecast"] or 0))[:5]
+    print("\nworst forecasts at the paper's targets:")
+    for r in worst:
+        print(f"  {r['algo']} n/p={r['n']:g} {r['step']}: E {r['E']['forecast']:.2f} "
+              f"(from {r['basis']}; floor {r['floor']:.2f}; time-only {r['time_only_model']})")
+    if a.json:
+        a.json.write_text(json.dumps({"host": host_line(), "campaign_s": campaign,
+                                      "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
