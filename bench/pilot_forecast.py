@@ -13,17 +13,20 @@ Here, for radix, sample and column sort (``examples/bsp_sort.py``, p = 2, n/p ke
 3. Per superstep and target, E = max(T, P) / min(T, P) of: F with measured counts, F with
    extrapolated counts, work scaling (the largest pilot's time per instruction times the
    instructions extrapolated), time-only extrapolation, the forecast ``predict --pilot``
-   prints (its ``basis``), and Extra-P (``extrap`` 4.2.5, default modeler,
-   on the same pilot timings; installed into ``bench/.extrap-venv`` on first use). Reported: median,
-   average and maximum E, the share within 10 %, and how often the 90 % intervals cover the
-   measured time.
+   prints (its ``basis``), and Extra-P (``extrap`` 4.2.5, default modeler, on the same pilot
+   timings; installed into ``bench/.extrap-venv`` on first use). Reported: median, average and
+   maximum E, the share within 10 %, and how often the 90 % intervals cover the measured time.
+4. ``--suite others``: the same for four numpy/scipy programs outside the project
+   (``bench/pilot_programs.py``: FFT, dense linear algebra, sparse iterations, sorting and
+   counting), pilots at 1e5..5e5 (dense: matrix order 100..500; sparse: 2e4..1e5) and a
+   target at 4x the largest pilot: forecasts must not be tuned to the sorts.
 
-    .venv/bin/python bench/pilot_forecast.py [--algos radix,sample,column] [--work DIR]
-        [--profile P] [--no-target-counts] [--no-extrap] [--json OUT]
+    .venv/bin/python bench/pilot_forecast.py [--suite sorts|others] [--only radix,...]
+        [--work DIR] [--profile P] [--no-target-counts] [--no-extrap] [--json OUT]
 
-Records are kept under ``--work`` (default ``out/pilot-forecast``); runs whose records exist are
-not run again (delete the directory for a fresh measurement), so an interrupted run resumes and
-the analysis can be repeated without measuring.
+Records are kept under ``--work`` (default ``out/pilot-forecast-SUITE``); runs whose records
+exist are not run again (delete the directory for a fresh measurement), so an interrupted run
+resumes and the analysis can be repeated without measuring.
 
 Targets (issue 15): at the paper's targets, median E <= 1.10, maximum E <= 1.50, 90 % of
 supersteps within 10 %, 90 % intervals covering >= 85 %; a campaign of <= 5 minutes.
@@ -33,11 +36,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,17 +56,42 @@ from predictor import pilot  # noqa: E402
 from predictor.inputs import load_counters  # noqa: E402
 from predictor.profile import MachineProfile, load_profile  # noqa: E402
 
-ALGOS = ("radix", "sample", "column")
 PILOTS = tuple(1e5 * i for i in range(1, 6))
-TARGETS = tuple(1e5 * i for i in range(6, 11))
-FAR = 16 * PILOTS[-1]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One program: its command (``{n}`` for the size), pilot sizes, targets by group."""
+
+    name: str
+    template: str
+    pilots: tuple[float, ...]
+    targets: dict[str, tuple[float, ...]]
+
+    def sizes(self) -> tuple[float, ...]:
+        return tuple(n for group in self.targets.values() for n in group)
+
+
+def sort_case(algo: str) -> Case:
+    return Case(algo, f"{sys.executable} {ROOT / 'examples' / 'bsp_sort.py'} {algo} "
+                      "--keys {n} -p 2", PILOTS,
+                {"paper's targets": tuple(1e5 * i for i in range(6, 11)),
+                 "16x": (16 * PILOTS[-1],)})
+
+
+def other_case(program: str) -> Case:
+    """A program outside the project, forecast at 4x its largest pilot."""
+    step = {"dense": 100.0, "sparse": 2e4}.get(program, 1e5)  # largest pilot ~0.1-0.3 s
+    pilots = tuple(step * i for i in range(1, 6))
+    return Case(program, f"{sys.executable} {ROOT / 'bench' / 'pilot_programs.py'} {program} "
+                         "{n}", pilots, {"4x": (4 * pilots[-1],)})
+
+
+SUITES = {"sorts": [sort_case(a) for a in ("radix", "sample", "column")],
+          "others": [other_case(p) for p in ("fft", "dense", "sparse", "stats")]}
 EXTRAP_VENV = ROOT / "bench" / ".extrap-venv"
 METHODS = ("F measured", "F extrap", "work", "time-only", "forecast", "Extra-P")
 VENV_BIN = Path(sys.executable).parent
-
-
-def command(algo: str) -> str:
-    return f"{sys.executable} {ROOT / 'examples' / 'bsp_sort.py'} {algo} --keys {{n}} -p 2"
 
 
 def log(msg: str) -> None:
@@ -82,32 +112,33 @@ def ensure_profile(arg: str | None, work: Path) -> MachineProfile:
     return load_profile(str(path))
 
 
-def run_pilots(algo: str, work: Path, repeat: int) -> float | None:
-    """``predict --pilot`` for one sort, keeping its records; its wall time (None if reused)."""
-    d = work / algo / "pilot"
-    if pilot.record_path(d, "counted", PILOTS[-1]).exists():
+def run_pilots(case: Case, work: Path, repeat: int) -> float | None:
+    """``predict --pilot`` for one program, keeping its records; its wall time (None if the
+    records were there already)."""
+    d = work / case.name / "pilot"
+    if pilot.record_path(d, "counted", case.pilots[-1]).exists():
         return None
-    sizes = ",".join(f"{s:g}" for s in PILOTS)
     t0 = time.monotonic()
-    subprocess.run([str(VENV_BIN / "predict"), "--pilot", command(algo), "--sizes", sizes,
-                    "--target", f"{TARGETS[-1]:g}", "--repeat", str(repeat), "--keep", str(d),
-                    "--json"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([str(VENV_BIN / "predict"), "--pilot", case.template, "--sizes",
+                    ",".join(f"{s:g}" for s in case.pilots), "--target",
+                    f"{case.sizes()[0]:g}", "--repeat", str(repeat), "--keep", str(d), "--json"],
+                   check=True, stdout=subprocess.DEVNULL)
     return time.monotonic() - t0
 
 
-def run_targets(algo: str, work: Path, repeat: int, counts: bool) -> None:
-    d = work / algo / "target"
+def run_targets(case: Case, work: Path, repeat: int, counts: bool) -> None:
+    d = work / case.name / "target"
     d.mkdir(parents=True, exist_ok=True)
-    for n in (*TARGETS, FAR):
+    for n in case.sizes():
         for r in range(repeat):
             out = pilot.record_path(d, "timed", n, r)
             if not out.exists():
-                log(f"{algo} n/p = {n:g}: timed run {r + 1}/{repeat}")
-                pilot.record_run(command(algo), n, "none", out, what="timed target run")
+                log(f"{case.name} n = {n:g}: timed run {r + 1}/{repeat}")
+                pilot.record_run(case.template, n, "none", out, what="timed target run")
         out = pilot.record_path(d, "counted", n)
         if counts and not out.exists():
-            log(f"{algo} n/p = {n:g}: counted run (callgrind)")
-            pilot.record_run(command(algo), n, "callgrind", out, what="counted target run")
+            log(f"{case.name} n = {n:g}: counted run (callgrind)")
+            pilot.record_run(case.template, n, "callgrind", out, what="counted target run")
 
 
 def extrap_python() -> Path:
@@ -136,18 +167,23 @@ def extrap_forecasts(runs: Sequence[pilot.PilotRun], targets: Sequence[float], w
 
 
 def e_of(t: float, p: float | None) -> float | None:
-    return None if p is None or not p > 0 or not t > 0 else max(t, p) / min(t, p)
+    """E of a forecast p of the time t; inf for a forecast of zero or less (Extra-P's models
+    can fall below zero outside the pilot range)."""
+    if p is None or not t > 0:
+        return None
+    return max(t, p) / min(t, p) if p > 0 else math.inf
 
 
-def rows_for(algo: str, work: Path, profile: MachineProfile, repeat: int, target_repeat: int,
-             extrap: bool) -> list[dict[str, Any]]:
+def rows_for(case: Case, work: Path, profile: MachineProfile, repeat: int,
+             target_repeat: int, extrap: bool) -> list[dict[str, Any]]:
     """One row per (target, superstep): measured time, the floor, each method's E."""
-    runs = pilot.load_campaign(work / algo / "pilot", PILOTS, repeat)
-    ex = extrap_forecasts(runs, (*TARGETS, FAR), work / algo) if extrap else {}
+    runs = pilot.load_campaign(work / case.name / "pilot", case.pilots, repeat)
+    ex = extrap_forecasts(runs, case.sizes(), work / case.name) if extrap else {}
+    group = {n: g for g, sizes in case.targets.items() for n in sizes}
     fm = {}
     rows = []
-    for n in (*TARGETS, FAR):
-        tdir = work / algo / "target"
+    for n in case.sizes():
+        tdir = work / case.name / "target"
         timed = [load_counters(pilot.record_path(tdir, "timed", n, r))
                  for r in range(target_repeat)]
         counted_path = pilot.record_path(tdir, "counted", n)
@@ -165,7 +201,7 @@ def rows_for(algo: str, work: Path, profile: MachineProfile, repeat: int, target
                 f_meas = fm[s.variant].evaluate(counted[i]).f * 1e-9
             lo, hi = s.interval_s
             rows.append({
-                "algo": algo, "n": n, "far": n == FAR, "step": f"{s.index}:{s.name}",
+                "algo": case.name, "n": n, "group": group[n], "step": f"{s.index}:{s.name}",
                 "measured_s": t, "floor": e_of(*half), "basis": s.basis,
                 "E": {"F measured": e_of(t, f_meas), "F extrap": e_of(t, s.f_s),
                       "work": e_of(t, s.work.value if s.work else None),
@@ -192,9 +228,12 @@ def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
             out.append(f"{m:<11} {0:>5}  (not measured)")
             continue
         cover = [r["inside"].get(m) for r in rows if r["inside"].get(m) is not None]
-        out.append(f"{m:<11} {len(es):>5} {statistics.median(es):>8.3f} {np.mean(es):>7.3f} "
+        finite = [e for e in es if math.isfinite(e)]
+        out.append(f"{m:<11} {len(es):>5} {statistics.median(es):>8.3f} {np.mean(finite):>7.3f} "
                    f"{max(es):>6.2f} {np.mean([e <= 1.1 for e in es]):>6.0%} "
-                   + (f"{np.mean(cover):>8.0%}" if cover else f"{'-':>8}"))
+                   + (f"{np.mean(cover):>8.0%}" if cover else f"{'-':>8}")
+                   + (f"  ({len(es) - len(finite)} forecasts <= 0, mean without them)"
+                      if len(finite) < len(es) else ""))
     if floor:
         out.append(f"{'noise floor':<11} {len(floor):>5} {statistics.median(floor):>8.3f} "
                    f"{np.mean(floor):>7.3f} {max(floor):>6.2f} "
@@ -204,24 +243,33 @@ def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def per_algo(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """Table 4's layout: average E per sort."""
-    out = [f"{'sort':<7} " + " ".join(f"{m:>10}" for m in METHODS)]
-    out[0] += "  forecast from"
+    """Table 4's layout: average E per program, and where the printed forecast came from."""
+    out = [f"{'program':<8} " + " ".join(f"{m:>10}" for m in METHODS) + "  forecast from"]
+    left_out = False
     for algo in dict.fromkeys(r["algo"] for r in rows):
         cells = []
         for m in METHODS:
             es = [r["E"][m] for r in rows if r["algo"] == algo and r["E"][m] is not None]
-            cells.append(f"{np.mean(es):>10.3f}" if es else f"{'-':>10}")
+            finite = [e for e in es if math.isfinite(e)]
+            left_out |= len(finite) < len(es)
+            cells.append(f"{np.mean(finite):>9.3f}{'*' if len(finite) < len(es) else ' '}"
+                         if es else f"{'-':>10}")
         basis = [r["basis"] for r in rows if r["algo"] == algo]
-        out.append(f"{algo:<7} " + " ".join(cells) + "  " + ", ".join(
+        out.append(f"{algo:<8} " + " ".join(cells) + "  " + ", ".join(
             f"{b} {basis.count(b)}" for b in sorted(set(basis))))
+    if left_out:
+        out.append("(*: forecasts <= 0 left out of the average)")
     return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--algos", default=",".join(ALGOS))
-    ap.add_argument("--work", type=Path, default=ROOT / "out" / "pilot-forecast")
+    ap.add_argument("--suite", choices=sorted(SUITES), default="sorts",
+                    help="sorts: the BSP sorts at Table 4's targets and 16x (default); "
+                    "others: numpy/scipy programs outside the project at 4x")
+    ap.add_argument("--only", default=None, help="comma-separated programs of the suite")
+    ap.add_argument("--work", type=Path, default=None,
+                    help="where records are kept (default out/pilot-forecast-SUITE)")
     ap.add_argument("--profile", default=None, help="machine profile (default: calibrate one)")
     ap.add_argument("--repeat", type=int, default=10, help="timed runs per pilot size")
     ap.add_argument("--target-repeat", type=int, default=10, help="timed runs per target")
@@ -230,36 +278,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-extrap", action="store_true", help="leave Extra-P out")
     ap.add_argument("--json", type=Path, default=None, help="write every row to this file")
     a = ap.parse_args(argv)
-    algos = [x for x in a.algos.split(",") if x]
-    a.work.mkdir(parents=True, exist_ok=True)
-    profile = ensure_profile(a.profile, a.work)
+    cases = [c for c in SUITES[a.suite] if a.only is None or c.name in a.only.split(",")]
+    work = a.work or ROOT / "out" / f"pilot-forecast-{a.suite}"
+    work.mkdir(parents=True, exist_ok=True)
+    profile = ensure_profile(a.profile, work)
+    counts = not a.no_target_counts and a.suite == "sorts"
     campaign = {}
-    for algo in algos:
-        log(f"{algo}: pilot campaign (predict --pilot)")
-        campaign[algo] = run_pilots(algo, a.work, a.repeat)
-        run_targets(algo, a.work, a.target_repeat, not a.no_target_counts)
-    rows = [r for algo in algos
-            for r in rows_for(algo, a.work, profile, a.repeat, a.target_repeat, not a.no_extrap)]
+    for case in cases:
+        log(f"{case.name}: pilot campaign (predict --pilot)")
+        campaign[case.name] = run_pilots(case, work, a.repeat)
+        run_targets(case, work, a.target_repeat, counts)
+    rows = [r for case in cases
+            for r in rows_for(case, work, profile, a.repeat, a.target_repeat, not a.no_extrap)]
     print(host_line())
-    print(f"sorts {', '.join(algos)}, p = 2; pilots n/p = {', '.join(f'{s:g}' for s in PILOTS)} "
-          f"({a.repeat} timed runs + 1 counted run (callgrind) each); profile {profile.name}")
-    for algo, s in campaign.items():
-        print(f"campaign {algo}: " + (f"{s:.0f} s (predict --pilot, wall)" if s is not None
-                                      else "records reused, not timed"))
-    near = [r for r in rows if not r["far"]]
-    far = [r for r in rows if r["far"]]
-    print(f"\nat the paper's targets n/p = {', '.join(f'{t:g}' for t in TARGETS)} "
-          f"({a.target_repeat} timed runs each):")
-    print("\n".join(summary(near)))
-    print("\naverage E per sort (Table 4's layout):")
-    print("\n".join(per_algo(near)))
-    print(f"\nat 16x the largest pilot, n/p = {FAR:g}:")
-    print("\n".join(summary(far)))
-    worst = sorted(near, key=lambda r: -(r["E"]["forecast"] or 0))[:5]
-    print("\nworst forecasts at the paper's targets:")
-    for r in worst:
-        print(f"  {r['algo']} n/p={r['n']:g} {r['step']}: E {r['E']['forecast']:.2f} "
-              f"(from {r['basis']}; floor {r['floor']:.2f}; time-only {r['time_only_model']})")
+    print(f"programs {', '.join(c.name for c in cases)}; {a.repeat} timed runs + 1 counted run "
+          f"(callgrind) per pilot size, {a.target_repeat} timed runs per target; profile "
+          f"{profile.name}")
+    for c in cases:
+        s = campaign[c.name]
+        print(f"  {c.name}: {c.template}; pilots {', '.join(f'{x:g}' for x in c.pilots)}; "
+              + (f"campaign {s:.0f} s (predict --pilot, wall)" if s is not None
+                 else "records reused, campaign not timed"))
+    for g in dict.fromkeys(r["group"] for r in rows):
+        mine = [r for r in rows if r["group"] == g]
+        print(f"\nat {g}, n = {', '.join(f'{n:g}' for n in dict.fromkeys(r['n'] for r in mine))}:")
+        print("\n".join(summary(mine)))
+        print("\naverage E per program (Table 4's layout):")
+        print("\n".join(per_algo(mine)))
+        worst = sorted(mine, key=lambda r: -(r["E"]["forecast"] or 0))[:5]
+        print("worst forecasts:")
+        for r in worst:
+            print(f"  {r['algo']} n={r['n']:g} {r['step']}: E {r['E']['forecast']:.2f} "
+                  f"(from {r['basis']}; floor {r['floor']:.2f})")
     if a.json:
         a.json.write_text(json.dumps({"host": host_line(), "campaign_s": campaign,
                                       "rows": rows}, indent=1))

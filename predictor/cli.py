@@ -122,7 +122,7 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
     import tempfile
 
     from predictor import pilot
-    from predictor.profile import check_host, load_profile
+    from predictor.profile import current_host, fingerprint_differences, load_profile
 
     try:
         sizes = [float(x) for x in a.sizes.split(",") if x.strip()]
@@ -137,7 +137,13 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
     pilot.command_for(a.pilot, sizes[0])  # the {n} check before anything runs
     prof = load_profile(a.profile) if a.profile else None
     if prof is not None:
-        check_host(prof)
+        # The pilots run here: F with another host's costs would price this host's counters
+        # at someone else's prices.
+        diffs = fingerprint_differences(prof.host, current_host())
+        if diffs:
+            raise BadInput(f"profile {prof.name} is not for this host ({diffs[0]})",
+                           "calibrate this host (microbench run, predict calibrate) or leave "
+                           "--profile out for forecasts without F")
 
     def progress(m: str) -> None:
         print(f"predict: {m}", file=sys.stderr, flush=True)

@@ -492,3 +492,22 @@ def test_count_supersteps_with_the_marker_api(tmp_path: Path, shim: str) -> None
     # Begun and never ended: closed at exit, counted up to process exit, flagged.
     assert "incomplete" in dangling.flags and dangling.end_ns is None
     assert "never ended" in dangling.unsupported["*"]
+
+
+def test_the_counted_run_serialises_thread_pools_unless_told(monkeypatch, tmp_path: Path) -> None:
+    """Under valgrind, spinning BLAS/OpenMP workers run for whole slices and count as work: the
+    counted run gets one thread per pool; a value the user set is kept; the spool and backend
+    are always the counted run's own."""
+    seen: list[dict[str, str]] = []
+
+    def fake_run(cmd, geo, outdir, env, timeout):
+        seen.append(dict(env))
+        return cg.CallgrindRun(0, tmp_path, tuple(cmd), geo)
+
+    monkeypatch.setattr(cg, "run", fake_run)
+    cg.count_command(["prog"], run_id="r", env={"PATH": "/bin", "OMP_NUM_THREADS": "4"},
+                     geometry=GEOMETRY)
+    env = seen[0]
+    assert env["OPENBLAS_NUM_THREADS"] == "1" and env["MKL_NUM_THREADS"] == "1"
+    assert env["OMP_NUM_THREADS"] == "4" and env["PATH"] == "/bin"
+    assert env["COUNTERD_BACKEND"] == "callgrind" and env["COUNTERD_SPOOL"]

@@ -332,3 +332,38 @@ def test_cli_pilot_refuses_a_command_without_n_and_a_failing_run(tmp_path, capsy
                "1,2,3", "--target", "9", "--backend", "none", "--repeat", "1"])
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert rc == 2 and "timed pilot run 1 (n = 1) failed with exit code 3" in err
+
+
+def test_cli_pilot_refuses_a_profile_of_another_host(tmp_path, capsys):
+    """The pilots run here: the paper's SGI profile cannot price them; nothing runs."""
+    from predictor.cli import main
+
+    rc = main(["--pilot", _prog(tmp_path), "--sizes", "1,2,3", "--target", "9", "--profile",
+               "sgi-power-challenge", "--keep", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "profile sgi-power-challenge is not for this host" in err
+    assert "leave --profile out" in err and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.callgrind
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("shutil").which("valgrind") is None, reason="needs valgrind")
+def test_cli_pilot_with_callgrind_forecasts_from_the_counted_work(tmp_path, capsys):
+    """End to end with the host's counting source: instructions counted at every pilot size,
+    every superstep forecast by work scaling, every counter extrapolated and labelled."""
+    import json
+
+    from predictor.cli import main
+
+    rc = main(["--pilot", _prog(tmp_path), "--sizes", "20000,40000,80000", "--target",
+               "160000", "--backend", "callgrind", "--repeat", "2", "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    d = json.loads(out.out)
+    for s in d["supersteps"]:
+        assert s["basis"] == "work" and s["predicted_s"] == s["work_s"] > 0
+        lo, hi = s["interval_s"]
+        assert lo <= s["predicted_s"] <= hi
+        assert s["counters"]["instructions"] > 0 and "instructions" in s["work_model"]
+    assert d["total"]["work_s"] == pytest.approx(d["total"]["predicted_s"])
+    assert "counted run (callgrind)" in out.err
