@@ -188,6 +188,13 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
         lines.append(row)
         if s.why:
             lines.append(f"{'':<26} no F: {s.why}")
+        detail = "; ".join(f"{k} {round(v.value):,}" for k, v in s.counters.items())
+        if s.bsp_ns:
+            detail += "; BSP bounds: " + ", ".join(f"{k} {seconds(v * 1e-9)}"
+                                                   for k, v in s.bsp_ns.items())
+        if detail:
+            lines += textwrap.wrap(detail, 100, initial_indent=" " * 4,
+                                   subsequent_indent=" " * 6)
     total, lo, hi = fc.total()
     f_total = sum(s.f_s for s in fc.steps if s.f_s is not None)
     w_total = sum(s.work.value for s in fc.steps if s.work is not None)
@@ -199,6 +206,8 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
         e = max(tot_m, total) / min(tot_m, total)
         data["total"].update({"measured_s": tot_m, "E": e})
         lines.append(f"measured in all {seconds(tot_m)}: E {e:.2f}")
+    lines.append("indented: the counters extrapolated to the target (summed over processors) "
+                 "and, with a profile, the BSP bounds on them")
     lines.append("F: the profile's cost function on the extrapolated counters; work: the "
                  "largest pilot's time per instruction times the instructions extrapolated; "
                  "time-only: the time extrapolated directly")

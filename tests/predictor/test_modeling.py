@@ -18,6 +18,7 @@ from predictor.modeling import (
     Model,
     backward_eliminate,
     check_times,
+    cv_mre,
     cv_splits,
     fit_model,
     make_modeler,
@@ -602,3 +603,13 @@ def test_a_new_modeler_plugs_in_without_touching_callers():
     assert [str(t) for t in m.terms] == ["1", "n"]
     assert m.modeler == "first-two" and m.decided_by == "the first two, by fiat"
     assert "keeping the first two" in seen
+
+
+def test_a_model_with_no_terms_is_never_chosen_and_nnls_survives_no_columns():
+    """scipy 1.17.1's nnls aborts the process on a matrix with no columns: ours answers, and
+    the cv modeler, free to drop the constant of a constant model, keeps it."""
+    assert nnls(np.ones((4, 0)), np.ones(4)).shape == (0,)
+    assert cv_mre(np.ones((5, 0)), np.ones(5), folds=5, seed=0) == float("inf")
+    y = np.array([158246.0, 158030.0, 158226.0, 158114.0, 158426.0])
+    m = fit_model([Const()], {"n": np.arange(1.0, 6.0)}, y, modeler="cv", nonnegative=True)
+    assert m.formula().startswith("1.582e+05") and len(m.terms) == 1
