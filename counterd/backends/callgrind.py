@@ -720,10 +720,11 @@ def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
     ``env`` is the command's environment as for the timed run; its spool and backend are
     replaced here (``COUNTERD_SPOOL`` -> a private directory, ``COUNTERD_BACKEND`` ->
     callgrind) and thread pools of numeric libraries get one thread (:data:`SERIAL_POOLS`,
-    unless ``env`` sets them). Superstep records carry simulated counters only (their times are meaningless:
-    time is never taken under valgrind), ``backend="callgrind"``, and ``incomplete`` when the
-    counts do not cover the whole superstep (the reason is in ``unsupported["*"]``). ``whole``
-    sums every readable dump of every process: the command as one superstep.
+    unless ``env`` sets them). Superstep records carry simulated counters only (their times
+    are meaningless: time is never taken under valgrind), ``backend="callgrind"``, and
+    ``incomplete`` when the counts do not cover the whole superstep (the reason is in
+    ``unsupported["*"]``). ``whole`` sums every readable dump of every process: the command as
+    one superstep.
     """
     from counterd.env import ENV_BACKEND, ENV_SPOOL
     from counterd.records import SuperstepRecord
