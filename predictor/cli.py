@@ -212,9 +212,8 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
                  "largest pilot's time per instruction times the instructions extrapolated; "
                  "time-only: the time extrapolated directly")
     lines.append("forecast: F where F fits the pilot runs' own times at least as well as the "
-                 "other (F's average E there, less one, against the other's pilot error), else "
-                 "work where instructions were counted, else time-only; the interval is the "
-                 "forecast's")
+                 "other (F's average E there against the other's MRE there), else work where "
+                 "instructions were counted, else time-only; the interval is the forecast's")
     lines += [f"note: {n}" for n in fc.notes]
     return data, "\n".join(lines)
 

@@ -118,7 +118,7 @@ class Extrapolated:
     lower: float
     upper: float
     how: str  # the fitted formula, or why there is none
-    pilot_mre: float | None = None  # cross-validated MRE on the pilot samples
+    pilot_mre: float | None = None  # MRE on the pilot samples (toolkit's: 1 is perfect)
 
     def to_json(self) -> dict[str, Any]:
         return {"value": self.value, "interval": [self.lower, self.upper], "how": self.how,
@@ -166,8 +166,9 @@ def scale_by_work(ns: Sequence[float], times: Sequence[float], work: Sequence[fl
     assumption on themselves: scaling each pilot's time by the work ratio to the next size
     misses by e_k = log(T_k / (T_{k-1} W_k / W_{k-1})). The interval is the forecast times
     exp(+-t * sqrt(mean(e_k^2) + s_W^2)), t Student's at ``level`` with one degree of freedom
-    per e_k, s_W the log-scale spread of the extrapolated work; its ``pilot_mre`` is the mean of
-    |exp(e_k) - 1|, comparable to a growth model's cross-validated MRE. With independent noise
+    per e_k, s_W the log-scale spread of the extrapolated work; its ``pilot_mre`` is the
+    toolkit's MRE of those one-step predictions (1 is perfect), comparable to a growth model's
+    cross-validated MRE and to F's average E on the pilots. With independent noise
     of log-variance s^2 on every time, e_k and the forecast's error (the largest pilot's noise
     and the target's) both have variance 2 s^2: the pilots' own misses estimate the forecast's,
     and a bend in the time per instruction inside the pilot range widens the interval."""
@@ -184,7 +185,8 @@ def scale_by_work(ns: Sequence[float], times: Sequence[float], work: Sequence[fl
     v = float(t[-1] * at_target.value / w[-1])
     return Extrapolated(v, v * math.exp(-half), v * math.exp(half),
                         f"time at n = {ns[-1]:g} x {WORK} at the target / {WORK} there "
-                        f"({WORK}: {at_target.how})", float(np.mean(np.abs(np.expm1(e)))))
+                        f"({WORK}: {at_target.how})",
+                        md.mre(t[1:], t[:-1] * w[1:] / w[:-1]))
 
 
 @dataclass(frozen=True)
@@ -204,7 +206,8 @@ class StepForecast:
     @property
     def basis(self) -> str:
         """The forecast the pilot runs trust most. ``"F"`` when F's average E on the pilot
-        runs' own counters, less one, is at most the pilot error of the best other forecast;
+        runs' own counters is at most the other forecast's MRE on the pilots (both are 1 plus
+        a relative error; the other is work where counted, else time-only);
         else ``"work"`` (the time scaled by the counted work) where the work was counted, else
         ``"time"`` (the time extrapolated directly). Work scaling is preferred to time-only
         without a contest between them: a growth model of a noisy time, fitted over sizes
@@ -213,7 +216,7 @@ class StepForecast:
         measured nearest the target."""
         other = self.work or self.time_only
         if self.f is not None and self.pilot_f_error is not None and (
-                other.pilot_mre is None or self.pilot_f_error - 1 <= other.pilot_mre):
+                other.pilot_mre is None or self.pilot_f_error <= other.pilot_mre):
             return "F"
         return "work" if self.work is not None else "time"
 

@@ -136,14 +136,15 @@ def _step_forecast(f_error, t_mre, w_mre=False):
 
 
 @pytest.mark.parametrize("f_error, t_mre, w_mre, basis", [
-    (1.05, 0.10, False, "F"),    # F fits the pilots within 5 %, time-only within 10 %: F
-    (1.30, 0.10, False, "time"),  # F off by 30 % on the pilots' own counters: time-only
-    (1.09, 0.10, False, "F"),    # F a little better on the pilots: F
-    (None, 0.10, False, "time"),  # F could not be checked on the pilots: time-only
+    # F's average E on the pilots against the other's MRE there (both 1 + relative error)
+    (1.05, 1.10, False, "F"),    # F fits the pilots within 5 %, time-only within 10 %: F
+    (1.30, 1.10, False, "time"),  # F off by 30 % on the pilots' own counters: time-only
+    (1.09, 1.10, False, "F"),    # F a little better on the pilots: F
+    (None, 1.10, False, "time"),  # F could not be checked on the pilots: time-only
     (1.50, None, False, "F"),    # time-only scaled linearly (no cross-validation): F
-    (1.30, 0.10, 0.20, "work"),  # work counted: work, whatever time-only's pilot error
-    (1.05, 0.01, 0.10, "F"),     # F against work, not against time-only
-    (1.15, 0.01, 0.10, "work"),
+    (1.30, 1.10, 1.20, "work"),  # work counted: work, whatever time-only's pilot error
+    (1.05, 1.01, 1.10, "F"),     # F against work, not against time-only
+    (1.15, 1.01, 1.10, "work"),
 ])
 def test_the_forecast_is_the_one_the_pilot_runs_trust(f_error, t_mre, w_mre, basis):
     s = _step_forecast(f_error, t_mre, w_mre)
@@ -174,7 +175,7 @@ def test_work_scaling_extrapolates_the_counted_work_from_the_largest_pilot():
     e = pilot.scale_by_work(ns, times, work, w_at)
     assert e is not None
     assert e.value == pytest.approx(2e-9 * 40 * 2e6 * math.log2(2e6), rel=1e-3)
-    assert e.pilot_mre == pytest.approx(0.0, abs=1e-9) and e.lower <= e.value <= e.upper
+    assert e.pilot_mre == pytest.approx(1.0, abs=1e-9) and e.lower <= e.value <= e.upper
     assert "instructions" in e.how and "n = 500000" in e.how
     assert pilot.scale_by_work(ns, times, [0.0] * 5, w_at) is None  # nothing counted
 
