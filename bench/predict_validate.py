@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._host import host_line  # noqa: E402
+from predictor import floor  # noqa: E402
 from predictor.calibrate import calibrate, validate  # noqa: E402
 from predictor.cli import render_validation  # noqa: E402
 from predictor.errors import PredictorError  # noqa: E402
@@ -40,6 +41,9 @@ def main() -> int:
     ap.add_argument("results", nargs="?", type=Path, default=DEFAULT)
     ap.add_argument("--synthetic", action="store_true", help="use synthetic results")
     ap.add_argument("--out", type=Path, default=None, help="also keep the fitted profile here")
+    ap.add_argument("--floor", type=Path, default=None, metavar="RESULTS2",
+                    help="a second run of the validation suite: the noise floor between runs "
+                    "(default: between halves of each pattern's repetitions)")
     ap.add_argument("--select", choices=("brewer", "cv", "both"), default="both",
                     help="how the improved F's extra terms are chosen: t-tests at 95%% (seed "
                     "003), cross-validation, or both side by side (the default)")
@@ -84,8 +88,9 @@ def main() -> int:
               + "; F2 " + ", ".join(f"{k} {v:.4g}" for k, v in m["F2"].items())
               + "; F3 " + ", ".join(f"{k} {v:.4g}" for k, v in m["F3"].items()))
     print()
+    nf = floor.for_validation(results, load_results(a.floor) if a.floor else None)
     print(render_validation(table, f"validation: {table.patterns} patterns held apart from "
-                                   "the fit; E = max(T,P)/min(T,P)"))
+                                   "the fit; E = max(T,P)/min(T,P)", nf))
     if other is not None:
         r = {r.function: r for r in other.rows}["F (improved)"]
         print(f"{'F (improved, terms by cv)':<14} {r.avg_error:>8.2f} "

@@ -48,6 +48,9 @@ def _sub_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="accuracy table on the validation patterns")
     v.add_argument("--results", required=True, type=Path, help="microbench results JSON")
     v.add_argument("--profile", required=True, help="profile file or built-in name")
+    v.add_argument("--floor", type=Path, default=None, metavar="RESULTS2",
+                   help="a second run of the same suite: the noise floor between the two runs "
+                   "(default: between halves of each pattern's repetitions, a lower bound)")
     v.add_argument("--json", action="store_true", help="machine-readable output")
     s = sub.add_parser("profile", help="print a machine profile")
     s.add_argument("profile", help="profile file or built-in name (sgi-power-challenge)")
@@ -206,14 +209,14 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
         e = max(tot_m, total) / min(tot_m, total)
         data["total"].update({"measured_s": tot_m, "E": e})
         lines.append(f"measured in all {seconds(tot_m)}: E {e:.2f}")
-    lines.append("indented: the counters extrapolated to the target (summed over processors) "
-                 "and, with a profile, the BSP bounds on them")
-    lines.append("F: the profile's cost function on the extrapolated counters; work: the "
-                 "largest pilot's time per instruction times the instructions extrapolated; "
-                 "time-only: the time extrapolated directly")
-    lines.append("forecast: F where F fits the pilot runs' own times at least as well as the "
-                 "other (F's average E there against the other's MRE there), else work where "
-                 "instructions were counted, else time-only; the interval is the forecast's")
+    lines += textwrap.wrap(
+        "Indented: the counters extrapolated to the target (summed over processors) and, with "
+        "a profile, the BSP bounds on them. F: the profile's cost function on the extrapolated "
+        "counters; work: the largest pilot's time per instruction times the instructions "
+        "extrapolated; time-only: the time extrapolated directly. The forecast is F where F "
+        "fits the pilot runs' own times at least as well as the other (F's average E there "
+        "against the other's MRE there), else work where instructions were counted, else "
+        "time-only; the interval is the forecast's.", 100)
     lines += [f"note: {n}" for n in fc.notes]
     return data, "\n".join(lines)
 
@@ -246,26 +249,43 @@ def _calibrate(a: argparse.Namespace) -> tuple[Any, str]:
     return d, "\n".join(lines)
 
 
-def render_validation(table: Any, title: str) -> str:
+def render_validation(table: Any, title: str, floor: Any = None) -> str:
+    """The accuracy table; with ``floor`` (a :class:`predictor.floor.Floor`), the noise floor
+    beside it: what a second measurement of the same patterns achieves."""
     lines = [title, f"{'function':<14} {'AVG ERR':>8} {'MAX ERR':>8} {'MRE':>7}  limiting "
              "patterns (E)"]
     for r in table.rows:
         lim = ", ".join(f"{n} ({e:.2f})" for n, e in r.limiting)
         lines.append(f"{r.function:<14} {r.avg_error:>8.2f} {r.max_error:>8.2f} "
                      f"{r.mre:>7.3f}  {lim}")
+    if floor is not None:
+        lim = ", ".join(f"{n} ({e:.2f})" for n, e in floor.worst(3))
+        lines.append(f"{'noise floor':<14} {floor.average:>8.2f} {floor.maximum:>8.2f} "
+                     f"{'-':>7}  {lim}")
+        lines.append(f"(noise floor: E between {floor.how} of the same {len(floor.e)} "
+                     f"patterns, {floor.summary} of the repetitions; no function can beat it)")
     return "\n".join(lines)
 
 
+def floor_json(f: Any) -> dict[str, Any]:
+    return {"how": f.how, "summary": f.summary, "patterns": len(f.e), "average": f.average,
+            "maximum": f.maximum, "worst": [[n, e] for n, e in f.worst(3)]}
+
+
 def _validate(a: argparse.Namespace) -> tuple[Any, str]:
+    from predictor import floor
     from predictor.calibrate import validate
     from predictor.inputs import load_results
     from predictor.profile import load_profile
 
     prof = load_profile(a.profile)
-    table = validate(load_results(a.results), prof)
+    results = load_results(a.results)
+    table = validate(results, prof)
+    nf = floor.for_validation(results, load_results(a.floor) if a.floor else None)
     title = (f"validation: {table.patterns} patterns of {a.results} held apart from the fit, "
              f"profile {prof.name}; E = max(T,P)/min(T,P)")
-    return table.to_json(), render_validation(table, title)
+    return ({**table.to_json(), "noise_floor": floor_json(nf) if nf else None},
+            render_validation(table, title, nf))
 
 
 def _profile(a: argparse.Namespace) -> tuple[Any, str]:

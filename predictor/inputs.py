@@ -182,9 +182,12 @@ def _pattern_step(i: int, d: Any, path: str = "<results>") -> Step:
     t = None
     if isinstance(time, Mapping) and time.get("median") is not None:
         t = _number(where, "time_ns.median", time["median"])
+    samples = time.get("samples") if isinstance(time, Mapping) else None
     banks = _mapping(d.get("banks") or {}, f"{where}: banks")
     bsp = _mapping(d.get("bsp") or {}, f"{where}: bsp")
     meta = {k: d.get(k) for k in _META_TYPES}
+    if isinstance(samples, list):  # every repetition's time: other summaries, noise floors
+        meta["time_samples"] = tuple(_number(where, "time_ns.samples", x) for x in samples)
     for key in ("H", "M"):
         if bsp.get(key) is not None:
             meta[key] = _number(where, f"bsp.{key}", bsp[key])
