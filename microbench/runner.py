@@ -78,11 +78,18 @@ class RunConfig:
     barrier_timeout_s: float = 120.0
     loaded_cpu_fraction: float = 0.25  # CPUs' worth of other processes' use that flags a run
     steal_fraction: float = 0.05
+    # Measurements flagged as disturbed (unstable, steal) are taken again, up to this many
+    # times, and the least disturbed one is kept: on a 2-CPU KVM guest, two runs of the
+    # validation suite disagreed by E 1.35 on average (max 4.51) over all patterns, 1.25
+    # (3.46) over the patterns neither run flagged (bench/noise_floor.py).
+    retries: int = 2
 
     def __post_init__(self) -> None:
         if self.warmup < 0 or self.min_reps < 3 or self.max_reps < self.min_reps:
             raise BadInput(f"repetitions warmup={self.warmup} min={self.min_reps} "
                            f"max={self.max_reps}", "need warmup >= 0, 3 <= min <= max")
+        if self.retries < 0:
+            raise BadInput(f"retries {self.retries}", "give 0 or more")
         if not 0 < self.tolerance < 1 or self.budget_ns <= 0:
             raise BadInput(f"tolerance {self.tolerance}, budget {self.budget_ns} ns",
                            "tolerance in (0, 1), positive budget")
@@ -98,6 +105,15 @@ QUICK = RunConfig(warmup=1, min_reps=3, max_reps=5, tolerance=0.10, budget_ns=10
 
 # --------------------------------------------------------------------------------------------
 # Pure helpers
+
+DISTURBED = ("unstable", "steal")  # flags of a measurement worth taking again
+
+
+def disturbance(flags: Sequence[str], samples: Sequence[float] | np.ndarray) -> tuple[int, float]:
+    """How disturbed a measurement looks, for choosing among attempts: the number of
+    ``DISTURBED`` flags, then the spread of its repetitions (lower is better)."""
+    return sum(f in DISTURBED for f in flags), spread(samples)
+
 
 
 def superstep_times(begin_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
@@ -520,6 +536,21 @@ class WorkerPool:
                              tuple(r.counters for r in timed), unsupported,
                              (loadavg[0], loadavg[1], loadavg[2]), others, steal, wall,
                              tuple(flags))
+
+    def run_settled(self, pattern: Pattern, cfg: RunConfig | None = None
+                    ) -> tuple[PatternTiming, int]:
+        """:meth:`run`, taken again up to ``cfg.retries`` times while the measurement is
+        flagged disturbed; the least disturbed attempt (:func:`disturbance`) and how many
+        attempts were made."""
+        cfg = cfg or self.cfg
+        best = self.run(pattern, cfg)
+        attempts = 1
+        while attempts <= cfg.retries and disturbance(best.flags, best.samples_ns)[0]:
+            t = self.run(pattern, cfg)
+            attempts += 1
+            if disturbance(t.flags, t.samples_ns) < disturbance(best.flags, best.samples_ns):
+                best = t
+        return best, attempts
 
     def _own_cpu(self) -> float | None:
         if psutil is None:

@@ -124,8 +124,8 @@ def _flags(p: Pattern, timing: PatternTiming, sim0: SimulatedSuperstep, machine:
 
 
 def _record(p: Pattern, machine: Machine, timing: PatternTiming,
-            sims: Sequence[SimulatedSuperstep], cfg: RunConfig, plan: CounterPlan
-            ) -> dict[str, Any]:
+            sims: Sequence[SimulatedSuperstep], cfg: RunConfig, plan: CounterPlan,
+            attempts: int = 1) -> dict[str, Any]:
     procs = []
     engine = "native" if native_status()[0] else "python"
     for rank, sim in enumerate(sims):
@@ -142,7 +142,8 @@ def _record(p: Pattern, machine: Machine, timing: PatternTiming,
             counters, sim.counters, sim.lm, sim.wb))
     lines = [lv.line_bytes for lv in machine.geometry.levels]
     load = {"loadavg": list(timing.loadavg), "others_cpu": timing.others_cpu,
-            "steal": timing.steal, "unsupported": dict(timing.unsupported)}
+            "steal": timing.steal, "unsupported": dict(timing.unsupported),
+            "attempts": attempts}  # measurements taken; the least disturbed is kept
     sim_meta = {"engine": engine, "shared_policy": shared_policy(p), "warmup": cfg.warmup,
                 "served_level": results.served_level(sims[0].counters, p, lines)}
     if uses_coherence(p):
@@ -210,12 +211,14 @@ def run_suite(machine: Machine, patterns: Sequence[Pattern], out: str | Path, *,
                         counter_events=events) as pool:
             for start in range(0, len(todo), chunk_size):
                 chunk = todo[start:start + chunk_size]
-                timings = [pool.run(p, cfg) for p in chunk]
+                settled = [pool.run_settled(p, cfg) for p in chunk]
+                timings = [t for t, _ in settled]
                 jobs = [(p, machine.geometry, machine.bank_map, cfg.warmup, machine.page_bytes)
                         for p in chunk]
                 sims = list(executor.map(_sim_job, jobs))
                 for i, p in enumerate(chunk):
-                    doc["patterns"].append(_record(p, machine, timings[i], sims[i], cfg, plan))
+                    doc["patterns"].append(_record(p, machine, timings[i], sims[i], cfg, plan,
+                                                   settled[i][1]))
                     spent_cost += costs[start + i]
                 results.write(out, doc)
                 remaining = sum(costs[start + len(chunk):])

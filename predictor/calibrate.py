@@ -125,6 +125,7 @@ class Row:
     max_error: float
     mre: float
     limiting: tuple[tuple[str, float], ...]  # the worst patterns and their E
+    dominating: tuple[str, ...] = ()  # F's term (F1, F2, F3) that dominated each of them
 
 
 @dataclass(frozen=True)
@@ -137,15 +138,20 @@ class ValidationTable:
         return {"patterns": self.patterns, "host_differences": list(self.differences),
                 "rows": [{"function": r.function, "avg_error": r.avg_error,
                           "max_error": r.max_error, "mre": r.mre,
-                          "limiting": [{"pattern": n, "error": e} for n, e in r.limiting]}
+                          "limiting": [{"pattern": n, "error": e, "dominating": d}
+                                       for (n, e), d in zip(r.limiting, r.dominating or
+                                                            (None,) * len(r.limiting),
+                                                            strict=True)]}
                          for r in self.rows]}
 
 
-def _row(name: str, t: np.ndarray, p: np.ndarray, names: Sequence[str], worst: int) -> Row:
+def _row(name: str, t: np.ndarray, p: np.ndarray, names: Sequence[str], worst: int,
+         dominating: Sequence[str] = ()) -> Row:
     e = cf.error_ratio(t, p)
     order = np.argsort(-e)[:worst]
     return Row(name, float(e.mean()), float(e.max()), md.mre(t, p),
-               tuple((names[i], float(e[i])) for i in order))
+               tuple((names[i], float(e[i])) for i in order),
+               tuple(dominating[i] for i in order) if dominating else ())
 
 
 def validate(results: Results, profile: MachineProfile, *, worst: int = 3) -> ValidationTable:
@@ -164,8 +170,9 @@ def validate(results: Results, profile: MachineProfile, *, worst: int = 3) -> Va
                  worst)
             for fn in BSP_FUNCTIONS for bound in ("min", "max")]
     for variant in profile.models:  # paper, improved and their variants by counter set
-        rows.append(_row(f"F ({variant})", t, profile.f_model(variant).predict(val), names,
-                         worst))
+        fb = [profile.f_model(variant).evaluate(s) for s in val]
+        rows.append(_row(f"F ({variant})", t, np.array([x.f for x in fb]), names, worst,
+                         [x.dominant for x in fb]))
     return ValidationTable(tuple(rows), len(val), tuple(diffs))
 
 

@@ -101,3 +101,34 @@ def test_host_metadata() -> None:
     for key in ("cpu_model", "governor", "smt", "hugepages", "isolated", "loadavg"):
         assert key in h
     assert len(h["loadavg"]) == 3
+
+
+def test_disturbed_measurements_are_taken_again_and_the_least_disturbed_kept():
+    """run_settled: a measurement flagged unstable or steal is retaken up to cfg.retries
+    times; the attempt with the fewest such flags, then the smallest spread, is kept."""
+    from types import SimpleNamespace
+
+    from counterd.errors import BadInput
+
+    def t(flags, samples):
+        return SimpleNamespace(flags=tuple(flags), samples_ns=np.array(samples, float))
+
+    class Stub:
+        def __init__(self, timings, retries):
+            self.timings, self.cfg, self.calls = iter(timings), RunConfig(retries=retries), 0
+
+        def run(self, pattern, cfg):
+            self.calls += 1
+            return next(self.timings)
+
+    clean = t(("preempted",), [10, 10, 10])  # not a flag worth a retry
+    s = Stub([clean], 2)
+    assert WorkerPool.run_settled(s, None) == (clean, 1) and s.calls == 1
+    steal, ok = t(("steal",), [10, 10, 10]), t((), [10, 11, 12])
+    assert WorkerPool.run_settled(Stub([steal, ok], 2), None) == (ok, 2)
+    worse, better = t(("unstable",), [10, 20, 40]), t(("unstable",), [10, 15, 20])
+    both = t(("unstable", "steal"), [10, 10, 10])
+    assert WorkerPool.run_settled(Stub([worse, both, better], 2), None) == (better, 3)
+    assert WorkerPool.run_settled(Stub([worse], 0), None) == (worse, 1)
+    with pytest.raises(BadInput, match="retries"):
+        RunConfig(retries=-1)

@@ -33,6 +33,11 @@ def test_calibrate_validate_forecast(results, tmp_path, capsys):
                           # the model variants by counter set (predictor/variants.py)
                           *(f"F ({f}.{v})" for f in ("paper", "improved")
                             for v in ("misses", "l1_llc"))}
+    for name, row in table.items():  # the worst patterns, with F's term that dominated each
+        doms = [x["dominating"] for x in row["limiting"]]
+        assert len(doms) == 3
+        assert all(d in ("F1", "F2", "F3") if name.startswith("F (") else d is None
+                   for d in doms), (name, doms)
     assert table["F (improved)"]["avg_error"] <= 1.10
     assert table["F (improved)"]["max_error"] <= 1.50
     assert table["F (improved)"]["max_error"] < table["QSM-MAX"]["max_error"]
