@@ -252,16 +252,17 @@ def _calibrate(a: argparse.Namespace) -> tuple[Any, str]:
 def render_validation(table: Any, title: str, floor: Any = None) -> str:
     """The accuracy table; with ``floor`` (a :class:`predictor.floor.Floor`), the noise floor
     beside it: what a second measurement of the same patterns achieves."""
-    lines = [title, f"{'function':<14} {'AVG ERR':>8} {'MAX ERR':>8} {'MRE':>7}  limiting "
+    w = max([14, *(len(r.function) for r in table.rows)])
+    lines = [title, f"{'function':<{w}} {'AVG ERR':>8} {'MAX ERR':>8} {'MRE':>7}  limiting "
              "patterns (E, F's dominating term)"]
     for r in table.rows:
         lim = ", ".join(f"{n} ({e:.2f}{', ' + d if d else ''})" for (n, e), d in
                         zip(r.limiting, r.dominating or (None,) * len(r.limiting), strict=True))
-        lines.append(f"{r.function:<14} {r.avg_error:>8.2f} {r.max_error:>8.2f} "
+        lines.append(f"{r.function:<{w}} {r.avg_error:>8.2f} {r.max_error:>8.2f} "
                      f"{r.mre:>7.3f}  {lim}")
     if floor is not None:
         lim = ", ".join(f"{n} ({e:.2f})" for n, e in floor.worst(3))
-        lines.append(f"{'noise floor':<14} {floor.average:>8.2f} {floor.maximum:>8.2f} "
+        lines.append(f"{'noise floor':<{w}} {floor.average:>8.2f} {floor.maximum:>8.2f} "
                      f"{'-':>7}  {lim}")
         lines.append(f"(noise floor: E between {floor.how} of the same {len(floor.e)} "
                      f"patterns, {floor.summary} of the repetitions; no function can beat it)")
