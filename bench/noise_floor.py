@@ -4,8 +4,9 @@ Runs the validation suite twice (``microbench run --suite validation``, one run 
 other) unless two results files are given, and prints, for every way of summarising a
 pattern's repetitions (median, minimum, 20 % trimmed mean, mean), the E between the two
 runs' times of each pattern: average and maximum, the worst patterns, and the same without
-the patterns either run flagged ``unstable`` or ``steal``; beside it, the floor within one
-run (odd against even repetitions). No cost function can beat the floor between runs.
+the patterns either run flagged ``unstable``, ``steal`` or ``preempted``; beside it, the floor
+within one run (odd against even repetitions). No cost function can beat the floor between
+runs.
 
     .venv/bin/python bench/noise_floor.py [--runs A.json B.json] [--work DIR] [--quick]
 """
@@ -66,7 +67,7 @@ def main() -> int:
         floors = [make(s) for s in floor.SUMMARIES]
         for f in floors:
             print(row(f))
-        print("the same without patterns flagged unstable or steal:")
+        print("the same without patterns flagged unstable, steal or preempted:")
         for f in floors:
             u = f.undisturbed()
             print(row(u) if u.e else f"{f.summary:<13} (every pattern was flagged)")

@@ -29,7 +29,9 @@ def _trimmed(x: np.ndarray) -> float:
 SUMMARIES: dict[str, Callable[[np.ndarray], float]] = {
     "median": lambda x: float(np.median(x)), "minimum": lambda x: float(np.min(x)),
     "trimmed mean": _trimmed, "mean": lambda x: float(np.mean(x))}
-DISTURBED = frozenset({"unstable", "steal"})  # microbench's flags for a disturbed measurement
+# microbench's flags of a disturbed measurement (microbench.runner.DISTURBED, the ones it
+# takes again; the predictor reads results files and does not import microbench)
+DISTURBED = frozenset({"unstable", "steal", "preempted"})
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ class Floor:
     how: str  # "two runs" or "halves of one run"
     names: tuple[str, ...]
     e: tuple[float, ...]
-    disturbed: tuple[bool, ...]  # a measurement flagged unstable or steal
+    disturbed: tuple[bool, ...]  # a measurement flagged unstable, steal or preempted
 
     @property
     def average(self) -> float:
@@ -55,7 +57,8 @@ class Floor:
         return [(self.names[i], self.e[i]) for i in order]
 
     def undisturbed(self) -> Floor:
-        """The floor over the patterns neither measurement flagged as disturbed."""
+        """The floor over the patterns neither measurement flagged as disturbed
+        (unstable, steal or preempted)."""
         keep = [i for i, d in enumerate(self.disturbed) if not d]
         return Floor(self.summary, self.how, tuple(self.names[i] for i in keep),
                      tuple(self.e[i] for i in keep), tuple(False for _ in keep))

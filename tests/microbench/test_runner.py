@@ -104,7 +104,7 @@ def test_host_metadata() -> None:
 
 
 def test_disturbed_measurements_are_taken_again_and_the_least_disturbed_kept():
-    """run_settled: a measurement flagged unstable or steal is retaken up to cfg.retries
+    """run_settled: a measurement flagged unstable, steal or preempted is retaken up to cfg.retries
     times; the attempt with the fewest such flags, then the smallest spread, is kept."""
     from types import SimpleNamespace
 
@@ -121,7 +121,7 @@ def test_disturbed_measurements_are_taken_again_and_the_least_disturbed_kept():
             self.calls += 1
             return next(self.timings)
 
-    clean = t(("preempted",), [10, 10, 10])  # not a flag worth a retry
+    clean = t(("loaded",), [10, 10, 10])  # not a flag worth a retry
     s = Stub([clean], 2)
     assert WorkerPool.run_settled(s, None) == (clean, 1) and s.calls == 1
     steal, ok = t(("steal",), [10, 10, 10]), t((), [10, 11, 12])
