@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from predictor.errors import BadInput
+from predictor.fit import split_suites
 from predictor.inputs import Results, Step
 
 
@@ -73,7 +74,7 @@ def _samples(s: Step, where: str) -> np.ndarray:
 
 
 def _validation(r: Results) -> dict[str, Step]:
-    return {s.name: s for s in r.patterns if s.meta.get("suite") == "validation"}
+    return {s.name: s for s in split_suites(r.patterns)[1]}
 
 
 def _disturbed(*steps: Step) -> bool:
