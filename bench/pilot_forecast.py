@@ -134,7 +134,8 @@ def run_targets(case: Case, work: Path, repeat: int, counts: bool) -> None:
             out = pilot.record_path(d, "timed", n, r)
             if not out.exists():
                 log(f"{case.name} n = {n:g}: timed run {r + 1}/{repeat}")
-                pilot.record_run(case.template, n, "none", out, what="timed target run")
+                pilot.record_run(case.template, n, "none", out, what="timed target run",
+                                 cpu_features=pilot.timing_features("callgrind"))
         out = pilot.record_path(d, "counted", n)
         if counts and not out.exists():
             log(f"{case.name} n = {n:g}: counted run (callgrind)")

@@ -45,6 +45,11 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("--machine", metavar="FILE", type=Path, default=None,
                      help="machine description for the simulating backends (TOML, see "
                      "counterd/machine.py) instead of sysfs (default: $COUNTERD_MACHINE)")
+    rec.add_argument("--cpu-features", default="auto", choices=("auto", "native", "as-counted"),
+                     help="as-counted: hide from the command's run-time code dispatch (numpy, "
+                     "OpenBLAS, glibc) the CPU features valgrind lacks (AVX-512), so that it "
+                     "runs the code Callgrind counts; native: hide nothing (default auto: "
+                     "as-counted with --backend callgrind)")
     rec.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
 
@@ -111,7 +116,8 @@ def _record(args: argparse.Namespace) -> int:
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     events = [e.strip() for e in args.events.split(",") if e.strip()]
-    result = record(cmd, out=args.out, backend=args.backend, events=events)
+    result = record(cmd, out=args.out, backend=args.backend, events=events,
+                    cpu_features=args.cpu_features)
     from counterd.records import INFO_FLAGS
 
     flagged = sum(1 for r in result.records if r.flags - INFO_FLAGS)

@@ -58,6 +58,7 @@ COUNTERS: tuple[Counter, ...] = (
     Counter("dtlb_misses", "misses", "data TLB misses"),
     Counter("cycles", "cycles", "CPU cycles while the target ran"),
     Counter("instructions", "instructions", "instructions retired"),
+    Counter("branch_misses", "instructions", "branch instructions mispredicted"),
     Counter("task_clock_ns", "ns", "CPU time of the target (kernel task clock)"),
     Counter("page_faults", "faults", "page faults (minor and major)"),
     Counter("context_switches", "switches", "context switches of the target"),

@@ -133,6 +133,13 @@ def cpuinfo_fields(text: str) -> dict[str, str]:
     return fields
 
 
+def cpu_flags(procfs: str | Path = "/proc") -> frozenset[str]:
+    """The CPU feature flags of /proc/cpuinfo's first processor (x86 ``flags``; empty where
+    the kernel lists none)."""
+    text = _read(Path(procfs) / "cpuinfo") or ""
+    return frozenset(cpuinfo_fields(text).get("flags", "").split())
+
+
 def _int(value: str | None) -> int | None:
     try:
         return int(value.strip(), 0) if value is not None else None

@@ -166,15 +166,16 @@ def _whole_command_group(backend: str, events: Sequence[str], pid: int) -> Count
 
 
 def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
-               host: str) -> tuple[int, list[SuperstepRecord]]:
-    """Run the command once for real; records from its markers, or one whole-command record."""
+               host: str, extra_env: Mapping[str, str]) -> tuple[int, list[SuperstepRecord]]:
+    """Run the command once for real; records from its markers, or one whole-command record.
+    ``extra_env``: variables added to the command's environment."""
     # Markers in the timed run count with perf (measured) or nothing; callgrind counts later.
     marker_backend = backend if backend in ("perf", "papi", "sim", "none") else "perf"
     if marker_backend == "perf" and not backends.get("perf").available().available:
         marker_backend = "none"
     with tempfile.TemporaryDirectory(prefix="counterd-spool-") as spool_dir:
         spool = Path(spool_dir)
-        env = _env(run_id, spool, marker_backend, events)
+        env = {**_env(run_id, spool, marker_backend, events), **extra_env}
         ready_r, ready_w = os.pipe()
         go_r, go_w = os.pipe()
         try:
@@ -247,13 +248,25 @@ def _merge_whole(timed: SuperstepRecord, counted: callgrind.CountedRun) -> list[
                     backend=f"{timed.backend}+callgrind")]
 
 
+CPU_FEATURES = ("auto", "native", "as-counted")
+
+
 def record(cmd: Sequence[str], *, out: Path | None, backend: str = "auto",
-           events: Sequence[str] = (), run_id: str | None = None) -> RecordResult:
+           events: Sequence[str] = (), run_id: str | None = None,
+           cpu_features: str = "auto") -> RecordResult:
     """Run ``cmd`` with markers active; write its records to ``out`` (JSON lines, atomic).
+
+    ``cpu_features``: ``as-counted`` hides from the command's run-time code dispatch the CPU
+    features valgrind lacks (:func:`counterd.backends.callgrind.as_counted_env`), so that a
+    timed run executes the code a Callgrind run counts; ``native`` hides nothing; ``auto`` is
+    ``as-counted`` with ``backend="callgrind"``, else ``native``. Records of a run that hid
+    features carry the flag ``cpu_features_hidden``.
 
     Returns the command's exit code with the records. Bad input raises BadInput before the
     command runs; a failure to write ``out`` raises BadInput after it, leaving no partial file.
     """
+    if cpu_features not in CPU_FEATURES:
+        raise BadInput(f"--cpu-features {cpu_features!r}", "choose " + ", ".join(CPU_FEATURES))
     argv = resolve_command(cmd)
     check_names(tuple(events))
     if out is not None:
@@ -272,10 +285,18 @@ def record(cmd: Sequence[str], *, out: Path | None, backend: str = "auto",
         check_events(events, chosen, caps, backend)
     run_id = run_id or time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
     host = os.uname().nodename
-    code, records = _run_timed(argv, run_id, chosen, events, host)
+    hide: dict[str, str] = {}
+    if cpu_features == "as-counted" or (cpu_features == "auto" and chosen == "callgrind"):
+        from counterd.backends import callgrind as cg
+        from counterd.host import cpu_flags
+
+        hide = cg.as_counted_env(os.environ, cpu_flags())
+    code, records = _run_timed(argv, run_id, chosen, events, host, hide)
+    if hide:
+        records = [replace(r, flags=r.flags | {"cpu_features_hidden"}) for r in records]
     if chosen == "callgrind":
-        counted = callgrind.count_command(argv, run_id=run_id, geometry=geometry, env=_env(
-            run_id, Path("."), "callgrind", events))
+        counted = callgrind.count_command(argv, run_id=run_id, geometry=geometry, env={
+            **_env(run_id, Path("."), "callgrind", events), **hide})
         if len(records) == 1 and "whole_command" in records[0].flags:
             records = _merge_whole(records[0], counted)
         else:

@@ -33,6 +33,8 @@ FLAGS = {
     "unsupported_counters": "some requested counters could not be counted (see unsupported)",
     "whole_command": "the command had no markers; it is recorded as one superstep",
     "counters_from_separate_run": "time from a timed run, counters from a separate counted run",
+    "cpu_features_hidden": "the timed run hid the CPU features valgrind lacks (AVX-512) from "
+                           "run-time code dispatch, so that it ran the code Callgrind counted",
     "counters_missing": "the counted run produced no counters for this superstep",
     "target_changed": "the process the daemon counted for the client exec'd, changed owner or "
     "was replaced (reused pid): its counts were dropped (see unsupported)",
@@ -43,7 +45,8 @@ FLAGS = {
 _KNOWN_FLAGS = frozenset(FLAGS)
 
 # Flags that describe provenance rather than a problem with the superstep.
-INFO_FLAGS = frozenset({"unsupported_counters", "whole_command", "counters_from_separate_run"})
+INFO_FLAGS = frozenset({"unsupported_counters", "whole_command", "counters_from_separate_run",
+                        "cpu_features_hidden"})
 
 Param = int | float | str | bool
 

@@ -100,6 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quick", action="store_true",
                      help="fast run: table1 suite unless --suite is given, fewer "
                      "repetitions, shorter cache-resident supersteps")
+    run.add_argument("--compute-backend", default="auto",
+                     choices=("auto", "perf", "papi", "callgrind", "none"),
+                     help="what counts the compute patterns (instructions, branch "
+                     "mispredictions) after the memory ones: auto is perf or papi where the "
+                     "PMU counts instructions, else callgrind; none skips them")
     run.add_argument("--out", required=True)
     run.add_argument("--force", action="store_true", help="overwrite an existing --out")
     run.add_argument("--resume", action="store_true",
@@ -158,7 +163,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     doc = run_suite(machine, pats, args.out, suite=args.suite, cfg=QUICK if args.quick else NORMAL,
                     backend=args.backend, force=args.force, resume=args.resume,
-                    quick=args.quick, progress=_bar)
+                    quick=args.quick, compute_backend=args.compute_backend, progress=_bar)
     elapsed = time.monotonic() - t0
     summary = results.summary(doc)
     if args.json:
@@ -201,6 +206,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
               f"{p['time_ns']['spread']:7.3f} {p['time_ns']['reps']:4d}  "
               + ",".join(p["flags"]))
     print(f"{summary['patterns']} patterns, median spread {summary['median_spread']:.3f}")
+    _show_compute(doc.get("compute") or {})
     print("\nFigure 1(a) of seed 004: ns per access of memory patterns against BKC")
     print(f"{'':4}" + "".join(f"{c:>9}" for c in cols_a))
     for name, row in tab_a.items():
@@ -210,6 +216,26 @@ def _cmd_show(args: argparse.Namespace) -> int:
     for name, row in tab_b.items():
         print(f"{name:4}" + "".join(f" {_fmt(row[c])}" for c in cols_b))
     return 0
+
+
+def _show_compute(comp: dict[str, Any]) -> None:
+    pats = comp.get("patterns") or []
+    if not comp:
+        return
+    if not pats:
+        print(f"\ncompute patterns: none ({comp.get('reason', 'skipped')})")
+        return
+    print(f"\ncompute patterns, counted by {comp.get('backend')}:")
+    print(f"{'mnemonic':34} {'time':>9} {'spread':>7} {'instructions':>14} "
+          f"{'branch misses':>14} {'page faults':>11}")
+    for p in pats:
+        c = p["processors"][0]["counters"]
+
+        def count(name: str) -> str:
+            return f"{int(c[name]['value']):,}" if name in c else "-"
+        print(f"{p['mnemonic']:34} {p['time_ns']['median'] / 1e6:7.3f}ms "
+              f"{p['time_ns']['spread']:7.3f} {count('instructions'):>14} "
+              f"{count('branch_misses'):>14} {count('page_faults'):>11}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

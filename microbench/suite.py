@@ -160,12 +160,21 @@ def _record(p: Pattern, machine: Machine, timing: PatternTiming,
 
 def run_suite(machine: Machine, patterns: Sequence[Pattern], out: str | Path, *,
               suite: str, cfg: RunConfig = NORMAL, backend: str = "auto", force: bool = False,
-              resume: bool = False, quick: bool = False,
+              resume: bool = False, quick: bool = False, compute_backend: str = "auto",
               progress: ProgressFn = no_progress) -> dict[str, Any]:
     """Run ``patterns`` on ``machine`` and write ``out``; return the results document.
 
+    After the memory patterns, the compute patterns (:mod:`microbench.compute`) counted with
+    ``compute_backend`` (``auto``: perf or papi where the PMU counts instructions, else
+    callgrind; ``none``: skipped) go under the document's ``compute`` key.
+
     An existing ``out`` is refused unless ``force`` (start again) or ``resume`` (keep its
     finished patterns, run the rest). Raises BadInput for bad input (exit 2 in the CLI)."""
+    from microbench import compute
+
+    if compute_backend not in compute.BACKENDS:
+        raise BadInput(f"--compute-backend {compute_backend!r}",
+                       "choose " + ", ".join(compute.BACKENDS))
     out = Path(out)
     if out.is_dir():
         raise BadInput(f"{out} is a directory", "give a file name for --out")
@@ -195,6 +204,7 @@ def run_suite(machine: Machine, patterns: Sequence[Pattern], out: str | Path, *,
     results.write(out, doc)  # an unwritable --out fails here, before any work
     total = len(done) + len(todo)
     if not todo:
+        _run_compute(doc, out, quick, compute_backend, progress, total)
         doc["complete"] = True
         results.write(out, doc)
         return doc
@@ -225,11 +235,30 @@ def run_suite(machine: Machine, patterns: Sequence[Pattern], out: str | Path, *,
                 elapsed = time.monotonic() - t_start
                 eta = elapsed * remaining / spent_cost if spent_cost else None
                 progress(len(doc["patterns"]), total, chunk[-1].mnemonic, eta)
+    _run_compute(doc, out, quick, compute_backend, progress, total)
     doc["complete"] = True
     doc["finished"] = results.now_iso()
     doc["duration_s"] = round(time.monotonic() - t_start, 1)
     results.write(out, doc)
     return doc
+
+
+def _run_compute(doc: dict[str, Any], out: Path, quick: bool, backend: str,
+                 progress: ProgressFn, total: int) -> None:
+    """The compute patterns into ``doc["compute"]`` (once: a resumed run keeps them)."""
+    from microbench import compute
+
+    if doc.get("compute"):
+        return
+    plan = compute.plan(backend)
+    if plan.backend is None:
+        doc["compute"] = {"backend": None, "reason": plan.reason, "patterns": []}
+    else:
+        progress(total, total, f"compute patterns ({plan.backend})", None)
+        pats = compute.measure(quick=quick, backend=plan.backend)
+        doc["compute"] = {"backend": plan.backend, "reason": plan.reason,
+                          "notes": list(compute.NOTES), "patterns": pats}
+    results.write(out, doc)
 
 
 __all__ = ["BACKENDS", "CounterPlan", "SIM_NOTES", "cost_estimate", "resolve_backend",

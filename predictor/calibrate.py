@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -20,7 +20,14 @@ import numpy as np
 from predictor import costfuncs as cf
 from predictor import modeling as md
 from predictor.errors import BadInput, InsufficientPatterns, PredictorError
-from predictor.fit import ImprovedFit, PaperFit, fit_all, split_suites
+from predictor.fit import (
+    ComputeFit,
+    ImprovedFit,
+    PaperFit,
+    compute_patterns,
+    fit_all,
+    split_suites,
+)
 from predictor.inputs import Results, Step
 from predictor.model import ASSUMPTIONS, BSP_FUNCTIONS, FModel, bsp_quantities
 from predictor.profile import MachineProfile, caches_spec, check_host, new_profile
@@ -78,6 +85,7 @@ def calibrate(results: Results, *, name: str | None = None, folds: int = 5,
                           "dropped": {str(x): why for x, why in improved.reasons_.items()}},
             "patterns": {"F": fit_names}, "diagnostics": diag["improved"]}
     assert bsp is not None  # distinct_sets always has the full set
+    models.update(_compute_models(models, results, P, banks, folds, seed))
     host = results_host(results)
     return new_profile(
         name or f"{host.get('hostname') or 'host'}-{results.backend}",
@@ -116,6 +124,60 @@ def _accuracy(model: FModel, validation: Sequence[Step], fitting: Sequence[Step]
     return {"on": on, "n": len(e), "avg_error": float(e.mean()), "max_error": float(e.max())}
 
 
+COMPUTE_SUFFIX = ".compute"
+
+
+def compute_cv(base: FModel, steps: Sequence[Step], folds: int = 5, seed: int = 0
+               ) -> np.ndarray:
+    """Each compute pattern predicted by the compute terms fitted without its fold (the memory
+    model ``base`` fixed)."""
+    pred = np.zeros(len(steps))
+    for train, test in md.cv_splits(len(steps), folds, seed):
+        f = ComputeFit(folds=folds, seed=seed).fit(base, [steps[i] for i in train])
+        pred[test] = f.model_.predict([steps[i] for i in test])
+    return pred
+
+
+def _compute_models(models: Mapping[str, Mapping[str, Any]], results: Results, P: int,
+                    banks: int, folds: int, seed: int) -> dict[str, dict[str, Any]]:
+    """Every memory model whose counters the compute patterns carry, extended by
+    :class:`ComputeFit` with what those patterns price beyond memory (``<model>.compute``);
+    accuracy by k-fold cross-validation over the compute patterns (each fold refits the
+    compute terms, the memory model fixed). None where the results have no compute patterns
+    or the fit keeps no term."""
+    steps = compute_patterns(results.patterns)
+    out: dict[str, dict[str, Any]] = {}
+    if not steps:
+        return out
+    llc = max(results.levels)
+    for key, m in models.items():
+        base = FModel.from_dict(m, llc_level=llc, processors=P, banks=banks, name=key)
+        if any(s.missing(base.needs()) for s in steps):
+            continue
+        try:
+            cfit = ComputeFit(folds=folds, seed=seed, name=key + COMPUTE_SUFFIX).fit(base, steps)
+        except (InsufficientPatterns, BadInput):
+            continue
+        if not cfit.terms_:
+            continue
+        t = np.array([float(s.time_ns or 0) for s in steps])
+        e = cf.error_ratio(t, compute_cv(base, steps, folds, seed))
+        out[key + COMPUTE_SUFFIX] = {
+            **cfit.model_.to_dict(), "counter_set": f"{m.get('counter_set', 'full')}+compute",
+            "sources": f"{m.get('sources', '')}; instructions, branch mispredictions and page "
+                       "faults (compute patterns)",
+            "needs": cfit.model_.needs(),
+            "accuracy": {"on": f"compute patterns, {min(folds, len(steps))}-fold "
+                               "cross-validated", "n": len(e), "avg_error": float(e.mean()),
+                         "max_error": float(e.max())},
+            "terms": [str(x) for x in cfit.terms_],
+            "dropped_terms": [str(x) for x in cfit.reasons_],
+            "selection": {"decided_by": cfit.decided_by_,
+                          "dropped": {str(x): why for x, why in cfit.reasons_.items()}},
+            "patterns": {"compute": [s.name for s in steps]}}
+    return out
+
+
 # -- validation -----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -133,16 +195,25 @@ class ValidationTable:
     rows: tuple[Row, ...]
     patterns: int
     differences: tuple[str, ...]  # fingerprint fields that differ (profile vs results)
+    # The compute variants on the compute patterns, cross-validated (their held-apart test is
+    # the shipped programs: bench/program_accuracy.py).
+    compute_rows: tuple[Row, ...] = ()
+    compute_patterns: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"patterns": self.patterns, "host_differences": list(self.differences),
-                "rows": [{"function": r.function, "avg_error": r.avg_error,
-                          "max_error": r.max_error, "mre": r.mre,
-                          "limiting": [{"pattern": n, "error": e, "dominating": d}
-                                       for (n, e), d in zip(r.limiting, r.dominating or
-                                                            (None,) * len(r.limiting),
-                                                            strict=True)]}
-                         for r in self.rows]}
+                "rows": [_row_json(r) for r in self.rows],
+                "compute": {"patterns": self.compute_patterns,
+                            "on": "compute patterns, cross-validated",
+                            "rows": [_row_json(r) for r in self.compute_rows]}}
+
+
+def _row_json(r: Row) -> dict[str, Any]:
+    return {"function": r.function, "avg_error": r.avg_error, "max_error": r.max_error,
+            "mre": r.mre,
+            "limiting": [{"pattern": n, "error": e, "dominating": d}
+                         for (n, e), d in zip(r.limiting, r.dominating or
+                                              (None,) * len(r.limiting), strict=True)]}
 
 
 def _row(name: str, t: np.ndarray, p: np.ndarray, names: Sequence[str], worst: int,
@@ -169,11 +240,23 @@ def validate(results: Results, profile: MachineProfile, *, worst: int = 3) -> Va
     rows = [_row(f"{fn}-{bound.upper()}", t, np.array([x[f"{fn}_{bound}"] for x in b]), names,
                  worst)
             for fn in BSP_FUNCTIONS for bound in ("min", "max")]
+    compute = [v for v in profile.models if v.endswith(COMPUTE_SUFFIX)]
     for variant in profile.models:  # paper, improved and their variants by counter set
+        if variant in compute:
+            continue
         fb = [profile.f_model(variant).evaluate(s) for s in val]
         rows.append(_row(f"F ({variant})", t, np.array([x.f for x in fb]), names, worst,
                          [x.dominant for x in fb]))
-    return ValidationTable(tuple(rows), len(val), tuple(diffs))
+    steps = compute_patterns(results.patterns)
+    crows = []
+    for variant in compute if steps else ():
+        base = profile.f_model(variant[:-len(COMPUTE_SUFFIX)])
+        if any(s.missing(profile.f_model(variant).needs()) for s in steps):
+            continue
+        ct = np.array([float(s.time_ns or 0) for s in steps])
+        crows.append(_row(f"F ({variant})", ct, compute_cv(base, steps),
+                          [s.name for s in steps], worst))
+    return ValidationTable(tuple(rows), len(val), tuple(diffs), tuple(crows), len(steps))
 
 
 # -- forecasts for recorded supersteps --------------------------------------------------------

@@ -158,7 +158,8 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
                                   workdir=work, progress=progress)
         fc = pilot.forecast(runs, a.target, prof, level=a.level)
         measured = (dict(pilot.measure_target(a.pilot, a.target, repeat=a.repeat,
-                                              workdir=work, progress=progress))
+                                              workdir=work, backend=a.backend,
+                                              progress=progress))
                     if a.check else {})
     data = fc.to_json()
     pct = round(100 * a.level)
@@ -218,6 +219,12 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
         "against the other's MRE there), else work where instructions were counted, else "
         "time-only; the interval is the forecast's.", 100)
     lines += [f"note: {n}" for n in fc.notes]
+    if pilot.timing_features(a.backend) == "as-counted":
+        lines += textwrap.wrap(
+            "note: the timed runs hid from run-time code dispatch (numpy, OpenBLAS, glibc) the "
+            "CPU features valgrind lacks, so they ran the code Callgrind counted (counterd "
+            "record --cpu-features as-counted); on a host without AVX-512 nothing is hidden",
+            100, subsequent_indent="  ")
     return data, "\n".join(lines)
 
 
@@ -241,18 +248,26 @@ def _calibrate(a: argparse.Namespace) -> tuple[Any, str]:
          "improved_terms": prof.models["improved"].get("terms", [])}
     lines = [f"predict: wrote {path} (profile {prof.name}, unit ns)"]
     for k, diag in d["diagnostics"].items():
-        lines.append(f"  F ({k}) on the fitting patterns: avg error {diag['avg_error']:.3f}, "
-                     f"max {diag['max_error']:.3f} ({diag['worst']})")
+        if diag:
+            lines.append(f"  F ({k}) on the fitting patterns: avg error "
+                         f"{diag['avg_error']:.3f}, max {diag['max_error']:.3f} "
+                         f"({diag['worst']})")
     imp = prof.models["improved"]
     lines.append(f"  improved terms: {', '.join(imp['terms'])}; dropped under cross-validation:"
                  f" {', '.join(imp['dropped_terms']) or 'none'}")
+    for k, m in prof.models.items():
+        if k.endswith(".compute"):
+            acc = m["accuracy"]
+            lines.append(f"  F ({k}): + {', '.join(m['terms'])} on the {acc['on']}: avg error "
+                         f"{acc['avg_error']:.3f}, max {acc['max_error']:.3f}; dropped: "
+                         f"{', '.join(m['dropped_terms']) or 'none'}")
     return d, "\n".join(lines)
 
 
 def render_validation(table: Any, title: str, floor: Any = None) -> str:
     """The accuracy table; with ``floor`` (a :class:`predictor.floor.Floor`), the noise floor
     beside it: what a second measurement of the same patterns achieves."""
-    w = max([14, *(len(r.function) for r in table.rows)])
+    w = max([14, *(len(r.function) for r in (*table.rows, *table.compute_rows))])
     lines = [title, f"{'function':<{w}} {'AVG ERR':>8} {'MAX ERR':>8} {'MRE':>7}  limiting "
              "patterns (E, F's dominating term)"]
     for r in table.rows:
@@ -266,6 +281,14 @@ def render_validation(table: Any, title: str, floor: Any = None) -> str:
                      f"{'-':>7}  {lim}")
         lines.append(f"(noise floor: E between {floor.how} of the same {len(floor.e)} "
                      f"patterns, {floor.summary} of the repetitions; no function can beat it)")
+    if table.compute_rows:
+        lines.append(f"compute variants on the {table.compute_patterns} compute patterns, "
+                     "cross-validated (their held-apart test: the shipped programs, "
+                     "bench/program_accuracy.py)")
+        for r in table.compute_rows:
+            lim = ", ".join(f"{n} ({e:.2f})" for n, e in r.limiting)
+            lines.append(f"{r.function:<{w}} {r.avg_error:>8.2f} {r.max_error:>8.2f} "
+                         f"{r.mre:>7.3f}  {lim}")
     return "\n".join(lines)
 
 

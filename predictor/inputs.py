@@ -239,11 +239,16 @@ def results_from_json(d: Mapping[str, Any], path: str = "<results>") -> Results:
                                                      f"{path}: bank_map.banks") < 1:
         raise BadInput(f"{path}: bank_map.banks is 0", _DAMAGED)
     word_bytes = _count(d.get("word_bytes", 8), f"{path}: word_bytes")
+    # Compute patterns (microbench/compute.py) sit apart from the memory patterns, with
+    # suite "compute": every reader of "patterns" keeps seeing memory patterns only.
+    comp = _mapping(d.get("compute") or {}, f"{path}: compute").get("patterns") or []
+    if not isinstance(comp, list):
+        raise BadInput(f"{path}: compute.patterns is not a list", _DAMAGED)
     return Results(
         path=path, backend=str(d.get("backend", "?")), host=host,
         geometry=_geometry(d.get("geometry"), path), bank_map=bank_map,
         word_bytes=word_bytes,
-        patterns=tuple(_pattern_step(i, p, path) for i, p in enumerate(pats)))
+        patterns=tuple(_pattern_step(i, p, path) for i, p in enumerate([*pats, *comp])))
 
 
 MAX_RESULTS_BYTES = 1 << 28  # a full suite's results are a few MB
@@ -326,10 +331,14 @@ def _steps_from_acc(accs: list[_Acc | None], names: Mapping[str, int]) -> Iterat
                                "report the same counters; re-record, or drop the counter")
             counters[order[j]] = np.array(col)
         t = a.time_ns
-        if t is None and a.begin and a.end and not a.incomplete:
-            t = span_ns(a.begin, a.end)
+        meta: dict[str, Any] = {"incomplete": a.incomplete}
+        if a.begin and a.end and not a.incomplete:
+            t = span_ns(a.begin, a.end) if t is None else t
+            # The slowest processor's own time (begin to end): the span less the skew of the
+            # processors' starts, which is the barrier's, not the superstep's work.
+            meta["work_ns"] = max(e - b for b, e in zip(a.begin, a.end, strict=True))
         yield Step(name=a.name, counters=counters, ranks=tuple(a.ranks), k=a.k,
-                   m_b=a.m_b, time_ns=t, meta={"incomplete": a.incomplete})
+                   m_b=a.m_b, time_ns=t, meta=meta)
 
 
 def _int_field(d: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int:

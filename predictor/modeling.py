@@ -106,12 +106,14 @@ def nnls(a: ArrayLike, b: ArrayLike) -> Array:
     return np.where(norms > 0, x / scale, 0.0)
 
 
-def relative_nnls(a: ArrayLike, t: ArrayLike) -> Array:
-    """Non-negative least squares on T-normalised residuals: minimise sum ((A x - T) / T)^2
-    (seed 003 footnote 1: weights that minimise relative rather than absolute error)."""
+def relative_nnls(a: ArrayLike, t: ArrayLike, offset: ArrayLike | None = None) -> Array:
+    """Non-negative least squares on T-normalised residuals: minimise sum ((A x + o - T) / T)^2
+    (seed 003 footnote 1: weights that minimise relative rather than absolute error); ``o``,
+    the ``offset``, is a known part of every prediction (default 0)."""
     A = np.asarray(a, dtype=np.float64)
     tt = np.asarray(t, dtype=np.float64)
-    return nnls(A / tt[:, None], np.ones_like(tt))
+    rhs = np.ones_like(tt) if offset is None else 1.0 - np.asarray(offset, float) / tt
+    return nnls(A / tt[:, None], rhs)
 
 
 @dataclass(frozen=True)
@@ -125,8 +127,9 @@ class _Wls:
     r2: float
 
 
-def _wls(X: Array, y: Array) -> _Wls:
-    """statsmodels WLS with weights 1/y^2: t-tests, covariance, residual scale."""
+def _wls(X: Array, y: Array, offset: Array | None = None) -> _Wls:
+    """statsmodels WLS of y - offset on X with weights 1/y^2 (the error stays relative to y):
+    t-tests, covariance, residual scale."""
     import statsmodels.api as sm
 
     # Columns scaled to unit weighted norm: growth terms span many decades (n^3 log^2 n beside
@@ -138,7 +141,7 @@ def _wls(X: Array, y: Array) -> _Wls:
         # dof 0 (as many samples as terms) makes statsmodels warn about division by zero;
         # the caller decides by cross-validation there, and the intervals say infinite.
         warnings.simplefilter("ignore", RuntimeWarning)
-        r = sm.WLS(y, X / s, weights=1.0 / y ** 2).fit()
+        r = sm.WLS(y if offset is None else y - offset, X / s, weights=1.0 / y ** 2).fit()
         dof = int(round(r.df_resid))
         if dof <= 0:
             return _Wls(np.asarray(r.params, float) / s, np.full(k, np.inf),
@@ -149,38 +152,44 @@ def _wls(X: Array, y: Array) -> _Wls:
                     float(r.rsquared))
 
 
-def _fit_columns(X: Array, y: Array, nonnegative: bool) -> tuple[_Wls, NDArray[np.bool_]]:
+def _fit_columns(X: Array, y: Array, nonnegative: bool, offset: Array | None = None
+                 ) -> tuple[_Wls, NDArray[np.bool_]]:
     """The fit on the columns of X, and which columns it used. Non-negative: scipy's NNLS on
     the relative-error system finds the columns with a positive cost; the unconstrained WLS on
     those columns has the same solution (the NNLS optimality conditions) and gives the
     statistics."""
     used = np.ones(X.shape[1], dtype=bool)
     if nonnegative:
-        used = relative_nnls(X, y) > 0
+        used = relative_nnls(X, y, offset) > 0
         if not used.any():
             raise BadInput("no term has a positive cost on these samples",
                            "check that the times grow with the terms")
-    return _wls(X[:, used], y), used
+    return _wls(X[:, used], y, offset), used
 
 
-def fit_columns(X: Array, y: Array, nonnegative: bool = False) -> Array:
+def fit_columns(X: Array, y: Array, nonnegative: bool = False, offset: Array | None = None
+                ) -> Array:
     """Coefficients only (zeros for unused columns): the inner fit of cross-validation."""
-    r, used = _fit_columns(X, y, nonnegative)
+    r, used = _fit_columns(X, y, nonnegative, offset)
     out = np.zeros(X.shape[1])
     out[used] = r.coef
     return out
 
 
-def cv_mre(X: Array, y: Array, *, folds: int, seed: int, nonnegative: bool = False) -> float:
-    """Cross-validated MRE of the linear fit on X's columns; inf for no columns, or where a
-    fold has fewer training samples than columns."""
+def cv_mre(X: Array, y: Array, *, folds: int, seed: int, nonnegative: bool = False,
+           offset: Array | None = None) -> float:
+    """Cross-validated MRE of the linear fit on X's columns (plus ``offset``, a known part of
+    every prediction); inf for no columns, or where a fold has fewer training samples than
+    columns."""
     if X.shape[1] == 0:
         return float("inf")  # no terms: not a model
+    off = np.zeros(len(y)) if offset is None else np.asarray(offset, float)
     pred = np.zeros(len(y))
     for train, test in cv_splits(len(y), folds, seed):
         if len(train) < X.shape[1]:
             return float("inf")
-        pred[test] = X[test] @ fit_columns(X[train], y[train], nonnegative)
+        pred[test] = X[test] @ fit_columns(X[train], y[train], nonnegative,
+                                           None if offset is None else off[train]) + off[test]
     return mre(y, pred)
 
 
@@ -212,8 +221,10 @@ class Modeler(ABC):
 
     @abstractmethod
     def select(self, terms: Sequence[tm.Term], X: Array, y: Array, *, nonnegative: bool,
-               keep: frozenset[tm.Term], progress: Progress) -> Selection:
-        """Indices of the terms to keep."""
+               keep: frozenset[tm.Term], progress: Progress,
+               offset: Array | None = None) -> Selection:
+        """Indices of the terms to keep. ``offset``: a known part of every prediction, not
+        fitted (the predicted times are ``X @ coef + offset``)."""
 
 
 @dataclass(frozen=True)
@@ -261,13 +272,14 @@ class CrossValidated(Modeler):
     tol: float = 0.02
 
     def select(self, terms: Sequence[tm.Term], X: Array, y: Array, *, nonnegative: bool,
-               keep: frozenset[tm.Term], progress: Progress) -> Selection:
+               keep: frozenset[tm.Term], progress: Progress,
+               offset: Array | None = None) -> Selection:
         base = [j for j, t in enumerate(terms) if t in keep]
         optional = [j for j, t in enumerate(terms) if t not in keep]
 
         def score(cols: Sequence[int]) -> float:
             return cv_mre(X[:, sorted(cols)], y, folds=self.folds, seed=self.seed,
-                          nonnegative=nonnegative)
+                          nonnegative=nonnegative, offset=offset)
 
         e = backward_eliminate(base, optional, score, self.tol, floor=1.0)
         kept, dropped = list(e.kept), e.dropped
@@ -302,16 +314,18 @@ class Significance(Modeler):
     seed: int = 0
 
     def select(self, terms: Sequence[tm.Term], X: Array, y: Array, *, nonnegative: bool,
-               keep: frozenset[tm.Term], progress: Progress) -> Selection:
+               keep: frozenset[tm.Term], progress: Progress,
+               offset: Array | None = None) -> Selection:
         if len(y) - X.shape[1] < self.min_dof:
             progress(f"{len(y)} samples for {X.shape[1]} terms: too few for a t-test, "
                      "cross-validation decides")
             return CrossValidated(self.folds, self.seed).select(
-                terms, X, y, nonnegative=nonnegative, keep=keep, progress=progress)
+                terms, X, y, nonnegative=nonnegative, keep=keep, progress=progress,
+                offset=offset)
         cols = list(range(len(terms)))
         dropped: list[Dropped] = []
         while True:
-            r, used = _fit_columns(X[:, cols], y, nonnegative)
+            r, used = _fit_columns(X[:, cols], y, nonnegative, offset)
             negative = [c for c, u in zip(cols, used, strict=True)
                         if not u and terms[c] not in keep]
             if negative:  # bound at zero by the non-negativity: out first, then refit
@@ -351,17 +365,18 @@ class SingleTerm(Modeler):
     alpha: float = 0.05
 
     def select(self, terms: Sequence[tm.Term], X: Array, y: Array, *, nonnegative: bool,
-               keep: frozenset[tm.Term], progress: Progress) -> Selection:
+               keep: frozenset[tm.Term], progress: Progress,
+               offset: Array | None = None) -> Selection:
         base = [j for j, t in enumerate(terms) if isinstance(t, tm.Const) or t in keep]
         scored = [(cv_mre(X[:, sorted([*base, j])], y, folds=self.folds, seed=self.seed,
-                          nonnegative=nonnegative), j)
+                          nonnegative=nonnegative, offset=offset), j)
                   for j in range(len(terms)) if j not in base]
         if not scored:
             return Selection(tuple(base), (), "no candidate besides the constant")
         best, j = min(scored)
         kept = sorted([*base, j])
         if base and len(y) > len(kept):
-            r, used = _fit_columns(X[:, kept], y, nonnegative)
+            r, used = _fit_columns(X[:, kept], y, nonnegative, offset)
             p = dict(zip([c for c, u in zip(kept, used, strict=True) if u], r.pvalues,
                          strict=True)).get(j, 0.0)
             if p > self.alpha:

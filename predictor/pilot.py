@@ -415,15 +415,24 @@ def command_for(template: str, n: float) -> list[str]:
                        "quote it as a shell would") from None
 
 
-def record_run(template: str, n: float, backend: str, out: Any, *, what: str) -> list[Step]:
-    """One run of the command at size ``n`` under ``counterd record --backend backend``; its
-    supersteps. A failed run or one without supersteps is a BadInput naming the run."""
+def timing_features(backend: str) -> str:
+    """``counterd record --cpu-features`` for the timed runs beside counts from ``backend``:
+    Callgrind counts the code valgrind's CPU selects (no AVX-512), so the timed runs run it
+    too (counterd/backends/callgrind.py, AS_COUNTED_ENV)."""
+    return "as-counted" if backend == "callgrind" else "native"
+
+
+def record_run(template: str, n: float, backend: str, out: Any, *, what: str,
+               cpu_features: str = "auto") -> list[Step]:
+    """One run of the command at size ``n`` under ``counterd record --backend backend
+    --cpu-features cpu_features``; its supersteps. A failed run or one without supersteps is
+    a BadInput naming the run."""
     import subprocess
 
     from predictor.inputs import load_counters
 
-    cmd = [*_counterd(), "record", "--backend", backend, "--out", str(out), "--",
-           *command_for(template, n)]
+    cmd = [*_counterd(), "record", "--backend", backend, "--cpu-features", cpu_features,
+           "--out", str(out), "--", *command_for(template, n)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -503,7 +512,8 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
             progress(f"n = {_size_text(n)}: timed run {r + 1}/{repeat}{left(i, r)}")
             t1 = time.monotonic()
             timed.append(record_run(template, n, "none", record_path(work, "timed", n, r),
-                                    what=f"timed pilot run {r + 1}"))
+                                    what=f"timed pilot run {r + 1}",
+                                    cpu_features=timing_features(backend)))
             spent["timed"][0] += time.monotonic() - t1
             spent["timed"][1] += 1
         progress(f"n = {_size_text(n)}: counted run ({backend}){left(i, repeat)}")
@@ -517,15 +527,18 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
 
 
 def measure_target(template: str, target: float, *, repeat: int, workdir: Any,
-                   progress: md.Progress = md.no_progress) -> list[tuple[tuple[int, str], float]]:
-    """``--check``: the target size's supersteps and their median measured time (ns)."""
+                   backend: str = "callgrind", progress: md.Progress = md.no_progress
+                   ) -> list[tuple[tuple[int, str], float]]:
+    """``--check``: the target size's supersteps and their median measured time (ns), timed
+    as the pilots were beside counts from ``backend``."""
     from pathlib import Path
 
     timed = []
     for r in range(repeat):
         progress(f"n = {_size_text(target)}: checking run {r + 1}/{repeat}")
         timed.append(record_run(template, target, "none",
-                                Path(workdir) / f"check-{r}.jsonl", what="checking run"))
+                                Path(workdir) / f"check-{r}.jsonl", what="checking run",
+                                cpu_features=timing_features(backend)))
     keys = [split_name(s) for s in timed[0]]
     return [(k, float(np.median([float(t[i].time_ns or 0) for t in timed])))
             for i, k in enumerate(keys)]

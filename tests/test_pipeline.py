@@ -45,10 +45,11 @@ def test_recorded_as_advised_every_superstep_is_predicted(tmp_path: Path) -> Non
     assert len(steps) == 4
     for s in steps:
         assert s["prediction"] is not None, rep["prediction_note"]
-        assert s["prediction"]["model"] == "improved.l1_llc"  # Callgrind's two levels
+        # Callgrind's two levels, with the compute terms its instructions allow
+        assert s["prediction"]["model"] == "improved.l1_llc.compute"
         assert s["prediction"]["accuracy"]["avg_error"] >= 1.0
     assert "no prediction" not in rep["prediction_note"]
     # predict --counters reads the same records and picks the same variant.
     fc = json.loads(_cli("predict", "--profile", str(tmp_path / "node.toml"), "--counters",
                          str(run), "--json").stdout)
-    assert [r["model"] for r in fc["supersteps"]] == ["improved.l1_llc"] * 4
+    assert [r["model"] for r in fc["supersteps"]] == ["improved.l1_llc.compute"] * 4

@@ -33,6 +33,7 @@ PRESETS: dict[str, str | None] = {
     "dtlb_misses": "PAPI_TLB_DM",
     "cycles": "PAPI_TOT_CYC",
     "instructions": "PAPI_TOT_INS",
+    "branch_misses": "PAPI_BR_MSP",  # conditional branches only (papiStdEventDefs.h)
     "l1d_writebacks": None,
     "l2_writebacks": None,
     "l3_writebacks": None,

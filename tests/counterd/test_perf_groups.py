@@ -75,15 +75,17 @@ CPUS = {
 # The groups the scheduler forms for the whole canonical set (SMT on, no NMI watchdog), and
 # the counters no table entry can count there.
 EXPECTED = {
+    # SKX: 4 general counters, both memory groups full: branch-misses (0xc5) gets its own.
     "SKX": [("loads", "stores", "l1d_misses", "l2_misses", "cycles", "instructions"),
             ("l3_misses", "l1d_writebacks", "l2_writebacks", "dtlb_misses"),
+            ("branch_misses",),
             SOFTWARE_GROUP],
     "SPR": [("loads", "stores", "l1d_misses", "l2_misses", "l3_misses", "cycles",
-             "instructions"),
+             "instructions", "branch_misses"),
             ("l2_writebacks", "dtlb_misses"),
             SOFTWARE_GROUP],
     "Zen 4": [("loads", "stores", "l1d_misses", "l2_misses", "l3_misses", "dtlb_misses"),
-              ("cycles", "instructions"),
+              ("cycles", "instructions", "branch_misses"),
               SOFTWARE_GROUP],
 }
 UNCOUNTABLE = {"SKX": {"l3_writebacks"}, "SPR": {"l1d_writebacks", "l3_writebacks"},
@@ -341,7 +343,9 @@ def test_smt_off_caps_and_watchdog_change_the_plan(tmp_path: Path) -> None:
     skx, _ = fake_backend(tmp_path / "a", "SKX", smt_control="notsupported")
     assert skx.pmu_layout().general == 8
     hardware = tuple(n for g in EXPECTED["SKX"][:2] for n in g)
-    assert skx.plan(ALL) == [tuple(n for n in ALL if n in hardware), SOFTWARE_GROUP]
+    # 8 general counters hold every memory event; branch-misses would be a ninth.
+    assert skx.plan(ALL) == [tuple(n for n in ALL if n in hardware), ("branch_misses",),
+                             SOFTWARE_GROUP]
     # A kernel turning SMT off does not undo the firmware's split.
     assert fake_backend(tmp_path / "b", "SKX", smt_control="off")[0].pmu_layout().general == 4
     # A count in sysfs caps wins over the table.
@@ -349,20 +353,20 @@ def test_smt_off_caps_and_watchdog_change_the_plan(tmp_path: Path) -> None:
     assert capped.pmu_layout().general == 3
     assert capped.plan(ALL)[:3] == [("loads", "stores", "l1d_misses"),
                                     ("l2_misses", "l3_misses", "dtlb_misses"),
-                                    ("cycles", "instructions")]
+                                    ("cycles", "instructions", "branch_misses")]
     # The NMI watchdog's pinned cycles event holds a counter: Zen 4 groups of 5.
     zen, _ = fake_backend(tmp_path / "d", "Zen 4", watchdog=1)
     groups = zen.plan(ALL)
     show("Zen 4 with kernel.nmi_watchdog=1", groups)
     assert groups[:2] == [("loads", "stores", "l1d_misses", "l2_misses", "l3_misses"),
-                          ("dtlb_misses", "cycles", "instructions")]
+                          ("dtlb_misses", "cycles", "instructions", "branch_misses")]
     # On Skylake-SP it holds fixed counter 1, so cycles needs one of the 4 general counters.
     skx_wd, _ = fake_backend(tmp_path / "e", "SKX", watchdog=1)
     groups = skx_wd.plan(ALL)
     show("SKX with kernel.nmi_watchdog=1", groups)
     assert groups[:3] == [("loads", "stores", "l1d_misses", "l2_misses", "instructions"),
                           ("l3_misses", "l1d_writebacks", "l2_writebacks", "dtlb_misses"),
-                          ("cycles",)]
+                          ("cycles", "branch_misses")]
 
 
 def test_unknown_cpu_plans_with_the_generic_assumption() -> None:
@@ -439,6 +443,7 @@ def test_einval_splits_when_the_pmu_has_fewer_counters_than_the_table(tmp_path: 
                                 ("l1d_misses", "l2_misses"),
                                 ("l3_misses", "l1d_writebacks"),
                                 ("l2_writebacks", "dtlb_misses"),
+                                ("branch_misses",),
                                 SOFTWARE_GROUP)
         assert set(group.events) == set(ALL) - UNCOUNTABLE["SKX"]
         assert set(group.read().unsupported) == UNCOUNTABLE["SKX"]

@@ -140,3 +140,74 @@ def test_whole_command_under_callgrind_gets_simulated_counters(tmp_path: Path) -
     assert rec.counters["loads"].source.value == "simulated"
     assert rec.counters["loads"].value > 1000  # the dynamic loader alone does thousands
     assert rec.duration_ns is not None and rec.duration_ns > 0  # from the timed run
+
+
+def _env_probe(path: Path) -> list[str]:
+    """A command that writes the dispatch variables it sees to ``path``."""
+    keys = ["NPY_DISABLE_CPU_FEATURES", "GLIBC_TUNABLES", "OPENBLAS_CORETYPE"]
+    return [sys.executable, "-c", "import json, os, sys; json.dump({k: os.environ.get(k) for "
+            f"k in {keys!r}}}, open(sys.argv[1], 'w'))", str(path)]
+
+
+@pytest.mark.parametrize("flags, mode, hidden", [
+    ({"avx2", "avx512f", "avx512bw"}, "as-counted", True),
+    ({"avx2", "avx512f"}, "native", False),
+    ({"avx2", "fma"}, "as-counted", False),  # nothing valgrind lacks: nothing to hide
+])
+def test_cpu_features_as_counted_hides_what_valgrind_lacks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: set[str], mode: str,
+        hidden: bool) -> None:
+    import counterd.host
+
+    monkeypatch.setattr(counterd.host, "cpu_flags", lambda procfs="/proc": frozenset(flags))
+    monkeypatch.delenv("NPY_DISABLE_CPU_FEATURES", raising=False)
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Zen")  # the user's own setting is kept
+    seen = tmp_path / "env.json"
+    result = record(_env_probe(seen), out=tmp_path / "r.jsonl", backend="none",
+                    cpu_features=mode)
+    assert result.exit_code == 0
+    env = json.loads(seen.read_text())
+    assert env["OPENBLAS_CORETYPE"] == "Zen"
+    (rec,) = result.records
+    if hidden:
+        assert "AVX512F" in env["NPY_DISABLE_CPU_FEATURES"]
+        assert env["GLIBC_TUNABLES"].startswith("glibc.cpu.hwcaps=-AVX512F")
+        assert "cpu_features_hidden" in rec.flags
+    else:
+        assert env["NPY_DISABLE_CPU_FEATURES"] is None and env["GLIBC_TUNABLES"] is None
+        assert "cpu_features_hidden" not in rec.flags
+
+
+def test_cpu_features_auto_hides_only_beside_callgrind(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import counterd.host
+
+    monkeypatch.setattr(counterd.host, "cpu_flags", lambda procfs="/proc": frozenset({"avx512f"}))
+    monkeypatch.delenv("NPY_DISABLE_CPU_FEATURES", raising=False)
+    seen = tmp_path / "env.json"
+    record(_env_probe(seen), out=None, backend="none")
+    assert json.loads(seen.read_text())["NPY_DISABLE_CPU_FEATURES"] is None
+    with pytest.raises(BadInput, match="cpu-features"):
+        record(["true"], out=None, backend="none", cpu_features="avx2")
+
+
+def test_numpy_runs_its_avx2_code_when_avx512_is_hidden() -> None:
+    """The variables do what they claim on the numpy this project installs: none of its
+    AVX-512 dispatch targets is enabled (where the host has them, they are without it)."""
+    import os
+
+    from counterd.backends.callgrind import AS_COUNTED_ENV
+    from counterd.host import cpu_flags
+
+    code = ("from numpy._core._multiarray_umath import __cpu_features__ as f, "
+            "__cpu_dispatch__ as d; print(sorted(x for x in d if f.get(x) and "
+            "('AVX512' in x or x == 'X86_V4')))")
+
+    def enabled(extra: dict[str, str]) -> str:
+        env = {k: v for k, v in os.environ.items() if k not in AS_COUNTED_ENV}
+        return subprocess.run([sys.executable, "-c", code], env={**env, **extra},
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    assert enabled(dict(AS_COUNTED_ENV)) == "[]"
+    if any(f.startswith("avx512") for f in cpu_flags()):
+        assert enabled({}) != "[]"  # the host's own dispatch does use them

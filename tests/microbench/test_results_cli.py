@@ -33,7 +33,7 @@ def test_run_write_load_and_contract_fields(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     seen: list[tuple[int, int]] = []
     doc = run_suite(m, pats, out, suite="table1", cfg=CFG, backend="sim",
-                    progress=lambda d, t, mn, eta: seen.append((d, t)))
+                    compute_backend="none", progress=lambda d, t, mn, eta: seen.append((d, t)))
     assert seen[-1] == (len(pats), len(pats))
     loaded = results.load(out)
     assert loaded == json.loads(json.dumps(doc))
@@ -67,7 +67,8 @@ def test_unknown_version_rejected_and_no_silent_overwrite(tmp_path: Path) -> Non
     out = tmp_path / "r.json"
     out.write_text("precious")
     with pytest.raises(BadInput, match="exists"):
-        run_suite(m, pats[:1], out, suite="table1", cfg=CFG, backend="sim")
+        run_suite(m, pats[:1], out, suite="table1", cfg=CFG, backend="sim",
+                  compute_backend="none")
     assert out.read_text() == "precious"
 
 
@@ -81,10 +82,11 @@ def test_interrupted_run_keeps_finished_patterns_and_resumes(tmp_path: Path) -> 
 
     with pytest.raises(KeyboardInterrupt):
         run_suite(m, pats, out, suite="table1", cfg=CFG, backend="sim",
-                  progress=stop_after_first_chunk)
+                  compute_backend="none", progress=stop_after_first_chunk)
     partial = results.load(out)
     assert not partial["complete"] and 0 < len(partial["patterns"]) < len(pats)
-    doc = run_suite(m, pats, out, suite="table1", cfg=CFG, backend="sim", resume=True)
+    doc = run_suite(m, pats, out, suite="table1", cfg=CFG, backend="sim", resume=True,
+                    compute_backend="none")
     assert doc["complete"] and len(doc["patterns"]) == len(pats)
     assert doc["patterns"][0] == partial["patterns"][0]  # kept, not rerun
 
@@ -116,7 +118,8 @@ def test_cli_list_run_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert listed["count"] == len(listed["patterns"]) > 0
     out = tmp_path / "r.json"
     argv = ["run", "--suite", "table1", "--procs", "1", "--strides", "1,256", "--geometry", GEOM,
-            "--accesses", "4096", "--quick", "--backend", "sim", "--out", str(out)]
+            "--accesses", "4096", "--quick", "--backend", "sim", "--compute-backend", "none",
+            "--out", str(out)]
     assert main(argv) == 0
     assert main(argv) == 2  # exists: refused without --force
     assert main([*argv, "--force"]) == 0

@@ -76,7 +76,7 @@ COMMANDS: dict[str, tuple[str, Argv]] = {
     "microbench show F": ("results", lambda f, s: (microbench_cli.main, ["show", f])),
     "microbench run --resume --out F": ("results", lambda f, s: (
         microbench_cli.main, ["run", "--resume", "--backend", "sim", "--suite", "table1",
-                              "--procs", "1", "--out", f])),
+                              "--procs", "1", "--compute-backend", "none", "--out", f])),
     "counterd probe --machine F": ("machine", lambda f, s: (
         counterd_cli.main, ["probe", "--machine", f])),
     "microbench list --machine F": ("machine", lambda f, s: (
