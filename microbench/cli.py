@@ -230,12 +230,10 @@ def _show_compute(comp: dict[str, Any]) -> None:
           f"{'branch misses':>14} {'page faults':>11}")
     for p in pats:
         c = p["processors"][0]["counters"]
-
-        def count(name: str) -> str:
-            return f"{int(c[name]['value']):,}" if name in c else "-"
+        counts = [f"{int(c[k]['value']):,}" if k in c else "-"
+                  for k in ("instructions", "branch_misses", "page_faults")]
         print(f"{p['mnemonic']:34} {p['time_ns']['median'] / 1e6:7.3f}ms "
-              f"{p['time_ns']['spread']:7.3f} {count('instructions'):>14} "
-              f"{count('branch_misses'):>14} {count('page_faults'):>11}")
+              f"{p['time_ns']['spread']:7.3f} {counts[0]:>14} {counts[1]:>14} {counts[2]:>11}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -224,7 +224,7 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
             "note: the timed runs hid from run-time code dispatch (numpy, OpenBLAS, glibc) the "
             "CPU features valgrind lacks, so they ran the code Callgrind counted (counterd "
             "record --cpu-features as-counted); on a host without AVX-512 nothing is hidden",
-            100, subsequent_indent="  ")
+            100, subsequent_indent="  ", break_on_hyphens=False)
     return data, "\n".join(lines)
 
 

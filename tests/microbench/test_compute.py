@@ -16,7 +16,8 @@ def test_sizes_quick_and_full() -> None:
     assert compute.sizes(loop, quick=True) == (loop.size // 2,)
     assert compute.sizes(loop, quick=False) == (loop.size, 4 * loop.size)
     pages = compute.BY_NAME["fresh-pages"]
-    assert compute.sizes(pages, quick=True) == (250, 1000)  # two: page faults need a slope
+    assert compute.sizes(pages, quick=True) == (100, 300, 1000, 2000)  # the page-fault term
+    assert compute.sizes(pages, quick=False) == (100, 300, 1000, 3000)  # rests on these
     assert compute.mnemonic(loop, 7) == "compute.py-loop.n7"
 
 
@@ -62,8 +63,8 @@ def test_measure_under_callgrind_gives_counted_patterns_with_real_times() -> Non
     pats = compute.measure(quick=True, reps=3, backend="callgrind",
                            only=["empty", "np-tiny", "fresh-pages"])
     by = {p["mnemonic"]: p for p in pats}
-    assert set(by) == {"compute.empty.n1", "compute.np-tiny.n5", "compute.fresh-pages.n250",
-                       "compute.fresh-pages.n1000"}
+    assert set(by) == {"compute.empty.n1", "compute.np-tiny.n5",
+                       *(f"compute.fresh-pages.n{n}" for n in (100, 300, 1000, 2000))}
     for p in pats:
         assert p["suite"] == "compute" and p["counted_by"] == "callgrind"
         assert p["time_ns"]["reps"] == 2 and len(p["time_ns"]["warmup_samples"]) == 1
@@ -76,6 +77,6 @@ def test_measure_under_callgrind_gives_counted_patterns_with_real_times() -> Non
                    for k in ("compute.np-tiny.n5", "compute.empty.n1"))
     assert tiny > 10 * empty  # five rounds of numpy calls against an empty body
     faults = {n: by[f"compute.fresh-pages.n{n}"]["processors"][0]["counters"]["page_faults"]
-              for n in (250, 1000)}
-    assert faults[250]["source"] == "measured"
-    assert 250 <= faults[250]["value"] < 400 and 1000 <= faults[1000]["value"] < 1200
+              for n in (300, 1000)}
+    assert faults[300]["source"] == "measured"
+    assert 300 <= faults[300]["value"] < 450 and 1000 <= faults[1000]["value"] < 1200
