@@ -10,11 +10,27 @@ from pathlib import Path
 from counterd.errors import BadInput
 
 
+def umask() -> int:
+    """The process's file-mode creation mask, read without changing it (Linux 4.7+ lists it
+    in /proc/self/status; elsewhere it is set and restored at once)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_text(path: Path, text: str, *, overwrite: bool = True) -> None:
     """Write ``text`` to ``path`` via a temp file in the same directory and rename.
 
-    Raises BadInput (with the OS reason and a fix) if the directory is missing or unwritable or
-    the disk is full; the temp file is removed, the old file (if any) is left untouched.
+    The file gets the mode a plain ``open(path, "w")`` would give it (0666 less the umask;
+    the temp file's own 0600 would otherwise stay). Raises BadInput (with the OS reason and a
+    fix) if the directory is missing or unwritable or the disk is full; the temp file is
+    removed, the old file (if any) is left untouched.
     """
     path = Path(path)
     if not overwrite and path.exists():
@@ -26,6 +42,7 @@ def atomic_write_text(path: Path, text: str, *, overwrite: bool = True) -> None:
         raise BadInput(f"cannot write {path}: {exc.strerror}",
                        "choose a writable directory for --out") from exc
     try:
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()

@@ -31,6 +31,7 @@ from predictor.fit import (
 from predictor.inputs import Results, Step
 from predictor.model import ASSUMPTIONS, BSP_FUNCTIONS, FModel, bsp_quantities
 from predictor.profile import MachineProfile, caches_spec, check_host, new_profile
+from predictor.variants import BY_NAME as VARIANT_SETS
 from predictor.variants import distinct_sets, model_key
 
 
@@ -111,17 +112,38 @@ def _accuracy(model: FModel, validation: Sequence[Step], fitting: Sequence[Step]
         on = "validation patterns"
     else:
         t = np.array([float(s.time_ns or 0) for s in fitting])
-        pred = np.zeros(len(fitting))
-        try:
-            for train, test in md.cv_splits(len(fitting), folds, seed):
-                pred[test] = refit().fit([fitting[i] for i in train]).predict(
-                    [fitting[i] for i in test])
-            on = f"fitting patterns, {min(folds, len(fitting))}-fold cross-validated"
-        except InsufficientPatterns:
-            pred = model.predict(fitting)
-            on = "fitting patterns (too few for cross-validation)"
+        pred, on = _cv_predictions(model, fitting, folds, seed, refit)
         e = cf.error_ratio(t, pred)
     return {"on": on, "n": len(e), "avg_error": float(e.mean()), "max_error": float(e.max())}
+
+
+def _cv_predictions(model: FModel, fitting: Sequence[Step], folds: int, seed: int,
+                    refit: Callable[[], PaperFit | ImprovedFit]) -> tuple[np.ndarray, str]:
+    """Each fitting pattern predicted by the variant refitted without its fold (the kept
+    terms fixed), and what the predictions are; in-sample where a fold lacks the patterns a
+    fit needs."""
+    pred = np.zeros(len(fitting))
+    try:
+        for train, test in md.cv_splits(len(fitting), folds, seed):
+            pred[test] = refit().fit([fitting[i] for i in train]).predict(
+                [fitting[i] for i in test])
+        return pred, f"fitting patterns, {min(folds, len(fitting))}-fold cross-validated"
+    except InsufficientPatterns:
+        return model.predict(fitting), "fitting patterns (too few for cross-validation)"
+
+
+def _refit(profile: MachineProfile, variant: str, results: Results
+           ) -> Callable[[], PaperFit | ImprovedFit]:
+    """How ``calibrate`` fitted a variant of the profile, on the machine of ``results``: the
+    fit to repeat in each cross-validation fold."""
+    m = profile.models[variant]
+    cs = VARIANT_SETS[str(m.get("counter_set", "full"))]
+    counters = None if cs.name == "full" else cs.counters(results.levels)
+    common = {"levels": results.levels, "processors": results.processors,
+              "banks": int(results.bank_map.get("banks") or 1), "counters": counters}
+    if variant.split(".")[0] == "paper":
+        return partial(PaperFit, **common)
+    return partial(ImprovedFit, **common, select=None, optional_terms=list(m.get("terms", ())))
 
 
 COMPUTE_SUFFIX = ".compute"
@@ -199,9 +221,11 @@ class ValidationTable:
     # the shipped programs: bench/program_accuracy.py).
     compute_rows: tuple[Row, ...] = ()
     compute_patterns: int = 0
+    on: str = "validation patterns held apart from the fit"  # or cross-validated fitting ones
 
     def to_json(self) -> dict[str, Any]:
-        return {"patterns": self.patterns, "host_differences": list(self.differences),
+        return {"patterns": self.patterns, "on": self.on,
+                "host_differences": list(self.differences),
                 "rows": [_row_json(r) for r in self.rows],
                 "compute": {"patterns": self.compute_patterns,
                             "on": "compute patterns, cross-validated",
@@ -225,28 +249,43 @@ def _row(name: str, t: np.ndarray, p: np.ndarray, names: Sequence[str], worst: i
                tuple(dominating[i] for i in order) if dominating else ())
 
 
-def validate(results: Results, profile: MachineProfile, *, worst: int = 3) -> ValidationTable:
-    """E = max(T, P) / min(T, P) on the validation suite (seed 004 section 5.1 layout)."""
+def validate(results: Results, profile: MachineProfile, *, worst: int = 3,
+             folds: int = 5, seed: int = 0) -> ValidationTable:
+    """E = max(T, P) / min(T, P) on the validation suite (seed 004 section 5.1 layout). Where
+    the results have no validation patterns (the quick suite), F's variants are judged on the
+    fitting patterns by k-fold cross-validation instead, and ``on`` says so (the BSP bounds,
+    whose parameters come from those very patterns, are then left out)."""
     diffs = check_host(profile, results_host(results))
-    _, val = split_suites(results.patterns)
+    fitting, val = split_suites(results.patterns)
     val = [s for s in val if s.time_ns]
-    if not val:
-        raise InsufficientPatterns("a validation table", "validation patterns with times "
-                                   "(suite 'validation'), held apart from the fitting ones")
+    held_apart = bool(val)
+    if not held_apart:
+        val = [s for s in fitting if s.time_ns]
+        if not val:
+            raise InsufficientPatterns("a validation table", "timed patterns (run microbench "
+                                       "run --suite all for held-apart validation patterns)")
     t = np.array([float(s.time_ns or 0) for s in val])
     names = [s.name for s in val]
-    bsp = profile.bsp_model()
-    b = [bsp.evaluate(s) for s in val]
-    rows = [_row(f"{fn}-{bound.upper()}", t, np.array([x[f"{fn}_{bound}"] for x in b]), names,
-                 worst)
-            for fn in BSP_FUNCTIONS for bound in ("min", "max")]
+    rows = []
+    if held_apart:
+        bsp = profile.bsp_model()
+        b = [bsp.evaluate(s) for s in val]
+        rows = [_row(f"{fn}-{bound.upper()}", t, np.array([x[f"{fn}_{bound}"] for x in b]),
+                     names, worst)
+                for fn in BSP_FUNCTIONS for bound in ("min", "max")]
+    on = "validation patterns held apart from the fit"
     compute = [v for v in profile.models if v.endswith(COMPUTE_SUFFIX)]
     for variant in profile.models:  # paper, improved and their variants by counter set
         if variant in compute:
             continue
-        fb = [profile.f_model(variant).evaluate(s) for s in val]
-        rows.append(_row(f"F ({variant})", t, np.array([x.f for x in fb]), names, worst,
-                         [x.dominant for x in fb]))
+        model = profile.f_model(variant)
+        if held_apart:
+            pred = np.array([model.evaluate(s).f for s in val])
+        else:
+            pred, on = _cv_predictions(model, val, folds, seed,
+                                       _refit(profile, variant, results))
+        dom = [model.evaluate(s).dominant for s in val]
+        rows.append(_row(f"F ({variant})", t, pred, names, worst, dom))
     steps = compute_patterns(results.patterns)
     crows = []
     for variant in compute if steps else ():
@@ -256,7 +295,7 @@ def validate(results: Results, profile: MachineProfile, *, worst: int = 3) -> Va
         ct = np.array([float(s.time_ns or 0) for s in steps])
         crows.append(_row(f"F ({variant})", ct, compute_cv(base, steps),
                           [s.name for s in steps], worst))
-    return ValidationTable(tuple(rows), len(val), tuple(diffs), tuple(crows), len(steps))
+    return ValidationTable(tuple(rows), len(val), tuple(diffs), tuple(crows), len(steps), on)
 
 
 # -- forecasts for recorded supersteps --------------------------------------------------------

@@ -307,8 +307,11 @@ def _validate(a: argparse.Namespace) -> tuple[Any, str]:
     results = load_results(a.results)
     table = validate(results, prof)
     nf = floor.for_validation(results, load_results(a.floor) if a.floor else None)
-    title = (f"validation: {table.patterns} patterns of {a.results} held apart from the fit, "
-             f"profile {prof.name}; E = max(T,P)/min(T,P)")
+    title = (f"validation on {table.patterns} {table.on} ({a.results}), profile {prof.name}; "
+             "E = max(T,P)/min(T,P)")
+    if not table.on.startswith("validation"):
+        title += ("\n(these results have no validation patterns, as the quick suite; `microbench "
+                  "run --suite all` adds patterns held apart from the fit)")
     return ({**table.to_json(), "noise_floor": floor_json(nf) if nf else None},
             render_validation(table, title, nf))
 

@@ -107,3 +107,19 @@ def test_atomic_write_leaves_no_partial_file_on_full_disk(tmp_path: Path,
         atomic_write_text(target, "new\n")
     assert target.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"]
+
+
+@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_atomic_write_respects_the_umask(tmp_path: Path, mask: int, mode: int) -> None:
+    import os
+    import stat
+
+    from counterd.fsutil import umask
+
+    old = os.umask(mask)
+    try:
+        assert umask() == mask
+        atomic_write_text(tmp_path / "out.txt", "x\n")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "out.txt").stat().st_mode) == mode

@@ -155,3 +155,23 @@ def test_compute_cv_predicts_each_fold_without_it() -> None:
     fitted = ComputeFit().fit(base, steps).model_.predict(steps)
     # Held-out predictions are worse than in-sample ones, never better on the whole.
     assert md.mre(t, cv) >= md.mre(t, fitted)
+
+
+def test_validate_without_validation_patterns_cross_validates_on_the_fitting_ones() -> None:
+    """The quick suite (make demo) has no validation patterns: `predict validate` judges F's
+    variants on the fitting patterns by cross-validation and says so, instead of failing."""
+    doc = make_results(reference_model(levels=(1, 2, 3), processors=2), levels=(1, 2, 3),
+                       processors=2, n=20000, noise=0.05)
+    doc["patterns"] = [p for p in doc["patterns"] if p["suite"] != "validation"]
+    res = results_from_json(doc)
+    prof = calibrate(res)
+    table = validate(res, prof)
+    assert table.on.startswith("fitting patterns") and "cross-validated" in table.on
+    assert table.patterns == len(split_suites(res.patterns)[0])
+    rows = {r.function: r for r in table.rows}
+    assert not any(k.startswith(("QSM", "EBSP", "DXBSP")) for k in rows)  # in-sample: left out
+    f = rows["F (improved)"]
+    # Each fold refitted without its patterns: close to the 5 % noise, yet not in-sample.
+    assert 1.0 < f.avg_error < 1.2
+    assert f.avg_error == pytest.approx(prof.accuracy("improved")["avg_error"], rel=1e-9)
+    assert table.to_json()["on"] == table.on
