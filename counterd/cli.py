@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
-from counterd.errors import CounterdError
+from counterd.cliutil import closed_pipe, version
+from counterd.errors import BadInput, CounterdError
 
 _T = TypeVar("_T")
 
@@ -26,6 +27,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="counterd", description="per-superstep memory-hierarchy counters")
+    p.add_argument("--version", action="version", version=version("counterd"))
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     pr = sub.add_parser("probe", help="which counters and backends work on this host, and why not")
@@ -103,6 +105,25 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+_SUFFIX_FORMATS = {"txt": "text", "text": "text", "json": "json", "csv": "csv", "htm": "html",
+                   "html": "html"}
+
+
+def _report_format(out: Path | None, asked: str | None) -> str:
+    """The report's format: the one asked for (--format, --json), else the --out suffix's,
+    else text. A suffix that names another format, or none the report can write (r.pdf), is
+    bad input rather than a file whose name lies about its content."""
+    suffix = out.suffix.lstrip(".").lower() if out is not None else ""
+    named = _SUFFIX_FORMATS.get(suffix)
+    if suffix and named is None:
+        raise BadInput(f"counterd report cannot write .{suffix} files ({out})",
+                       "give --out a .txt, .json, .csv or .html name")
+    if asked is not None and named is not None and named != asked:
+        raise BadInput(f"--format {asked} but --out {out} names {named}",
+                       "make the suffix match the format, or drop one of them")
+    return asked or named or "text"
+
+
 def _probe(args: argparse.Namespace) -> int:
     from counterd.probe import probe, render_text
 
@@ -117,14 +138,17 @@ def _record(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     events = [e.strip() for e in args.events.split(",") if e.strip()]
     result = record(cmd, out=args.out, backend=args.backend, events=events,
-                    cpu_features=args.cpu_features)
+                    cpu_features=args.cpu_features,
+                    progress=lambda m: print(f"counterd record: {m}", file=sys.stderr,
+                                             flush=True))
     from counterd.records import INFO_FLAGS
 
     flagged = sum(1 for r in result.records if r.flags - INFO_FLAGS)
     summary = {"out": str(result.out), "records": len(result.records), "backend": result.backend,
                "flagged": flagged, "exit_code": result.exit_code}
+    # On stderr, as perf stat does: stdout is the recorded command's own.
     if args.json:
-        print(json.dumps(summary))
+        print(json.dumps(summary), file=sys.stderr)
     else:
         print(f"counterd: {summary['records']} records ({flagged} flagged) from backend "
               f"{result.backend} -> {result.out}; command exited {result.exit_code}",
@@ -192,13 +216,9 @@ def _import(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from counterd import prediction, report
-    from counterd.errors import BadInput
     from counterd.fsutil import atomic_write_text
 
-    fmt = "json" if args.json else args.format
-    if fmt is None:
-        suffix = args.out.suffix.lstrip(".").lower() if args.out else ""
-        fmt = {"htm": "html", "html": "html", "csv": "csv", "json": "json"}.get(suffix, "text")
+    fmt = _report_format(args.out, "json" if args.json else args.format)
     if args.records is not None and (args.run or args.store or args.uid is not None):
         raise BadInput("--records reads a file; a RUN, --uid or --store reads the store",
                        "give one or the other")
@@ -226,6 +246,7 @@ def _report(args: argparse.Namespace) -> int:
     text = report.render(rep, fmt)
     if args.out is not None:
         atomic_write_text(args.out, text)
+        print(f"counterd report: wrote {args.out} ({fmt})", file=sys.stderr)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
@@ -247,6 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return closed_pipe()
 
 
 if __name__ == "__main__":

@@ -269,7 +269,8 @@ FALLBACK_GEOMETRY = Geometry.from_spec("L1=32K/8/64,L2=1M/16/64,L3=32M/16/64",
 # SGI_BANKS). The seed gives no TLB or page size: the defaults are used.
 SGI_POWER_CHALLENGE = Geometry.from_spec(
     "L1=32K/2/32,L2=1M/2/128",
-    source=f"seed 004 section 2 (SGI Power Challenge, MIPS R10000); {_TLB_NOTE}")
+    source=f"Amato et al., \"Predicting performance on SMPs\", section 2 (SGI Power "
+           f"Challenge, MIPS R10000); {_TLB_NOTE}")
 
 
 # --------------------------------------------------------------------------------------------

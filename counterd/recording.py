@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -253,14 +253,16 @@ CPU_FEATURES = ("auto", "native", "as-counted")
 
 def record(cmd: Sequence[str], *, out: Path | None, backend: str = "auto",
            events: Sequence[str] = (), run_id: str | None = None,
-           cpu_features: str = "auto") -> RecordResult:
+           cpu_features: str = "auto",
+           progress: Callable[[str], None] | None = None) -> RecordResult:
     """Run ``cmd`` with markers active; write its records to ``out`` (JSON lines, atomic).
 
     ``cpu_features``: ``as-counted`` hides from the command's run-time code dispatch the CPU
     features valgrind lacks (:func:`counterd.backends.callgrind.as_counted_env`), so that a
     timed run executes the code a Callgrind run counts; ``native`` hides nothing; ``auto`` is
     ``as-counted`` with ``backend="callgrind"``, else ``native``. Records of a run that hid
-    features carry the flag ``cpu_features_hidden``.
+    features carry the flag ``cpu_features_hidden``. ``progress`` hears when the command runs
+    a second time (under callgrind).
 
     Returns the command's exit code with the records. Bad input raises BadInput before the
     command runs; a failure to write ``out`` raises BadInput after it, leaving no partial file.
@@ -295,6 +297,9 @@ def record(cmd: Sequence[str], *, out: Path | None, backend: str = "auto",
     if hide:
         records = [replace(r, flags=r.flags | {"cpu_features_hidden"}) for r in records]
     if chosen == "callgrind":
+        if progress is not None:
+            progress("counting under callgrind: the command runs a second time, 20-100x "
+                     "slower, its output not shown again")
         counted = callgrind.count_command(argv, run_id=run_id, geometry=geometry, env={
             **_env(run_id, Path("."), "callgrind", events), **hide})
         if len(records) == 1 and "whole_command" in records[0].flags:

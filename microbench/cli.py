@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from counterd.cliutil import closed_pipe, version
 from counterd.errors import BadInput, CounterdError
 from counterd.machine import BankMap, Geometry, using
 from microbench import results
@@ -85,18 +86,23 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--machine", metavar="FILE",
                    help="machine description (TOML, see counterd/machine.py) instead of sysfs; "
                    "--geometry and --banks override it (default: $COUNTERD_MACHINE)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="microbench", description="Calibration suite of seed 004 (Table 1 "
-                     "generalised to this host, plus a validation suite)")
+    parser = _Parser(prog="microbench", description="Calibration suite of Amato et al., "
+                     "\"Predicting performance on SMPs\" (Table 1 generalised to this host, "
+                     "plus a validation suite and compute patterns)")
+    parser.add_argument("--version", action="version", version=version("microbench"))
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     ls = sub.add_parser("list", help="the patterns of this host and their count")
     _add_selection(ls)
     run = sub.add_parser("run", help="run patterns and write a results file")
     _add_selection(run)
-    run.add_argument("--backend", default="auto", choices=BACKENDS)
+    run.add_argument("--backend", default="auto", choices=BACKENDS,
+                     help="what counts the memory patterns: auto is perf or papi where the "
+                     "PMU has a load counter, else sim (every counter simulated from the "
+                     "patterns' address streams); times are always measured")
     run.add_argument("--quick", action="store_true",
                      help="fast run: table1 suite unless --suite is given, fewer "
                      "repetitions, shorter cache-resident supersteps")
@@ -105,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="what counts the compute patterns (instructions, branch "
                      "mispredictions) after the memory ones: auto is perf or papi where the "
                      "PMU counts instructions, else callgrind; none skips them")
-    run.add_argument("--out", required=True)
+    run.add_argument("--out", required=True,
+                     help="results file to write (JSON; rewritten as patterns finish)")
     run.add_argument("--force", action="store_true", help="overwrite an existing --out")
     run.add_argument("--resume", action="store_true",
                      help="keep the finished patterns of an existing --out and run the rest")
@@ -144,15 +151,31 @@ def _size(n: int) -> str:
     return f"{n}B"
 
 
-def _bar(done: int, total: int, mnemonic: str, eta: float | None) -> None:
-    width = 30
-    filled = int(width * done / total) if total else width
-    eta_text = f"{eta:5.0f}s left" if eta is not None else "   ...    "
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {eta_text} "
-                     f"{mnemonic:32.32}")
-    sys.stderr.flush()
-    if done == total:
-        sys.stderr.write("\n")
+class _Progress:
+    """Progress on stderr: a bar redrawn in place on a terminal; in a log (not a terminal),
+    one plain line per tenth of the patterns, and one when they are done."""
+
+    WIDTH = 30
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.last = -1
+
+    def __call__(self, done: int, total: int, mnemonic: str, eta: float | None) -> None:
+        if not self.tty:
+            if done == total or (done and done % max(1, total // 10) == 0 and done != self.last):
+                left = f", about {eta:.0f} s left" if eta is not None and done < total else ""
+                print(f"microbench: {done}/{total} patterns{left}; {mnemonic}", file=sys.stderr,
+                      flush=True)
+                self.last = done
+            return
+        filled = int(self.WIDTH * done / total) if total else self.WIDTH
+        eta_text = f"{eta:5.0f}s left" if eta is not None else "   ...    "
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{total} "
+                         f"{eta_text} {mnemonic:32.32}")
+        sys.stderr.flush()
+        if done == total:
+            sys.stderr.write("\n")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -163,7 +186,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     doc = run_suite(machine, pats, args.out, suite=args.suite, cfg=QUICK if args.quick else NORMAL,
                     backend=args.backend, force=args.force, resume=args.resume,
-                    quick=args.quick, compute_backend=args.compute_backend, progress=_bar)
+                    quick=args.quick, compute_backend=args.compute_backend,
+                    progress=_Progress())
     elapsed = time.monotonic() - t0
     summary = results.summary(doc)
     if args.json:
@@ -207,7 +231,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
               + ",".join(p["flags"]))
     print(f"{summary['patterns']} patterns, median spread {summary['median_spread']:.3f}")
     _show_compute(doc.get("compute") or {})
-    print("\nFigure 1(a) of seed 004: ns per access of memory patterns against BKC")
+    print("\nFigure 1(a) of Amato et al., \"Predicting performance on SMPs\": ns per access of "
+          "memory patterns against BKC (bank contention: active processors / banks touched)")
     print(f"{'':4}" + "".join(f"{c:>9}" for c in cols_a))
     for name, row in tab_a.items():
         print(f"{name:4}" + "".join(f" {_fmt(row[c])}" for c in cols_a))
@@ -250,6 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\nmicrobench: interrupted; finished patterns are kept (rerun with --resume)",
               file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        return closed_pipe()
 
 
 if __name__ == "__main__":

@@ -139,11 +139,12 @@ def _refit(profile: MachineProfile, variant: str, results: Results
     m = profile.models[variant]
     cs = VARIANT_SETS[str(m.get("counter_set", "full"))]
     counters = None if cs.name == "full" else cs.counters(results.levels)
-    common = {"levels": results.levels, "processors": results.processors,
-              "banks": int(results.bank_map.get("banks") or 1), "counters": counters}
+    levels, P = results.levels, results.processors
+    banks = int(results.bank_map.get("banks") or 1)
     if variant.split(".")[0] == "paper":
-        return partial(PaperFit, **common)
-    return partial(ImprovedFit, **common, select=None, optional_terms=list(m.get("terms", ())))
+        return partial(PaperFit, levels=levels, processors=P, banks=banks, counters=counters)
+    return partial(ImprovedFit, levels=levels, processors=P, banks=banks, counters=counters,
+                   select=None, optional_terms=list(m.get("terms", ())))
 
 
 COMPUTE_SUFFIX = ".compute"

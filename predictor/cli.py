@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from counterd.cliutil import closed_pipe, version
+from counterd.units import NS_PER_S, counter_text, seconds
 from predictor import modeling
 from predictor.errors import BadInput, HostMismatchWarning, PredictorError
 
@@ -36,7 +38,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _sub_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="predict", description="calibrate and apply the cost functions of seed 004")
+    p = _Parser(prog="predict", description="calibrate and apply the cost functions of Amato "
+                "et al., \"Predicting performance on SMPs\"")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     c = sub.add_parser("calibrate", help="fit every cost function from microbench results")
     c.add_argument("--results", required=True, type=Path, help="microbench results JSON")
@@ -86,7 +89,9 @@ def _sub_parser() -> argparse.ArgumentParser:
 
 def _forecast_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="predict", description="predicted superstep times from counters; "
-                "subcommands: " + ", ".join(SUBCOMMANDS) + " (predict SUBCOMMAND --help)")
+                "forecasts from pilot runs: predict --pilot (predict --pilot --help); "
+                "subcommands: " + ", ".join(SUBCOMMANDS) + " (predict SUBCOMMAND --help); "
+                "--version")
     p.add_argument("--profile", required=True, help="profile file or built-in name")
     p.add_argument("--counters", required=True, type=Path,
                    help="counterd record JSONL, or CSV with superstep, rank, counters")
@@ -183,7 +188,7 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
             if m is None:
                 row += "         -     -"
             else:
-                t = m * 1e-9
+                t = m / NS_PER_S
                 tot_m += t
                 e = max(t, s.predicted_s) / min(t, s.predicted_s)
                 j["measured_s"], j["E"] = t, e
@@ -192,9 +197,9 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
         lines.append(row)
         if s.why:
             lines.append(f"{'':<26} no F: {s.why}")
-        detail = "; ".join(f"{k} {round(v.value):,}" for k, v in s.counters.items())
+        detail = "; ".join(f"{k} {counter_text(k, v.value)}" for k, v in s.counters.items())
         if s.bsp_ns:
-            detail += "; BSP bounds: " + ", ".join(f"{k} {seconds(v * 1e-9)}"
+            detail += "; BSP bounds: " + ", ".join(f"{k} {seconds(v / NS_PER_S)}"
                                                    for k, v in s.bsp_ns.items())
         if detail:
             lines += textwrap.wrap(detail, 100, initial_indent=" " * 4,
@@ -228,12 +233,9 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
     return data, "\n".join(lines)
 
 
-def _num(v: float | None, scale: float = 1e-3) -> str:
-    if v is None:
-        return "-"
-    if not math.isfinite(v):
-        return str(v)
-    return f"{v * scale:.4g}"
+def _ns(v: float | None) -> str:
+    """A time the forecast rows keep in nanoseconds, for humans."""
+    return "-" if v is None else seconds(v / NS_PER_S)
 
 
 def _calibrate(a: argparse.Namespace) -> tuple[Any, str]:
@@ -323,16 +325,6 @@ def _profile(a: argparse.Namespace) -> tuple[Any, str]:
     return prof.to_dict(), profile_to_toml(prof).rstrip("\n")
 
 
-def seconds(v: float) -> str:
-    """A time in seconds with an SI prefix: 1.23 ms."""
-    if not math.isfinite(v):
-        return str(v)
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")):
-        if abs(v) >= scale:
-            return f"{v / scale:.3g} {unit}"
-    return f"{v:.3g} s"
-
-
 def parse_assignments(items: Sequence[str]) -> dict[str, float]:
     out = {}
     for item in items:
@@ -405,7 +397,7 @@ def _forecast(a: argparse.Namespace) -> tuple[Any, str]:
             "DXBSP_min", "DXBSP_max"]
     how = (f"model {a.model}" if a.model
            else "model per superstep: the most complete variant whose counters it has")
-    lines = [f"profile {prof.name}, {how}; times in us",
+    lines = [f"profile {prof.name}, {how}",
              f"{'superstep':<20} {'p':>3} " + " ".join(f"{c:>9}" for c in cols)
              + f" {'dom':>4} {'T':>9} {'E':>6}  model"]
     models: dict[str, Mapping[str, Any]] = {}
@@ -427,10 +419,10 @@ def _forecast(a: argparse.Namespace) -> tuple[Any, str]:
         models[r["model"]] = r["accuracy"]
         if a.json:
             continue
-        vals = " ".join(f"{_num(r[c + '_ns']):>9}" for c in cols)
+        vals = " ".join(f"{_ns(r[c + '_ns']):>9}" for c in cols)
         e = "-" if r["error"] is None else f"{r['error']:.2f}"
         lines.append(f"{r['superstep'][:20]:<20} {r['processors']:>3} {vals} "
-                     f"{r['dominant']:>4} {_num(r['time_ns']):>9} {e:>6}  {r['model']}"
+                     f"{r['dominant']:>4} {_ns(r['time_ns']):>9} {e:>6}  {r['model']}"
                      + (" *" if r["assumed"] else ""))
     if first_error is not None and not predicted:  # forecast()'s rule: none predicted
         raise first_error
@@ -447,6 +439,9 @@ def _forecast(a: argparse.Namespace) -> tuple[Any, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--version"]:
+        print(version("predict"))
+        return 0
     run: Callable[[argparse.Namespace], tuple[Any, str]]
     try:
         if args and args[0] in SUBCOMMANDS:
@@ -474,12 +469,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     msgs = [str(w.message) for w in caught if issubclass(w.category, HostMismatchWarning)]
     for m in msgs:
         print(f"predict: warning: {m}", file=sys.stderr)
-    if a.json:
-        if isinstance(data, dict) and msgs:
-            data = {**data, "warnings": msgs}
-        print(json.dumps(data, indent=2, default=str))
-    else:
-        print(text)
+    try:
+        if a.json:
+            if isinstance(data, dict) and msgs:
+                data = {**data, "warnings": msgs}
+            print(json.dumps(data, indent=2, default=str))
+        else:
+            print(text)
+    except BrokenPipeError:
+        return closed_pipe()
     return 0
 
 

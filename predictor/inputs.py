@@ -124,7 +124,8 @@ class Results:
     @property
     def processors(self) -> int:
         """The largest processor count among the patterns (the machine's p in F2 and EBSP)."""
-        return max((int(s.meta.get("procs", s.processors)) for s in self.patterns), default=0)
+        return max((int(s.meta.get("procs") or s.processors) for s in self.patterns),
+                   default=0)
 
 
 _DAMAGED = "give the JSON file written by `microbench run` (this one is damaged)"

@@ -2,6 +2,7 @@
 # Install the system packages counterd needs, if they are missing (Debian/Ubuntu).
 #   valgrind - the callgrind backend (simulated counters for whole programs)
 #   gcc      - builds the native library (kernels, cache simulator); pure-Python fallbacks exist
+#   chromium - the HTML report's layout test loads the report headless (skips without it)
 #   prometheus - the daemon's tests scrape counterd with a real Prometheus (and promtool checks
 #              the exposition); the tests skip with the reason without it
 set -euo pipefail
@@ -11,6 +12,7 @@ quiet=()
 command -v prometheus >/dev/null 2>&1 || quiet+=(prometheus)
 command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if [ $((${#need[@]} + ${#quiet[@]})) -eq 0 ]; then
   exit 0

@@ -557,8 +557,9 @@ def valgrind_path() -> str | None:
 
 def run(cmd: Sequence[str], geometry: CallgrindGeometry | None = None,
         outdir: str | Path | None = None, env: Mapping[str, str] | None = None,
-        timeout: float | None = None) -> CallgrindRun:
-    """Run ``cmd`` under Callgrind and read every dump it leaves in ``outdir``.
+        timeout: float | None = None, *, show_stdout: bool = True) -> CallgrindRun:
+    """Run ``cmd`` under Callgrind and read every dump it leaves in ``outdir``
+    (``show_stdout=False``: the command's standard output is discarded, its errors are not).
 
     ``geometry`` defaults to the machine's (:meth:`CallgrindGeometry.from_machine`).
     ``outdir`` defaults to a new temporary directory, left in place for the caller (it holds
@@ -586,7 +587,8 @@ def run(cmd: Sequence[str], geometry: CallgrindGeometry | None = None,
     argv = valgrind_argv(cmd, geo, out, valgrind=exe)
     try:
         proc = subprocess.Popen(argv, env=dict(env) if env is not None else None,
-                                start_new_session=True)
+                                start_new_session=True,
+                                stdout=None if show_stdout else subprocess.DEVNULL)
     except OSError as exc:
         raise CallgrindError(f"cannot start valgrind: {exc.strerror}", INSTALL_FIX) from exc
     try:
@@ -770,7 +772,8 @@ def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
         run_env = {**SERIAL_POOLS, **env}  # the user's own setting wins
         run_env[ENV_SPOOL] = str(spool)
         run_env[ENV_BACKEND] = NAME
-        result = run(cmd, geo, outdir, run_env, timeout)
+        # The timed run showed the command's output; this second run does not repeat it.
+        result = run(cmd, geo, outdir, run_env, timeout, show_stdout=False)
         out: dict[tuple[int, int], SuperstepRecord] = {}
         for path in spool_files(spool):
             try:

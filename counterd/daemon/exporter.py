@@ -59,6 +59,7 @@ from counterd.prediction import (
     Prediction,
 )
 from counterd.records import Superstep, SuperstepRecord
+from counterd.units import NS_PER_S, is_time
 
 _T = TypeVar("_T")
 
@@ -70,16 +71,20 @@ MAX_LAST_PROCESSORS = 4096  # records kept for the last superstep of a job (for 
 
 def metric_fragment(counter: str) -> tuple[str, float]:
     """(name fragment with unit, scale to that unit) for a canonical counter."""
-    if counter.endswith("_ns"):
-        return counter[:-3] + "_seconds", 1e-9
+    if is_time(counter):
+        return counter[:-3] + "_seconds", 1 / NS_PER_S
     if counter.endswith("_writebacks"):
         return counter + "_lines", 1.0
     return counter, 1.0
 
 
 def _help(counter: str) -> str:
+    """The counter's description and the unit of the exported value (seconds for a counter
+    recorded in nanoseconds: :func:`metric_fragment` scales it)."""
     c = BY_NAME.get(counter)
-    return f"{c.description} ({c.unit})" if c else counter
+    if c is None:
+        return counter
+    return f"{c.description} ({'seconds' if is_time(counter) else c.unit})"
 
 
 @dataclass
@@ -102,7 +107,7 @@ class _LastStep:
     @property
     def time_s(self) -> float | None:
         t = Superstep(self.run_id, self.index, self.name, tuple(self.records)).time_ns
-        return None if t is None else t / 1e9
+        return None if t is None else t / NS_PER_S
 
 
 @dataclass
@@ -171,7 +176,7 @@ class MetricsState:
                 step = self._step(stats, rec.name)
                 step.count += 1
                 if rec.duration_ns is not None:
-                    step.duration_sum_s += rec.duration_ns / 1e9
+                    step.duration_sum_s += rec.duration_ns / NS_PER_S
                 for name, cv in rec.counters.items():
                     key = (name, cv.source.value)
                     step.counters[key] = step.counters.get(key, 0.0) + cv.value
@@ -287,13 +292,13 @@ class CounterdCollector(Collector):
                                       labels=["workload", "flag"])
         last_s = GaugeMetricFamily("counterd_last_superstep_seconds",
                                    "measured time of the job's last superstep (max end - min "
-                                   "begin over its processors)", labels=["workload"])
+                                   "begin over its processors; seconds)", labels=["workload"])
         pred_s = GaugeMetricFamily("counterd_last_superstep_predicted_seconds",
                                    "predicted time F = max(F1, F2, F3) of the job's last "
-                                   "superstep (seed 004)", labels=["workload"])
+                                   "superstep (seed 004; seconds)", labels=["workload"])
         term_s = GaugeMetricFamily("counterd_last_superstep_term_seconds",
                                    "F1 (hierarchy), F2 (bus), F3 (bank) of the job's last "
-                                   "superstep", labels=["workload", "term"])
+                                   "superstep (seconds)", labels=["workload", "term"])
         unpred = GaugeMetricFamily(
             "counterd_last_superstep_unpredicted",
             "1 when the job's last superstep has no prediction, by reason: "
@@ -361,7 +366,7 @@ class CounterdCollector(Collector):
         yield CounterMetricFamily("counterd_records_stored", "superstep records committed",
                                   value=stored)
         yield SummaryMetricFamily("counterd_store_commit_seconds",
-                                  "time of one store transaction (group commit)",
+                                  "time of one store transaction (group commit; seconds)",
                                   count_value=commits, sum_value=commit_sum)
         for name, doc, table in (
                 ("counterd_records_refused", "records refused", refused),
@@ -377,7 +382,7 @@ class CounterdCollector(Collector):
             steps: Mapping[str, Mapping[str, tuple[int, float, Mapping[tuple[str, str], float]]]],
     ) -> Iterator[CounterMetricFamily | SummaryMetricFamily]:
         duration = SummaryMetricFamily("counterd_superstep_duration_seconds",
-                                       "per-processor superstep durations",
+                                       "per-processor superstep durations (seconds)",
                                        labels=["workload", "superstep"])
         fams: dict[str, CounterMetricFamily] = {}
         for job, by_name in sorted(steps.items()):

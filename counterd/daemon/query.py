@@ -270,7 +270,8 @@ def records_from_store(path: Path, run_id: str | None, uid: int | None = None
             latest = store.latest(uid)
             if latest is None:
                 raise BadInput(f"the store {path} holds no runs",
-                               "send supersteps to counterd run first, or pass --records FILE")
+                               "record a program while the daemon runs first; counterd "
+                               "report also reads a records file (--records FILE)")
             uid, run_id = latest
         records = store.records(run_id, uid)
     finally:

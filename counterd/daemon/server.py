@@ -266,6 +266,10 @@ class Server:
                 data = session.sock.recv(_RECV_BYTES)
             except (BlockingIOError, InterruptedError):
                 break
+            except ConnectionResetError:
+                # A client that exits with acknowledgements still unread makes the kernel
+                # reset the connection instead of closing it: an end like any other.
+                data = b""
             except OSError as exc:
                 log.info("%s: receive failed (%s)", session.describe(), exc)
                 session.close(incomplete=True)

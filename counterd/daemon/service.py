@@ -126,6 +126,13 @@ class Daemon:
         self._store = Store(cfg.store_path, synchronous=cfg.store_synchronous)
         self._shared.queries = Queries(cfg.store_path)
         self._server.listen(cfg.socket_path, cfg.socket_mode)
+        if cfg.metrics_listen:  # before any thread: a port in use leaves no socket file
+            try:
+                self._start_metrics(cfg.metrics_listen)
+            except BaseException:
+                self._server.stop_listening()
+                self._store.close()
+                raise
         self._threads.append(self._writer.start(self._store))
         sampler = threading.Thread(
             target=sample_forever, name="counterd-sampler", daemon=True,
@@ -133,8 +140,6 @@ class Daemon:
                   self.state, self._writer.put_samples))
         sampler.start()
         self._threads.append(sampler)
-        if cfg.metrics_listen:
-            self._start_metrics(cfg.metrics_listen)
         log.info("counterd listening on %s (config: %s), store %s (%s), metrics %s",
                  cfg.socket_path, cfg.source, cfg.store_path, cfg.store_synchronous,
                  f"http://{cfg.metrics_listen.rpartition(':')[0]}:{self.metrics_port}/metrics"

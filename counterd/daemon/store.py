@@ -295,7 +295,9 @@ class Store:
                 os.stat(self.path)
             except FileNotFoundError:
                 raise BadInput(f"no store at {self.path}",
-                               "run counterd run first, or pass --store / --records") from None
+                               "start the daemon (counterd run, or systemctl start "
+                               "counterd) or pass --store PATH; counterd report also reads a "
+                               "records file (--records FILE)") from None
             except OSError:  # EACCES: in the daemon's private directory
                 raise private from None
             if not os.access(self.path, os.R_OK):

@@ -455,6 +455,10 @@ def make_sink(spool: Path | None, sock: Path | str | None
 
             default = default_socket_path()
             path = str(default) if default.exists() else None
+            if path is None:
+                return MemorySink(unkept=(
+                    f"no counterd record around this program and no daemon at {default} "
+                    f"({ENV_SOCKET} unset)"))
         if path and path != "off":
             return _socket_sink(path)
     return MemorySink()

@@ -32,8 +32,22 @@ class MemorySink:
     a marker pair). The records are identical to ones built at the end marker.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, unkept: str | None = None) -> None:
         self._items: list[SuperstepRecord | Step] = []
+        if unkept:  # no sink was configured at all: say so at the first record, on rank 0
+            self.unkept = unkept
+            self.record = self.closed = self._first  # type: ignore[method-assign]
+
+    def _first(self, rec: SuperstepRecord | Step) -> None:
+        """The first record of a sink nobody configured: one line on stderr (from processor
+        0, so once per run), then plain appends. A multiprocessing worker ends with
+        os._exit, so an end-of-run message would never be written."""
+        del self.record, self.closed  # back to the class's plain append
+        self.record(rec)
+        if getattr(rec, "rank", 0) in (0, None):
+            print(f"counterd: supersteps are kept in this process's memory only and are lost "
+                  f"at exit ({self.unkept}); run the program under `counterd record --out FILE "
+                  "-- CMD`, or start the daemon, to keep them", file=sys.stderr, flush=True)
 
     @property
     def records(self) -> list[SuperstepRecord]:

@@ -1,80 +1,210 @@
 """The HTML rendering of a report: a self-contained page with inline SVG plots (no scripts, no
-network).
+network), laid out to read without horizontal scrolling from 1280 px wide up.
 """
 
 from __future__ import annotations
 
+import re
+
+from counterd import units
+from counterd.events import BY_NAME
 from counterd.prediction import TERM_MEANING, TERMS
 from counterd.records import INFO_FLAGS
-from counterd.report.model import Report
+from counterd.report.model import Report, StepRow
 from counterd.report.svg import (
     _FONT,
+    SHORT,
     TERM_COLOURS,
     _esc,
     plot_bottleneck,
     plot_imbalance,
     plot_measured_vs_predicted,
 )
-from counterd.report.text import _ms, _num, _s_ms
 
 _CSS = """
 body{margin:0;background:#f6f7f9;color:#222;FONT}
-main{max-width:1120px;margin:0 auto;padding:24px 20px 40px}
+main{max-width:1320px;margin:0 auto;padding:20px 20px 40px;box-sizing:border-box}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:16px;margin:0 0 8px}
-.sub{color:#666;font-size:13px;margin-bottom:18px}
-.cards{display:flex;gap:12px;flex-wrap:wrap;margin-bottom:18px}
+.sub{color:#666;font-size:13px;margin-bottom:14px;overflow-wrap:anywhere}
+.banner{background:#fff4d6;border:1px solid #e8c56a;border-radius:8px;padding:9px 14px;
+margin-bottom:14px;font-size:14px}
+.cards{display:flex;gap:12px;flex-wrap:wrap;margin-bottom:16px}
 .card{background:#fff;border:1px solid #e2e4e8;border-radius:8px;padding:10px 16px;min-width:130px}
 .card b{display:block;font-size:20px} .card span{color:#666;font-size:12px}
 section{background:#fff;border:1px solid #e2e4e8;border-radius:8px;padding:14px 16px;
 margin-bottom:16px}
-.note{color:#666;font-size:12px;margin:6px 0 0}
-table{border-collapse:collapse;width:100%;font-size:12px}
-th,td{padding:4px 8px;border-bottom:1px solid #eee;text-align:right;white-space:nowrap}
-th{background:#fafafa;position:sticky;top:0} td.l,th.l{text-align:left}
+.note{color:#666;font-size:12px;margin:6px 0 0;overflow-wrap:anywhere}
+.why{font-size:14px;margin:4px 0 8px;overflow-wrap:anywhere} .why li{margin:4px 0}
+code{background:#f0f1f3;border-radius:3px;padding:0 3px;font-size:92%;white-space:nowrap}
+.scroll{overflow-x:auto}
+table{border-collapse:collapse;font-size:12px;margin-top:4px}
+th,td{padding:4px 8px;border-bottom:1px solid #eee;text-align:right;white-space:nowrap;
+vertical-align:top;font-variant-numeric:tabular-nums}
+th{background:#fafafa;vertical-align:bottom} th small{display:block;color:#777;font-weight:normal}
+td small{display:block;color:#888}
+.l{text-align:left} .name{white-space:normal;min-width:6em;max-width:16em;overflow-wrap:anywhere}
+.flag{color:#b35c00;white-space:normal;min-width:8em}
 .dom{display:inline-block;padding:1px 7px;border-radius:9px;color:#fff;font-size:11px}
-.flag{color:#b35c00}
+.swatch{display:inline-block;width:12px;height:10px;border:1px solid #ccc;vertical-align:-1px}
 """.replace("FONT", _FONT)
+
+# Widths (px) of counter columns one table holds, so that it fits a 1280 px screen beside the
+# superstep's number and name; more counters go into further tables.
+_COUNTER_COLUMNS_PX = 860
+_SIMULATORS = {"sim": "counterd's cache simulator, fed the address streams the program "
+                      "declares with step.feed()",
+               "callgrind": "valgrind's Callgrind, simulating the caches under the whole "
+                            "program"}
+
+
+def _seconds(v: float | None) -> str:
+    """``1.23 ms`` (:func:`counterd.units.seconds`), ``-`` when unknown."""
+    return "-" if v is None else units.seconds(v)
+
+
+def _ratio(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def _text(s: str) -> str:
+    """Escaped prose, with the `commands` it quotes as code."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", _esc(s))
+
+
+def _th(name: str, unit: str = "", cls: str = "", title: str = "") -> str:
+    attrs = (f' class="{cls}"' if cls else "") + (f' title="{_esc(title)}"' if title else "")
+    label = _esc(name).replace("_", "_<wbr>")
+    return f"<th{attrs}>{label}{f'<small>{_esc(unit)}</small>' if unit else ''}</th>"
+
+
+def _td(text: str, cls: str = "", title: str = "") -> str:
+    attrs = (f' class="{cls}"' if cls else "") + (f' title="{_esc(title)}"' if title else "")
+    return f"<td{attrs}>{text}</td>"
+
+
+def _table(head: list[str], body: list[list[str]]) -> str:
+    return (f'<div class="scroll"><table><thead><tr>{"".join(head)}</tr></thead><tbody>'
+            + "".join(f"<tr>{''.join(cells)}</tr>" for cells in body) + "</tbody></table></div>")
+
+
+def _step_cells(r: StepRow) -> list[str]:
+    return [_td(str(r.index)), _td(_esc(r.name), "l name")]
+
+
+def _steps_table(rep: Report) -> str:
+    head = [_th("#"), _th("superstep", cls="l"), _th("p", "processors"),
+            _th("time", "s, measured")]
+    if rep.predicted:
+        head += [_th("F", "s, predicted"), _th("E", "ratio"), _th("dominating", cls="l"),
+                 *[_th(t, f"s, {TERM_MEANING[t]}") for t in TERMS]]
+    head += [_th("time imbalance", "max / mean"), _th("flags", cls="l")]
+    body = []
+    for r in rep.rows:
+        cells = [*_step_cells(r), _td(str(r.processors)),
+                 _td(_seconds(None if r.time_ns is None else r.time_ns / 1e9))]
+        p = r.prediction
+        if rep.predicted:
+            dom = r.dominating
+            badge = (f'<span class="dom" style="background:{TERM_COLOURS[dom]}">'
+                     f'{dom} {TERM_MEANING[dom]}</span>' if dom else
+                     "-" if p is None else "all terms 0")
+            cells += [_td(_seconds(p.total_s if p else None), title=r.no_prediction),
+                      _td(_ratio(r.error_ratio)), _td(badge, "l", r.no_prediction),
+                      *[_td(_seconds(p.terms_s[t] if p else None)) for t in TERMS]]
+        cells += [_td(_ratio(r.time_imbalance)),
+                  _td(_esc(", ".join(sorted(r.flags - INFO_FLAGS))), "l flag")]
+        body.append(cells)
+    return _table(head, body)
+
+
+def _unit(counter: str) -> str:
+    """The unit a counter's column shows: seconds for times, else what the counter counts."""
+    unit = BY_NAME[counter].unit if counter in BY_NAME else "count"
+    return "s" if unit == "ns" else unit
+
+
+def _counter_value(counter: str, v: float) -> str:
+    return units.counter_text(counter, v)
+
+
+def _counter_tables(rep: Report) -> str:
+    """Per counter, its max over processors in its unit with the imbalance max/mean below;
+    the counters split over as many tables as it takes to fit the width."""
+    cells: dict[str, list[str]] = {}
+    widths: dict[str, float] = {}
+    for c in rep.counters:
+        stats = [r.counters.get(c) for r in rep.rows]
+        texts = [_counter_value(c, s.max) for s in stats if s is not None]
+        cells[c] = [_td("-") if s is None else _td(_counter_value(c, s.max) + (
+            f"<small>{s.imbalance:.2f}x</small>" if s.imbalance else "")) for s in stats]
+        widths[c] = 18 + 7.2 * max(map(len, [*c.split("_"), _unit(c), *texts]))
+    groups: list[list[str]] = [[]]
+    used = 0.0
+    for c, w in widths.items():
+        if groups[-1] and used + w > _COUNTER_COLUMNS_PX:
+            groups.append([])
+            used = 0.0
+        groups[-1].append(c)
+        used += w
+    return "".join(_table(
+        [_th("#"), _th("superstep", cls="l"),
+         *[_th(c, _unit(c), title=BY_NAME[c].description if c in BY_NAME else "")
+           for c in group]],
+        [[*_step_cells(r), *[cells[c][i] for c in group]] for i, r in enumerate(rep.rows)])
+        for group in groups)
+
+
+def _missing(rep: Report) -> str:
+    """Why supersteps have no prediction, in the report model's words."""
+    missing = rep.missing_predictions()
+    if not rep.predicted and not missing:
+        return f'<p class="why">No prediction: {_text(rep.prediction_basis)}.</p>'
+    names = {r.index: r.name for r in rep.rows}
+    items = []
+    for why, steps in missing.items():
+        which = ("Every superstep" if len(steps) == len(rep.rows) else
+                 f"Superstep {steps[0]} ({names[steps[0]]})" if len(steps) == 1 else
+                 "Supersteps " + ", ".join(f"{i} ({names[i]})" if len(steps) <= 4 else str(i)
+                                           for i in steps))
+        items.append(f"<li>{_esc(which)}: {_text(why)}</li>")
+    return f'<ul class="why">{"".join(items)}</ul>' if items else ""
+
+
+def _banner(rep: Report) -> str:
+    if not rep.simulated:
+        return ""
+    how = "; ".join(f"<b>{_esc(b)}</b> ({_esc(_SIMULATORS[b])})" if b in _SIMULATORS
+                    else f"<b>{_esc(b)}</b>" for b in rep.backends)
+    return (f'<div class="banner"><b>Simulated memory counters.</b> The cache counters of this '
+            f'run come from a simulator, not from this machine\'s hardware: backend {how}. '
+            f'Times are measured.</div>')
 
 
 def render_html(rep: Report) -> str:
     rows = rep.rows
     times = [r.time_ns for r in rows if r.time_ns is not None]
-    total = sum(times) / 1e9 if times else None
     summary = rep.error_summary()
-    incomplete = sum(1 for r in rows if r.time_ns is None)
-    doms = [r.dominating for r in rows if r.dominating]
+    bottlenecks = rep.bottlenecks()
+    top = next(iter(bottlenecks), None)
     cards = [(f"{len(rows)}", "supersteps"),
              (f"{max((r.processors for r in rows), default=0)}", "processors"),
-             ("-" if total is None else f"{total * 1e3:.2f} ms", "measured total"),
+             (_seconds(sum(times) / 1e9 if times else None), "measured total"),
              ("-" if summary is None else f"{summary[0]:.2f} / {summary[1]:.2f}",
-              "error ratio avg / max"),
-             (max(set(doms), key=doms.count) if doms else "-", "most frequent bottleneck"),
-             (f"{incomplete}", "incomplete supersteps")]
-    pred_cols = ["F ms", "E", "dominating", "F1 ms", "F2 ms", "F3 ms"] if rep.predicted else []
-    head = ["#", "superstep", "p", "time ms", *pred_cols, "time imb."] + [
-        f"{c} max" for c in rep.counters] + ["flags"]
-    trs = []
+              "error ratio E avg / max"),
+             ("-" if top is None else f"{top} {TERM_MEANING[top]}",
+              "most frequent bottleneck" + (
+                  f" ({bottlenecks[top]} of {len(rows)} supersteps)" if top else "")),
+             (f"{sum(1 for r in rows if r.time_ns is None)}", "incomplete supersteps")]
+    missing = sum(1 for r in rows if r.no_prediction)
+    sources: dict[str, set[str]] = {}
     for r in rows:
-        p = r.prediction
-        dom = (f'<span class="dom" style="background:{TERM_COLOURS[r.dominating]}">'
-               f'{r.dominating} {TERM_MEANING[r.dominating]}</span>' if r.dominating else "-")
-        flags = sorted(r.flags - INFO_FLAGS)
-        pred_cells = [_s_ms(p.total_s if p else None),
-                      "-" if r.error_ratio is None else f"{r.error_ratio:.2f}", dom,
-                      *[_s_ms(p.terms_s[t] if p else None) for t in TERMS]]
-        cells = [str(r.index), f'<td class="l">{_esc(r.name)}', str(r.processors),
-                 _ms(r.time_ns), *(pred_cells if rep.predicted else []),
-                 "-" if r.time_imbalance is None else f"{r.time_imbalance:.2f}",
-                 *[(_num(r.counters[c].max) + (
-                     f' <small>({r.counters[c].imbalance:.2f}x)</small>'
-                     if r.counters[c].imbalance else "")) if c in r.counters else "-"
-                   for c in rep.counters],
-                 f'<td class="l flag">{_esc(", ".join(flags))}']
-        trs.append("<tr>" + "".join(c if c.startswith("<td") else f"<td>{c}</td>"
-                                    for c in cells) + "</tr>")
-    ths = "".join(f'<th class="{"l" if h in ("superstep", "flags") else ""}">{_esc(h)}</th>'
-                  for h in head)
-    sources = sorted({f"{k}: {c.source}" for r in rows for k, c in r.counters.items()})
+        for k, c in r.counters.items():
+            sources.setdefault(c.source, set()).add(k)
+    counters = "" if not rep.counters else f"""<section><h2>Counters per superstep</h2>
+{_counter_tables(rep)}
+<p class="note">The maximum over processors, in the counter's unit, with the imbalance max/mean
+below. Sources: {_esc("; ".join(f"{s}: {', '.join(sorted(ks, key=rep.counters.index))}"
+                                for s, ks in sorted(sources.items())))}.</p></section>"""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -82,27 +212,39 @@ def render_html(rep: Report) -> str:
 <style>{_CSS}</style></head>
 <body><main>
 <h1>Superstep report</h1>
-<div class="sub">{_esc(rep.source)} &middot; runs {_esc(", ".join(rep.runs))} &middot; hosts
-{_esc(", ".join(rep.hosts) or "-")} &middot; backends {_esc(", ".join(rep.backends))}</div>
+<div class="sub">{_esc(rep.source) + " &middot; " if rep.source else ""}runs
+{_esc(", ".join(rep.runs))} &middot; hosts {_esc(", ".join(rep.hosts) or "-")} &middot; backends
+{_esc(", ".join(rep.backends))}</div>
+{_banner(rep)}
 <div class="cards">{"".join(f"<div class=card><b>{_esc(v)}</b><span>{_esc(k)}</span></div>"
                             for v, k in cards)}</div>
 <section><h2>{"Measured and predicted time" if rep.predicted else "Measured time"} per
 superstep</h2>
 {plot_measured_vs_predicted(rep)}
 <p class="note">Measured time is the superstep's span over all processors (max end minus min
-begin). {_esc("Predictions: " + rep.prediction_note)}.</p></section>
+begin). {_text(rep.prediction_basis[:1].upper() + rep.prediction_basis[1:])}.{
+    f" No prediction for {missing} of {len(rows)} supersteps: the bottleneck panel says why."
+    if missing else ""}</p>
+</section>
 <section><h2>Per-processor imbalance</h2>
 {plot_imbalance(rep)}
 <p class="note">Red cells are processors slower than the superstep's mean; the others wait for
-them at the barrier.</p></section>
+them at the barrier.{
+    f' <span class="swatch" style="background:{SHORT}"></span> Grey: supersteps shorter than '
+    f"{_seconds(rep.short_ns / 1e9)} (under 5 % of the run's measured time and a fifth of the "
+    f"average superstep), whose imbalance is noise; they do not take the colour scale."
+    if any(map(rep.is_short, rows)) else ""}</p></section>
 <section><h2>Bottleneck per superstep</h2>
-{plot_bottleneck(rep)}
+{_missing(rep)}
+{plot_bottleneck(rep) if rep.predicted else ""}
 <p class="note">F1: memory hierarchy (per-level misses and writebacks of the busiest processor);
-F2: the bus shared by all processors; F3: the busiest memory bank (seed 004). The full-colour
-bar is the term that sets F = max(F1, F2, F3).</p></section>
-<section><h2>Supersteps</h2><div style="overflow-x:auto"><table><thead><tr>{ths}</tr></thead>
-<tbody>{"".join(trs)}</tbody></table></div>
-<p class="note">Counter columns: max over processors, with the imbalance max/mean in brackets.
-Sources: {_esc("; ".join(sources) or "no counters")}.</p></section>
+F2: the bus shared by all processors; F3: the busiest memory bank (Amato et al., "Predicting
+performance on SMPs"). The full-colour bar is the term that sets F = max(F1, F2, F3).</p>
+</section>
+<section><h2>Supersteps</h2>
+{_steps_table(rep)}
+<p class="note">E = max(measured, predicted) / min(measured, predicted) (1 is exact); time
+imbalance: the slowest processor's time over the mean.</p></section>
+{counters}
 </main></body></html>
 """

@@ -14,11 +14,12 @@ from array import array
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TypeVar
 
 from counterd.errors import BadInput
 from counterd.events import NAMES, CounterValue, Source
-from counterd.prediction import PredictFn, Prediction, error_ratio
+from counterd.prediction import NO_PREDICTION_REASONS, PredictFn, Prediction, error_ratio
 from counterd.records import SuperstepRecord
 
 
@@ -40,6 +41,8 @@ class StepRow:
     counters: dict[str, CounterStats]
     flags: frozenset[str]
     prediction: Prediction | None = None
+    # Why there is no prediction although a profile was configured ("" otherwise).
+    no_prediction: str = ""
 
     @property
     def error_ratio(self) -> float | None:
@@ -49,7 +52,9 @@ class StepRow:
 
     @property
     def dominating(self) -> str | None:
-        return None if self.prediction is None else self.prediction.dominating
+        """The term that sets F; none without a prediction or when every term is 0."""
+        p = self.prediction
+        return None if p is None or max(p.terms_s.values()) <= 0 else p.dominating
 
     @property
     def slowest_rank(self) -> int | None:
@@ -70,12 +75,52 @@ class Report:
     hosts: tuple[str, ...]
     backends: tuple[str, ...]
     rows: tuple[StepRow, ...]
-    prediction_note: str
+    # Where predictions come from (profile, model variant), or why there are none at all.
+    prediction_basis: str
     counters: tuple[str, ...] = field(default=())
 
     @property
     def predicted(self) -> bool:
         return any(r.prediction is not None for r in self.rows)
+
+    @property
+    def prediction_note(self) -> str:
+        """The basis, then which supersteps have no prediction and why."""
+        return self.prediction_basis + "".join(
+            f"; no prediction for supersteps {', '.join(map(str, steps))}: {why}"
+            for why, steps in self.missing_predictions().items())
+
+    def missing_predictions(self) -> dict[str, list[int]]:
+        """Why supersteps have no prediction although a profile was configured: reason ->
+        superstep indices."""
+        out: dict[str, list[int]] = defaultdict(list)
+        for r in self.rows:
+            if r.no_prediction:
+                out[r.no_prediction].append(r.index)
+        return dict(out)
+
+    def bottlenecks(self) -> dict[str, int]:
+        """How many supersteps each term dominates, most frequent first (supersteps without a
+        prediction or whose terms are all 0 have none)."""
+        doms = [d for r in self.rows if (d := r.dominating) is not None]
+        return {t: doms.count(t) for t in sorted(set(doms), key=lambda t: (-doms.count(t), t))}
+
+    @cached_property
+    def short_ns(self) -> float:
+        """Supersteps shorter than this are too small a part of the run for their imbalance to
+        matter: under 5 % of the measured total and under a fifth of the average superstep
+        (the second keeps runs of many equal supersteps in view)."""
+        times = [r.time_ns for r in self.rows if r.time_ns is not None]
+        return min(0.05 * sum(times), 0.2 * sum(times) / len(times)) if times else 0.0
+
+    def is_short(self, row: StepRow) -> bool:
+        """Whether ``row`` is shorter than :attr:`short_ns`."""
+        return row.time_ns is not None and row.time_ns < self.short_ns
+
+    @property
+    def simulated(self) -> bool:
+        """Whether any counter comes from a cache simulator (the sim or callgrind backend)."""
+        return any(c.source == Source.SIMULATED for r in self.rows for c in r.counters.values())
 
     def error_summary(self) -> tuple[float, float] | None:
         errs = [e for r in self.rows if (e := r.error_ratio) is not None]
@@ -194,7 +239,6 @@ def build(records: Iterable[SuperstepRecord], *, predict: PredictFn | None = Non
         raise BadInput(f"no superstep records to report{' in ' + source if source else ''}",
                        "record a run first")
     rows = []
-    failures: dict[str, list[int]] = defaultdict(list)
     for (index, name), step in sorted(acc.steps.items()):
         ends = [row.end_ns for row in step.ranks.values() if row.end_ns is not None]
         time_ns = (max(ends) - min(row.begin_ns for row in step.ranks.values())
@@ -209,22 +253,24 @@ def build(records: Iterable[SuperstepRecord], *, predict: PredictFn | None = Non
             mean = total / len(vals) if vals else 0.0
             counters[k] = CounterStats(max(vals), total, max(vals) / mean if mean > 0 else None,
                                        step.sources[k])
-        pred = None
-        if predict is not None and step.complete:
+        pred, why = None, ""
+        if predict is not None and not step.complete:
+            why = NO_PREDICTION_REASONS["incomplete"]
+        elif predict is not None:
             try:
                 pred = predict(_prediction_input(step, index, name, per_rank))
             except Exception as exc:  # a failing prediction is a missing column, said once
-                failures[str(exc)].append(index)
+                why = str(exc)
+            if pred is None and not why:
+                why = "the predictor gave none"
         rows.append(StepRow(index, name, len(step.ranks), time_ns, work, counters,
-                            step.flags, pred))
+                            step.flags, pred, why))
     present = tuple(sorted({k for row in rows for k in row.counters}, key=_counter_order))
     note = prediction_note if predict is None else (
         prediction_note or "predictions from the configured profile")
     used = sorted({r.prediction.accuracy_note for r in rows if r.prediction is not None} - {""})
     if used:  # which model variant predicted (chosen by the counters present) and how well
         note += "; model " + "; ".join(used)
-    for why, steps in failures.items():
-        note += f"; no prediction for supersteps {', '.join(map(str, steps))}: {why}"
     return Report(source, tuple(sorted(acc.runs)), tuple(sorted(acc.hosts)),
                   tuple(sorted(acc.backends)), tuple(rows), note, present)
 

@@ -15,6 +15,7 @@ from counterd.report.model import Report, StepRow
 TERM_COLOURS = {"F1": "#4e79a7", "F2": "#f28e2b", "F3": "#59a14f"}
 MEASURED = "#4e79a7"
 PREDICTED = "#e15759"
+SHORT = "#e4e4e4"  # heat map cells of supersteps too short to rate (Report.short_ns)
 _FONT = "font-family:system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif"
 W, LEFT, RIGHT = 1080, 78, 20
 
@@ -83,6 +84,13 @@ def _axis(top: float, height: float, vmax: float, unit: str, scale: float) -> li
     return out
 
 
+def _gap_label(cx: float, y: float, step: float, text: str, colour: str) -> str:
+    """Why a superstep has no bar, on the axis: across its slot where it fits, else upwards."""
+    turn = "" if step >= 7 * len(text) else f' transform="rotate(-90 {cx + 3:.1f} {y:.1f})"'
+    return (f'<text x="{cx + (3 if turn else 0):.1f}" y="{y:.1f}" font-size="10" '
+            f'text-anchor="{"start" if turn else "middle"}" fill="{colour}"{turn}>{text}</text>')
+
+
 def _svg(height: float, body: list[str], title: str) -> str:
     return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {height:.0f}" '
             f'width="100%" role="img" aria-label="{_esc(title)}" style="{_FONT}">'
@@ -128,8 +136,7 @@ def plot_measured_vs_predicted(rep: Report) -> str:
                         f'width="{bw:.1f}" height="{max(h, 0.5):.1f}" fill="{MEASURED}" '
                         f'rx="1.5"><title>{_esc(tip)}</title></rect>')
         else:
-            body.append(f'<text x="{cx:.1f}" y="{top + height - 4:.1f}" font-size="10" '
-                        f'text-anchor="middle" fill="#b00">incomplete</text>')
+            body.append(_gap_label(cx, top + height - 4, step, "incomplete", "#b00"))
         if r.prediction is not None:
             pts.append((cx, top + height - height * r.prediction.total_s / vmax))
     if pts:
@@ -174,6 +181,7 @@ def plot_imbalance(rep: Report) -> str:
                         f'text-anchor="end" fill="#555">p{rank}</text>')
     for i, r in enumerate(rows):
         mean = sum(r.work_ns.values()) / len(r.work_ns) if r.work_ns else 0
+        short = rep.is_short(r)
         for j, rank in enumerate(ranks):
             x = LEFT + i * step
             y = top + j * cell_h
@@ -184,9 +192,11 @@ def plot_imbalance(rep: Report) -> str:
                 continue
             ratio = w / mean
             tip = f"superstep {r.index} {r.name}, p{rank}: {w / 1e6:.3f} ms, {ratio:.2f}x the mean"
+            if short:
+                tip += " (too short a part of the run to rate: grey)"
             body.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{step:.1f}" height="{cell_h:.1f}" '
-                        f'fill="{_heat_colour(ratio)}" stroke="white" stroke-width="0.6">'
-                        f'<title>{_esc(tip)}</title></rect>')
+                        f'fill="{SHORT if short else _heat_colour(ratio)}" stroke="white" '
+                        f'stroke-width="0.6"><title>{_esc(tip)}</title></rect>')
     body += _x_labels(rows, LEFT, step, top + height + 16)
     # colour scale
     sx, sy = W - RIGHT - 260, 12
@@ -201,32 +211,30 @@ def plot_imbalance(rep: Report) -> str:
              f'<text x="{sx + 211}" y="{sy + 9}" font-size="11" fill="#555">2x</text>',
              f'<text x="{LEFT}" y="20" font-size="12" fill="#333">each processor\'s own time '
              f'in the superstep, relative to the mean over processors</text>']
+    if any(map(rep.is_short, rows)):
+        body += _legend([("too short to rate", SHORT, "")], sx - 200, sy + 10)
     return _svg(top + height + _label_room(rows), body, "per-processor imbalance")
 
 
 def plot_bottleneck(rep: Report) -> str:
+    """Each superstep's three predicted terms side by side, the dominating one in full colour
+    (call only when some superstep is predicted; the page says why otherwise)."""
     rows = rep.rows
     top, height = 34, 200
     step = (W - LEFT - RIGHT) / max(1, len(rows))
-    body: list[str] = []
-    if not rep.predicted:
-        body.append(f'<text x="{W / 2}" y="{top + 40}" font-size="14" text-anchor="middle" '
-                    f'fill="#777">no prediction: {_esc(rep.prediction_note)}</text>')
-        body.append(f'<text x="{W / 2}" y="{top + 64}" font-size="12" text-anchor="middle" '
-                    f'fill="#999">configure a machine profile (predictor.profile, --profile) '
-                    f'to see which term dominates each superstep</text>')
-        return _svg(top + 90, body, "bottleneck per superstep")
     vmax = _nice_max(max((max(r.prediction.terms_s.values()) for r in rows
                           if r.prediction is not None), default=0.0))
     unit, scale = _time_unit(vmax)
-    body += _axis(top, height, vmax, f"predicted term ({unit})", scale)
+    body = _axis(top, height, vmax, f"predicted term ({unit})", scale)
     bw = max(1.0, min(16.0, step * 0.8 / 3))
     for i, r in enumerate(rows):
         p = r.prediction
         cx = LEFT + (i + 0.5) * step
-        if p is None:
+        dom = r.dominating
+        if p is None or dom is None:
+            body.append(_gap_label(cx, top + height - 4, step,
+                                   "no prediction" if p is None else "all terms 0", "#888"))
             continue
-        dom = p.dominating
         for k, term in enumerate(TERMS):
             v = p.terms_s[term]
             h = height * v / vmax
@@ -236,9 +244,7 @@ def plot_bottleneck(rep: Report) -> str:
             body.append(f'<rect x="{x:.1f}" y="{top + height - h:.1f}" width="{bw:.1f}" '
                         f'height="{max(h, 0.5):.1f}" fill="{TERM_COLOURS[term]}" '
                         f'fill-opacity="{opacity}"><title>{_esc(tip)}</title></rect>')
-        body.append(f'<rect x="{cx - 1.5 * bw:.1f}" y="{top + height + 3}" width="{3 * bw:.1f}" '
-                    f'height="6" fill="{TERM_COLOURS[dom]}"/>')
-    body += _x_labels(rows, LEFT, step, top + height + 24)
+    body += _x_labels(rows, LEFT, step, top + height + 16)
     body += _legend([(f"{t} {TERM_MEANING[t]}", TERM_COLOURS[t], "") for t in TERMS]
                     + [("faded: not dominating", "#999", 'fill-opacity="0.28"')], LEFT, 20)
-    return _svg(top + height + 8 + _label_room(rows), body, "bottleneck per superstep")
+    return _svg(top + height + _label_room(rows), body, "bottleneck per superstep")

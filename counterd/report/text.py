@@ -11,25 +11,18 @@ from typing import TYPE_CHECKING, Any
 
 from counterd.prediction import BOUNDS, TERMS
 from counterd.report.model import Report, StepRow
+from counterd.units import NS_PER_S, count, counter_text, seconds, si_name, si_value
 
 if TYPE_CHECKING:
     from counterd.daemon.store import RunRow
 
 
-def _ms(ns: float | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:.3f}"
+def _time(v_s: float | None) -> str:
+    return "-" if v_s is None else seconds(v_s)
 
 
-def _s_ms(s: float | None) -> str:
-    return "-" if s is None else f"{s * 1e3:.3f}"
-
-
-def _num(v: float | None) -> str:
-    if v is None:
-        return "-"
-    if abs(v) >= 1e6:
-        return f"{v:.3e}"
-    return f"{v:,.0f}" if float(v).is_integer() or abs(v) >= 100 else f"{v:.3g}"
+def _ratio(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
 
 
 def render_text(rep: Report) -> str:
@@ -38,19 +31,18 @@ def render_text(rep: Report) -> str:
            f"backends {', '.join(rep.backends)}; {len(rep.rows)} supersteps",
            f"predictions: {rep.prediction_note}" if not rep.predicted else
            f"predictions: {rep.prediction_note}", ""]
-    head = (f"{'#':>4} {'superstep':<20} {'p':>3} {'time_ms':>10} {'F_ms':>10} {'E':>6} "
-            f"{'dom':>4} {'F1_ms':>9} {'F2_ms':>9} {'F3_ms':>9} {'t_imb':>6}  flags")
+    head = (f"{'#':>4} {'superstep':<20} {'p':>3} {'time':>9} {'F':>9} {'E':>6} "
+            f"{'dom':>4} {'F1':>9} {'F2':>9} {'F3':>9} {'t_imb':>6}  flags")
     out.append(head)
     for r in rep.rows:
         p = r.prediction
-        e = r.error_ratio
-        imb = r.time_imbalance
         out.append(
-            f"{r.index:>4} {r.name[:20]:<20} {r.processors:>3} {_ms(r.time_ns):>10} "
-            f"{_s_ms(p.total_s if p else None):>10} {'-' if e is None else f'{e:.2f}':>6} "
+            f"{r.index:>4} {r.name[:20]:<20} {r.processors:>3} "
+            f"{_time(None if r.time_ns is None else r.time_ns / NS_PER_S):>9} "
+            f"{_time(p.total_s if p else None):>9} {_ratio(r.error_ratio):>6} "
             f"{r.dominating or '-':>4} "
-            + " ".join(f"{_s_ms(p.terms_s[t] if p else None):>9}" for t in TERMS)
-            + f" {'-' if imb is None else f'{imb:.2f}':>6}  {','.join(sorted(r.flags))}")
+            + " ".join(f"{_time(p.terms_s[t] if p else None):>9}" for t in TERMS)
+            + f" {_ratio(r.time_imbalance):>6}  {','.join(sorted(r.flags))}")
     summary = rep.error_summary()
     if summary:
         out.append(f"error ratio E = max(T,P)/min(T,P): average {summary[0]:.2f}, "
@@ -61,10 +53,9 @@ def render_text(rep: Report) -> str:
                    f"{'imb':>6} source")
         for r in rep.rows:
             for k, c in r.counters.items():
-                out.append(f"{r.index:>4} {r.name[:20]:<20} {k:<16} {_num(c.max):>12} "
-                           f"{_num(c.sum):>12} "
-                           f"{'-' if c.imbalance is None else f'{c.imbalance:.2f}':>6} "
-                           f"{c.source}")
+                out.append(f"{r.index:>4} {r.name[:20]:<20} {k:<16} "
+                           f"{counter_text(k, c.max):>12} {counter_text(k, c.sum):>12} "
+                           f"{_ratio(c.imbalance):>6} {c.source}")
     return "\n".join(out) + "\n"
 
 
@@ -73,10 +64,12 @@ def to_json(rep: Report) -> dict[str, Any]:
         p = r.prediction
         return {
             "index": r.index, "name": r.name, "processors": r.processors,
-            "time_ns": r.time_ns, "work_ns": {str(k): v for k, v in sorted(r.work_ns.items())},
+            "time_s": None if r.time_ns is None else r.time_ns / NS_PER_S,
+            "work_s": {str(k): v / NS_PER_S for k, v in sorted(r.work_ns.items())},
             "time_imbalance": r.time_imbalance,
-            "counters": {k: {"max": c.max, "sum": c.sum, "imbalance": c.imbalance,
-                             "source": c.source} for k, c in r.counters.items()},
+            "counters": {si_name(k): {"max": si_value(k, c.max), "sum": si_value(k, c.sum),
+                                      "imbalance": c.imbalance, "source": c.source}
+                         for k, c in r.counters.items()},
             "prediction": None if p is None else {
                 "F1_s": p.terms_s["F1"], "F2_s": p.terms_s["F2"], "F3_s": p.terms_s["F3"],
                 "F_s": p.total_s, "bounds_s": {b: list(v) for b, v in p.bounds_s.items()},
@@ -103,15 +96,15 @@ def render_csv(rep: Report) -> str:
     w = csv.writer(buf, lineterminator="\n")
     bounds = [b for b in BOUNDS if any(r.prediction and b in r.prediction.bounds_s
                                        for r in rep.rows)]
-    w.writerow(["index", "name", "processors", "time_ns", "F1_s", "F2_s", "F3_s", "F_s",
+    w.writerow(["index", "name", "processors", "time_s", "F1_s", "F2_s", "F3_s", "F_s",
                 *[f"{b}_{m}_s" for b in bounds for m in ("min", "max")], "dominating",
                 "error_ratio", "time_imbalance",
-                *[f"{c}_{s}" for c in rep.counters for s in ("max", "sum", "imbalance")],
+                *[f"{si_name(c)}_{s}" for c in rep.counters for s in ("max", "sum", "imbalance")],
                 "flags"])
     for r in rep.rows:
         p = r.prediction
         w.writerow([
-            r.index, r.name, r.processors, "" if r.time_ns is None else r.time_ns,
+            r.index, r.name, r.processors, "" if r.time_ns is None else repr(r.time_ns / NS_PER_S),
             *(["" if p is None else repr(p.terms_s[t]) for t in TERMS]),
             "" if p is None else repr(p.total_s),
             *[("" if p is None or b not in p.bounds_s else repr(p.bounds_s[b][i]))
@@ -119,7 +112,7 @@ def render_csv(rep: Report) -> str:
             r.dominating or "", "" if r.error_ratio is None else repr(r.error_ratio),
             "" if r.time_imbalance is None else repr(r.time_imbalance),
             *[v for c in rep.counters for v in (
-                (repr(r.counters[c].max), repr(r.counters[c].sum),
+                (repr(si_value(c, r.counters[c].max)), repr(si_value(c, r.counters[c].sum)),
                  "" if r.counters[c].imbalance is None else repr(r.counters[c].imbalance))
                 if c in r.counters else ("", "", ""))],
             ";".join(sorted(r.flags))])
@@ -134,8 +127,8 @@ def render_runs(rows: Sequence[RunRow]) -> str:
     out = [f"{'run':<24} {'job':<20} {'user':<10} {'first seen (UTC)':<19} {'records':>8} "
            f"{'supersteps':>10} {'incomplete':>10}"]
     for r in rows:
-        first = datetime.datetime.fromtimestamp(r.first_seen_ns / 1e9, datetime.UTC)
+        first = datetime.datetime.fromtimestamp(r.first_seen_ns / NS_PER_S, datetime.UTC)
         out.append(f"{r.run_id[:24]:<24} {r.job[:20]:<20} {user_name(r.uid)[:10]:<10} "
-                   f"{first:%Y-%m-%d %H:%M:%S} {r.records:>8} {r.supersteps:>10} "
-                   f"{r.incomplete:>10}")
+                   f"{first:%Y-%m-%d %H:%M:%S} {count(r.records):>8} "
+                   f"{count(r.supersteps):>10} {count(r.incomplete):>10}")
     return "\n".join(out)

@@ -500,8 +500,9 @@ def test_the_counted_run_serialises_thread_pools_unless_told(monkeypatch, tmp_pa
     are always the counted run's own."""
     seen: list[dict[str, str]] = []
 
-    def fake_run(cmd, geo, outdir, env, timeout):
+    def fake_run(cmd, geo, outdir, env, timeout, show_stdout=True):
         seen.append(dict(env))
+        assert not show_stdout  # the timed run already showed the command's output
         return cg.CallgrindRun(0, tmp_path, tuple(cmd), geo)
 
     monkeypatch.setattr(cg, "run", fake_run)

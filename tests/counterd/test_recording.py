@@ -211,3 +211,31 @@ def test_numpy_runs_its_avx2_code_when_avx512_is_hidden() -> None:
     assert enabled(dict(AS_COUNTED_ENV)) == "[]"
     if any(f.startswith("avx512") for f in cpu_flags()):
         assert enabled({}) != "[]"  # the host's own dispatch does use them
+
+
+@pytest.mark.parametrize("out, fmt, err", [
+    ("r.pdf", None, "cannot write .pdf"),
+    ("r.json", "csv", "--format csv but --out"),
+])
+def test_report_out_refuses_a_suffix_that_lies(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               out: str, fmt: str | None, err: str) -> None:
+    rec = tmp_path / "r.jsonl"
+    assert record(["true"], out=rec, backend="none").exit_code == 0
+    argv = ["report", "--records", str(rec), "--out", str(tmp_path / out)]
+    assert main(argv + (["--format", fmt] if fmt else [])) == 2
+    assert err in capsys.readouterr().err
+    assert not (tmp_path / out).exists()
+
+
+def test_report_out_writes_the_suffix_format_and_says_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rec = tmp_path / "r.jsonl"
+    assert record(["true"], out=rec, backend="none").exit_code == 0
+    for name, check in (("r.csv", lambda t: "," in t.splitlines()[0]),
+                        ("r.json", lambda t: json.loads(t) is not None),
+                        ("r.html", lambda t: t.lstrip().lower().startswith("<!doctype html")),
+                        ("r.txt", lambda t: "superstep" in t)):
+        assert main(["report", "--records", str(rec), "--out", str(tmp_path / name)]) == 0
+        err = capsys.readouterr().err
+        assert f"wrote {tmp_path / name}" in err
+        assert check((tmp_path / name).read_text()), name

@@ -290,3 +290,28 @@ def test_pid_cache_follows_fork(tmp_path: Path) -> None:
     os.close(r)
     os.waitpid(child, 0)
     assert got == child != os.getpid()
+
+
+@pytest.mark.parametrize("env, said", [({}, True), ({"COUNTERD_SOCKET": "off"}, False)])
+def test_records_nobody_keeps_are_said_once(env: dict[str, str], said: bool) -> None:
+    """No counterd record around the program and no daemon: the markers keep records in memory
+    only, and say so once (processor 0, at its first superstep), not silently."""
+    import subprocess
+    import sys
+
+    from counterd.daemon.config import default_socket_path
+
+    if default_socket_path().exists():
+        pytest.skip("a daemon listens at the default socket here")
+    base = {k: v for k, v in __import__("os").environ.items() if not k.startswith("COUNTERD_")}
+    code = ("import counterd\nfor r in range(3):\n    with counterd.superstep('s'):\n        pass\n"
+            "import multiprocessing as mp\n"
+            "def w(k):\n    counterd.set_rank(k)\n    with counterd.superstep('t'):\n        pass\n"
+            "if __name__ == '__main__':\n"
+            "    ps = [mp.get_context('fork').Process(target=w, args=(k,)) for k in (1, 2)]\n"
+            "    [p.start() for p in ps]; [p.join() for p in ps]\n")
+    out = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("kept in this process's memory only") == (1 if said else 0), \
+        out.stderr

@@ -374,3 +374,37 @@ def test_records_the_daemon_stores_equal_the_clients(daemon: DaemonProc) -> None
     assert len(client) == 42
     assert stored(daemon, "same") == client
     assert "nested" in client[-1].flags or "nested" in client[-2].flags
+
+
+def test_a_metrics_port_in_use_is_exit_2_and_leaves_no_socket_file(tmp_path: Path) -> None:
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    try:
+        port = busy.getsockname()[1]
+        cfg = tmp_path / "c.toml"
+        sock = tmp_path / "counterd.sock"
+        cfg.write_text(f'[metrics]\nlisten = "127.0.0.1:{port}"\n[socket]\npath = "{sock}"\n'
+                       f'[store]\npath = "{tmp_path / "s.db"}"\n')
+        env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERD_")}
+        out = subprocess.run([sys.executable, "-m", "counterd.cli", "run", "--config", str(cfg)],
+                             capture_output=True, text=True, timeout=30, env=env)
+    finally:
+        busy.close()
+    assert out.returncode == 2, out.stderr
+    assert "cannot serve /metrics" in out.stderr
+    assert not sock.exists()  # a stale socket would make clients wait on a dead daemon
+
+
+def test_a_client_that_exits_normally_is_not_logged_as_a_failure(daemon: DaemonProc) -> None:
+    """A client that exits with an acknowledgement still unread makes the kernel reset the
+    connection (RST) instead of closing it: an ordinary end, not a 'receive failed'."""
+    c = RawClient(daemon.socket)
+    c.send_frame(protocol.Sync(1))
+    time.sleep(0.3)  # the daemon's ACK arrives and stays unread
+    c.sock.close()  # unread data: the kernel sends RST
+    time.sleep(0.3)
+    assert daemon.proc is not None and daemon.proc.poll() is None
+    daemon.stop()
+    log = daemon.log.read_text()
+    assert "receive failed" not in log, log[-2000:]

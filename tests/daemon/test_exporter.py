@@ -144,3 +144,25 @@ def test_sampler_aggregates_threads_per_job_and_survives_failures(tmp_path: Path
 
 def test_collector_alone_never_raises_on_empty_state() -> None:
     list(CounterdCollector(MetricsState()).collect())
+
+
+def test_every_seconds_metric_says_seconds_in_its_help() -> None:
+    """A ..._seconds(_total) family holds seconds and its HELP says so, never "ns"."""
+    st = MetricsState()
+    st.set_predictor(fake_predict, "fake")
+    st.observe_records([(rec("r", 0, 0, 0, 1_000_000), "bsp")], 0.001)
+    st.observe_samples("bsp", {"task_clock_ns": 3e9, "loads": 5.0},
+                       {"task_clock_ns": 1.0, "loads": 1.0}, threads=1)
+    text = generate_latest(registry(st, process_metrics=False)).decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    timed = [n for n in fams if n.endswith("_seconds")]
+    assert {"counterd_superstep_task_clock_seconds", "counterd_sampled_task_clock_seconds",
+            "counterd_superstep_duration_seconds", "counterd_last_superstep_seconds",
+            "counterd_last_superstep_predicted_seconds", "counterd_last_superstep_term_seconds",
+            "counterd_store_commit_seconds"} <= set(timed)
+    for name in timed:
+        doc = fams[name].documentation
+        assert "seconds" in doc and "(ns)" not in doc and " ns" not in doc, (name, doc)
+    assert "# HELP counterd_sampled_task_clock_seconds_total watched processes: CPU time of " \
+           "the target (kernel task clock) (seconds)" in text
+    assert fams["counterd_sampled_task_clock_seconds"].samples[0].value == 3.0

@@ -130,3 +130,26 @@ def test_cli_list_run_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["show", str(out), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["patterns"] and "vs_bkc" in shown["figure1"]
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    """``microbench list | head -1``: no BrokenPipeError traceback, the status of a process
+    ended by SIGPIPE (as cat gives)."""
+    import fcntl
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    r, w = os.pipe()
+    fcntl.fcntl(r, fcntl.F_SETPIPE_SZ, 4096)  # smaller than the listing: the writer must wait
+    p = subprocess.Popen([sys.executable, "-m", "microbench.cli", "list", "--suite", "all"],
+                         stdout=w, stderr=subprocess.PIPE)
+    os.close(w)
+    p.stdout = os.fdopen(r, "rb")
+    assert p.stderr is not None
+    p.stdout.read(10)
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == 128 + signal.SIGPIPE
+    assert b"Traceback" not in err and b"BrokenPipe" not in err, err

@@ -114,8 +114,8 @@ def test_report_warns_once_for_a_profile_from_another_host(
     assert counterd_cli.main(["report", "--records", str(records), "--profile",
                               "sgi-power-challenge", "--out", str(tmp_path / "r.txt")]) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1
-    # The predictor's own warning (predictor.errors.warn_host_mismatch), as predict prints it.
+    assert len(err) == 2 and err[1] == f"counterd report: wrote {tmp_path / 'r.txt'} (text)"
+    # The predictor's own warning, once (predictor.errors.warn_host_mismatch), as predict prints it.
     assert err[0].startswith("counterd report: warning: profile sgi-power-challenge was "
                              "fitted on another host (cpu_model: 'MIPS R10000 194 MHz'")
     assert err[0].endswith("calibrate on this host (predict calibrate)")

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
+import re
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -79,13 +82,76 @@ def test_every_format(tmp_path: Path) -> None:
     assert "F1 hierarchy" in page
 
 
+def test_one_unit_per_quantity() -> None:
+    """Text: times with an SI prefix, grouped counts, no e-notation, no unit in a header that
+    its values do not carry; CSV and JSON: seconds and integer counts, the unit in the name."""
+    recs = [dataclasses.replace(r, counters={
+        **r.counters, "task_clock_ns": CounterValue(7.246e6, Source.MEASURED),
+        "loads": CounterValue(2e6, Source.MEASURED)}) for r in records()]
+    rep = report.build(recs, predict=predict, prediction_note="fake profile")
+    text = report.render(rep, "text")
+    assert not re.search(r"\d[eE][+-]?\d", text)
+    assert "_ms" not in text and "_ns" not in text.replace("task_clock_ns", "")
+    head = text.splitlines()[4].split()
+    assert head[:11] == ["#", "superstep", "p", "time", "F", "E", "dom", "F1", "F2", "F3",
+                         "t_imb"]
+    assert "1.00 ms" in text and "600 us" in text  # superstep 1: T 1.0 ms, F = F1 = 600 us
+    assert "7.25 ms" in text and "14.5 ms" in text  # task clock max and sum
+    assert "2,000,000" in text and "4,000,000" in text and "300" in text  # counts
+    rows = list(csv.DictReader(io.StringIO(report.render(rep, "csv"))))
+    cols = list(rows[0])
+    assert [c for c in cols if c.endswith("_ns") or c.endswith("_ms")] == []
+    assert {"time_s", "F1_s", "F_s", "task_clock_s_max", "task_clock_s_sum",
+            "loads_max"} <= set(cols)
+    assert float(rows[1]["time_s"]) == pytest.approx(1e-3)
+    assert float(rows[1]["task_clock_s_max"]) == pytest.approx(7.246e-3)
+    assert rows[1]["loads_sum"] == "4000000" and rows[1]["l1d_misses_max"] == "300"
+    step = json.loads(report.render(rep, "json"))["supersteps"][1]
+    assert step["time_s"] == pytest.approx(1e-3) and step["work_s"]["1"] == 5e-4
+    assert step["counters"]["task_clock_s"]["sum"] == pytest.approx(2 * 7.246e-3)
+    assert step["counters"]["loads"]["max"] == 2_000_000
+    assert not any(k.endswith("_ns") for k in (*step, *step["counters"]))
+
+
 def test_without_profile_the_report_says_why() -> None:
     fn, why = prediction.load(None)
     assert fn is None and "no machine profile" in why
     rep = report.build(records(), predict=fn, prediction_note=why)
     assert all(r.prediction is None and r.error_ratio is None for r in rep.rows)
     assert "no machine profile" in report.render(rep, "text")
-    assert "no prediction" in report.render(rep, "html")
+    assert "No prediction: no machine profile configured" in report.render(rep, "html")
+
+
+def test_html_reads_at_a_glance() -> None:
+    """Why a prediction is missing comes from the model, the most frequent bottleneck counts
+    only real ones, counters carry units without e-notation, simulation is said at the top,
+    and a superstep too short to matter does not take the heat map's colour scale."""
+    def some(recs: Sequence[SuperstepRecord]) -> Prediction:
+        if recs[0].index == 0:
+            raise prediction.NoPrediction("the superstep has no memory-hierarchy counters",
+                                          "no_memory_counters")
+        if recs[0].index == 1:
+            return Prediction({"F1": 0.0, "F2": 0.0, "F3": 0.0}, 0.0)
+        return predict(recs)
+
+    loads = {"loads": CounterValue(7_246_000.0, Source.SIMULATED)}
+    recs = [replace(r, counters={**r.counters, **loads}) for r in records()]
+    recs += [replace(r, index=3, name="tiny", begin_ns=40_000_000,
+                     end_ns=40_000_000 + 100 * (1 + r.rank)) for r in recs[4:]]
+    rep = report.build(recs, predict=some, prediction_note="fake profile")
+    assert rep.missing_predictions() == {"the superstep has no memory-hierarchy counters": [0]}
+    assert rep.bottlenecks() == {"F3": 2}  # superstep 1's terms are all 0
+    assert rep.rows[1].dominating is None and rep.simulated
+    assert [rep.is_short(r) for r in rep.rows] == [False, False, False, True]
+    page = report.render(rep, "html")
+    assert "Superstep 0 (load): the superstep has no memory-hierarchy counters" in page
+    assert "configure a machine profile" not in page
+    assert "F3 bank</b><span>most frequent bottleneck (2 of 4 supersteps)" in page
+    assert "7,246,000" in page and "e+0" not in page
+    assert "load instructions retired\">loads<small>instructions</small></th>" in page
+    assert 'class="banner"><b>Simulated memory counters.' in page and "<b>sim</b>" in page
+    assert "Grey: supersteps shorter than" in page
+    assert "tiny, p1: 0.000 ms, 1.33x the mean (too short a part of the run" in page
 
 
 def test_incomplete_superstep_has_no_time() -> None:
@@ -103,7 +169,7 @@ def test_cli_report_from_records_and_store(tmp_path: Path, capsys: pytest.Captur
     f = tmp_path / "run.jsonl"
     write_jsonl(records(), f)
     assert cli.main(["report", "--records", str(f), "--format", "csv"]) == 0
-    assert capsys.readouterr().out.startswith("index,name,processors,time_ns")
+    assert capsys.readouterr().out.startswith("index,name,processors,time_s,")
     db = tmp_path / "s.db"
     store_records(db, records(), job="bsp")
     monkeypatch.setattr(prediction, "load", lambda profile, **kw: (predict, "fake"))

@@ -1,0 +1,66 @@
+"""Units of every printed and exported quantity: the one home of how a value is written.
+
+* Text for humans: a time in seconds with the SI prefix that suits the value
+  (:func:`seconds`: "1.23 ms", "850 us"), a count as a grouped integer (:func:`count`:
+  "7,246,000"); never e-notation. A table's header names the quantity, its values carry the
+  unit.
+* Machine-readable outputs (CSV, JSON): plain numbers in SI base units, the unit in the column
+  or key name (``time_s``, ``F1_s``); counts as integers. A counter kept in nanoseconds
+  (``task_clock_ns``) is written in seconds under its SI name (:func:`si_name`,
+  :func:`si_value`: ``task_clock_s``).
+* Prometheus: names end in the base unit (``_seconds``, ``_total``) and HELP says the unit.
+
+Data only: no imports of counterd's services (the predictor imports this module).
+"""
+
+from __future__ import annotations
+
+import math
+
+NS_PER_S = 1e9  # records keep times as integer nanoseconds
+
+_PREFIXES = ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns"))
+
+
+def _significant(x: float, digits: int = 3) -> str:
+    """``x`` to ``digits`` significant digits in positional notation, thousands grouped."""
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
+    return f"{x:,.{decimals}f}"
+
+
+def seconds(v_s: float) -> str:
+    """A time in seconds with an SI prefix and three significant digits: "1.23 ms", "850 us",
+    "1,230 s"; below 1 ns still in ns ("0.500 ns")."""
+    if not math.isfinite(v_s):
+        return str(v_s)
+    v = float(f"{v_s:.3g}")  # rounded first, so 999.6 us is "1.00 ms", not "1,000 us"
+    if v == 0:
+        return "0 s"
+    scale, unit = next(((s, u) for s, u in _PREFIXES if abs(v) >= s), _PREFIXES[-1])
+    return f"{_significant(v / scale)} {unit}"
+
+
+def count(v: float) -> str:
+    """A count as a grouped integer: "7,246,000" (a multiplexed estimate is rounded)."""
+    return f"{round(v):,}" if math.isfinite(v) else str(v)
+
+
+def is_time(counter: str) -> bool:
+    """Whether a canonical counter holds nanoseconds (``task_clock_ns``); the others count."""
+    return counter.endswith("_ns")
+
+
+def counter_text(counter: str, v: float) -> str:
+    """A canonical counter's value for humans: a time with its unit, else a count."""
+    return seconds(v / NS_PER_S) if is_time(counter) else count(v)
+
+
+def si_name(counter: str) -> str:
+    """A canonical counter's name in CSV and JSON, where times are seconds: ``task_clock_s``
+    for ``task_clock_ns``; a count keeps its name."""
+    return counter[:-3] + "_s" if is_time(counter) else counter
+
+
+def si_value(counter: str, v: float) -> float | int:
+    """A canonical counter's value for CSV and JSON: seconds for a time, an integer count."""
+    return v / NS_PER_S if is_time(counter) else round(v)
