@@ -16,6 +16,8 @@ Data only: no imports of counterd's services (the predictor imports this module)
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 NS_PER_S = 1e9  # records keep times as integer nanoseconds
 
@@ -64,3 +66,12 @@ def si_name(counter: str) -> str:
 def si_value(counter: str, v: float) -> float | int:
     """A canonical counter's value for CSV and JSON: seconds for a time, an integer count."""
     return v / NS_PER_S if is_time(counter) else round(v)
+
+
+def si_fields(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON row with its nanosecond fields (``F_ns``, ``time_ns``) in seconds (``F_s``,
+    ``time_s``); every other field as it is."""
+    return {(k[:-3] + "_s" if k.endswith("_ns") else k):
+            (v / NS_PER_S if k.endswith("_ns") and isinstance(v, (int, float))
+             and not isinstance(v, bool) else v)
+            for k, v in row.items()}

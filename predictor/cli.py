@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from counterd.cliutil import closed_pipe, version
-from counterd.units import NS_PER_S, counter_text, seconds
+from counterd.units import NS_PER_S, counter_text, seconds, si_fields
 from predictor import modeling
 from predictor.errors import BadInput, HostMismatchWarning, PredictorError
 
@@ -409,7 +409,7 @@ def _forecast(a: argparse.Namespace) -> tuple[Any, str]:
         first_error = first_error or error
         used.update(r["assumed"])
         if a.json:
-            rows.append(r)
+            rows.append(si_fields(r))  # seconds, as every machine-readable output
         if r["F_ns"] is None:
             if not a.json:
                 lines.append(f"{r['superstep'][:20]:<20} {r['processors']:>3} no prediction: "

@@ -47,3 +47,12 @@ def test_a_time_counter_is_written_in_seconds() -> None:
                                                                               7.246e-3)
     assert (si_name("loads"), si_value("loads", 2e6)) == ("loads", 2_000_000)
     assert isinstance(si_value("loads", 2e6), int)
+
+
+def test_si_fields_turns_nanosecond_fields_into_seconds() -> None:
+    from counterd.units import si_fields
+
+    row = {"F_ns": 2_500_000.0, "time_ns": 1000, "F1_ns": None, "H": 7, "flag_ns": True,
+           "superstep": "0:fill"}
+    assert si_fields(row) == {"F_s": 0.0025, "time_s": 1e-6, "F1_s": None, "H": 7,
+                              "flag_s": True, "superstep": "0:fill"}

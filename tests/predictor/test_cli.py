@@ -58,6 +58,9 @@ def test_calibrate_validate_forecast(results, tmp_path, capsys):
     (row,) = json.loads(cap.out)["supersteps"]
     assert row["dominant"] in ("F1", "F2", "F3") and row["error"] >= 1.0
     assert row["H"] == 1000 and row["M"] == 2000 and "K" in row["assumed"]
+    # Times in seconds, as every machine-readable output: 50,000 ns measured.
+    assert row["time_s"] == pytest.approx(50e-6) and row["F_s"] > 0
+    assert not any(k.endswith("_ns") for k in row)
     assert "fitted on another host" in cap.err  # synthetic host vs this one
 
 
