@@ -65,8 +65,8 @@ _OP_LETTER = {"load": "L", "store": "S", "rmw": "R", "mixed": "M"}
 _MODE_LETTER = {"exclusive": "E", "concurrent": "C"}
 
 # The host bank map (HOST_BANKS, declared and marked assumed) lives with the simulator.
-PAPER_BANKS_PROVENANCE = ("seed 004 section 2: 8-way interleaved memory on 8 banks; interleave "
-                          "of one 128 B L2 line, which reproduces Table 1")
+PAPER_BANKS_PROVENANCE = ("Amato et al., section 2: 8-way interleaved memory on 8 banks; "
+                          "interleave of one 128 B L2 line, which reproduces Table 1")
 
 # Mixed validation patterns: every k-th access of a sweep is a store.
 MIXED_STORE_EVERY: tuple[int, ...] = (2, 4)
@@ -123,7 +123,7 @@ class Machine:
 
 def paper_machine() -> Machine:
     """The seed's SGI Power Challenge: 8 R10000s, 32K L1 / 1M L2, 8 banks x 128 B, 4 B words."""
-    return Machine("SGI Power Challenge (seed 004 section 2)", tuple(range(8)),
+    return Machine("SGI Power Challenge (Amato et al., section 2)", tuple(range(8)),
                    SGI_POWER_CHALLENGE, SGI_BANKS, PAPER_BANKS_PROVENANCE, word_bytes=4)
 
 

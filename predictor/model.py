@@ -34,7 +34,7 @@ Array = NDArray[np.float64]
 BSP_FUNCTIONS = ("QSM", "EBSP", "DXBSP")
 # Declared assumptions where a step lacks what a function needs (DESIGN.md section 3).
 ASSUMPTIONS = {
-    "banks": "last-level misses and writebacks uniform over the banks (seed 004 section 5.2: "
+    "banks": "last-level misses and writebacks uniform over the banks (Amato et al., section 5.2: "
              "BKC = 1)",
     "K": "K = 1: no word is accessed more than once by all processors together (0 without "
          "accesses)",

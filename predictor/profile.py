@@ -402,7 +402,7 @@ def sgi_power_challenge() -> MachineProfile:
         "patterns": {"F1": ["p1.s1.b0.-E", "p1.s8.b0.-E", "p1.s32.b1/8.-E"],
                      "F2": ["p8.s256.b1.-E"], "F3": ["p8.s256.b8.-E"]},
         "diagnostics": {"avg_error": 1.19, "max_error": 1.91, "n": 412,
-                        "source": "seed 004 section 5.1, validation suite"},
+                        "source": "Amato et al., section 5.1, validation suite"},
     }
     bsp = {  # section 4.1, (g1, g2) per function and bound, us -> ns
         "QSM": {"min": [0.0083 * US, 0.001 * US], "max": [5.35 * US, 0.67 * US],
@@ -422,17 +422,18 @@ def sgi_power_challenge() -> MachineProfile:
         host={"hostname": "sgi-power-challenge", "cpu_model": "MIPS R10000 194 MHz",
               "cpus_online": 8, "page_bytes": 16384, "caches": caches_spec(levels)},
         geometry={"spec": caches_spec(levels), "levels": levels,
-                  "source": "seed 004 section 2 (32 KB L1 data, 1 MB unified L2; lines 32 B "
+                  "source": "Amato et al., section 2 (32 KB L1 data, 1 MB unified L2; lines 32 B "
                             "and 128 B; R10000 caches are 2-way)"},
         bank_map={"banks": 8, "interleave_bytes": 128,
-                  "provenance": "derived from seed 004 Table 1: stride 32 words (128 B, "
+                  "provenance": "derived from Amato et al., Table 1: stride 32 words (128 B, "
                                 "4-byte words) reaches all 8 banks, stride 256 (1 KB) one "
                                 "bank, so bank = (address // 128) % 8"},
         processors=8, word_bytes=4, llc_level=2,
         models={"paper": f_paper}, bsp=bsp, default_model="paper",
         created="1999-10-04",
-        notes=("published parameters of seed 004 (Amato et al., TR 99-020), converted from us "
-               "to ns and from quadwords to 128-byte lines; see predictor/NOTES.md",))
+        notes=("published parameters of Amato et al., Predicting performance on SMPs (TR "
+               "99-020), converted from us to ns and from quadwords to 128-byte lines; see "
+               "predictor/NOTES.md",))
 
 
 BUILTIN = {"sgi-power-challenge": sgi_power_challenge}

@@ -295,7 +295,8 @@ class CounterdCollector(Collector):
                                    "begin over its processors; seconds)", labels=["workload"])
         pred_s = GaugeMetricFamily("counterd_last_superstep_predicted_seconds",
                                    "predicted time F = max(F1, F2, F3) of the job's last "
-                                   "superstep (seed 004; seconds)", labels=["workload"])
+                                   "superstep (Amato et al., Predicting performance on "
+                                   "SMPs; seconds)", labels=["workload"])
         term_s = GaugeMetricFamily("counterd_last_superstep_term_seconds",
                                    "F1 (hierarchy), F2 (bus), F3 (bank) of the job's last "
                                    "superstep (seconds)", labels=["workload", "term"])
