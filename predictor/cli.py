@@ -29,7 +29,7 @@ from counterd.units import NS_PER_S, counter_text, seconds, si_fields
 from predictor import modeling
 from predictor.errors import BadInput, HostMismatchWarning, PredictorError
 
-SUBCOMMANDS = ("calibrate", "validate", "profile", "select")
+SUBCOMMANDS = ("calibrate", "validate", "profile", "select", "mlt")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -84,6 +84,18 @@ def _sub_parser() -> argparse.ArgumentParser:
                    help="hold this fraction of the samples apart to validate each model "
                    "(default: cross-validate)")
     m.add_argument("--json", action="store_true", help="machine-readable output")
+    t = sub.add_parser("mlt", help="memory lines touched by a row or column transfer: exact, "
+                       "and the closed-form bounds where they hold")
+    how = t.add_mutually_exclusive_group(required=True)
+    how.add_argument("--rows", action="store_true", help="d rows of the array")
+    how.add_argument("--cols", action="store_true", help="the d leftmost columns")
+    t.add_argument("--shape", required=True, metavar="BRxBC",
+                   help="the array: rows x columns, in elements, stored row-major")
+    t.add_argument("--line", required=True, type=int, help="cache line length, in elements")
+    t.add_argument("--d", required=True, type=int, help="rows or columns transferred")
+    t.add_argument("--offset", type=int, default=0,
+                   help="elements between the array's start and its line's (default 0)")
+    t.add_argument("--json", action="store_true", help="machine-readable output")
     return p
 
 
@@ -318,6 +330,23 @@ def _validate(a: argparse.Namespace) -> tuple[Any, str]:
             render_validation(table, title, nf))
 
 
+def _mlt(a: argparse.Namespace) -> tuple[Any, str]:
+    from predictor import mlt
+
+    br, x, bc = a.shape.lower().partition("x")
+    if not (x and br.strip().isdigit() and bc.strip().isdigit()):
+        raise BadInput(f"--shape {a.shape!r}", "give rows x columns, e.g. --shape 4000x4000")
+    shape = (int(br), int(bc))
+    count = (mlt.rows if a.rows else mlt.columns)(*shape, a.line, a.d, a.offset)
+    what = "rows" if a.rows else "columns"
+    data = {**count.to_json(), "transfer": what, "shape": list(shape), "line": a.line,
+            "d": a.d, "offset": a.offset}
+    bounds = (f"bounds {count.lower} .. {count.upper} (closed form)" if count.in_domain else
+              "closed-form bounds do not hold here (d > columns - line + 1): exact only")
+    return data, (f"{what}: {a.d} of a {shape[0]}x{shape[1]} array, lines of {a.line} "
+                  f"elements, offset {a.offset}: exact {count.exact} lines; {bounds}")
+
+
 def _profile(a: argparse.Namespace) -> tuple[Any, str]:
     from predictor.profile import load_profile, profile_to_toml
 
@@ -447,7 +476,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args and args[0] in SUBCOMMANDS:
             a = _sub_parser().parse_args(args)
             run = {"calibrate": _calibrate, "validate": _validate,
-                   "profile": _profile, "select": _select}[a.command]
+                   "profile": _profile, "select": _select, "mlt": _mlt}[a.command]
         elif args[:1] in (["-h"], ["--help"]) or not args:
             _forecast_parser().print_help(sys.stdout if args else sys.stderr)
             return 0 if args else 2
