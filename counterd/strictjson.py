@@ -16,6 +16,7 @@ import json
 import math
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 MAX_DEPTH = 32  # objects and arrays inside each other; no counterd format nests beyond 4
@@ -60,6 +61,16 @@ def loads(data: str | bytes | bytearray, *, max_depth: int = MAX_DEPTH) -> Any:
         for _ in nodes(value, max_depth):
             pass
     return value
+
+
+def load_file(path: str | Path, max_bytes: int) -> Any:
+    """:func:`loads` of a file of at most ``max_bytes`` (:class:`Malformed` beyond); OSError
+    when it cannot be read."""
+    with Path(path).open("rb") as fh:
+        raw = fh.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise Malformed(f"larger than {max_bytes} bytes")
+    return loads(raw)
 
 
 def utf8_text(data: str | bytes | bytearray) -> str:

@@ -119,7 +119,75 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="summarise a results file")
     show.add_argument("file")
     show.add_argument("--json", action="store_true")
+    ml = sub.add_parser("memlogp", help="memory logP: copy, pack and unpack over message sizes "
+                        "and strides (Cameron et al.)")
+    ml.add_argument("--quick", action="store_true",
+                    help="a few seconds: three sizes, two strides (for tests)")
+    ml.add_argument("--out", required=True, help="results file to write (JSON)")
+    ml.add_argument("--force", action="store_true", help="overwrite an existing --out")
+    ml.add_argument("--machine", metavar="FILE",
+                    help="machine description (TOML) instead of sysfs (default: "
+                    "$COUNTERD_MACHINE)")
+    ml.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    tr = sub.add_parser("transfer", help="row and column transfers between two processes "
+                        "(Hur and Lin's memory-lines-touched benchmark): fit them with "
+                        "predict mlt --results FILE")
+    tr.add_argument("--cases", type=_positive, default=None,
+                    help="messages per kind, rows and columns (default 300: the paper's 100 "
+                    "for training and the rest for testing; --quick: 110)")
+    tr.add_argument("--passes", type=_positive, default=None,
+                    help="rounds over every case, each in a fresh random order; a case's "
+                    "time is the median of its rounds (default 3; --quick: 1)")
+    tr.add_argument("--d-dist", choices=("log", "uniform"), default="log",
+                    help="how d, the rows or columns per message, is drawn in [1, 200]: "
+                    "log-uniform (the default; half the messages at d <= 14) or uniform")
+    tr.add_argument("--state", choices=("cold", "dirty"), default="cold",
+                    help="before each exchange the source lines are flushed to memory (cold, "
+                    "the default) or the owner stores over its whole block (dirty)")
+    tr.add_argument("--seed", type=int, default=0, help="seed of the random cases (default 0)")
+    tr.add_argument("--quick", action="store_true",
+                    help="a few seconds: 110 cases per kind, sides up to 1000, one pass")
+    tr.add_argument("--out", required=True, help="results file to write (JSON)")
+    tr.add_argument("--force", action="store_true", help="overwrite an existing --out")
+    tr.add_argument("--machine", metavar="FILE",
+                    help="machine description (TOML) instead of sysfs (default: "
+                    "$COUNTERD_MACHINE)")
+    tr.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     return parser
+
+
+def _cmd_transfer(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from microbench import transfer
+
+    if Path(args.out).exists() and not args.force:
+        raise BadInput(f"{args.out} exists", "give another --out, or --force to overwrite it")
+    machine = host_machine()
+    count = args.cases or (110 if args.quick else transfer.CASES)
+    side = 1000 if args.quick else transfer.MAX_SIDE
+    cases = transfer.interleave(*(transfer.sample(count, kind, seed=args.seed, max_side=side,
+                                                  d_dist=args.d_dist)
+                                  for kind in ("rows", "cols")))
+    passes = args.passes or (1 if args.quick else transfer.PASSES)
+    cfg = transfer.QUICK_CONFIG if args.quick else transfer.CONFIG
+    progress = _Progress("transfers")
+    t0 = time.monotonic()
+    doc = transfer.measure(machine, cases, args.out, cfg=cfg, state=args.state, passes=passes,
+                           config={"d_dist": args.d_dist, "max_side": side,
+                                   "seed": args.seed},
+                           progress=lambda done, total, name: progress(done, total, name,
+                                                                        None))
+    elapsed = time.monotonic() - t0
+    flagged = sum(1 for c in doc["cases"] if c["flags"])
+    if args.json:
+        print(json.dumps({"out": args.out, "elapsed_s": round(elapsed, 1),
+                          "cases": len(doc["cases"]), "flagged": flagged}))
+    else:
+        print(f"{len(doc['cases'])} transfers ({count} rows, {count} columns; {passes} "
+              f"pass{'es' if passes > 1 else ''}) in {elapsed:.0f} s, {flagged} flagged; "
+              f"wrote {args.out} (fit it: predict mlt --results {args.out})")
+    return 0
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -157,16 +225,17 @@ class _Progress:
 
     WIDTH = 30
 
-    def __init__(self) -> None:
+    def __init__(self, noun: str = "patterns") -> None:
         self.tty = sys.stderr.isatty()
         self.last = -1
+        self.noun = noun
 
     def __call__(self, done: int, total: int, mnemonic: str, eta: float | None) -> None:
         if not self.tty:
             if done == total or (done and done % max(1, total // 10) == 0 and done != self.last):
                 left = f", about {eta:.0f} s left" if eta is not None and done < total else ""
-                print(f"microbench: {done}/{total} patterns{left}; {mnemonic}", file=sys.stderr,
-                      flush=True)
+                print(f"microbench: {done}/{total} {self.noun}{left}; {mnemonic}",
+                      file=sys.stderr, flush=True)
                 self.last = done
             return
         filled = int(self.WIDTH * done / total) if total else self.WIDTH
@@ -261,11 +330,37 @@ def _show_compute(comp: dict[str, Any]) -> None:
               f"{p['time_ns']['spread']:7.3f} {counts[0]:>14} {counts[1]:>14} {counts[2]:>11}")
 
 
+def _cmd_memlogp(args: argparse.Namespace) -> int:
+    from microbench import memlogp
+
+    machine = host_machine()
+    plan = memlogp.quick_plan(machine) if args.quick else memlogp.default_plan(machine)
+    t0 = time.monotonic()
+    doc = memlogp.measure(machine, plan, args.out, force=args.force)
+    elapsed = time.monotonic() - t0
+    flagged = sum(1 for p in doc["points"] if p["flags"])
+    if args.json:
+        print(json.dumps({"out": args.out, "elapsed_s": round(elapsed, 1),
+                          "points": len(doc["points"]), "flagged": flagged,
+                          "call_overhead_s": doc["call_overhead_ns"] / 1e9}))
+    else:
+        print(f"{len(doc['points'])} memory logP points ({plan.name} plan, {plan.rounds} "
+              f"round{'s' if plan.rounds > 1 else ''}) in {elapsed:.0f} s, {flagged} flagged; "
+              f"wrote {args.out} (fit it: predict memlogp --results {args.out})")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command == "show":
             return _cmd_show(args)
+        if args.command == "memlogp":
+            with using(args.machine):
+                return _cmd_memlogp(args)
+        if args.command == "transfer":
+            with using(args.machine):
+                return _cmd_transfer(args)
         with using(args.machine):
             return _cmd_list(args) if args.command == "list" else _cmd_run(args)
     except CounterdError as exc:

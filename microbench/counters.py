@@ -33,7 +33,7 @@ from typing import Literal
 
 from counterd.machine import BankMap, Geometry
 from counterd.sim import DEFAULT_CHUNK, CacheSim, CoherentSim, ProcessorCounts, Stream
-from microbench.kernels import KernelCall
+from microbench.kernels import Call
 from microbench.patterns import Pattern
 from microbench.runner import WorkerPlan, plans
 
@@ -63,7 +63,7 @@ def _delta(after: ProcessorCounts, before: ProcessorCounts) -> SimulatedSuperste
                               after.invalidations - before.invalidations)
 
 
-def _streams(calls: Sequence[KernelCall]) -> list[Stream]:
+def _streams(calls: Sequence[Call]) -> list[Stream]:
     return [s for s in (c.stream() for c in calls) if s is not None]
 
 

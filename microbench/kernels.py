@@ -14,6 +14,10 @@ Kernels (all on uint64_t words; loads feed a returned sum, so none can be optimi
 * ``mixed`` -- ``counterd_mixed_stride``: access i is a store when i % k == k - 1, else a load
 * ``flush`` -- ``counterd_flush_stride``: clflush / dc civac of each accessed line (coherence
   set-up only; the simulator has no flush of single lines, see :meth:`KernelCall.stream`)
+
+and :class:`CopyCall`, ``counterd_copy2d``: a two-dimensional copy, dst[r][c] = src[r][c] with
+row pitches in words -- the row and column transfers of the memory-lines-touched benchmark and
+the copy, pack and unpack of the memory logP one.
 """
 
 from __future__ import annotations
@@ -33,13 +37,14 @@ KERNELS: tuple[str, ...] = ("load", "store", "rmw", "mixed", "flush")
 WORD_BYTES = 8  # the kernels index uint64_t
 
 
-def native_lib() -> ctypes.CDLL:
-    """The native library with the microbench kernels, or BackendUnavailable with the fix."""
+def native_lib(symbol: str = "counterd_mixed_stride") -> ctypes.CDLL:
+    """The native library with the microbench kernels (``symbol`` among them), or
+    BackendUnavailable with the fix."""
     lib = _native.lib()
     if lib is None:
         raise BackendUnavailable("native kernels", _native.missing_reason(),
                                  "install gcc and run pip install -e .")
-    if not hasattr(lib, "counterd_mixed_stride"):
+    if not hasattr(lib, symbol):
         raise BackendUnavailable("native kernels", "the native library predates the "
                                  "microbench kernels", "rebuild it: pip install -e .")
     return lib
@@ -115,6 +120,66 @@ class KernelCall:
         return AddressStream(np.tile(one, self.reps), np.tile(kinds, self.reps))
 
 
+@dataclass(frozen=True)
+class CopyCall:
+    """``counterd_copy2d``: ``rows`` x ``cols`` words from ``src`` (row pitch ``src_pitch``
+    words) to ``dst`` (pitch ``dst_pitch``), ``reps`` times; offsets in bytes into the buffer."""
+
+    dst_offset: int
+    dst_pitch: int
+    src_offset: int
+    src_pitch: int
+    rows: int
+    cols: int
+    reps: int = 1
+
+    def __post_init__(self) -> None:
+        if min(self.rows, self.cols, self.reps, self.dst_pitch, self.src_pitch) < 1:
+            raise BadInput(f"copy call {self}", "rows, cols, reps and pitches must be >= 1")
+        if self.cols > min(self.src_pitch, self.dst_pitch) and self.rows > 1:
+            raise BadInput(f"copy call {self}", "a row of cols words must fit in each pitch")
+        if min(self.dst_offset, self.src_offset) < 0 or (self.dst_offset | self.src_offset) % 8:
+            raise BadInput(f"copy offsets {self.src_offset}, {self.dst_offset}",
+                           "offsets are whole 8 B words, >= 0")
+
+    @property
+    def end_bytes(self) -> int:
+        return max(off + ((self.rows - 1) * pitch + self.cols) * WORD_BYTES
+                   for off, pitch in ((self.src_offset, self.src_pitch),
+                                      (self.dst_offset, self.dst_pitch)))
+
+    @property
+    def accesses(self) -> int:
+        return 2 * self.rows * self.cols * self.reps
+
+    @property
+    def words(self) -> int:
+        """Words copied by one repetition."""
+        return self.rows * self.cols
+
+    def run(self, lib: ctypes.CDLL, buffer_address: int, value: int = 0) -> int:
+        """Copy; return the last word copied. ``value`` is unused (the signature of
+        :meth:`KernelCall.run`)."""
+        return int(lib.counterd_copy2d(buffer_address + self.dst_offset, self.dst_pitch,
+                                       buffer_address + self.src_offset, self.src_pitch,
+                                       self.rows, self.cols, self.reps))
+
+    def stream(self) -> AddressStream:
+        """Load of each source word, then store of its destination word, row by row."""
+        r = np.arange(self.rows, dtype=np.uint64)[:, None]
+        c = np.arange(self.cols, dtype=np.uint64)[None, :]
+        w = np.uint64(WORD_BYTES)
+        src = np.uint64(self.src_offset) + (r * np.uint64(self.src_pitch) + c) * w
+        dst = np.uint64(self.dst_offset) + (r * np.uint64(self.dst_pitch) + c) * w
+        addr = np.stack([src.ravel(), dst.ravel()], axis=1).ravel()
+        kinds = np.tile(np.array([KIND_CODES["load"], KIND_CODES["store"]], np.uint8),
+                        self.words)
+        return AddressStream(np.tile(addr, self.reps), np.tile(kinds, self.reps))
+
+
+Call = KernelCall | CopyCall  # what a worker's plan runs
+
+
 def prefault_call(offset_bytes: int, length_bytes: int, page_bytes: int) -> KernelCall:
     """A store to one word of every page of ``[offset, offset + length)``: run by the worker
     that will use the memory, so its pages are mapped (and, on NUMA, placed) before timing."""
@@ -128,5 +193,5 @@ def buffer_address(buf: memoryview | bytearray) -> int:
     return ctypes.addressof(ctypes.c_char.from_buffer(buf))
 
 
-__all__ = ["KERNELS", "KernelCall", "WORD_BYTES", "buffer_address", "native_lib",
-           "prefault_call"]
+__all__ = ["KERNELS", "Call", "CopyCall", "KernelCall", "WORD_BYTES", "buffer_address",
+           "native_lib", "prefault_call"]

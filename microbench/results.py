@@ -154,26 +154,24 @@ def _check_pattern(p: Any, where: str) -> None:
 MAX_BYTES = 1 << 28  # a full suite's results are a few MB
 
 
-def load(path: str | Path) -> dict[str, Any]:
-    """The results document at ``path``: strict JSON (:mod:`counterd.strictjson`: no NaN,
-    no 1e400, no deep nesting, UTF-8), checked by :func:`check_document`."""
-    from counterd.strictjson import Malformed, loads
+def read_json(path: str | Path, written_by: str = "microbench run") -> Any:
+    """Strict JSON (:func:`counterd.strictjson.load_file`: no NaN, no 1e400, no deep nesting,
+    UTF-8, at most MAX_BYTES); BadInput saying to give a file ``written_by`` wrote."""
+    from counterd.strictjson import Malformed, load_file
 
-    p = Path(path)
     try:
-        with p.open("rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
+        return load_file(path, MAX_BYTES)
     except OSError as exc:
-        raise BadInput(f"cannot read {p}: {exc.strerror}", "check the path") from exc
-    if len(raw) > MAX_BYTES:
-        raise BadInput(f"{p} is larger than {MAX_BYTES} bytes",
-                       "give a file written by microbench run")
-    try:
-        doc = loads(raw)
+        raise BadInput(f"cannot read {path}: {exc.strerror}", "check the path") from exc
     except Malformed as exc:
-        raise BadInput(f"{p} is not JSON ({exc})",
-                       "give a file written by microbench run") from None
-    return check_document(doc, str(p))
+        raise BadInput(f"{path} is not usable JSON ({exc})",
+                       f"give a file written by {written_by}") from None
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """The results document at ``path`` (:func:`read_json`), checked by
+    :func:`check_document`."""
+    return check_document(read_json(path), str(path))
 
 
 def dumps(doc: Mapping[str, Any]) -> str:

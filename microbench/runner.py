@@ -42,6 +42,7 @@ from counterd.errors import BadInput, CounterdError
 from counterd.host import host_info
 from counterd.records import span_ns
 from microbench.kernels import (
+    Call,
     KernelCall,
     KernelName,
     buffer_address,
@@ -169,8 +170,8 @@ class WorkerPlan:
     slot: int
     timed: bool
     prefault: tuple[KernelCall, ...]
-    setup: tuple[tuple[KernelCall, ...], ...]
-    main: KernelCall | None
+    setup: tuple[tuple[Call, ...], ...]
+    main: Call | None
 
 
 def main_call(pattern: Pattern, rank: int) -> KernelCall:
@@ -199,10 +200,10 @@ def plans(pattern: Pattern, page_bytes: int = 4096) -> tuple[WorkerPlan, ...]:
         timed = w < p
         prefault = (prefault_call(pattern.bases_bytes[w], pattern.span_bytes, page_bytes),
                     ) if timed else ()
-        setup: list[tuple[KernelCall, ...]] = []
+        setup: list[tuple[Call, ...]] = []
         if coh is not None:
             target = (w - 1) % p if p > 1 else (0 if not timed else None)
-            step1: tuple[KernelCall, ...] = ()
+            step1: tuple[Call, ...] = ()
             if target is not None:
                 step1 = (_one_sweep(pattern, target, "store"),)
                 if coh in ("clean", "shared"):
@@ -325,8 +326,8 @@ def _run_job(job: _Job, lib: Any, address: int, barriers: Mapping[int, Any],
     timeout = cfg.barrier_timeout_s
     view = table.reshape(job.table_reps, -1, 2)  # [rep, slot, begin/end]
     checksum = 0
-    for call in plan.prefault:
-        call.run(lib, address, value=1)
+    for fault in plan.prefault:
+        fault.run(lib, address, value=1)
     group = None
     unsupported: dict[str, str] = {}
     per_rep: list[dict[str, float]] = []
@@ -408,11 +409,16 @@ class WorkerPool:
 
     def __init__(self, machine: Machine, patterns: Sequence[Pattern],
                  cfg: RunConfig = NORMAL, *, counter_backend: str | None = None,
-                 counter_events: tuple[str, ...] = ()) -> None:
-        if not patterns:
+                 counter_events: tuple[str, ...] = (),
+                 region: tuple[int, int] | None = None) -> None:
+        """``region``: (bytes, workers) for a pool that runs plans (:meth:`run_plans`) rather
+        than patterns; ``patterns`` may then be empty."""
+        if region is not None:
+            patterns = list(patterns)
+        elif not patterns:
             raise BadInput("no patterns to run", "choose a suite or processor counts with "
                            "patterns in them (microbench list)")
-        need = max(p.cpus_needed for p in patterns)
+        need = max([p.cpus_needed for p in patterns] + ([region[1]] if region else []))
         if need > machine.max_procs:
             raise BadInput(f"a pattern needs {need} CPUs, {machine.max_procs} are available",
                            "choose fewer processors with --procs")
@@ -425,7 +431,8 @@ class WorkerPool:
         self.cfg = cfg
         self.counter_backend = counter_backend
         self.counter_events = counter_events
-        self.size = region_bytes(patterns, machine.page_bytes)
+        self.size = max(region_bytes(patterns, machine.page_bytes) if patterns else 0,
+                        region[0] if region else 0)
         self.n = need
         self._ctx = mp.get_context("fork")
         self._shm: SharedMemory | None = None
@@ -486,9 +493,25 @@ class WorkerPool:
         if pattern.end_bytes > self.size:
             raise BadInput(f"{pattern.mnemonic} needs {pattern.end_bytes} B, the region has "
                            f"{self.size} B", "create the pool with every pattern to run")
-        work = plans(pattern, self.machine.page_bytes)
+        return self.run_plans(pattern.mnemonic, pattern.procs,
+                              plans(pattern, self.machine.page_bytes), cfg)
+
+    def run_plans(self, name: str, procs: int, work: Sequence[WorkerPlan],
+                  cfg: RunConfig | None = None) -> PatternTiming:
+        """Time supersteps given as every participant's plan (the first ``procs`` timed);
+        :meth:`run` builds the plans of a pattern."""
+        cfg = cfg or self.cfg
+        if cfg.capacity > self.cfg.capacity:
+            raise BadInput("a pattern's repetitions exceed the pool's", "create the pool with "
+                           "the same RunConfig")
         if len(work) > self.n:
-            raise BadInput(f"{pattern.mnemonic} needs {len(work)} CPUs", "use a larger pool")
+            raise BadInput(f"{name} needs {len(work)} CPUs", "use a larger pool")
+        calls = [c for w in work for c in (*w.prefault, *(x for st in w.setup for x in st),
+                                           *((w.main,) if w.main is not None else ()))]
+        end = max((c.end_bytes for c in calls), default=0)
+        if end > self.size:
+            raise BadInput(f"{name} needs {end} B, the region has {self.size} B",
+                           "create the pool with a region that holds every run")
         table = np.frombuffer(self._times, dtype=np.int64)
         table[:] = 0
         loadavg = os.getloadavg()
@@ -496,7 +519,7 @@ class WorkerPool:
         own0 = self._own_cpu()
         wall0 = time.monotonic_ns()
         for plan in work:
-            self._conns[plan.slot].send(_Job(plan, len(work), pattern.procs, cfg,
+            self._conns[plan.slot].send(_Job(plan, len(work), procs, cfg,
                                              self.cfg.capacity, self.counter_backend,
                                              self.counter_events))
         replies: list[WorkerResult] = []
@@ -513,12 +536,12 @@ class WorkerPool:
                 errors.append(f"worker {plan.slot}: {payload}")
         wall = time.monotonic_ns() - wall0
         if errors:
-            raise RunnerError(f"{pattern.mnemonic} failed: " + " | ".join(errors),
+            raise RunnerError(f"{name} failed: " + " | ".join(errors),
                               "see the worker traceback; rerun with --resume to continue")
         reps = replies[0].reps
-        view = table.reshape(self.cfg.capacity, self.n, 2)[:reps, :pattern.procs, :]
+        view = table.reshape(self.cfg.capacity, self.n, 2)[:reps, :procs, :]
         begin, end = view[:, :, 0].copy(), view[:, :, 1].copy()
-        timed = sorted((r for r in replies if r.slot < pattern.procs), key=lambda r: r.slot)
+        timed = sorted((r for r in replies if r.slot < procs), key=lambda r: r.slot)
         others, steal = self._load(cpu0, own0, wall)
         flags = []
         samples = superstep_times(begin, end)[cfg.warmup:]
@@ -533,7 +556,7 @@ class WorkerPool:
         unsupported: dict[str, str] = {}
         for r in timed:
             unsupported.update(r.unsupported)
-        return PatternTiming(begin, end, cfg.warmup, tuple(self.machine.cpus[:pattern.procs]),
+        return PatternTiming(begin, end, cfg.warmup, tuple(self.machine.cpus[:procs]),
                              tuple(r.affinity for r in timed), tuple(r.nivcsw for r in timed),
                              tuple(r.checksum for r in timed),
                              tuple(r.counters for r in timed), unsupported,

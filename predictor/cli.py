@@ -29,7 +29,7 @@ from counterd.units import NS_PER_S, counter_text, seconds, si_fields
 from predictor import modeling
 from predictor.errors import BadInput, HostMismatchWarning, PredictorError
 
-SUBCOMMANDS = ("calibrate", "validate", "profile", "select", "mlt")
+SUBCOMMANDS = ("calibrate", "validate", "profile", "select", "mlt", "memlogp")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -85,17 +85,56 @@ def _sub_parser() -> argparse.ArgumentParser:
                    "(default: cross-validate)")
     m.add_argument("--json", action="store_true", help="machine-readable output")
     t = sub.add_parser("mlt", help="memory lines touched by a row or column transfer: exact, "
-                       "and the closed-form bounds where they hold")
-    how = t.add_mutually_exclusive_group(required=True)
+                       "and the closed-form bounds where they hold; with --results, the six "
+                       "regression models of the paper's Table 1 fitted on measured transfers",
+                       description="Memory lines touched (Hur and Lin, \"Incorporating "
+                       "Cache Effects into a Model of Interprocessor Communication\"): count "
+                       "the lines of one transfer (--rows or --cols with --shape, --line, --d) "
+                       "or fit and judge the Table 1 models on the file `microbench transfer` "
+                       "wrote (--results)")
+    how = t.add_mutually_exclusive_group()
     how.add_argument("--rows", action="store_true", help="d rows of the array")
     how.add_argument("--cols", action="store_true", help="the d leftmost columns")
-    t.add_argument("--shape", required=True, metavar="BRxBC",
+    how.add_argument("--results", metavar="FILE",
+                     help="measured transfers (microbench transfer --out FILE): print the "
+                     "paper's Table 2 (R^2 and MS_E of S1..M3 on the test set) for this host")
+    t.add_argument("--shape", metavar="BRxBC",
                    help="the array: rows x columns, in elements, stored row-major")
-    t.add_argument("--line", required=True, type=int, help="cache line length, in elements")
-    t.add_argument("--d", required=True, type=int, help="rows or columns transferred")
+    t.add_argument("--line", type=int, help="cache line length, in elements")
+    t.add_argument("--d", type=int, help="rows or columns transferred")
     t.add_argument("--offset", type=int, default=0,
                    help="elements between the array's start and its line's (default 0)")
+    t.add_argument("--train", type=int, default=100,
+                   help="with --results: measurements per kind to fit on, the rest are the "
+                   "test set (default 100, as the paper)")
+    t.add_argument("--seed", type=int, default=0,
+                   help="with --results: seed of the random training draw (default 0)")
     t.add_argument("--json", action="store_true", help="machine-readable output")
+    ml = sub.add_parser("memlogp", help="memory logP: alpha, the fitted ell(s, d) curves, "
+                        "predicted against measured, point-to-point and broadcast costs",
+                        description="Fit the memory logP model (Cameron, Sun, Byna and Ge, "
+                        "\"Predicting and Evaluating Memory Communication Performance\") on "
+                        "the file `microbench memlogp` wrote: alpha, one ell(s, d) curve per "
+                        "operation constrained by the cache sizes, the predicted-against-"
+                        "measured table, and section 6.5's point-to-point and broadcast costs")
+    ml.add_argument("--results", required=True, type=Path,
+                    help="measurements to fit (microbench memlogp --out FILE)")
+    ml.add_argument("--validate", type=Path, default=None, metavar="FILE",
+                    help="a second, independent run to compare the predictions against "
+                    "(default: the fitted points)")
+    ml.add_argument("--modeler", default="brewer", choices=sorted(modeling.MODELERS),
+                    help="term search: brewer (t-tests at 95%%, the default), fixed (every "
+                    "term), cv, single")
+    ml.add_argument("--size", type=int, default=8192, metavar="BYTES",
+                    help="message size s of the cost estimates (default 8192)")
+    ml.add_argument("--stride", type=int, default=256, metavar="BYTES",
+                    help="distance d between the message's words (default 256; 8 is "
+                    "contiguous)")
+    ml.add_argument("--procs", type=int, default=8,
+                    help="processors P of the broadcast (default 8, as Figure 8)")
+    ml.add_argument("--latency", type=float, default=0.0, metavar="SECONDS",
+                    help="network latency L (default 0: shared memory)")
+    ml.add_argument("--json", action="store_true", help="machine-readable output")
     return p
 
 
@@ -333,6 +372,14 @@ def _validate(a: argparse.Namespace) -> tuple[Any, str]:
 def _mlt(a: argparse.Namespace) -> tuple[Any, str]:
     from predictor import mlt
 
+    if a.results:
+        return _mlt_models(a)
+    missing = [f"--{k}" for k in ("shape", "line", "d") if getattr(a, k) is None]
+    if not (a.rows or a.cols) or missing:
+        raise BadInput("predict mlt needs --rows or --cols with --shape, --line and --d"
+                       + (f" (missing {', '.join(missing)})" if missing else ""),
+                       "e.g. predict mlt --cols --shape 4000x4000 --line 8 --d 1, or give "
+                       "--results FILE to fit the regression models")
     br, x, bc = a.shape.lower().partition("x")
     if not (x and br.strip().isdigit() and bc.strip().isdigit()):
         raise BadInput(f"--shape {a.shape!r}", "give rows x columns, e.g. --shape 4000x4000")
@@ -345,6 +392,131 @@ def _mlt(a: argparse.Namespace) -> tuple[Any, str]:
               "closed-form bounds do not hold here (d > columns - line + 1): exact only")
     return data, (f"{what}: {a.d} of a {shape[0]}x{shape[1]} array, lines of {a.line} "
                   f"elements, offset {a.offset}: exact {count.exact} lines; {bounds}")
+
+
+def _mlt_models(a: argparse.Namespace) -> tuple[Any, str]:
+    from predictor import mlt
+    from predictor.inputs import read_json
+
+    doc = read_json(a.results, "microbench transfer", "transfers")
+    fits = {}
+    for kind in mlt.TRANSFER_KINDS:
+        got = mlt.transfers(doc, kind, a.results)
+        if got.times.size:
+            fits[kind] = (got, mlt.fit_table1(got.table, got.times, train=a.train, seed=a.seed,
+                                              narrow=got.narrow))
+    if not fits:
+        raise BadInput(f"{a.results} has no transfers", "run microbench transfer first")
+    data = {"results": a.results, "host": (doc.get("host") or {}).get("hostname"),
+            "state": doc.get("state"),
+            "kinds": {k: {"measured": int(g.times.size), "flagged": g.flagged,
+                          "models": [f.to_json() for f in fs]} for k, (g, fs) in fits.items()}}
+    return data, render_table2({k: fs for k, (_, fs) in fits.items()},
+                               {k: g for k, (g, _) in fits.items()})
+
+
+def render_table2(fits: Mapping[str, Sequence[Any]], got: Mapping[str, Any]) -> str:
+    """The paper's Table 2 for this host: per model, R^2 (x 10^-3) and MS_E (us^2) on the test
+    set, rows and columns side by side, and the ratio of S1's R^2 to M1's."""
+    kinds = list(fits)
+    narrow = {k for k in kinds if fits[k][0].narrow_r2 is not None}
+    head = "model  " + "  ".join(
+        f"{k + ': R^2 (1e-3)':>19} {'MS_E (us^2)':>12} {'MRE':>6}"
+        + (f" {'R^2, d < line':>14}" if k in narrow else "") for k in kinds)
+    lines = [head]
+    names = [f.name for f in fits[kinds[0]]]
+    for i, name in enumerate(names):
+        cells = [f"{fits[k][i].r2 * 1e3:>19.2f} {fits[k][i].mse * 1e12:>12.4g} "
+                 f"{fits[k][i].mre:>6.3f}"
+                 + (f" {(fits[k][i].narrow_r2 or 0) * 1e3:>14.2f}" if k in narrow else "")
+                 for k in kinds]
+        lines.append(f"{name:<6} " + "  ".join(cells))
+    for k in kinds:
+        by = {f.name: f for f in fits[k]}
+        g = got[k]
+        tr = by[names[0]]
+        lines.append(f"{k}: {g.times.size} measured ({g.flagged} flagged), {tr.n_train} "
+                     f"training, {tr.n_test} test")
+        if "S1" in by and "M1" in by and by["M1"].r2 > 0:
+            s1, m1 = by["S1"], by["M1"]
+            extra = (f"; on the {m1.n_narrow} test messages narrower than a line "
+                     f"{s1.narrow_r2 / m1.narrow_r2:.2f}"
+                     if s1.narrow_r2 is not None and m1.narrow_r2 else "")
+            lines.append(f"{k}: S1's R^2 / M1's = {s1.r2 / m1.r2:.2f} (the paper: 2-6){extra}")
+        if "M1" in by:
+            lines.append(f"{k}: M1 = {by['M1'].model.formula()} (seconds; n bytes, mlt lines)")
+    lines.append("R^2 = sum (y - y_hat)^2 / sum (y - mean y)^2 on the test set (smaller is "
+                 "better; the paper calls < 0.01 acceptable); MS_E = sum (y - y_hat)^2 / "
+                 "(n - p - 1); MRE: geometric mean of 1 + |y - y_hat| / y")
+    return "\n".join(lines)
+
+
+def _memlogp(a: argparse.Namespace) -> tuple[Any, str]:
+    from predictor import memlogp as ml
+
+    m = ml.load_measurements(a.results)
+    model = ml.fit(m, modeler=a.modeler)
+    other = ml.load_measurements(a.validate) if a.validate else m
+    cmp = ml.compare(model, other, str(a.validate) if a.validate else "the fitted points")
+    costs = [ml.p2p_cost(model, a.size, a.stride, a.latency),
+             ml.broadcast_cost(model, a.size, a.stride, a.procs, a.latency),
+             ml.paper_broadcast_cost(model, a.size, a.stride, a.procs, a.latency)]
+    p2p = ml.p2p_rows(model, other)
+    ns = 1e9
+    lines = [f"memory logP of {m.host.get('hostname', 'this host')} from {a.results} "
+             f"({len(m.points)} points); costs per byte",
+             f"alpha = {ml.seconds_per_byte(model.alpha_s_per_byte)} (contiguous copy, "
+             "cache-resident)"]
+    for op, curve in model.curves.items():
+        lines.append(f"alpha + ell_{op}(s, d) = {curve.model.formula()}  [seconds per byte; "
+                     f"terms decided by {curve.model.decided_by}; MRE "
+                     f"{100 * (curve.model.mre - 1):.1f}% on {curve.model.n} points]")
+    lines.append(f"predicted against measured on {cmp.on} (ns per byte; error = predicted / "
+                 "measured - 1)")
+    lines.append(f"{'op':<7} {'s':>9} {'d':>6} {'measured':>9} {'predicted':>9} "
+                 f"{'ell meas':>9} {'ell pred':>9} {'error':>7}  flags")
+    for r in cmp.rows:
+        lines.append(f"{r.op:<7} {_bytes(r.s_bytes):>9} {r.d_bytes:>6} "
+                     f"{r.measured_s_per_byte * ns:>9.4f} {r.predicted_s_per_byte * ns:>9.4f} "
+                     f"{r.ell_measured_s_per_byte * ns:>9.4f} "
+                     f"{r.ell_predicted_s_per_byte * ns:>9.4f} {100 * r.error:>+6.1f}%  "
+                     + ",".join(r.flags))
+    w, j = cmp.worst, cmp.to_json()
+    lines.append(f"worst: {w.op} s={_bytes(w.s_bytes)} d={w.d_bytes} {100 * w.error:+.1f}%; "
+                 f"range {100 * j['max_under']:+.1f}% .. {100 * j['max_over']:+.1f}% (the "
+                 f"paper: -60% .. +80%); mean |error| {100 * j['mean_abs_error']:.1f}%; "
+                 f"within +-25%: {'yes' if cmp.within(0.25) else 'no'}")
+    if p2p:
+        lines.append("point-to-point on two CPUs (sender packs, receiver unpacks), L = 0:")
+        lines.append(f"{'s':>9} {'d':>6} {'measured':>10} {'predicted':>10} {'one CPU':>10} "
+                     f"{'error':>7}")
+        for q in p2p:
+            lines.append(f"{_bytes(q.s_bytes):>9} {q.d_bytes:>6} {seconds(q.measured_s):>10} "
+                         f"{seconds(q.predicted_s):>10} "
+                         f"{seconds(q.local_s) if q.local_s == q.local_s else '-':>10} "
+                         f"{100 * q.error:>+6.1f}%")
+    lines.append(f"costs of a {_bytes(a.size)} message, stride {a.stride} B, P = {a.procs}, "
+                 f"L = {seconds(a.latency)} (section 6.5; overhead = the alpha part, latency "
+                 "= the ell part):")
+    for c in costs:
+        lines.append(f"  {c.what:<32} {seconds(c.total_s):>10} (overhead "
+                     f"{seconds(c.overhead_s)}, latency {seconds(c.latency_s)}, network "
+                     f"{seconds(c.network_s)})")
+    lines.append("  the broadcast as printed in the paper, (P+1) alpha + 2 ell + L, counts one "
+                 "gap too many (it gives 3 alpha + L for P = 2, not its own p2p cost)")
+    data = {"results": str(a.results), "model": model.to_json(), "comparison": j,
+            "p2p_measured": [q.to_json() for q in p2p],
+            "costs": {"size_bytes": a.size, "stride_bytes": a.stride, "procs": a.procs,
+                      "latency_s": a.latency, "estimates": [c.to_json() for c in costs]},
+            "within_25_percent": cmp.within(0.25)}
+    return data, "\n".join(lines)
+
+
+def _bytes(n: int) -> str:
+    for unit, div in (("M", 1 << 20), ("K", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div}{unit}"
+    return str(n)
 
 
 def _profile(a: argparse.Namespace) -> tuple[Any, str]:
@@ -476,7 +648,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args and args[0] in SUBCOMMANDS:
             a = _sub_parser().parse_args(args)
             run = {"calibrate": _calibrate, "validate": _validate,
-                   "profile": _profile, "select": _select, "mlt": _mlt}[a.command]
+                   "profile": _profile, "select": _select, "mlt": _mlt,
+                   "memlogp": _memlogp}[a.command]
         elif args[:1] in (["-h"], ["--help"]) or not args:
             _forecast_parser().print_help(sys.stdout if args else sys.stderr)
             return 0 if args else 2

@@ -255,25 +255,26 @@ def results_from_json(d: Mapping[str, Any], path: str = "<results>") -> Results:
 MAX_RESULTS_BYTES = 1 << 28  # a full suite's results are a few MB
 
 
-def load_results(path: str | Path) -> Results:
-    """A microbench results file, strict JSON (:mod:`counterd.strictjson`: no NaN, no
-    1e400, no deep nesting) checked pattern by pattern (:func:`results_from_json`)."""
-    from counterd.strictjson import Malformed, loads
+def read_json(path: str | Path, written_by: str, what: str = "results") -> Any:
+    """A JSON document (:func:`counterd.strictjson.load_file`: no NaN, no 1e400, no deep
+    nesting, at most MAX_RESULTS_BYTES); BadInput saying to give the file ``written_by``
+    writes."""
+    from counterd.strictjson import Malformed, load_file
 
     try:
-        with Path(path).open("rb") as fh:
-            raw = fh.read(MAX_RESULTS_BYTES + 1)
+        return load_file(path, MAX_RESULTS_BYTES)
     except OSError as exc:
-        raise BadInput(f"cannot read results {path}: {exc.strerror}",
-                       "give the JSON file written by `microbench run`") from None
-    if len(raw) > MAX_RESULTS_BYTES:
-        raise BadInput(f"{path} is larger than {MAX_RESULTS_BYTES} bytes",
-                       "give the JSON file written by `microbench run`")
-    try:
-        d = loads(raw)
+        raise BadInput(f"cannot read {what} {path}: {exc.strerror}",
+                       f"give the JSON file written by `{written_by}`") from None
     except Malformed as exc:
-        raise BadInput(f"{path} is not JSON ({exc})",
-                       "give the JSON file written by `microbench run`") from None
+        raise BadInput(f"{path} is not usable JSON ({exc})",
+                       f"give the JSON file written by `{written_by}`") from None
+
+
+def load_results(path: str | Path) -> Results:
+    """A microbench results file (:func:`read_json`) checked pattern by pattern
+    (:func:`results_from_json`)."""
+    d = read_json(path, "microbench run")
     if not isinstance(d, dict):
         raise BadInput(f"{path} is not a microbench results object", "see predictor/README")
     return results_from_json(d, str(path))

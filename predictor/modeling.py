@@ -35,7 +35,7 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -46,6 +46,10 @@ from predictor.errors import BadInput
 Array = NDArray[np.float64]
 Progress = Callable[[str], None]
 T = TypeVar("T")
+# What least squares minimises: relative errors (weights 1/y^2, seed 003's choice and the
+# default) or absolute ones (ordinary least squares, the memory-lines-touched paper's eq. 9).
+Errors = Literal["relative", "absolute"]
+ERRORS: tuple[str, ...] = ("relative", "absolute")
 
 
 def no_progress(message: str) -> None:
@@ -127,21 +131,22 @@ class _Wls:
     r2: float
 
 
-def _wls(X: Array, y: Array, offset: Array | None = None) -> _Wls:
-    """statsmodels WLS of y - offset on X with weights 1/y^2 (the error stays relative to y):
-    t-tests, covariance, residual scale."""
+def _wls(X: Array, y: Array, offset: Array | None = None, errors: Errors = "relative") -> _Wls:
+    """statsmodels WLS of y - offset on X with weights 1/y^2 (the error stays relative to y),
+    or 1 for ``errors="absolute"`` (OLS): t-tests, covariance, residual scale."""
     import statsmodels.api as sm
 
     # Columns scaled to unit weighted norm: growth terms span many decades (n^3 log^2 n beside
     # a constant), and statsmodels' pseudo-inverse would call such a design rank-deficient.
     k = X.shape[1]
-    norms = np.linalg.norm(X / y[:, None], axis=0)
+    w = 1.0 / y ** 2 if errors == "relative" else np.ones_like(y)
+    norms = np.linalg.norm(X * np.sqrt(w)[:, None], axis=0)
     s = np.where(norms > 0, norms, 1.0)
     with warnings.catch_warnings():
         # dof 0 (as many samples as terms) makes statsmodels warn about division by zero;
         # the caller decides by cross-validation there, and the intervals say infinite.
         warnings.simplefilter("ignore", RuntimeWarning)
-        r = sm.WLS(y if offset is None else y - offset, X / s, weights=1.0 / y ** 2).fit()
+        r = sm.WLS(y if offset is None else y - offset, X / s, weights=w).fit()
         dof = int(round(r.df_resid))
         if dof <= 0:
             return _Wls(np.asarray(r.params, float) / s, np.full(k, np.inf),
@@ -152,32 +157,33 @@ def _wls(X: Array, y: Array, offset: Array | None = None) -> _Wls:
                     float(r.rsquared))
 
 
-def _fit_columns(X: Array, y: Array, nonnegative: bool, offset: Array | None = None
-                 ) -> tuple[_Wls, NDArray[np.bool_]]:
+def _fit_columns(X: Array, y: Array, nonnegative: bool, offset: Array | None = None,
+                 errors: Errors = "relative") -> tuple[_Wls, NDArray[np.bool_]]:
     """The fit on the columns of X, and which columns it used. Non-negative: scipy's NNLS on
     the relative-error system finds the columns with a positive cost; the unconstrained WLS on
     those columns has the same solution (the NNLS optimality conditions) and gives the
     statistics."""
     used = np.ones(X.shape[1], dtype=bool)
     if nonnegative:
-        used = relative_nnls(X, y, offset) > 0
+        used = (relative_nnls(X, y, offset) if errors == "relative"
+                else nnls(X, y if offset is None else y - offset)) > 0
         if not used.any():
             raise BadInput("no term has a positive cost on these samples",
                            "check that the times grow with the terms")
-    return _wls(X[:, used], y, offset), used
+    return _wls(X[:, used], y, offset, errors), used
 
 
-def fit_columns(X: Array, y: Array, nonnegative: bool = False, offset: Array | None = None
-                ) -> Array:
+def fit_columns(X: Array, y: Array, nonnegative: bool = False, offset: Array | None = None,
+                errors: Errors = "relative") -> Array:
     """Coefficients only (zeros for unused columns): the inner fit of cross-validation."""
-    r, used = _fit_columns(X, y, nonnegative, offset)
+    r, used = _fit_columns(X, y, nonnegative, offset, errors)
     out = np.zeros(X.shape[1])
     out[used] = r.coef
     return out
 
 
 def cv_mre(X: Array, y: Array, *, folds: int, seed: int, nonnegative: bool = False,
-           offset: Array | None = None) -> float:
+           offset: Array | None = None, errors: Errors = "relative") -> float:
     """Cross-validated MRE of the linear fit on X's columns (plus ``offset``, a known part of
     every prediction); inf for no columns, or where a fold has fewer training samples than
     columns."""
@@ -189,7 +195,8 @@ def cv_mre(X: Array, y: Array, *, folds: int, seed: int, nonnegative: bool = Fal
         if len(train) < X.shape[1]:
             return float("inf")
         pred[test] = X[test] @ fit_columns(X[train], y[train], nonnegative,
-                                           None if offset is None else off[train]) + off[test]
+                                           None if offset is None else off[train],
+                                           errors) + off[test]
     return mre(y, pred)
 
 
@@ -222,9 +229,10 @@ class Modeler(ABC):
     @abstractmethod
     def select(self, terms: Sequence[tm.Term], X: Array, y: Array, *, nonnegative: bool,
                keep: frozenset[tm.Term], progress: Progress,
-               offset: Array | None = None) -> Selection:
+               offset: Array | None = None, errors: Errors = "relative") -> Selection:
         """Indices of the terms to keep. ``offset``: a known part of every prediction, not
-        fitted (the predicted times are ``X @ coef + offset``)."""
+        fitted (the predicted times are ``X @ coef + offset``); ``errors``: what the fits
+        minimise."""
 
 
 @dataclass(frozen=True)
@@ -273,13 +281,13 @@ class CrossValidated(Modeler):
 
     def select(self, terms: Sequence[tm.Term], X: Array, y: Array, *, nonnegative: bool,
                keep: frozenset[tm.Term], progress: Progress,
-               offset: Array | None = None) -> Selection:
+               offset: Array | None = None, errors: Errors = "relative") -> Selection:
         base = [j for j, t in enumerate(terms) if t in keep]
         optional = [j for j, t in enumerate(terms) if t not in keep]
 
         def score(cols: Sequence[int]) -> float:
             return cv_mre(X[:, sorted(cols)], y, folds=self.folds, seed=self.seed,
-                          nonnegative=nonnegative, offset=offset)
+                          nonnegative=nonnegative, offset=offset, errors=errors)
 
         e = backward_eliminate(base, optional, score, self.tol, floor=1.0)
         kept, dropped = list(e.kept), e.dropped
@@ -315,17 +323,17 @@ class Significance(Modeler):
 
     def select(self, terms: Sequence[tm.Term], X: Array, y: Array, *, nonnegative: bool,
                keep: frozenset[tm.Term], progress: Progress,
-               offset: Array | None = None) -> Selection:
+               offset: Array | None = None, errors: Errors = "relative") -> Selection:
         if len(y) - X.shape[1] < self.min_dof:
             progress(f"{len(y)} samples for {X.shape[1]} terms: too few for a t-test, "
                      "cross-validation decides")
             return CrossValidated(self.folds, self.seed).select(
                 terms, X, y, nonnegative=nonnegative, keep=keep, progress=progress,
-                offset=offset)
+                offset=offset, errors=errors)
         cols = list(range(len(terms)))
         dropped: list[Dropped] = []
         while True:
-            r, used = _fit_columns(X[:, cols], y, nonnegative, offset)
+            r, used = _fit_columns(X[:, cols], y, nonnegative, offset, errors)
             negative = [c for c, u in zip(cols, used, strict=True)
                         if not u and terms[c] not in keep]
             if negative:  # bound at zero by the non-negativity: out first, then refit
@@ -366,17 +374,17 @@ class SingleTerm(Modeler):
 
     def select(self, terms: Sequence[tm.Term], X: Array, y: Array, *, nonnegative: bool,
                keep: frozenset[tm.Term], progress: Progress,
-               offset: Array | None = None) -> Selection:
+               offset: Array | None = None, errors: Errors = "relative") -> Selection:
         base = [j for j, t in enumerate(terms) if isinstance(t, tm.Const) or t in keep]
         scored = [(cv_mre(X[:, sorted([*base, j])], y, folds=self.folds, seed=self.seed,
-                          nonnegative=nonnegative, offset=offset), j)
+                          nonnegative=nonnegative, offset=offset, errors=errors), j)
                   for j in range(len(terms)) if j not in base]
         if not scored:
             return Selection(tuple(base), (), "no candidate besides the constant")
         best, j = min(scored)
         kept = sorted([*base, j])
         if base and len(y) > len(kept):
-            r, used = _fit_columns(X[:, kept], y, nonnegative, offset)
+            r, used = _fit_columns(X[:, kept], y, nonnegative, offset, errors)
             p = dict(zip([c for c, u in zip(kept, used, strict=True) if u], r.pvalues,
                          strict=True)).get(j, 0.0)
             if p > self.alpha:
@@ -392,12 +400,27 @@ class SingleTerm(Modeler):
                          f"cross-validation (one term, MRE {best:.4f})")
 
 
+@dataclass
+class Fixed(Modeler):
+    """No search: every candidate term stays (a model whose form is given, as the six
+    regression models of the memory-lines-touched paper's Table 1)."""
+
+    name: ClassVar[str] = "fixed"
+    folds: int = 5
+    seed: int = 0
+
+    def select(self, terms: Sequence[tm.Term], X: Array, y: Array, *, nonnegative: bool,
+               keep: frozenset[tm.Term], progress: Progress,
+               offset: Array | None = None, errors: Errors = "relative") -> Selection:
+        return Selection(tuple(range(len(terms))), (), "fixed terms (no search)")
+
+
 MODELERS: dict[str, type[Modeler]] = {m.name: m for m in (Significance, CrossValidated,
-                                                           SingleTerm)}
+                                                           SingleTerm, Fixed)}
 
 
 def make_modeler(name: str | Modeler = "brewer", **settings: Any) -> Modeler:
-    """A modeler by name (``brewer``, ``cv``, ``single``) with its settings."""
+    """A modeler by name (``brewer``, ``cv``, ``single``, ``fixed``) with its settings."""
     if isinstance(name, Modeler):
         return name
     if name not in MODELERS:
@@ -443,6 +466,7 @@ class Model:
     dropped: tuple[Dropped, ...] = ()
     validation: Validation | None = None
     n: int = 0  # samples fitted
+    errors: Errors = "relative"  # what the fit minimised
     inputs: Mapping[str, Array] = field(default_factory=dict, repr=False)
     times: Array = field(default_factory=lambda: np.zeros(0), repr=False)
 
@@ -462,7 +486,9 @@ class Model:
         if self.dof <= 0 or not np.isfinite(self.scale):
             inf = np.full_like(mean, np.inf)
             return Prediction(mean, -inf, inf, level)
-        var = np.einsum("ij,jk,ik->i", X, self.cov, X) + self.scale * mean ** 2
+        # One observation's variance: scale times its weight's inverse (y^2 or 1).
+        noise = self.scale * (mean ** 2 if self.errors == "relative" else np.ones_like(mean))
+        var = np.einsum("ij,jk,ik->i", X, self.cov, X) + noise
         half = float(student_t.ppf(0.5 + level / 2, self.dof)) * np.sqrt(var)
         return Prediction(mean, mean - half, mean + half, level)
 
@@ -486,7 +512,7 @@ class Model:
                 "stderr": self.stderr.tolist(), "pvalues": self.pvalues.tolist(),
                 "cov": self.cov.tolist(), "scale": self.scale, "dof": self.dof,
                 "n": self.n, "mre": self.mre, "r2": self.r2, "decided_by": self.decided_by,
-                "modeler": self.modeler, "formula": self.formula(),
+                "modeler": self.modeler, "errors": self.errors, "formula": self.formula(),
                 "dropped": [{"term": str(d.term), "reason": d.reason} for d in self.dropped],
                 "validation": None if self.validation is None else {
                     "on": self.validation.on, "n": self.validation.n,
@@ -504,11 +530,18 @@ class Model:
                         tuple(Dropped(tm.parse(x["term"]), str(x["reason"]))
                               for x in d.get("dropped", ())),
                         None if v is None else Validation(str(v["on"]), int(v["n"]),
-                                                          float(v["mre"])), int(d["n"]))
+                                                          float(v["mre"])), int(d["n"]),
+                        _errors(d.get("errors", "relative")))
         except (KeyError, TypeError, ValueError) as e:
             raise BadInput(f"not a fitted model ({type(e).__name__}: {e})",
                            "use a file written by this tool") from None
         return model
+
+
+def _errors(x: Any) -> Errors:
+    if x not in ERRORS:
+        raise ValueError(f"errors {x!r} is not one of {ERRORS}")
+    return "relative" if x == "relative" else "absolute"
 
 
 def _vec(x: Any, k: int) -> Array:
@@ -526,14 +559,18 @@ def fit_model(terms: Sequence[str | tm.Term], table: tm.Table, times: ArrayLike,
               modeler: str | Modeler = "brewer", nonnegative: bool = False,
               keep: Sequence[str | tm.Term] = (), validation: tuple[tm.Table, ArrayLike]
               | None = None, holdout: float | None = None, folds: int = 5, seed: int = 0,
-              where: str = "fit", progress: Progress = no_progress) -> Model:
+              where: str = "fit", progress: Progress = no_progress,
+              errors: Errors = "relative") -> Model:
     """Fit ``times`` on ``terms`` evaluated on ``table`` (seed 003 section 2).
 
+    ``errors``: what least squares minimises, relative (the default) or absolute errors.
     ``keep``: terms never dropped. ``validation``: independent samples to report the MRE on;
     else ``holdout`` (a fraction, scikit-learn's ``train_test_split``) of the samples is held
     apart for it; else the MRE is cross-validated. Bad input (fewer samples than terms, a term
     zero or constant everywhere, NaN or non-positive times) raises :class:`BadInput`.
     """
+    if errors not in ERRORS:
+        raise BadInput(f"{where}: errors {errors!r}", "choose relative or absolute")
     cand = tm.parse_all(terms)
     if not cand:
         raise BadInput(f"{where}: no terms to fit", "list one or more terms")
@@ -558,10 +595,12 @@ def fit_model(terms: Sequence[str | tm.Term], table: tm.Table, times: ArrayLike,
         raise BadInput(f"{where}: {len(y)} samples for {len(cand)} terms",
                        f"profile at least {need} runs, or list fewer terms")
     tm.check_design(cand, X, where=where, independent=search.fits_all)
+    # A search written before ``errors`` existed still serves relative fits.
+    extra: dict[str, Any] = {} if errors == "relative" else {"errors": errors}
     sel = search.select(cand, X, y, nonnegative=nonnegative,
-                        keep=frozenset(tm.parse(k) for k in keep), progress=progress)
+                        keep=frozenset(tm.parse(k) for k in keep), progress=progress, **extra)
     cols = list(sel.kept)
-    r, used = _fit_columns(X[:, cols], y, nonnegative)
+    r, used = _fit_columns(X[:, cols], y, nonnegative, errors=errors)
     dropped = list(sel.dropped) + [Dropped(cand[c], "its least-squares cost is negative")
                                    for c, u in zip(cols, used, strict=True) if not u]
     cols = [c for c, u in zip(cols, used, strict=True) if u]
@@ -576,9 +615,10 @@ def fit_model(terms: Sequence[str | tm.Term], table: tm.Table, times: ArrayLike,
         k = min(folds, len(y))
         val = Validation("leave-one-out cross-validation" if k >= len(y)
                          else f"{k}-fold cross-validation", len(y),
-                         cv_mre(X[:, cols], y, folds=folds, seed=seed, nonnegative=nonnegative))
+                         cv_mre(X[:, cols], y, folds=folds, seed=seed, nonnegative=nonnegative,
+                                errors=errors))
     else:
         val = None
     progress(f"kept {len(kept)} of {len(cand)} terms; MRE {mre(y, fitted):.4f}")
     return Model(kept, r.coef, r.stderr, r.pvalues, r.cov, r.scale, r.dof, mre(y, fitted),
-                 r.r2, sel.decided_by, search.name, tuple(dropped), val, len(y), data, y)
+                 r.r2, sel.decided_by, search.name, tuple(dropped), val, len(y), errors, data, y)

@@ -51,6 +51,11 @@ def _declare(lib: ctypes.CDLL) -> None:
         lib.counterd_mixed_stride.restype = c.c_uint64
         lib.counterd_flush_stride.argtypes = [c.c_void_p, c.c_size_t, c.c_size_t]
         lib.counterd_flush_stride.restype = c.c_int64
+    # Added for the memory-lines-touched and memory logP benchmarks (issue 12).
+    if hasattr(lib, "counterd_copy2d"):
+        lib.counterd_copy2d.argtypes = [c.c_void_p, c.c_size_t, c.c_void_p, c.c_size_t,
+                                        c.c_size_t, c.c_size_t, c.c_size_t]
+        lib.counterd_copy2d.restype = c.c_uint64
     _declare_cachesim(lib)
 
 

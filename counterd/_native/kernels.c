@@ -30,6 +30,30 @@ int64_t counterd_superstep_mark(int64_t index, int32_t kind)
     return r;
 }
 
+/* Two-dimensional copy of rows x cols words, pitches in words:
+ *   dst[r*dst_pitch + c] = src[r*src_pitch + c]
+ * A row or column transfer of a row-major matrix (src_pitch = the matrix width, dst_pitch = the
+ * transfer's width) is one call; so are the pack (cols = 1, src_pitch = the stride, dst_pitch =
+ * 1), the unpack (the reverse) and the contiguous copy (rows = 1) of the memory logP model. The
+ * loads and stores are plain (no volatile): the loaded values are what is stored, so the copy
+ * cannot be removed, and it is free to use vector moves as memcpy would. Returns the last word
+ * copied (a value the caller can check). */
+__attribute__((visibility("default")))
+uint64_t counterd_copy2d(uint64_t *restrict dst, size_t dst_pitch,
+                         const uint64_t *restrict src, size_t src_pitch,
+                         size_t rows, size_t cols, size_t reps)
+{
+    for (size_t k = 0; k < reps; k++)
+        for (size_t r = 0; r < rows; r++) {
+            uint64_t *d = dst + r * dst_pitch;
+            const uint64_t *s = src + r * src_pitch;
+            for (size_t c = 0; c < cols; c++)
+                d[c] = s[c];
+        }
+    __asm__ volatile("" ::: "memory");
+    return rows && cols ? dst[(rows - 1) * dst_pitch + cols - 1] : 0;
+}
+
 /* Strided loads: for r in reps, for i in n: sum += base[i*stride]. Every loaded value is
  * consumed (it feeds the returned sum), so the loads cannot be removed. */
 __attribute__((visibility("default")))

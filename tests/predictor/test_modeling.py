@@ -484,7 +484,7 @@ def test_make_modeler_refuses_an_unknown_name_listing_the_names():
     with pytest.raises(BadInput) as e:
         make_modeler("nope")
     assert "'nope'" in str(e.value)
-    assert e.value.fix == "choose one of brewer, cv, single"
+    assert e.value.fix == "choose one of brewer, cv, fixed, single"
     assert make_modeler("cv", folds=3).folds == 3
 
 
@@ -613,3 +613,28 @@ def test_a_model_with_no_terms_is_never_chosen_and_nnls_survives_no_columns():
     y = np.array([158246.0, 158030.0, 158226.0, 158114.0, 158426.0])
     m = fit_model([Const()], {"n": np.arange(1.0, 6.0)}, y, modeler="cv", nonnegative=True)
     assert m.formula().startswith("1.582e+05") and len(m.terms) == 1
+
+
+def test_absolute_errors_are_ordinary_least_squares_and_fixed_keeps_every_term():
+    """errors="absolute" minimises the absolute residuals (numpy's lstsq is the reference);
+    the fixed modeler keeps a term that a search would drop; the model remembers and reloads
+    what it minimised, and its interval's noise is then the residual variance, not relative."""
+    rng = np.random.default_rng(7)
+    x = rng.uniform(1.0, 100.0, 80)
+    z = rng.uniform(1.0, 100.0, 80)
+    y = 50.0 + 2.0 * x + 0.001 * z + rng.normal(0.0, 5.0, 80)
+    m = fit_model(["1", "x", "z"], {"x": x, "z": z}, y, modeler="fixed", errors="absolute")
+    ref, *_ = np.linalg.lstsq(np.column_stack([np.ones(80), x, z]), y, rcond=None)
+    assert m.coef == pytest.approx(ref, rel=1e-9)
+    assert [str(t) for t in m.terms] == ["1", "x", "z"] and m.decided_by.startswith("fixed")
+    rel = fit_model(["1", "x", "z"], {"x": x, "z": z}, y, modeler="fixed")
+    assert not np.allclose(rel.coef, ref)  # relative weights give another fit
+    pruned = fit_model(["1", "x", "z"], {"x": x, "z": z}, y, errors="absolute")
+    assert "z" not in [str(t) for t in pruned.terms]  # z's effect is far below the noise
+    back = Model.from_dict(m.to_dict())
+    assert back.errors == "absolute" and back.coef == pytest.approx(m.coef)
+    iv = m.interval({"x": np.array([50.0]), "z": np.array([50.0])})
+    half = float(iv.upper[0] - iv.mean[0])
+    assert 5.0 < half < 15.0  # about t * 5 (the noise), not proportional to y ~ 150
+    with pytest.raises(BadInput):
+        fit_model(["1", "x"], {"x": x}, y, errors="squared")  # type: ignore[arg-type]
