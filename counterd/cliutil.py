@@ -7,11 +7,12 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from importlib import metadata
 
 
 def version(prog: str) -> str:
     """``prog 0.1.0`` (the installed distribution's version)."""
+    from importlib import metadata  # 45 ms to import: only for --version
+
     try:
         v = metadata.version("counterd")
     except metadata.PackageNotFoundError:  # run from a source tree without installing

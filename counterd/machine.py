@@ -74,11 +74,12 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from counterd.errors import BadInput
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: The environment variable naming a machine file (as ``--machine FILE`` does).
 ENV_MACHINE = "COUNTERD_MACHINE"
@@ -293,6 +294,8 @@ class BankMap:
         return (address // self.interleave_bytes) % self.banks
 
     def banks_of(self, addresses: np.ndarray) -> np.ndarray:
+        import numpy as np  # here: counterd record imports this module and must start fast
+
         """Vectorised :meth:`bank` over uint64 addresses."""
         a = np.asarray(addresses, dtype=np.uint64)
         return (a // np.uint64(self.interleave_bytes)) % np.uint64(self.banks)
