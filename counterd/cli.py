@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
-from counterd.cliutil import closed_pipe, version
+from counterd.cliutil import VersionAction, closed_pipe
 from counterd.errors import BadInput, CounterdError
 
 _T = TypeVar("_T")
@@ -27,7 +27,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="counterd", description="per-superstep memory-hierarchy counters")
-    p.add_argument("--version", action="version", version=version("counterd"))
+    p.add_argument("--version", action=VersionAction)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     pr = sub.add_parser("probe", help="which counters and backends work on this host, and why not")

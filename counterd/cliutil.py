@@ -4,9 +4,12 @@ users know do it: ``--version``, and a quiet end when the reader of stdout goes 
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 
 def version(prog: str) -> str:
@@ -18,6 +21,21 @@ def version(prog: str) -> str:
     except metadata.PackageNotFoundError:  # run from a source tree without installing
         v = "unknown (not installed)"
     return f"{prog} {v}"
+
+
+class VersionAction(argparse.Action):
+    """``--version``: prints :func:`version` when given, and only then looks it up (reading
+    the installed distribution's metadata costs 40 ms, paid by every command otherwise)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 **kwargs: Any) -> None:
+        kwargs.setdefault("help", "show the version and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        print(version(parser.prog))
+        parser.exit()
 
 
 def closed_pipe() -> int:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from counterd.cliutil import closed_pipe, version
+from counterd.cliutil import VersionAction, closed_pipe
 from counterd.errors import BadInput, CounterdError
 from counterd.machine import BankMap, Geometry, using
 from microbench import results
@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="microbench", description="Calibration suite of Amato et al., "
                      "\"Predicting performance on SMPs\" (Table 1 generalised to this host, "
                      "plus a validation suite and compute patterns)")
-    parser.add_argument("--version", action="version", version=version("microbench"))
+    parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     ls = sub.add_parser("list", help="the patterns of this host and their count")
     _add_selection(ls)

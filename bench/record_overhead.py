@@ -1,0 +1,92 @@
+"""Whole-run recording overhead: ``counterd record`` against ``perf stat -e task-clock``.
+
+Both wrap the same program, a numpy job of about one second that marks ten supersteps; runs
+alternate (perf stat, counterd record, perf stat, ...) so a drift of the host falls on both
+alike, and each is timed from outside (wall clock of the whole command, start to exit). The
+figure is the ratio of the medians; the issue's target is <= 1.02.
+
+    .venv/bin/python bench/record_overhead.py [--pairs 5] [--seconds 1.0] [--backend perf]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench._host import host_line  # noqa: E402
+
+PROGRAM = """
+import sys, time
+import numpy as np
+import counterd
+
+budget = float(sys.argv[1])
+rng = np.random.default_rng(0)
+a = rng.random(1 << 20)
+t_end = time.monotonic() + budget
+step = 0
+while step < 10:
+    with counterd.superstep("work", i=step):
+        stop = time.monotonic() + budget / 10
+        while time.monotonic() < stop:
+            a = np.sort(a[::-1])
+    step += 1
+"""
+
+
+def timed(cmd: list[str]) -> float:
+    t0 = time.monotonic()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.monotonic() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=1.0, help="the program's own run time")
+    ap.add_argument("--backend", default="perf", help="counterd record's backend")
+    a = ap.parse_args()
+    perf = shutil.which("perf")
+    if perf is None:
+        raise SystemExit("perf is not installed: apt install linux-perf (or linux-tools)")
+    py = sys.executable
+    counterd_bin = str(Path(py).parent / "counterd")
+    with tempfile.TemporaryDirectory() as tmp:
+        prog = Path(tmp) / "job.py"
+        prog.write_text(PROGRAM)
+        job = [py, str(prog), str(a.seconds)]
+        stat = [perf, "stat", "-e", "task-clock", "-x,", "-o", str(Path(tmp) / "stat.txt"),
+                "--", *job]
+        rec = [counterd_bin, "record", "--backend", a.backend, "--out",
+               str(Path(tmp) / "rec.jsonl"), "--", *job]
+        timed(stat)  # warm the page cache for both
+        timed(rec)
+        ts, tr = [], []
+        for _ in range(a.pairs):
+            ts.append(timed(stat))
+            tr.append(timed(rec))
+    ms, mr = statistics.median(ts), statistics.median(tr)
+    print(host_line())
+    print(f"program: numpy sort loop of {a.seconds:.2f} s marking 10 supersteps; {a.pairs} "
+          "alternating pairs, wall time of the whole command")
+    print(f"perf stat -e task-clock        median {ms:.3f} s  (min {min(ts):.3f}, max "
+          f"{max(ts):.3f})")
+    print(f"counterd record --backend {a.backend:<5} median {mr:.3f} s  (min {min(tr):.3f}, "
+          f"max {max(tr):.3f})")
+    ratio = mr / ms
+    print(f"ratio {ratio:.3f} ({(mr - ms) * 1e3:+.0f} ms); target <= 1.02: "
+          + ("met" if ratio <= 1.02 else "MISSED"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
