@@ -150,3 +150,25 @@ def test_cli_writes_then_refuses_to_overwrite(tmp_path: Path,
     (tmp_path / "bad.json").write_text('{"format": "other"}')
     with pytest.raises(BadInput):
         tr.load(tmp_path / "bad.json")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.mnemonic)
+def test_mlt_is_what_a_cold_cache_misses_on_the_source(case: tr.Case) -> None:
+    """The paper's premise, checked on the project's cache simulator: with the source lines
+    flushed (the benchmark's cold state) and the destination already cached, the copy's L1
+    misses are its memory lines touched (an L1 large enough that nothing is evicted: MLT
+    counts compulsory misses; capacity misses come on top when source and buffer overflow)."""
+    from counterd.machine import Geometry
+    from counterd.sim import CacheSim
+
+    geometry = Geometry.from_spec("L1=4M/16/64,L2=16M/16/64")
+    for rank, call in enumerate(tr.messages(case, PAGE)):
+        ghost = tr.layout(case, PAGE).ghosts[rank]
+        sim = CacheSim(geometry)
+        # the receiver's buffer was written by its previous exchange: in its cache
+        sim.feed(CopyCall(ghost, case.words, ghost, case.words, 1, case.words).stream())
+        before = sim.counts()
+        sim.feed(call.stream())
+        after = sim.counts()
+        misses = after.levels[0].misses - before.levels[0].misses
+        assert misses == tr.lines_touched(case, LINE, PAGE)[rank]
