@@ -28,18 +28,33 @@ description, never fitted:
   stride that is a multiple of the line reaches line slots = (page/line) / gcd(page/line,
   d/line) of each page, and a level with more sets than a page has slots (physically indexed:
   the page frame picks the colour) multiplies them by sets / (page/line);
-* the level's pressure r_j = sum over sides of footprint / effective capacity; the fraction
-  of accesses missing it is f_j = max(0, 1 - 1/r_j): 0 while the data fit, tending to 1
-  (the expected miss rate of a cyclic reference string under random replacement);
-* lines of a side with d <= line are streamed (the hardware prefetches neighbours), lines of a
-  side with d > line are sparse: each gets its own cost per level (``m<j>s``, ``m<j>p``);
-* the last level is shared (with other CPUs, and in a virtual machine with other guests):
-  its capacity is a candidate at its size over 1, 2 and 4 (``m3s_2``, ``m3p_4``, ...), and the
+* a level holds the message's lines as a set-associative LRU cache under a cyclic reference
+  string: a set with k <= ways of the lines hits them all, a set with k > ways misses them
+  all (each line is evicted just before its reuse), so f_j is the fraction of lines in
+  overfull sets (:func:`lru_miss_fraction`). The mean load of a line's set is every side's
+  lines over the sets it reaches; where the index lies within the page (L1) the lines spread
+  evenly and f_j is a step at the capacity; where page frames of random colour pick part of
+  the set (a physically indexed L2), the other lines of a line's set are ~ Poisson(load) and
+  f_j = P(Poisson(load) >= ways) (checked against a brute-force LRU simulation in the
+  tests). (The previous ramp max(0, 1 - capacity/footprint) is random replacement's rate; it
+  rose too late and too slowly for this host's transitions.)
+* the last level is hashed: its slices are picked by a hash of the physical address (Intel's
+  and AMD's sliced L3s), so every stride reaches all its sets (no colour reduction there);
+  it is also shared (with other CPUs, and in a virtual machine with other guests): its
+  capacity is a candidate at its size over 1, 2 and 4 (``m3s_2``, ``m3p_4``, ...), and the
   term search keeps what the host shows;
+* lines of a side with d <= line are streamed (the hardware prefetches neighbours), lines of a
+  side with d > line are sparse: each gets its own cost per level (``m<j>s``, ``m<j>p``); the
+  contiguous copy's streamed lines (``m<j>v``) are apart from the word loop's, whose loop
+  hides most of a miss (0.24 ns/B per word against the vector copy's 0.01 ns/B);
 * the TLB (which the paper leaves out and blames for its errors at large s and d): pages per
-  byte min(d, page)/(8 page) of each side times the miss fraction over a TLB's reach, for the
+  byte min(d, page)/(8 page) of each side times the miss fraction of a fully associative LRU
+  TLB under the cyclic string of the span's pages (a step at its reach), for the
   description's DTLB entries and 4, 16, 64, 256 times it (``tlb64``, ``tlb1024``, ...): sysfs
   lists no TLB on x86 and no description has the second-level one;
+* the page walk of a TLB miss (``w<j>``, levels 2 on): it reads the page's 8-byte entry, the
+  entries of the span lie together (span/page x 8 bytes) and share level j with the data, so
+  pages per byte x the LRU miss fraction of (entry lines + data lines) at level j;
 * ``loop``: 1 where the kernel copies one word per row (pack, unpack, strided copy), 0 for the
   contiguous copy, which moves whole rows with vector instructions (copy only).
 
@@ -155,9 +170,49 @@ def effective_capacity(level: CacheLevel, d_bytes: ArrayLike, page_bytes: int) -
 
 
 def miss_fraction(pressure: ArrayLike) -> Array:
-    """max(0, 1 - 1/r) for a level under pressure r (footprint / capacity, summed over sides)."""
+    """max(0, 1 - 1/r) for a level under pressure r (footprint / capacity, summed over sides):
+    random replacement's miss rate on a cyclic reference string (kept for comparison; the
+    curve terms use :func:`lru_miss_fraction`)."""
     r = np.asarray(pressure, dtype=np.float64)
     return np.where(r > 1.0, 1.0 - 1.0 / np.maximum(r, 1.0), 0.0)
+
+
+def poisson_tail(lam: ArrayLike, k: int) -> Array:
+    """P(K >= k) for K ~ Poisson(lam): 1 - sum_{i<k} e^-lam lam^i / i! (k small: a cache's
+    ways)."""
+    lam = np.maximum(np.asarray(lam, dtype=np.float64), 0.0)
+    term = np.exp(-lam)
+    below = np.zeros_like(lam)
+    for i in range(k):
+        below = below + term
+        term = term * lam / (i + 1)
+    return np.clip(1.0 - below, 0.0, 1.0)
+
+
+def lru_miss_fraction(load: ArrayLike, ways: int, random_frames: bool) -> Array:
+    """The fraction of a side's lines that miss a set-associative LRU level when the message is
+    copied again and again (a cyclic reference string), ``load`` the mean number of lines
+    (of every side) that share a line's set.
+
+    A set holding k distinct lines of a cycle hits them all while k <= ways and misses them
+    all when k > ways (LRU evicts each line just before its reuse), so the miss fraction is
+    the fraction of lines in sets holding more than ``ways`` lines:
+
+    * ``random_frames`` (a physically indexed level with more sets than a page has lines, so
+      the page frame's colour picks part of the set, and frames come in random colours): a
+      page puts at most one line of a side in a given set, so the number of *other* lines in
+      a line's set is a sum of Bernoulli draws, ~ Poisson(load), and the line misses when they
+      are >= ways: f = P(Poisson(load) >= ways);
+    * else (the index lies within the page: the addresses pick the sets) the lines spread
+      evenly, floor(load) or ceil(load) per set: f = 0 for load <= ways, (load - ways)
+      (ways + 1) / load between ways and ways + 1 (the lines in the sets with ways + 1),
+      1 beyond: a step at the capacity.
+    """
+    x = np.asarray(load, dtype=np.float64)
+    if random_frames:
+        return poisson_tail(x, ways)
+    between = (x - ways) * (ways + 1) / np.maximum(x, 1e-300)
+    return np.where(x <= ways, 0.0, np.where(x >= ways + 1, 1.0, between))
 
 
 def sides(op: str, d_bytes: ArrayLike) -> tuple[Array, Array]:
@@ -190,7 +245,8 @@ def check_message(s_bytes: ArrayLike, d_bytes: ArrayLike, where: str = "message"
 def features(op: str, s_bytes: ArrayLike, d_bytes: ArrayLike, h: Hierarchy
              ) -> dict[str, Array]:
     """The inputs of the curve terms (per byte of message) for ``op`` at (s, d): ``s``, ``d``,
-    ``loop``, per level j ``m<j>s`` and ``m<j>p``, and ``tlb`` (module docstring)."""
+    ``loop``, per level j ``m<j>s``, ``m<j>p`` (and ``m<j>v`` for copy), ``w<j>`` from level
+    2 on, and ``tlb<entries>`` (module docstring)."""
     check_message(s_bytes, d_bytes)
     s = np.asarray(s_bytes, dtype=np.float64)
     d = np.asarray(d_bytes, dtype=np.float64)
@@ -199,32 +255,49 @@ def features(op: str, s_bytes: ArrayLike, d_bytes: ArrayLike, h: Hierarchy
     out: dict[str, Array] = {"s": s.astype(float), "d": d.astype(float)}
     out["loop"] = (d > WORD_BYTES).astype(float) if op == "copy" else np.ones_like(s)
     ld, st = sides(op, d)
+    strides = (ld, st)
+    page = h.page_bytes
+    span_pages = sum(np.ceil(n * x / page) for x in strides)
+    per_byte_pages = sum(np.minimum(x, page) / (WORD_BYTES * page) for x in strides)
     for lv in h.levels:
         line = lv.line_bytes
-        streamed = np.zeros_like(s)
-        sparse = np.zeros_like(s)
-        for stride in (ld, st):
-            per_byte = np.minimum(stride, line) / (WORD_BYTES * line)
-            streamed = streamed + np.where(stride <= line, per_byte, 0.0)
-            sparse = sparse + np.where(stride > line, per_byte, 0.0)
+        random_frames = lv.sets > max(1, page // line)
+        hashed = lv is h.levels[-1] and len(h.levels) > 1
+        lines = [n * np.minimum(x, line) / line for x in strides]
+        # Sets each side reaches: the stride's line slots x the page colours (module
+        # docstring); a hashed last level spreads every stride over all its sets.
+        reach = [np.full_like(s, float(lv.sets)) if hashed
+                 else effective_capacity(lv, x, page) / (lv.ways * line) for x in strides]
         for share in shares(lv, h):
-            pressure = np.zeros_like(s)
-            for stride in (ld, st):
-                footprint = n * np.minimum(stride, line)
-                pressure = pressure + footprint * share / effective_capacity(lv, stride,
-                                                                             h.page_bytes)
-            f = miss_fraction(pressure)
+            streamed = np.zeros_like(s)
+            sparse = np.zeros_like(s)
+            for i, stride in enumerate(strides):
+                # Mean lines in a set of side i: every side's lines over the sets it reaches,
+                # the narrower side's sets lying within the wider one's (a line of side i
+                # meets lines_k / max(reach_i, reach_k) lines of side k on average); a
+                # share of the level leaves it 1/share of the ways.
+                load = share * sum(lines[k] / np.maximum(reach[i], reach[k])
+                                   for k in range(len(strides)))
+                f = lru_miss_fraction(load, lv.ways, random_frames or hashed)
+                per_byte = np.minimum(stride, line) / (WORD_BYTES * line)
+                streamed = streamed + np.where(stride <= line, f * per_byte, 0.0)
+                sparse = sparse + np.where(stride > line, f * per_byte, 0.0)
             suffix = "" if share == 1 else f"_{share}"
-            out[f"m{lv.level}s{suffix}"] = f * streamed
-            out[f"m{lv.level}p{suffix}"] = f * sparse
-    page = h.page_bytes
-    pages = np.zeros_like(s)
-    per_byte_pages = np.zeros_like(s)
-    for stride in (ld, st):
-        pages = pages + np.ceil(n * stride / page)
-        per_byte_pages = per_byte_pages + np.minimum(stride, page) / (WORD_BYTES * page)
+            if op == "copy":  # the vector copy's lines apart from the word loop's
+                out[f"m{lv.level}v{suffix}"] = (1.0 - out["loop"]) * streamed
+                streamed = out["loop"] * streamed
+            out[f"m{lv.level}s{suffix}"] = streamed
+            out[f"m{lv.level}p{suffix}"] = sparse
+            if lv is not h.levels[0]:
+                # The page walk of a TLB miss reads the page's 8-byte entry; the entries of
+                # a side's span lie together (span / page x 8 bytes) and share the level
+                # with the data lines: a page whose entry misses costs one more line.
+                walk = share * (span_pages * 8 / line + sum(lines)) / lv.sets
+                out[f"w{lv.level}{suffix}"] = (
+                    lru_miss_fraction(walk, lv.ways, random_frames or hashed) * per_byte_pages)
     for entries in tlb_reaches(h):
-        out[f"tlb{entries}"] = miss_fraction(pages / entries) * per_byte_pages
+        # A fully associative LRU TLB under the cyclic string of pages: a step at its reach.
+        out[f"tlb{entries}"] = lru_miss_fraction(span_pages, entries, False) * per_byte_pages
     return out
 
 
@@ -249,6 +322,10 @@ def candidate_terms(op: str, h: Hierarchy) -> tuple[str, ...]:
         for share in shares(lv, h):
             suffix = "" if share == 1 else f"_{share}"
             terms += [t.format(j=lv.level) + suffix for t in LEVEL_TERMS]
+            if op == "copy":
+                terms.append(f"m{lv.level}v{suffix}")
+            if lv is not h.levels[0]:
+                terms.append(f"w{lv.level}{suffix}")
     return (*terms, *(f"tlb{e}" for e in tlb_reaches(h)))
 
 
@@ -626,6 +703,7 @@ def seconds_per_byte(v: float) -> str:
 __all__ = ["FORMAT", "OPS", "P2P_ROLES", "SUPPORTED_VERSIONS", "VERSION", "Comparison", "Cost",
            "Curve", "Hierarchy", "Measurements", "MemLogP", "P2PRow", "Point", "Row",
            "alpha_of", "broadcast_cost", "candidate_terms", "compare", "effective_capacity",
-           "features", "fit", "line_slots", "load_measurements", "measurements_from_json",
-           "miss_fraction", "p2p_cost", "p2p_rows", "paper_broadcast_cost", "seconds_per_byte",
-           "shares", "sides", "tlb_reaches", "usable_terms"]
+           "features", "fit", "line_slots", "load_measurements", "lru_miss_fraction",
+           "measurements_from_json", "miss_fraction", "p2p_cost", "p2p_rows",
+           "paper_broadcast_cost", "poisson_tail", "seconds_per_byte", "shares", "sides",
+           "tlb_reaches", "usable_terms"]

@@ -48,12 +48,75 @@ def test_miss_fraction() -> None:
     assert ml.miss_fraction([0.5, 1.0, 2.0, 4.0]).tolist() == [0.0, 0.0, 0.5, 0.75]
 
 
+def _lru_cycle_misses(set_of_line: list[int], ways: int) -> int:
+    """Brute force: an LRU cache of ``ways`` per set, the lines read in order twice; the
+    misses of the second pass (the steady state of a cyclic reference string)."""
+    from collections import OrderedDict
+
+    sets: dict[int, OrderedDict[int, None]] = {}
+    misses = 0
+    for rep in range(2):
+        for line, s in enumerate(set_of_line):
+            q = sets.setdefault(s, OrderedDict())
+            if line in q:
+                q.move_to_end(line)
+                continue
+            misses += rep
+            q[line] = None
+            if len(q) > ways:
+                q.popitem(last=False)
+    return misses
+
+
+@pytest.mark.parametrize("lines,sets,ways", [(64, 16, 4), (64, 16, 3), (70, 16, 4),
+                                             (72, 16, 4), (80, 16, 4), (200, 16, 8),
+                                             (2100, 1, 2048), (4096, 1, 4096)])
+def test_lru_step_by_simulation(lines: int, sets: int, ways: int) -> None:
+    # The index within the page (L1) or a fully associative TLB: lines spread evenly.
+    got = _lru_cycle_misses([i % sets for i in range(lines)], ways) / lines
+    assert float(ml.lru_miss_fraction(lines / sets, ways, False)) == pytest.approx(got)
+
+
+@pytest.mark.parametrize("pages,ways", [(64, 2), (128, 2), (192, 4), (256, 4), (384, 4),
+                                        (512, 8)])
+def test_lru_random_frames_by_simulation(pages: int, ways: int) -> None:
+    # Physically indexed: one line per page at the same slot (d a multiple of the page), the
+    # set = the random colour of the page's frame; averaged over frame draws.
+    colours, trials = 64, 60
+    rng = np.random.default_rng(pages)
+    got = np.mean([_lru_cycle_misses(rng.integers(0, colours, pages).tolist(), ways) / pages
+                   for _ in range(trials)])
+    want = float(ml.lru_miss_fraction(pages / colours, ways, True))
+    assert want == pytest.approx(got, abs=0.04)  # Poisson for Binomial(pages - 1, 1/64)
+    assert 0.0 < want < 1.0
+
+
+def test_poisson_tail() -> None:
+    lam, k = 3.0, 4
+    want = 1 - sum(math.exp(-lam) * lam ** i / math.factorial(i) for i in range(k))
+    assert float(ml.poisson_tail(lam, k)) == pytest.approx(want)
+    assert ml.poisson_tail([0.0, 1e4], 16).tolist() == [0.0, 1.0]
+
+
 def test_features_lines_per_byte() -> None:
     # Far beyond every level: the miss fractions tend to 1 and the terms to lines per byte.
     f = ml.features("pack", 1 << 30, 4096, H)
     assert f["m1p"] == pytest.approx(1 / 8, rel=1e-3)  # one line per 8-byte word (loads)
     assert f["m1s"] == pytest.approx(1 / 64, rel=1e-3)  # contiguous stores: a line per 64 B
     assert ml.features("copy", 4096, 8, H)["m1s"] == 0.0  # 8 KiB of data fit in L1
+    # the vector copy's lines: both sides streamed, 2 lines per 64 B beyond L1 and L2
+    big = ml.features("copy", 4 << 20, 8, H)
+    assert big["m1v"] == pytest.approx(2 / 64) and big["m2v"] == pytest.approx(2 / 64)
+    assert big["m1s"] == 0.0 and ml.features("copy", 4 << 20, 64, H)["m1v"] == 0.0
+    assert ml.features("copy", 4096, 8, H)["m1v"] == 0.0
+    # page walks: a page per word at d = 8192, its entries (and data) far beyond L2
+    walk = ml.features("pack", 1 << 24, 8192, H)
+    assert walk["w2"] == pytest.approx(1 / 8 + 1 / 4096, rel=1e-3)
+    assert ml.features("pack", 4096, 8192, H)["w3"] == 0.0
+    # the TLB: a step at its reach (the span's pages of both sides)
+    tlb = ml.features("pack", 4096 * 8, 8192, H)["tlb4096"]  # 8192 + 8 pages
+    assert tlb == pytest.approx(1 / 8 + 1 / 4096)
+    assert ml.features("pack", 4096 * 2, 8192, H)["tlb4096"] == 0.0  # 2048 + 2 pages
     assert ml.features("copy", 4096, 8, H)["loop"] == 0.0
     assert ml.features("unpack", 4096, 8, H)["loop"] == 1.0
 
