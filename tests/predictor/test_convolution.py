@@ -167,3 +167,124 @@ def test_crossover(blocks: list[int], ratios: list[float], want: int | None) -> 
 def test_crossover_refuses_nan() -> None:
     with pytest.raises(BadInput):
         cv.crossover([1, 2], [0.5, float("nan")])
+
+
+# -- cache state -------------------------------------------------------------------------------
+
+def region_lines(r: cv.Region) -> set[int]:
+    """The segment lines of a region, by enumerating its addresses."""
+    return {(r.at + r.start + i * r.pitch + j) // cv.LINE
+            for i in range(r.rows) for j in range(r.cols)}
+
+
+def test_region_line_ids_enumerate_its_addresses() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        cols = int(rng.integers(1, 30))
+        r = cv.Region(int(rng.integers(1, 20)), cols, cols + int(rng.integers(0, 30)),
+                      int(rng.integers(0, 100)), cv.LINE * int(rng.integers(0, 50)))
+        assert set(r.line_ids().tolist()) == region_lines(r), r
+    with pytest.raises(BadInput, match="multiple of 8"):
+        cv.Region(2, 2, 2, 0, at=3)
+
+
+@pytest.mark.parametrize(("size", "block", "p"), [(16, 1, 2), (17, 3, 2), (21, 5, 3)])
+@pytest.mark.parametrize("name", cv.PROGRAMS)
+def test_regions_are_what_mlt_counts(name: str, size: int, block: int, p: int) -> None:
+    for s in cv.program(name, size, block, p):
+        for ops in s.ops:
+            for op in ops:
+                assert op.regions
+                if op.kind == cv.TRANSFER:  # the source's lines; the message is beta n's
+                    assert op.mlt == op.regions[0].lines
+                else:
+                    assert op.mlt == sum(r.lines for r in op.regions)
+
+
+def brute_reuse(steps: tuple[cv.Superstep, ...], rank: int) -> list[int]:
+    """Per operation of ``rank`` in program order: the distinct lines touched since the
+    oldest last touch of any of a region's lines, the largest over its regions, with the
+    program run twice (an LRU stack distance, by sets)."""
+    seq = [[region_lines(r) for r in op.regions] for s in steps for op in s.ops[rank]]
+    n, out = len(seq), []
+    for t in range(n, 2 * n):
+        dist = 0
+        for lines in seq[t % n]:
+            since = min(max(u for u in range(t) if line in set().union(*seq[u % n]))
+                        for line in lines)
+            dist = max(dist, len(set().union(*(x for u in range(since, t) for x in seq[u % n]))))
+        out.append(dist)
+    return out
+
+
+@pytest.mark.parametrize(("name", "size", "block"), [("shift", 16, 3), ("scan", 17, 3),
+                                                      ("shift", 12, 1)])
+def test_reuse_lines_is_the_stack_distance(name: str, size: int, block: int) -> None:
+    steps = cv.program(name, size, block, 2)
+    got = cv.reuse_lines(steps)
+    for rank in range(2):
+        flat = [d for st in got for d in st[rank]]
+        assert flat == brute_reuse(steps, rank)
+
+
+def test_shift_reuse_is_three_arrays_in_the_west_loop() -> None:
+    # acc, T_{k-1} and T_k: each rank's L x L/2 share, plus the received column and its lines.
+    L = 400
+    steps = cv.shift_program(L, 6, 2)
+    reuse = cv.reuse_lines(steps)
+    add = [reuse[i][0][-1] for i, s in enumerate(steps) if s.name == "add west 3"][0]
+    share = L * (L // 2) // cv.LINE
+    assert 3 * share <= add <= 3 * share + 2 * L
+
+
+def test_cache_rule_from_the_machine_description() -> None:
+    from counterd.machine import CacheLevel
+
+    levels = (CacheLevel(1, 32768, 8, 64, (0,)), CacheLevel(2, 1 << 20, 8, 64, (0,)),
+              CacheLevel(3, 32 << 20, 16, 64, (0, 1, 2, 3)))
+    l2 = cv.cache_rule(levels, 2, 2)
+    assert (l2.level, l2.size_bytes, l2.sharing) == (2, 1 << 20, 1)
+    last = cv.cache_rule(levels, 2)
+    assert (last.level, last.sharing) == (3, 2)  # two of its four CPUs run the program
+    assert l2.warm((1 << 20) // 64) and not l2.warm((1 << 20) // 64 + 1)
+    assert last.warm((16 << 20) // 64) and not last.warm((16 << 20) // 64 + 1)
+    with pytest.raises(BadInput, match="use one of 1, 2, 3"):
+        cv.cache_rule(levels, 2, 4)
+
+
+def test_warm_operations_use_the_warm_models() -> None:
+    cold = {k: _Linear(1.0, 0.0) for k in cv.KINDS}
+    warm = {k: _Linear(0.0, 1.0) for k in cv.KINDS if k != cv.TRANSFER}
+    steps = cv.shift_program(200, 3, 2)
+    reuse = cv.reuse_lines(steps)
+    big = cv.CacheRule(2, 1 << 30)  # everything fits: every operation warm
+    small = cv.CacheRule(2, 64)  # nothing does
+    assert cv.predict(steps, cold, warm_models=warm, rule=small) == cv.predict(steps, cold)
+    want = 0.0
+    for s in steps:  # warm: mlt, except transfers (no warm model: the cold one, n)
+        want += max(sum(o.n if o.kind == cv.TRANSFER else o.mlt for o in ops) for ops in s.ops)
+    assert cv.predict(steps, cold, warm_models=warm, rule=big) == pytest.approx(want)
+    # A rule between the two reuse distances of the init copy and an add splits them.
+    d_init, d_add = reuse[0][0][0], reuse[2][0][-1]
+    assert d_add < d_init
+    mid = cv.CacheRule(2, 64 * d_add)
+    flags = cv.warm_ops(steps, mid)
+    assert flags[2][0][-1] and not flags[0][0][0]
+
+
+@pytest.mark.parametrize(("shares", "want"), [
+    ([0.0, 0.0, 0.1, 0.9, 1.0], (4, 4)),  # firm on both sides: one block size
+    ([0.0, 0.3, 0.5, 0.85, 1.0], (2, 4)),  # b = 2, 3 uncertain
+    ([0.0, 0.0, 0.9, 0.6, 1.0], (3, 5)),  # a firm b = 3 before an uncertain b = 4
+    ([0.0, 0.1, 0.15, 0.0, 0.1], (None, None)),  # Conv-Shift firmly faster throughout
+    ([0.0, 0.0, 0.0, 0.5, 0.7], (4, None)),  # not firm at the largest block size
+])
+def test_crossover_range(shares: list[float], want: tuple[int | None, int | None]) -> None:
+    assert cv.crossover_range([1, 2, 3, 4, 5], shares) == want
+
+
+def test_crossover_range_refuses_bad_shares() -> None:
+    with pytest.raises(BadInput):
+        cv.crossover_range([1, 2], [0.5, 1.5])
+    with pytest.raises(BadInput):
+        cv.crossover_range([1], [0.5], firm=0.4)
