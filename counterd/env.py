@@ -7,7 +7,7 @@ counts programs (:mod:`counterd.recording`, :mod:`counterd.backends.callgrind`) 
 from __future__ import annotations
 
 ENV_RUN_ID = "COUNTERD_RUN_ID"
-ENV_SPOOL = "COUNTERD_SPOOL"  # a directory: each process appends its events to <pid>.jsonl
+ENV_SPOOL = "COUNTERD_SPOOL"  # a directory: each process writes its markers to a file there
 ENV_BACKEND = "COUNTERD_BACKEND"
 ENV_EVENTS = "COUNTERD_EVENTS"  # comma-separated canonical counters
 ENV_RANK = "COUNTERD_RANK"

@@ -105,6 +105,7 @@ from typing import Any, ClassVar, NamedTuple, Protocol, TypeGuard
 
 from counterd import strictjson
 from counterd.errors import BadInput, PicklableError
+from counterd.events import CounterValue, Source
 from counterd.records import (
     INT32_MAX,
     INT64_MAX,
@@ -160,6 +161,7 @@ FLAG_BITS = ("incomplete", "unmatched_end", "nested", "exception", "multiplexed"
 FLAG_BIT = {name: 1 << i for i, name in enumerate(FLAG_BITS)}
 SOURCES = ("measured", "simulated", "extrapolated", "assumed")  # counterd.events.Source values
 SOURCE_INDEX = {source: i for i, source in enumerate(SOURCES)}
+_SOURCE = {s: Source(s) for s in SOURCES}
 
 
 class ProtocolError(PicklableError):
@@ -696,6 +698,28 @@ class Close:
         except (ValueError, IndexError, ProtocolError) as exc:
             raise ProtocolError("bad_record", f"malformed CLOSE ({exc})") from None
         return cls(s, c, index, begin_ns, end_ns, flags, counters, unsupported)
+
+
+def record_of(ctx: Context, opened: Open, close: Close) -> SuperstepRecord:
+    """The record a CLOSE completes: the OPEN's name, rank, cpu and params, the CLOSE's times,
+    flags, counters and unsupported counters, the context's run, pid, host and backend (the
+    daemon's sessions and the marker spool build it alike). ValueError if the record is not
+    valid (:class:`SuperstepRecord`'s checks)."""
+    return SuperstepRecord(
+        run_id=ctx.run_id, index=close.index, name=opened.name, rank=opened.rank, pid=ctx.pid,
+        cpu=opened.cpu, begin_ns=close.begin_ns, end_ns=close.end_ns,
+        counters={k.name: CounterValue(k.value, _SOURCE[k.source], k.ratio, k.raw)
+                  for k in close.counters},
+        params=opened.params, flags=close.flags, unsupported=close.unsupported,
+        backend=ctx.backend, host=ctx.host)
+
+
+def begin_line(ctx: Context, opened: Open) -> dict[str, Any]:
+    """The begin line an OPEN stands for (the fields of a JSON ``BEGIN``'s line)."""
+    return {"run_id": ctx.run_id, "index": opened.index, "name": opened.name,
+            "rank": opened.rank, "pid": ctx.pid, "cpu": opened.cpu,
+            "begin_ns": opened.begin_ns, "params": dict(opened.params),
+            "backend": ctx.backend, "host": ctx.host}
 
 
 # -- queries: users read their runs through the daemon ------------------------------------------

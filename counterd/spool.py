@@ -1,20 +1,36 @@
-"""The marker spool: one JSON-lines file per process, ``<spool>/<pid>.jsonl``.
+"""The marker spool: one file per process in the spool directory.
 
 Programs started by ``counterd record`` (and counted runs under Callgrind) write their markers
-here (:class:`counterd.markers.sinks.SpoolSink`): a ``begin`` line before a superstep's work, a
-``record`` line (a :class:`~counterd.records.SuperstepRecord` in its JSON form) after it. Each
-line is one ``write(2)`` on an O_APPEND descriptor, so a process killed at any point leaves
-whole lines only. This module is the format's one home: encoding a line, reading a file back
-(torn or damaged lines skipped), and collecting a spool directory into records.
+here (:class:`counterd.markers.sinks.SpoolSink`), in one of two forms:
+
+* ``<pid>.frames`` (the default): the marker socket's frames (:mod:`counterd.protocol`: a
+  CONTEXT once, then per superstep a binary OPEN before its work and a binary CLOSE after it;
+  a JSON BEGIN or RECORD where those do not fit) appended to a shared file mapping
+  (:class:`MappedWriter`). No system call per marker: the frame is copied into the mapping
+  and a commit counter in the file's head is advanced after it, so a process killed at any
+  point leaves every committed frame in the page cache, and the kernel writes it back. The
+  file grows by :data:`CHUNK` bytes at a time, each chunk's blocks allocated first
+  (``posix_fallocate``), so a full disk is an error at growth, never a SIGBUS at a store.
+* ``<pid>.jsonl`` (where a mapping cannot be had): a ``begin`` line before a superstep's work,
+  a ``record`` line (a :class:`~counterd.records.SuperstepRecord` in its JSON form) after it,
+  each one ``write(2)`` on an O_APPEND descriptor, so a killed process leaves whole lines.
+
+This module is the format's one home: encoding, reading a file of either form back as the same
+events (torn or damaged parts skipped), and collecting a spool directory into records.
 """
 
 from __future__ import annotations
 
 import json
+import mmap
+import os
+import struct
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from counterd import protocol
 from counterd.errors import BadInput
 from counterd.records import SuperstepRecord, incomplete_record
 
@@ -29,13 +45,131 @@ def encode_line(event: str, fields: Mapping[str, Any]) -> bytes:
     return (_encode({"ev": event, **fields}) + "\n").encode()
 
 
-def path_for(directory: Path, pid: int) -> Path:
-    return Path(directory) / f"{pid}.jsonl"
+def path_for(directory: Path, pid: int, suffix: str = ".jsonl") -> Path:
+    return Path(directory) / f"{pid}{suffix}"
+
+
+FRAMES = ".frames"
 
 
 def files(directory: Path) -> list[Path]:
-    """The spool files of a directory, in a stable order."""
-    return sorted(Path(directory).glob("*.jsonl"))
+    """The spool files of a directory (both forms), in a stable order."""
+    d = Path(directory)
+    return sorted([*d.glob("*.jsonl"), *d.glob("*" + FRAMES)])
+
+
+# -- the mapped form ----------------------------------------------------------------------------
+
+MAGIC = b"CDSPOOL1"
+_HEAD = struct.Struct("<8sQ")  # magic, bytes of frames committed after the head
+_COMMITTED = struct.Struct("<Q")
+HEAD_BYTES = 64  # frames start here
+CHUNK = 1 << 20  # the file grows by this much, its blocks allocated before they are mapped
+MAX_FRAMES_BYTES = 1 << 32  # a reader's bound on the committed bytes it trusts
+
+
+class MappedWriter:
+    """Appends frames to a spool file through a shared mapping (see the module docstring).
+    OSError from the constructor or :meth:`append` (no mapping, a full disk) leaves the
+    committed frames intact; the caller falls back to the JSON-lines form."""
+
+    def __init__(self, path: Path) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            os.posix_fallocate(fd, 0, CHUNK)
+            self._map = mmap.mmap(fd, CHUNK, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            self._fd = os.dup(fd)  # for growing the file (the mapping keeps its own)
+        finally:
+            os.close(fd)
+        _HEAD.pack_into(self._map, 0, MAGIC, 0)
+        self._end = HEAD_BYTES
+        self._lock = threading.Lock()  # threads of one process share its file
+        self.path = path
+
+    def append(self, frame: bytes) -> None:
+        with self._lock:
+            start = self._end
+            end = start + len(frame)
+            if end > len(self._map):
+                self._grow(end)
+            self._map[start:end] = frame
+            # The commit: a reader (and a crash) sees the frame only after its bytes.
+            _COMMITTED.pack_into(self._map, 8, end - HEAD_BYTES)
+            self._end = end
+
+    def _grow(self, need: int) -> None:
+        size = -(-need // CHUNK) * CHUNK
+        os.posix_fallocate(self._fd, 0, size)
+        self._map.resize(size)
+
+    def close(self) -> None:
+        with self._lock:
+            self._map.close()
+            os.close(self._fd)
+
+
+def _frames(path: Path) -> Iterator[protocol.Frame]:
+    """The committed frames of a mapped spool file, typed; a frame that does not decode is
+    skipped, and the rest of a file whose framing broke is dropped."""
+    with Path(path).open("rb") as fh:
+        head = fh.read(HEAD_BYTES)
+        if len(head) < _HEAD.size:
+            return
+        magic, committed = _HEAD.unpack_from(head)
+        if magic != MAGIC or committed > MAX_FRAMES_BYTES:
+            return
+        data = fh.read(committed)
+    dec = protocol.Decoder(max_frame=protocol.MAX_FRAME_BYTES,
+                           versions=protocol.ACCEPTED_VERSIONS)
+    dec.feed(data)
+    frames = dec.typed_frames()
+    while not dec.broken:
+        try:
+            frame = next(frames)
+        except StopIteration:
+            return
+        except protocol.ProtocolError:
+            frames = dec.typed_frames()  # a bad frame is dropped; go on with the next
+            continue
+        yield frame
+
+
+def _frame_events(path: Path) -> Iterator[dict[str, Any]]:
+    """A mapped spool file's events as :func:`read_lines` gives them: begin lines and
+    record objects."""
+    contexts: dict[int, protocol.Context] = {}
+    # By run and index, as the daemon holds them: a CLOSE names the context of its counters,
+    # which need not be its OPEN's.
+    opened: dict[tuple[str, int], protocol.Open] = {}
+    for f in _frames(path):
+        if isinstance(f, protocol.Context):
+            contexts[f.c] = f
+        elif isinstance(f, protocol.Open):
+            ctx = contexts.get(f.c)
+            if ctx is not None:
+                opened[(ctx.run_id, f.index)] = f
+                yield {"ev": BEGIN, **protocol.begin_line(ctx, f)}
+        elif isinstance(f, protocol.Close):
+            ctx = contexts.get(f.c)
+            op = opened.pop((ctx.run_id, f.index), None) if ctx is not None else None
+            if ctx is None or op is None:
+                continue
+            try:
+                rec = protocol.record_of(ctx, op, f)
+            except ValueError:
+                continue
+            yield {"ev": RECORD, **rec.to_json()}
+        elif isinstance(f, protocol.Begin):
+            yield {"ev": BEGIN, **f.line}
+        elif isinstance(f, protocol.Record):
+            yield {"ev": RECORD, **f.rec.to_json()}
+
+
+def read_events(path: Path) -> Iterator[dict[str, Any]]:
+    """The events of a spool file of either form, in write order (:func:`read_lines`)."""
+    if Path(path).suffix == FRAMES:
+        return _frame_events(path)
+    return read_lines(path)
 
 
 MAX_LINE_BYTES = 1 << 20  # a spool line is one record; the marker API caps a record's fields
@@ -66,16 +200,18 @@ def read_lines(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def collect(directory: Path) -> Iterator[SuperstepRecord]:
-    """Records from every ``<pid>.jsonl`` in ``directory``; a begin without a record becomes an
+    """Records from every spool file in ``directory``; a begin without a record becomes an
     ``incomplete`` record (the process died inside the superstep). A torn last line (killed
     mid-write is impossible for one write(2) below PIPE_BUF, but a full disk is not) or a
-    record line that is not a valid record (:meth:`SuperstepRecord.from_json`) is skipped and
-    reported as an incomplete record if its begin survived."""
+    record that is not valid (:meth:`SuperstepRecord.from_json`) is skipped and reported as
+    an incomplete record if its begin survived. A process whose mapped file could not grow
+    went on in JSON lines: a begin in one file and its record in the other are one superstep
+    (keyed by run, pid and index)."""
+    begins: dict[tuple[str, Any, Any], dict[str, Any]] = {}
+    ended: set[tuple[str, Any, Any]] = set()
     for path in files(directory):
-        begins: dict[tuple[str, int], dict[str, Any]] = {}
-        ended: set[tuple[str, int]] = set()
-        for d in read_lines(path):
-            key = (str(d.get("run_id")), d.get("index", -1))
+        for d in read_events(path):
+            key = (str(d.get("run_id")), d.get("pid"), d.get("index", -1))
             if d["ev"] == BEGIN:
                 begins[key] = d
             elif d["ev"] == RECORD:
@@ -85,9 +221,9 @@ def collect(directory: Path) -> Iterator[SuperstepRecord]:
                     continue
                 ended.add(key)
                 yield record
-        for key, d in begins.items():
-            if key not in ended:
-                try:
-                    yield incomplete_record(d)
-                except (KeyError, TypeError, ValueError):  # a damaged begin line: no record
-                    continue
+    for key, d in begins.items():
+        if key not in ended:
+            try:
+                yield incomplete_record(d)
+            except (KeyError, TypeError, ValueError):  # a damaged begin line: no record
+                continue

@@ -672,7 +672,7 @@ class CallgrindBackend:
 
 def boundary_calls_from_spool(
         path: Path) -> tuple[list[tuple[int, int]], dict[int, dict[str, Any]]]:
-    """The boundary calls one process made, in order, from its marker spool ``<pid>.jsonl``
+    """The boundary calls one process made, in order, from its marker spool file
     (format: :mod:`counterd.spool`), and its ``begin`` lines by index.
 
     The marker API writes a ``begin`` line just before its begin call and a ``record`` line
@@ -680,11 +680,11 @@ def boundary_calls_from_spool(
     order. A record without ``end_ns`` (closed at exit) made no call; an ``unmatched_end``
     record made one, for no superstep (index -1).
     """
-    from counterd.spool import read_lines
+    from counterd.spool import read_events
 
     calls: list[tuple[int, int]] = []
     begins: dict[int, dict[str, Any]] = {}
-    for d in read_lines(path):
+    for d in read_events(path):
         index = int(d.get("index", -1))
         if d.get("ev") == "begin":
             calls.append((index, BEGIN))

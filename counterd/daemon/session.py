@@ -33,7 +33,6 @@ from counterd.daemon.sampling import owner_uids
 from counterd.daemon.store import RunInfo
 from counterd.daemon.writer import Item, Writer
 from counterd.errors import CounterdError, NoSuchTarget
-from counterd.events import CounterValue, Source
 from counterd.protocol import Decoder, FrameType, ProtocolError
 from counterd.records import SuperstepRecord, incomplete_record
 
@@ -43,8 +42,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("counterd.daemon")
 
 MAX_OUTBUF = 1 << 20  # replies a client does not read; beyond, the client is dropped
-
-_SOURCE = {s: Source(s) for s in protocol.SOURCES}
 
 
 class ThrottledLog:
@@ -377,14 +374,7 @@ class Session:
             return
         try:
             close = protocol.Close.decode(body, ctx.counters)
-            bctx, op = begun.context, begun.open
-            rec = SuperstepRecord(
-                run_id=bctx.run_id, index=index, name=op.name, rank=op.rank, pid=bctx.pid,
-                cpu=op.cpu, begin_ns=close.begin_ns, end_ns=close.end_ns,
-                counters={k.name: CounterValue(k.value, _SOURCE[k.source], k.ratio, k.raw)
-                          for k in close.counters},
-                params=op.params, flags=close.flags, unsupported=close.unsupported,
-                backend=bctx.backend, host=bctx.host)
+            rec = protocol.record_of(begun.context, begun.open, close)
         except ProtocolError as exc:
             self.violation(exc.code, exc.message, seq)
             self.shared.state.count("refused", "malformed")

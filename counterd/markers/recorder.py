@@ -18,10 +18,11 @@ with their sources, params and flags. Nothing is lost silently:
   ``incomplete`` record (:func:`collect_spool`).
 
 Configuration comes from ``configure()`` or, for programs started by ``counterd record``, from
-the environment: ``COUNTERD_RUN_ID``, ``COUNTERD_SPOOL`` (a directory; each process appends
-its events to ``<pid>.jsonl`` there), ``COUNTERD_BACKEND`` (perf, papi, sim, callgrind, daemon,
-none) and ``COUNTERD_EVENTS`` (comma-separated canonical counters). Without either, records are
-kept in memory (``counterd.records()``) and counted with perf where available.
+the environment: ``COUNTERD_RUN_ID``, ``COUNTERD_SPOOL`` (a directory; each process writes
+its markers to its file there, :mod:`counterd.spool`), ``COUNTERD_BACKEND`` (perf, papi, sim,
+callgrind, daemon, none) and ``COUNTERD_EVENTS`` (comma-separated canonical counters). Without
+either, records are kept in memory (``counterd.records()``) and counted with perf where
+available.
 
 Where records go (the sink), first match wins: ``configure(spool=...)`` or
 ``configure(socket=...)``; ``COUNTERD_SPOOL`` (set by ``counterd record``); ``COUNTERD_SOCKET``
@@ -308,7 +309,7 @@ class Recorder:
         if not isinstance(sink, MemorySink):  # the begin is what survives a kill inside it
             if st.daemon_counts is None:
                 st.daemon_counts = self._daemon_counts
-            if isinstance(sink, SocketSink) and not st.daemon_counts:
+            if isinstance(sink, SocketSink | SpoolSink) and not st.daemon_counts:
                 sent = sink.open(self._ctx, index, name, rank, cpu, time.monotonic_ns(), params)
             else:
                 line = {"run_id": self.run_id, "index": index, "name": name, "rank": rank,

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import atexit
 import collections
+import errno
 import os
+import struct
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from counterd import spool
+from counterd import protocol, spool
 from counterd.env import ENV_SPOOL
 from counterd.errors import BadInput
 from counterd.markers import identity
@@ -69,14 +72,17 @@ class MemorySink:
 
 
 class SpoolSink:
-    """Appends one JSON line per begin and per record to ``<spool>/<pid>.jsonl``.
+    """Writes this process's markers to its spool file in ``<spool>/`` (:mod:`counterd.spool`).
 
-    Each line is one ``write(2)`` on an O_APPEND descriptor, so a process killed at any point
-    leaves whole lines only; a ``begin`` line with no matching record becomes an ``incomplete``
-    record when the spool is collected. A write that fails (a full disk) never raises into the
-    program: the line waits in a backlog of at most :data:`BACKLOG_LINES` lines, written
-    before the next line once the disk takes it again; lines pushed out of a full backlog are
-    counted in ``lost`` and reported once on stderr.
+    The default is ``<pid>.frames``, a shared file mapping of the marker socket's frames: an
+    OPEN at begin, a CLOSE at end, copied into the mapping, no system call per marker, and a
+    process killed at any point leaves every frame before its last marker. Where no mapping
+    can be had (or the disk fills as it grows), the rest goes to ``<pid>.jsonl``: one JSON line
+    per begin and per record, each one ``write(2)`` on an O_APPEND descriptor. A write that
+    fails there (a full disk) never raises into the program: the line waits in a backlog of
+    at most :data:`BACKLOG_LINES` lines, written before the next line once the disk takes it
+    again; lines pushed out of a full backlog are counted in ``lost`` and reported once on
+    stderr. A begin in one form and its end in the other are collected as one record.
     """
 
     BACKLOG_LINES = 65536
@@ -87,7 +93,117 @@ class SpoolSink:
         self._pid = -1
         self._backlog: collections.deque[bytes] = collections.deque()
         self.lost = 0
+        self._mapped: spool.MappedWriter | None = None
+        self._mapped_pid = -1
+        self._contexts: dict[tuple[Any, ...], int] = {}  # (ctx, counter names) -> CONTEXT id
+        self._seq = 0
+        # Guards creating the writer and numbering contexts (threads of one process share
+        # them); a forked child (one thread) makes its own.
+        self._lock = threading.RLock()
+        self._lock_pid = identity.pid
 
+    # -- the mapped form ---------------------------------------------------------------------
+    def _guard(self) -> threading.RLock:
+        if self._lock_pid != identity.pid:
+            self._lock, self._lock_pid = threading.RLock(), identity.pid
+        return self._lock
+
+    def _writer(self) -> spool.MappedWriter | None:
+        """This process's mapped writer, created on first use (and anew in a forked child);
+        None once mapping has failed in this process."""
+        pid = identity.pid
+        with self._guard():
+            if self._mapped_pid == pid:
+                return self._mapped
+            self._mapped, self._contexts = None, {}
+            try:
+                self._mapped = spool.MappedWriter(spool.path_for(self.directory, pid,
+                                                                 spool.FRAMES))
+            except OSError as exc:
+                self._mapping_failed(exc)
+            self._mapped_pid = pid  # last: other threads wait for the writer above
+            return self._mapped
+
+    def _mapping_failed(self, exc: OSError) -> None:
+        self._mapped = None
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):  # a full disk is said by _failed
+            print(f"counterd: cannot map the marker spool in {self.directory} "
+                  f"({exc.strerror}); writing it line by line instead", file=sys.stderr)
+
+    def _append(self, ftype: Any, frame: bytes | None = None,
+                payload: Mapping[str, Any] | None = None) -> bool:
+        """Append a frame (``frame`` bytes, or ``payload`` encoded as a JSON frame of
+        ``ftype``) to the mapped file; False where the mapping is not (or no longer) there."""
+        w = self._mapped if self._mapped_pid == identity.pid else self._writer()
+        if w is None:
+            return False
+        try:
+            w.append(frame if frame is not None else protocol.encode(ftype, payload or {}))
+        except OSError as exc:  # the disk is full: the file keeps what it committed
+            self._mapping_failed(exc)
+            return False
+        return True
+
+    def _context_id(self, ctx: tuple[str, int, str, str], names: tuple[str, ...]) -> int | None:
+        """The CONTEXT id of ``ctx`` and counter ``names`` in this process's file, declared
+        there first if new; None where it cannot be."""
+        key = (ctx, names)
+        c = self._contexts.get(key)
+        if c is not None:
+            return c
+        if self._writer() is None:
+            return None
+        with self._guard():  # two threads must not give two contexts one number
+            c = self._contexts.get(key)
+            if c is None:
+                if len(self._contexts) >= 0xFFFF:
+                    return None
+                c = len(self._contexts) + 1
+                self._seq += 1
+                if not self._append(protocol.FrameType.CONTEXT, payload={
+                        "s": self._seq, "c": c, "run_id": ctx[0], "pid": ctx[1], "host": ctx[2],
+                        "backend": ctx[3], "counters": list(names)}):
+                    return None
+                self._contexts[key] = c
+            return c
+
+    def open(self, ctx: tuple[str, int, str, str], index: int, name: str, rank: int, cpu: int,
+             begin_ns: int, params: dict[str, Any]) -> int:
+        """A superstep begins: an OPEN frame (a BEGIN where one does not fit, a begin line
+        where there is no mapping). Returns 1 if its end may be a CLOSE, else 0."""
+        c = self._context_id(ctx, ())
+        if c is not None:
+            self._seq += 1
+            try:
+                frame = protocol.encode_open(self._seq, c, index, begin_ns, rank, cpu, name,
+                                             params)
+            except (struct.error, ValueError):  # beyond the packed fields, or not JSON
+                frame = None
+            if frame is not None and self._append(protocol.FrameType.OPEN, frame):
+                return 1
+        self.begin({"run_id": ctx[0], "index": index, "name": name, "rank": rank,
+                    "pid": ctx[1], "cpu": cpu, "begin_ns": begin_ns, "params": params,
+                    "backend": ctx[3], "host": ctx[2]})
+        return 0
+
+    def _close_frame(self, step: Step) -> bytes | None:
+        if step.end_ns is None:
+            return None
+        counters, flags, unsupported = step.recorder._parts(step)
+        bits = protocol.flag_bits(flags)
+        if bits is None:
+            return None
+        c = self._context_id(step.recorder._ctx, tuple(counters))
+        if c is None:
+            return None
+        self._seq += 1
+        try:
+            return protocol.encode_close(self._seq, c, step.index, step.begin_ns, step.end_ns,
+                                         bits, counters.values(), unsupported)
+        except (KeyError, struct.error, ValueError):
+            return None
+
+    # -- the JSON-lines form -----------------------------------------------------------------
     def _descriptor(self) -> int:
         pid = identity.pid
         if self._fd is None or self._pid != pid:  # first use, or we are a forked child
@@ -101,12 +217,8 @@ class SpoolSink:
             self._pid = pid
         return self._fd
 
-    def _descriptor_fast(self) -> int:
-        fd = self._fd
-        return fd if fd is not None and self._pid == identity.pid else self._descriptor()
-
     def _write(self, line: bytes) -> None:
-        fd = self._descriptor_fast()
+        fd = self._descriptor()
         if not self._backlog:
             try:
                 os.write(fd, line)
@@ -136,10 +248,25 @@ class SpoolSink:
                   f"written to {self.directory} (disk full?): those supersteps have no record",
                   file=sys.stderr)
 
+    # -- sink interface ----------------------------------------------------------------------
     def begin(self, line: Mapping[str, Any]) -> None:
-        self._write(spool.encode_line(spool.BEGIN, line))
+        self._seq += 1
+        if not self._append(protocol.FrameType.BEGIN, payload={"s": self._seq,
+                                                               "line": dict(line)}):
+            self._write(spool.encode_line(spool.BEGIN, line))
 
     def record(self, rec: SuperstepRecord | Step) -> None:
-        self._write(spool.encode_line(spool.RECORD, _as_record(rec).to_json()))
+        r = _as_record(rec)
+        self._seq += 1
+        if not self._append(protocol.FrameType.RECORD, payload={"s": self._seq,
+                                                                "rec": r.to_json()}):
+            self._write(spool.encode_line(spool.RECORD, r.to_json()))
 
-    closed = record
+    def closed(self, step: Step) -> None:
+        """A superstep ended: a CLOSE if its OPEN went to this process's mapped file, else
+        a RECORD (or a record line)."""
+        if step.sent and self._mapped_pid == identity.pid and self._mapped is not None:
+            frame = self._close_frame(step)
+            if frame is not None and self._append(protocol.FrameType.CLOSE, frame):
+                return
+        self.record(step)

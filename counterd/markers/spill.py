@@ -145,7 +145,7 @@ def spill_files(paths: Sequence[Path]) -> list[Path]:
 
 def read_spill(path: Path) -> Iterator[SuperstepRecord | str]:
     """The records of a spill file in write order; a line that is not a record yields why."""
-    for d in spool.read_lines(path):
+    for d in spool.read_events(path):
         if d.get("ev") != spool.RECORD:
             yield f"a {d.get('ev')!r} line is not a spilled record"
             continue

@@ -177,13 +177,19 @@ def test_any_params_give_a_record_every_sink_can_encode(
 def test_a_full_disk_never_raises_into_the_program(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    """ENOSPC on the spool: lines wait in memory and are written, in order, once the disk
-    takes them again; beyond the backlog they are counted as lost and reported."""
+    """ENOSPC on the spool: the mapped file cannot be allocated, and the lines of the
+    JSON-lines form wait in memory and are written, in order, once the disk takes them again;
+    beyond the backlog they are counted as lost and reported."""
     (tmp_path / "spool").mkdir()
     sink = SpoolSink(tmp_path / "spool")
     sink.BACKLOG_LINES = 3
     real_write = os.write
     full = True
+
+    def fallocate(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", fallocate)
 
     def write(fd: int, data: bytes) -> int:
         if full and fd == sink._fd:

@@ -1,0 +1,153 @@
+"""The mapped marker spool: binary OPEN/CLOSE frames in a shared file mapping, no system call
+per marker; records equal to the in-memory ones; growth past a chunk; threads; a process
+killed anywhere; damage skipped; a disk that fills falls back to JSON lines, nothing lost."""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from counterd import spool
+from counterd.markers.recorder import Recorder
+from counterd.markers.sinks import MemorySink, SpoolSink
+
+
+def _recorder(directory: Path, backend: str = "none") -> Recorder:
+    return Recorder(run_id="mapped", backend=backend, spool=directory, socket="off")
+
+
+def test_markers_go_to_one_mapped_file_as_frames_and_collect_into_the_same_records(
+        tmp_path: Path) -> None:
+    rec = _recorder(tmp_path)
+    mem = Recorder(run_id="mapped", backend="none", socket="off")
+    mem.sink = MemorySink()
+    for r in (rec, mem):
+        with r.begin("load", {"n": 1000}):
+            pass
+        with r.begin("sort", {}):
+            pass
+        r.end(name="stray")  # unmatched: a RECORD frame
+    files = spool.files(tmp_path)
+    assert [f.suffix for f in files] == [spool.FRAMES]
+    got = sorted(spool.collect(tmp_path), key=lambda r: r.index)
+    want = sorted(mem.sink.records, key=lambda r: r.index)
+    assert [(r.name, r.params, r.flags) for r in got] == [
+        (r.name, r.params, r.flags) for r in want]
+    assert got[0].name == "load" and got[0].params == {"n": 1000} and got[0].end_ns
+    assert "unmatched_end" in got[2].flags
+    kinds = [d["ev"] for d in spool.read_events(files[0])]
+    assert kinds == ["begin", "record", "begin", "record", "record"]
+
+
+def test_counters_survive_the_frames(tmp_path: Path) -> None:
+    """perf software events: the CLOSE carries every counter with its source and ratio."""
+    rec = Recorder(run_id="mapped", backend="perf", events=["task_clock_ns", "page_faults"],
+                   spool=tmp_path, socket="off")
+    with rec.begin("work", {}):
+        sum(range(100_000))
+    (r,) = spool.collect(tmp_path)
+    if r.unsupported.get("*") or not r.counters:
+        pytest.skip(f"perf software events unavailable here: {r.unsupported}")
+    assert r.counters["task_clock_ns"].value > 0
+    assert r.counters["task_clock_ns"].source.value == "measured"
+
+
+def test_the_file_grows_past_a_chunk_and_threads_share_it(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    monkeypatch.setattr(spool, "CHUNK", 4096)  # grow every few frames
+    rec = _recorder(tmp_path)
+
+    def work(t: int) -> None:
+        for i in range(300):
+            with rec.begin(f"t{t}", {"i": i}):
+                pass
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    got = list(spool.collect(tmp_path))
+    assert len(got) == 1200 and not any(r.flags - {"migrated"} for r in got)
+    assert sorted(r.index for r in got) == list(range(1200))
+    assert spool.files(tmp_path)[0].stat().st_size > 4096
+
+
+def _dies_inside(directory: str) -> None:
+    rec = _recorder(Path(directory))
+    with rec.begin("done", {}):
+        pass
+    rec.begin("dies here", {})
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_process_killed_inside_a_superstep_leaves_an_incomplete_record(
+        tmp_path: Path) -> None:
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child is killed
+        try:
+            _dies_inside(str(tmp_path))
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    got = sorted(spool.collect(tmp_path), key=lambda r: r.index)
+    assert [(r.name, "incomplete" in r.flags) for r in got] == [("done", False),
+                                                               ("dies here", True)]
+
+
+def test_damage_is_skipped_never_raised(tmp_path: Path) -> None:
+    rec = _recorder(tmp_path)
+    for i in range(20):
+        with rec.begin("s", {"i": i}):
+            pass
+    (path,) = spool.files(tmp_path)
+    data = bytearray(path.read_bytes())
+    rng = random.Random(5)
+    for trial in range(60):
+        bad = bytearray(data)
+        for _ in range(rng.randint(1, 8)):
+            bad[rng.randrange(len(bad))] = rng.randrange(256)
+        if trial % 3 == 0:  # a committed count beyond the file
+            bad[8:16] = (len(bad) * 4).to_bytes(8, "little")
+        d = tmp_path / f"t{trial}"
+        d.mkdir()
+        (d / path.name).write_bytes(bytes(bad))
+        for r in spool.collect(d):  # never raises
+            assert r.run_id
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "1.frames").write_bytes(b"")
+    assert list(spool.collect(tmp_path / "empty")) == []
+
+
+def test_a_disk_that_fills_as_the_file_grows_falls_back_to_lines_and_loses_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(spool, "CHUNK", 4096)
+    real = os.posix_fallocate
+    calls = {"n": 0}
+
+    def fallocate(fd: int, offset: int, length: int) -> None:
+        calls["n"] += 1
+        if calls["n"] > 1:  # the first chunk is there, growth fails
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(fd, offset, length)
+
+    monkeypatch.setattr(os, "posix_fallocate", fallocate)
+    rec = _recorder(tmp_path)
+    assert isinstance(rec.sink, SpoolSink)
+    for i in range(200):
+        with rec.begin("s", {"i": i}):
+            pass
+    assert sorted(p.suffix for p in spool.files(tmp_path)) == [".frames", ".jsonl"]
+    got = list(spool.collect(tmp_path))
+    assert sorted(r.index for r in got) == list(range(200))
+    assert not any("incomplete" in r.flags for r in got)
+    assert capsys.readouterr().err == ""  # a full disk is not a mapping failure to report
