@@ -365,10 +365,14 @@ class Context(JsonFrame):
     host: str
     backend: str
     counters: tuple[str, ...] = ()
+    marker_ns: int | None = None  # the process's marker pair cost (SuperstepRecord.marker_ns)
 
     def payload(self) -> dict[str, Any]:
-        return {"s": self.s, "c": self.c, "run_id": self.run_id, "pid": self.pid,
-                "host": self.host, "backend": self.backend, "counters": list(self.counters)}
+        out = {"s": self.s, "c": self.c, "run_id": self.run_id, "pid": self.pid,
+               "host": self.host, "backend": self.backend, "counters": list(self.counters)}
+        if self.marker_ns is not None:
+            out["marker_ns"] = self.marker_ns
+        return out
 
     @classmethod
     def decode(cls, p: Mapping[str, Any]) -> Context:
@@ -376,7 +380,9 @@ class Context(JsonFrame):
         try:
             c, run_id, pid = p["c"], p["run_id"], p["pid"]
             host, backend, names = p["host"], p["backend"], p.get("counters", [])
-            if not (_is_int(c, 1, 0xFFFF) and isinstance(run_id, str)
+            marker = p.get("marker_ns")
+            if not ((marker is None or _is_int(marker, 0, INT64_MAX))
+                    and _is_int(c, 1, 0xFFFF) and isinstance(run_id, str)
                     and 0 < len(run_id) <= MAX_ID_CHARS and _is_int(pid, 0, INT32_MAX)
                     and isinstance(host, str) and len(host) <= MAX_ID_CHARS
                     and isinstance(backend, str) and len(backend) <= MAX_ID_CHARS
@@ -385,7 +391,7 @@ class Context(JsonFrame):
                 raise TypeError("fields of the wrong type or beyond their limits")
         except (KeyError, TypeError) as exc:
             raise ProtocolError("bad_context", f"malformed CONTEXT ({exc})") from None
-        return cls(s, c, run_id, pid, host, backend, tuple(names))
+        return cls(s, c, run_id, pid, host, backend, tuple(names), marker)
 
 
 @dataclass(frozen=True, slots=True)
@@ -711,7 +717,7 @@ def record_of(ctx: Context, opened: Open, close: Close) -> SuperstepRecord:
         counters={k.name: CounterValue(k.value, _SOURCE[k.source], k.ratio, k.raw)
                   for k in close.counters},
         params=opened.params, flags=close.flags, unsupported=close.unsupported,
-        backend=ctx.backend, host=ctx.host)
+        backend=ctx.backend, host=ctx.host, marker_ns=ctx.marker_ns)
 
 
 def begin_line(ctx: Context, opened: Open) -> dict[str, Any]:
@@ -719,7 +725,7 @@ def begin_line(ctx: Context, opened: Open) -> dict[str, Any]:
     return {"run_id": ctx.run_id, "index": opened.index, "name": opened.name,
             "rank": opened.rank, "pid": ctx.pid, "cpu": opened.cpu,
             "begin_ns": opened.begin_ns, "params": dict(opened.params),
-            "backend": ctx.backend, "host": ctx.host}
+            "backend": ctx.backend, "host": ctx.host, "marker_ns": ctx.marker_ns}
 
 
 # -- queries: users read their runs through the daemon ------------------------------------------

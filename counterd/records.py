@@ -77,6 +77,9 @@ class SuperstepRecord:
     unsupported: Mapping[str, str] = field(default_factory=dict)
     backend: str = "none"
     host: str = ""
+    # The cost of one begin + end marker pair in the process that recorded this, in ns,
+    # calibrated when its first superstep began (None: not measured, e.g. an older recorder).
+    marker_ns: int | None = None
 
     def __post_init__(self) -> None:
         # Ranges as the store and the wire hold them (SQLite and struct: 64-bit signed
@@ -102,6 +105,8 @@ class SuperstepRecord:
             raise ValueError(f"unknown flags {sorted(set(self.flags) - _KNOWN_FLAGS)}")
         if self.end_ns is None and "incomplete" not in self.flags:
             raise ValueError("a record without end_ns must carry the flag 'incomplete'")
+        if self.marker_ns is not None and not 0 <= self.marker_ns <= INT64_MAX:
+            raise ValueError(f"marker_ns {self.marker_ns} outside [0, 2^63)")
         for name, cv in self.counters.items():
             if not 0.0 <= cv.value < math.inf:  # False for NaN too
                 raise ValueError(f"counter {name} is not a finite count >= 0: {cv.value}")
@@ -119,7 +124,7 @@ class SuperstepRecord:
         return min(ratios, default=1.0)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "format": RECORD_FORMAT,
             "run_id": self.run_id,
             "index": self.index,
@@ -141,6 +146,9 @@ class SuperstepRecord:
             "backend": self.backend,
             "host": self.host,
         }
+        if self.marker_ns is not None:  # absent when not measured: records of before unchanged
+            out["marker_ns"] = self.marker_ns
+        return out
 
     @classmethod
     def from_json(cls, d: Any) -> SuperstepRecord:
@@ -164,6 +172,7 @@ class SuperstepRecord:
                 flags=frozenset(_strs(d.get("flags", []), "flags")),
                 unsupported=_str_map(d.get("unsupported", {}), "unsupported"),
                 backend=_str(d, "backend", "none"), host=_str(d, "host", ""),
+                marker_ns=None if d.get("marker_ns") is None else _int(d, "marker_ns"),
             )
         except (KeyError, TypeError, ValueError, OverflowError) as exc:  # 10**400: float()
             raise BadInput(f"malformed superstep record ({exc})", _NOT_RECORDS) from None
@@ -328,7 +337,8 @@ def incomplete_record(begin: Mapping[str, Any]) -> SuperstepRecord:
         rank=_int(begin, "rank"), pid=_int(begin, "pid"), cpu=_int(begin, "cpu"),
         begin_ns=_int(begin, "begin_ns"), end_ns=None, params=params(begin.get("params") or {}),
         flags=frozenset({"incomplete"}), backend=_str(begin, "backend", "none"),
-        host=_str(begin, "host", ""))
+        host=_str(begin, "host", ""),
+        marker_ns=None if begin.get("marker_ns") is None else _int(begin, "marker_ns"))
 
 
 def write_jsonl(records: Iterable[SuperstepRecord], path: Path) -> int:

@@ -365,7 +365,7 @@ class SocketSink:
     def _mine(self) -> bool:
         return self._pid == identity.pid  # a forked child never uses its parent's connection
 
-    def _context_id(self, ctx: tuple[str, int, str, str], names: tuple[str, ...]) -> int | None:
+    def _context_id(self, ctx: identity.Ctx, names: tuple[str, ...]) -> int | None:
         """The CONTEXT id for ``ctx`` and counter ``names`` on this connection, declaring it
         first if new; None when the connection cannot take one (the caller sends JSON) or
         broke sending it."""
@@ -379,7 +379,9 @@ class SocketSink:
             self._seq += 1
             if not self._send(self._protocol.FrameType.CONTEXT, {
                     "s": self._seq, "c": c, "run_id": ctx[0], "pid": ctx[1], "host": ctx[2],
-                    "backend": ctx[3], "counters": list(names)}) or self._sock is None:
+                    "backend": ctx[3], "counters": list(names),
+                    **({} if ctx[4] is None else {"marker_ns": ctx[4]})}) \
+                    or self._sock is None:
                 return None
             self._contexts[key] = c
         return c
@@ -402,7 +404,7 @@ class SocketSink:
             return None
 
     # -- sink interface ----------------------------------------------------------------------
-    def open(self, ctx: tuple[str, int, str, str], index: int, name: str, rank: int, cpu: int,
+    def open(self, ctx: identity.Ctx, index: int, name: str, rank: int, cpu: int,
              begin_ns: int, params: dict[str, Param]) -> int:
         """Send the begin of a superstep as an OPEN (a BEGIN where OPEN does not fit). Returns
         the connection number the OPEN went on, 0 if none (then its end goes as a RECORD)."""
@@ -584,4 +586,4 @@ def _line_of(item: Any) -> dict[str, Any]:
     ctx, index, name, rank, cpu, begin_ns, params = item
     return {"run_id": ctx[0], "index": index, "name": name, "rank": rank, "pid": ctx[1],
             "cpu": cpu, "begin_ns": begin_ns, "params": params, "backend": ctx[3],
-            "host": ctx[2]}
+            "host": ctx[2], "marker_ns": ctx[4]}

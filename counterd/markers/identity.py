@@ -20,6 +20,10 @@ from typing import Any
 
 from counterd.env import ENV_RANK, MPI_RANK_VARS
 
+# What every record of a process shares, as its sinks declare it (a daemon CONTEXT, a spool's):
+# run id, pid, host, backend label, the calibrated cost of one marker pair in ns (or None).
+Ctx = tuple[str, int, str, str, int | None]
+
 # This process's id, kept current across fork: os.getpid() is a system call and the markers'
 # hot path asked for it several times per superstep (issue 3: marker cost).
 pid = os.getpid()

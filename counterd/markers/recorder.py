@@ -187,7 +187,7 @@ class Recorder:
 
     def __init__(self, *, run_id: str | None = None, backend: str | None = None,
                  events: Sequence[str] | None = None, spool: Path | None = None,
-                 socket: Path | str | None = None) -> None:
+                 socket: Path | str | None = None, calibrate: bool = True) -> None:
         env = os.environ
         self.run_id = run_id or env.get(ENV_RUN_ID) or _export_run_id()
         name = backend or env.get(ENV_BACKEND) or "default"
@@ -201,7 +201,9 @@ class Recorder:
         self.sink: MemorySink | SpoolSink | SocketSink = make_sink(spool, socket)
         self.host = _socket.gethostname()
         self.pid = identity.pid
-        self._ctx: tuple[str, int, str, str] = (self.run_id, self.pid, self.host, "none")
+        self._ctx: identity.Ctx = (self.run_id, self.pid, self.host, "none", None)
+        self._calibrate = calibrate
+        self._marker_ns: int | None = None  # calibrated at this process's first superstep
         self._process_rank: int | None = None
         self._local = threading.local()
         self._indices = itertools.count()  # next() on it is atomic under the GIL
@@ -273,13 +275,18 @@ class Recorder:
         st = _ThreadState(pid)
         self._local.st = st
         backend = self._resolve_backend()
+        if self._calibrate and self._marker_ns is None:
+            self._marker_ns = self.calibrate()
         # What every record of this process shares; the label is fixed once the backend is
-        # resolved (SocketSink's CONTEXT frames carry it).
-        self._ctx = (self.run_id, self.pid, self.host, self._label())
+        # resolved (the sinks' CONTEXT frames carry it).
+        self._ctx = (self.run_id, self.pid, self.host, self._label(), self._marker_ns)
         if backend is None:
             return st
-        cap = backend.available()
-        events = self.events or tuple(c for c, why in cap.counters.items() if why is None)
+        # The events asked for (counterd record passes what it resolved) are opened as they
+        # are; only without them is the backend probed for what it can count (perf: an open of
+        # every event, ~20 ms, paid before the program's first superstep).
+        events = self.events or tuple(c for c, why in backend.available().counters.items()
+                                      if why is None)
         try:
             try:
                 st.group = backend.open(events, Target.this_thread(), strict=False)
@@ -314,7 +321,8 @@ class Recorder:
             else:
                 line = {"run_id": self.run_id, "index": index, "name": name, "rank": rank,
                         "pid": st.pid, "cpu": cpu, "begin_ns": time.monotonic_ns(),
-                        "params": params, "backend": self._ctx[3], "host": self.host}
+                        "params": params, "backend": self._ctx[3], "host": self.host,
+                        "marker_ns": self._ctx[4]}
                 if isinstance(sink, SocketSink):
                     line["tid"] = threading.get_native_id()
                     sink.begin(line, count=self.events)
@@ -405,7 +413,8 @@ class Recorder:
             run_id=self.run_id, index=step.index, name=step.name, rank=step.rank,
             pid=self.pid, cpu=step.cpu, begin_ns=step.begin_ns, end_ns=step.end_ns,
             counters=counters, params=step.params, flags=flags,
-            unsupported=unsupported, backend=self._ctx[3], host=self.host)
+            unsupported=unsupported, backend=self._ctx[3], host=self.host,
+            marker_ns=self._ctx[4])
 
     def _unmatched_end(self, name: str, end_ns: int) -> SuperstepRecord:
         name, _, dropped = clean_marker(name, {})
@@ -413,9 +422,50 @@ class Recorder:
         rec = SuperstepRecord(
             run_id=self.run_id, index=next(self._indices), name=name, rank=self.rank(),
             pid=self.pid, cpu=identity.current_cpu(), begin_ns=end_ns, end_ns=end_ns,
-            flags=flags, unsupported=dropped or {}, backend=self._label(), host=self.host)
+            flags=flags, unsupported=dropped or {}, backend=self._label(), host=self.host,
+            marker_ns=self._marker_ns)
         self.sink.record(rec)
         return rec
+
+    CALIBRATION_PAIRS = 64
+
+    def calibrate(self) -> int | None:
+        """The cost of one begin + end marker pair in this process, in ns: the median of
+        :data:`CALIBRATION_PAIRS` pairs (the first few dropped) through a scratch recorder with
+        the same backend, counters and kind of sink (a spool in a temporary directory, or
+        memory), none of whose records are kept. None where it cannot be measured that way:
+        through the daemon (a second connection would not cost what this one does), and under
+        Callgrind (a marker there is a counter dump)."""
+        if isinstance(self.sink, SocketSink) or self.backend_name in ("callgrind", "daemon"):
+            return None
+        import shutil
+        import statistics
+        import tempfile
+
+        tmp = tempfile.mkdtemp(prefix="counterd-calibration-") \
+            if isinstance(self.sink, SpoolSink) else None
+        probe = None
+        try:
+            probe = Recorder(run_id=self.run_id, backend=self.backend_name,
+                             events=self.events or None,
+                             spool=Path(tmp) if tmp else None, socket="off", calibrate=False)
+            if tmp is None:
+                probe.sink = MemorySink()
+            times = []
+            clock = time.monotonic_ns
+            for _ in range(self.CALIBRATION_PAIRS):
+                t0 = clock()
+                probe._end(probe.begin("calibration", {}), None)
+                times.append(clock() - t0)
+            return int(statistics.median(times[8:]))
+        except (CounterdError, OSError, ValueError):
+            return None
+        finally:
+            st = getattr(probe._local, "st", None) if probe is not None else None
+            if st is not None and st.group is not None:
+                st.group.close()
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
 
     def _label(self) -> str:
         if self._backend is not None:

@@ -144,7 +144,7 @@ class SpoolSink:
             return False
         return True
 
-    def _context_id(self, ctx: tuple[str, int, str, str], names: tuple[str, ...]) -> int | None:
+    def _context_id(self, ctx: identity.Ctx, names: tuple[str, ...]) -> int | None:
         """The CONTEXT id of ``ctx`` and counter ``names`` in this process's file, declared
         there first if new; None where it cannot be."""
         key = (ctx, names)
@@ -161,13 +161,14 @@ class SpoolSink:
                 c = len(self._contexts) + 1
                 self._seq += 1
                 if not self._append(protocol.FrameType.CONTEXT, payload={
-                        "s": self._seq, "c": c, "run_id": ctx[0], "pid": ctx[1], "host": ctx[2],
-                        "backend": ctx[3], "counters": list(names)}):
+                        "s": self._seq, "c": c, "run_id": ctx[0], "pid": ctx[1],
+                        "host": ctx[2], "backend": ctx[3], "counters": list(names),
+                        **({} if ctx[4] is None else {"marker_ns": ctx[4]})}):
                     return None
                 self._contexts[key] = c
             return c
 
-    def open(self, ctx: tuple[str, int, str, str], index: int, name: str, rank: int, cpu: int,
+    def open(self, ctx: identity.Ctx, index: int, name: str, rank: int, cpu: int,
              begin_ns: int, params: dict[str, Any]) -> int:
         """A superstep begins: an OPEN frame (a BEGIN where one does not fit, a begin line
         where there is no mapping). Returns 1 if its end may be a CLOSE, else 0."""
@@ -183,7 +184,7 @@ class SpoolSink:
                 return 1
         self.begin({"run_id": ctx[0], "index": index, "name": name, "rank": rank,
                     "pid": ctx[1], "cpu": cpu, "begin_ns": begin_ns, "params": params,
-                    "backend": ctx[3], "host": ctx[2]})
+                    "backend": ctx[3], "host": ctx[2], "marker_ns": ctx[4]})
         return 0
 
     def _close_frame(self, step: Step) -> bytes | None:

@@ -224,7 +224,8 @@ superstep</h2>
 <p class="note">Measured time is the superstep's span over all processors (max end minus min
 begin). {_text(rep.prediction_basis[:1].upper() + rep.prediction_basis[1:])}.{
     f" No prediction for {missing} of {len(rows)} supersteps: the bottleneck panel says why."
-    if missing else ""}</p>
+    if missing else ""}{" " + _esc(rep.marker_note()[:1].upper() + rep.marker_note()[1:]) + "."
+                        if rep.marker_note() else ""}</p>
 </section>
 <section><h2>Per-processor imbalance</h2>
 {plot_imbalance(rep)}

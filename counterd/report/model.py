@@ -43,6 +43,16 @@ class StepRow:
     prediction: Prediction | None = None
     # Why there is no prediction although a profile was configured ("" otherwise).
     no_prediction: str = ""
+    # The costliest marker pair of its processes (SuperstepRecord.marker_ns), None if unknown.
+    marker_ns: int | None = None
+
+    @property
+    def marker_share(self) -> float | None:
+        """The marker pair's cost as a share of the superstep's time: the part of the time
+        that is the measurement's own (begin and end each fall partly inside it)."""
+        if self.marker_ns is None or not self.time_ns:
+            return None
+        return self.marker_ns / self.time_ns
 
     @property
     def error_ratio(self) -> float | None:
@@ -122,6 +132,26 @@ class Report:
         """Whether any counter comes from a cache simulator (the sim or callgrind backend)."""
         return any(c.source == Source.SIMULATED for r in self.rows for c in r.counters.values())
 
+    MARKER_WARN = 0.01  # a marker pair above this share of a superstep is said
+
+    def marker_note(self) -> str:
+        """One line on the markers' own cost: what a pair costs, and how many supersteps it is
+        more than 1% of (those times are the measurement's as much as the program's); "" when
+        no record carries a calibrated cost."""
+        costs = [r.marker_ns for r in self.rows if r.marker_ns is not None]
+        if not costs:
+            return ""
+        over = [r for r in self.rows if (m := r.marker_share) is not None
+                and m > self.MARKER_WARN]
+        cost = f"{min(costs) / 1e3:.1f}" + ("" if min(costs) == max(costs) else
+                                           f"-{max(costs) / 1e3:.1f}")
+        text = f"markers: one begin + end pair costs {cost} us (calibrated in each process)"
+        if not over:
+            return text + f"; under {self.MARKER_WARN:.0%} of every superstep"
+        worst = max(r.marker_share or 0.0 for r in over)
+        return (text + f"; warning: it is over {self.MARKER_WARN:.0%} of {len(over)} of "
+                f"{len(self.rows)} supersteps (up to {worst:.0%}): their times include it")
+
     def error_summary(self) -> tuple[float, float] | None:
         errs = [e for r in self.rows if (e := r.error_ratio) is not None]
         return (sum(errs) / len(errs), max(errs)) if errs else None
@@ -154,7 +184,7 @@ class _Step:
     ended; work per rank = its longest record), without holding the records.
     ``tests/readers/test_streaming.py`` checks the two agree on random record sets."""
 
-    __slots__ = ("run_id", "ranks", "complete", "flags", "sources")
+    __slots__ = ("run_id", "ranks", "complete", "flags", "sources", "marker_ns")
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
@@ -162,6 +192,7 @@ class _Step:
         self.complete = True
         self.flags: frozenset[str] = frozenset()
         self.sources: dict[str, str] = {}
+        self.marker_ns: int | None = None
 
 
 class _Steps:
@@ -198,6 +229,8 @@ class _Steps:
             row.work_ns = d if row.work_ns is None else max(row.work_ns, d)
         if r.flags and not r.flags <= step.flags:
             step.flags = self._intern(step.flags | r.flags)
+        if r.marker_ns is not None and (step.marker_ns is None or r.marker_ns > step.marker_ns):
+            step.marker_ns = r.marker_ns
         for k, cv in r.counters.items():
             slot = self.names.setdefault(k, len(self.names))
             if slot >= len(row.counters):
@@ -264,7 +297,7 @@ def build(records: Iterable[SuperstepRecord], *, predict: PredictFn | None = Non
             if pred is None and not why:
                 why = "the predictor gave none"
         rows.append(StepRow(index, name, len(step.ranks), time_ns, work, counters,
-                            step.flags, pred, why))
+                            step.flags, pred, why, step.marker_ns))
     present = tuple(sorted({k for row in rows for k in row.counters}, key=_counter_order))
     note = prediction_note if predict is None else (
         prediction_note or "predictions from the configured profile")

@@ -47,6 +47,8 @@ def render_text(rep: Report) -> str:
     if summary:
         out.append(f"error ratio E = max(T,P)/min(T,P): average {summary[0]:.2f}, "
                    f"maximum {summary[1]:.2f}")
+    if note := rep.marker_note():
+        out.append(note)
     if rep.counters:
         out += ["", "per-processor counters: max / sum / imbalance (max/mean)"]
         out.append(f"{'#':>4} {'superstep':<20} {'counter':<16} {'max':>12} {'sum':>12} "
@@ -77,11 +79,14 @@ def to_json(rep: Report) -> dict[str, Any]:
                 "accuracy": dict(p.accuracy)},
             "error_ratio": r.error_ratio,
             "flags": sorted(r.flags),
+            "marker_s": None if r.marker_ns is None else r.marker_ns / NS_PER_S,
+            "marker_share": r.marker_share,
         }
 
     summary = rep.error_summary()
     return {"format": 1, "source": rep.source, "runs": list(rep.runs), "hosts": list(rep.hosts),
             "backends": list(rep.backends), "prediction_note": rep.prediction_note,
+            "marker_note": rep.marker_note(),
             "error_ratio": None if summary is None else {"average": summary[0],
                                                          "maximum": summary[1]},
             "supersteps": [row(r) for r in rep.rows]}

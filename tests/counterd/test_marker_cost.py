@@ -1,0 +1,89 @@
+"""The markers' own cost, reported: each process calibrates a begin + end pair at its first
+superstep, every record carries it (through memory, the spool's frames and lines, and the
+record's JSON), and the report says which supersteps it is more than 1% of."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from counterd import protocol, spool
+from counterd.markers.recorder import Recorder
+from counterd.markers.sinks import MemorySink
+from counterd.records import SuperstepRecord, incomplete_record
+from counterd.report import model
+from counterd.report.text import render_text, to_json
+
+
+def test_a_record_carries_its_marker_cost_and_records_without_one_are_unchanged() -> None:
+    r = SuperstepRecord("r", 0, "s", 0, 1, 0, 10, 20, marker_ns=1500)
+    assert SuperstepRecord.from_json(r.to_json()).marker_ns == 1500
+    plain = SuperstepRecord("r", 0, "s", 0, 1, 0, 10, 20)
+    assert "marker_ns" not in plain.to_json()  # the JSON (and the wire) of before
+    assert SuperstepRecord.from_json(plain.to_json()).marker_ns is None
+    with pytest.raises(ValueError):
+        SuperstepRecord("r", 0, "s", 0, 1, 0, 10, 20, marker_ns=-1)
+    line = {"run_id": "r", "index": 3, "name": "s", "rank": 0, "pid": 1, "cpu": 0,
+            "begin_ns": 5, "marker_ns": 900}
+    assert incomplete_record(line).marker_ns == 900
+
+
+def test_the_context_frame_carries_it_to_every_record_it_completes() -> None:
+    ctx = protocol.Context(1, 1, "r", 7, "h", "perf", (), 1234)
+    back = protocol.Context.decode(json.loads(protocol.encode(
+        protocol.FrameType.CONTEXT, ctx.payload())[6:]))
+    assert back.marker_ns == 1234
+    op = protocol.Open(2, 1, 0, 100, 0, 1, "s")
+    close = protocol.Close(3, 1, 0, 100, 200)
+    assert protocol.record_of(back, op, close).marker_ns == 1234
+    assert protocol.begin_line(back, op)["marker_ns"] == 1234
+    with pytest.raises(protocol.ProtocolError):
+        protocol.Context.decode({**ctx.payload(), "marker_ns": -5})
+
+
+@pytest.mark.parametrize("where", ["memory", "spool"])
+def test_each_process_calibrates_a_pair_and_its_records_carry_it(tmp_path: Path,
+                                                                 where: str) -> None:
+    rec = Recorder(run_id="m", backend="none", socket="off",
+                   spool=tmp_path if where == "spool" else None)
+    if where == "memory":
+        rec.sink = MemorySink()
+    for _ in range(3):
+        with rec.begin("s", {}):
+            pass
+    got = rec.sink.records if where == "memory" else list(spool.collect(tmp_path))
+    costs = {r.marker_ns for r in got}
+    assert len(got) == 3 and len(costs) == 1
+    (cost,) = costs
+    assert cost is not None and 100 < cost < 10_000_000  # 0.1 us .. 10 ms: measured, plausible
+    assert [p.suffix for p in tmp_path.iterdir()] == ([".frames"] if where == "spool" else [])
+
+
+def test_no_cost_is_claimed_where_it_was_not_measured(tmp_path: Path) -> None:
+    rec = Recorder(run_id="m", backend="none", socket="off", calibrate=False)
+    rec.sink = MemorySink()
+    with rec.begin("s", {}):
+        pass
+    assert rec.sink.records[0].marker_ns is None
+
+
+def _row(index: int, time_ns: int, marker_ns: int | None) -> list[SuperstepRecord]:
+    return [SuperstepRecord("r", index, f"s{index}", rank, 1 + rank, 0, 1000, 1000 + time_ns,
+                            marker_ns=marker_ns) for rank in (0, 1)]
+
+
+def test_the_report_says_which_supersteps_the_markers_weigh_on() -> None:
+    rep = model.build([*_row(0, 10_000_000, 5000), *_row(1, 100_000, 5000),
+                       *_row(2, 200_000, 5000)])
+    assert [r.marker_share for r in rep.rows] == [5000 / 10_000_000, 0.05, 0.025]
+    note = rep.marker_note()
+    assert "5.0 us" in note and "2 of 3 supersteps" in note and "up to 5%" in note
+    assert note in render_text(rep)
+    j = to_json(rep)
+    assert j["supersteps"][1]["marker_s"] == pytest.approx(5e-6)
+    assert j["supersteps"][1]["marker_share"] == pytest.approx(0.05)
+    calm = model.build(_row(0, 10_000_000, 5000))
+    assert "under 1% of every superstep" in calm.marker_note()
+    assert model.build(_row(0, 100, None)).marker_note() == ""
