@@ -255,6 +255,13 @@ class Recorder:
 
         name = self.backend_name
         try:
+            if self.events and name in backends.POLICIES["markers"].names \
+                    and name not in backends.POLICIES["markers"].outside:
+                # A backend named with its events (as counterd record passes what its probe
+                # found): opened as it is, not probed again (perf's probe opens every event,
+                # 3-6 ms each in a VM); a failure to open says why per event.
+                self._backend = backends.get(name)
+                return self._backend
             # callgrind, daemon and none count from outside the process: no backend here.
             res = backends.resolve("auto" if name == "default" else name, "markers")
             if res.backend is None:
@@ -275,13 +282,16 @@ class Recorder:
         st = _ThreadState(pid)
         self._local.st = st
         backend = self._resolve_backend()
+        if backend is not None:
+            self._open_group(st, backend)
         if self._calibrate and self._marker_ns is None:
-            self._marker_ns = self.calibrate()
+            self._marker_ns = self.calibrate(st)
         # What every record of this process shares; the label is fixed once the backend is
         # resolved (the sinks' CONTEXT frames carry it).
         self._ctx = (self.run_id, self.pid, self.host, self._label(), self._marker_ns)
-        if backend is None:
-            return st
+        return st
+
+    def _open_group(self, st: _ThreadState, backend: Any) -> None:
         # The events asked for (counterd record passes what it resolved) are opened as they
         # are; only without them is the backend probed for what it can count (perf: an open of
         # every event, ~20 ms, paid before the program's first superstep).
@@ -299,7 +309,6 @@ class Recorder:
             st.read = raw if raw is not None else st.group.read
             if raw is not None:
                 st.delta = st.group.delta_raw  # type: ignore[attr-defined]
-        return st
 
     # -- markers -------------------------------------------------------------------------------
     def begin(self, name: str, params: Mapping[str, Param]) -> Step:
@@ -429,13 +438,14 @@ class Recorder:
 
     CALIBRATION_PAIRS = 64
 
-    def calibrate(self) -> int | None:
+    def calibrate(self, st: _ThreadState | None = None) -> int | None:
         """The cost of one begin + end marker pair in this process, in ns: the median of
         :data:`CALIBRATION_PAIRS` pairs (the first few dropped) through a scratch recorder with
-        the same backend, counters and kind of sink (a spool in a temporary directory, or
-        memory), none of whose records are kept. None where it cannot be measured that way:
-        through the daemon (a second connection would not cost what this one does), and under
-        Callgrind (a marker there is a counter dump)."""
+        the same backend, counters (``st``'s group, read as the markers read it; else its own)
+        and kind of sink (a spool in a temporary directory, or memory), none of whose records
+        are kept. None where it cannot be measured that way: through the daemon (a second
+        connection would not cost what this one does), and under Callgrind (a marker there is
+        a counter dump)."""
         if isinstance(self.sink, SocketSink) or self.backend_name in ("callgrind", "daemon"):
             return None
         import shutil
@@ -451,6 +461,13 @@ class Recorder:
                              spool=Path(tmp) if tmp else None, socket="off", calibrate=False)
             if tmp is None:
                 probe.sink = MemorySink()
+            if st is not None:  # the same counters, already open: none opened for this
+                shared = _ThreadState(st.pid)
+                shared.group, shared.read, shared.delta = st.group, st.read, st.delta
+                shared.unsupported = st.unsupported
+                probe._local.st = shared
+                probe._backend = self._backend
+                probe._ctx = (probe.run_id, probe.pid, probe.host, self._label(), None)
             times = []
             clock = time.monotonic_ns
             for _ in range(self.CALIBRATION_PAIRS):
@@ -461,9 +478,10 @@ class Recorder:
         except (CounterdError, OSError, ValueError):
             return None
         finally:
-            st = getattr(probe._local, "st", None) if probe is not None else None
-            if st is not None and st.group is not None:
-                st.group.close()
+            own = getattr(probe._local, "st", None) if probe is not None else None
+            if own is not None and own.group is not None and (st is None
+                                                              or own.group is not st.group):
+                own.group.close()
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
 
