@@ -89,6 +89,16 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
 
+def _add_output(p: argparse.ArgumentParser) -> None:
+    """--out, --force, --machine and --json, as every measuring command takes them."""
+    p.add_argument("--out", required=True, help="results file to write (JSON)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --out")
+    p.add_argument("--machine", metavar="FILE",
+                   help="machine description (TOML) instead of sysfs (default: "
+                   "$COUNTERD_MACHINE)")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="microbench", description="Calibration suite of Amato et al., "
                      "\"Predicting performance on SMPs\" (Table 1 generalised to this host, "
@@ -123,12 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "and strides (Cameron et al.)")
     ml.add_argument("--quick", action="store_true",
                     help="a few seconds: three sizes, two strides (for tests)")
-    ml.add_argument("--out", required=True, help="results file to write (JSON)")
-    ml.add_argument("--force", action="store_true", help="overwrite an existing --out")
-    ml.add_argument("--machine", metavar="FILE",
-                    help="machine description (TOML) instead of sysfs (default: "
-                    "$COUNTERD_MACHINE)")
-    ml.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    _add_output(ml)
     tr = sub.add_parser("transfer", help="row and column transfers between two processes "
                         "(Hur and Lin's memory-lines-touched benchmark): fit them with "
                         "predict mlt --results FILE")
@@ -147,12 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--seed", type=int, default=0, help="seed of the random cases (default 0)")
     tr.add_argument("--quick", action="store_true",
                     help="a few seconds: 110 cases per kind, sides up to 1000, one pass")
-    tr.add_argument("--out", required=True, help="results file to write (JSON)")
-    tr.add_argument("--force", action="store_true", help="overwrite an existing --out")
-    tr.add_argument("--machine", metavar="FILE",
-                    help="machine description (TOML) instead of sysfs (default: "
-                    "$COUNTERD_MACHINE)")
-    tr.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    _add_output(tr)
     return parser
 
 
