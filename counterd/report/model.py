@@ -48,8 +48,9 @@ class StepRow:
 
     @property
     def marker_share(self) -> float | None:
-        """The marker pair's cost as a share of the superstep's time: the part of the time
-        that is the measurement's own (begin and end each fall partly inside it)."""
+        """The marker pair's cost as a share of the superstep's time: what the measurement adds
+        to the run per superstep (begin's counter read falls before the superstep's clock
+        starts, end's after it stops: the measured time holds little of it)."""
         if self.marker_ns is None or not self.time_ns:
             return None
         return self.marker_ns / self.time_ns
@@ -136,8 +137,9 @@ class Report:
 
     def marker_note(self) -> str:
         """One line on the markers' own cost: what a pair costs, and how many supersteps it is
-        more than 1% of (those times are the measurement's as much as the program's); "" when
-        no record carries a calibrated cost."""
+        more than 1% of: there the markers slow the run down noticeably (the measured times
+        hold only a small part of it: begin reads the counters before the superstep's clock
+        starts, end after it stops); "" when no record carries a calibrated cost."""
         costs = [r.marker_ns for r in self.rows if r.marker_ns is not None]
         if not costs:
             return ""
@@ -149,8 +151,9 @@ class Report:
         if not over:
             return text + f"; under {self.MARKER_WARN:.0%} of every superstep"
         worst = max(r.marker_share or 0.0 for r in over)
-        return (text + f"; warning: it is over {self.MARKER_WARN:.0%} of {len(over)} of "
-                f"{len(self.rows)} supersteps (up to {worst:.0%}): their times include it")
+        return (text + f"; warning: it is over {self.MARKER_WARN:.0%} of the time of "
+                f"{len(over)} of {len(self.rows)} supersteps (up to {worst:.0%}): the markers "
+                "slow the run there (the measured times hold little of it)")
 
     def error_summary(self) -> tuple[float, float] | None:
         errs = [e for r in self.rows if (e := r.error_ratio) is not None]

@@ -80,6 +80,7 @@ def test_the_report_says_which_supersteps_the_markers_weigh_on() -> None:
     assert [r.marker_share for r in rep.rows] == [5000 / 10_000_000, 0.05, 0.025]
     note = rep.marker_note()
     assert "5.0 us" in note and "2 of 3 supersteps" in note and "up to 5%" in note
+    assert "slow the run" in note
     assert note in render_text(rep)
     j = to_json(rep)
     assert j["supersteps"][1]["marker_s"] == pytest.approx(5e-6)
