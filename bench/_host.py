@@ -5,6 +5,9 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import sys
+from collections.abc import Callable
+from pathlib import Path
 
 
 def host_line() -> str:
@@ -15,3 +18,16 @@ def host_line() -> str:
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     return (f"host {h.hostname}: {h.cpu_model}, {h.cpus_online} CPUs, kernel {h.kernel}, {pmu}, "
             f"python {platform.python_version()}, pid {os.getpid()}, {now}")
+
+
+def guarded(main: Callable[[], int]) -> int:
+    """A bench script's ``main`` with bad input (a missing or damaged file, a bad option value)
+    said in one line on stderr and exit code 2, not a traceback."""
+    from counterd.errors import CounterdError
+    from predictor.errors import PredictorError
+
+    try:
+        return main()
+    except (CounterdError, PredictorError) as exc:
+        print(f"{Path(sys.argv[0]).name}: {exc}", file=sys.stderr)
+        return 2

@@ -64,10 +64,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._host import host_line  # noqa: E402
+from bench._host import guarded, host_line  # noqa: E402
 from counterd import machine  # noqa: E402
 from predictor import convolution as cv  # noqa: E402
-from predictor.errors import PredictorError  # noqa: E402
+from predictor.errors import BadInput, PredictorError  # noqa: E402
 
 MODELS = ("S1", "M1")
 
@@ -272,11 +272,19 @@ def samples(meas: dict[str, Any], files: dict[str, tuple[np.ndarray, np.ndarray,
 
 # -- report ------------------------------------------------------------------------------------
 
-def _blocks(text: str) -> list[int]:
-    if "-" in text:
-        a, b = text.split("-")
-        return list(range(int(a), int(b) + 1))
-    return [int(x) for x in text.split(",")]
+def _ints(text: str, what: str) -> list[int]:
+    """``1-10`` or ``1,2,5``: positive integers in increasing order, else BadInput."""
+    try:
+        if "-" in text:
+            a, b = text.split("-")
+            out = list(range(int(a), int(b) + 1))
+        else:
+            out = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise BadInput(f"{what} {text!r}", "write e.g. 1-10 or 200,400") from None
+    if not out or min(out) < 1 or out != sorted(set(out)):
+        raise BadInput(f"{what} {text!r}", "give positive values in increasing order")
+    return out
 
 
 def _show(x: int | None) -> str:
@@ -324,9 +332,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=None, help="write everything here")
     args = ap.parse_args(argv)
-    args.sizes = [int(x) for x in (args.sizes or ("200,400" if args.quick
-                                                  else "200,400,700,1000")).split(",")]
-    args.blocks = _blocks(args.blocks)
+    args.sizes = _ints(args.sizes or ("200,400" if args.quick else "200,400,700,1000"),
+                       "--sizes")
+    args.blocks = _ints(args.blocks, "--blocks")
     args.rounds = args.rounds or (3 if args.quick else 7)
     args.extra_rounds = args.extra_rounds if args.extra_rounds is not None else \
         (4 if args.quick else 24)
@@ -499,4 +507,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main))

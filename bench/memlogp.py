@@ -25,9 +25,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._host import host_line  # noqa: E402
+from bench._host import guarded, host_line  # noqa: E402
 from predictor import memlogp as ml  # noqa: E402
 from predictor.cli import main as predict_main  # noqa: E402
+from predictor.errors import BadInput  # noqa: E402
 
 TARGET = 0.25
 
@@ -57,7 +58,9 @@ def main() -> int:
     print(f"fit on {paths[0]}, predict {paths[1]}"
           + (f" (measured in {took[0]:.0f} s and {took[1]:.0f} s)" if took else ""))
     sys.stdout.flush()
-    predict_main(["memlogp", "--results", str(paths[0]), "--validate", str(paths[1])])
+    code = predict_main(["memlogp", "--results", str(paths[0]), "--validate", str(paths[1])])
+    if code:
+        return code
     fit_m, check_m = ml.load_measurements(paths[0]), ml.load_measurements(paths[1])
     model = ml.fit(fit_m)
     cmp = ml.compare(model, check_m, str(paths[1]))
@@ -65,6 +68,9 @@ def main() -> int:
     first = {(p.op, p.s_bytes, p.d_bytes): p.per_byte_s for p in fit_m.points}
     floor = np.array([first[(r.op, r.s_bytes, r.d_bytes)] / r.measured_s_per_byte - 1
                       for r in cmp.rows if (r.op, r.s_bytes, r.d_bytes) in first])
+    if floor.size != errors.size:
+        raise BadInput(f"{paths[0]} and {paths[1]} measured different points",
+                       "give two runs of the same plan (both --quick or neither)")
     worst = cmp.worst
     print()
     print(f"{'':34} {'points':>6} {'mean |err|':>10} {'worst':>8} {'range':>17} "
@@ -82,4 +88,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main))

@@ -20,15 +20,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._host import host_line  # noqa: E402
+from bench._host import guarded, host_line  # noqa: E402
 from predictor import mlt  # noqa: E402
 from predictor.cli import render_table2  # noqa: E402
+from predictor.errors import BadInput  # noqa: E402
 from predictor.inputs import read_json  # noqa: E402
 
 
@@ -47,8 +49,8 @@ def between_runs(a: mlt.Transfers, b: mlt.Transfers, test: np.ndarray) -> tuple[
     """R^2 (eq. 11) of run B's times as the prediction of run A's, on the test messages, and
     on the narrow ones among them."""
     if a.times.size != b.times.size or not np.array_equal(a.n, b.n):
-        raise SystemExit("the two runs did not measure the same messages: give runs of the "
-                         "same --seed and --cases")
+        raise BadInput("the two runs did not measure the same messages",
+                       "give runs of the same --seed and --cases")
     narrow = a.narrow[test]
     r_all = mlt.r_squared(a.times[test], b.times[test])
     r_narrow = (mlt.r_squared(a.times[test][narrow], b.times[test][narrow])
@@ -78,7 +80,9 @@ def main() -> int:
           + (f" ({took[0]:.0f} s and {took[1]:.0f} s)" if took else "")
           + f"; d drawn {docs[0].get('config', {}).get('d_dist', '?')}, "
           f"source lines {docs[0].get('state', '?')} before each exchange")
-    fits, got, figures = {}, {}, {}
+    fits: dict[str, tuple[mlt.RegressionFit, ...]] = {}
+    got: dict[str, mlt.Transfers] = {}
+    figures: dict[str, dict[str, Any]] = {}
     for kind in mlt.TRANSFER_KINDS:
         ta, tb = (mlt.transfers(d, kind, str(p)) for d, p in zip(docs, paths, strict=True))
         got[kind] = ta
@@ -111,4 +115,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(guarded(main))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -178,6 +179,10 @@ def _launch(cmd: list[str], env: Mapping[str, str]) -> tuple[int, int]:
     pid = os.fork()
     if pid == 0:  # the child: only os calls until exec, then nothing of the recorder is left
         try:
+            # What Python set for itself is not the command's (subprocess resets these too):
+            # a command writing to a closed pipe dies of SIGPIPE, as it would unrecorded.
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(sig, signal.SIG_DFL)
             os.close(ready_r)
             os.close(go_w)
             os.write(ready_w, b"r")
@@ -225,11 +230,17 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
         spool = Path(spool_dir)
         env = {**_env(run_id, spool, marker_backend, marker_events), **extra_env}
         pid, go_w = _launch(cmd, env)
-        group = _whole_command_group(marker_backend, events, pid)
-        start = group.read() if group is not None else None
-        begin_ns = time.monotonic_ns()
-        os.write(go_w, b"g")
-        os.close(go_w)
+        went = False
+        try:
+            group = _whole_command_group(marker_backend, events, pid)
+            start = group.read() if group is not None else None
+            begin_ns = time.monotonic_ns()
+            os.write(go_w, b"g")
+            went = True
+        finally:  # a failure before the go byte: the child reads EOF and exits 125, unrun
+            os.close(go_w)
+            if not went:
+                _wait(pid)
         code = _wait(pid)
         end_ns = time.monotonic_ns()
         stop = group.read() if group is not None else None

@@ -21,6 +21,7 @@ events (torn or damaged parts skipped), and collecting a spool directory into re
 
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import os
@@ -74,7 +75,17 @@ class MappedWriter:
     committed frames intact; the caller falls back to the JSON-lines form."""
 
     def __init__(self, path: Path) -> None:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        # A new file, never another's: a pid the kernel gave again in the same run writes
+        # next to the first process's file (<pid>-1.frames, ...), never over it.
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        for k in range(1, 1000):
+            try:
+                fd = os.open(path, flags, 0o644)
+                break
+            except FileExistsError:
+                path = path.with_name(f"{path.name.split('.')[0].split('-')[0]}-{k}{FRAMES}")
+        else:
+            raise FileExistsError(errno.EEXIST, "no free spool file name", str(path))
         try:
             os.posix_fallocate(fd, 0, CHUNK)
             self._map = mmap.mmap(fd, CHUNK, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
@@ -90,6 +101,8 @@ class MappedWriter:
         with self._lock:
             start = self._end
             end = start + len(frame)
+            if end - HEAD_BYTES > MAX_FRAMES_BYTES:  # what a reader trusts: go on in lines
+                raise OSError(errno.EFBIG, "the mapped spool file is full")
             if end > len(self._map):
                 self._grow(end)
             self._map[start:end] = frame

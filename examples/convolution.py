@@ -15,7 +15,8 @@ touched, by :mod:`predictor.convolution` (the arrays' offsets come from there to
 
 The time of a superstep is the BSP one: each processor times its own work (perf_counter_ns,
 not the barrier) and the superstep takes the slowest processor's time; the total is the sum.
-Every run is checked against a direct computation of the convolution.
+The last run of each (program, L, b) is checked against a direct computation of the
+convolution.
 
     python examples/convolution.py shift --size 1000 --block 4 [-p 2] [--repeat 5] [--json]
 
@@ -451,7 +452,7 @@ def _worker(rank: int, p: int, jobs: Sequence[Job], offsets: Sequence[int], word
         if markers:
             counterd.set_rank(rank)
         mem = _Memory(shm.buf, words)
-        mem.flat[rank::p * cv.PAGE_WORDS] = 0.0  # first touch, spread over the processors
+        mem.flat[rank * cv.PAGE_WORDS::p * cv.PAGE_WORDS] = 0.0  # first touch: every p-th page
         mem.flat[::cv.PAGE_WORDS].sum()  # every page mapped in this process
         all_times = np.ndarray((offsets[-1],), dtype=np.int64, buffer=times_shm.buf)
         area = _calib_area(jobs)

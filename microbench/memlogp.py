@@ -273,8 +273,8 @@ def write(path: str | Path, doc: dict[str, Any]) -> None:
 def measure(machine: Machine, plan: Plan, out: str | Path | None = None, *,
             force: bool = False, progress: Progress = no_progress) -> dict[str, Any]:
     """Run ``plan`` on ``machine``; return the results document, also written to ``out``
-    (atomically, after every point) when given. An existing ``out`` is refused unless
-    ``force``."""
+    (atomically, after every round, so an interrupted run keeps its finished rounds) when
+    given. An existing ``out`` is refused unless ``force``."""
     if any(p.workers > machine.max_procs for p in plan.points):
         raise BadInput(f"the plan has two-CPU points and this host has {machine.max_procs} "
                        "CPU", "run the plan of this host (default_plan / quick_plan)")
@@ -314,8 +314,10 @@ def measure(machine: Machine, plan: Plan, out: str | Path | None = None, *,
                     k.warmup += t.warmup_samples_ns.tolist()
                     k.flags |= set(t.flags)
                     k.attempts += attempts
-        doc["points"] = [_record(p, copy_call(p, page), taken[p], overhead)
-                         for p in plan.points]
+            doc["points"] = [_record(p, copy_call(p, page), taken[p], overhead)
+                             for p in plan.points]
+            if path is not None:
+                write(path, doc)
     progress(len(plan.points), len(plan.points), "done")
     doc["complete"] = True
     doc["finished"] = results.now_iso()

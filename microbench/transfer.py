@@ -7,10 +7,12 @@ sender's rows or columns out of the shared matrix into its own buffer. Here two 
 processes own the two halves of an L_R x L_C matrix of 8-byte words, stored row-major (a 1 x 2
 mesh for column transfers, 2 x 1 for row transfers), and exchange d columns or rows at once:
 each copies its neighbour's boundary (``counterd_copy2d``) into a ghost buffer of its own. Before
-every exchange each process stores over its whole block, as the computation of a superstep
-would, so the block's lines are dirty in the owner's cache where they fit and in memory where
-they do not; the exchange then pays what the lines it touches cost. A message's time is the
-slower process's own copy time (its clock read right before and after the copy).
+every exchange the owner of each message's source flushes its lines from every cache (state
+``cold``, the default: every line the message touches comes from memory, the compulsory
+misses MLT counts), or stores over its whole block as the computation of a superstep would
+(state ``dirty``: the lines are dirty in the owner's cache where they fit, in memory where they
+do not). A message's time is the slower process's own copy time (its clock read right before
+and after the copy).
 
 Both exchanges of a case move the same n bytes, but their source rows start at different
 offsets into a cache line, so they touch different numbers of lines: the case's MLT is the
@@ -36,7 +38,7 @@ from microbench.patterns import Machine
 from microbench.runner import RunConfig, WorkerPlan, WorkerPool, host_metadata, spread
 from predictor import mlt
 
-FORMAT = "microbench-transfer"
+FORMAT = mlt.TRANSFER_FORMAT  # the reader's (predictor.mlt.transfers) one name for it
 VERSION = 1
 KINDS: tuple[str, ...] = ("rows", "cols")
 Kind = Literal["rows", "cols"]
@@ -278,7 +280,7 @@ def measure(machine: Machine, cases: Sequence[Case], out: str | Path, *,
                 timings[i].append(_settled(pool, plans(case, page, line, state),
                                            case.mnemonic, cfg))
                 done += 1
-            doc["cases"] = [_record(c, ts, line, page)
+            doc["cases"] = [_record(c, ts, line, page, cfg.unstable_spread)
                             for c, ts in zip(cases, timings, strict=True) if ts]
             results.write(out, doc)
     doc["complete"] = True
@@ -301,14 +303,15 @@ def _settled(pool: WorkerPool, work: Sequence[WorkerPlan], name: str, cfg: RunCo
     return best
 
 
-def _record(case: Case, timings: Sequence[Any], line: int, page: int) -> dict[str, Any]:
+def _record(case: Case, timings: Sequence[Any], line: int, page: int,
+            unstable_spread: float = CONFIG.unstable_spread) -> dict[str, Any]:
     # Each process's own copy time, the slower of the two per repetition: the superstep time
     # (max end - min begin) would add the barrier's release skew, 50-100 us on this kind of
     # VM, to messages that take a microsecond.
     per_pass = [t.per_proc_ns.max(axis=1) for t in timings]
     medians = [float(np.median(s)) for s in per_pass]
     lines = lines_touched(case, line, page)
-    unstable = any(spread(s) > CONFIG.unstable_spread for s in per_pass)
+    unstable = any(spread(s) > unstable_spread for s in per_pass)
     flags = sorted({f for t in timings for f in t.flags if f != "unstable"}
                    | ({"unstable"} if unstable else set()))
     return {"kind": case.kind, "matrix_rows": case.matrix_rows,

@@ -466,7 +466,8 @@ def fit_kinds(samples: Mapping[str, tuple[ArrayLike, ArrayLike, ArrayLike]], *,
     out: dict[str, dict[str, ml.RegressionFit]] = {m: {} for m in models}
     for kind, (n, lines, times) in samples.items():
         y = np.asarray(times, dtype=float).ravel()
-        train = min(max_train, max(len(models) + 2, int(round(train_fraction * y.size))))
+        most_terms = max(len(ml.TABLE1.get(m, ())) for m in models)
+        train = min(max_train, max(most_terms + 2, int(round(train_fraction * y.size))))
         if y.size <= train:
             raise BadInput(f"{y.size} calibration samples of {kind}",
                            f"measure more than {train}")

@@ -257,6 +257,9 @@ def features(op: str, s_bytes: ArrayLike, d_bytes: ArrayLike, h: Hierarchy
     ld, st = sides(op, d)
     strides = (ld, st)
     page = h.page_bytes
+    # Pages a side touches: n words d apart, one word per page once d >= page (the TLB's
+    # term); the page-walk entries below cover the span's pages.
+    touched_pages = sum(np.ceil(n * np.minimum(x, page) / page) for x in strides)
     span_pages = sum(np.ceil(n * x / page) for x in strides)
     per_byte_pages = sum(np.minimum(x, page) / (WORD_BYTES * page) for x in strides)
     for lv in h.levels:
@@ -297,7 +300,7 @@ def features(op: str, s_bytes: ArrayLike, d_bytes: ArrayLike, h: Hierarchy
                     lru_miss_fraction(walk, lv.ways, random_frames or hashed) * per_byte_pages)
     for entries in tlb_reaches(h):
         # A fully associative LRU TLB under the cyclic string of pages: a step at its reach.
-        out[f"tlb{entries}"] = lru_miss_fraction(span_pages, entries, False) * per_byte_pages
+        out[f"tlb{entries}"] = lru_miss_fraction(touched_pages, entries, False) * per_byte_pages
     return out
 
 
@@ -410,19 +413,10 @@ def measurements_from_json(doc: Any, where: str = "results") -> Measurements:
 
 def load_measurements(path: str | Path) -> Measurements:
     """Read and check a ``microbench memlogp`` results file (strict JSON)."""
-    from counterd.strictjson import Malformed, loads
+    from predictor.inputs import read_json
 
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise BadInput(f"cannot read {p}: {exc.strerror}", "check the path") from None
-    try:
-        doc = loads(raw)
-    except Malformed as exc:
-        raise BadInput(f"{p} is not JSON ({exc})",
-                       "give a file written by microbench memlogp") from None
-    return measurements_from_json(doc, str(p))
+    return measurements_from_json(read_json(path, "microbench memlogp", "measurements"),
+                                  str(path))
 
 
 def alpha_of(m: Measurements) -> float:

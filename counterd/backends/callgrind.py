@@ -777,7 +777,7 @@ def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
         out: dict[tuple[int, int], SuperstepRecord] = {}
         for path in spool_files(spool):
             try:
-                pid = int(path.stem)
+                pid = int(path.stem.split("-")[0])  # <pid>.frames, <pid>-<k>.frames
             except ValueError:
                 continue
             calls, begins = boundary_calls_from_spool(path)

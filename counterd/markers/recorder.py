@@ -284,6 +284,10 @@ class Recorder:
         backend = self._resolve_backend()
         if backend is not None:
             self._open_group(st, backend)
+            if st.group is None and st.unsupported and self.events:
+                # Named with its events but none opened here: not counted by it, say why.
+                self._backend_error = "; ".join(sorted(set(st.unsupported.values())))[:500]
+                self._backend = None
         if self._calibrate and self._marker_ns is None:
             self._marker_ns = self.calibrate(st)
         # What every record of this process shares; the label is fixed once the backend is
@@ -478,6 +482,8 @@ class Recorder:
         except (CounterdError, OSError, ValueError):
             return None
         finally:
+            if probe is not None and isinstance(probe.sink, SpoolSink):
+                probe.sink.close()
             own = getattr(probe._local, "st", None) if probe is not None else None
             if own is not None and own.group is not None and (st is None
                                                               or own.group is not st.group):

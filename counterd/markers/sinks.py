@@ -125,6 +125,8 @@ class SpoolSink:
             return self._mapped
 
     def _mapping_failed(self, exc: OSError) -> None:
+        if self._mapped is not None:
+            self._mapped.close()  # what it committed stays in the file
         self._mapped = None
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):  # a full disk is said by _failed
             print(f"counterd: cannot map the marker spool in {self.directory} "
@@ -147,6 +149,8 @@ class SpoolSink:
     def _context_id(self, ctx: identity.Ctx, names: tuple[str, ...]) -> int | None:
         """The CONTEXT id of ``ctx`` and counter ``names`` in this process's file, declared
         there first if new; None where it cannot be."""
+        if self._mapped_pid != identity.pid:  # a forked child: its own file, its own contexts
+            self._writer()
         key = (ctx, names)
         c = self._contexts.get(key)
         if c is not None:
@@ -203,6 +207,15 @@ class SpoolSink:
                                          bits, counters.values(), unsupported)
         except (KeyError, struct.error, ValueError):
             return None
+
+    def close(self) -> None:
+        """Close this process's files (the spool keeps what they hold)."""
+        if self._mapped is not None and self._mapped_pid == identity.pid:
+            self._mapped.close()
+            self._mapped, self._mapped_pid = None, -1
+        if self._fd is not None and self._pid == identity.pid:
+            os.close(self._fd)
+            self._fd, self._pid = None, -1
 
     # -- the JSON-lines form -----------------------------------------------------------------
     def _descriptor(self) -> int:

@@ -19,7 +19,9 @@ from counterd.markers.sinks import MemorySink, SpoolSink
 
 
 def _recorder(directory: Path, backend: str = "none") -> Recorder:
-    return Recorder(run_id="mapped", backend=backend, spool=directory, socket="off")
+    # No calibration: its scratch spool would take the fallocate calls the tests count.
+    return Recorder(run_id="mapped", backend=backend, spool=directory, socket="off",
+                    calibrate=False)
 
 
 def test_markers_go_to_one_mapped_file_as_frames_and_collect_into_the_same_records(
@@ -147,7 +149,39 @@ def test_a_disk_that_fills_as_the_file_grows_falls_back_to_lines_and_loses_nothi
         with rec.begin("s", {"i": i}):
             pass
     assert sorted(p.suffix for p in spool.files(tmp_path)) == [".frames", ".jsonl"]
+    frames = [p for p in spool.files(tmp_path) if p.suffix == spool.FRAMES]
+    mapped = [e for e in spool.read_events(frames[0]) if e["ev"] == "record"]
+    assert mapped  # the first chunk held records before growth failed
     got = list(spool.collect(tmp_path))
     assert sorted(r.index for r in got) == list(range(200))
     assert not any("incomplete" in r.flags for r in got)
     assert capsys.readouterr().err == ""  # a full disk is not a mapping failure to report
+
+
+def test_a_forked_child_writes_its_own_file_with_its_own_contexts(tmp_path: Path) -> None:
+    rec = _recorder(tmp_path)
+    with rec.begin("parent", {}):
+        pass
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            with rec.begin("child", {"i": 1}):
+                pass
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    got = sorted(r.name for r in spool.collect(tmp_path))
+    assert got == ["child", "parent"]  # (the module API gives a child its own recorder too)
+    assert len(spool.files(tmp_path)) == 2
+    assert not any("incomplete" in r.flags for r in spool.collect(tmp_path))
+
+
+def test_a_pid_given_again_writes_beside_the_first_file(tmp_path: Path) -> None:
+    first = spool.MappedWriter(tmp_path / "7.frames")
+    second = spool.MappedWriter(tmp_path / "7.frames")
+    assert first.path.name == "7.frames" and second.path.name == "7-1.frames"
+    first.close()
+    second.close()
