@@ -305,10 +305,11 @@ def features(op: str, s_bytes: ArrayLike, d_bytes: ArrayLike, h: Hierarchy
 
 
 def tlb_reaches(h: Hierarchy) -> tuple[int, ...]:
-    """TLB sizes (entries) the curve may use: the machine description's DTLB and 4, 16, 64
-    and 256 times it. Descriptions read from sysfs know no TLB (x86 does not list it there)
-    and none knows a second-level TLB; which reach the host has is left to the term search."""
-    return tuple(h.tlb_entries * 4 ** k for k in range(5))
+    """TLB sizes (entries) the curve may use: the machine description's DTLB and 2, 4, ...
+    256 times it (second-level TLBs come in powers of two times the first's: 1536-3072 entries
+    on current x86). Descriptions read from sysfs know no TLB (x86 does not list it there) and
+    none knows a second-level TLB; which reach the host has is left to the term search."""
+    return tuple(h.tlb_entries * 2 ** k for k in range(9))
 
 
 def shares(level: CacheLevel, h: Hierarchy) -> tuple[int, ...]:
