@@ -34,5 +34,7 @@ def __getattr__(name: str) -> Any:  # PEP 562: the marker API is loaded on first
     if name in ("begin", "configure", "end", "set_rank", "superstep"):
         from counterd import markers
 
-        return getattr(markers, name)
+        value = getattr(markers, name)
+        globals()[name] = value  # found directly from now on: no call per marker
+        return value
     raise AttributeError(f"module 'counterd' has no attribute {name!r}")
