@@ -105,7 +105,7 @@ def render_csv(rep: Report) -> str:
                 *[f"{b}_{m}_s" for b in bounds for m in ("min", "max")], "dominating",
                 "error_ratio", "time_imbalance",
                 *[f"{si_name(c)}_{s}" for c in rep.counters for s in ("max", "sum", "imbalance")],
-                "flags"])
+                "flags", "marker_s"])
     for r in rep.rows:
         p = r.prediction
         w.writerow([
@@ -120,7 +120,8 @@ def render_csv(rep: Report) -> str:
                 (repr(si_value(c, r.counters[c].max)), repr(si_value(c, r.counters[c].sum)),
                  "" if r.counters[c].imbalance is None else repr(r.counters[c].imbalance))
                 if c in r.counters else ("", "", ""))],
-            ";".join(sorted(r.flags))])
+            ";".join(sorted(r.flags)),
+            "" if r.marker_ns is None else repr(r.marker_ns / NS_PER_S)])
     return buf.getvalue()
 
 

@@ -14,7 +14,7 @@ from counterd.markers.recorder import Recorder
 from counterd.markers.sinks import MemorySink
 from counterd.records import SuperstepRecord, incomplete_record
 from counterd.report import model
-from counterd.report.text import render_text, to_json
+from counterd.report.text import render_csv, render_text, to_json
 
 
 def test_a_record_carries_its_marker_cost_and_records_without_one_are_unchanged() -> None:
@@ -85,6 +85,8 @@ def test_the_report_says_which_supersteps_the_markers_weigh_on() -> None:
     j = to_json(rep)
     assert j["supersteps"][1]["marker_s"] == pytest.approx(5e-6)
     assert j["supersteps"][1]["marker_share"] == pytest.approx(0.05)
+    lines = render_csv(rep).splitlines()
+    assert lines[0].split(",")[-1] == "marker_s" and lines[2].split(",")[-1] == repr(5e-6)
     calm = model.build(_row(0, 10_000_000, 5000))
     assert "under 1% of every superstep" in calm.marker_note()
     assert model.build(_row(0, 100, None)).marker_note() == ""
