@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from counterd.env import ENV_JOB
 from counterd.markers import identity
-from counterd.markers.sinks import MemorySink, SpoolSink, _as_record
+from counterd.markers.sinks import (
+    MemorySink,
+    SpoolSink,
+    _as_record,
+    begin_line,
+    close_frame,
+    context_payload,
+)
 from counterd.markers.spill import SpillFile
 from counterd.records import Param, SuperstepRecord
 
@@ -377,10 +384,8 @@ class SocketSink:
                 return None
             c = len(self._contexts) + 1
             self._seq += 1
-            if not self._send(self._protocol.FrameType.CONTEXT, {
-                    "s": self._seq, "c": c, "run_id": ctx[0], "pid": ctx[1], "host": ctx[2],
-                    "backend": ctx[3], "counters": list(names),
-                    **({} if ctx[4] is None else {"marker_ns": ctx[4]})}) \
+            if not self._send(self._protocol.FrameType.CONTEXT,
+                              context_payload(self._seq, c, ctx, names)) \
                     or self._sock is None:
                 return None
             self._contexts[key] = c
@@ -388,20 +393,8 @@ class SocketSink:
 
     def _close_frame(self, step: Step) -> bytes | None:
         """The CLOSE frame of ``step`` (its sequence number is the next one), or None when it
-        does not fit one (an unknown flag or source, a value out of range)."""
-        p = self._protocol
-        counters, flags, unsupported = step.recorder._parts(step)
-        bits = p.flag_bits(flags)
-        if bits is None:
-            return None
-        try:
-            c = self._context_id(step.recorder._ctx, tuple(counters))
-            if c is None:
-                return None
-            return p.encode_close(self._seq + 1, c, step.index, step.begin_ns, step.end_ns,
-                                  bits, counters.values(), unsupported)
-        except (KeyError, struct.error, ValueError):
-            return None
+        does not fit one."""
+        return close_frame(step, self._context_id, lambda: self._seq + 1)
 
     # -- sink interface ----------------------------------------------------------------------
     def open(self, ctx: identity.Ctx, index: int, name: str, rank: int, cpu: int,
@@ -583,7 +576,4 @@ def _line_of(item: Any) -> dict[str, Any]:
     """A begin line from what SocketSink.open keeps (or the line itself)."""
     if isinstance(item, dict):
         return item
-    ctx, index, name, rank, cpu, begin_ns, params = item
-    return {"run_id": ctx[0], "index": index, "name": name, "rank": rank, "pid": ctx[1],
-            "cpu": cpu, "begin_ns": begin_ns, "params": params, "backend": ctx[3],
-            "host": ctx[2], "marker_ns": ctx[4]}
+    return begin_line(*item)

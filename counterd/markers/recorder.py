@@ -64,7 +64,7 @@ from counterd.env import ENV_BACKEND, ENV_EVENTS, ENV_RUN_ID, ENV_SOCKET, ENV_SP
 from counterd.errors import BadInput, CounterdError
 from counterd.markers import identity
 from counterd.markers.client import SocketSink
-from counterd.markers.sinks import MemorySink, SpoolSink, _as_record
+from counterd.markers.sinks import MemorySink, SpoolSink, _as_record, begin_line
 from counterd.records import (
     INT64_MAX,
     INT64_MIN,
@@ -332,10 +332,8 @@ class Recorder:
             if isinstance(sink, SocketSink | SpoolSink) and not st.daemon_counts:
                 sent = sink.open(self._ctx, index, name, rank, cpu, time.monotonic_ns(), params)
             else:
-                line = {"run_id": self.run_id, "index": index, "name": name, "rank": rank,
-                        "pid": st.pid, "cpu": cpu, "begin_ns": time.monotonic_ns(),
-                        "params": params, "backend": self._ctx[3], "host": self.host,
-                        "marker_ns": self._ctx[4]}
+                line = begin_line(self._ctx, index, name, rank, cpu, time.monotonic_ns(),
+                                  params)
                 if isinstance(sink, SocketSink):
                     line["tid"] = threading.get_native_id()
                     sink.begin(line, count=self.events)

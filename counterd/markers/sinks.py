@@ -9,7 +9,7 @@ import os
 import struct
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,45 @@ if TYPE_CHECKING:
 
 def _as_record(item: SuperstepRecord | Step) -> SuperstepRecord:
     return item if isinstance(item, SuperstepRecord) else item.record()
+
+
+# What the binary-frame sinks (the spool's mapped file, the daemon's socket) send alike.
+
+def context_payload(seq: int, c: int, ctx: identity.Ctx, names: Sequence[str]
+                    ) -> dict[str, Any]:
+    """The CONTEXT frame's payload declaring ``ctx`` with counter ``names`` as ``c``."""
+    return {"s": seq, "c": c, "run_id": ctx[0], "pid": ctx[1], "host": ctx[2],
+            "backend": ctx[3], "counters": list(names),
+            **({} if ctx[4] is None else {"marker_ns": ctx[4]})}
+
+
+def begin_line(ctx: identity.Ctx, index: int, name: str, rank: int, cpu: int, begin_ns: int,
+               params: Mapping[str, Any]) -> dict[str, Any]:
+    """The begin line of a superstep of ``ctx`` (what an OPEN stands for)."""
+    return {"run_id": ctx[0], "index": index, "name": name, "rank": rank, "pid": ctx[1],
+            "cpu": cpu, "begin_ns": begin_ns, "params": params, "backend": ctx[3],
+            "host": ctx[2], "marker_ns": ctx[4]}
+
+
+def close_frame(step: Step, context_id: Callable[[identity.Ctx, tuple[str, ...]], int | None],
+                next_seq: Callable[[], int]) -> bytes | None:
+    """The CLOSE frame of an ended ``step``, its counters named by the context
+    ``context_id`` gives (declaring it if new), numbered ``next_seq()``; None when it does not
+    fit one (an unknown flag or source, a value out of range, no context)."""
+    if step.end_ns is None:
+        return None
+    counters, flags, unsupported = step.recorder._parts(step)
+    bits = protocol.flag_bits(flags)
+    if bits is None:
+        return None
+    try:
+        c = context_id(step.recorder._ctx, tuple(counters))
+        if c is None:
+            return None
+        return protocol.encode_close(next_seq(), c, step.index, step.begin_ns, step.end_ns,
+                                     bits, counters.values(), unsupported)
+    except (KeyError, struct.error, ValueError):
+        return None
 
 
 class MemorySink:
@@ -164,10 +203,8 @@ class SpoolSink:
                     return None
                 c = len(self._contexts) + 1
                 self._seq += 1
-                if not self._append(protocol.FrameType.CONTEXT, payload={
-                        "s": self._seq, "c": c, "run_id": ctx[0], "pid": ctx[1],
-                        "host": ctx[2], "backend": ctx[3], "counters": list(names),
-                        **({} if ctx[4] is None else {"marker_ns": ctx[4]})}):
+                if not self._append(protocol.FrameType.CONTEXT,
+                                    payload=context_payload(self._seq, c, ctx, names)):
                     return None
                 self._contexts[key] = c
             return c
@@ -186,27 +223,12 @@ class SpoolSink:
                 frame = None
             if frame is not None and self._append(protocol.FrameType.OPEN, frame):
                 return 1
-        self.begin({"run_id": ctx[0], "index": index, "name": name, "rank": rank,
-                    "pid": ctx[1], "cpu": cpu, "begin_ns": begin_ns, "params": params,
-                    "backend": ctx[3], "host": ctx[2], "marker_ns": ctx[4]})
+        self.begin(begin_line(ctx, index, name, rank, cpu, begin_ns, params))
         return 0
 
-    def _close_frame(self, step: Step) -> bytes | None:
-        if step.end_ns is None:
-            return None
-        counters, flags, unsupported = step.recorder._parts(step)
-        bits = protocol.flag_bits(flags)
-        if bits is None:
-            return None
-        c = self._context_id(step.recorder._ctx, tuple(counters))
-        if c is None:
-            return None
+    def _next_seq(self) -> int:
         self._seq += 1
-        try:
-            return protocol.encode_close(self._seq, c, step.index, step.begin_ns, step.end_ns,
-                                         bits, counters.values(), unsupported)
-        except (KeyError, struct.error, ValueError):
-            return None
+        return self._seq
 
     def close(self) -> None:
         """Close this process's files (the spool keeps what they hold)."""
@@ -280,7 +302,7 @@ class SpoolSink:
         """A superstep ended: a CLOSE if its OPEN went to this process's mapped file, else
         a RECORD (or a record line)."""
         if step.sent and self._mapped_pid == identity.pid and self._mapped is not None:
-            frame = self._close_frame(step)
+            frame = close_frame(step, self._context_id, self._next_seq)
             if frame is not None and self._append(protocol.FrameType.CLOSE, frame):
                 return
         self.record(step)
