@@ -39,7 +39,7 @@ from microbench.runner import RunConfig, WorkerPlan, WorkerPool, host_metadata, 
 from predictor import mlt
 
 FORMAT = mlt.TRANSFER_FORMAT  # the reader's (predictor.mlt.transfers) one name for it
-VERSION = 1
+VERSION = mlt.TRANSFER_VERSIONS[-1]
 KINDS: tuple[str, ...] = ("rows", "cols")
 Kind = Literal["rows", "cols"]
 State = Literal["cold", "dirty"]

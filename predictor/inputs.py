@@ -13,7 +13,7 @@ import csv
 import itertools
 import math
 from array import array
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -269,6 +269,22 @@ def read_json(path: str | Path, written_by: str, what: str = "results") -> Any:
     except Malformed as exc:
         raise BadInput(f"{path} is not usable JSON ({exc})",
                        f"give the JSON file written by `{written_by}`") from None
+
+
+def check_format(doc: Any, fmt: str, versions: Sequence[int], where: str,
+                 written_by: str) -> dict[str, Any]:
+    """``doc`` if it is a JSON object of format ``fmt`` in one of ``versions``, else
+    BadInput naming the file and saying to give (or rerun) what ``written_by`` writes."""
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
+        found = doc.get("format") if isinstance(doc, dict) else None
+        raise BadInput(f"{where} is not a {written_by} file (format {found!r:.40})",
+                       f"give a file written by {written_by}")
+    version = doc.get("version")
+    if isinstance(version, bool) or version not in versions:
+        raise BadInput(f"{where} has format version {version!r:.40}; this predictor reads "
+                       f"{', '.join(map(str, versions))}",
+                       f"upgrade the predictor, or rerun {written_by}")
+    return doc
 
 
 def load_results(path: str | Path) -> Results:

@@ -379,15 +379,9 @@ class Measurements:
 def measurements_from_json(doc: Any, where: str = "results") -> Measurements:
     """The measurements of a results document (format ``counterd-memlogp``); BadInput names
     the field and the fix."""
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise BadInput(f"{where} is not a memory logP results file (format "
-                       f"{doc.get('format') if isinstance(doc, dict) else None!r:.40})",
-                       "give a file written by microbench memlogp")
-    version = doc.get("version")
-    if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
-        raise BadInput(f"{where} has format version {version!r:.40}; this predictor reads "
-                       f"{', '.join(map(str, SUPPORTED_VERSIONS))}",
-                       "upgrade the predictor, or rerun microbench memlogp")
+    from predictor.inputs import check_format
+
+    doc = check_format(doc, FORMAT, SUPPORTED_VERSIONS, where, "microbench memlogp")
     geometry = doc.get("geometry")
     if not isinstance(geometry, dict):
         raise BadInput(f"{where} has no geometry", "rerun microbench memlogp")

@@ -239,6 +239,7 @@ def fit_table1(table: Mapping[str, ArrayLike], times: ArrayLike, *,
 # -- measured transfers (the file ``microbench transfer`` writes) ---------------------------------
 
 TRANSFER_FORMAT = "microbench-transfer"
+TRANSFER_VERSIONS = (1,)
 TRANSFER_KINDS = ("rows", "cols")
 
 
@@ -268,9 +269,10 @@ class Transfers:
 def transfers(doc: Any, kind: str, where: str = "transfers") -> Transfers:
     """The ``kind`` messages of a transfer results document; BadInput naming the first bad
     entry."""
+    from predictor.inputs import check_format
+
     fix = "give the file `microbench transfer --out` wrote"
-    if not isinstance(doc, dict) or doc.get("format") != TRANSFER_FORMAT:
-        raise BadInput(f"{where} is not a transfer results file", fix)
+    doc = check_format(doc, TRANSFER_FORMAT, TRANSFER_VERSIONS, where, "microbench transfer")
     if kind not in TRANSFER_KINDS:
         raise BadInput(f"transfer kind {kind!r}", "choose rows or cols")
     cases = doc.get("cases")

@@ -170,7 +170,7 @@ def _doc(table, y, d) -> dict:
     cases += [{"kind": "rows", "n_bytes": int(n), "mlt": int(n // 64 + 1), "time_s": 1e-6 + n
                * 1e-10, "d": 3, "flags": ["unstable"] if i % 2 else []}
               for i, n in enumerate(table["n"][:150])]
-    return {"format": "microbench-transfer", "line_bytes": 64, "element_bytes": 8,
+    return {"format": "microbench-transfer", "version": 1, "line_bytes": 64, "element_bytes": 8,
             "cases": cases}
 
 
@@ -182,7 +182,8 @@ def test_transfers_read_a_results_document_and_refuse_a_bad_one() -> None:
     assert (cols.narrow == (d < 8)).all()
     rows = mlt.transfers(doc, "rows")
     assert rows.times.size == 150 and rows.flagged == 75 and not rows.narrow.any()
-    for bad in ({"format": "x"}, {**doc, "cases": None}, {**doc, "line_bytes": 0},
+    for bad in ({"format": "x"}, {**doc, "version": 9}, {**doc, "cases": None},
+                {**doc, "line_bytes": 0},
                 {**doc, "cases": [{**doc["cases"][0], "time_s": -1.0}]},
                 {**doc, "cases": [{**doc["cases"][0], "mlt": True}]},
                 {**doc, "cases": [{"kind": "diagonal"}]}):
