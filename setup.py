@@ -1,8 +1,12 @@
-"""Build the optional native library (kernels, superstep boundary symbol, cache simulator).
+"""Build the optional native parts.
 
-It is an ordinary shared object loaded with ctypes, not a Python extension module. The build is
-optional: without a C compiler the package installs, the simulator falls back to its pure-Python
-engine and `counterd probe` says the native library is missing.
+* ``counterd._native.libcounterd`` (kernels, the superstep boundary symbol, the cache
+  simulator): an ordinary shared object loaded with ctypes, not a Python extension module.
+* ``counterd._native._hotpath``: the superstep markers' hot path, a Python extension module.
+
+Both builds are optional: without a C compiler the package installs, the simulator falls back to
+its pure-Python engine, the markers to their Python path, and `counterd probe` says what is
+missing.
 """
 
 from setuptools import Extension, setup
@@ -23,7 +27,9 @@ class OptionalBuildExt(build_ext):
             print(f"warning: {ext.name} not built ({exc}); pure-Python fallbacks will be used")
 
     def get_export_symbols(self, ext: Extension) -> list[str]:
-        return []  # not a Python module: no PyInit_ symbol
+        if ext.name.endswith("libcounterd"):
+            return []  # not a Python module: no PyInit_ symbol
+        return super().get_export_symbols(ext)
 
 
 setup(
@@ -32,7 +38,13 @@ setup(
             "counterd._native.libcounterd",
             sources=["counterd/_native/kernels.c", "counterd/_native/cachesim.c"],
             extra_compile_args=["-O2", "-g", "-fno-strict-aliasing", "-fvisibility=hidden"],
-        )
+        ),
+        Extension(
+            "counterd._native._hotpath",
+            sources=["counterd/_native/hotpath.c"],
+            extra_compile_args=["-O2", "-g", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                                "-Wno-missing-field-initializers"],
+        ),
     ],
     cmdclass={"build_ext": OptionalBuildExt},
 )

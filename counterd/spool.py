@@ -31,7 +31,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from counterd import protocol
+from counterd import _native, protocol
 from counterd.errors import BadInput
 from counterd.records import SuperstepRecord, incomplete_record
 
@@ -72,7 +72,9 @@ MAX_FRAMES_BYTES = 1 << 32  # a reader's bound on the committed bytes it trusts
 class MappedWriter:
     """Appends frames to a spool file through a shared mapping (see the module docstring).
     OSError from the constructor or :meth:`append` (no mapping, a full disk) leaves the
-    committed frames intact; the caller falls back to the JSON-lines form."""
+    committed frames intact; the caller falls back to the JSON-lines form. Where the markers'
+    hot path is built, its ``MappedFile`` (:attr:`native`) does the work, and the markers
+    write their OPEN and CLOSE frames through it without a call into Python."""
 
     def __init__(self, path: Path) -> None:
         # A new file, never another's: a pid the kernel gave again in the same run writes
@@ -86,7 +88,19 @@ class MappedWriter:
                 path = path.with_name(f"{path.name.split('.')[0].split('-')[0]}-{k}{FRAMES}")
         else:
             raise FileExistsError(errno.EEXIST, "no free spool file name", str(path))
+        self.path = path
+        self._seq = 0
+        hot = _native.hotpath()
         try:
+            if hot is not None:
+                # The compiled engine (counterd/_native/hotpath.c): the same file, written the
+                # same way, and the markers' lanes write their frames into it directly.
+                self.native = hot.MappedFile(fd, CHUNK, HEAD_BYTES, MAX_FRAMES_BYTES, MAGIC)
+                self.append = self.native.append  # type: ignore[method-assign]
+                self.next_seq = self.native.next_seq  # type: ignore[method-assign]
+                self.close = self.native.close  # type: ignore[method-assign]
+                return
+            self.native = None
             os.posix_fallocate(fd, 0, CHUNK)
             self._map = mmap.mmap(fd, CHUNK, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             self._fd = os.dup(fd)  # for growing the file (the mapping keeps its own)
@@ -95,7 +109,12 @@ class MappedWriter:
         _HEAD.pack_into(self._map, 0, MAGIC, 0)
         self._end = HEAD_BYTES
         self._lock = threading.Lock()  # threads of one process share its file
-        self.path = path
+
+    def next_seq(self) -> int:
+        """The next frame number of this file (its frames are numbered 1, 2, ...)."""
+        with self._lock:
+            self._seq += 1
+            return self._seq
 
     def append(self, frame: bytes) -> None:
         with self._lock:

@@ -1,20 +1,44 @@
-"""Loader for the optional native library ``libcounterd`` (built by setup.py).
+"""Loaders for the optional native parts (built by setup.py).
 
-``lib()`` returns the ctypes handle or None; ``missing_reason()`` says why it is None.
+``lib()`` returns the ctypes handle of ``libcounterd`` or None; ``missing_reason()`` says why it
+is None. ``hotpath()`` returns the markers' compiled hot path (the ``_hotpath`` extension
+module, hotpath.c) or None: not built, or ``COUNTERD_NATIVE=0`` in the environment (the Python
+path, for comparisons).
 """
 
 from __future__ import annotations
 
 import ctypes
 import importlib.machinery
+import os
 from functools import cache
 from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from counterd.env import ENV_NATIVE
 
 _HERE = Path(__file__).resolve().parent
 
 
 def _candidates() -> list[Path]:
     return [_HERE / f"libcounterd{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+
+
+def hotpath() -> Any:
+    """The ``_hotpath`` extension module, or None (see the module docstring)."""
+    return _load_hotpath(os.environ.get(ENV_NATIVE, "1") != "0")
+
+
+@cache
+def _load_hotpath(wanted: bool) -> ModuleType | None:
+    if not wanted:
+        return None
+    try:
+        import counterd._native._hotpath as module  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return module
 
 
 @cache

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from counterd.env import ENV_FLUSH_TIMEOUT
-from counterd.markers import identity
+from counterd.markers import identity, native
 from counterd.markers.client import SocketSink
 from counterd.markers.recorder import Recorder, Step
 from counterd.markers.sinks import MemorySink, SpoolSink
@@ -73,6 +73,10 @@ def set_rank(rank: int, *, thread: bool = False) -> None:
     recorder().set_rank(rank, thread=thread)
 
 
+def _begin(name: str, params: dict[str, Param]) -> Step:
+    return recorder().begin(name, params)
+
+
 def begin(name: str, **params: Param) -> Step:
     return recorder().begin(name, params)
 
@@ -84,6 +88,14 @@ def end(step: Step | None = None, *, name: str | None = None) -> SuperstepRecord
 def superstep(name: str, **params: Param) -> Step:
     """``with superstep(name, **params) as step:`` marks one superstep of this processor."""
     return recorder().begin(name, params)
+
+
+# The compiled form where it is built (counterd.markers.native): it begins through this
+# thread's lane when it has one, and calls _begin (the Python path above) when it has not.
+_compiled = native.module()
+if _compiled is not None:
+    _compiled.set_fallback(_begin)
+    begin = superstep = _compiled.superstep  # noqa: F811
 
 
 def records() -> list[SuperstepRecord]:

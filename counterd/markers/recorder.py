@@ -46,7 +46,6 @@ their counters are reopened for the child's own threads.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import numbers
@@ -62,7 +61,7 @@ from counterd.backends import POLICIES
 from counterd.backends.base import CounterGroup, CounterValue, Reading, Target
 from counterd.env import ENV_BACKEND, ENV_EVENTS, ENV_RUN_ID, ENV_SOCKET, ENV_SPOOL, MPI_RANK_VARS
 from counterd.errors import BadInput, CounterdError
-from counterd.markers import identity
+from counterd.markers import identity, native
 from counterd.markers.client import SocketSink
 from counterd.markers.sinks import MemorySink, SpoolSink, _as_record, begin_line
 from counterd.records import (
@@ -158,7 +157,7 @@ class _ThreadState:
     """What one thread of one process needs on the marker's hot path, found with one lookup."""
 
     __slots__ = ("pid", "stack", "group", "unsupported", "rank", "daemon_counts", "read",
-                 "delta")
+                 "delta", "lane")
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -171,6 +170,8 @@ class _ThreadState:
         self.read: Callable[[], Any] | None = None
         self.delta: Callable[[Any, Any], tuple[dict[str, CounterValue], Mapping[str, str]]] \
             = _reading_delta
+        # The compiled hot path for this thread (counterd.markers.native), or None.
+        self.lane: Any = None
 
 
 _NO_FLAGS: frozenset[str] = frozenset()
@@ -206,8 +207,11 @@ class Recorder:
         self._marker_ns: int | None = None  # calibrated at this process's first superstep
         self._process_rank: int | None = None
         self._local = threading.local()
-        self._indices = itertools.count()  # next() on it is atomic under the GIL
+        # next() on it is atomic under the GIL; the compiled lanes count on the same one.
+        self._indices = native.indices()
         self._open: dict[int, Step] = {}  # id(step) -> step, for the at-exit sweep
+        self._lanes: list[Any] = []  # every thread's lane, for the at-exit sweep and set_rank
+        native.invalidate()  # no thread begins through an older recorder's lane from now on
         self._backend: Any = None
         self._backend_error: str | None = None
         self._native: Any = None
@@ -235,9 +239,15 @@ class Recorder:
         if rank < 0:
             raise BadInput(f"rank {rank} < 0", "ranks are 0, 1, ... p-1")
         if thread:
-            self._state().rank = rank
+            st = self._state()
+            st.rank = rank
+            if st.lane is not None:
+                st.lane.set_rank(rank)
         else:
             self._process_rank = rank
+            for st_lane in self._lanes:
+                if st_lane[0].rank is None:  # a thread's own rank wins
+                    st_lane[1].set_rank(rank)
 
     def rank(self) -> int:
         rank = self._state().rank
@@ -293,7 +303,13 @@ class Recorder:
         # What every record of this process shares; the label is fixed once the backend is
         # resolved (the sinks' CONTEXT frames carry it).
         self._ctx = (self.run_id, self.pid, self.host, self._label(), self._marker_ns)
+        self._attach_lane(st)
         return st
+
+    def _attach_lane(self, st: _ThreadState, install: bool = True) -> None:
+        st.lane = native.attach(self, st, install)
+        if st.lane is not None:
+            self._lanes.append((st, st.lane))
 
     def _open_group(self, st: _ThreadState, backend: Any) -> None:
         # The events asked for (counterd record passes what it resolved) are opened as they
@@ -317,12 +333,15 @@ class Recorder:
     # -- markers -------------------------------------------------------------------------------
     def begin(self, name: str, params: Mapping[str, Param]) -> Step:
         st = self._state()
+        if st.lane is not None:
+            return st.lane.begin(name, params)  # type: ignore[no-any-return]
         index = next(self._indices)
         cpu = identity.current_cpu()
         rank = st.rank if st.rank is not None else self.rank()
         params = dict(params) if params else {}
         dropped = None
-        if params or not name.isascii():
+        if params or name.__class__ is not str or not name.isascii() \
+                or len(name) > MAX_NAME_CHARS:
             name, params, dropped = clean_marker(name, params)
         sent = 0
         sink = self.sink
@@ -356,10 +375,12 @@ class Recorder:
 
     def _end(self, step: Step | None, name: str | None) -> SuperstepRecord | Step:
         """End a superstep; the hot path keeps the closed step (its record is built lazily)."""
+        st = self._state()
+        if st.lane is not None and (step is None or not isinstance(step, Step)):
+            return st.lane.end(step, name)  # type: ignore[no-any-return]
         if self._native is not None:
             self._native.counterd_superstep_mark(step.index if step else -1, 1)
         end_ns = time.monotonic_ns()
-        st = self._state()
         stack = st.stack
         if step is None:
             if not stack:
@@ -470,16 +491,28 @@ class Recorder:
                 probe._local.st = shared
                 probe._backend = self._backend
                 probe._ctx = (probe.run_id, probe.pid, probe.host, self._label(), None)
+                probe._attach_lane(shared, install=False)
             times = []
             clock = time.monotonic_ns
-            for _ in range(self.CALIBRATION_PAIRS):
-                t0 = clock()
-                probe._end(probe.begin("calibration", {}), None)
-                times.append(clock() - t0)
+            lane = probe._state().lane
+            if lane is not None:  # the compiled path, entered as the program enters it
+                lane.install()
+                begin = native.module().superstep
+                for _ in range(self.CALIBRATION_PAIRS):
+                    t0 = clock()
+                    with begin("calibration"):
+                        pass
+                    times.append(clock() - t0)
+            else:
+                for _ in range(self.CALIBRATION_PAIRS):
+                    t0 = clock()
+                    probe._end(probe.begin("calibration", {}), None)
+                    times.append(clock() - t0)
             return int(statistics.median(times[8:]))
         except (CounterdError, OSError, ValueError):
             return None
         finally:
+            native.invalidate()  # the scratch lane takes no superstep of the program
             if probe is not None and isinstance(probe.sink, SpoolSink):
                 probe.sink.close()
             own = getattr(probe._local, "st", None) if probe is not None else None
@@ -501,7 +534,10 @@ class Recorder:
     def close_open_steps(self) -> list[SuperstepRecord]:
         """Record every superstep still open as ``incomplete`` (called at interpreter exit)."""
         out = []
-        for step in list(self._open.values()):
+        steps: list[Any] = list(self._open.values())
+        for _, lane in self._lanes:
+            steps.extend(lane.open_steps())
+        for step in steps:
             if not step.closed:
                 step.closed = True
                 rec = step.record()

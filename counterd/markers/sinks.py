@@ -83,12 +83,15 @@ class MemorySink:
     def _first(self, rec: SuperstepRecord | Step) -> None:
         """The first record of a sink nobody configured: one line on stderr (from processor
         0, so once per run), then plain appends. A multiprocessing worker ends with
-        os._exit, so an end-of-run message would never be written."""
-        del self.record, self.closed  # back to the class's plain append
-        self.record(rec)
-        if getattr(rec, "rank", 0) in (0, None):
+        os._exit, so an end-of-run message would never be written. (A compiled lane that took
+        this method before the first record calls it again: it appends then.)"""
+        vars(self).pop("record", None)  # back to the class's plain append
+        vars(self).pop("closed", None)
+        self._items.append(rec)
+        unkept, self.unkept = self.unkept, ""
+        if unkept and getattr(rec, "rank", 0) in (0, None):
             print(f"counterd: supersteps are kept in this process's memory only and are lost "
-                  f"at exit ({self.unkept}); run the program under `counterd record --out FILE "
+                  f"at exit ({unkept}); run the program under `counterd record --out FILE "
                   "-- CMD`, or start the daemon, to keep them", file=sys.stderr, flush=True)
 
     @property
@@ -135,7 +138,6 @@ class SpoolSink:
         self._mapped: spool.MappedWriter | None = None
         self._mapped_pid = -1
         self._contexts: dict[tuple[Any, ...], int] = {}  # (ctx, counter names) -> CONTEXT id
-        self._seq = 0
         # Guards creating the writer and numbering contexts (threads of one process share
         # them); a forked child (one thread) makes its own.
         self._lock = threading.RLock()
@@ -202,9 +204,8 @@ class SpoolSink:
                 if len(self._contexts) >= 0xFFFF:
                     return None
                 c = len(self._contexts) + 1
-                self._seq += 1
                 if not self._append(protocol.FrameType.CONTEXT,
-                                    payload=context_payload(self._seq, c, ctx, names)):
+                                    payload=context_payload(self._next_seq(), c, ctx, names)):
                     return None
                 self._contexts[key] = c
             return c
@@ -215,9 +216,8 @@ class SpoolSink:
         where there is no mapping). Returns 1 if its end may be a CLOSE, else 0."""
         c = self._context_id(ctx, ())
         if c is not None:
-            self._seq += 1
             try:
-                frame = protocol.encode_open(self._seq, c, index, begin_ns, rank, cpu, name,
+                frame = protocol.encode_open(self._next_seq(), c, index, begin_ns, rank, cpu, name,
                                              params)
             except (struct.error, ValueError):  # beyond the packed fields, or not JSON
                 frame = None
@@ -227,8 +227,10 @@ class SpoolSink:
         return 0
 
     def _next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
+        """The next frame number of this process's mapped file (its writer numbers the frames
+        the markers' hot path writes too); 0 where there is none."""
+        w = self._mapped if self._mapped_pid == identity.pid else None
+        return w.next_seq() if w is not None else 0
 
     def close(self) -> None:
         """Close this process's files (the spool keeps what they hold)."""
@@ -286,15 +288,13 @@ class SpoolSink:
 
     # -- sink interface ----------------------------------------------------------------------
     def begin(self, line: Mapping[str, Any]) -> None:
-        self._seq += 1
-        if not self._append(protocol.FrameType.BEGIN, payload={"s": self._seq,
+        if not self._append(protocol.FrameType.BEGIN, payload={"s": self._next_seq(),
                                                                "line": dict(line)}):
             self._write(spool.encode_line(spool.BEGIN, line))
 
     def record(self, rec: SuperstepRecord | Step) -> None:
         r = _as_record(rec)
-        self._seq += 1
-        if not self._append(protocol.FrameType.RECORD, payload={"s": self._seq,
+        if not self._append(protocol.FrameType.RECORD, payload={"s": self._next_seq(),
                                                                 "rec": r.to_json()}):
             self._write(spool.encode_line(spool.RECORD, r.to_json()))
 

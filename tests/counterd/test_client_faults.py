@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from counterd import protocol
+from counterd.env import ENV_NATIVE
 from counterd.markers.client import BLOCK_S, SocketSink
 from counterd.markers.recorder import Recorder
 from counterd.markers.sinks import MemorySink, SpoolSink
@@ -180,6 +181,7 @@ def test_a_full_disk_never_raises_into_the_program(tmp_path: Path,
     """ENOSPC on the spool: the mapped file cannot be allocated, and the lines of the
     JSON-lines form wait in memory and are written, in order, once the disk takes them again;
     beyond the backlog they are counted as lost and reported."""
+    monkeypatch.setenv(ENV_NATIVE, "0")  # the Python mapping calls the fallocate patched here
     (tmp_path / "spool").mkdir()
     sink = SpoolSink(tmp_path / "spool")
     sink.BACKLOG_LINES = 3

@@ -13,9 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from counterd import spool
+from counterd import _native, spool
+from counterd.env import ENV_NATIVE
 from counterd.markers.recorder import Recorder
 from counterd.markers.sinks import MemorySink, SpoolSink
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test on both engines: the compiled hot path (where it is built) and Python."""
+    if request.param == "native":
+        monkeypatch.delenv(ENV_NATIVE, raising=False)
+        if _native.hotpath() is None:
+            pytest.skip("the compiled hot path (counterd/_native/hotpath.c) is not built")
+    else:
+        monkeypatch.setenv(ENV_NATIVE, "0")
+    return str(request.param)
 
 
 def _recorder(directory: Path, backend: str = "none") -> Recorder:
@@ -131,7 +144,10 @@ def test_damage_is_skipped_never_raised(tmp_path: Path) -> None:
 
 def test_a_disk_that_fills_as_the_file_grows_falls_back_to_lines_and_loses_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        capsys: pytest.CaptureFixture[str], engine: str) -> None:
+    if engine == "native":
+        pytest.skip("patches Python's posix_fallocate; the compiled engine's full disk is "
+                    "tested in test_hotpath.py under RLIMIT_FSIZE")
     monkeypatch.setattr(spool, "CHUNK", 4096)
     real = os.posix_fallocate
     calls = {"n": 0}

@@ -1,0 +1,1261 @@
+/* The superstep markers' hot path in compiled code (issue 13, item 1).
+ *
+ * A Python extension module (unlike libcounterd, which is loaded with ctypes and stays free of
+ * the Python C API). It does, per begin + end pair and without building Python objects on the
+ * way: two CLOCK_MONOTONIC reads, the CPU (sched_getcpu), one read(2) of the perf group leader
+ * at each marker, and, for `counterd record`'s spool, the OPEN and CLOSE frames of the marker
+ * protocol written straight into the spool's shared mapping. Everything else (a record's
+ * materialisation, params that need cleaning, a read whose layout is not the one opened, a
+ * spool that cannot grow, an end without a begin) is handed back to the Python recorder
+ * (counterd/markers/recorder.py), which stays the one definition of what a record is. The
+ * layouts it writes are the protocol's (counterd/protocol.py: OPEN_HEAD, CLOSE_HEAD, COUNTER,
+ * big-endian) and the spool file's (counterd/spool.py: magic, committed bytes, frames at 64);
+ * the tests compare its frames and records with the Python path's, byte for byte.
+ *
+ * Why by hand: the work is a handful of system calls and stores; what costs is the Python
+ * around them (a marker pair through the Python recorder costs 3 us before any counter is
+ * read), and no library offers a region marker that writes this project's frames.
+ *
+ * Thread safety: every function runs with the GIL held and never releases it (the read(2) of
+ * a perf group takes well under a microsecond), so a lane, a step and a mapped file are never
+ * touched by two threads at once.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_COUNTERS 64 /* protocol.MAX_COUNTERS */
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* time.monotonic_ns's clock */
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Big-endian stores into a frame being written. */
+static char *put_u8(char *p, uint8_t v) { *p = (char)v; return p + 1; }
+static char *put_u16(char *p, uint16_t v) { v = htobe16(v); memcpy(p, &v, 2); return p + 2; }
+static char *put_u32(char *p, uint32_t v) { v = htobe32(v); memcpy(p, &v, 4); return p + 4; }
+static char *put_u64(char *p, uint64_t v) { v = htobe64(v); memcpy(p, &v, 8); return p + 8; }
+static char *put_f64(char *p, double d) { uint64_t v; memcpy(&v, &d, 8); return put_u64(p, v); }
+
+/* ------------------------------------------------------------------------------------------ */
+/* MappedFile: the spool file's shared mapping (counterd.spool.MappedWriter's engine).          */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    int fd;           /* -1 once closed */
+    char *base;
+    size_t size;      /* bytes mapped (a multiple of chunk) */
+    size_t end;       /* where the next frame goes */
+    size_t head;      /* frames start here */
+    size_t chunk;
+    uint64_t max;     /* committed bytes a reader trusts */
+    uint64_t seq;     /* the last frame number given */
+} MappedFile;
+
+static int mf_grow(MappedFile *m, size_t need)
+{
+    size_t size = (need + m->chunk - 1) / m->chunk * m->chunk;
+    /* The blocks first: a full disk is an error here, never a SIGBUS at a store. */
+    int rc = posix_fallocate(m->fd, 0, (off_t)size);
+    if (rc != 0) {
+        errno = rc;
+        return -1;
+    }
+    void *p = mremap(m->base, m->size, size, MREMAP_MAYMOVE);
+    if (p == MAP_FAILED)
+        return -1;
+    m->base = p;
+    m->size = size;
+    return 0;
+}
+
+/* Room for len bytes at the end of the frames: a pointer, or NULL with errno set. */
+static char *mf_reserve(MappedFile *m, size_t len)
+{
+    if (m->fd < 0) {
+        errno = EBADF;
+        return NULL;
+    }
+    size_t end = m->end + len;
+    if (end - m->head > m->max) {
+        errno = EFBIG;
+        return NULL;
+    }
+    if (end > m->size && mf_grow(m, end) < 0)
+        return NULL;
+    return m->base + m->end;
+}
+
+/* The commit: the counter moves only after the frame's bytes are stored, so a reader (and a
+ * killed process's page cache) sees whole frames only. */
+static void mf_commit(MappedFile *m, size_t len)
+{
+    m->end += len;
+    uint64_t committed = htole64((uint64_t)(m->end - m->head));
+    __atomic_store_n((uint64_t *)(m->base + 8), committed, __ATOMIC_RELEASE);
+}
+
+static int mf_usable(MappedFile *m) { return m != NULL && m->fd >= 0; }
+
+static int MappedFile_init(MappedFile *self, PyObject *args, PyObject *kw)
+{
+    int fd;
+    Py_ssize_t chunk, head;
+    unsigned long long max;
+    const char *magic;
+    Py_ssize_t magic_len;
+    static char *names[] = {"fd", "chunk", "head", "max_bytes", "magic", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "innKy#", names, &fd, &chunk, &head, &max,
+                                     &magic, &magic_len))
+        return -1;
+    if (self->fd >= 0 || self->base != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "MappedFile already initialised");
+        return -1;
+    }
+    if (chunk <= 0 || head < 16 || head > chunk || magic_len != 8) {
+        PyErr_SetString(PyExc_ValueError, "bad MappedFile geometry");
+        return -1;
+    }
+    int own = fcntl(fd, F_DUPFD_CLOEXEC, 0); /* the caller closes its descriptor */
+    if (own < 0)
+        return PyErr_SetFromErrno(PyExc_OSError), -1;
+    int rc = posix_fallocate(own, 0, (off_t)chunk);
+    if (rc != 0) {
+        close(own);
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError), -1;
+    }
+    void *p = mmap(NULL, (size_t)chunk, PROT_READ | PROT_WRITE, MAP_SHARED, own, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        close(own);
+        errno = e;
+        return PyErr_SetFromErrno(PyExc_OSError), -1;
+    }
+    self->fd = own;
+    self->base = p;
+    self->size = (size_t)chunk;
+    self->chunk = (size_t)chunk;
+    self->head = (size_t)head;
+    self->end = (size_t)head;
+    self->max = max;
+    self->seq = 0;
+    memcpy(self->base, magic, 8);
+    memset(self->base + 8, 0, 8);
+    return 0;
+}
+
+static PyObject *MappedFile_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    MappedFile *self = (MappedFile *)type->tp_alloc(type, 0);
+    if (self != NULL) {
+        self->fd = -1;
+        self->base = NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void mf_close(MappedFile *m)
+{
+    if (m->base != NULL)
+        munmap(m->base, m->size);
+    if (m->fd >= 0)
+        close(m->fd);
+    m->base = NULL;
+    m->fd = -1;
+}
+
+static void MappedFile_dealloc(MappedFile *self)
+{
+    mf_close(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *MappedFile_append(MappedFile *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    char *p = mf_reserve(self, (size_t)view.len);
+    if (p == NULL) {
+        PyBuffer_Release(&view);
+        if (errno == EFBIG)
+            return PyErr_Format(PyExc_OSError, "the mapped spool file is full"), NULL;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    memcpy(p, view.buf, (size_t)view.len);
+    mf_commit(self, (size_t)view.len);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+static PyObject *MappedFile_next_seq(MappedFile *self, PyObject *unused)
+{
+    return PyLong_FromUnsignedLongLong(++self->seq);
+}
+
+static PyObject *MappedFile_close(MappedFile *self, PyObject *unused)
+{
+    mf_close(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *MappedFile_get_closed(MappedFile *self, void *c)
+{
+    return PyBool_FromLong(self->fd < 0);
+}
+
+static PyObject *MappedFile_get_committed(MappedFile *self, void *c)
+{
+    return PyLong_FromSize_t(self->end - self->head);
+}
+
+static PyMethodDef MappedFile_methods[] = {
+    {"append", (PyCFunction)MappedFile_append, METH_O,
+     "Append one frame and commit it; OSError (nothing written) if the file cannot grow."},
+    {"next_seq", (PyCFunction)MappedFile_next_seq, METH_NOARGS, "The next frame number."},
+    {"close", (PyCFunction)MappedFile_close, METH_NOARGS, "Unmap and close (idempotent)."},
+    {NULL}};
+
+static PyGetSetDef MappedFile_getset[] = {
+    {"closed", (getter)MappedFile_get_closed, NULL, NULL, NULL},
+    {"committed", (getter)MappedFile_get_committed, NULL, NULL, NULL},
+    {NULL}};
+
+static PyTypeObject MappedFileType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "counterd._native._hotpath.MappedFile",
+    .tp_basicsize = sizeof(MappedFile),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "MappedFile(fd, chunk, head, max_bytes, magic): frames appended to a shared "
+              "file mapping with a commit counter (counterd.spool).",
+    .tp_new = MappedFile_new,
+    .tp_init = (initproc)MappedFile_init,
+    .tp_dealloc = (destructor)MappedFile_dealloc,
+    .tp_methods = MappedFile_methods,
+    .tp_getset = MappedFile_getset,
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Counter: a process's superstep indices (itertools.count's role, readable from C).            */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    int64_t next;
+} Counter;
+
+static PyObject *Counter_iternext(Counter *self) { return PyLong_FromLongLong(self->next++); }
+
+static PyTypeObject CounterType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "counterd._native._hotpath.Counter",
+    .tp_basicsize = sizeof(Counter),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "0, 1, 2, ... shared by a process's lanes and its Python path.",
+    .tp_new = PyType_GenericNew,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)Counter_iternext,
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Lane: one thread's marker state (the Python recorder's _ThreadState, attached to it).       */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Wire and record constants, given once by counterd.markers.native (never restated here). */
+static struct {
+    int ready;
+    int version, open_type, close_type;
+    uint32_t nested, exception, multiplexed, migrated;
+    Py_ssize_t max_name, max_params, max_value;
+} K;
+
+typedef struct Lane {
+    PyObject_HEAD
+    PyObject *recorder;     /* _materialise, _unmatched_end */
+    Counter *indices;
+    PyObject *on_closed;    /* memory sink: called with each ended step */
+    PyObject *sink_open;    /* spool: the Python OPEN path (sink.open) */
+    PyObject *sink_closed;  /* spool: the Python CLOSE path (sink.closed) */
+    PyObject *clean;        /* recorder.clean_marker */
+    PyObject *ctx;          /* recorder._ctx at attach */
+    PyObject *unsupported;  /* the thread's unsupported counters (Step.unsupported) */
+    PyObject *delta;        /* the group's raw decoder (Step.delta) */
+    PyObject *decode;       /* the group's decoder of a buffer of another layout, or None */
+    PyObject *flags_of;     /* protocol.bit_flags */
+    PyObject *close_tail;   /* bytes: the CLOSE's unsupported counters, JSON */
+    PyObject *stack;        /* list of open HotSteps, innermost last */
+    MappedFile *writer;     /* spool mapping, or NULL */
+    int c_open, c_close;    /* spool CONTEXT ids (counter names: none / the group's) */
+    uint32_t close_flags;   /* unsupported_counters where the tail is not empty */
+    int fd, n;              /* the perf group leader (-1: no counters) and its members */
+    size_t read_size;
+    uint64_t ids[MAX_COUNTERS];
+    int perm[MAX_COUNTERS]; /* CLOSE counter i is raw member perm[i] */
+    int64_t rank;
+    int install;            /* its begin() makes it this thread's current lane */
+} Lane;
+
+/* This thread's current lane, for the module-level superstep(): a borrowed pointer, trusted only
+ * while its generation is the global one. The generation moves when any lane is freed, when a
+ * recorder is created (invalidate()) and in a forked child, so a pointer is never followed
+ * after its lane is gone, nor into another recorder's or process's lane. */
+static uint64_t generation = 1;
+static __thread Lane *cur_lane;
+static __thread uint64_t cur_gen;
+static PyObject *fallback_begin; /* counterd.markers.api's Python superstep */
+
+static void lane_install(Lane *lane)
+{
+    cur_lane = lane;
+    cur_gen = generation;
+}
+
+typedef struct {
+    PyObject_VAR_HEAD
+    Lane *lane;
+    PyObject *name, *params, *dropped, *record;
+    PyObject *start_obj, *stop_obj; /* a Reading, where a read did not have the opened layout */
+    int64_t index, rank, begin_ns, end_ns;
+    int cpu, end_cpu;
+    uint32_t flags; /* marker-time flags: nested, exception */
+    char ended, closed, sent, has_start, has_stop;
+    char plain; /* name and params as given: the OPEN can be encoded here */
+    uint64_t raw[1]; /* start (enabled, running, values...) then stop, 2 + n each */
+} HotStep;
+
+static PyTypeObject LaneType, HotStepType;
+static PyObject *flags_of_fn = NULL; /* protocol.bit_flags, given by setup() */
+
+static int read_group(Lane *lane, uint64_t *out, PyObject **fallback)
+{
+    /* One read(2) of the leader: nr, time_enabled, time_running, {value, id} * nr. Returns 1
+     * with (enabled, running, values...) in out, or 0 with *fallback set to what the group's
+     * checked decoder makes of the bytes (or of a new read if none came), -1 on error. */
+    uint64_t buf[3 + 2 * MAX_COUNTERS];
+    ssize_t got = read(lane->fd, buf, lane->read_size);
+    if (got == (ssize_t)lane->read_size && buf[0] == (uint64_t)lane->n) {
+        int ok = 1;
+        for (int i = 0; i < lane->n; i++)
+            ok &= buf[4 + 2 * i] == lane->ids[i];
+        if (ok) {
+            out[0] = buf[1];
+            out[1] = buf[2];
+            for (int i = 0; i < lane->n; i++)
+                out[2 + i] = buf[3 + 2 * i];
+            return 1;
+        }
+    }
+    if (got < 0 || lane->decode == Py_None) {
+        /* What the Python path does with a failed read: the group reads again and says why. */
+        PyObject *read = PyObject_GetAttrString(lane->delta, "__self__");
+        if (read == NULL)
+            return -1;
+        *fallback = PyObject_CallMethod(read, "read_raw", NULL);
+        Py_DECREF(read);
+        return *fallback == NULL ? -1 : 0;
+    }
+    PyObject *bytes = PyBytes_FromStringAndSize((const char *)buf, got);
+    if (bytes == NULL)
+        return -1;
+    PyObject *list = PyList_New(1);
+    if (list == NULL) {
+        Py_DECREF(bytes);
+        return -1;
+    }
+    PyList_SET_ITEM(list, 0, bytes);
+    *fallback = PyObject_CallOneArg(lane->decode, list);
+    Py_DECREF(list);
+    return *fallback == NULL ? -1 : 0;
+}
+
+static int json_append(PyObject **out, Py_ssize_t *len, const char *src, Py_ssize_t n)
+{
+    Py_ssize_t cap = PyBytes_GET_SIZE(*out);
+    if (*len + n > cap) {
+        Py_ssize_t want = cap * 2 > *len + n ? cap * 2 : *len + n + 64;
+        if (_PyBytes_Resize(out, want) < 0)
+            return -1;
+    }
+    memcpy(PyBytes_AS_STRING(*out) + *len, src, (size_t)n);
+    *len += n;
+    return 0;
+}
+
+static int json_ascii(PyObject **out, Py_ssize_t *len, PyObject *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    const unsigned char *p = PyUnicode_1BYTE_DATA(s);
+    if (json_append(out, len, "\"", 1) < 0)
+        return -1;
+    Py_ssize_t run = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = p[i];
+        char esc[6];
+        int k = 0;
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\'; esc[1] = (char)c; k = 2;
+        } else if (c < 0x20) {
+            esc[0] = '\\';
+            k = 2;
+            switch (c) {
+            case '\n': esc[1] = 'n'; break;
+            case '\r': esc[1] = 'r'; break;
+            case '\t': esc[1] = 't'; break;
+            case '\b': esc[1] = 'b'; break;
+            case '\f': esc[1] = 'f'; break;
+            default:
+                esc[1] = 'u'; esc[2] = '0'; esc[3] = '0';
+                esc[4] = hex[c >> 4]; esc[5] = hex[c & 15]; k = 6;
+            }
+        }
+        if (k) {
+            if (json_append(out, len, (const char *)p + i - run, run) < 0
+                || json_append(out, len, esc, k) < 0)
+                return -1;
+            run = 0;
+        } else {
+            run++;
+        }
+    }
+    if (json_append(out, len, (const char *)p + n - run, run) < 0)
+        return -1;
+    return json_append(out, len, "\"", 1);
+}
+
+/* JSON of params already checked by params_plain (ASCII keys and strings, int64, bool, finite
+ * float), byte for byte what protocol.dumps_payload gives (compact separators, json's escapes,
+ * float repr). Returns a new bytes object. */
+static PyObject *json_params(PyObject *params)
+{
+    Py_ssize_t len = 0, pos = 0;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 128), *key, *value;
+    if (out == NULL)
+        return NULL;
+    if (json_append(&out, &len, "{", 1) < 0)
+        goto fail;
+    int first = 1;
+    while (PyDict_Next(params, &pos, &key, &value)) {
+        if (!first && json_append(&out, &len, ",", 1) < 0)
+            goto fail;
+        first = 0;
+        if (json_ascii(&out, &len, key) < 0 || json_append(&out, &len, ":", 1) < 0)
+            goto fail;
+        if (PyBool_Check(value)) {
+            const char *t = value == Py_True ? "true" : "false";
+            if (json_append(&out, &len, t, (Py_ssize_t)strlen(t)) < 0)
+                goto fail;
+        } else if (PyLong_CheckExact(value)) {
+            char num[32];
+            int k = snprintf(num, sizeof num, "%lld", PyLong_AsLongLong(value));
+            if (json_append(&out, &len, num, k) < 0)
+                goto fail;
+        } else if (PyFloat_CheckExact(value)) {
+            char *r = PyOS_double_to_string(PyFloat_AS_DOUBLE(value), 'r', 0,
+                                            Py_DTSF_ADD_DOT_0, NULL);
+            if (r == NULL)
+                goto fail;
+            int bad = json_append(&out, &len, r, (Py_ssize_t)strlen(r));
+            PyMem_Free(r);
+            if (bad)
+                goto fail;
+        } else if (json_ascii(&out, &len, value) < 0) {
+            goto fail;
+        }
+    }
+    if (json_append(&out, &len, "}", 1) < 0 || _PyBytes_Resize(&out, len) < 0)
+        goto fail;
+    return out;
+fail:
+    Py_XDECREF(out);
+    return NULL;
+}
+
+/* The common case of recorder.clean_marker, checked without calling it: an ASCII name and
+ * params that every sink encodes as they are. 1: plain; 0: clean_marker must see them. */
+static int params_plain(PyObject *name, PyObject *params)
+{
+    if (!PyUnicode_CheckExact(name) || !PyUnicode_IS_ASCII(name)
+        || PyUnicode_GET_LENGTH(name) > K.max_name)
+        return 0;
+    if (params == NULL)
+        return 1;
+    if (PyDict_GET_SIZE(params) > K.max_params)
+        return 0;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(params, &pos, &key, &value)) {
+        if (!PyUnicode_CheckExact(key) || !PyUnicode_IS_ASCII(key)
+            || PyUnicode_GET_LENGTH(key) > K.max_name)
+            return 0;
+        if (PyBool_Check(value))
+            continue;
+        if (PyLong_CheckExact(value)) {
+            int overflow;
+            PyLong_AsLongLongAndOverflow(value, &overflow);
+            if (overflow)
+                return 0;
+        } else if (PyUnicode_CheckExact(value)) {
+            if (!PyUnicode_IS_ASCII(value) || PyUnicode_GET_LENGTH(value) > K.max_value)
+                return 0;
+        } else if (PyFloat_CheckExact(value)) {
+            if (!isfinite(PyFloat_AS_DOUBLE(value)))
+                return 0;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The OPEN frame of a step into the spool mapping: 1 written, 0 not (the caller goes the
+ * Python way), -1 error. */
+static int write_open(Lane *lane, HotStep *st, int64_t t)
+{
+    if (!st->plain || !mf_usable(lane->writer) || st->rank < INT32_MIN || st->rank > INT32_MAX)
+        return 0;
+    Py_ssize_t name_len;
+    const char *name = PyUnicode_AsUTF8AndSize(st->name, &name_len);
+    if (name == NULL)
+        return -1;
+    PyObject *tail = NULL;
+    Py_ssize_t tail_len = 0;
+    if (PyDict_GET_SIZE(st->params)) {
+        tail = json_params(st->params);
+        if (tail == NULL)
+            return -1;
+        tail_len = PyBytes_GET_SIZE(tail);
+    }
+    size_t body = 36 + (size_t)name_len + (size_t)tail_len; /* OPEN_HEAD is 36 bytes */
+    if (name_len > 0xFFFF || 6 + body > 256 * 1024) {       /* MAX_FRAME_BYTES */
+        Py_XDECREF(tail);
+        return 0;
+    }
+    char *p = mf_reserve(lane->writer, 6 + body);
+    if (p == NULL) {
+        Py_XDECREF(tail);
+        return 0; /* the Python path meets the same error and falls back to lines */
+    }
+    char *q = p;
+    q = put_u32(q, (uint32_t)(body + 2));
+    q = put_u8(q, (uint8_t)K.version);
+    q = put_u8(q, (uint8_t)K.open_type);
+    q = put_u64(q, ++lane->writer->seq);
+    q = put_u16(q, (uint16_t)lane->c_open);
+    q = put_u64(q, (uint64_t)st->index);
+    q = put_u64(q, (uint64_t)t);
+    q = put_u32(q, (uint32_t)(int32_t)st->rank);
+    q = put_u32(q, (uint32_t)(int32_t)st->cpu);
+    q = put_u16(q, (uint16_t)name_len);
+    memcpy(q, name, (size_t)name_len);
+    q += name_len;
+    if (tail != NULL) {
+        memcpy(q, PyBytes_AS_STRING(tail), (size_t)tail_len);
+        Py_DECREF(tail);
+    }
+    mf_commit(lane->writer, 6 + body);
+    return 1;
+}
+
+/* The flags a CLOSE carries and the counters' scaling (Recorder._parts and
+ * PerfGroup.delta_raw, restated for the one-group case). */
+static uint32_t close_flags(Lane *lane, HotStep *st, double *factor, double *ratio)
+{
+    uint32_t flags = st->flags | lane->close_flags;
+    *factor = 1.0;
+    *ratio = 1.0;
+    if (lane->n > 0) {
+        uint64_t *a = st->raw, *b = st->raw + 2 + lane->n;
+        int64_t de = (int64_t)(b[0] - a[0]), dr = (int64_t)(b[1] - a[1]);
+        if (de > 0) { /* scale(1, de, dr) */
+            if (dr <= 0) {
+                *factor = 0.0;
+                *ratio = 0.0;
+            } else if (dr < de) {
+                *factor = (double)de / (double)dr;
+                *ratio = (double)dr / (double)de;
+            }
+        }
+        if (*ratio < 1.0)
+            flags |= K.multiplexed;
+    }
+    if (st->end_cpu != st->cpu)
+        flags |= K.migrated;
+    return flags;
+}
+
+/* The CLOSE frame into the spool mapping: 1 written, 0 not (the Python path takes it). */
+static int write_close(Lane *lane, HotStep *st)
+{
+    if (!st->sent || !mf_usable(lane->writer) || st->dropped != Py_None || !st->has_start
+        || !st->has_stop || st->end_ns < st->begin_ns)
+        return 0;
+    double factor, ratio;
+    uint32_t flags = close_flags(lane, st, &factor, &ratio);
+    Py_ssize_t tail_len = PyBytes_GET_SIZE(lane->close_tail);
+    size_t body = 40 + 25 * (size_t)lane->n + (size_t)tail_len; /* CLOSE_HEAD, COUNTER */
+    char *p = mf_reserve(lane->writer, 6 + body);
+    if (p == NULL)
+        return 0;
+    char *q = p;
+    q = put_u32(q, (uint32_t)(body + 2));
+    q = put_u8(q, (uint8_t)K.version);
+    q = put_u8(q, (uint8_t)K.close_type);
+    q = put_u64(q, ++lane->writer->seq);
+    q = put_u16(q, (uint16_t)lane->c_close);
+    q = put_u64(q, (uint64_t)st->index);
+    q = put_u64(q, (uint64_t)st->begin_ns);
+    q = put_u64(q, (uint64_t)st->end_ns);
+    q = put_u32(q, flags);
+    q = put_u16(q, (uint16_t)tail_len);
+    uint64_t *a = st->raw, *b = st->raw + 2 + lane->n;
+    for (int i = 0; i < lane->n; i++) {
+        int j = 2 + lane->perm[i];
+        int64_t d = (int64_t)(b[j] - a[j]);
+        q = put_u8(q, 0); /* SOURCES.index("measured") */
+        q = put_f64(q, (double)d * factor);
+        q = put_f64(q, ratio);
+        q = put_u64(q, (uint64_t)d);
+    }
+    memcpy(q, PyBytes_AS_STRING(lane->close_tail), (size_t)tail_len);
+    mf_commit(lane->writer, 6 + body);
+    return 1;
+}
+
+static PyObject *lane_begin(Lane *lane, PyObject *name, PyObject *params_in)
+{
+    if (params_in != NULL && !PyDict_Check(params_in)) {
+        PyErr_SetString(PyExc_TypeError, "params must be a dict");
+        return NULL;
+    }
+    if (params_in != NULL && PyDict_GET_SIZE(params_in) == 0)
+        params_in = NULL;
+    PyObject *params, *dropped;
+    int plain = params_plain(name, params_in);
+    if (plain) {
+        Py_INCREF(name);
+        params = params_in ? PyDict_Copy(params_in) : PyDict_New();
+        if (params == NULL) {
+            Py_DECREF(name);
+            return NULL;
+        }
+        dropped = Py_NewRef(Py_None);
+    } else { /* recorder.clean_marker says what is kept, and what was dropped and why */
+        PyObject *copy = params_in ? PyDict_Copy(params_in) : PyDict_New();
+        if (copy == NULL)
+            return NULL;
+        PyObject *r = PyObject_CallFunctionObjArgs(lane->clean, name, copy, NULL);
+        Py_DECREF(copy);
+        if (r == NULL)
+            return NULL;
+        if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 3) {
+            Py_DECREF(r);
+            PyErr_SetString(PyExc_TypeError, "clean_marker returned no (name, params, dropped)");
+            return NULL;
+        }
+        name = Py_NewRef(PyTuple_GET_ITEM(r, 0));
+        params = Py_NewRef(PyTuple_GET_ITEM(r, 1));
+        dropped = Py_NewRef(PyTuple_GET_ITEM(r, 2));
+        Py_DECREF(r);
+    }
+    HotStep *st = PyObject_GC_NewVar(HotStep, &HotStepType, 2 * (2 + lane->n));
+    if (st == NULL) {
+        Py_DECREF(name);
+        Py_DECREF(params);
+        Py_DECREF(dropped);
+        return NULL;
+    }
+    st->lane = (Lane *)Py_NewRef(lane);
+    st->name = name;
+    st->params = params;
+    st->dropped = dropped;
+    st->record = NULL;
+    st->start_obj = st->stop_obj = NULL;
+    st->index = lane->indices->next++;
+    st->rank = lane->rank;
+    st->cpu = sched_getcpu();
+    st->end_ns = 0;
+    st->end_cpu = -1;
+    st->flags = PyList_GET_SIZE(lane->stack) ? K.nested : 0;
+    st->ended = st->closed = st->sent = st->has_start = st->has_stop = 0;
+    st->plain = (char)plain;
+    PyObject_GC_Track(st);
+    /* The OPEN first: it is what survives a kill inside the superstep. */
+    if (lane->sink_open != Py_None) {
+        int64_t t = now_ns();
+        int w = write_open(lane, st, t);
+        if (w < 0)
+            goto fail;
+        if (w == 0) {
+            PyObject *sent = PyObject_CallFunction(lane->sink_open, "OLOLiLO", lane->ctx,
+                                                   (long long)st->index, st->name,
+                                                   (long long)st->rank, st->cpu, (long long)t,
+                                                   st->params);
+            if (sent == NULL)
+                goto fail;
+            st->sent = PyObject_IsTrue(sent) == 1;
+            Py_DECREF(sent);
+        } else {
+            st->sent = 1;
+        }
+    }
+    if (lane->fd >= 0) {
+        int r = read_group(lane, st->raw, &st->start_obj);
+        if (r < 0)
+            goto fail;
+        st->has_start = (char)r;
+    }
+    st->begin_ns = now_ns();
+    if (PyList_Append(lane->stack, (PyObject *)st) < 0)
+        goto fail;
+    return (PyObject *)st;
+fail:
+    Py_DECREF(st);
+    return NULL;
+}
+
+static int stack_remove(Lane *lane, HotStep *st)
+{
+    Py_ssize_t n = PyList_GET_SIZE(lane->stack);
+    for (Py_ssize_t i = n - 1; i >= 0; i--)
+        if (PyList_GET_ITEM(lane->stack, i) == (PyObject *)st)
+            return PyList_SetSlice(lane->stack, i, i + 1, NULL);
+    return 0;
+}
+
+/* End ``st`` (the innermost open step if NULL). Returns the closed step, or the record of an
+ * end that matched nothing, new references. */
+static PyObject *lane_end(Lane *lane, HotStep *st, PyObject *name)
+{
+    int64_t end_ns = now_ns();
+    if (st == NULL) {
+        Py_ssize_t n = PyList_GET_SIZE(lane->stack);
+        if (n == 0) {
+            if (name == NULL || name == Py_None)
+                return PyObject_CallMethod(lane->recorder, "_unmatched_end", "sL", "?",
+                                           (long long)end_ns);
+            return PyObject_CallMethod(lane->recorder, "_unmatched_end", "OL", name,
+                                       (long long)end_ns);
+        }
+        st = (HotStep *)PyList_GET_ITEM(lane->stack, n - 1);
+    }
+    if (st->closed)
+        return PyObject_CallMethod(lane->recorder, "_unmatched_end", "OL", st->name,
+                                   (long long)end_ns);
+    Py_INCREF(st);
+    /* The counters of the thread that ends it, as the Python path reads them. */
+    if (lane->fd >= 0) {
+        uint64_t *stop = st->raw + 2 + st->lane->n;
+        if (st->lane->n != lane->n) { /* ended by another thread with other counters */
+            PyObject *read = PyObject_GetAttrString(lane->delta, "__self__");
+            st->stop_obj = read ? PyObject_CallMethod(read, "read_raw", NULL) : NULL;
+            Py_XDECREF(read);
+            if (st->stop_obj == NULL)
+                goto fail;
+        } else {
+            int r = read_group(lane, stop, &st->stop_obj);
+            if (r < 0)
+                goto fail;
+            st->has_stop = (char)r;
+        }
+    }
+    st->end_ns = end_ns;
+    st->ended = 1;
+    st->end_cpu = sched_getcpu();
+    if (stack_remove(st->lane, st) < 0)
+        goto fail;
+    st->closed = 1;
+    if (lane->on_closed != Py_None) {
+        PyObject *r = PyObject_CallOneArg(lane->on_closed, (PyObject *)st);
+        if (r == NULL)
+            goto fail;
+        Py_DECREF(r);
+    } else if (!write_close(st->lane, st)) {
+        PyObject *r = PyObject_CallOneArg(lane->sink_closed, (PyObject *)st);
+        if (r == NULL)
+            goto fail;
+        Py_DECREF(r);
+    }
+    return (PyObject *)st;
+fail:
+    Py_DECREF(st);
+    return NULL;
+}
+
+static PyObject *Lane_begin(Lane *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "begin(name, params)");
+        return NULL;
+    }
+    if (self->install) /* the Python path came here: from now on superstep() comes directly */
+        lane_install(self);
+    return lane_begin(self, args[0], args[1] == Py_None ? NULL : args[1]);
+}
+
+static PyObject *Lane_end(Lane *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "end(step, name)");
+        return NULL;
+    }
+    if (args[0] != Py_None && !PyObject_TypeCheck(args[0], &HotStepType)) {
+        PyErr_SetString(PyExc_TypeError, "end() of a step this lane did not begin");
+        return NULL;
+    }
+    return lane_end(self, args[0] == Py_None ? NULL : (HotStep *)args[0], args[1]);
+}
+
+static PyObject *Lane_set_rank(Lane *self, PyObject *arg)
+{
+    long long r = PyLong_AsLongLong(arg);
+    if (r == -1 && PyErr_Occurred())
+        return NULL;
+    self->rank = r;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Lane_install(Lane *self, PyObject *unused)
+{
+    lane_install(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Lane_open_steps(Lane *self, PyObject *unused)
+{
+    return PyList_GetSlice(self->stack, 0, PyList_GET_SIZE(self->stack));
+}
+
+static int Lane_init(Lane *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"recorder", "indices", "rank", "fd", "ids", "perm", "delta",
+                            "decode", "unsupported", "clean", "on_closed", "ctx", "writer",
+                            "sink_open", "sink_closed", "c_open", "c_close", "close_tail",
+                            "close_flags", "install", NULL};
+    PyObject *recorder, *indices, *ids, *perm, *delta, *decode, *unsupported, *clean;
+    PyObject *on_closed, *ctx, *writer, *sink_open, *sink_closed, *close_tail;
+    long long rank;
+    int fd, c_open, c_close, install = 1;
+    unsigned int flags;
+    if (!K.ready) {
+        PyErr_SetString(PyExc_RuntimeError, "_hotpath.setup() was not called");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!LiO!O!OOO!OOOOOOiiO!I|p", names, &recorder,
+                                     &CounterType, &indices, &rank, &fd, &PyTuple_Type, &ids,
+                                     &PyTuple_Type, &perm, &delta, &decode, &PyDict_Type,
+                                     &unsupported, &clean, &on_closed, &ctx, &writer,
+                                     &sink_open, &sink_closed, &c_open, &c_close,
+                                     &PyBytes_Type, &close_tail, &flags, &install))
+        return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(ids);
+    if (n > MAX_COUNTERS || PyTuple_GET_SIZE(perm) != n || (fd < 0 && n != 0)) {
+        PyErr_SetString(PyExc_ValueError, "a lane's counters: at most 64, ids and perm alike");
+        return -1;
+    }
+    if (writer != Py_None && !PyObject_TypeCheck(writer, &MappedFileType)) {
+        PyErr_SetString(PyExc_TypeError, "writer must be a MappedFile or None");
+        return -1;
+    }
+    if ((on_closed == Py_None) == (sink_closed == Py_None)
+        || (sink_open == Py_None) != (sink_closed == Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "a lane has either on_closed or the spool's paths");
+        return -1;
+    }
+    if (c_open < 0 || c_open > 0xFFFF || c_close < 0 || c_close > 0xFFFF
+        || PyBytes_GET_SIZE(close_tail) > 0xFFFF) {
+        PyErr_SetString(PyExc_ValueError, "context ids and the CLOSE tail are 16-bit");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        self->ids[i] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(ids, i));
+        long p = PyLong_AsLong(PyTuple_GET_ITEM(perm, i));
+        if (PyErr_Occurred())
+            return -1;
+        if (p < 0 || p >= n) {
+            PyErr_SetString(PyExc_ValueError, "perm is not a permutation of the members");
+            return -1;
+        }
+        self->perm[i] = (int)p;
+    }
+    self->n = (int)n;
+    self->fd = fd;
+    self->read_size = sizeof(uint64_t) * (3 + 2 * (size_t)n);
+    self->rank = rank;
+    self->c_open = c_open;
+    self->c_close = c_close;
+    self->close_flags = flags;
+    self->install = install;
+    Py_XSETREF(self->recorder, Py_NewRef(recorder));
+    Py_XSETREF(self->indices, (Counter *)Py_NewRef(indices));
+    Py_XSETREF(self->delta, Py_NewRef(delta));
+    Py_XSETREF(self->decode, Py_NewRef(decode));
+    Py_XSETREF(self->unsupported, Py_NewRef(unsupported));
+    Py_XSETREF(self->clean, Py_NewRef(clean));
+    Py_XSETREF(self->on_closed, Py_NewRef(on_closed));
+    Py_XSETREF(self->ctx, Py_NewRef(ctx));
+    Py_XSETREF(self->writer, writer == Py_None ? NULL : (MappedFile *)Py_NewRef(writer));
+    Py_XSETREF(self->sink_open, Py_NewRef(sink_open));
+    Py_XSETREF(self->sink_closed, Py_NewRef(sink_closed));
+    Py_XSETREF(self->close_tail, Py_NewRef(close_tail));
+    Py_XSETREF(self->flags_of, Py_NewRef(flags_of_fn));
+    if (self->stack == NULL && (self->stack = PyList_New(0)) == NULL)
+        return -1;
+    return 0;
+}
+
+static int Lane_traverse(Lane *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->recorder);
+    Py_VISIT(self->indices);
+    Py_VISIT(self->on_closed);
+    Py_VISIT(self->sink_open);
+    Py_VISIT(self->sink_closed);
+    Py_VISIT(self->clean);
+    Py_VISIT(self->ctx);
+    Py_VISIT(self->unsupported);
+    Py_VISIT(self->delta);
+    Py_VISIT(self->decode);
+    Py_VISIT(self->close_tail);
+    Py_VISIT(self->stack);
+    Py_VISIT(self->writer);
+    return 0;
+}
+
+static int Lane_clear(Lane *self)
+{
+    Py_CLEAR(self->recorder);
+    Py_CLEAR(self->indices);
+    Py_CLEAR(self->on_closed);
+    Py_CLEAR(self->sink_open);
+    Py_CLEAR(self->sink_closed);
+    Py_CLEAR(self->clean);
+    Py_CLEAR(self->ctx);
+    Py_CLEAR(self->unsupported);
+    Py_CLEAR(self->delta);
+    Py_CLEAR(self->decode);
+    Py_CLEAR(self->close_tail);
+    Py_CLEAR(self->stack);
+    Py_CLEAR(self->writer);
+    return 0;
+}
+
+static void Lane_dealloc(Lane *self)
+{
+    generation++; /* no thread follows its pointer to this lane again */
+    PyObject_GC_UnTrack(self);
+    Lane_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef Lane_methods[] = {
+    {"begin", (PyCFunction)(void (*)(void))Lane_begin, METH_FASTCALL,
+     "begin(name, params) -> step: Recorder.begin for this thread."},
+    {"end", (PyCFunction)(void (*)(void))Lane_end, METH_FASTCALL,
+     "end(step or None, name) -> the closed step, or an unmatched end's record."},
+    {"set_rank", (PyCFunction)Lane_set_rank, METH_O, "The rank of this thread's records."},
+    {"open_steps", (PyCFunction)Lane_open_steps, METH_NOARGS, "Steps begun and not ended."},
+    {"install", (PyCFunction)Lane_install, METH_NOARGS,
+     "Make it this thread's current lane (superstep() begins through it)."},
+    {NULL}};
+
+static PyTypeObject LaneType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "counterd._native._hotpath.Lane",
+    .tp_basicsize = sizeof(Lane),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "One thread's marker state (see counterd.markers.native).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Lane_init,
+    .tp_dealloc = (destructor)Lane_dealloc,
+    .tp_traverse = (traverseproc)Lane_traverse,
+    .tp_clear = (inquiry)Lane_clear,
+    .tp_methods = Lane_methods,
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* HotStep: an open (then closed) superstep; reads as counterd.markers.recorder.Step does.     */
+/* ------------------------------------------------------------------------------------------ */
+
+static PyObject *raw_tuple(HotStep *st, int which)
+{
+    int n = st->lane->n;
+    PyObject *t = PyTuple_New(2 + n);
+    if (t == NULL)
+        return NULL;
+    uint64_t *v = st->raw + which * (2 + n);
+    for (int i = 0; i < 2 + n; i++) {
+        PyObject *x = PyLong_FromUnsignedLongLong(v[i]);
+        if (x == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, x);
+    }
+    return t;
+}
+
+static PyObject *HotStep_get_start(HotStep *st, void *c)
+{
+    if (st->start_obj)
+        return Py_NewRef(st->start_obj);
+    return st->has_start ? raw_tuple(st, 0) : Py_NewRef(Py_None);
+}
+
+static PyObject *HotStep_get_stop(HotStep *st, void *c)
+{
+    if (st->stop_obj)
+        return Py_NewRef(st->stop_obj);
+    return st->has_stop ? raw_tuple(st, 1) : Py_NewRef(Py_None);
+}
+
+static PyObject *HotStep_get_end_ns(HotStep *st, void *c)
+{
+    return st->ended ? PyLong_FromLongLong(st->end_ns) : Py_NewRef(Py_None);
+}
+
+static PyObject *HotStep_get_flags(HotStep *st, void *c)
+{
+    return PyObject_CallFunction(st->lane->flags_of, "I", st->flags);
+}
+
+static PyObject *HotStep_get_unsupported(HotStep *st, void *c)
+{
+    return st->ended ? Py_NewRef(st->lane->unsupported) : Py_NewRef(Py_None);
+}
+
+static PyObject *HotStep_get_closed(HotStep *st, void *c) { return PyBool_FromLong(st->closed); }
+
+static int HotStep_set_closed(HotStep *st, PyObject *v, void *c)
+{
+    int t = v ? PyObject_IsTrue(v) : 0;
+    if (t < 0)
+        return -1;
+    st->closed = (char)t;
+    return 0;
+}
+
+#define GET(field, conv) \
+    static PyObject *HotStep_get_##field(HotStep *st, void *c) { return conv(st->field); }
+GET(index, PyLong_FromLongLong)
+GET(rank, PyLong_FromLongLong)
+GET(begin_ns, PyLong_FromLongLong)
+GET(cpu, PyLong_FromLong)
+GET(end_cpu, PyLong_FromLong)
+GET(sent, PyLong_FromLong)
+#undef GET
+static PyObject *HotStep_get_name(HotStep *st, void *c) { return Py_NewRef(st->name); }
+static PyObject *HotStep_get_params(HotStep *st, void *c) { return Py_NewRef(st->params); }
+static PyObject *HotStep_get_dropped(HotStep *st, void *c) { return Py_NewRef(st->dropped); }
+static PyObject *HotStep_get_delta(HotStep *st, void *c) { return Py_NewRef(st->lane->delta); }
+static PyObject *HotStep_get_recorder(HotStep *st, void *c)
+{
+    return Py_NewRef(st->lane->recorder);
+}
+static PyObject *HotStep_get_streams(HotStep *st, void *c) { return PyList_New(0); }
+
+static PyGetSetDef HotStep_getset[] = {
+    {"recorder", (getter)HotStep_get_recorder, NULL, NULL, NULL},
+    {"index", (getter)HotStep_get_index, NULL, NULL, NULL},
+    {"name", (getter)HotStep_get_name, NULL, NULL, NULL},
+    {"rank", (getter)HotStep_get_rank, NULL, NULL, NULL},
+    {"cpu", (getter)HotStep_get_cpu, NULL, NULL, NULL},
+    {"begin_ns", (getter)HotStep_get_begin_ns, NULL, NULL, NULL},
+    {"params", (getter)HotStep_get_params, NULL, NULL, NULL},
+    {"start", (getter)HotStep_get_start, NULL, NULL, NULL},
+    {"flags", (getter)HotStep_get_flags, NULL, NULL, NULL},
+    {"closed", (getter)HotStep_get_closed, (setter)HotStep_set_closed, NULL, NULL},
+    {"streams", (getter)HotStep_get_streams, NULL, NULL, NULL},
+    {"end_ns", (getter)HotStep_get_end_ns, NULL, NULL, NULL},
+    {"stop", (getter)HotStep_get_stop, NULL, NULL, NULL},
+    {"end_cpu", (getter)HotStep_get_end_cpu, NULL, NULL, NULL},
+    {"unsupported", (getter)HotStep_get_unsupported, NULL, NULL, NULL},
+    {"sent", (getter)HotStep_get_sent, NULL, NULL, NULL},
+    {"delta", (getter)HotStep_get_delta, NULL, NULL, NULL},
+    {"dropped", (getter)HotStep_get_dropped, NULL, NULL, NULL},
+    {NULL}};
+
+static PyObject *HotStep_record(HotStep *st, PyObject *unused)
+{
+    if (st->record == NULL) {
+        st->record = PyObject_CallMethod(st->lane->recorder, "_materialise", "O", st);
+        if (st->record == NULL)
+            return NULL;
+    }
+    return Py_NewRef(st->record);
+}
+
+static PyObject *HotStep_feed(HotStep *st, PyObject *stream)
+{
+    Py_RETURN_NONE; /* lanes count real hardware (or nothing): streams are not simulated */
+}
+
+static PyObject *HotStep_enter(HotStep *st, PyObject *unused) { return Py_NewRef(st); }
+
+static PyObject *HotStep_exit(HotStep *st, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs > 0 && args[0] != Py_None)
+        st->flags |= K.exception;
+    PyObject *r = lane_end(st->lane, st, NULL);
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef HotStep_methods[] = {
+    {"record", (PyCFunction)HotStep_record, METH_NOARGS, "This (ended) superstep's record."},
+    {"feed", (PyCFunction)HotStep_feed, METH_O, "A no-op: nothing is simulated here."},
+    {"__enter__", (PyCFunction)HotStep_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))HotStep_exit, METH_FASTCALL, NULL},
+    {NULL}};
+
+static int HotStep_traverse(HotStep *st, visitproc visit, void *arg)
+{
+    Py_VISIT(st->lane);
+    Py_VISIT(st->name);
+    Py_VISIT(st->params);
+    Py_VISIT(st->dropped);
+    Py_VISIT(st->record);
+    Py_VISIT(st->start_obj);
+    Py_VISIT(st->stop_obj);
+    return 0;
+}
+
+static int HotStep_clear(HotStep *st)
+{
+    Py_CLEAR(st->lane);
+    Py_CLEAR(st->name);
+    Py_CLEAR(st->params);
+    Py_CLEAR(st->dropped);
+    Py_CLEAR(st->record);
+    Py_CLEAR(st->start_obj);
+    Py_CLEAR(st->stop_obj);
+    return 0;
+}
+
+static void HotStep_dealloc(HotStep *st)
+{
+    PyObject_GC_UnTrack(st);
+    HotStep_clear(st);
+    PyObject_GC_Del(st);
+}
+
+static PyTypeObject HotStepType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "counterd._native._hotpath.HotStep",
+    .tp_basicsize = offsetof(HotStep, raw),
+    .tp_itemsize = sizeof(uint64_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "A superstep begun through a lane; the same attributes as recorder.Step.",
+    .tp_dealloc = (destructor)HotStep_dealloc,
+    .tp_traverse = (traverseproc)HotStep_traverse,
+    .tp_clear = (inquiry)HotStep_clear,
+    .tp_methods = HotStep_methods,
+    .tp_getset = HotStep_getset,
+};
+
+/* ------------------------------------------------------------------------------------------ */
+
+static PyObject *hot_setup(PyObject *mod, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"version", "open_type", "close_type", "nested", "exception",
+                            "multiplexed", "migrated", "max_name", "max_params", "max_value",
+                            "flags_of", NULL};
+    PyObject *flags_of;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiiIIIInnnO", names, &K.version, &K.open_type,
+                                     &K.close_type, &K.nested, &K.exception, &K.multiplexed,
+                                     &K.migrated, &K.max_name, &K.max_params, &K.max_value,
+                                     &flags_of))
+        return NULL;
+    Py_XSETREF(flags_of_fn, Py_NewRef(flags_of));
+    K.ready = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *hot_superstep(PyObject *mod, PyObject *args, PyObject *kw)
+{
+    if (PyTuple_GET_SIZE(args) != 1) {
+        PyErr_SetString(PyExc_TypeError, "superstep(name, **params) takes one name");
+        return NULL;
+    }
+    PyObject *name = PyTuple_GET_ITEM(args, 0);
+    if (cur_gen == generation && cur_lane != NULL)
+        return lane_begin(cur_lane, name, kw);
+    if (fallback_begin == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_hotpath.set_fallback() was not called");
+        return NULL;
+    }
+    if (kw != NULL)
+        return PyObject_CallFunctionObjArgs(fallback_begin, name, kw, NULL);
+    PyObject *empty = PyDict_New();
+    if (empty == NULL)
+        return NULL;
+    PyObject *r = PyObject_CallFunctionObjArgs(fallback_begin, name, empty, NULL);
+    Py_DECREF(empty);
+    return r;
+}
+
+static PyObject *hot_set_fallback(PyObject *mod, PyObject *fn)
+{
+    Py_XSETREF(fallback_begin, Py_NewRef(fn));
+    Py_RETURN_NONE;
+}
+
+static PyObject *hot_invalidate(PyObject *mod, PyObject *unused)
+{
+    generation++;
+    Py_RETURN_NONE;
+}
+
+static void after_fork_in_child(void) { generation++; }
+
+static PyMethodDef module_methods[] = {
+    {"superstep", (PyCFunction)(void (*)(void))hot_superstep, METH_VARARGS | METH_KEYWORDS,
+     "superstep(name, **params) -> step: begin a superstep of this processor; use it as\n"
+     "``with counterd.superstep(name, n=n) as step: ...`` (the compiled form of\n"
+     "counterd.markers.api.superstep, which it calls where this thread has no lane)."},
+    {"set_fallback", (PyCFunction)hot_set_fallback, METH_O,
+     "The Python superstep(name, params) for threads without a current lane."},
+    {"invalidate", (PyCFunction)hot_invalidate, METH_NOARGS,
+     "Forget every thread's current lane (a recorder was created)."},
+    {"setup", (PyCFunction)(void (*)(void))hot_setup, METH_VARARGS | METH_KEYWORDS,
+     "The wire and record constants (counterd.markers.native calls it once)."},
+    {NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hotpath",
+                                    "The superstep markers' hot path (see hotpath.c).", -1,
+                                    module_methods};
+
+PyMODINIT_FUNC PyInit__hotpath(void)
+{
+    PyTypeObject *types[] = {&MappedFileType, &CounterType, &LaneType, &HotStepType};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        if (PyType_Ready(types[i]) < 0)
+            return NULL;
+    if (pthread_atfork(NULL, NULL, after_fork_in_child) != 0)
+        return PyErr_Format(PyExc_OSError, "pthread_atfork failed");
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "MappedFile", (PyObject *)&MappedFileType) < 0
+        || PyModule_AddObjectRef(m, "Counter", (PyObject *)&CounterType) < 0
+        || PyModule_AddObjectRef(m, "Lane", (PyObject *)&LaneType) < 0
+        || PyModule_AddObjectRef(m, "HotStep", (PyObject *)&HotStepType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

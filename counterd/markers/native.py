@@ -1,0 +1,140 @@
+"""The markers' compiled hot path: a thread's lane (counterd/_native/hotpath.c).
+
+Where the ``_hotpath`` extension is built (and ``COUNTERD_NATIVE`` is not ``0``), a thread whose
+markers need nothing but a clock, its CPU, one perf group read and a store gets a *lane*: its
+``begin`` and ``end`` run in compiled code, with no Python objects built on the way, and write
+the same things the Python path writes (the same steps in memory, the same OPEN and CLOSE
+frames in the spool's mapping). Everything the lane does not do itself it hands back to the
+Python recorder, which stays the one definition of a record: materialising records, params
+that need cleaning, ends that match nothing, a read of another layout, a spool that cannot grow.
+
+A thread gets no lane, and keeps the Python path, for: the sim, papi and callgrind backends
+(streams to simulate, a library's read, counter dumps), perf groups split over several kernel
+groups or opened with ``inherit``, a backend that failed (its records say why), the daemon's
+socket, and a spool written as JSON lines.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from counterd import _native, protocol
+from counterd.markers.sinks import MemorySink, SpoolSink
+from counterd.records import MAX_NAME_CHARS, MAX_PARAMS, MAX_VALUE_CHARS
+
+if TYPE_CHECKING:
+    from counterd.markers.recorder import Recorder, _ThreadState
+
+
+def module() -> Any:
+    """The extension, set up with the wire and record constants; None where it is not used."""
+    hot = _native.hotpath()
+    if hot is not None and not _ready:
+        _setup(hot)
+    return hot
+
+
+_ready = False
+
+
+def _setup(hot: Any) -> None:
+    global _ready
+    bit = protocol.FLAG_BIT
+    hot.setup(version=protocol.PROTOCOL_VERSION, open_type=int(protocol.FrameType.OPEN),
+              close_type=int(protocol.FrameType.CLOSE), nested=bit["nested"],
+              exception=bit["exception"], multiplexed=bit["multiplexed"],
+              migrated=bit["migrated"], max_name=MAX_NAME_CHARS, max_params=MAX_PARAMS,
+              max_value=MAX_VALUE_CHARS, flags_of=protocol.bit_flags)
+    _ready = True
+
+
+def invalidate() -> None:
+    """Every thread's current lane forgotten (a recorder was created: the old ones' lanes must
+    not take its threads' supersteps)."""
+    hot = module()
+    if hot is not None:
+        hot.invalidate()
+
+
+def indices() -> Any:
+    """A process's superstep numbers: shared by its lanes and its Python path."""
+    hot = module()
+    if hot is None:
+        import itertools
+
+        return itertools.count()
+    return hot.Counter()
+
+
+def attach(rec: Recorder, st: _ThreadState, install: bool = True) -> Any:
+    """A lane for thread state ``st`` of ``rec`` (its counters opened, its context fixed), or
+    None where the Python path must serve it (see the module docstring). ``install``: the
+    lane becomes the calling thread's current one (``superstep()`` begins through it without
+    passing through Python); False for a scratch recorder's."""
+    hot = module()
+    if hot is None or rec._native is not None or not isinstance(rec._indices, hot.Counter):
+        return None
+    counters = _counters(rec, st)
+    if counters is None:
+        return None
+    fd, ids, perm, names, decode, group_unsupported = counters
+    unsupported = dict(st.unsupported)
+    unsupported.update(group_unsupported)  # as Recorder._parts joins them
+    kw: dict[str, Any] = {}
+    sink = rec.sink
+    if isinstance(sink, MemorySink):
+        # The plain sink appends the step; one nobody configured says so at its first record.
+        plain = "closed" not in vars(sink)
+        kw.update(on_closed=sink._items.append if plain else sink.closed, writer=None,
+                  sink_open=None, sink_closed=None, c_open=0, c_close=0)
+    elif isinstance(sink, SpoolSink):
+        writer = sink._writer()
+        if writer is None or writer.native is None:
+            return None  # JSON lines: a write(2) per marker, in Python
+        c_open = sink._context_id(rec._ctx, ())
+        c_close = sink._context_id(rec._ctx, names)
+        if c_open is None or c_close is None:
+            return None
+        kw.update(on_closed=None, writer=writer.native, sink_open=sink.open,
+                  sink_closed=sink.closed, c_open=c_open, c_close=c_close)
+    else:
+        return None  # the daemon's socket: acknowledged frames, in Python
+    tail = protocol.dumps_payload(unsupported).encode() if unsupported else b""
+    if len(tail) > 0xFFFF:
+        return None
+    from counterd.markers.recorder import clean_marker
+
+    lane = hot.Lane(recorder=rec, indices=rec._indices,
+                    rank=st.rank if st.rank is not None else rec.rank(), fd=fd, ids=ids,
+                    perm=perm, delta=st.delta, decode=decode, unsupported=st.unsupported,
+                    clean=clean_marker, ctx=rec._ctx, close_tail=tail,
+                    close_flags=protocol.FLAG_BIT["unsupported_counters"] if unsupported else 0,
+                    install=install, **kw)
+    if install:
+        lane.install()
+    return lane
+
+
+def _counters(rec: Recorder, st: _ThreadState
+              ) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[str, ...], Any,
+                         dict[str, str]] | None:
+    """The lane's view of the thread's counters: the group leader's fd, its members' event ids
+    in the kernel's order, the CLOSE's counter order as positions in that order, the CLOSE's
+    counter names, the group's decoder for a read of another layout and the group's
+    unsupported counters; None where a lane cannot read them."""
+    group = st.group
+    if group is None:
+        if rec.backend_name != "none":
+            return None  # a backend that could not count: the Python path says why per record
+        return -1, (), (), (), None, {}
+    from counterd.backends.perf.group import PerfGroup
+
+    single = getattr(group, "_single", None)
+    if not isinstance(group, PerfGroup) or single is None or group.closed \
+            or st.read != group.read_raw or single.n > 64 or min(single.ids, default=0) < 0:
+        return None
+    zero = (0,) * (2 + single.n)
+    values, group_unsupported = group.delta_raw(zero, zero)  # names in the order records list them
+    names = tuple(values)
+    perm = tuple(single.names.index(n) for n in names)
+    return single.leader, tuple(single.ids), perm, names, group._decode, dict(group_unsupported)
