@@ -212,6 +212,7 @@ class Recorder:
         self._open: dict[int, Step] = {}  # id(step) -> step, for the at-exit sweep
         self._lanes: list[Any] = []  # every thread's lane, for the at-exit sweep and set_rank
         native.invalidate()  # no thread begins through an older recorder's lane from now on
+        self._install_lanes = True  # a lane becomes its thread's current one
         self._backend: Any = None
         self._backend_error: str | None = None
         self._native: Any = None
@@ -306,8 +307,8 @@ class Recorder:
         self._attach_lane(st)
         return st
 
-    def _attach_lane(self, st: _ThreadState, install: bool = True) -> None:
-        st.lane = native.attach(self, st, install)
+    def _attach_lane(self, st: _ThreadState) -> None:
+        st.lane = native.attach(self, st, self._install_lanes)
         if st.lane is not None:
             self._lanes.append((st, st.lane))
 
@@ -482,6 +483,7 @@ class Recorder:
             probe = Recorder(run_id=self.run_id, backend=self.backend_name,
                              events=self.events or None,
                              spool=Path(tmp) if tmp else None, socket="off", calibrate=False)
+            probe._install_lanes = False  # its lane never takes a superstep of the program
             if tmp is None:
                 probe.sink = MemorySink()
             if st is not None:  # the same counters, already open: none opened for this
@@ -491,16 +493,15 @@ class Recorder:
                 probe._local.st = shared
                 probe._backend = self._backend
                 probe._ctx = (probe.run_id, probe.pid, probe.host, self._label(), None)
-                probe._attach_lane(shared, install=False)
+                probe._attach_lane(shared)
             times = []
             clock = time.monotonic_ns
             lane = probe._state().lane
-            if lane is not None:  # the compiled path, entered as the program enters it
-                lane.install()
-                begin = native.module().superstep
+            if lane is not None:  # the compiled path, entered from a C call as superstep() is
+                begin = lane.begin
                 for _ in range(self.CALIBRATION_PAIRS):
                     t0 = clock()
-                    with begin("calibration"):
+                    with begin("calibration", None):
                         pass
                     times.append(clock() - t0)
             else:
@@ -512,7 +513,6 @@ class Recorder:
         except (CounterdError, OSError, ValueError):
             return None
         finally:
-            native.invalidate()  # the scratch lane takes no superstep of the program
             if probe is not None and isinstance(probe.sink, SpoolSink):
                 probe.sink.close()
             own = getattr(probe._local, "st", None) if probe is not None else None

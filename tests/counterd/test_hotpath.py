@@ -1,0 +1,350 @@
+"""The markers' compiled hot path (counterd/_native/hotpath.c) against the Python path.
+
+The two must give the same records and write byte-identical frames. Counter readings are made
+known by a perf group whose leader is a pipe: each ``read(2)`` of it returns the bytes the test
+wrote, in the kernel's PERF_FORMAT_GROUP layout, so the lane and the Python path read the same
+values, multiplexed or not, of the layout opened or of another.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import counterd
+from counterd import _native, protocol, spool
+from counterd.backends.base import Target
+from counterd.backends.perf.group import PerfGroup
+from counterd.env import ENV_NATIVE
+from counterd.markers import native
+from counterd.markers.api import configure
+from counterd.markers.recorder import Recorder
+from counterd.markers.sinks import MemorySink
+from counterd.records import SuperstepRecord
+
+pytestmark = pytest.mark.skipif(_native.hotpath() is None,
+                                reason="the compiled hot path is not built (no C compiler?)")
+
+NAMES = ("task_clock_ns", "page_faults")
+IDS = {101: "task_clock_ns", 202: "page_faults"}
+
+
+@pytest.fixture(autouse=True)
+def one_cpu() -> Iterator[None]:
+    """The test thread on one CPU: a migration between two markers would flag one path's
+    record and not the other's."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})
+    yield
+    os.sched_setaffinity(0, before)
+    configure(backend="none", socket="off")
+
+
+class PipeCounters:
+    """A PerfGroup over a pipe: ``push`` queues the next reading's bytes."""
+
+    def __init__(self, unsupported: dict[str, str] | None = None) -> None:
+        self.r, self.w = os.pipe()
+        self.group = PerfGroup(NAMES, Target.this_thread(), [self.r], dict(IDS), True,
+                               dict(unsupported or {}))
+        self.t = 0
+
+    def push(self, enabled: int, running: int, values: tuple[int, ...],
+             ids: tuple[int, ...] = (101, 202)) -> None:
+        fields = [len(values), enabled, running]
+        for v, i in zip(values, ids, strict=True):
+            fields += [v, i]
+        os.write(self.w, struct.pack(f"={len(fields)}Q", *fields))
+
+    def close(self) -> None:
+        self.group.close()
+        os.close(self.w)
+
+
+def _with_counters(rec: Recorder, pc: PipeCounters, compiled: bool) -> None:
+    """Give ``rec``'s thread the pipe's counters, through a lane or the Python path."""
+    state = rec._state()
+    state.group = pc.group
+    state.read = pc.group.read_raw
+    state.delta = pc.group.delta_raw
+    state.lane = None
+    native.invalidate()
+    if compiled:
+        rec._attach_lane(state)
+        assert state.lane is not None
+
+
+def _comparable(r: SuperstepRecord) -> tuple[Any, ...]:
+    """Everything but the times and the CPU (each path takes its own)."""
+    return (r.index, r.name, r.rank, r.pid, r.params, r.flags - {"migrated"}, r.unsupported,
+            {k: (v.value, v.source, v.ratio, v.raw) for k, v in r.counters.items()},
+            r.backend, r.end_ns is None)
+
+
+# Readings per marker (enabled, running, values[, ids]): plain, multiplexed, never on the
+# PMU, and members in another order (the checked decoder's case).
+SCRIPT = [
+    ((1000, 1000, (5, 7)), (3000, 3000, (905, 17))),
+    ((3000, 3000, (905, 17)), (5000, 4000, (1905, 27))),
+    ((5000, 4000, (1905, 27)), (6000, 4000, (1905, 27))),
+    ((6000, 4000, (1905, 27)), (8000, 6000, (28, 2905), (202, 101))),
+]
+
+
+def _play(rec: Recorder, pc: PipeCounters) -> list[Any]:
+    """The script's supersteps plus nested, exception, dropped params and unmatched ends."""
+    out: list[Any] = []
+    for (a, b), params in zip(SCRIPT, [{}, {"n": 1000, "x": 0.25}, {"s": "a\"b\\c\n"},
+                                       {"nan": math.nan, "ok": True}], strict=True):
+        pc.push(*a)
+        step = rec.begin(f"step{len(out)}", params)
+        pc.push(*b)
+        out.append(rec._end(step, None))
+    pc.push(1, 1, (0, 0))
+    outer = rec.begin("outer", {})
+    pc.push(2, 2, (1, 1))
+    inner = rec.begin("inner", {"k": "v"})
+    pc.push(3, 3, (2, 2))
+    try:
+        with inner:
+            raise ZeroDivisionError
+    except ZeroDivisionError:
+        pass
+    pc.push(4, 4, (3, 3))
+    out.append(rec._end(None, None))  # the innermost open: outer
+    out.append(rec._end(None, "stray"))  # nothing open: an unmatched end
+    out.append(rec._end(outer, None))  # ended twice: unmatched
+    pc.push(5, 5, (4, 4))
+    out.append(rec.begin("left open", {}))
+    return out
+
+
+def _records(compiled: bool, tmp: Path | None = None, steps: list[Any] | None = None
+             ) -> list[SuperstepRecord]:
+    pc = PipeCounters(unsupported={"l2_misses": "not on this host"})
+    rec = Recorder(run_id="same", backend="none", socket="off", calibrate=False,
+                   spool=tmp)
+    if tmp is None:
+        rec.sink = MemorySink()
+    _with_counters(rec, pc, compiled)
+    rec.set_rank(3)
+    played = _play(rec, pc)
+    if steps is not None:
+        steps.extend(played)
+    rec.close_open_steps()
+    pc.close()
+    if tmp is not None:
+        rec.sink.close()  # type: ignore[union-attr]
+        return sorted(spool.collect(tmp), key=lambda r: r.index)
+    assert isinstance(rec.sink, MemorySink)
+    return sorted(rec.sink.records, key=lambda r: r.index)
+
+
+def test_lane_records_equal_the_python_paths_in_memory() -> None:
+    python, compiled = _records(False), _records(True)
+    assert [_comparable(r) for r in compiled] == [_comparable(r) for r in python]
+    by_name = {r.name: r for r in compiled}
+    # Known answers: 900 and 10 over a plain span; 1000 and 10 at half... 3/4 running.
+    assert by_name["step0"].counters["task_clock_ns"].raw == 900
+    assert by_name["step0"].counters["task_clock_ns"].ratio == 1.0
+    mux = by_name["step1"].counters["task_clock_ns"]
+    assert (mux.raw, mux.ratio, mux.value) == (1000, 1000 / 2000, 1000 * 2000 / 1000)
+    assert "multiplexed" in by_name["step1"].flags
+    assert by_name["step2"].counters["page_faults"].ratio == 0.0  # never ran: not scaled
+    assert by_name["step3"].counters["page_faults"].raw == 1  # other member order, decoded
+    assert "dropped_params" in by_name["step3"].flags
+    assert "param:nan" in by_name["step3"].unsupported
+    assert {"exception", "nested"} <= by_name["inner"].flags
+    assert "incomplete" in by_name["left open"].flags
+    assert sum("unmatched_end" in r.flags for r in compiled) == 2
+    assert all(r.rank == 3 for r in compiled)
+    assert by_name["step0"].unsupported == {"l2_misses": "not on this host"}
+
+
+def test_lane_records_equal_the_python_paths_through_the_spool(tmp_path: Path) -> None:
+    (tmp_path / "p").mkdir()
+    (tmp_path / "c").mkdir()
+    python = _records(False, tmp_path / "p")
+    steps: list[Any] = []
+    compiled = _records(True, tmp_path / "c", steps)
+    assert [_comparable(r) for r in compiled] == [_comparable(r) for r in python]
+    assert len(compiled) == 9
+    # The times the frames carry are the lane's own.
+    times = {r.index: (r.begin_ns, r.end_ns) for r in compiled}
+    for step in steps:
+        if not isinstance(step, SuperstepRecord):
+            assert times[step.index] == (step.begin_ns, step.end_ns)
+
+
+def _raw_frames(path: Path) -> Iterator[tuple[int, bytes, bytes]]:
+    """(type, whole frame, body) of every committed frame of a mapped spool file."""
+    data = path.read_bytes()
+    committed = struct.unpack_from("<Q", data, 8)[0]
+    at, end = spool.HEAD_BYTES, spool.HEAD_BYTES + committed
+    while at < end:
+        length, _version, ftype = protocol.HEADER.unpack_from(data, at)
+        frame = data[at:at + 4 + length]
+        yield ftype, frame, frame[protocol.HEADER_BYTES:]
+        at += 4 + length
+
+
+_text = st.text(alphabet=st.characters(max_codepoint=127), max_size=12)
+_value = st.one_of(st.integers(-(1 << 63), (1 << 63) - 1), st.booleans(), _text,
+                   st.floats(allow_nan=False, allow_infinity=False))
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(_text, st.dictionaries(_text, _value, max_size=6)), min_size=1,
+                max_size=8))
+def test_frames_are_byte_identical_to_the_python_encoders(steps: list[Any]) -> None:
+    """Every OPEN and CLOSE the lane writes is what protocol's encoders give for its fields
+    (names and params with json's escapes, float repr, ints to 64 bits, bools)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pc = PipeCounters()
+        rec = Recorder(run_id="bytes", backend="none", socket="off", calibrate=False,
+                       spool=Path(tmp))
+        _with_counters(rec, pc, True)
+        t = 0
+        for name, params in steps:
+            pc.push(t, t, (t, 2 * t))
+            step = rec.begin(name, params)
+            t += 1000
+            pc.push(t, t - 10, (t + 5, 2 * t + 1))
+            rec._end(step, None)
+        rec.sink.close()  # type: ignore[union-attr]
+        pc.close()
+        (path,) = spool.files(Path(tmp))
+        names: dict[int, list[str]] = {}
+        kinds = []
+        for ftype, frame, body in _raw_frames(path):
+            kinds.append(ftype)
+            if ftype == protocol.FrameType.CONTEXT:
+                ctx = protocol.Context.decode(protocol.strictjson.loads(body))
+                names[ctx.c] = list(ctx.counters)
+            elif ftype == protocol.FrameType.OPEN:
+                assert protocol.Open.decode(body).encode() == frame
+            elif ftype == protocol.FrameType.CLOSE:
+                close = protocol.Close.decode(body, names[protocol.head(
+                    protocol.FrameType.CLOSE, body).c])
+                assert close.encode() == frame
+                assert [k.raw for k in close.counters] == [1005, 2001]
+                assert close.flags == {"multiplexed"}
+        assert kinds.count(protocol.FrameType.OPEN) == len(steps)
+        assert kinds.count(protocol.FrameType.CLOSE) == len(steps)
+        got = [(r.name, r.params) for r in sorted(spool.collect(Path(tmp)),
+                                                  key=lambda r: r.index)]
+        assert got == [(n, p) for n, p in steps]
+
+
+def test_threads_each_have_a_lane_and_their_own_nesting_and_rank() -> None:
+    rec = configure(backend="none", socket="off")
+    rec.sink = MemorySink()
+    errors: list[BaseException] = []
+
+    def work(rank: int) -> None:
+        try:
+            with counterd.superstep("first"):
+                counterd.set_rank(rank, thread=True)  # after the lane exists
+            for _ in range(100):
+                with counterd.superstep("outer"), counterd.superstep("inner"):
+                    pass
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(r,)) for r in range(1, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    records = rec.sink.records
+    assert len(records) == 4 * 201
+    assert len({r.index for r in records}) == len(records)  # one numbering for the process
+    assert all(len(lane.open_steps()) == 0 for _, lane in rec._lanes) and len(rec._lanes) == 4
+    for r in records:
+        assert ("nested" in r.flags) == (r.name == "inner")
+    assert {r.rank for r in records if r.name != "first"} == {1, 2, 3, 4}
+
+
+def test_a_new_recorder_takes_every_superstep_after_it() -> None:
+    a = configure(backend="none", socket="off")
+    with counterd.superstep("to a"):
+        pass
+    b = configure(backend="none", socket="off")
+    with counterd.superstep("to b"):
+        pass
+    t = threading.Thread(target=lambda: counterd.superstep("in a thread").__exit__(None, None,
+                                                                                    None))
+    t.start()
+    t.join()
+    del t
+    gc.collect()  # the thread's lane goes: no thread may follow a pointer to it
+    with counterd.superstep("to b again"):
+        pass
+    assert [r.name for r in a.sink.records] == ["to a"]  # type: ignore[union-attr]
+    assert sorted(r.name for r in b.sink.records) == [  # type: ignore[union-attr]
+        "in a thread", "to b", "to b again"]
+    assert type(b._state().lane).__name__ == "Lane"
+
+
+def test_the_python_path_is_kept_with_native_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_NATIVE, "0")
+    rec = configure(backend="none", socket="off")
+    with counterd.superstep("s", n=1) as step:
+        pass
+    assert rec._state().lane is None and type(step).__name__ == "Step"
+    assert [(r.name, r.params) for r in rec.sink.records] == [  # type: ignore[union-attr]
+        ("s", {"n": 1})]
+
+
+def test_a_marker_pair_costs_what_calibration_says_it_does() -> None:
+    """Calibration goes through the lane, as the program's supersteps do."""
+    rec = configure(backend="none", socket="off")
+    with counterd.superstep("s"):
+        pass
+    (r,) = rec.sink.records  # type: ignore[union-attr]
+    assert r.marker_ns is not None and 0 < r.marker_ns < 1_000_000
+
+
+_FULL = """
+import resource, signal, sys
+from pathlib import Path
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+from counterd import spool
+spool.CHUNK = 16384
+from counterd.markers.recorder import Recorder
+rec = Recorder(run_id="full", backend="none", spool=Path(sys.argv[1]), socket="off",
+               calibrate=False)
+assert rec._state().lane is not None
+for i in range(700):
+    with rec.begin("s", {"i": i}):
+        pass
+"""
+
+
+def test_a_spool_that_cannot_grow_goes_on_in_lines_and_loses_nothing(tmp_path: Path) -> None:
+    """The compiled engine under a file-size limit: the mapping stops growing (EFBIG at
+    posix_fallocate, never a SIGBUS), the rest goes to JSON lines, every superstep is there."""
+    out = subprocess.run([sys.executable, "-c", _FULL, str(tmp_path)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "line by line" in out.stderr
+    assert sorted(p.suffix for p in spool.files(tmp_path)) == [".frames", ".jsonl"]
+    records = list(spool.collect(tmp_path))
+    assert sorted(r.params["i"] for r in records) == list(range(700))
+    assert not any(r.flags for r in records)
