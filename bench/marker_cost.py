@@ -1,22 +1,28 @@
 """Cost of one superstep marker pair (begin + end): in-process, to the spool file that
-``counterd record`` uses, and through the daemon's socket.
+``counterd record`` uses, and through the daemon's socket; each with the compiled hot path
+(counterd/_native/hotpath.c) and with the Python path (``COUNTERD_NATIVE=0``), side by side.
 
     .venv/bin/python bench/marker_cost.py [--pairs N] [--batches B]
 
 Each batch times N empty ``with counterd.superstep(...)`` blocks; the figure is the median over
-batches of batch time / N (min and max beside it). "through the daemon" includes sending the
-begin and the record frames and reading acknowledgements as they arrive; the last column says
-how many records the daemon had acknowledged (committed) when the batches ended plus a flush.
+batches of batch time / N (min and max beside it). The two engines alternate batch by batch, so
+that the host's drift falls on both alike. "through the daemon" includes sending the begin and
+the record frames and reading acknowledgements as they arrive; the last column says how many
+records the daemon had acknowledged (committed) when the batches ended plus a flush. The
+daemon's socket has no compiled path: its rows are the Python path's. The floor beside them:
+two ``read(2)`` of the perf group leader, from Python, per pair.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -24,6 +30,8 @@ from _daemon import Daemon  # noqa: E402
 from _host import host_line  # noqa: E402
 
 import counterd  # noqa: E402
+from counterd import _native  # noqa: E402
+from counterd.env import ENV_NATIVE  # noqa: E402
 from counterd.markers.api import configure  # noqa: E402
 from counterd.markers.client import SocketSink  # noqa: E402
 
@@ -51,7 +59,8 @@ def main() -> int:
         (Path(tmp) / "spool").mkdir()
         d = Daemon(Path(tmp))
         try:
-            print(f"{'configuration':<62} {'median us/pair':>15} {'min':>8} {'max':>8}  acked")
+            print(f"{'configuration, engine':<72} {'median us/pair':>15} {'min':>8} {'max':>8}"
+                  "  acked")
             configs = [
                 ("in-process, no counters, memory sink", dict(backend="none", socket="off")),
                 ("in-process, perf software events, memory sink",
@@ -65,18 +74,45 @@ def main() -> int:
                 ("daemon socket, daemon counts on the client's behalf",
                  dict(backend="daemon", events=SOFTWARE, socket=d.socket)),
             ]
+            engines = ["compiled", "python"] if _native.hotpath() is not None else ["python"]
             for label, kw in configs:
-                rec = configure(**kw)  # type: ignore[arg-type]
-                per_pair_us(200, 1)  # warm-up
-                samples = per_pair_us(args.pairs, args.batches)
-                acked = ""
-                if isinstance(rec.sink, SocketSink):
-                    ok = rec.sink.flush(60)
-                    acked = "all" if ok else f"{len(rec.sink.unacked)} unacked"
-                    if rec.sink.degraded:
-                        acked += f" (degraded: {rec.sink.degraded})"
-                print(f"{label:<62} {statistics.median(samples):>15.2f} {min(samples):>8.2f} "
-                      f"{max(samples):>8.2f}  {acked}")
+                through_daemon = kw.get("socket") not in (None, "off")
+                runs = ["python"] if through_daemon else engines
+                samples: dict[str, list[float]] = {e: [] for e in runs}
+                last: dict[str, Any] = {}
+                for _ in range(args.batches):
+                    for engine in runs:  # alternating, each with a recorder of its own
+                        os.environ[ENV_NATIVE] = "0" if engine == "python" else "1"
+                        last[engine] = configure(**kw)  # type: ignore[arg-type]
+                        per_pair_us(200, 1)  # warm-up
+                        samples[engine] += per_pair_us(args.pairs, 1)
+                for engine, got in samples.items():
+                    acked = ""
+                    sink = last[engine].sink
+                    if isinstance(sink, SocketSink):
+                        ok = sink.flush(60)
+                        acked = "all" if ok else f"{len(sink.unacked)} unacked"
+                        if sink.degraded:
+                            acked += f" (degraded: {sink.degraded})"
+                    print(f"{label + ', ' + engine:<72} {statistics.median(got):>15.2f} "
+                          f"{min(got):>8.2f} {max(got):>8.2f}  {acked}", flush=True)
+            os.environ.pop(ENV_NATIVE, None)
+            rec = configure(backend="perf", events=SOFTWARE, socket="off")
+            with counterd.superstep("s"):
+                pass
+            group = rec._state().group
+            if group is not None and getattr(group, "_single", None) is not None:
+                fd, size = group._single.leader, group._single.size
+                floor = []
+                for _ in range(args.batches):
+                    t0 = time.monotonic_ns()
+                    for _ in range(args.pairs):
+                        os.read(fd, size)
+                        os.read(fd, size)
+                    floor.append((time.monotonic_ns() - t0) / args.pairs / 1e3)
+                print(f"{'floor: two perf group read(2) from Python per pair':<72} "
+                      f"{statistics.median(floor):>15.2f} {min(floor):>8.2f} "
+                      f"{max(floor):>8.2f}")
             configure(backend="none", socket="off")
         finally:
             d.stop()

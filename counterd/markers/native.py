@@ -16,6 +16,7 @@ socket, and a spool written as JSON lines.
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 from counterd import _native, protocol
@@ -51,7 +52,9 @@ def _setup(hot: Any) -> None:
 def invalidate() -> None:
     """Every thread's current lane forgotten (a recorder was created: the old ones' lanes must
     not take its threads' supersteps)."""
-    hot = module()
+    # The module as loaded, whatever COUNTERD_NATIVE says now: lanes made before it changed
+    # must be forgotten too.
+    hot = sys.modules.get("counterd._native._hotpath")
     if hot is not None:
         hot.invalidate()
 

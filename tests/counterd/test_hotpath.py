@@ -302,8 +302,12 @@ def test_a_new_recorder_takes_every_superstep_after_it() -> None:
 
 
 def test_the_python_path_is_kept_with_native_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = configure(backend="none", socket="off")
+    with counterd.superstep("through a lane"):
+        pass
+    assert before._state().lane is not None
     monkeypatch.setenv(ENV_NATIVE, "0")
-    rec = configure(backend="none", socket="off")
+    rec = configure(backend="none", socket="off")  # the lane before it takes nothing more
     with counterd.superstep("s", n=1) as step:
         pass
     assert rec._state().lane is None and type(step).__name__ == "Step"
