@@ -15,6 +15,7 @@ ENV_SOCKET = "COUNTERD_SOCKET"  # the daemon's socket; "off" disables the daemon
 ENV_JOB = "COUNTERD_JOB"
 ENV_FLUSH_TIMEOUT = "COUNTERD_FLUSH_TIMEOUT"  # seconds to wait for acks at exit (default 10)
 ENV_SPILL = "COUNTERD_SPILL"  # a directory for records the daemon did not take (0700)
+ENV_SAMPLE = "COUNTERD_SAMPLE"  # "<duration>:<k>": read counters of 1 in k shorter supersteps
 ENV_NATIVE = "COUNTERD_NATIVE"  # "0": markers and spool in Python even where hotpath.c is built
 # COUNTERD_MACHINE (a machine file) is named in counterd.machine.ENV_MACHINE: the machine is a
 # data module the predictor loads, and this module is not one of those.

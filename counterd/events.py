@@ -19,6 +19,9 @@ class Source(enum.StrEnum):
     SIMULATED = "simulated"  # produced by a cache simulator from an address stream
     EXTRAPOLATED = "extrapolated"  # forecast from pilot runs at smaller sizes
     ASSUMED = "assumed"  # filled in from a declared assumption (e.g. uniform over banks)
+    # Not read for this superstep (1-in-k sampling of short supersteps): the last measured
+    # superstep of the same name and processor, scaled by the ratio of their times.
+    SAMPLED = "sampled"
 
 
 class CounterValue(NamedTuple):

@@ -157,9 +157,11 @@ _HEAD_PREFIX = struct.Struct("!QHQ")  # seq, ctx, index: how both OPEN_HEAD and 
 # Wire constants: appending is compatible, reordering is not.
 FLAG_BITS = ("incomplete", "unmatched_end", "nested", "exception", "multiplexed", "migrated",
              "unsupported_counters", "whole_command", "counters_from_separate_run",
-             "counters_missing", "target_changed", "dropped_params", "cpu_features_hidden")
+             "counters_missing", "target_changed", "dropped_params", "cpu_features_hidden",
+             "sampled")
 FLAG_BIT = {name: 1 << i for i, name in enumerate(FLAG_BITS)}
-SOURCES = ("measured", "simulated", "extrapolated", "assumed")  # counterd.events.Source values
+SOURCES = ("measured", "simulated", "extrapolated", "assumed",  # counterd.events.Source values
+           "sampled")
 SOURCE_INDEX = {source: i for i, source in enumerate(SOURCES)}
 _SOURCE = {s: Source(s) for s in SOURCES}
 

@@ -38,6 +38,9 @@ FLAGS = {
     "counters_missing": "the counted run produced no counters for this superstep",
     "target_changed": "the process the daemon counted for the client exec'd, changed owner or "
     "was replaced (reused pid): its counts were dropped (see unsupported)",
+    "sampled": "its counters were not read (1-in-k sampling of supersteps shorter than a "
+               "threshold): they are the last measured superstep's of the same name, scaled by "
+               "time (source 'sampled')",
     "dropped_params": "a param (or the name) could not be recorded as given: not finite, not "
                       "text, or beyond its limits; unsupported says which and why",
 }
@@ -46,7 +49,7 @@ _KNOWN_FLAGS = frozenset(FLAGS)
 
 # Flags that describe provenance rather than a problem with the superstep.
 INFO_FLAGS = frozenset({"unsupported_counters", "whole_command", "counters_from_separate_run",
-                        "cpu_features_hidden"})
+                        "cpu_features_hidden", "sampled"})
 
 Param = int | float | str | bool
 

@@ -24,6 +24,26 @@ NS_PER_S = 1e9  # records keep times as integer nanoseconds
 _PREFIXES = ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns"))
 
 
+_DURATION_UNITS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+
+
+def duration_ns(text: str) -> int:
+    """A duration written ``<number><unit>`` (unit ns, us, ms or s; ``50us``, ``0.2ms``) in
+    integer nanoseconds. ValueError, saying what is accepted, for anything else."""
+    t = text.strip()
+    for unit in ("ns", "us", "ms", "s"):  # "s" last: it ends the other three
+        if t.endswith(unit):
+            try:
+                v = float(t[:-len(unit)]) * _DURATION_UNITS[unit]
+            except ValueError:
+                break
+            if math.isfinite(v) and 0 <= v < 2**63:
+                return round(v)
+            break
+    raise ValueError(f"{text!r} is not a duration: write a number and ns, us, ms or s "
+                     "(e.g. 50us)")
+
+
 def _significant(x: float, digits: int = 3) -> str:
     """``x`` to ``digits`` significant digits in positional notation, thousands grouped."""
     decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))

@@ -36,6 +36,11 @@
 #include <unistd.h>
 
 #define MAX_COUNTERS 64 /* protocol.MAX_COUNTERS */
+#define MAX_FRAME_BYTES (256 * 1024) /* protocol.MAX_FRAME_BYTES: a frame's length field */
+
+/* This process's id, kept by an atfork handler: a lane or a mapping made by a parent is never
+ * used by its forked child (whose supersteps go to files and counters of its own). */
+static pid_t cached_pid;
 
 static int64_t now_ns(void)
 {
@@ -65,6 +70,7 @@ typedef struct {
     size_t chunk;
     uint64_t max;     /* committed bytes a reader trusts */
     uint64_t seq;     /* the last frame number given */
+    pid_t pid;        /* the process that mapped it */
 } MappedFile;
 
 static int mf_grow(MappedFile *m, size_t need)
@@ -110,7 +116,10 @@ static void mf_commit(MappedFile *m, size_t len)
     __atomic_store_n((uint64_t *)(m->base + 8), committed, __ATOMIC_RELEASE);
 }
 
-static int mf_usable(MappedFile *m) { return m != NULL && m->fd >= 0; }
+static int mf_usable(MappedFile *m)
+{
+    return m != NULL && m->fd >= 0 && m->pid == cached_pid;
+}
 
 static int MappedFile_init(MappedFile *self, PyObject *args, PyObject *kw)
 {
@@ -155,6 +164,7 @@ static int MappedFile_init(MappedFile *self, PyObject *args, PyObject *kw)
     self->end = (size_t)head;
     self->max = max;
     self->seq = 0;
+    self->pid = cached_pid;
     memcpy(self->base, magic, 8);
     memset(self->base + 8, 0, 8);
     return 0;
@@ -191,11 +201,19 @@ static PyObject *MappedFile_append(MappedFile *self, PyObject *arg)
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    char *p = mf_reserve(self, (size_t)view.len);
+    char *p = self->pid == cached_pid ? mf_reserve(self, (size_t)view.len) : NULL;
+    if (self->pid != cached_pid)
+        errno = EBADF; /* a parent's mapping: the child has its own file */
     if (p == NULL) {
         PyBuffer_Release(&view);
-        if (errno == EFBIG)
-            return PyErr_Format(PyExc_OSError, "the mapped spool file is full"), NULL;
+        if (errno == EFBIG) {
+            PyObject *exc = Py_BuildValue("(is)", EFBIG, "the mapped spool file is full");
+            if (exc != NULL) {
+                PyErr_SetObject(PyExc_OSError, exc);
+                Py_DECREF(exc);
+            }
+            return NULL;
+        }
         return PyErr_SetFromErrno(PyExc_OSError);
     }
     memcpy(p, view.buf, (size_t)view.len);
@@ -279,9 +297,27 @@ static PyTypeObject CounterType = {
 static struct {
     int ready;
     int version, open_type, close_type;
-    uint32_t nested, exception, multiplexed, migrated;
+    uint32_t nested, exception, multiplexed, migrated, sampled;
+    int sampled_source;
     Py_ssize_t max_name, max_params, max_value;
 } K;
+
+/* Sampling (counterd/markers/sampling.py defines it): one processor's state for one superstep
+ * name. */
+typedef struct {
+    PyObject_VAR_HEAD
+    int64_t countdown; /* supersteps still to estimate before the next read */
+    int64_t time_ns;   /* the last measured superstep's time (0: none yet) */
+    double values[1];  /* its counters, in the CLOSE's order */
+} NameState;
+
+static PyTypeObject NameStateType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "counterd._native._hotpath.NameState",
+    .tp_basicsize = offsetof(NameState, values),
+    .tp_itemsize = sizeof(double),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A superstep name's sampling state in one lane.",
+};
 
 typedef struct Lane {
     PyObject_HEAD
@@ -307,6 +343,12 @@ typedef struct Lane {
     int perm[MAX_COUNTERS]; /* CLOSE counter i is raw member perm[i] */
     int64_t rank;
     int install;            /* its begin() makes it this thread's current lane */
+    pid_t pid;              /* the process it counts for */
+    int64_t sample_below;   /* sampling: read 1 in sample_every supersteps shorter than this */
+    int64_t sample_every;   /* (1: every superstep is read) */
+    PyObject *sampling;     /* superstep name -> NameState */
+    PyObject *names;        /* the CLOSE's counter names (an estimate's keys) */
+    PyObject *group_unsupported; /* the group's unsupported counters (an estimate's) */
 } Lane;
 
 /* This thread's current lane, for the module-level superstep(): a borrowed pointer, trusted only
@@ -334,6 +376,9 @@ typedef struct {
     uint32_t flags; /* marker-time flags: nested, exception */
     char ended, closed, sent, has_start, has_stop;
     char plain; /* name and params as given: the OPEN can be encoded here */
+    char sampled; /* counters not read: raw holds the estimate's basis (values, time) */
+    NameState *state; /* a measured step's sampling state, updated at its end */
+    PyObject *unsupported_obj; /* set by the Python path's end (Step.unsupported) */
     uint64_t raw[1]; /* start (enabled, running, values...) then stop, 2 + n each */
 } HotStep;
 
@@ -541,7 +586,7 @@ static int write_open(Lane *lane, HotStep *st, int64_t t)
         tail_len = PyBytes_GET_SIZE(tail);
     }
     size_t body = 36 + (size_t)name_len + (size_t)tail_len; /* OPEN_HEAD is 36 bytes */
-    if (name_len > 0xFFFF || 6 + body > 256 * 1024) {       /* MAX_FRAME_BYTES */
+    if (name_len > 0xFFFF || body + 2 > MAX_FRAME_BYTES) {
         Py_XDECREF(tail);
         return 0;
     }
@@ -578,7 +623,9 @@ static uint32_t close_flags(Lane *lane, HotStep *st, double *factor, double *rat
     uint32_t flags = st->flags | lane->close_flags;
     *factor = 1.0;
     *ratio = 1.0;
-    if (lane->n > 0) {
+    if (st->sampled)
+        flags |= K.sampled;
+    else if (lane->n > 0) {
         uint64_t *a = st->raw, *b = st->raw + 2 + lane->n;
         int64_t de = (int64_t)(b[0] - a[0]), dr = (int64_t)(b[1] - a[1]);
         if (de > 0) { /* scale(1, de, dr) */
@@ -601,8 +648,9 @@ static uint32_t close_flags(Lane *lane, HotStep *st, double *factor, double *rat
 /* The CLOSE frame into the spool mapping: 1 written, 0 not (the Python path takes it). */
 static int write_close(Lane *lane, HotStep *st)
 {
-    if (!st->sent || !mf_usable(lane->writer) || st->dropped != Py_None || !st->has_start
-        || !st->has_stop || st->end_ns < st->begin_ns)
+    if (!st->sent || !mf_usable(lane->writer) || st->dropped != Py_None
+        || !(st->sampled || lane->fd < 0 || (st->has_start && st->has_stop))
+        || st->end_ns < st->begin_ns || st->unsupported_obj != NULL)
         return 0;
     double factor, ratio;
     uint32_t flags = close_flags(lane, st, &factor, &ratio);
@@ -623,13 +671,27 @@ static int write_close(Lane *lane, HotStep *st)
     q = put_u32(q, flags);
     q = put_u16(q, (uint16_t)tail_len);
     uint64_t *a = st->raw, *b = st->raw + 2 + lane->n;
-    for (int i = 0; i < lane->n; i++) {
-        int j = 2 + lane->perm[i];
-        int64_t d = (int64_t)(b[j] - a[j]);
-        q = put_u8(q, 0); /* SOURCES.index("measured") */
-        q = put_f64(q, (double)d * factor);
-        q = put_f64(q, ratio);
-        q = put_u64(q, (uint64_t)d);
+    if (st->sampled) { /* sampling.Basis.estimate */
+        double scale, v;
+        int64_t basis_ns;
+        memcpy(&basis_ns, &st->raw[lane->n], 8);
+        scale = (double)(st->end_ns - st->begin_ns) / (double)basis_ns;
+        for (int i = 0; i < lane->n; i++) {
+            memcpy(&v, &st->raw[i], 8);
+            q = put_u8(q, (uint8_t)K.sampled_source);
+            q = put_f64(q, v * scale);
+            q = put_f64(q, 1.0);
+            q = put_u64(q, (uint64_t)INT64_MIN); /* protocol.NO_RAW */
+        }
+    } else {
+        for (int i = 0; i < lane->n; i++) {
+            int j = 2 + lane->perm[i];
+            int64_t d = (int64_t)(b[j] - a[j]);
+            q = put_u8(q, 0); /* SOURCES.index("measured") */
+            q = put_f64(q, (double)d * factor);
+            q = put_f64(q, ratio);
+            q = put_u64(q, (uint64_t)d);
+        }
     }
     memcpy(q, PyBytes_AS_STRING(lane->close_tail), (size_t)tail_len);
     mf_commit(lane->writer, 6 + body);
@@ -691,8 +753,35 @@ static PyObject *lane_begin(Lane *lane, PyObject *name, PyObject *params_in)
     st->end_ns = 0;
     st->end_cpu = -1;
     st->flags = PyList_GET_SIZE(lane->stack) ? K.nested : 0;
-    st->ended = st->closed = st->sent = st->has_start = st->has_stop = 0;
+    st->ended = st->closed = st->sent = st->has_start = st->has_stop = st->sampled = 0;
     st->plain = (char)plain;
+    st->state = NULL;
+    st->unsupported_obj = NULL;
+    if (lane->sample_every > 1 && lane->n > 0) {
+        NameState *ns = (NameState *)PyDict_GetItemWithError(lane->sampling, st->name);
+        if (ns == NULL) {
+            if (PyErr_Occurred()
+                || (ns = PyObject_NewVar(NameState, &NameStateType, lane->n)) == NULL) {
+                Py_DECREF(st);
+                return NULL;
+            }
+            ns->countdown = ns->time_ns = 0;
+            int bad = PyDict_SetItem(lane->sampling, st->name, (PyObject *)ns);
+            Py_DECREF(ns); /* the dict holds it */
+            if (bad) {
+                Py_DECREF(st);
+                return NULL;
+            }
+        }
+        if (ns->countdown > 0 && ns->time_ns > 0) { /* NameState.skip */
+            ns->countdown--;
+            st->sampled = 1;
+            memcpy(st->raw, ns->values, sizeof(double) * (size_t)lane->n);
+            memcpy(&st->raw[lane->n], &ns->time_ns, 8);
+        } else {
+            st->state = (NameState *)Py_NewRef(ns);
+        }
+    }
     PyObject_GC_Track(st);
     /* The OPEN first: it is what survives a kill inside the superstep. */
     if (lane->sink_open != Py_None) {
@@ -707,13 +796,16 @@ static PyObject *lane_begin(Lane *lane, PyObject *name, PyObject *params_in)
                                                    st->params);
             if (sent == NULL)
                 goto fail;
-            st->sent = PyObject_IsTrue(sent) == 1;
+            int sent_true = PyObject_IsTrue(sent);
             Py_DECREF(sent);
+            if (sent_true < 0)
+                goto fail;
+            st->sent = (char)sent_true;
         } else {
             st->sent = 1;
         }
     }
-    if (lane->fd >= 0) {
+    if (lane->fd >= 0 && !st->sampled) {
         int r = read_group(lane, st->raw, &st->start_obj);
         if (r < 0)
             goto fail;
@@ -741,11 +833,17 @@ static int stack_remove(Lane *lane, HotStep *st)
  * end that matched nothing, new references. */
 static PyObject *lane_end(Lane *lane, HotStep *st, PyObject *name)
 {
+    if (lane->pid != cached_pid) /* a forked child ends its parent's superstep: as Python does */
+        return PyObject_CallMethod(lane->recorder, "_end_python", "OO",
+                                   st ? (PyObject *)st : Py_None, name ? name : Py_None);
     int64_t end_ns = now_ns();
     if (st == NULL) {
         Py_ssize_t n = PyList_GET_SIZE(lane->stack);
         if (n == 0) {
-            if (name == NULL || name == Py_None)
+            int named = name != NULL && name != Py_None ? PyObject_IsTrue(name) : 0;
+            if (named < 0)
+                return NULL;
+            if (!named)
                 return PyObject_CallMethod(lane->recorder, "_unmatched_end", "sL", "?",
                                            (long long)end_ns);
             return PyObject_CallMethod(lane->recorder, "_unmatched_end", "OL", name,
@@ -758,15 +856,17 @@ static PyObject *lane_end(Lane *lane, HotStep *st, PyObject *name)
                                    (long long)end_ns);
     Py_INCREF(st);
     /* The counters of the thread that ends it, as the Python path reads them. */
-    if (lane->fd >= 0) {
+    if (lane->fd >= 0 && !st->sampled) {
         uint64_t *stop = st->raw + 2 + st->lane->n;
         if (st->lane->n != lane->n) { /* ended by another thread with other counters */
             PyObject *read = PyObject_GetAttrString(lane->delta, "__self__");
+            Py_CLEAR(st->stop_obj);
             st->stop_obj = read ? PyObject_CallMethod(read, "read_raw", NULL) : NULL;
             Py_XDECREF(read);
             if (st->stop_obj == NULL)
                 goto fail;
         } else {
+            Py_CLEAR(st->stop_obj);
             int r = read_group(lane, stop, &st->stop_obj);
             if (r < 0)
                 goto fail;
@@ -776,6 +876,19 @@ static PyObject *lane_end(Lane *lane, HotStep *st, PyObject *name)
     st->end_ns = end_ns;
     st->ended = 1;
     st->end_cpu = sched_getcpu();
+    if (st->state != NULL && st->has_start && st->has_stop && st->lane == lane) {
+        /* NameState.measured: the values as the record has them */
+        Lane *own = st->lane;
+        double factor, ratio;
+        close_flags(own, st, &factor, &ratio);
+        uint64_t *a = st->raw, *b = st->raw + 2 + own->n;
+        for (int i = 0; i < own->n; i++) {
+            int j = 2 + own->perm[i];
+            st->state->values[i] = (double)(int64_t)(b[j] - a[j]) * factor;
+        }
+        st->state->time_ns = end_ns - st->begin_ns;
+        st->state->countdown = st->state->time_ns < own->sample_below ? own->sample_every - 1 : 0;
+    }
     if (stack_remove(st->lane, st) < 0)
         goto fail;
     st->closed = 1;
@@ -802,6 +915,10 @@ static PyObject *Lane_begin(Lane *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "begin(name, params)");
         return NULL;
     }
+    if (self->stack == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "a Lane used before its __init__");
+        return NULL;
+    }
     if (self->install) /* the Python path came here: from now on superstep() comes directly */
         lane_install(self);
     return lane_begin(self, args[0], args[1] == Py_None ? NULL : args[1]);
@@ -811,6 +928,10 @@ static PyObject *Lane_end(Lane *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "end(step, name)");
+        return NULL;
+    }
+    if (self->stack == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "a Lane used before its __init__");
         return NULL;
     }
     if (args[0] != Py_None && !PyObject_TypeCheck(args[0], &HotStepType)) {
@@ -845,23 +966,32 @@ static int Lane_init(Lane *self, PyObject *args, PyObject *kw)
     static char *names[] = {"recorder", "indices", "rank", "fd", "ids", "perm", "delta",
                             "decode", "unsupported", "clean", "on_closed", "ctx", "writer",
                             "sink_open", "sink_closed", "c_open", "c_close", "close_tail",
-                            "close_flags", "install", NULL};
+                            "close_flags", "install", "sample_below", "sample_every", "names",
+                            "group_unsupported", NULL};
     PyObject *recorder, *indices, *ids, *perm, *delta, *decode, *unsupported, *clean;
     PyObject *on_closed, *ctx, *writer, *sink_open, *sink_closed, *close_tail;
     long long rank;
     int fd, c_open, c_close, install = 1;
+    long long sample_below = 0, sample_every = 1;
+    PyObject *close_names = NULL, *group_unsupported = NULL;
     unsigned int flags;
     if (!K.ready) {
         PyErr_SetString(PyExc_RuntimeError, "_hotpath.setup() was not called");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!LiO!O!OOO!OOOOOOiiO!I|p", names, &recorder,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!LiO!O!OOO!OOOOOOiiO!I|pLLO!O!", names, &recorder,
                                      &CounterType, &indices, &rank, &fd, &PyTuple_Type, &ids,
                                      &PyTuple_Type, &perm, &delta, &decode, &PyDict_Type,
                                      &unsupported, &clean, &on_closed, &ctx, &writer,
                                      &sink_open, &sink_closed, &c_open, &c_close,
-                                     &PyBytes_Type, &close_tail, &flags, &install))
+                                     &PyBytes_Type, &close_tail, &flags, &install,
+                                     &sample_below, &sample_every, &PyTuple_Type, &close_names,
+                                     &PyDict_Type, &group_unsupported))
         return -1;
+    if (self->stack != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "a Lane is initialised once");
+        return -1;
+    }
     Py_ssize_t n = PyTuple_GET_SIZE(ids);
     if (n > MAX_COUNTERS || PyTuple_GET_SIZE(perm) != n || (fd < 0 && n != 0)) {
         PyErr_SetString(PyExc_ValueError, "a lane's counters: at most 64, ids and perm alike");
@@ -883,6 +1013,8 @@ static int Lane_init(Lane *self, PyObject *args, PyObject *kw)
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         self->ids[i] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(ids, i));
+        if (PyErr_Occurred())
+            return -1;
         long p = PyLong_AsLong(PyTuple_GET_ITEM(perm, i));
         if (PyErr_Occurred())
             return -1;
@@ -900,6 +1032,22 @@ static int Lane_init(Lane *self, PyObject *args, PyObject *kw)
     self->c_close = c_close;
     self->close_flags = flags;
     self->install = install;
+    self->pid = cached_pid;
+    if (sample_every > 1 && (close_names == NULL || PyTuple_GET_SIZE(close_names) != n
+                             || group_unsupported == NULL || sample_below <= 0)) {
+        PyErr_SetString(PyExc_ValueError, "sampling needs the counters' names, the group's "
+                                          "unsupported counters and a threshold > 0");
+        return -1;
+    }
+    self->sample_below = sample_below;
+    self->sample_every = sample_every < 1 ? 1 : sample_every;
+    Py_XSETREF(self->names, close_names ? Py_NewRef(close_names) : PyTuple_New(0));
+    Py_XSETREF(self->group_unsupported,
+               group_unsupported ? Py_NewRef(group_unsupported) : PyDict_New());
+    if (self->sampling == NULL && (self->sampling = PyDict_New()) == NULL)
+        return -1;
+    if (self->names == NULL || self->group_unsupported == NULL)
+        return -1;
     Py_XSETREF(self->recorder, Py_NewRef(recorder));
     Py_XSETREF(self->indices, (Counter *)Py_NewRef(indices));
     Py_XSETREF(self->delta, Py_NewRef(delta));
@@ -933,6 +1081,10 @@ static int Lane_traverse(Lane *self, visitproc visit, void *arg)
     Py_VISIT(self->close_tail);
     Py_VISIT(self->stack);
     Py_VISIT(self->writer);
+    Py_VISIT(self->sampling);
+    Py_VISIT(self->flags_of);
+    Py_VISIT(self->names);
+    Py_VISIT(self->group_unsupported);
     return 0;
 }
 
@@ -951,6 +1103,10 @@ static int Lane_clear(Lane *self)
     Py_CLEAR(self->close_tail);
     Py_CLEAR(self->stack);
     Py_CLEAR(self->writer);
+    Py_CLEAR(self->sampling);
+    Py_CLEAR(self->flags_of);
+    Py_CLEAR(self->names);
+    Py_CLEAR(self->group_unsupported);
     return 0;
 }
 
@@ -1034,7 +1190,47 @@ static PyObject *HotStep_get_flags(HotStep *st, void *c)
 
 static PyObject *HotStep_get_unsupported(HotStep *st, void *c)
 {
+    if (st->unsupported_obj)
+        return Py_NewRef(st->unsupported_obj);
     return st->ended ? Py_NewRef(st->lane->unsupported) : Py_NewRef(Py_None);
+}
+
+/* The Python path's end (Recorder._end_python: a forked child ending its parent's superstep)
+ * sets what it read. */
+static int HotStep_set_unsupported(HotStep *st, PyObject *v, void *c)
+{
+    Py_XSETREF(st->unsupported_obj, Py_XNewRef(v));
+    return 0;
+}
+
+static int HotStep_set_stop(HotStep *st, PyObject *v, void *c)
+{
+    Py_XSETREF(st->stop_obj, v != NULL && v != Py_None ? Py_NewRef(v) : NULL);
+    st->has_stop = 0;
+    return 0;
+}
+
+static int HotStep_set_end_ns(HotStep *st, PyObject *v, void *c)
+{
+    if (v == NULL || v == Py_None) {
+        st->ended = 0;
+        return 0;
+    }
+    long long t = PyLong_AsLongLong(v);
+    if (t == -1 && PyErr_Occurred())
+        return -1;
+    st->end_ns = t;
+    st->ended = 1;
+    return 0;
+}
+
+static int HotStep_set_end_cpu(HotStep *st, PyObject *v, void *c)
+{
+    long cpu = v ? PyLong_AsLong(v) : -1;
+    if (cpu == -1 && PyErr_Occurred())
+        return -1;
+    st->end_cpu = (int)cpu;
+    return 0;
 }
 
 static PyObject *HotStep_get_closed(HotStep *st, void *c) { return PyBool_FromLong(st->closed); }
@@ -1066,6 +1262,38 @@ static PyObject *HotStep_get_recorder(HotStep *st, void *c)
     return Py_NewRef(st->lane->recorder);
 }
 static PyObject *HotStep_get_streams(HotStep *st, void *c) { return PyList_New(0); }
+static PyObject *HotStep_get_sample_state(HotStep *st, void *c) { Py_RETURN_NONE; }
+static PyObject *HotStep_get_lane(HotStep *st, void *c) { return Py_NewRef(st->lane); }
+
+/* sampling.Basis(values, time_ns, unsupported) of a step whose counters were not read. */
+static PyObject *basis_type = NULL;
+
+static PyObject *HotStep_get_basis(HotStep *st, void *c)
+{
+    if (!st->sampled)
+        Py_RETURN_NONE;
+    Lane *lane = st->lane;
+    PyObject *values = PyDict_New();
+    if (values == NULL)
+        return NULL;
+    for (int i = 0; i < lane->n; i++) {
+        double v;
+        memcpy(&v, &st->raw[i], 8);
+        PyObject *x = PyFloat_FromDouble(v);
+        if (x == NULL || PyDict_SetItem(values, PyTuple_GET_ITEM(lane->names, i), x) < 0) {
+            Py_XDECREF(x);
+            Py_DECREF(values);
+            return NULL;
+        }
+        Py_DECREF(x);
+    }
+    int64_t t;
+    memcpy(&t, &st->raw[lane->n], 8);
+    PyObject *r = PyObject_CallFunction(basis_type, "OLO", values, (long long)t,
+                                        lane->group_unsupported);
+    Py_DECREF(values);
+    return r;
+}
 
 static PyGetSetDef HotStep_getset[] = {
     {"recorder", (getter)HotStep_get_recorder, NULL, NULL, NULL},
@@ -1079,13 +1307,17 @@ static PyGetSetDef HotStep_getset[] = {
     {"flags", (getter)HotStep_get_flags, NULL, NULL, NULL},
     {"closed", (getter)HotStep_get_closed, (setter)HotStep_set_closed, NULL, NULL},
     {"streams", (getter)HotStep_get_streams, NULL, NULL, NULL},
-    {"end_ns", (getter)HotStep_get_end_ns, NULL, NULL, NULL},
-    {"stop", (getter)HotStep_get_stop, NULL, NULL, NULL},
-    {"end_cpu", (getter)HotStep_get_end_cpu, NULL, NULL, NULL},
-    {"unsupported", (getter)HotStep_get_unsupported, NULL, NULL, NULL},
+    {"end_ns", (getter)HotStep_get_end_ns, (setter)HotStep_set_end_ns, NULL, NULL},
+    {"stop", (getter)HotStep_get_stop, (setter)HotStep_set_stop, NULL, NULL},
+    {"end_cpu", (getter)HotStep_get_end_cpu, (setter)HotStep_set_end_cpu, NULL, NULL},
+    {"unsupported", (getter)HotStep_get_unsupported, (setter)HotStep_set_unsupported, NULL,
+     NULL},
+    {"sample_state", (getter)HotStep_get_sample_state, NULL, NULL, NULL},
+    {"lane", (getter)HotStep_get_lane, NULL, NULL, NULL},
     {"sent", (getter)HotStep_get_sent, NULL, NULL, NULL},
     {"delta", (getter)HotStep_get_delta, NULL, NULL, NULL},
     {"dropped", (getter)HotStep_get_dropped, NULL, NULL, NULL},
+    {"basis", (getter)HotStep_get_basis, NULL, NULL, NULL},
     {NULL}};
 
 static PyObject *HotStep_record(HotStep *st, PyObject *unused)
@@ -1132,6 +1364,7 @@ static int HotStep_traverse(HotStep *st, visitproc visit, void *arg)
     Py_VISIT(st->record);
     Py_VISIT(st->start_obj);
     Py_VISIT(st->stop_obj);
+    Py_VISIT(st->unsupported_obj);
     return 0;
 }
 
@@ -1144,6 +1377,8 @@ static int HotStep_clear(HotStep *st)
     Py_CLEAR(st->record);
     Py_CLEAR(st->start_obj);
     Py_CLEAR(st->stop_obj);
+    Py_CLEAR(st->state);
+    Py_CLEAR(st->unsupported_obj);
     return 0;
 }
 
@@ -1172,38 +1407,65 @@ static PyTypeObject HotStepType = {
 static PyObject *hot_setup(PyObject *mod, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"version", "open_type", "close_type", "nested", "exception",
-                            "multiplexed", "migrated", "max_name", "max_params", "max_value",
-                            "flags_of", NULL};
-    PyObject *flags_of;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiiIIIInnnO", names, &K.version, &K.open_type,
+                            "multiplexed", "migrated", "sampled", "sampled_source", "max_name",
+                            "max_params", "max_value", "flags_of", "basis", NULL};
+    PyObject *flags_of, *basis;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiiIIIIIinnnOO", names, &K.version, &K.open_type,
                                      &K.close_type, &K.nested, &K.exception, &K.multiplexed,
-                                     &K.migrated, &K.max_name, &K.max_params, &K.max_value,
-                                     &flags_of))
+                                     &K.migrated, &K.sampled, &K.sampled_source, &K.max_name,
+                                     &K.max_params, &K.max_value, &flags_of, &basis))
         return NULL;
     Py_XSETREF(flags_of_fn, Py_NewRef(flags_of));
+    Py_XSETREF(basis_type, Py_NewRef(basis));
     K.ready = 1;
     Py_RETURN_NONE;
 }
 
 static PyObject *hot_superstep(PyObject *mod, PyObject *args, PyObject *kw)
 {
-    if (PyTuple_GET_SIZE(args) != 1) {
-        PyErr_SetString(PyExc_TypeError, "superstep(name, **params) takes one name");
-        return NULL;
-    }
-    PyObject *name = PyTuple_GET_ITEM(args, 0);
-    if (cur_gen == generation && cur_lane != NULL)
-        return lane_begin(cur_lane, name, kw);
+    PyObject *name, *params, *r;
     if (fallback_begin == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_hotpath.set_fallback() was not called");
         return NULL;
+    }
+    if (PyTuple_GET_SIZE(args) == 1) {
+        name = PyTuple_GET_ITEM(args, 0);
+    } else if (PyTuple_GET_SIZE(args) == 0 && kw != NULL
+               && (name = PyDict_GetItemString(kw, "name")) != NULL) {
+        params = PyDict_Copy(kw); /* superstep(name="x", n=1) */
+        if (params == NULL || PyDict_DelItemString(params, "name") < 0) {
+            Py_XDECREF(params);
+            return NULL;
+        }
+        Py_INCREF(name);
+        if (cur_gen == generation && cur_lane != NULL) {
+            Lane *lane = (Lane *)Py_NewRef(cur_lane);
+            r = lane_begin(lane, name, params);
+            Py_DECREF(lane);
+        } else {
+            r = PyObject_CallFunctionObjArgs(fallback_begin, name, params, NULL);
+        }
+        Py_DECREF(name);
+        Py_DECREF(params);
+        return r;
+    } else {
+        PyErr_SetString(PyExc_TypeError, "superstep(name, **params) takes one name");
+        return NULL;
+    }
+    if (cur_gen == generation && cur_lane != NULL) {
+        /* Held for the call: Python code inside (clean_marker, a GIL switch) may drop the
+         * recorder that owns it. */
+        Lane *lane = (Lane *)Py_NewRef(cur_lane);
+        r = lane_begin(lane, name, kw);
+        Py_DECREF(lane);
+        return r;
     }
     if (kw != NULL)
         return PyObject_CallFunctionObjArgs(fallback_begin, name, kw, NULL);
     PyObject *empty = PyDict_New();
     if (empty == NULL)
         return NULL;
-    PyObject *r = PyObject_CallFunctionObjArgs(fallback_begin, name, empty, NULL);
+    r = PyObject_CallFunctionObjArgs(fallback_begin, name, empty, NULL);
     Py_DECREF(empty);
     return r;
 }
@@ -1220,7 +1482,11 @@ static PyObject *hot_invalidate(PyObject *mod, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static void after_fork_in_child(void) { generation++; }
+static void after_fork_in_child(void)
+{
+    generation++;
+    cached_pid = getpid();
+}
 
 static PyMethodDef module_methods[] = {
     {"superstep", (PyCFunction)(void (*)(void))hot_superstep, METH_VARARGS | METH_KEYWORDS,
@@ -1241,10 +1507,12 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hotpath",
 
 PyMODINIT_FUNC PyInit__hotpath(void)
 {
-    PyTypeObject *types[] = {&MappedFileType, &CounterType, &LaneType, &HotStepType};
+    PyTypeObject *types[] = {&MappedFileType, &CounterType, &LaneType, &HotStepType,
+                             &NameStateType};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         if (PyType_Ready(types[i]) < 0)
             return NULL;
+    cached_pid = getpid();
     if (pthread_atfork(NULL, NULL, after_fork_in_child) != 0)
         return PyErr_Format(PyExc_OSError, "pthread_atfork failed");
     PyObject *m = PyModule_Create(&module);

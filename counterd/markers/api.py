@@ -45,7 +45,8 @@ def _fork_copy(parent: Recorder) -> Recorder:
     if isinstance(parent.sink, SocketSink):  # even if the parent is disconnected just now
         sock = parent.sink.path
     child = Recorder(run_id=parent.run_id, backend=parent.backend_name,
-                     events=parent.events or None, spool=spool, socket=sock)
+                     events=parent.events or None, spool=spool, socket=sock,
+                     sample=parent.sample or "off")
     if isinstance(parent.sink, MemorySink):
         child.sink = parent.sink  # the child's copy of the parent's list, in the child
     return child
@@ -53,9 +54,11 @@ def _fork_copy(parent: Recorder) -> Recorder:
 
 def configure(*, backend: str | None = None, events: Sequence[str] | None = None,
               spool: Path | None = None, run_id: str | None = None,
-              socket: Path | str | None = None) -> Recorder:
+              socket: Path | str | None = None, sample: str | None = None) -> Recorder:
     """Replace this process's recorder (before the first superstep, typically).
-    ``socket``: the daemon's socket path (``"off"``: do not use a daemon)."""
+    ``socket``: the daemon's socket path (``"off"``: do not use a daemon). ``sample``:
+    ``"<duration>:<k>"`` reads the counters of 1 in k supersteps shorter than the duration
+    (:mod:`counterd.markers.sampling`; default ``COUNTERD_SAMPLE``, else off)."""
     global _recorder
     with _recorder_lock:
         if _recorder is not None:
@@ -63,7 +66,7 @@ def configure(*, backend: str | None = None, events: Sequence[str] | None = None
             if isinstance(_recorder.sink, SocketSink):
                 _recorder.sink.close()
         _recorder = Recorder(run_id=run_id, backend=backend, events=events, spool=spool,
-                             socket=socket)
+                             socket=socket, sample=sample)
         _register_at_exit()
         return _recorder
 

@@ -20,6 +20,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from counterd import _native, protocol
+from counterd.markers import sampling
 from counterd.markers.sinks import MemorySink, SpoolSink
 from counterd.records import MAX_NAME_CHARS, MAX_PARAMS, MAX_VALUE_CHARS
 
@@ -44,8 +45,10 @@ def _setup(hot: Any) -> None:
     hot.setup(version=protocol.PROTOCOL_VERSION, open_type=int(protocol.FrameType.OPEN),
               close_type=int(protocol.FrameType.CLOSE), nested=bit["nested"],
               exception=bit["exception"], multiplexed=bit["multiplexed"],
-              migrated=bit["migrated"], max_name=MAX_NAME_CHARS, max_params=MAX_PARAMS,
-              max_value=MAX_VALUE_CHARS, flags_of=protocol.bit_flags)
+              migrated=bit["migrated"], sampled=bit["sampled"],
+              sampled_source=protocol.SOURCE_INDEX["sampled"], max_name=MAX_NAME_CHARS,
+              max_params=MAX_PARAMS, max_value=MAX_VALUE_CHARS, flags_of=protocol.bit_flags,
+              basis=sampling.Basis)
     _ready = True
 
 
@@ -107,15 +110,28 @@ def attach(rec: Recorder, st: _ThreadState, install: bool = True) -> Any:
         return None
     from counterd.markers.recorder import clean_marker
 
+    sample = rec.sample if names else None  # nothing to sample without counters
+    install = install and _installs(rec)
     lane = hot.Lane(recorder=rec, indices=rec._indices,
                     rank=st.rank if st.rank is not None else rec.rank(), fd=fd, ids=ids,
                     perm=perm, delta=st.delta, decode=decode, unsupported=st.unsupported,
                     clean=clean_marker, ctx=rec._ctx, close_tail=tail,
                     close_flags=protocol.FLAG_BIT["unsupported_counters"] if unsupported else 0,
-                    install=install, **kw)
+                    install=install, sample_below=sample.below_ns if sample else 0,
+                    sample_every=sample.every if sample else 1, names=names,
+                    group_unsupported=dict(group_unsupported), **kw)
     if install:
         lane.install()
     return lane
+
+
+def _installs(rec: Recorder) -> bool:
+    """Whether ``rec``'s lanes may take ``superstep()``: only the process's own recorder's
+    (another Recorder, a scratch one or a forked child's copy of its parent's, is called
+    directly)."""
+    from counterd.markers import api, identity
+
+    return api._recorder is rec and rec.pid == identity.pid
 
 
 def _counters(rec: Recorder, st: _ThreadState

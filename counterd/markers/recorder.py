@@ -53,15 +53,24 @@ import os
 import socket as _socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from counterd.backends import POLICIES
 from counterd.backends.base import CounterGroup, CounterValue, Reading, Target
-from counterd.env import ENV_BACKEND, ENV_EVENTS, ENV_RUN_ID, ENV_SOCKET, ENV_SPOOL, MPI_RANK_VARS
+from counterd.env import (
+    ENV_BACKEND,
+    ENV_EVENTS,
+    ENV_RUN_ID,
+    ENV_SAMPLE,
+    ENV_SOCKET,
+    ENV_SPOOL,
+    MPI_RANK_VARS,
+)
 from counterd.errors import BadInput, CounterdError
-from counterd.markers import identity, native
+from counterd.markers import identity, native, sampling
 from counterd.markers.client import SocketSink
 from counterd.markers.sinks import MemorySink, SpoolSink, _as_record, begin_line
 from counterd.records import (
@@ -98,7 +107,7 @@ class Step:
 
     __slots__ = ("recorder", "index", "name", "rank", "cpu", "begin_ns", "params", "start",
                  "flags", "closed", "streams", "end_ns", "stop", "end_cpu", "unsupported",
-                 "sent", "_record", "delta", "dropped")
+                 "sent", "_record", "delta", "dropped", "basis", "sample_state")
 
     def __init__(self, recorder: Recorder, index: int, name: str, rank: int, cpu: int,
                  begin_ns: int, params: dict[str, Param], start: Any,
@@ -121,6 +130,10 @@ class Step:
         self.sent = 0  # SocketSink connection number its OPEN went on (0: none)
         self.dropped: Mapping[str, str] | None = None  # params (and name) that were not JSON
         self._record: SuperstepRecord | None = None
+        # Sampling (counterd.markers.sampling): what a superstep whose counters were not read
+        # is estimated from, or the state a measured one updates at its end.
+        self.basis: sampling.Basis | None = None
+        self.sample_state: sampling.NameState | None = None
         # Turns (start, stop) into (counter values, unsupported): the group's raw decoder.
         self.delta: Callable[[Any, Any], tuple[dict[str, CounterValue], Mapping[str, str]]] \
             = _reading_delta
@@ -157,7 +170,7 @@ class _ThreadState:
     """What one thread of one process needs on the marker's hot path, found with one lookup."""
 
     __slots__ = ("pid", "stack", "group", "unsupported", "rank", "daemon_counts", "read",
-                 "delta", "lane")
+                 "delta", "lane", "sampling", "__weakref__")
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -172,6 +185,7 @@ class _ThreadState:
             = _reading_delta
         # The compiled hot path for this thread (counterd.markers.native), or None.
         self.lane: Any = None
+        self.sampling: dict[str, sampling.NameState] = {}  # superstep name -> its sampling
 
 
 _NO_FLAGS: frozenset[str] = frozenset()
@@ -181,6 +195,7 @@ _MIGRATED = frozenset({"migrated"})
 _MULTIPLEXED = frozenset({"multiplexed"})
 _UNSUPPORTED = frozenset({"unsupported_counters"})
 _DROPPED = frozenset({"dropped_params"})
+_SAMPLED = frozenset({"sampled"})
 
 
 class Recorder:
@@ -188,7 +203,8 @@ class Recorder:
 
     def __init__(self, *, run_id: str | None = None, backend: str | None = None,
                  events: Sequence[str] | None = None, spool: Path | None = None,
-                 socket: Path | str | None = None, calibrate: bool = True) -> None:
+                 socket: Path | str | None = None, calibrate: bool = True,
+                 sample: sampling.Sampling | str | None = None) -> None:
         env = os.environ
         self.run_id = run_id or env.get(ENV_RUN_ID) or _export_run_id()
         name = backend or env.get(ENV_BACKEND) or "default"
@@ -199,6 +215,11 @@ class Recorder:
         self.backend_name = name
         ev = events if events is not None else [e for e in env.get(ENV_EVENTS, "").split(",") if e]
         self.events: tuple[str, ...] = tuple(ev)
+        if sample is None or isinstance(sample, str):
+            text = sample if sample is not None else env.get(ENV_SAMPLE, "")
+            sample = sampling.Sampling.parse(text, "sample" if isinstance(sample, str)
+                                             else ENV_SAMPLE)
+        self.sample: sampling.Sampling | None = sample
         self.sink: MemorySink | SpoolSink | SocketSink = make_sink(spool, socket)
         self.host = _socket.gethostname()
         self.pid = identity.pid
@@ -210,7 +231,9 @@ class Recorder:
         # next() on it is atomic under the GIL; the compiled lanes count on the same one.
         self._indices = native.indices()
         self._open: dict[int, Step] = {}  # id(step) -> step, for the at-exit sweep
-        self._lanes: list[Any] = []  # every thread's lane, for the at-exit sweep and set_rank
+        # The thread states with a lane, for set_rank (weakly: an exited thread's state, its
+        # lane and its counters' descriptors go with it; its open steps are kept in _open).
+        self._lanes: weakref.WeakSet[_ThreadState] = weakref.WeakSet()
         native.invalidate()  # no thread begins through an older recorder's lane from now on
         self._install_lanes = True  # a lane becomes its thread's current one
         self._backend: Any = None
@@ -246,9 +269,9 @@ class Recorder:
                 st.lane.set_rank(rank)
         else:
             self._process_rank = rank
-            for st_lane in self._lanes:
-                if st_lane[0].rank is None:  # a thread's own rank wins
-                    st_lane[1].set_rank(rank)
+            for state in list(self._lanes):
+                if state.rank is None and state.lane is not None:  # a thread's own rank wins
+                    state.lane.set_rank(rank)
 
     def rank(self) -> int:
         rank = self._state().rank
@@ -310,7 +333,14 @@ class Recorder:
     def _attach_lane(self, st: _ThreadState) -> None:
         st.lane = native.attach(self, st, self._install_lanes)
         if st.lane is not None:
-            self._lanes.append((st, st.lane))
+            self._lanes.add(st)
+            weakref.finalize(st, self._orphan, st.lane)
+
+    def _orphan(self, lane: Any) -> None:
+        """A thread's state is gone (the thread exited): its open steps stay for the at-exit
+        sweep, as the Python path's do."""
+        for step in lane.open_steps():
+            self._open[id(step)] = step
 
     def _open_group(self, st: _ThreadState, backend: Any) -> None:
         # The events asked for (counterd record passes what it resolved) are opened as they
@@ -335,7 +365,8 @@ class Recorder:
     def begin(self, name: str, params: Mapping[str, Param]) -> Step:
         st = self._state()
         if st.lane is not None:
-            return st.lane.begin(name, params)  # type: ignore[no-any-return]
+            return st.lane.begin(  # type: ignore[no-any-return]
+                name, params if params.__class__ is dict else dict(params))
         index = next(self._indices)
         cpu = identity.current_cpu()
         rank = st.rank if st.rank is not None else self.rank()
@@ -359,9 +390,17 @@ class Recorder:
                     sink.begin(line, count=self.events)
                 else:
                     sink.begin(line)
-        start = st.read() if st.read is not None else None
+        state = basis = None
+        if self.sample is not None and st.read is not None:
+            state = st.sampling.get(name)
+            if state is None:
+                state = st.sampling[name] = sampling.NameState()
+            if state.skip():  # this one is estimated: no read
+                basis, state = state.basis(), None
+        start = st.read() if st.read is not None and basis is None else None
         step = Step(self, index, name, rank, cpu, time.monotonic_ns(), params, start,
                     _NESTED if st.stack else _NO_FLAGS)
+        step.basis, step.sample_state = basis, state
         step.delta = st.delta
         step.sent = sent
         step.dropped = dropped
@@ -375,13 +414,22 @@ class Recorder:
         return _as_record(self._end(step, name))
 
     def _end(self, step: Step | None, name: str | None) -> SuperstepRecord | Step:
-        """End a superstep; the hot path keeps the closed step (its record is built lazily)."""
-        st = self._state()
-        if st.lane is not None and (step is None or not isinstance(step, Step)):
-            return st.lane.end(step, name)  # type: ignore[no-any-return]
+        """End a superstep; the hot path keeps the closed step (its record is built lazily).
+        A step begun through a lane ends through it (which hands it back to
+        :meth:`_end_python` in a forked child)."""
+        if step is not None and not isinstance(step, Step):
+            return step.lane.end(step, name)  # type: ignore[attr-defined,no-any-return]
+        if step is None:
+            lane = self._state().lane
+            if lane is not None:
+                return lane.end(None, name)  # type: ignore[no-any-return]
+        return self._end_python(step, name)
+
+    def _end_python(self, step: Step | None, name: str | None) -> SuperstepRecord | Step:
         if self._native is not None:
             self._native.counterd_superstep_mark(step.index if step else -1, 1)
         end_ns = time.monotonic_ns()
+        st = self._state()
         stack = st.stack
         if step is None:
             if not stack:
@@ -394,8 +442,12 @@ class Recorder:
             for stream in step.streams:  # simulated after end_ns: not part of the time
                 feed(stream)
             step.streams.clear()
-        step.stop = st.read() if st.read is not None else None
+        step.stop = st.read() if st.read is not None and step.basis is None else None
         step.end_ns = end_ns
+        if step.sample_state is not None and self.sample is not None \
+                and step.start is not None and step.stop is not None:
+            step.sample_state.measured(*step.delta(step.start, step.stop),
+                                       end_ns - step.begin_ns, self.sample)
         step.end_cpu = identity.current_cpu()
         step.unsupported = st.unsupported
         if stack and stack[-1] is step:
@@ -419,13 +471,17 @@ class Recorder:
         else:
             flags_dropped = False
         start, stop = step.start, step.stop
+        flags = step.flags
         if start is not None and stop is not None:
             counters, group_unsupported = step.delta(start, stop)
             if group_unsupported:
                 unsupported.update(group_unsupported)
+        elif step.basis is not None and step.end_ns is not None:
+            counters = step.basis.estimate(step.end_ns - step.begin_ns)
+            unsupported.update(step.basis.unsupported)
+            flags = flags | _SAMPLED
         elif self._backend_error and self.backend_name not in ("none", "callgrind"):
             unsupported.setdefault("*", self._backend_error)
-        flags = step.flags
         if step.end_ns is None:
             flags = flags | _INCOMPLETE
         elif step.end_cpu != step.cpu:
@@ -482,7 +538,8 @@ class Recorder:
         try:
             probe = Recorder(run_id=self.run_id, backend=self.backend_name,
                              events=self.events or None,
-                             spool=Path(tmp) if tmp else None, socket="off", calibrate=False)
+                             spool=Path(tmp) if tmp else None, socket="off", calibrate=False,
+                             sample="off")  # every pair read: the cost of a measured one
             probe._install_lanes = False  # its lane never takes a superstep of the program
             if tmp is None:
                 probe.sink = MemorySink()
@@ -535,8 +592,9 @@ class Recorder:
         """Record every superstep still open as ``incomplete`` (called at interpreter exit)."""
         out = []
         steps: list[Any] = list(self._open.values())
-        for _, lane in self._lanes:
-            steps.extend(lane.open_steps())
+        for state in list(self._lanes):
+            if state.lane is not None:
+                steps.extend(s for s in state.lane.open_steps() if id(s) not in self._open)
         for step in steps:
             if not step.closed:
                 step.closed = True

@@ -180,8 +180,11 @@ class SpoolSink:
         w = self._mapped if self._mapped_pid == identity.pid else self._writer()
         if w is None:
             return False
+        data = frame if frame is not None else protocol.encode(ftype, payload or {})
+        if len(data) - 4 > protocol.MAX_FRAME_BYTES:  # a reader stops at it: a line instead
+            return False
         try:
-            w.append(frame if frame is not None else protocol.encode(ftype, payload or {}))
+            w.append(data)
         except OSError as exc:  # the disk is full: the file keeps what it committed
             self._mapping_failed(exc)
             return False

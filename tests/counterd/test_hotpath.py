@@ -29,14 +29,16 @@ from counterd import _native, protocol, spool
 from counterd.backends.base import Target
 from counterd.backends.perf.group import PerfGroup
 from counterd.env import ENV_NATIVE
+from counterd.errors import BadInput
 from counterd.markers import native
 from counterd.markers.api import configure
 from counterd.markers.recorder import Recorder
+from counterd.markers.sampling import Sampling
 from counterd.markers.sinks import MemorySink
 from counterd.records import SuperstepRecord
 
-pytestmark = pytest.mark.skipif(_native.hotpath() is None,
-                                reason="the compiled hot path is not built (no C compiler?)")
+needs_native = pytest.mark.skipif(_native.hotpath() is None,
+                                  reason="the compiled hot path is not built (no C compiler?)")
 
 NAMES = ("task_clock_ns", "page_faults")
 IDS = {101: "task_clock_ns", 202: "page_faults"}
@@ -83,6 +85,8 @@ def _with_counters(rec: Recorder, pc: PipeCounters, compiled: bool) -> None:
     state.lane = None
     native.invalidate()
     if compiled:
+        if native.module() is None:
+            pytest.skip("the compiled hot path is not built (no C compiler?)")
         rec._attach_lane(state)
         assert state.lane is not None
 
@@ -153,6 +157,7 @@ def _records(compiled: bool, tmp: Path | None = None, steps: list[Any] | None = 
     return sorted(rec.sink.records, key=lambda r: r.index)
 
 
+@needs_native
 def test_lane_records_equal_the_python_paths_in_memory() -> None:
     python, compiled = _records(False), _records(True)
     assert [_comparable(r) for r in compiled] == [_comparable(r) for r in python]
@@ -174,6 +179,7 @@ def test_lane_records_equal_the_python_paths_in_memory() -> None:
     assert by_name["step0"].unsupported == {"l2_misses": "not on this host"}
 
 
+@needs_native
 def test_lane_records_equal_the_python_paths_through_the_spool(tmp_path: Path) -> None:
     (tmp_path / "p").mkdir()
     (tmp_path / "c").mkdir()
@@ -206,6 +212,7 @@ _value = st.one_of(st.integers(-(1 << 63), (1 << 63) - 1), st.booleans(), _text,
                    st.floats(allow_nan=False, allow_infinity=False))
 
 
+@needs_native
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(_text, st.dictionaries(_text, _value, max_size=6)), min_size=1,
@@ -250,6 +257,7 @@ def test_frames_are_byte_identical_to_the_python_encoders(steps: list[Any]) -> N
         assert got == [(n, p) for n, p in steps]
 
 
+@needs_native
 def test_threads_each_have_a_lane_and_their_own_nesting_and_rank() -> None:
     rec = configure(backend="none", socket="off")
     rec.sink = MemorySink()
@@ -274,12 +282,13 @@ def test_threads_each_have_a_lane_and_their_own_nesting_and_rank() -> None:
     records = rec.sink.records
     assert len(records) == 4 * 201
     assert len({r.index for r in records}) == len(records)  # one numbering for the process
-    assert all(len(lane.open_steps()) == 0 for _, lane in rec._lanes) and len(rec._lanes) == 4
+    assert not rec.close_open_steps()  # none left open, in any lane
     for r in records:
         assert ("nested" in r.flags) == (r.name == "inner")
     assert {r.rank for r in records if r.name != "first"} == {1, 2, 3, 4}
 
 
+@needs_native
 def test_a_new_recorder_takes_every_superstep_after_it() -> None:
     a = configure(backend="none", socket="off")
     with counterd.superstep("to a"):
@@ -301,6 +310,7 @@ def test_a_new_recorder_takes_every_superstep_after_it() -> None:
     assert type(b._state().lane).__name__ == "Lane"
 
 
+@needs_native
 def test_the_python_path_is_kept_with_native_off(monkeypatch: pytest.MonkeyPatch) -> None:
     before = configure(backend="none", socket="off")
     with counterd.superstep("through a lane"):
@@ -315,6 +325,7 @@ def test_the_python_path_is_kept_with_native_off(monkeypatch: pytest.MonkeyPatch
         ("s", {"n": 1})]
 
 
+@needs_native
 def test_a_marker_pair_costs_what_calibration_says_it_does() -> None:
     """Calibration goes through the lane, as the program's supersteps do."""
     rec = configure(backend="none", socket="off")
@@ -341,6 +352,7 @@ for i in range(700):
 """
 
 
+@needs_native
 def test_a_spool_that_cannot_grow_goes_on_in_lines_and_loses_nothing(tmp_path: Path) -> None:
     """The compiled engine under a file-size limit: the mapping stops growing (EFBIG at
     posix_fallocate, never a SIGBUS), the rest goes to JSON lines, every superstep is there."""
@@ -352,3 +364,188 @@ def test_a_spool_that_cannot_grow_goes_on_in_lines_and_loses_nothing(tmp_path: P
     records = list(spool.collect(tmp_path))
     assert sorted(r.params["i"] for r in records) == list(range(700))
     assert not any(r.flags for r in records)
+
+
+# -- sampling (counterd.markers.sampling), on both paths -----------------------------------------
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+@pytest.mark.parametrize("sink", ["memory", "spool"])
+def test_sampling_reads_one_in_k_short_supersteps_and_scales_the_rest_by_time(
+        tmp_path: Path, compiled: bool, sink: str) -> None:
+    pc = PipeCounters()
+    rec = Recorder(run_id="sampled", backend="none", socket="off", calibrate=False,
+                   spool=tmp_path if sink == "spool" else None, sample="10s:3")
+    if sink == "memory":
+        rec.sink = MemorySink()
+    _with_counters(rec, pc, compiled)
+    t = 0
+    for i in range(8):
+        measured = i % 3 == 0  # the first of a name is read, then 1 in 3
+        if measured:
+            pc.push(t, t, (t, t))
+        step = rec.begin("short", {"i": i})
+        if measured:
+            t += 1000 * (i + 1)
+            pc.push(t, t, (t + 7 * i, t + 1))
+        rec._end(step, None)
+    rec.close_open_steps()
+    pc.close()
+    if sink == "spool":
+        rec.sink.close()  # type: ignore[union-attr]
+        records = sorted(spool.collect(tmp_path), key=lambda r: r.index)
+    else:
+        records = rec.sink.records  # type: ignore[union-attr]
+    assert [("sampled" in r.flags) for r in records] == [i % 3 != 0 for i in range(8)]
+    for r in records:
+        i = r.params["i"]
+        assert isinstance(i, int)
+        if i % 3 == 0:
+            assert {k: (v.source, v.raw) for k, v in r.counters.items()} == {
+                "task_clock_ns": ("measured", 1000 * (i + 1) + 7 * i),
+                "page_faults": ("measured", 1000 * (i + 1) + 1)}
+            basis = r
+        else:  # the last measured one's values, times the ratio of the two times
+            scale = (r.end_ns - r.begin_ns) / (basis.end_ns - basis.begin_ns)  # type: ignore
+            assert r.end_ns is not None
+            assert {k: (v.source, v.raw, v.ratio, v.value) for k, v in r.counters.items()} == {
+                k: ("sampled", None, 1.0, v.value * scale) for k, v in basis.counters.items()}
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_a_superstep_at_or_over_the_threshold_is_always_read(compiled: bool) -> None:
+    pc = PipeCounters()
+    rec = Recorder(run_id="long", backend="none", socket="off", calibrate=False,
+                   sample="1ns:5")
+    rec.sink = MemorySink()
+    _with_counters(rec, pc, compiled)
+    for i in range(4):
+        pc.push(10 * i, 10 * i, (i, i))
+        step = rec.begin("long", {})
+        pc.push(10 * i + 5, 10 * i + 5, (i + 1, i + 2))
+        rec._end(step, None)
+    assert not any("sampled" in r.flags for r in rec.sink.records)
+    assert [r.counters["page_faults"].raw for r in rec.sink.records] == [2, 2, 2, 2]
+
+
+@pytest.mark.parametrize("text", ["50", "50us", "us:3", "50us:0", "-1ms:3", "50us:x",
+                                  "nanus:2"])
+def test_a_sampling_option_that_is_not_one_says_how_to_write_it(text: str) -> None:
+    with pytest.raises(BadInput, match="<duration>:<k>"):
+        Sampling.parse(text)
+
+
+def test_sampling_off_and_k_one_read_every_superstep() -> None:
+    assert Sampling.parse("off") is None and Sampling.parse("") is None
+    assert Sampling.parse("50us:1") is None
+    assert Sampling.parse("0.2ms:10") == Sampling(200_000, 10)
+
+
+# -- what a review of hotpath.c found, kept found ------------------------------------------------
+
+_FORK = """
+import os, sys
+from pathlib import Path
+import counterd
+from counterd.markers.api import configure
+configure(backend="none", spool=Path(sys.argv[1]), socket="off")
+for i in range(5):
+    with counterd.superstep("before", i=i):
+        pass
+with counterd.superstep("open at fork"):
+    pid = os.fork()
+    if pid == 0:
+        with counterd.superstep("child"):
+            pass
+        sys.exit(0)  # unwinds "open at fork" in the child, through its parent's lane
+    os.waitpid(pid, 0)
+for i in range(3):
+    with counterd.superstep("after", i=i):
+        pass
+"""
+
+
+@needs_native
+def test_a_child_ending_its_parents_superstep_writes_nothing_into_the_parents_file(
+        tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-c", _FORK, str(tmp_path)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    records = list(spool.collect(tmp_path))
+    parent = min(r.pid for r in records)
+    mine = sorted((r.name, r.params.get("i")) for r in records if r.pid == parent)
+    assert [n for n, _ in mine].count("before") == 5 and [n for n, _ in mine].count("after") == 3
+    assert ("open at fork", None) in mine
+    assert any(r.name == "child" and r.pid != parent for r in records)
+    assert not any("incomplete" in r.flags for r in records if r.pid == parent)
+
+
+@needs_native
+def test_another_recorders_lane_never_takes_the_programs_supersteps() -> None:
+    rec = configure(backend="none", socket="off")
+    other = Recorder(run_id="other", backend="none", socket="off", calibrate=False)
+    other.sink = MemorySink()
+    other._end(other.begin("a", {}), None)
+    with counterd.superstep("b"):
+        pass
+    with counterd.superstep(name="c", n=1):  # the name as a keyword, as the Python API takes
+        pass
+    assert [r.name for r in other.sink.records] == ["a"]
+    assert [(r.name, r.params) for r in rec.sink.records] == [  # type: ignore[union-attr]
+        ("b", {}), ("c", {"n": 1})]
+    assert counterd.end(name="").name == "?"  # an end matching nothing, named as Python names it
+
+
+@needs_native
+def test_a_marker_whose_name_replaces_the_recorder_does_not_crash() -> None:
+    """clean_marker runs Python (the name's __str__): the lane must outlive it."""
+    configure(backend="none", socket="off")
+    with counterd.superstep("first"):
+        pass
+
+    class Replacing:
+        def __str__(self) -> str:
+            configure(backend="none", socket="off")
+            gc.collect()
+            return "replaced"
+
+    with counterd.superstep(Replacing()) as step:  # type: ignore[arg-type]
+        pass
+    assert step.name == "replaced"
+
+
+@needs_native
+def test_exited_threads_leave_no_counter_descriptors_open() -> None:
+    rec = configure(backend="perf", events=["task_clock_ns"], socket="off")
+    with counterd.superstep("main"):
+        pass
+    if rec._state().lane is None:
+        pytest.skip("perf software events cannot be opened here")
+
+    def work() -> None:
+        with counterd.superstep("t"):
+            pass
+
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+    # Once built, the records hold no counters open (the closed steps did, as on the Python
+    # path, until then).
+    assert len([r for r in rec.sink.records if r.name == "t"]) == 20  # type: ignore[union-attr]
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) - before < 5
+
+
+@needs_native
+def test_a_begin_too_large_for_a_frame_goes_to_a_line_and_the_rest_stays(tmp_path: Path) -> None:
+    rec = configure(backend="none", spool=tmp_path, socket="off")
+    big = {f"p{i}": "\x01" * 4000 for i in range(20)}  # 480 KB as JSON: over a frame's limit
+    with counterd.superstep("before"):
+        pass
+    with counterd.superstep("big", **big):
+        pass
+    with counterd.superstep("after"):
+        pass
+    rec.sink.close()  # type: ignore[union-attr]
+    assert sorted(r.name for r in spool.collect(tmp_path)) == ["after", "before", "big"]
