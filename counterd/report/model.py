@@ -141,19 +141,26 @@ class Report:
         hold only a small part of it: begin reads the counters before the superstep's clock
         starts, end after it stops); "" when no record carries a calibrated cost."""
         costs = [r.marker_ns for r in self.rows if r.marker_ns is not None]
+        sampled = sum("sampled" in r.flags for r in self.rows)
+        sampling = (f"; the counters of {sampled} of {len(self.rows)} supersteps are sampled "
+                    "(not read: the last measured superstep's of the same name, scaled by "
+                    "time)") if sampled else ""
         if not costs:
-            return ""
+            return sampling[2:]
         over = [r for r in self.rows if (m := r.marker_share) is not None
                 and m > self.MARKER_WARN]
         cost = f"{min(costs) / 1e3:.1f}" + ("" if min(costs) == max(costs) else
                                            f"-{max(costs) / 1e3:.1f}")
         text = f"markers: one begin + end pair costs {cost} us (calibrated in each process)"
         if not over:
-            return text + f"; under {self.MARKER_WARN:.0%} of every superstep"
+            return text + f"; under {self.MARKER_WARN:.0%} of every superstep" + sampling
         worst = max(r.marker_share or 0.0 for r in over)
+        hint = "" if sampled else (
+            "; sampling reads the counters of only 1 in k short supersteps "
+            "(counterd record --sample DURATION:K)")
         return (text + f"; warning: it is over {self.MARKER_WARN:.0%} of the time of "
                 f"{len(over)} of {len(self.rows)} supersteps (up to {worst:.0%}): the markers "
-                "slow the run there (the measured times hold little of it)")
+                "slow the run there (the measured times hold little of it)" + hint + sampling)
 
     def error_summary(self) -> tuple[float, float] | None:
         errs = [e for r in self.rows if (e := r.error_ratio) is not None]

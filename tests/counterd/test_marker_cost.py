@@ -90,3 +90,15 @@ def test_the_report_says_which_supersteps_the_markers_weigh_on() -> None:
     calm = model.build(_row(0, 10_000_000, 5000))
     assert "under 1% of every superstep" in calm.marker_note()
     assert model.build(_row(0, 100, None)).marker_note() == ""
+
+
+def test_the_report_says_how_many_supersteps_were_sampled_and_suggests_it_where_not() -> None:
+    heavy = model.build([*_row(0, 100_000, 5000), *_row(1, 100_000, 5000)])
+    assert "--sample" in heavy.marker_note()  # the markers weigh: sampling is offered
+    sampled = [SuperstepRecord("r", 1, "s1", rank, 1 + rank, 0, 1000, 101_000, marker_ns=5000,
+                               flags=frozenset({"sampled"})) for rank in (0, 1)]
+    rep = model.build([*_row(0, 100_000, 5000), *sampled])
+    note = rep.marker_note()
+    assert "the counters of 1 of 2 supersteps are sampled" in note and "--sample" not in note
+    no_cost = [SuperstepRecord("r", 0, "s", 0, 1, 0, 1000, 2000, flags=frozenset({"sampled"}))]
+    assert model.build(no_cost).marker_note().startswith("the counters of 1 of 1 supersteps")
