@@ -257,7 +257,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         command = {"probe": _probe, "record": _record, "run": _run, "runs": _runs,
                    "report": _report, "import": _import}[args.command]
-        if args.command not in ("probe", "record"):
+        if args.command not in ("probe", "record") or (args.command == "record"
+                                                        and args.machine is None):
+            # record checks COUNTERD_MACHINE itself before the command runs, and loads
+            # counterd.machine only when a file is named: it is not on the way to the exec.
             return command(args)
         from counterd.machine import using
 

@@ -11,7 +11,6 @@ such (a bad machine file, through :mod:`counterd.machine`, is BadInput).
 from __future__ import annotations
 
 import os
-import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -152,6 +151,10 @@ def host_info(procfs: str | Path = "/proc", sysfs: str | Path = "/sys", *,
     """What this host is. Hostname, CPU model, CPUs online and page size are the machine
     description's (``machine``, default: :func:`counterd.machine.current` for the default
     roots, else :func:`counterd.machine.read` of the given ones); the rest is read here."""
+    # Imported here: the perf backend imports this module on counterd record's way to the
+    # command's exec, and only host_info needs platform.
+    import platform
+
     from counterd import machine as machine_mod
 
     if machine is None:

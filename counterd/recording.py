@@ -19,22 +19,27 @@ import signal
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from counterd import backends, machine
+from counterd import backends
 from counterd.backends.base import Capability, CounterGroup, Target
 from counterd.env import ENV_BACKEND, ENV_EVENTS, ENV_RUN_ID, ENV_SPOOL
 from counterd.errors import BadInput, CounterdError, UnknownBackend
 from counterd.events import check_names
 from counterd.records import SuperstepRecord, write_jsonl
-from counterd.spool import collect as collect_spool
 
+# Imported where used, not here: everything before the command's exec is on its critical path
+# (counterd.machine and counterd.spool with counterd.protocol cost 20-30 ms to import; see
+# tests/counterd/test_startup.py).
 if TYPE_CHECKING:
     from counterd.backends import callgrind
+
+# counterd.machine.ENV_MACHINE, named here so that a recording without a machine file need not
+# import that module to find out (test_startup checks that the two agree).
+ENV_MACHINE = "COUNTERD_MACHINE"
 
 RECORD_BACKENDS = ("auto", *backends.POLICIES["record"].names)
 # Backends suggested for a counter, measured first, then the simulators (as counterd probe).
@@ -139,11 +144,23 @@ def _check_writable(out: Path) -> None:
                        "choose a writable --out")
 
 
+def machine_file() -> str | None:
+    """The machine file in effect (``--machine`` through :func:`counterd.machine.using`, or
+    ``COUNTERD_MACHINE``), or None. Raises BadInput for a bad one. Neither can be in effect
+    while counterd.machine has not been imported and the variable is unset, and then the
+    module (30 dataclasses, sysfs reads) is left unloaded."""
+    if "counterd.machine" not in sys.modules and not os.environ.get(ENV_MACHINE):
+        return None
+    from counterd import machine
+
+    return machine.current().file
+
+
 def _env(run_id: str, spool: Path, backend: str, events: Sequence[str]) -> dict[str, str]:
     env = dict(os.environ)
-    described = machine.current()
-    if described.file is not None:  # --machine: the command's simulating markers use it too
-        env[machine.ENV_MACHINE] = os.path.abspath(described.file)
+    file = machine_file()
+    if file is not None:  # --machine: the command's simulating markers use it too
+        env[ENV_MACHINE] = os.path.abspath(file)
     env[ENV_RUN_ID] = run_id
     env[ENV_SPOOL] = str(spool)
     env[ENV_BACKEND] = backend
@@ -154,12 +171,15 @@ def _env(run_id: str, spool: Path, backend: str, events: Sequence[str]) -> dict[
     return env
 
 
-def _whole_command_group(backend: str, events: Sequence[str], pid: int) -> CounterGroup | None:
+def _whole_command_group(backend: str, events: Sequence[str], pid: int,
+                         cap: Capability | None = None) -> CounterGroup | None:
+    """``cap``: what a probe of ``backend`` already said (None: probe)."""
     if backend not in ("perf", "papi"):
         return None
     try:
         be = backends.get(backend)
-        evs = tuple(events) or tuple(c for c, why in be.available().counters.items() if why is None)
+        cap = cap if cap is not None else be.available()
+        evs = tuple(events) or tuple(c for c, why in cap.counters.items() if why is None)
         return be.open(evs, Target(pid=pid, inherit=True), strict=False)  # type: ignore[call-arg]
     except CounterdError:
         return None
@@ -232,7 +252,8 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
         pid, go_w = _launch(cmd, env)
         went = False
         try:
-            group = _whole_command_group(marker_backend, events, pid)
+            group = _whole_command_group(marker_backend, events, pid,
+                                         perf if marker_backend == "perf" else None)
             start = group.read() if group is not None else None
             begin_ns = time.monotonic_ns()
             os.write(go_w, b"g")
@@ -241,6 +262,9 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
             os.close(go_w)
             if not went:
                 _wait(pid)
+        # Loaded while the command runs, rather than on the way to its exec.
+        from counterd.spool import collect as collect_spool
+
         code = _wait(pid)
         end_ns = time.monotonic_ns()
         stop = group.read() if group is not None else None
@@ -324,17 +348,20 @@ def record(cmd: Sequence[str], *, out: Path | None, backend: str = "auto",
         _check_writable(Path(out))
     res = resolve_backend(backend)
     chosen = res.backend or "none"
-    described = machine.current()  # a bad machine file fails here, before the command runs
+    machine_file()  # a bad machine file fails here, before the command runs
     geometry = None
     if chosen == "callgrind":
+        from counterd import machine
         from counterd.backends import callgrind
 
-        geometry = callgrind.CallgrindGeometry.from_machine(described)
+        geometry = callgrind.CallgrindGeometry.from_machine(machine.current())
     if events:
         caps = {**{n: backends.capability(n) for n in backends.NAMES
                    if n not in res.capabilities}, **res.capabilities}
         check_events(events, chosen, caps, backend)
-    run_id = run_id or time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    # os.urandom rather than uuid4().hex[:6]: the same six random hex digits, without
+    # importing uuid on the way to the command's exec.
+    run_id = run_id or time.strftime("%Y%m%dT%H%M%S") + "-" + os.urandom(3).hex()
     host = os.uname().nodename
     hide: dict[str, str] = {}
     if cpu_features == "as-counted" or (cpu_features == "auto" and chosen == "callgrind"):

@@ -1,0 +1,102 @@
+"""counterd record starts fast (issue 13, item 4): what it loads before the command's exec.
+
+Whatever the recorder imports before it writes the go byte delays the command; these tests
+keep the expensive modules off that path, and check that a machine file still works when
+counterd.machine is only loaded on demand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from counterd import machine, recording
+from counterd.records import read_jsonl
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Modules that cost milliseconds each and that the way to the exec does not need.
+NOT_BEFORE_EXEC = ("counterd.machine", "counterd.spool", "counterd.protocol", "uuid",
+                   "importlib.resources", "platform", "importlib.metadata")
+
+
+def test_the_env_name_is_machines() -> None:
+    assert recording.ENV_MACHINE == machine.ENV_MACHINE
+
+
+def test_the_record_path_imports_nothing_it_does_not_need_before_exec() -> None:
+    """Everything counterd record imports up to the go byte (the CLI, the recorder, the perf
+    backend with its tables, a resolved backend), in a fresh interpreter."""
+    code = (
+        "import sys\n"
+        "import counterd.cli, counterd.recording, counterd.backends.perf as p\n"
+        "counterd.recording.resolve_command(['true'])\n"
+        "p.load_tables()\n"
+        f"print(' '.join(m for m in {NOT_BEFORE_EXEC!r} if m in sys.modules))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != machine.ENV_MACHINE}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=60, check=True)
+    assert proc.stdout.split() == []
+
+
+def _record(tmp_path: Path, *extra: str, env: dict[str, str] | None = None,
+            cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "show.py"
+    script.write_text("import json, os\nprint(json.dumps(os.environ.get('COUNTERD_MACHINE')))\n")
+    return subprocess.run(
+        [sys.executable, "-m", "counterd.cli", "record", "--backend", "none", *extra, "--out",
+         str(tmp_path / "r.jsonl"), "--", sys.executable, str(script)],
+        capture_output=True, text=True, cwd=cwd, timeout=120,
+        env={**{k: v for k, v in os.environ.items() if k != machine.ENV_MACHINE},
+             "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def _machine_file(tmp_path: Path) -> Path:
+    path = tmp_path / "m.toml"
+    path.write_text('format = "counterd-machine"\nversion = 1\npage_bytes = 4096\n')
+    return path
+
+
+def test_a_machine_file_reaches_the_command(tmp_path: Path) -> None:
+    path = _machine_file(tmp_path)
+    proc = _record(tmp_path, "--machine", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == str(path)
+    # A relative COUNTERD_MACHINE reaches it as an absolute path.
+    proc = _record(tmp_path, env={machine.ENV_MACHINE: "m.toml"}, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == str(path)
+    proc = _record(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) is None
+
+
+@pytest.mark.parametrize("how", ["option", "env"])
+def test_a_bad_machine_file_is_exit_2_before_the_command_runs(tmp_path: Path, how: str) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('format = "counterd-machine"\nversion = 1\npage_bytes = 3000\n')
+    proc = (_record(tmp_path, "--machine", str(bad)) if how == "option" else
+            _record(tmp_path, env={machine.ENV_MACHINE: str(bad)}))
+    assert proc.returncode == 2, proc.stderr
+    assert "bad.toml" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stdout == "" and not (tmp_path / "r.jsonl").exists()
+
+
+def test_record_in_process_uses_the_machine_a_caller_set(tmp_path: Path) -> None:
+    """machine.using without a file: nothing to export; with one: exported, as before."""
+    path = _machine_file(tmp_path)
+    out = tmp_path / "r.jsonl"
+    script = tmp_path / "show.py"
+    script.write_text("import os, sys\n"
+                      "sys.exit(0 if os.environ.get('COUNTERD_MACHINE') == sys.argv[1] else 5)\n")
+    with machine.using(path):
+        result = recording.record([sys.executable, str(script), str(path)], out=out,
+                                  backend="none")
+    assert result.exit_code == 0
+    assert len(list(read_jsonl(out))) == 1
