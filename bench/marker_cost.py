@@ -16,6 +16,7 @@ two ``read(2)`` of the perf group leader, from Python, per pair.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -84,6 +85,7 @@ def main() -> int:
                     for engine in runs:  # alternating, each with a recorder of its own
                         os.environ[ENV_NATIVE] = "0" if engine == "python" else "1"
                         last[engine] = configure(**kw)  # type: ignore[arg-type]
+                        gc.collect()  # the other engine's garbage is not this one's time
                         per_pair_us(200, 1)  # warm-up
                         samples[engine] += per_pair_us(args.pairs, 1)
                 for engine, got in samples.items():
