@@ -52,6 +52,11 @@ def _parser() -> argparse.ArgumentParser:
                      "OpenBLAS, glibc) the CPU features valgrind lacks (AVX-512), so that it "
                      "runs the code Callgrind counts; native: hide nothing (default auto: "
                      "as-counted with --backend callgrind)")
+    rec.add_argument("--sample", metavar="DURATION:K", default=None,
+                     help="read the counters of only 1 in K supersteps shorter than DURATION "
+                     "(e.g. 50us:10), per superstep name and processor; the others' counters "
+                     "are the last measured one's scaled by time, flagged 'sampled' (default: "
+                     "$COUNTERD_SAMPLE, else every superstep is read)")
     rec.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
 
@@ -138,7 +143,7 @@ def _record(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     events = [e.strip() for e in args.events.split(",") if e.strip()]
     result = record(cmd, out=args.out, backend=args.backend, events=events,
-                    cpu_features=args.cpu_features,
+                    cpu_features=args.cpu_features, sample=args.sample,
                     progress=lambda m: print(f"counterd record: {m}", file=sys.stderr,
                                              flush=True))
     from counterd.records import INFO_FLAGS

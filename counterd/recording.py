@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from counterd import backends
 from counterd.backends.base import Capability, CounterGroup, Target
-from counterd.env import ENV_BACKEND, ENV_EVENTS, ENV_RUN_ID, ENV_SPOOL
+from counterd.env import ENV_BACKEND, ENV_EVENTS, ENV_RUN_ID, ENV_SAMPLE, ENV_SPOOL
 from counterd.errors import BadInput, CounterdError, UnknownBackend
 from counterd.events import check_names
 from counterd.records import SuperstepRecord, write_jsonl
@@ -326,7 +326,7 @@ CPU_FEATURES = ("auto", "native", "as-counted")
 
 def record(cmd: Sequence[str], *, out: Path | None, backend: str = "auto",
            events: Sequence[str] = (), run_id: str | None = None,
-           cpu_features: str = "auto",
+           cpu_features: str = "auto", sample: str | None = None,
            progress: Callable[[str], None] | None = None) -> RecordResult:
     """Run ``cmd`` with markers active; write its records to ``out`` (JSON lines, atomic).
 
@@ -335,13 +335,19 @@ def record(cmd: Sequence[str], *, out: Path | None, backend: str = "auto",
     timed run executes the code a Callgrind run counts; ``native`` hides nothing; ``auto`` is
     ``as-counted`` with ``backend="callgrind"``, else ``native``. Records of a run that hid
     features carry the flag ``cpu_features_hidden``. ``progress`` hears when the command runs
-    a second time (under callgrind).
+    a second time (under callgrind). ``sample``: ``"<duration>:<k>"``, the command's markers
+    read the counters of 1 in k supersteps shorter than the duration
+    (:mod:`counterd.markers.sampling`); None: as ``COUNTERD_SAMPLE`` says, else off.
 
     Returns the command's exit code with the records. Bad input raises BadInput before the
     command runs; a failure to write ``out`` raises BadInput after it, leaving no partial file.
     """
     if cpu_features not in CPU_FEATURES:
         raise BadInput(f"--cpu-features {cpu_features!r}", "choose " + ", ".join(CPU_FEATURES))
+    if sample is not None:
+        from counterd.markers.sampling import Sampling
+
+        Sampling.parse(sample, "--sample")  # BadInput before the command runs
     argv = resolve_command(cmd)
     check_names(tuple(events))
     if out is not None:
@@ -369,7 +375,8 @@ def record(cmd: Sequence[str], *, out: Path | None, backend: str = "auto",
         from counterd.host import cpu_flags
 
         hide = cg.as_counted_env(os.environ, cpu_flags())
-    code, records = _run_timed(argv, run_id, chosen, events, host, hide,
+    sampling = {} if sample is None else {ENV_SAMPLE: sample}
+    code, records = _run_timed(argv, run_id, chosen, events, host, {**hide, **sampling},
                                res.capabilities.get("perf"))
     if hide:
         records = [replace(r, flags=r.flags | {"cpu_features_hidden"}) for r in records]

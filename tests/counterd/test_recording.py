@@ -57,6 +57,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     (["record", "--events", "loadz", "--out", "{tmp}/x.jsonl", "--", "true"], "unknown counter"),
     (["record", "--out", "{tmp}/x.jsonl"], "no command given"),
     (["report", "--records", "{tmp}/missing.jsonl"], "cannot read"),
+    (["record", "--sample", "often", "--out", "{tmp}/x.jsonl", "--", "true"],
+     "is not <duration>:<k>"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str],
                                               message: str) -> None:
@@ -239,3 +241,23 @@ def test_report_out_writes_the_suffix_format_and_says_so(
         err = capsys.readouterr().err
         assert f"wrote {tmp_path / name}" in err
         assert check((tmp_path / name).read_text()), name
+
+
+_SHORT_STEPS = """
+import counterd
+for i in range(30):
+    with counterd.superstep("short", i=i):
+        pass
+"""
+
+
+def test_record_samples_short_supersteps_when_asked(tmp_path: Path) -> None:
+    out = tmp_path / "s.jsonl"
+    result = record([sys.executable, "-c", _SHORT_STEPS], out=out, backend="perf",
+                    events=["task_clock_ns"], sample="10s:3")
+    if result.backend != "perf":
+        pytest.skip("perf cannot count here")
+    recs = sorted(read_jsonl(out), key=lambda r: r.index)
+    assert [("sampled" in r.flags) for r in recs] == [i % 3 != 0 for i in range(30)]
+    assert all(r.counters["task_clock_ns"].source.value == ("sampled" if i % 3 else "measured")
+               for i, r in enumerate(recs))
