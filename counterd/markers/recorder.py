@@ -22,7 +22,14 @@ the environment: ``COUNTERD_RUN_ID``, ``COUNTERD_SPOOL`` (a directory; each proc
 its markers to its file there, :mod:`counterd.spool`), ``COUNTERD_BACKEND`` (perf, papi, sim,
 callgrind, daemon, none) and ``COUNTERD_EVENTS`` (comma-separated canonical counters). Without
 either, records are kept in memory (``counterd.records()``) and counted with perf where
-available.
+available. ``COUNTERD_SAMPLE=<duration>:<k>`` reads the counters of only 1 in k supersteps
+shorter than the duration (:mod:`counterd.markers.sampling`).
+
+Where the compiled hot path is built (counterd/_native/hotpath.c), a thread whose markers need
+only a clock, one perf group read and a store to memory or the spool's mapping begins and ends
+its supersteps in compiled code (:mod:`counterd.markers.native`); this module stays the one
+definition of what its records hold, and serves every other case. ``COUNTERD_NATIVE=0`` keeps
+every thread on the Python path.
 
 Where records go (the sink), first match wins: ``configure(spool=...)`` or
 ``configure(socket=...)``; ``COUNTERD_SPOOL`` (set by ``counterd record``); ``COUNTERD_SOCKET``
@@ -366,7 +373,7 @@ class Recorder:
         st = self._state()
         if st.lane is not None:
             return st.lane.begin(  # type: ignore[no-any-return]
-                name, params if params.__class__ is dict else dict(params))
+                name, params if params.__class__ is dict else dict(params or {}))
         index = next(self._indices)
         cpu = identity.current_cpu()
         rank = st.rank if st.rank is not None else self.rank()
