@@ -3,9 +3,11 @@
 Both wrap the same program, a numpy job of about one second that marks ten supersteps; runs
 alternate (perf stat, counterd record, perf stat, ...) so a drift of the host falls on both
 alike, and each is timed from outside (wall clock of the whole command, start to exit). The
-figure is the ratio of the medians; the issue's target is <= 1.02.
+figure is the median over pairs of each pair's ratio (the two runs of a pair are seconds apart,
+so the host's drift, large in a VM, cancels), with the ratio of the medians beside it; the
+issue's target is <= 1.02.
 
-    .venv/bin/python bench/record_overhead.py [--pairs 5] [--seconds 1.0] [--backend perf]
+    .venv/bin/python bench/record_overhead.py [--pairs 9] [--seconds 1.0] [--backend perf]
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def timed(cmd: list[str]) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--pairs", type=int, default=9)
     ap.add_argument("--seconds", type=float, default=1.0, help="the program's own run time")
     ap.add_argument("--backend", default="perf", help="counterd record's backend")
     a = ap.parse_args()
@@ -88,9 +90,10 @@ def main() -> int:
           f"{max(ts):.3f})")
     print(f"counterd record --backend {a.backend:<5} median {mr:.3f} s  (min {min(tr):.3f}, "
           f"max {max(tr):.3f})")
-    ratio = mr / ms
-    print(f"ratio {ratio:.3f} ({(mr - ms) * 1e3:+.0f} ms); target <= 1.02: "
-          + ("met" if ratio <= 1.02 else "MISSED"))
+    ratio = statistics.median(r / s for s, r in zip(ts, tr, strict=True))
+    extra = statistics.median(r - s for s, r in zip(ts, tr, strict=True))
+    print(f"ratio {ratio:.3f} (median of the pairs' ratios; {extra * 1e3:+.0f} ms; ratio of the "
+          f"medians {mr / ms:.3f}); target <= 1.02: " + ("met" if ratio <= 1.02 else "MISSED"))
     return 0
 
 

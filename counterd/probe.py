@@ -5,9 +5,11 @@ JSON shape (issue 2, extended): ``{"host": {...}, "machine": {...}, "backends": 
 {"available": bool, "reason": str}}, "counters": {canonical: {"available": bool, "backend":
 str|null, "reason": str|null, "source": str|null}}, "auto": {purpose: {"requested": "auto",
 "backend": str|null, "reason": str, "error": bool, "tried": [{"step": str, "result":
-str}]}}}``. A counter's backend is the first, in :data:`PREFERENCE` order, that can give it;
-measured sources come before simulated ones. ``auto`` is :func:`counterd.backends.resolve`'s
-answer for every purpose; ``machine`` is :meth:`counterd.machine.Machine.to_json`.
+str}]}}, "markers": str}``. A counter's backend is the first, in :data:`PREFERENCE` order,
+that can give it; measured sources come before simulated ones. ``auto`` is
+:func:`counterd.backends.resolve`'s answer for every purpose; ``machine`` is
+:meth:`counterd.machine.Machine.to_json`; ``markers`` says whether the markers' begin and end
+run compiled or in Python, and why.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class ProbeResult:
     counters: Mapping[str, CounterStatus]
     auto: Mapping[str, Resolution] = field(default_factory=dict)
     machine: Machine | None = None
+    # How the markers run: their compiled hot path, or Python and why.
+    markers: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -53,6 +57,7 @@ class ProbeResult:
                              "source": s.source}
                          for n, s in self.counters.items()},
             "auto": {p: r.to_json() for p, r in self.auto.items()},
+            "markers": self.markers,
         }
 
 
@@ -74,7 +79,17 @@ def probe() -> ProbeResult:
         counters[counter] = CounterStatus(False, None, "; ".join(why))
     auto: dict[str, Resolution] = {p: backends.resolve("auto", p, caps)
                                    for p in backends.PURPOSES}
-    return ProbeResult(host_info(machine=described), caps, counters, auto, described)
+    return ProbeResult(host_info(machine=described), caps, counters, auto, described,
+                       markers_path())
+
+
+def markers_path() -> str:
+    """How the markers' begin and end run in a program on this host."""
+    from counterd import _native
+
+    if _native.hotpath() is not None:
+        return "compiled (counterd/_native/hotpath.c)"
+    return "in Python: " + _native.hotpath_missing_reason()
 
 
 def render_text(result: ProbeResult) -> str:
@@ -100,7 +115,7 @@ def render_text(result: ProbeResult) -> str:
             f"          banks {m.bank_map.banks} x {m.bank_map.interleave_bytes} B "
             f"({m.bank_provenance.split(':')[0]}); from {m.source}",
         ]
-    lines += ["", "auto picks, per purpose"]
+    lines += ["", f"markers   begin and end {result.markers}", "", "auto picks, per purpose"]
     for purpose, res in result.auto.items():
         lines.append(f"  {purpose:<10} {res.backend or '-':<10} {res.reason}")
     lines += ["", "counters"]

@@ -30,13 +30,26 @@ def hotpath() -> Any:
     return _load_hotpath(os.environ.get(ENV_NATIVE, "1") != "0")
 
 
+def hotpath_missing_reason() -> str:
+    """Why :func:`hotpath` is None ("" when it is not)."""
+    if os.environ.get(ENV_NATIVE, "1") == "0":
+        return f"{ENV_NATIVE}=0 in the environment"
+    return _hotpath_error
+
+
+_hotpath_error = ""
+
+
 @cache
 def _load_hotpath(wanted: bool) -> ModuleType | None:
+    global _hotpath_error
     if not wanted:
         return None
     try:
         import counterd._native._hotpath as module  # type: ignore[import-not-found]
-    except ImportError:
+    except ImportError as exc:
+        _hotpath_error = (f"the markers' compiled hot path was not built ({exc}; no C compiler "
+                          "at install time?): install gcc and reinstall the package")
         return None
     return module
 

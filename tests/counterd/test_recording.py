@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,8 +84,12 @@ def test_probe_json_shape() -> None:
     proc = _cli("probe", "--json")
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)
-    # issue 2's shape, plus the machine description and what auto picks per purpose
-    assert set(d) == {"host", "backends", "counters", "machine", "auto"}
+    # issue 2's shape, plus the machine description, what auto picks per purpose and how the
+    # markers run
+    assert set(d) == {"host", "backends", "counters", "machine", "auto", "markers"}
+    from counterd import _native
+
+    assert d["markers"].startswith("compiled" if _native.hotpath() is not None else "in Python")
     assert set(d["backends"]) == {"perf", "papi", "sim", "callgrind"}
     from counterd.events import NAMES
 
@@ -97,6 +102,14 @@ def test_probe_json_shape() -> None:
     for name, b in d["backends"].items():
         assert isinstance(b["available"], bool) and b["reason"], name
         assert "internal error" not in b["reason"], (name, b["reason"])
+
+
+def test_probe_says_why_the_markers_run_in_python() -> None:
+    proc = subprocess.run([sys.executable, "-m", "counterd.cli", "probe"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120, env={**os.environ,
+                                                                 "COUNTERD_NATIVE": "0"})
+    assert proc.returncode == 0, proc.stderr
+    assert "markers   begin and end in Python: COUNTERD_NATIVE=0" in proc.stdout
 
 
 def test_mpi_ranks_are_recorded(tmp_path: Path) -> None:
