@@ -100,5 +100,6 @@ def test_the_report_says_how_many_supersteps_were_sampled_and_suggests_it_where_
     rep = model.build([*_row(0, 100_000, 5000), *sampled])
     note = rep.marker_note()
     assert "the counters of 1 of 2 supersteps are sampled" in note and "--sample" not in note
+    assert "over 1% of the time of 1 of 1 read supersteps" in note  # the sampled one: not read
     no_cost = [SuperstepRecord("r", 0, "s", 0, 1, 0, 1000, 2000, flags=frozenset({"sampled"}))]
     assert model.build(no_cost).marker_note().startswith("the counters of 1 of 1 supersteps")
