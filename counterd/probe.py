@@ -115,7 +115,7 @@ def render_text(result: ProbeResult) -> str:
             f"          banks {m.bank_map.banks} x {m.bank_map.interleave_bytes} B "
             f"({m.bank_provenance.split(':')[0]}); from {m.source}",
         ]
-    lines += ["", f"markers   begin and end {result.markers}", "", "auto picks, per purpose"]
+    lines += ["", f"hot path  the markers run {result.markers}", "", "auto picks, per purpose"]
     for purpose, res in result.auto.items():
         lines.append(f"  {purpose:<10} {res.backend or '-':<10} {res.reason}")
     lines += ["", "counters"]

@@ -109,7 +109,7 @@ def test_probe_says_why_the_markers_run_in_python() -> None:
                           text=True, cwd=ROOT, timeout=120, env={**os.environ,
                                                                  "COUNTERD_NATIVE": "0"})
     assert proc.returncode == 0, proc.stderr
-    assert "markers   begin and end in Python: COUNTERD_NATIVE=0" in proc.stdout
+    assert "hot path  the markers run in Python: COUNTERD_NATIVE=0" in proc.stdout
 
 
 def test_mpi_ranks_are_recorded(tmp_path: Path) -> None:
