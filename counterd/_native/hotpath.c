@@ -299,6 +299,7 @@ static struct {
     int version, open_type, close_type;
     uint32_t nested, exception, multiplexed, migrated, sampled;
     int sampled_source;
+    Py_ssize_t max_names; /* sampling.MAX_NAMES: superstep names a lane keeps state for */
     Py_ssize_t max_name, max_params, max_value;
 } K;
 
@@ -359,9 +360,12 @@ static uint64_t generation = 1;
 static __thread Lane *cur_lane;
 static __thread uint64_t cur_gen;
 static PyObject *fallback_begin; /* counterd.markers.api's Python superstep */
+static PyObject *current_recorder; /* counterd.markers.api's recorder: only its lanes install */
 
 static void lane_install(Lane *lane)
 {
+    if (!lane->install || lane->recorder != current_recorder)
+        return; /* a scratch recorder's, another Recorder's, or one replaced since */
     cur_lane = lane;
     cur_gen = generation;
 }
@@ -759,9 +763,14 @@ static PyObject *lane_begin(Lane *lane, PyObject *name, PyObject *params_in)
     st->unsupported_obj = NULL;
     if (lane->sample_every > 1 && lane->n > 0) {
         NameState *ns = (NameState *)PyDict_GetItemWithError(lane->sampling, st->name);
-        if (ns == NULL) {
-            if (PyErr_Occurred()
-                || (ns = PyObject_NewVar(NameState, &NameStateType, lane->n)) == NULL) {
+        if (ns == NULL && PyErr_Occurred()) {
+            Py_DECREF(st);
+            return NULL;
+        }
+        if (ns == NULL && PyDict_GET_SIZE(lane->sampling) >= K.max_names) {
+            /* beyond the names kept: measured, as sampling.NameState's cap says */
+        } else if (ns == NULL) {
+            if ((ns = PyObject_NewVar(NameState, &NameStateType, lane->n)) == NULL) {
                 Py_DECREF(st);
                 return NULL;
             }
@@ -773,7 +782,8 @@ static PyObject *lane_begin(Lane *lane, PyObject *name, PyObject *params_in)
                 return NULL;
             }
         }
-        if (ns->countdown > 0 && ns->time_ns > 0) { /* NameState.skip */
+        if (ns == NULL) {
+        } else if (ns->countdown > 0 && ns->time_ns > 0) { /* NameState.skip */
             ns->countdown--;
             st->sampled = 1;
             memcpy(st->raw, ns->values, sizeof(double) * (size_t)lane->n);
@@ -829,6 +839,42 @@ static int stack_remove(Lane *lane, HotStep *st)
     return 0;
 }
 
+static PyObject *HotStep_get_start(HotStep *st, void *c);
+static PyObject *HotStep_get_stop(HotStep *st, void *c);
+
+/* NameState.measured for a step one of whose reads had another layout: the values the group's
+ * decoder gives (the record's), by name. 1: all there; 0: one missing (no estimate is made
+ * from it: none would have that counter); -1: error. */
+static int measured_by_delta(Lane *lane, HotStep *st)
+{
+    PyObject *start = HotStep_get_start(st, NULL), *stop = HotStep_get_stop(st, NULL), *r = NULL;
+    if (start != NULL && stop != NULL)
+        r = PyObject_CallFunctionObjArgs(lane->delta, start, stop, NULL);
+    Py_XDECREF(start);
+    Py_XDECREF(stop);
+    if (r == NULL)
+        return -1;
+    PyObject *values = PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2 ? PyTuple_GET_ITEM(r, 0)
+                                                                     : NULL;
+    int complete = values != NULL && PyDict_Check(values);
+    for (int i = 0; complete && i < lane->n; i++) {
+        PyObject *cv = PyDict_GetItemWithError(values, PyTuple_GET_ITEM(lane->names, i));
+        PyObject *v = cv != NULL ? PyObject_GetAttrString(cv, "value") : NULL;
+        double d = v != NULL ? PyFloat_AsDouble(v) : -1.0;
+        Py_XDECREF(v);
+        if (PyErr_Occurred()) {
+            Py_DECREF(r);
+            return -1;
+        }
+        if (cv == NULL)
+            complete = 0;
+        else
+            st->state->values[i] = d;
+    }
+    Py_DECREF(r);
+    return complete;
+}
+
 /* End ``st`` (the innermost open step if NULL). Returns the closed step, or the record of an
  * end that matched nothing, new references. */
 static PyObject *lane_end(Lane *lane, HotStep *st, PyObject *name)
@@ -855,40 +901,41 @@ static PyObject *lane_end(Lane *lane, HotStep *st, PyObject *name)
         return PyObject_CallMethod(lane->recorder, "_unmatched_end", "OL", st->name,
                                    (long long)end_ns);
     Py_INCREF(st);
-    /* The counters of the thread that ends it, as the Python path reads them. */
+    /* The counters of the thread that began it (a step always ends through its own lane, as
+     * the Python path ends a Step with its own thread's state). */
     if (lane->fd >= 0 && !st->sampled) {
-        uint64_t *stop = st->raw + 2 + st->lane->n;
-        if (st->lane->n != lane->n) { /* ended by another thread with other counters */
-            PyObject *read = PyObject_GetAttrString(lane->delta, "__self__");
-            Py_CLEAR(st->stop_obj);
-            st->stop_obj = read ? PyObject_CallMethod(read, "read_raw", NULL) : NULL;
-            Py_XDECREF(read);
-            if (st->stop_obj == NULL)
-                goto fail;
-        } else {
-            Py_CLEAR(st->stop_obj);
-            int r = read_group(lane, stop, &st->stop_obj);
-            if (r < 0)
-                goto fail;
-            st->has_stop = (char)r;
-        }
+        Py_CLEAR(st->stop_obj);
+        int r = read_group(lane, st->raw + 2 + lane->n, &st->stop_obj);
+        if (r < 0)
+            goto fail;
+        st->has_stop = (char)r;
     }
     st->end_ns = end_ns;
     st->ended = 1;
     st->end_cpu = sched_getcpu();
-    if (st->state != NULL && st->has_start && st->has_stop && st->lane == lane) {
-        /* NameState.measured: the values as the record has them */
-        Lane *own = st->lane;
-        double factor, ratio;
-        close_flags(own, st, &factor, &ratio);
-        uint64_t *a = st->raw, *b = st->raw + 2 + own->n;
-        for (int i = 0; i < own->n; i++) {
-            int j = 2 + own->perm[i];
-            st->state->values[i] = (double)(int64_t)(b[j] - a[j]) * factor;
+    if (st->state != NULL && (st->has_start || st->start_obj)
+        && (st->has_stop || st->stop_obj)) { /* NameState.measured */
+        if (st->has_start && st->has_stop) { /* the values as the record has them */
+            double factor, ratio;
+            close_flags(lane, st, &factor, &ratio);
+            uint64_t *a = st->raw, *b = st->raw + 2 + lane->n;
+            for (int i = 0; i < lane->n; i++) {
+                int j = 2 + lane->perm[i];
+                st->state->values[i] = (double)(int64_t)(b[j] - a[j]) * factor;
+            }
+        } else { /* a read of another layout */
+            int complete = measured_by_delta(lane, st);
+            if (complete < 0)
+                goto fail;
+            if (!complete) {
+                st->state->time_ns = 0; /* no basis: the next one is read */
+                goto sampled_done;
+            }
         }
         st->state->time_ns = end_ns - st->begin_ns;
-        st->state->countdown = st->state->time_ns < own->sample_below ? own->sample_every - 1 : 0;
+        st->state->countdown = st->state->time_ns < lane->sample_below ? lane->sample_every - 1 : 0;
     }
+sampled_done:
     if (stack_remove(st->lane, st) < 0)
         goto fail;
     st->closed = 1;
@@ -919,8 +966,7 @@ static PyObject *Lane_begin(Lane *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "a Lane used before its __init__");
         return NULL;
     }
-    if (self->install) /* the Python path came here: from now on superstep() comes directly */
-        lane_install(self);
+    lane_install(self); /* the Python path came here: from now on superstep() comes directly */
     return lane_begin(self, args[0], args[1] == Py_None ? NULL : args[1]);
 }
 
@@ -1090,6 +1136,7 @@ static int Lane_traverse(Lane *self, visitproc visit, void *arg)
 
 static int Lane_clear(Lane *self)
 {
+    generation++; /* half cleared: no thread may begin through it */
     Py_CLEAR(self->recorder);
     Py_CLEAR(self->indices);
     Py_CLEAR(self->on_closed);
@@ -1408,12 +1455,13 @@ static PyObject *hot_setup(PyObject *mod, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"version", "open_type", "close_type", "nested", "exception",
                             "multiplexed", "migrated", "sampled", "sampled_source", "max_name",
-                            "max_params", "max_value", "flags_of", "basis", NULL};
+                            "max_params", "max_value", "flags_of", "basis", "max_names", NULL};
     PyObject *flags_of, *basis;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiiIIIIIinnnOO", names, &K.version, &K.open_type,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiiIIIIIinnnOOn", names, &K.version, &K.open_type,
                                      &K.close_type, &K.nested, &K.exception, &K.multiplexed,
                                      &K.migrated, &K.sampled, &K.sampled_source, &K.max_name,
-                                     &K.max_params, &K.max_value, &flags_of, &basis))
+                                     &K.max_params, &K.max_value, &flags_of, &basis,
+                                     &K.max_names))
         return NULL;
     Py_XSETREF(flags_of_fn, Py_NewRef(flags_of));
     Py_XSETREF(basis_type, Py_NewRef(basis));
@@ -1470,6 +1518,13 @@ static PyObject *hot_superstep(PyObject *mod, PyObject *args, PyObject *kw)
     return r;
 }
 
+static PyObject *hot_set_current(PyObject *mod, PyObject *rec)
+{
+    Py_XSETREF(current_recorder, Py_NewRef(rec));
+    generation++; /* every thread's current lane was another recorder's */
+    Py_RETURN_NONE;
+}
+
 static PyObject *hot_set_fallback(PyObject *mod, PyObject *fn)
 {
     Py_XSETREF(fallback_begin, Py_NewRef(fn));
@@ -1493,6 +1548,8 @@ static PyMethodDef module_methods[] = {
      "superstep(name, **params) -> step: begin a superstep of this processor; use it as\n"
      "``with counterd.superstep(name, n=n) as step: ...`` (the compiled form of\n"
      "counterd.markers.api.superstep, which it calls where this thread has no lane)."},
+    {"set_current", (PyCFunction)hot_set_current, METH_O,
+     "The process's recorder (counterd.markers.api's): only its lanes take superstep()."},
     {"set_fallback", (PyCFunction)hot_set_fallback, METH_O,
      "The Python superstep(name, params) for threads without a current lane."},
     {"invalidate", (PyCFunction)hot_invalidate, METH_NOARGS,

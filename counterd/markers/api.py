@@ -31,6 +31,7 @@ def recorder() -> Recorder:
         with _recorder_lock:
             if _recorder is None or _recorder.pid != identity.pid:
                 _recorder = Recorder() if _recorder is None else _fork_copy(_recorder)
+                native.set_current(_recorder)
                 _register_at_exit()
             rec = _recorder
     return rec
@@ -67,6 +68,7 @@ def configure(*, backend: str | None = None, events: Sequence[str] | None = None
                 _recorder.sink.close()
         _recorder = Recorder(run_id=run_id, backend=backend, events=events, spool=spool,
                              socket=socket, sample=sample)
+        native.set_current(_recorder)
         _register_at_exit()
         return _recorder
 

@@ -48,8 +48,16 @@ def _setup(hot: Any) -> None:
               migrated=bit["migrated"], sampled=bit["sampled"],
               sampled_source=protocol.SOURCE_INDEX["sampled"], max_name=MAX_NAME_CHARS,
               max_params=MAX_PARAMS, max_value=MAX_VALUE_CHARS, flags_of=protocol.bit_flags,
-              basis=sampling.Basis)
+              basis=sampling.Basis, max_names=sampling.MAX_NAMES)
     _ready = True
+
+
+def set_current(rec: Recorder) -> None:
+    """``rec`` is now the process's recorder (counterd.markers.api's): only its lanes take
+    ``superstep()`` from now on."""
+    hot = sys.modules.get("counterd._native._hotpath")
+    if hot is not None:
+        hot.set_current(rec)
 
 
 def invalidate() -> None:

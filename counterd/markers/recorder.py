@@ -114,7 +114,7 @@ class Step:
 
     __slots__ = ("recorder", "index", "name", "rank", "cpu", "begin_ns", "params", "start",
                  "flags", "closed", "streams", "end_ns", "stop", "end_cpu", "unsupported",
-                 "sent", "_record", "delta", "dropped", "basis", "sample_state")
+                 "sent", "_record", "delta", "dropped", "basis", "sample_state", "state")
 
     def __init__(self, recorder: Recorder, index: int, name: str, rank: int, cpu: int,
                  begin_ns: int, params: dict[str, Param], start: Any,
@@ -141,6 +141,7 @@ class Step:
         # is estimated from, or the state a measured one updates at its end.
         self.basis: sampling.Basis | None = None
         self.sample_state: sampling.NameState | None = None
+        self.state: _ThreadState | None = None  # the thread state it began in
         # Turns (start, stop) into (counter values, unsupported): the group's raw decoder.
         self.delta: Callable[[Any, Any], tuple[dict[str, CounterValue], Mapping[str, str]]] \
             = _reading_delta
@@ -177,7 +178,7 @@ class _ThreadState:
     """What one thread of one process needs on the marker's hot path, found with one lookup."""
 
     __slots__ = ("pid", "stack", "group", "unsupported", "rank", "daemon_counts", "read",
-                 "delta", "lane", "sampling", "__weakref__")
+                 "delta", "lane", "sampling", "owner", "__weakref__")
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -193,6 +194,14 @@ class _ThreadState:
         # The compiled hot path for this thread (counterd.markers.native), or None.
         self.lane: Any = None
         self.sampling: dict[str, sampling.NameState] = {}  # superstep name -> its sampling
+        self.owner: Callable[[], Recorder | None] | None = None  # its recorder, weakly
+
+    def __del__(self) -> None:
+        # The thread is gone: its lane's open steps stay for the recorder's at-exit sweep, as
+        # the Python path's do (a weak reference: a replaced recorder is not kept alive).
+        rec = self.owner() if self.owner is not None else None
+        if rec is not None and self.lane is not None:
+            rec._orphan(self.lane)
 
 
 _NO_FLAGS: frozenset[str] = frozenset()
@@ -241,8 +250,9 @@ class Recorder:
         # The thread states with a lane, for set_rank (weakly: an exited thread's state, its
         # lane and its counters' descriptors go with it; its open steps are kept in _open).
         self._lanes: weakref.WeakSet[_ThreadState] = weakref.WeakSet()
-        native.invalidate()  # no thread begins through an older recorder's lane from now on
-        self._install_lanes = True  # a lane becomes its thread's current one
+        # A lane becomes its thread's current one when this is the process's recorder
+        # (counterd.markers.api's, native.set_current).
+        self._install_lanes = True
         self._backend: Any = None
         self._backend_error: str | None = None
         self._native: Any = None
@@ -341,7 +351,7 @@ class Recorder:
         st.lane = native.attach(self, st, self._install_lanes)
         if st.lane is not None:
             self._lanes.add(st)
-            weakref.finalize(st, self._orphan, st.lane)
+            st.owner = weakref.ref(self)
 
     def _orphan(self, lane: Any) -> None:
         """A thread's state is gone (the thread exited): its open steps stay for the at-exit
@@ -400,14 +410,14 @@ class Recorder:
         state = basis = None
         if self.sample is not None and st.read is not None:
             state = st.sampling.get(name)
-            if state is None:
+            if state is None and len(st.sampling) < sampling.MAX_NAMES:
                 state = st.sampling[name] = sampling.NameState()
-            if state.skip():  # this one is estimated: no read
+            if state is not None and state.skip():  # this one is estimated: no read
                 basis, state = state.basis(), None
         start = st.read() if st.read is not None and basis is None else None
         step = Step(self, index, name, rank, cpu, time.monotonic_ns(), params, start,
                     _NESTED if st.stack else _NO_FLAGS)
-        step.basis, step.sample_state = basis, state
+        step.basis, step.sample_state, step.state = basis, state, st
         step.delta = st.delta
         step.sent = sent
         step.dropped = dropped
@@ -444,6 +454,11 @@ class Recorder:
             step = stack[-1]
         if step.closed:
             return self._unmatched_end(step.name, end_ns)
+        own = getattr(step, "state", None)
+        if own is not None and own.pid == st.pid:
+            # Its own thread's counters and stack, as a lane ends its steps (a step ended by
+            # another thread would otherwise read that thread's counters against its own).
+            st, stack = own, own.stack
         if step.streams and st.group is not None:
             feed = st.group.feed  # type: ignore[attr-defined]
             for stream in step.streams:  # simulated after end_ns: not part of the time

@@ -26,6 +26,10 @@ from counterd.events import CounterValue, Source
 from counterd.units import duration_ns
 
 MAX_EVERY = 1 << 20
+# Superstep names one processor keeps sampling state for; beyond them every superstep is read
+# (names that never repeat, "iter 17", would otherwise grow it without bound, and are never
+# sampled anyway).
+MAX_NAMES = 4096
 
 
 class Sampling(NamedTuple):

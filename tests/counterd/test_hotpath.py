@@ -549,3 +549,98 @@ def test_a_begin_too_large_for_a_frame_goes_to_a_line_and_the_rest_stays(tmp_pat
         pass
     rec.sink.close()  # type: ignore[union-attr]
     assert sorted(r.name for r in spool.collect(tmp_path)) == ["after", "before", "big"]
+
+
+# -- what a second review found, kept found ------------------------------------------------------
+
+@needs_native
+def test_replaced_recorders_are_freed_with_their_counters() -> None:
+    def alive() -> int:
+        gc.collect()
+        return sum(type(o) is Recorder for o in gc.get_objects())
+
+    configure(backend="perf", events=["task_clock_ns"], socket="off")
+    with counterd.superstep("warm"):
+        pass
+    before_fds, before = len(os.listdir("/proc/self/fd")), alive()
+    for _ in range(6):
+        configure(backend="perf", events=["task_clock_ns"], socket="off")
+        with counterd.superstep("s"):
+            pass
+    assert alive() <= before
+    assert len(os.listdir("/proc/self/fd")) - before_fds < 3
+
+
+@needs_native
+def test_an_old_recorder_used_directly_never_takes_superstep_again() -> None:
+    old = configure(backend="none", socket="off")
+    with counterd.superstep("a"):
+        pass
+    new = configure(backend="none", socket="off")
+    with counterd.superstep("b"):
+        pass
+    old._end(old.begin("direct on old", {}), None)
+    with counterd.superstep("c"):
+        pass
+    assert [r.name for r in old.sink.records] == ["a", "direct on old"]  # type: ignore
+    assert [r.name for r in new.sink.records] == ["b", "c"]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_sampling_decides_alike_when_a_read_has_another_layout(compiled: bool) -> None:
+    pc = PipeCounters()
+    rec = Recorder(run_id="layout", backend="none", socket="off", calibrate=False,
+                   sample="10s:3")
+    rec.sink = MemorySink()
+    _with_counters(rec, pc, compiled)
+    reads = [((0, 0, (0, 0), (202, 101)), (10, 10, (5, 5))),  # the first begin: other order
+             ((20, 20, (10, 10)), (30, 30, (15, 15)))]
+    for i in range(8):
+        measured = i % 3 == 0
+        if measured:
+            pc.push(*reads[min(i // 3, 1)][0])
+        step = rec.begin("s", {})
+        if measured:
+            pc.push(*reads[min(i // 3, 1)][1])
+        rec._end(step, None)
+    pc.close()
+    assert [("sampled" in r.flags) for r in rec.sink.records] == [i % 3 != 0 for i in range(8)]
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_a_step_ended_by_another_thread_is_read_on_its_own_thread(compiled: bool) -> None:
+    pc = PipeCounters()
+    rec = Recorder(run_id="cross", backend="none", socket="off", calibrate=False)
+    rec.sink = MemorySink()
+    _with_counters(rec, pc, compiled)
+    pc.push(100, 100, (10, 10))
+    step = rec.begin("crossing", {})
+    pc.push(200, 200, (20, 30))  # its own thread's group is what the other thread reads
+    t = threading.Thread(target=lambda: rec._end(step, None))
+    t.start()
+    t.join()
+    pc.push(300, 300, (30, 40))
+    after = rec.begin("after", {})
+    pc.push(400, 400, (31, 41))
+    rec._end(after, None)
+    pc.close()
+    crossing, later = rec.sink.records
+    assert crossing.counters["page_faults"].raw == 20 and later.flags == frozenset()
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_names_beyond_the_kept_ones_are_always_read(compiled: bool) -> None:
+    from counterd.markers.sampling import MAX_NAMES
+
+    rec = Recorder(run_id="names", backend="none", socket="off", calibrate=False,
+                   sample="10s:2")
+    rec.sink = MemorySink()
+    pc = PipeCounters()
+    _with_counters(rec, pc, compiled)
+    for i in range(MAX_NAMES + 3):
+        pc.push(i, i, (i, i))
+        step = rec.begin(f"iter {i}" if i < MAX_NAMES else "late", {})
+        pc.push(i + 1, i + 1, (i + 1, i + 1))
+        rec._end(step, None)
+    pc.close()
+    assert not any("sampled" in r.flags for r in rec.sink.records)
