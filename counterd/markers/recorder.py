@@ -408,7 +408,9 @@ class Recorder:
                 else:
                     sink.begin(line)
         state = basis = None
-        if self.sample is not None and st.read is not None:
+        # Sampling skips reads of measured counters; a simulator's (fed streams) is not sampled.
+        if self.sample is not None and st.read is not None \
+                and getattr(st.group, "feed", None) is None:
             state = st.sampling.get(name)
             if state is None and len(st.sampling) < sampling.MAX_NAMES:
                 state = st.sampling[name] = sampling.NameState()

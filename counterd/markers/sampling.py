@@ -9,8 +9,9 @@ Every superstep keeps its record and its own measured times; the counters of one
 were not read are the last measured superstep's of the same name and processor, scaled by the
 ratio of the two supersteps' times, with source ``sampled`` and the record flagged ``sampled``.
 A measured superstep at or above the threshold ends the sampling of its name until a short one
-comes again. Rescaling by time assumes a name's supersteps do the same work per unit time,
-which is what makes them one kind of superstep; the records say which values rest on it.
+comes again. Only measured counters are sampled (perf, papi): a simulator's are not. Rescaling
+by time assumes a name's supersteps do the same work per unit time, which is what makes them one
+kind of superstep; the records say which values rest on it.
 
 The compiled hot path (counterd/_native/hotpath.c) makes the same decisions and writes the same
 values; this module is the Python path's and the definition of both.

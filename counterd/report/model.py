@@ -158,7 +158,7 @@ class Report:
             return (text + f"; under {self.MARKER_WARN:.0%} of every "
                     f"{'read ' if sampled else ''}superstep" + sampling)
         worst = max(r.marker_share or 0.0 for r in over)
-        hint = "" if sampled else (
+        hint = "" if sampled or self.simulated else (
             "; sampling reads the counters of only 1 in k short supersteps "
             "(counterd record --sample DURATION:K)")
         read = len(self.rows) - sampled

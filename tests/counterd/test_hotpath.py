@@ -644,3 +644,15 @@ def test_names_beyond_the_kept_ones_are_always_read(compiled: bool) -> None:
         rec._end(step, None)
     pc.close()
     assert not any("sampled" in r.flags for r in rec.sink.records)
+
+
+def test_simulated_counters_are_not_sampled() -> None:
+    from counterd.sim.streams import StridedStream
+
+    rec = Recorder(run_id="sim", backend="sim", socket="off", calibrate=False, sample="10s:3")
+    rec.sink = MemorySink()
+    for _ in range(4):
+        with rec.begin("s", {}) as step:
+            step.feed(StridedStream(base=0, count=64, stride_bytes=8))
+    assert not any("sampled" in r.flags for r in rec.sink.records)
+    assert all(r.counters for r in rec.sink.records)
