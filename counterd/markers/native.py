@@ -61,8 +61,9 @@ def set_current(rec: Recorder) -> None:
 
 
 def invalidate() -> None:
-    """Every thread's current lane forgotten (a recorder was created: the old ones' lanes must
-    not take its threads' supersteps)."""
+    """Every thread's current lane forgotten: each thread's next ``superstep()`` goes through
+    the Python recorder once, which installs the thread's lane again (for whoever changes a
+    thread's state by hand, as tests do)."""
     # The module as loaded, whatever COUNTERD_NATIVE says now: lanes made before it changed
     # must be forgotten too.
     hot = sys.modules.get("counterd._native._hotpath")
