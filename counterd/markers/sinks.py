@@ -232,8 +232,8 @@ class SpoolSink:
     def _next_seq(self) -> int:
         """The next frame number of this process's mapped file (its writer numbers the frames
         the markers' hot path writes too); 0 where there is none."""
-        w = self._mapped if self._mapped_pid == identity.pid else None
-        return w.next_seq() if w is not None else 0
+        w = self._mapped if self._mapped_pid == identity.pid else self._writer()
+        return w.next_seq() if w is not None else 0  # 0: no mapping, a line (no number)
 
     def close(self) -> None:
         """Close this process's files (the spool keeps what they hold)."""

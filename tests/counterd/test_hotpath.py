@@ -656,3 +656,65 @@ def test_simulated_counters_are_not_sampled() -> None:
             step.feed(StridedStream(base=0, count=64, stride_bytes=8))
     assert not any("sampled" in r.flags for r in rec.sink.records)
     assert all(r.counters for r in rec.sink.records)
+
+
+# -- the two paths against each other on random marker programs ----------------------------------
+
+_OPS = st.lists(st.one_of(
+    st.tuples(st.just("begin"), st.sampled_from(["a", "b", "\u00e9t\u00e9", "x" * 1030]),
+              st.dictionaries(st.sampled_from(["n", "p", "s"]),
+                              st.one_of(st.integers(-5, 5), st.floats(allow_nan=True),
+                                        st.text(max_size=3), st.booleans()), max_size=2)),
+    st.tuples(st.just("end"), st.integers(-1, 3), st.none()),
+    st.tuples(st.just("raise"), st.none(), st.none())), max_size=25)
+
+
+def _run_ops(rec: Recorder, ops: list[Any]) -> list[tuple[Any, ...]]:
+    open_steps: list[Any] = []
+    for op, arg, params in ops:
+        if op == "begin":
+            open_steps.append(rec.begin(arg, params))
+        elif op == "end":
+            step = None if arg < 0 or arg >= len(open_steps) else open_steps.pop(arg)
+            rec._end(step, "stray" if step is None else None)
+        elif open_steps:
+            step = open_steps.pop()
+            step.__exit__(ZeroDivisionError, ZeroDivisionError(), None)
+    rec.close_open_steps()
+    if isinstance(rec.sink, MemorySink):
+        records = rec.sink.records
+    else:
+        rec.sink.close()  # type: ignore[union-attr]
+        records = list(spool.collect(rec.sink.directory))  # type: ignore[union-attr]
+    return sorted((r.index, r.name, r.rank, r.params.get("n"), str(r.params),
+                   sorted(r.flags - {"migrated"}), sorted(r.unsupported),
+                   sorted((k, v.source.value) for k, v in r.counters.items()))
+                  for r in records)
+
+
+@needs_native
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_OPS, st.sampled_from(["memory", "spool"]), st.sampled_from(["off", "10s:2"]))
+def test_random_marker_programs_give_the_same_records_on_both_paths(
+        ops: list[Any], sink: str, sample: str) -> None:
+    got = {}
+    for compiled in (True, False):
+        with tempfile.TemporaryDirectory() as tmp:
+            if not compiled:
+                os.environ[ENV_NATIVE] = "0"
+            try:
+                rec = Recorder(run_id="random", backend="perf",
+                               events=["task_clock_ns", "page_faults"], socket="off",
+                               calibrate=False, sample=sample,
+                               spool=Path(tmp) if sink == "spool" else None)
+                if sink == "memory":
+                    rec.sink = MemorySink()
+                state = rec._state()
+                if state.group is None:
+                    pytest.skip("perf software events cannot be opened here")
+                assert (state.lane is not None) == compiled
+                got[compiled] = _run_ops(rec, ops)
+            finally:
+                os.environ.pop(ENV_NATIVE, None)
+    assert got[True] == got[False]
