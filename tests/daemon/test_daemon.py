@@ -77,6 +77,22 @@ def test_marker_api_goes_to_the_daemon(daemon: DaemonProc) -> None:
              'workload="apijob"} 20.0' in daemon.metrics(), what="the series")
 
 
+def test_sampled_supersteps_reach_the_store_as_sampled(daemon: DaemonProc) -> None:
+    out = run_py("""
+        import counterd
+        from counterd.markers.api import recorder
+        for i in range(6):
+            with counterd.superstep("short", i=i):
+                pass
+        assert recorder().sink.flush(10), "not acknowledged"
+    """, daemon.env(COUNTERD_RUN_ID="sampled-run", COUNTERD_SAMPLE="10s:3"))
+    assert out.returncode == 0, out.stderr
+    recs = stored(daemon, "sampled-run")
+    assert [("sampled" in r.flags) for r in recs] == [False, True, True, False, True, True]
+    assert {c.source.value for r in recs if "sampled" in r.flags
+            for c in r.counters.values()} == {"sampled"}
+
+
 def test_client_dying_mid_superstep_gives_an_incomplete_record(daemon: DaemonProc) -> None:
     out = run_py("""
         import os, signal, counterd
