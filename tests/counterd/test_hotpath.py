@@ -718,3 +718,61 @@ def test_random_marker_programs_give_the_same_records_on_both_paths(
             finally:
                 os.environ.pop(ENV_NATIVE, None)
     assert got[True] == got[False]
+
+
+def _thread_program(seed: int) -> list[tuple[str, Any]]:
+    import random
+
+    rnd = random.Random(seed)
+    ops: list[tuple[str, Any]] = []
+    for _ in range(40):
+        ops.append(rnd.choice([("begin", rnd.choice(["a", "b", "c"])), ("end", None),
+                               ("end", None), ("raise", None)]))
+    return ops
+
+
+@needs_native
+@pytest.mark.parametrize("sample", ["off", "10s:3"])
+def test_threads_marking_at_once_give_the_same_records_on_both_paths(sample: str) -> None:
+    """Four threads through the module-level API at once: per thread, the same records in the
+    same order on both paths (the process's indices interleave differently)."""
+    got = {}
+    for compiled in (True, False):
+        if not compiled:
+            os.environ[ENV_NATIVE] = "0"
+        try:
+            rec = configure(backend="perf", events=["task_clock_ns"], socket="off",
+                            sample=sample)
+            rec.sink = MemorySink()
+            errors: list[BaseException] = []
+
+            def work(t: int, errors: list[BaseException] = errors) -> None:
+                try:
+                    counterd.set_rank(t, thread=True)
+                    stack: list[Any] = []
+                    for op, name in _thread_program(t):
+                        if op == "begin":
+                            stack.append(counterd.superstep(name, t=t))
+                        elif op == "end":
+                            counterd.end(stack.pop() if stack else None, name="stray")
+                        elif stack:
+                            stack.pop().__exit__(ValueError, ValueError(), None)
+                except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            assert not errors
+            rec.close_open_steps()
+            records = sorted(rec.sink.records, key=lambda r: r.index)
+            got[compiled] = {t: [(r.name, sorted(r.flags - {"migrated"}),
+                                  sorted((k, v.source.value) for k, v in r.counters.items()))
+                                 for r in records if r.rank == t] for t in range(4)}
+        finally:
+            os.environ.pop(ENV_NATIVE, None)
+    if not any(got[True].values()):
+        pytest.skip("no records")
+    assert got[True] == got[False]
