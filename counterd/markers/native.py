@@ -81,11 +81,11 @@ def indices() -> Any:
     return hot.Counter()
 
 
-def attach(rec: Recorder, st: _ThreadState, install: bool = True) -> Any:
+def attach(rec: Recorder, st: _ThreadState) -> Any:
     """A lane for thread state ``st`` of ``rec`` (its counters opened, its context fixed), or
-    None where the Python path must serve it (see the module docstring). ``install``: the
-    lane becomes the calling thread's current one (``superstep()`` begins through it without
-    passing through Python); False for a scratch recorder's."""
+    None where the Python path must serve it (see the module docstring). A lane of the
+    process's recorder becomes the calling thread's current one (``superstep()`` begins
+    through it without passing through Python); another recorder's is only called directly."""
     hot = module()
     if hot is None or rec._native is not None or not isinstance(rec._indices, hot.Counter):
         return None
@@ -120,7 +120,7 @@ def attach(rec: Recorder, st: _ThreadState, install: bool = True) -> Any:
     from counterd.markers.recorder import clean_marker
 
     sample = rec.sample if names else None  # nothing to sample without counters
-    install = install and _installs(rec)
+    install = _installs(rec)
     lane = hot.Lane(recorder=rec, indices=rec._indices,
                     rank=st.rank if st.rank is not None else rec.rank(), fd=fd, ids=ids,
                     perm=perm, delta=st.delta, decode=decode, unsupported=st.unsupported,

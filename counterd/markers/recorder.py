@@ -250,9 +250,6 @@ class Recorder:
         # The thread states with a lane, for set_rank (weakly: an exited thread's state, its
         # lane and its counters' descriptors go with it; its open steps are kept in _open).
         self._lanes: weakref.WeakSet[_ThreadState] = weakref.WeakSet()
-        # A lane becomes its thread's current one when this is the process's recorder
-        # (counterd.markers.api's, native.set_current).
-        self._install_lanes = True
         self._backend: Any = None
         self._backend_error: str | None = None
         self._native: Any = None
@@ -348,7 +345,7 @@ class Recorder:
         return st
 
     def _attach_lane(self, st: _ThreadState) -> None:
-        st.lane = native.attach(self, st, self._install_lanes)
+        st.lane = native.attach(self, st)
         if st.lane is not None:
             self._lanes.add(st)
             st.owner = weakref.ref(self)
@@ -564,7 +561,6 @@ class Recorder:
                              events=self.events or None,
                              spool=Path(tmp) if tmp else None, socket="off", calibrate=False,
                              sample="off")  # every pair read: the cost of a measured one
-            probe._install_lanes = False  # its lane never takes a superstep of the program
             if tmp is None:
                 probe.sink = MemorySink()
             if st is not None:  # the same counters, already open: none opened for this
