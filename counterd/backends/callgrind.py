@@ -767,13 +767,16 @@ def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
     geo = geometry if geometry is not None else CallgrindGeometry.from_machine()
     support = counter_support(geo.last_level)
     unsupported = {k: v for k, v in support.items() if v is not None}
-    with tempfile.TemporaryDirectory(prefix="counterd-cg-spool-") as spool_dir:
+    # The dumps are read here and then removed, unless the caller named where to keep them.
+    with tempfile.TemporaryDirectory(prefix="counterd-cg-spool-") as spool_dir, \
+            tempfile.TemporaryDirectory(prefix="counterd-cg-") as dumps_dir:
         spool = Path(spool_dir)
         run_env = {**SERIAL_POOLS, **env}  # the user's own setting wins
         run_env[ENV_SPOOL] = str(spool)
         run_env[ENV_BACKEND] = NAME
         # The timed run showed the command's output; this second run does not repeat it.
-        result = run(cmd, geo, outdir, run_env, timeout, show_stdout=False)
+        result = run(cmd, geo, outdir if outdir is not None else dumps_dir, run_env, timeout,
+                     show_stdout=False)
         out: dict[tuple[int, int], SuperstepRecord] = {}
         for path in spool_files(spool):
             try:

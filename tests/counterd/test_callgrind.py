@@ -512,3 +512,23 @@ def test_the_counted_run_serialises_thread_pools_unless_told(monkeypatch, tmp_pa
     assert env["OPENBLAS_NUM_THREADS"] == "1" and env["MKL_NUM_THREADS"] == "1"
     assert env["OMP_NUM_THREADS"] == "4" and env["PATH"] == "/bin"
     assert env["COUNTERD_BACKEND"] == "callgrind" and env["COUNTERD_SPOOL"]
+
+
+def test_the_counted_run_removes_its_dumps_unless_told_where(monkeypatch, tmp_path: Path) -> None:
+    """``counterd record --backend callgrind`` reads the dumps and removes them (a directory
+    of dumps was left in the temporary directory by every recording); an ``outdir`` the caller
+    names is kept."""
+    dirs: list[Path] = []
+
+    def fake_run(cmd, geo, outdir, env, timeout, show_stdout=True):
+        dirs.append(Path(outdir))
+        (Path(outdir) / "callgrind.out.1").write_text("")
+        return cg.CallgrindRun(0, Path(outdir), tuple(cmd), geo)
+
+    monkeypatch.setattr(cg, "run", fake_run)
+    cg.count_command(["prog"], run_id="r", env={}, geometry=GEOMETRY)
+    assert dirs[0].name.startswith("counterd-cg-") and not dirs[0].exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    cg.count_command(["prog"], run_id="r", env={}, geometry=GEOMETRY, outdir=kept)
+    assert dirs[1] == kept and (kept / "callgrind.out.1").exists()

@@ -100,8 +100,17 @@ def toml_mutation(draw: st.DrawFn, doc: dict[str, Any], dumps: Callable[[Any], s
     return dumps(doc).replace(json.dumps(MARK), token, 1).encode()
 
 
+# Every file the examples write goes under one directory, removed when the run ends (hypothesis
+# examples cannot take pytest's tmp_path; a directory per example left 50,000 of them in /tmp).
+_TMP = tempfile.TemporaryDirectory(prefix="counterd-readers-")
+
+
+def _dir() -> Path:
+    return Path(tempfile.mkdtemp(dir=_TMP.name))
+
+
 def _file(data: bytes, suffix: str = "") -> Path:
-    f = Path(tempfile.mkdtemp(prefix="readers-")) / f"f{suffix}"
+    f = _dir() / f"f{suffix}"
     f.write_bytes(data)
     return f
 
@@ -145,7 +154,7 @@ def _exit(main: Callable[[list[str]], int], argv: list[str]) -> int:
 
 # -- seeds ------------------------------------------------------------------------------------
 
-RECORDS = records_bytes(Path(tempfile.mkdtemp(prefix="readers-seed-")))
+RECORDS = records_bytes(_dir())
 RECORD = json.loads(RECORDS.splitlines()[0])
 RESULTS = make_results(reference_model(const=1500.0), noise=0.01, seed=2)
 RESULTS["patterns"] = RESULTS["patterns"][:6]  # small: mutations reach every part
@@ -292,7 +301,7 @@ def test_predict_with_mutated_profile(data: st.DataObject) -> None:
 @given(lines=st.lists(json_mutation({"ev": "record", **RECORD}) | st.binary(max_size=60),
                       max_size=6))
 def test_spool_collect_never_raises(lines: list[bytes]) -> None:
-    d = Path(tempfile.mkdtemp(prefix="spool-"))
+    d = _dir()
     (d / "1.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     for r in spool.collect(d):
         assert isinstance(r, SuperstepRecord)
