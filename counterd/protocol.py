@@ -18,7 +18,8 @@ separators), except for the binary hot-path frames ``OPEN`` and ``CLOSE`` (versi
 Conversation (``c`` = client, ``d`` = daemon)::
 
     c: HELLO   {"pid", "host", "run_id", "job"}      first frame, exactly once
-    d: WELCOME {"version", "max_frame", "uid", "pid"} what SO_PEERCRED said about the client
+    d: WELCOME {"version", "max_frame", "uid", "pid", "buffer"?} what SO_PEERCRED said
+                                     about the client ("buffer": it takes a BUFFER)
     c: BEGIN   {"s": seq, "line": {begin line}, "count": [counters]?}
     c: RECORD  {"s": seq, "rec": {SuperstepRecord JSON}}
     c: READ    {"s": seq, "pid": pid, "tid": tid?, "count": [counters]}
@@ -53,6 +54,17 @@ counter's source an index into :data:`SOURCES`, a raw count of ``None`` is :data
 Clients send a record as ``RECORD`` whenever it does not fit (incomplete, resent after a
 reconnect, counted by the daemon, an unknown flag).
 
+A client's frames need not leave it one by one. Where the daemon's WELCOME says ``"buffer":
+true`` a client sends ``BUFFER {"s": seq}`` with one descriptor attached (``SCM_RIGHTS``): its
+*black box*, a memory file in the mapped spool form (:mod:`counterd.spool`) whose head also
+gives the stream offset of its first frame byte. The client writes its frames there and sends
+them in batches; if the connection ends, the daemon reads from the black box (``pread``,
+never a mapping) the frames beyond the last byte it received, and handles them before the
+begins still open become incomplete records. So a client killed between two batches loses
+nothing it had written, and a marker pair costs no system call. The daemon takes the
+descriptor only if it is a memory file (``F_GET_SEALS`` works: reading it cannot block), one
+per connection; any other descriptor is closed unread.
+
 Sequence numbers are per connection, strictly increasing, assigned by the client to every
 frame after HELLO. Acks are cumulative and coalesced: a client that is slow to read sees one
 ACK carrying the latest sequence number, never a backlog. A client keeps every record until
@@ -77,8 +89,8 @@ flag ``target_changed`` instead of counts.
 
 Typed frames: every frame type has a frozen dataclass (:class:`Hello`, :class:`Welcome`,
 :class:`Context`, :class:`Begin`, :class:`Open`, :class:`Close`, :class:`Record`, :class:`Read`,
-:class:`Sync`, :class:`Ack`, :class:`Started`, :class:`Reading`, :class:`Error`) with
-``encode(version)`` and a ``decode`` class method; :func:`decode` and
+:class:`Sync`, :class:`Buffer`, :class:`Ack`, :class:`Started`, :class:`Reading`,
+:class:`Error`) with ``encode(version)`` and a ``decode`` class method; :func:`decode` and
 :meth:`Decoder.typed_frames` dispatch on the type. A CLOSE's counters are
 :class:`WireCounter` records (name, source, value, ratio, raw), named by its context's
 ``counters``, so ``Close.decode`` takes those names. The marker's hot path encodes with
@@ -91,6 +103,8 @@ Version history:
     2 - CONTEXT, OPEN and CLOSE: a marker pair costs two small binary frames instead of a JSON
         begin line and a JSON record (issue 3: marker cost). Version 1 clients are still served
         (in version 1); version 2 frame types in a version 1 stream are ``bad_type``.
+       Later, without a new version (a client uses it only when WELCOME offers it): BUFFER,
+       the black box (issue 13: marker cost on the socket).
 """
 
 from __future__ import annotations
@@ -134,6 +148,7 @@ class FrameType(enum.IntEnum):
     OPEN = 8
     CLOSE = 9
     QUERY = 10
+    BUFFER = 11
     ACK = 16
     STARTED = 17
     READING = 18
@@ -144,9 +159,9 @@ class FrameType(enum.IntEnum):
 _KNOWN_TYPES = frozenset(int(t) for t in FrameType)
 CLIENT_TYPES = frozenset({FrameType.HELLO, FrameType.BEGIN, FrameType.RECORD, FrameType.READ,
                           FrameType.SYNC, FrameType.CONTEXT, FrameType.OPEN, FrameType.CLOSE,
-                          FrameType.QUERY})
+                          FrameType.QUERY, FrameType.BUFFER})
 BINARY_TYPES = frozenset({int(FrameType.OPEN), int(FrameType.CLOSE)})  # payload is bytes
-_V1_TYPES = _KNOWN_TYPES - {int(FrameType.CONTEXT)} - BINARY_TYPES
+_V1_TYPES = _KNOWN_TYPES - {int(FrameType.CONTEXT), int(FrameType.BUFFER)} - BINARY_TYPES
 
 # Version 2 binary layouts (big-endian, no padding).
 OPEN_HEAD = struct.Struct("!QHQQiiH")  # seq, ctx, index, begin_ns, rank, cpu, name bytes
@@ -341,15 +356,20 @@ class Welcome(JsonFrame):
     max_frame: int
     uid: int
     pid: int
+    buffer: bool = False  # the daemon takes a BUFFER (absent: it does not)
 
     def payload(self) -> dict[str, Any]:
-        return {"version": self.version, "max_frame": self.max_frame, "uid": self.uid,
-                "pid": self.pid}
+        out: dict[str, Any] = {"version": self.version, "max_frame": self.max_frame,
+                               "uid": self.uid, "pid": self.pid}
+        if self.buffer:
+            out["buffer"] = True
+        return out
 
     @classmethod
     def decode(cls, p: Mapping[str, Any]) -> Welcome:
         try:
-            return cls(int(p["version"]), int(p["max_frame"]), int(p["uid"]), int(p["pid"]))
+            return cls(int(p["version"]), int(p["max_frame"]), int(p["uid"]), int(p["pid"]),
+                       p.get("buffer") is True)
         except (KeyError, TypeError, ValueError) as exc:
             raise _reply_error(cls.TYPE, exc) from None
 
@@ -485,6 +505,23 @@ class Sync(JsonFrame):
 
     @classmethod
     def decode(cls, p: Mapping[str, Any]) -> Sync:
+        return cls(_seq(p))
+
+
+@dataclass(frozen=True, slots=True)
+class Buffer(JsonFrame):
+    """c: the client's black box comes with this frame (one descriptor, ``SCM_RIGHTS``): a
+    memory file in the mapped spool form (:func:`counterd.spool.read_box`) holding the frames
+    it has written but not sent yet. Only to a daemon whose WELCOME says ``"buffer": true``."""
+
+    TYPE: ClassVar[FrameType] = FrameType.BUFFER
+    s: int
+
+    def payload(self) -> dict[str, Any]:
+        return {"s": self.s}
+
+    @classmethod
+    def decode(cls, p: Mapping[str, Any]) -> Buffer:
         return cls(_seq(p))
 
 
@@ -860,7 +897,7 @@ def encode_result(s: int, item_texts: Sequence[str], after: Sequence[str | int] 
     return HEADER.pack(len(body) + 2, version, FrameType.RESULT) + body
 
 
-ClientFrame = Hello | Context | Begin | Open | Close | Record | Read | Sync | Query
+ClientFrame = Hello | Context | Begin | Open | Close | Record | Read | Sync | Buffer | Query
 DaemonFrame = Welcome | Ack | Started | Reading | Error | Result
 Frame = ClientFrame | DaemonFrame
 
@@ -868,6 +905,7 @@ _JSON_DECODERS: dict[FrameType, Callable[[Mapping[str, Any]], Frame]] = {
     FrameType.HELLO: Hello.decode, FrameType.WELCOME: Welcome.decode,
     FrameType.CONTEXT: Context.decode, FrameType.BEGIN: Begin.decode,
     FrameType.RECORD: Record.decode, FrameType.READ: Read.decode, FrameType.SYNC: Sync.decode,
+    FrameType.BUFFER: Buffer.decode,
     FrameType.ACK: Ack.decode, FrameType.STARTED: Started.decode,
     FrameType.READING: Reading.decode, FrameType.ERROR: Error.decode,
     FrameType.QUERY: Query.decode, FrameType.RESULT: Result.decode}

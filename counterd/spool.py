@@ -62,8 +62,14 @@ def files(directory: Path) -> list[Path]:
 # -- the mapped form ----------------------------------------------------------------------------
 
 MAGIC = b"CDSPOOL1"
+# The same form in a memory file, as the marker client's black box (counterd.markers.client):
+# the frames written but not yet sent to the daemon, which reads them if the client dies.
+BOX_MAGIC = b"CDSBOX01"
 _HEAD = struct.Struct("<8sQ")  # magic, bytes of frames committed after the head
 _COMMITTED = struct.Struct("<Q")
+# At offset 16, in a black box: the stream offset (bytes sent on the connection before) of
+# the first frame byte. 0 in a spool file.
+_BASE = struct.Struct("<Q")
 HEAD_BYTES = 64  # frames start here
 CHUNK = 1 << 20  # the file grows by this much, its blocks allocated before they are mapped
 MAX_FRAMES_BYTES = 1 << 32  # a reader's bound on the committed bytes it trusts
@@ -74,7 +80,13 @@ class MappedWriter:
     OSError from the constructor or :meth:`append` (no mapping, a full disk) leaves the
     committed frames intact; the caller falls back to the JSON-lines form. Where the markers'
     hot path is built, its ``MappedFile`` (:attr:`native`) does the work, and the markers
-    write their OPEN and CLOSE frames through it without a call into Python."""
+    write their OPEN and CLOSE frames through it without a call into Python.
+
+    :meth:`memory` makes one in an anonymous memory file instead (the client's black box):
+    :attr:`fd` is that file, to be passed to the daemon; :meth:`pending` and :meth:`reset`
+    take out what was sent."""
+
+    fd: int | None = None  # the memory file of a black box (a spool file's is not kept)
 
     def __init__(self, path: Path) -> None:
         # A new file, never another's: a pid the kernel gave again in the same run writes
@@ -89,24 +101,43 @@ class MappedWriter:
         else:
             raise FileExistsError(errno.EEXIST, "no free spool file name", str(path))
         self.path = path
-        self._seq = 0
-        hot = _native.hotpath()
         try:
-            if hot is not None:
-                # The compiled engine (counterd/_native/hotpath.c): the same file, written the
-                # same way, and the markers' lanes write their frames into it directly.
-                self.native = hot.MappedFile(fd, CHUNK, HEAD_BYTES, MAX_FRAMES_BYTES, MAGIC)
-                self.append = self.native.append  # type: ignore[method-assign]
-                self.next_seq = self.native.next_seq  # type: ignore[method-assign]
-                self.close = self.native.close  # type: ignore[method-assign]
-                return
-            self.native = None
-            os.posix_fallocate(fd, 0, CHUNK)
-            self._map = mmap.mmap(fd, CHUNK, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-            self._fd = os.dup(fd)  # for growing the file (the mapping keeps its own)
+            self._map_fd(fd, MAGIC)
         finally:
             os.close(fd)
-        _HEAD.pack_into(self._map, 0, MAGIC, 0)
+
+    @classmethod
+    def memory(cls, name: str) -> MappedWriter:
+        """A black box: the mapped form in a new anonymous memory file (``memfd_create``), its
+        first byte the stream's byte 0 until :meth:`reset`. OSError where there is none."""
+        self = cls.__new__(cls)
+        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+        self.path = Path(f"/memfd:{name}")
+        try:
+            self._map_fd(fd, BOX_MAGIC)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+        return self
+
+    def _map_fd(self, fd: int, magic: bytes) -> None:
+        self._seq = 0
+        hot = _native.hotpath()
+        if hot is not None:
+            # The compiled engine (counterd/_native/hotpath.c): the same file, written the
+            # same way, and the markers' lanes write their frames into it directly.
+            self.native = hot.MappedFile(fd, CHUNK, HEAD_BYTES, MAX_FRAMES_BYTES, magic)
+            self.append = self.native.append  # type: ignore[method-assign]
+            self.next_seq = self.native.next_seq  # type: ignore[method-assign]
+            self.pending = self.native.pending  # type: ignore[method-assign]
+            self.reset = self.native.reset  # type: ignore[method-assign]
+            return
+        self.native = None
+        os.posix_fallocate(fd, 0, CHUNK)
+        self._map = mmap.mmap(fd, CHUNK, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self._fd = os.dup(fd)  # for growing the file (the mapping keeps its own)
+        _HEAD.pack_into(self._map, 0, magic, 0)
         self._end = HEAD_BYTES
         self._lock = threading.Lock()  # threads of one process share its file
 
@@ -115,6 +146,13 @@ class MappedWriter:
         with self._lock:
             self._seq += 1
             return self._seq
+
+    @property
+    def committed(self) -> int:
+        """Bytes of frames committed."""
+        if self.native is not None:
+            return int(self.native.committed)
+        return self._end - HEAD_BYTES
 
     def append(self, frame: bytes) -> None:
         with self._lock:
@@ -129,15 +167,53 @@ class MappedWriter:
             _COMMITTED.pack_into(self._map, 8, end - HEAD_BYTES)
             self._end = end
 
+    def pending(self, start: int) -> bytes:
+        """The committed bytes from ``start`` (0: the first frame's) on, copied."""
+        with self._lock:
+            return bytes(self._map[HEAD_BYTES + start:self._end])
+
+    def reset(self, base: int) -> None:
+        """Empty again, the first frame byte now the stream's byte ``base``: the commit
+        counter goes to 0 before the base moves, so a reader finds the old frames under the
+        old base, or none."""
+        with self._lock:
+            self._end = HEAD_BYTES
+            _COMMITTED.pack_into(self._map, 8, 0)
+            _BASE.pack_into(self._map, 16, base)
+
     def _grow(self, need: int) -> None:
         size = -(-need // CHUNK) * CHUNK
         os.posix_fallocate(self._fd, 0, size)
         self._map.resize(size)
 
     def close(self) -> None:
-        with self._lock:
-            self._map.close()
-            os.close(self._fd)
+        if self.native is not None:
+            self.native.close()
+        else:
+            with self._lock:
+                if not self._map.closed:
+                    self._map.close()
+                    os.close(self._fd)
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def read_box(fd: int, received: int, limit: int) -> bytes:
+    """What a black box (:meth:`MappedWriter.memory`) holds beyond the first ``received``
+    bytes of its stream: the frames its writer committed but had not sent. ``b""`` for a
+    file that is not a black box, or whose head does not cover byte ``received``. At most
+    ``limit`` bytes are read, with ``pread`` (a mapping could fault if the writer truncates
+    the file)."""
+    head = os.pread(fd, HEAD_BYTES, 0)
+    if len(head) < 24:
+        return b""
+    magic, committed = _HEAD.unpack_from(head)
+    (base,) = _BASE.unpack_from(head, 16)
+    if magic != BOX_MAGIC or not base <= received <= base + committed:
+        return b""
+    want = min(base + committed - received, limit)
+    return os.pread(fd, want, HEAD_BYTES + received - base) if want > 0 else b""
 
 
 def _frames(path: Path) -> Iterator[protocol.Frame]:

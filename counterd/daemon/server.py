@@ -17,6 +17,7 @@ within :data:`HELLO_TIMEOUT_S` and finish a frame within :data:`PARTIAL_FRAME_TI
 
 from __future__ import annotations
 
+import array
 import contextlib
 import errno
 import logging
@@ -24,6 +25,7 @@ import os
 import selectors
 import socket
 import stat
+import struct
 import time
 from pathlib import Path
 
@@ -76,6 +78,21 @@ def bind(path: Path, mode: int) -> socket.socket:
                        "choose a writable socket.path (COUNTERD_SOCKET)") from exc
     sock.setblocking(False)
     return sock
+
+
+_FD_BYTES = socket.CMSG_SPACE(struct.calcsize("i"))  # room for one descriptor; more are closed
+
+
+def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
+    """What the client sent, and the descriptors that came with it (``SCM_RIGHTS``: at most
+    one; the kernel closes those beyond the room given). Raises OSError as ``recv``."""
+    data, anc, _, _ = sock.recvmsg(_RECV_BYTES, _FD_BYTES, socket.MSG_CMSG_CLOEXEC)
+    fds: list[int] = []
+    for level, kind, payload in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(payload) - len(payload) % 4
+            fds.extend(array.array("i", payload[:usable]))
+    return data, fds
 
 
 class Server:
@@ -260,49 +277,68 @@ class Server:
         self.shared.state.set_clients(len(self._sessions))
 
     def _on_readable(self, session: Session, drain_only: bool = False) -> None:
-        decoder = session.decoder
         for _ in range(16 if not drain_only else 1 << 20):
             try:
-                data = session.sock.recv(_RECV_BYTES)
+                data, fds = _receive(session.sock)
             except (BlockingIOError, InterruptedError):
                 break
             except ConnectionResetError:
                 # A client that exits with acknowledgements still unread makes the kernel
                 # reset the connection instead of closing it: an end like any other.
-                data = b""
+                data, fds = b"", []
             except OSError as exc:
                 log.info("%s: receive failed (%s)", session.describe(), exc)
-                session.close(incomplete=True)
+                self._end(session)
                 return
+            for fd in fds:
+                session.descriptor(fd)
             if not data:
-                if decoder.pending:
-                    session.violation("truncated", "connection closed inside a frame "
-                                      f"({decoder.pending} bytes of it received)", reply=False)
-                session.close(incomplete=True)
+                self._end(session)
                 return
-            decoder.feed(data)
-            try:
-                for ftype, payload in decoder.frames():
-                    session.handle(ftype, payload)
-                    if session.closed:
-                        return
-            except ProtocolError as exc:
-                session.violation(exc.code, exc.message)
-                if decoder.broken or not session.hello:
-                    session.close(incomplete=True)
-                    return
-            except Exception:  # a bug the frame reached: this client goes, the daemon stays
-                log.exception("%s: internal error handling a frame", session.describe())
-                session.violation("internal", "the daemon could not handle a frame; "
-                                  "reconnect")
-                session.close(incomplete=True)
+            session.received += len(data)
+            if not self._feed(session, data):
                 return
-            session.partial_since = (session.partial_since or time.monotonic()) \
-                if decoder.pending else None
             if len(data) < _RECV_BYTES:
                 break
         if not session.closed:
             self._flush(session)
+
+    def _feed(self, session: Session, data: bytes) -> bool:
+        """Decode and handle ``data`` of the client's stream; False when the session closed."""
+        decoder = session.decoder
+        decoder.feed(data)
+        try:
+            for ftype, payload in decoder.frames():
+                session.handle(ftype, payload)
+                if session.closed:
+                    return False
+        except ProtocolError as exc:
+            session.violation(exc.code, exc.message)
+            if decoder.broken or not session.hello:
+                session.close(incomplete=True)
+                return False
+        except Exception:  # a bug the frame reached: this client goes, the daemon stays
+            log.exception("%s: internal error handling a frame", session.describe())
+            session.violation("internal", "the daemon could not handle a frame; reconnect")
+            session.close(incomplete=True)
+            return False
+        session.partial_since = (session.partial_since or time.monotonic()) \
+            if decoder.pending else None
+        return True
+
+    def _end(self, session: Session) -> None:
+        """The connection ended: the frames the client wrote to its black box but never sent
+        are handled first, then the supersteps still begun become incomplete records."""
+        unsent = session.unsent()
+        if unsent:
+            log.info("%s: its connection ended with %d bytes unsent in its black box: read "
+                     "from there", session.describe(), len(unsent))
+            if not self._feed(session, unsent):
+                return
+        if session.decoder.pending:
+            session.violation("truncated", "connection closed inside a frame "
+                              f"({session.decoder.pending} bytes of it received)", reply=False)
+        session.close(incomplete=True)
 
     def _flush(self, session: Session) -> None:
         if session.ack_wanted > session.ack_sent:  # acks are coalesced: only the latest matters

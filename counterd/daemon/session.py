@@ -15,8 +15,11 @@ connection closes with supersteps still begun (the client died inside them), the
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
+import os
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -24,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from counterd import protocol
+from counterd import protocol, spool
 from counterd.daemon.auth import Authority, Peer
 from counterd.daemon.behalf import ClientCounters, Counting
 from counterd.daemon.config import Limits
@@ -146,6 +149,9 @@ class Session:
         self.partial_since: float | None = None
         self.writing = False
         self.closed = False
+        self.received = 0  # bytes read from the connection (the client's stream offset)
+        self.box: int | None = None  # the client's black box (a BUFFER's descriptor)
+        self._box_sent: int | None = None  # a descriptor received, for the next BUFFER
 
     @property
     def pid(self) -> int:
@@ -181,12 +187,36 @@ class Session:
         if reply and not self.closed:
             self.send(protocol.Error(code, message, seq).encode(self.version))
 
+    def descriptor(self, fd: int) -> None:
+        """A descriptor came with the client's bytes: kept for its BUFFER if it is the first,
+        else closed unread."""
+        if self.box is None and self._box_sent is None and not self.closed:
+            self._box_sent = fd
+        else:
+            os.close(fd)
+
+    def unsent(self) -> bytes:
+        """What the client's black box holds beyond the bytes received (the connection has
+        ended: the client died, or closed with frames it had not sent), at most
+        ``socket.max_bytes_per_client`` of it."""
+        if self.box is None:
+            return b""
+        try:
+            return spool.read_box(self.box, self.received, self.shared.limits.max_bytes_per_client)
+        except OSError as exc:
+            log.info("%s: its black box cannot be read (%s)", self.describe(), exc)
+            return b""
+
     def close(self, *, incomplete: bool) -> None:
         """End the session; with ``incomplete``, the supersteps still begun are stored as
         incomplete records. Sends what ``outbuf`` holds if the socket takes it at once."""
         if self.closed:
             return
         self.closed = True
+        for fd in (self.box, self._box_sent):
+            if fd is not None:
+                os.close(fd)
+        self.box = self._box_sent = None
         if incomplete and self.begins:
             info = RunInfo(self.job, self.uid)
             for line in self.begins.values():
@@ -243,6 +273,8 @@ class Session:
             self._read(seq, payload)
         elif ftype is FrameType.SYNC:
             self.shared.writer.put(Item(self.cid, protocol.Sync.decode(payload).s, None, None))
+        elif ftype is FrameType.BUFFER:
+            self._buffer(seq)
         elif ftype is FrameType.QUERY:
             self.send(self.shared.queries.answer(payload, self.peer,
                                                  self.shared.auth.privileged(self.peer),
@@ -261,7 +293,8 @@ class Session:
         self.job = (hello.job or "unknown")[:128]
         self.shared.clients.add(self.pid, self.job)
         self.send(protocol.Welcome(version=self.version, max_frame=self.decoder.max_frame,
-                                   uid=self.uid, pid=self.pid).encode(self.version))
+                                   uid=self.uid, pid=self.pid,
+                                   buffer=self.version >= 2).encode(self.version))
 
     def _hold(self, seq: int, size: int, *, opening: bool) -> bool:
         """Account ``size`` bytes more held for this client (a begun superstep when
@@ -330,6 +363,29 @@ class Session:
         except (CounterdError, OSError, TypeError, ValueError) as exc:
             unsupported = str(exc)
         self.send(protocol.Started(seq, unsupported).encode(self.version))
+
+    def _buffer(self, seq: int) -> None:
+        """BUFFER: the descriptor that came with it becomes the black box, if it is a memory
+        file (``F_GET_SEALS`` works on shmem files only: reading one never blocks)."""
+        fd, self._box_sent = self._box_sent, None
+        why = None
+        if self.box is not None:
+            why = "a second BUFFER on one connection"
+        elif fd is None:
+            why = "BUFFER without a descriptor (SCM_RIGHTS)"
+        else:
+            try:
+                fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise OSError("not a regular file")
+            except OSError:
+                why = "the BUFFER's descriptor is not a memory file (memfd_create)"
+        if why is not None:
+            if fd is not None:
+                os.close(fd)
+            self.violation("bad_buffer", why, seq)
+            return
+        self.box = fd
 
     def _context(self, seq: int, payload: Mapping[str, Any]) -> None:
         try:
