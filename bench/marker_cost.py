@@ -8,9 +8,10 @@ Each batch times N empty ``with counterd.superstep(...)`` blocks; the figure is 
 batches of batch time / N (min and max beside it). The two engines alternate batch by batch, so
 that the host's drift falls on both alike. "through the daemon" includes sending the begin and
 the record frames and reading acknowledgements as they arrive; the last column says how many
-records the daemon had acknowledged (committed) when the batches ended plus a flush. The
-daemon's socket has no compiled path: its rows are the Python path's. The floor beside them:
-two ``read(2)`` of the perf group leader, from Python, per pair.
+records the daemon had acknowledged (committed) when the batches ended plus a flush. Through
+the daemon, the compiled path writes the frames into the client's black box, sent in batches;
+counting on the client's behalf has no compiled path (its rows are the Python path's). The
+floor beside them: two ``read(2)`` of the perf group leader, from Python, per pair.
 """
 
 from __future__ import annotations
@@ -77,8 +78,7 @@ def main() -> int:
             ]
             engines = ["compiled", "python"] if _native.hotpath() is not None else ["python"]
             for label, kw in configs:
-                through_daemon = kw.get("socket") not in (None, "off")
-                runs = ["python"] if through_daemon else engines
+                runs = ["python"] if kw.get("backend") == "daemon" else engines
                 samples: dict[str, list[float]] = {e: [] for e in runs}
                 last: dict[str, Any] = {}
                 for _ in range(args.batches):

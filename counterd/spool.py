@@ -27,13 +27,17 @@ import mmap
 import os
 import struct
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from counterd import _native, protocol
 from counterd.errors import BadInput
 from counterd.records import SuperstepRecord, incomplete_record
+
+if TYPE_CHECKING:
+    import socket
 
 BEGIN = "begin"
 RECORD = "record"
@@ -83,8 +87,11 @@ class MappedWriter:
     write their OPEN and CLOSE frames through it without a call into Python.
 
     :meth:`memory` makes one in an anonymous memory file instead (the client's black box):
-    :attr:`fd` is that file, to be passed to the daemon; :meth:`pending` and :meth:`reset`
-    take out what was sent."""
+    :attr:`fd` is that file, to be passed to the daemon. Its frames leave in batches
+    (:meth:`batching`, :meth:`due`): :meth:`drain` sends what waits to the socket and empties
+    the file once all is taken (:meth:`reset`), the first frame byte's stream offset in its
+    head. :attr:`seq` numbers the frames of a connection (the lanes' and the sink's alike),
+    :attr:`gen` names that connection, and :attr:`paused` keeps the lanes out."""
 
     fd: int | None = None  # the memory file of a black box (a spool file's is not kept)
 
@@ -123,6 +130,10 @@ class MappedWriter:
 
     def _map_fd(self, fd: int, magic: bytes) -> None:
         self._seq = 0
+        self._taken = 0  # the black box's state, where the compiled engine does not keep it
+        self._base = 0
+        self._batch = (0, 0)
+        self._batch_at = 0
         hot = _native.hotpath()
         if hot is not None:
             # The compiled engine (counterd/_native/hotpath.c): the same file, written the
@@ -132,6 +143,9 @@ class MappedWriter:
             self.next_seq = self.native.next_seq  # type: ignore[method-assign]
             self.pending = self.native.pending  # type: ignore[method-assign]
             self.reset = self.native.reset  # type: ignore[method-assign]
+            self.drain = self.native.drain  # type: ignore[method-assign]
+            self.due = self.native.due  # type: ignore[method-assign]
+            self.batching = self.native.batching  # type: ignore[method-assign]
             return
         self.native = None
         os.posix_fallocate(fd, 0, CHUNK)
@@ -154,8 +168,78 @@ class MappedWriter:
             return int(self.native.committed)
         return self._end - HEAD_BYTES
 
+    @property
+    def waiting(self) -> int:
+        """Bytes of frames committed and not taken by :meth:`drain`."""
+        if self.native is not None:
+            return int(self.native.waiting)
+        return self._end - HEAD_BYTES - self._taken
+
+    @property
+    def seq(self) -> int:
+        """The last frame number given."""
+        return int(self.native.seq) if self.native is not None else self._seq
+
+    @seq.setter
+    def seq(self, value: int) -> None:
+        if self.native is not None:
+            self.native.seq = value
+        else:
+            self._seq = value
+
+    # Only the compiled engine's lanes read these (no lane writes where it is not built).
+    @property
+    def gen(self) -> int:
+        return int(self.native.gen) if self.native is not None else 0
+
+    @gen.setter
+    def gen(self, value: int) -> None:
+        if self.native is not None:
+            self.native.gen = value
+
+    @property
+    def paused(self) -> bool:
+        return bool(self.native.paused) if self.native is not None else True
+
+    @paused.setter
+    def paused(self, value: bool) -> None:
+        if self.native is not None:
+            self.native.paused = value
+
+    def batching(self, nbytes: int, ns: int) -> None:
+        """A batch is due once ``nbytes`` bytes wait, or the first of them waited ``ns``."""
+        self._batch = (nbytes, ns)
+
+    def due(self) -> bool:
+        """Whether the frames waiting make a batch to send now."""
+        nbytes, ns = self._batch
+        waiting = self.waiting
+        return bool(nbytes and waiting) and (
+            waiting >= nbytes or time.monotonic_ns() - self._batch_at >= ns)
+
+    def drain(self, sock: socket.socket) -> int:
+        """Send what waits to ``sock`` as far as it takes it now; once all is taken the file
+        starts again empty. Returns the bytes still waiting. (The sink's lock keeps other
+        writers out meanwhile.)"""
+        import socket
+
+        with self._lock:
+            while self._taken < self._end - HEAD_BYTES:
+                try:
+                    n = sock.send(self._map[HEAD_BYTES + self._taken:self._end],
+                                  socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+                except BlockingIOError:
+                    break
+                self._taken += n
+            left = self._end - HEAD_BYTES - self._taken
+        if not left and self._taken:
+            self.reset(self._base + self._taken)
+        return left
+
     def append(self, frame: bytes) -> None:
         with self._lock:
+            if self._batch[0] and self._end - HEAD_BYTES == self._taken:
+                self._batch_at = time.monotonic_ns()
             start = self._end
             end = start + len(frame)
             if end - HEAD_BYTES > MAX_FRAMES_BYTES:  # what a reader trusts: go on in lines
@@ -178,6 +262,7 @@ class MappedWriter:
         old base, or none."""
         with self._lock:
             self._end = HEAD_BYTES
+            self._taken, self._base = 0, base
             _COMMITTED.pack_into(self._map, 8, 0)
             _BASE.pack_into(self._map, 16, base)
 

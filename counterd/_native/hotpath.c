@@ -32,6 +32,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,6 +72,14 @@ typedef struct {
     uint64_t max;     /* committed bytes a reader trusts */
     uint64_t seq;     /* the last frame number given */
     pid_t pid;        /* the process that mapped it */
+    /* As the marker client's black box (counterd.markers.client): */
+    uint64_t gen;     /* the connection its frames go on (a step's OPEN records it) */
+    int paused;       /* no connection takes its frames now: the lanes go the Python way */
+    size_t taken;     /* bytes of the frames the socket has taken */
+    uint64_t stream_base; /* the stream offset of the first frame byte (head offset 16) */
+    int64_t batch_at; /* now_ns() of the first frame not taken, 0: none */
+    size_t batch_bytes; /* a batch is due at this many bytes not taken (0: never) */
+    int64_t batch_ns; /* or once its first frame waited this long */
 } MappedFile;
 
 static int mf_grow(MappedFile *m, size_t need)
@@ -111,6 +120,8 @@ static char *mf_reserve(MappedFile *m, size_t len)
  * killed process's page cache) sees whole frames only. */
 static void mf_commit(MappedFile *m, size_t len)
 {
+    if (m->batch_bytes && !m->batch_at)
+        m->batch_at = now_ns();
     m->end += len;
     uint64_t committed = htole64((uint64_t)(m->end - m->head));
     __atomic_store_n((uint64_t *)(m->base + 8), committed, __ATOMIC_RELEASE);
@@ -118,7 +129,28 @@ static void mf_commit(MappedFile *m, size_t len)
 
 static int mf_usable(MappedFile *m)
 {
-    return m != NULL && m->fd >= 0 && m->pid == cached_pid;
+    return m != NULL && m->fd >= 0 && m->pid == cached_pid && !m->paused;
+}
+
+/* Whether the frames not taken make a batch to send now. */
+static int mf_due(MappedFile *m)
+{
+    size_t waiting = m->end - m->head - m->taken;
+    return m->batch_bytes && waiting
+        && (waiting >= m->batch_bytes || now_ns() - m->batch_at >= m->batch_ns);
+}
+
+/* Empty again, the first byte now the stream's byte ``base``: the commit counter goes to 0
+ * before the base moves, so a reader that finds the process gone sees either the old frames
+ * under the old base or none. */
+static void mf_reset(MappedFile *m, uint64_t base)
+{
+    m->end = m->head;
+    m->taken = 0;
+    m->stream_base = base;
+    m->batch_at = 0;
+    __atomic_store_n((uint64_t *)(m->base + 8), 0, __ATOMIC_RELEASE);
+    __atomic_store_n((uint64_t *)(m->base + 16), htole64(base), __ATOMIC_RELEASE);
 }
 
 static int MappedFile_init(MappedFile *self, PyObject *args, PyObject *kw)
@@ -165,6 +197,13 @@ static int MappedFile_init(MappedFile *self, PyObject *args, PyObject *kw)
     self->max = max;
     self->seq = 0;
     self->pid = cached_pid;
+    self->gen = 1;
+    self->paused = 0;
+    self->taken = 0;
+    self->stream_base = 0;
+    self->batch_at = 0;
+    self->batch_bytes = 0;
+    self->batch_ns = 0;
     memcpy(self->base, magic, 8);
     memset(self->base + 8, 0, 8);
     return 0;
@@ -241,9 +280,6 @@ static PyObject *MappedFile_pending(MappedFile *self, PyObject *arg)
                                      (Py_ssize_t)(self->end - self->head - (size_t)start));
 }
 
-/* Every frame taken (sent): the file starts again empty, its first byte now the stream's byte
- * ``base``. The commit counter goes to 0 before the base moves, so a reader that finds the
- * process gone sees either the old frames under the old base or none. */
 static PyObject *MappedFile_reset(MappedFile *self, PyObject *arg)
 {
     unsigned long long base = PyLong_AsUnsignedLongLong(arg);
@@ -253,9 +289,53 @@ static PyObject *MappedFile_reset(MappedFile *self, PyObject *arg)
         PyErr_SetString(PyExc_ValueError, "reset: no mapping, or a head without a base");
         return NULL;
     }
-    self->end = self->head;
-    __atomic_store_n((uint64_t *)(self->base + 8), 0, __ATOMIC_RELEASE);
-    __atomic_store_n((uint64_t *)(self->base + 16), htole64((uint64_t)base), __ATOMIC_RELEASE);
+    mf_reset(self, (uint64_t)base);
+    Py_RETURN_NONE;
+}
+
+/* Send the frames not taken yet to socket ``fd`` as far as it takes them now (MSG_DONTWAIT),
+ * emptying the file once all are taken. Returns the bytes still waiting. With the GIL held
+ * throughout, so no lane writes a frame between the send and the emptying. */
+static PyObject *MappedFile_drain(MappedFile *self, PyObject *arg)
+{
+    int fd = PyObject_AsFileDescriptor(arg); /* a socket, or its descriptor */
+    if (fd < 0)
+        return NULL;
+    if (self->base == NULL || self->pid != cached_pid) {
+        PyErr_SetString(PyExc_ValueError, "drain: no mapping of this process");
+        return NULL;
+    }
+    size_t committed = self->end - self->head;
+    while (self->taken < committed) {
+        ssize_t n = send(fd, self->base + self->head + self->taken, committed - self->taken,
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        self->taken += (size_t)n;
+    }
+    if (self->taken == committed && committed)
+        mf_reset(self, self->stream_base + committed);
+    return PyLong_FromSize_t(self->end - self->head - self->taken);
+}
+
+static PyObject *MappedFile_due(MappedFile *self, PyObject *unused)
+{
+    return PyBool_FromLong(self->base != NULL && mf_due(self));
+}
+
+static PyObject *MappedFile_batching(MappedFile *self, PyObject *args)
+{
+    Py_ssize_t bytes;
+    long long ns;
+    if (!PyArg_ParseTuple(args, "nL", &bytes, &ns))
+        return NULL;
+    self->batch_bytes = bytes > 0 ? (size_t)bytes : 0;
+    self->batch_ns = ns;
     Py_RETURN_NONE;
 }
 
@@ -275,6 +355,67 @@ static PyObject *MappedFile_get_committed(MappedFile *self, void *c)
     return PyLong_FromSize_t(self->end - self->head);
 }
 
+static PyObject *MappedFile_get_waiting(MappedFile *self, void *c)
+{
+    return PyLong_FromSize_t(self->end - self->head - self->taken);
+}
+
+static PyObject *MappedFile_get_stream_base(MappedFile *self, void *c)
+{
+    return PyLong_FromUnsignedLongLong(self->stream_base);
+}
+
+static PyObject *MappedFile_get_seq(MappedFile *self, void *c)
+{
+    return PyLong_FromUnsignedLongLong(self->seq);
+}
+
+static int MappedFile_set_seq(MappedFile *self, PyObject *v, void *c)
+{
+    unsigned long long x = v ? PyLong_AsUnsignedLongLong(v) : 0;
+    if (v == NULL || (x == (unsigned long long)-1 && PyErr_Occurred())) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "seq: an int");
+        return -1;
+    }
+    self->seq = x;
+    return 0;
+}
+
+static PyObject *MappedFile_get_gen(MappedFile *self, void *c)
+{
+    return PyLong_FromUnsignedLongLong(self->gen);
+}
+
+static int MappedFile_set_gen(MappedFile *self, PyObject *v, void *c)
+{
+    unsigned long long x = v ? PyLong_AsUnsignedLongLong(v) : 0;
+    if (v == NULL || (x == (unsigned long long)-1 && PyErr_Occurred())) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "gen: an int");
+        return -1;
+    }
+    self->gen = x;
+    return 0;
+}
+
+static PyObject *MappedFile_get_paused(MappedFile *self, void *c)
+{
+    return PyBool_FromLong(self->paused);
+}
+
+static int MappedFile_set_paused(MappedFile *self, PyObject *v, void *c)
+{
+    int t = v ? PyObject_IsTrue(v) : -1;
+    if (t < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "paused: a bool");
+        return -1;
+    }
+    self->paused = t;
+    return 0;
+}
+
 static PyMethodDef MappedFile_methods[] = {
     {"append", (PyCFunction)MappedFile_append, METH_O,
      "Append one frame and commit it; OSError (nothing written) if the file cannot grow."},
@@ -283,12 +424,27 @@ static PyMethodDef MappedFile_methods[] = {
      "pending(start): the committed bytes from start (0: the first frame's) on, copied."},
     {"reset", (PyCFunction)MappedFile_reset, METH_O,
      "reset(base): empty again, the first byte now the stream's byte base (offset 16)."},
+    {"drain", (PyCFunction)MappedFile_drain, METH_O,
+     "drain(sock): send what waits to the socket as far as it takes it now, emptying the file "
+     "once all is taken; the bytes still waiting."},
+    {"due", (PyCFunction)MappedFile_due, METH_NOARGS, "Whether a batch is due."},
+    {"batching", (PyCFunction)MappedFile_batching, METH_VARARGS,
+     "batching(bytes, ns): a batch is due at this many bytes waiting, or once the first "
+     "waited ns (bytes 0: never)."},
     {"close", (PyCFunction)MappedFile_close, METH_NOARGS, "Unmap and close (idempotent)."},
     {NULL}};
 
 static PyGetSetDef MappedFile_getset[] = {
     {"closed", (getter)MappedFile_get_closed, NULL, NULL, NULL},
     {"committed", (getter)MappedFile_get_committed, NULL, NULL, NULL},
+    {"waiting", (getter)MappedFile_get_waiting, NULL, "bytes committed, not taken", NULL},
+    {"stream_base", (getter)MappedFile_get_stream_base, NULL, NULL, NULL},
+    {"seq", (getter)MappedFile_get_seq, (setter)MappedFile_set_seq, "the last frame number",
+     NULL},
+    {"gen", (getter)MappedFile_get_gen, (setter)MappedFile_set_gen,
+     "the connection its frames go on", NULL},
+    {"paused", (getter)MappedFile_get_paused, (setter)MappedFile_set_paused,
+     "lanes write no frame into it (no connection takes them)", NULL},
     {NULL}};
 
 static PyTypeObject MappedFileType = {
@@ -363,6 +519,8 @@ typedef struct Lane {
     PyObject *on_closed;    /* memory sink: called with each ended step */
     PyObject *sink_open;    /* spool: the Python OPEN path (sink.open) */
     PyObject *sink_closed;  /* spool: the Python CLOSE path (sink.closed) */
+    PyObject *pump;         /* socket: called when the writer's batch is due (sink._pump) */
+    PyObject *weakrefs;     /* the socket sink keeps its lanes in a WeakSet */
     PyObject *clean;        /* recorder.clean_marker */
     PyObject *ctx;          /* recorder._ctx at attach */
     PyObject *unsupported;  /* the thread's unsupported counters (Step.unsupported) */
@@ -414,7 +572,9 @@ typedef struct {
     int64_t index, rank, begin_ns, end_ns;
     int cpu, end_cpu;
     uint32_t flags; /* marker-time flags: nested, exception */
-    char ended, closed, sent, has_start, has_stop;
+    int64_t sent;  /* the connection (MappedFile.gen) its OPEN went on; 0: none */
+    int64_t close_seq; /* the frame number of its CLOSE, where the lane wrote one */
+    char ended, closed, has_start, has_stop;
     char plain; /* name and params as given: the OPEN can be encoded here */
     char sampled; /* counters not read: raw holds the estimate's basis (values, time) */
     NameState *state; /* a measured step's sampling state, updated at its end */
@@ -688,7 +848,8 @@ static uint32_t close_flags(Lane *lane, HotStep *st, double *factor, double *rat
 /* The CLOSE frame into the spool mapping: 1 written, 0 not (the Python path takes it). */
 static int write_close(Lane *lane, HotStep *st)
 {
-    if (!st->sent || !mf_usable(lane->writer) || st->dropped != Py_None
+    if (!mf_usable(lane->writer) || st->sent != (int64_t)lane->writer->gen
+        || st->dropped != Py_None
         || !(st->sampled || lane->fd < 0 || (st->has_start && st->has_stop))
         || st->end_ns < st->begin_ns || st->unsupported_obj != NULL)
         return 0;
@@ -703,7 +864,8 @@ static int write_close(Lane *lane, HotStep *st)
     q = put_u32(q, (uint32_t)(body + 2));
     q = put_u8(q, (uint8_t)K.version);
     q = put_u8(q, (uint8_t)K.close_type);
-    q = put_u64(q, ++lane->writer->seq);
+    st->close_seq = (int64_t)++lane->writer->seq;
+    q = put_u64(q, (uint64_t)st->close_seq);
     q = put_u16(q, (uint16_t)lane->c_close);
     q = put_u64(q, (uint64_t)st->index);
     q = put_u64(q, (uint64_t)st->begin_ns);
@@ -736,6 +898,19 @@ static int write_close(Lane *lane, HotStep *st)
     memcpy(q, PyBytes_AS_STRING(lane->close_tail), (size_t)tail_len);
     mf_commit(lane->writer, 6 + body);
     return 1;
+}
+
+/* The socket's batch, sent when due (the sink's _pump): 0, or -1 with an exception. */
+static int lane_pump(Lane *lane)
+{
+    if (lane->pump == NULL || lane->pump == Py_None || lane->writer == NULL
+        || !mf_due(lane->writer))
+        return 0;
+    PyObject *r = PyObject_CallNoArgs(lane->pump);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
 }
 
 static PyObject *lane_begin(Lane *lane, PyObject *name, PyObject *params_in)
@@ -793,7 +968,8 @@ static PyObject *lane_begin(Lane *lane, PyObject *name, PyObject *params_in)
     st->end_ns = 0;
     st->end_cpu = -1;
     st->flags = PyList_GET_SIZE(lane->stack) ? K.nested : 0;
-    st->ended = st->closed = st->sent = st->has_start = st->has_stop = st->sampled = 0;
+    st->ended = st->closed = st->has_start = st->has_stop = st->sampled = 0;
+    st->sent = st->close_seq = 0;
     st->plain = (char)plain;
     st->state = NULL;
     st->unsupported_obj = NULL;
@@ -842,14 +1018,16 @@ static PyObject *lane_begin(Lane *lane, PyObject *name, PyObject *params_in)
                                                    st->params);
             if (sent == NULL)
                 goto fail;
-            int sent_true = PyObject_IsTrue(sent);
+            long long on = PyLong_AsLongLong(sent); /* the sink's connection number */
             Py_DECREF(sent);
-            if (sent_true < 0)
+            if (on == -1 && PyErr_Occurred())
                 goto fail;
-            st->sent = (char)sent_true;
+            st->sent = on;
         } else {
-            st->sent = 1;
+            st->sent = (int64_t)lane->writer->gen;
         }
+        if (lane_pump(lane) < 0) /* before the superstep's first reading: not its cost */
+            goto fail;
     }
     if (lane->fd >= 0 && !st->sampled) {
         int r = read_group(lane, st->raw, &st->start_obj);
@@ -975,17 +1153,24 @@ sampled_done:
     if (stack_remove(st->lane, st) < 0)
         goto fail;
     st->closed = 1;
-    if (lane->on_closed != Py_None) {
-        PyObject *r = PyObject_CallOneArg(lane->on_closed, (PyObject *)st);
-        if (r == NULL)
-            goto fail;
-        Py_DECREF(r);
-    } else if (!write_close(st->lane, st)) {
-        PyObject *r = PyObject_CallOneArg(lane->sink_closed, (PyObject *)st);
+    /* Memory: the step to the sink. Spool: its CLOSE into the mapping, or the Python way.
+     * Socket: its CLOSE into the black box and the step to the sink (held until
+     * acknowledged), or the Python way. */
+    PyObject *to = NULL;
+    if (st->lane->writer == NULL)
+        to = lane->on_closed;
+    else if (write_close(st->lane, st))
+        to = lane->on_closed != Py_None ? lane->on_closed : NULL;
+    else
+        to = lane->sink_closed;
+    if (to != NULL) {
+        PyObject *r = PyObject_CallOneArg(to, (PyObject *)st);
         if (r == NULL)
             goto fail;
         Py_DECREF(r);
     }
+    if (lane_pump(st->lane) < 0)
+        goto fail;
     return (PyObject *)st;
 fail:
     Py_DECREF(st);
@@ -1049,26 +1234,26 @@ static int Lane_init(Lane *self, PyObject *args, PyObject *kw)
                             "decode", "unsupported", "clean", "on_closed", "ctx", "writer",
                             "sink_open", "sink_closed", "c_open", "c_close", "close_tail",
                             "close_flags", "install", "sample_below", "sample_every", "names",
-                            "group_unsupported", NULL};
+                            "group_unsupported", "pump", NULL};
     PyObject *recorder, *indices, *ids, *perm, *delta, *decode, *unsupported, *clean;
     PyObject *on_closed, *ctx, *writer, *sink_open, *sink_closed, *close_tail;
     long long rank;
     int fd, c_open, c_close, install = 1;
     long long sample_below = 0, sample_every = 1;
-    PyObject *close_names = NULL, *group_unsupported = NULL;
+    PyObject *close_names = NULL, *group_unsupported = NULL, *pump = Py_None;
     unsigned int flags;
     if (!K.ready) {
         PyErr_SetString(PyExc_RuntimeError, "_hotpath.setup() was not called");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!LiO!O!OOO!OOOOOOiiO!I|pLLO!O!", names, &recorder,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!LiO!O!OOO!OOOOOOiiO!I|pLLO!O!O", names, &recorder,
                                      &CounterType, &indices, &rank, &fd, &PyTuple_Type, &ids,
                                      &PyTuple_Type, &perm, &delta, &decode, &PyDict_Type,
                                      &unsupported, &clean, &on_closed, &ctx, &writer,
                                      &sink_open, &sink_closed, &c_open, &c_close,
                                      &PyBytes_Type, &close_tail, &flags, &install,
                                      &sample_below, &sample_every, &PyTuple_Type, &close_names,
-                                     &PyDict_Type, &group_unsupported))
+                                     &PyDict_Type, &group_unsupported, &pump))
         return -1;
     if (self->stack != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "a Lane is initialised once");
@@ -1083,9 +1268,13 @@ static int Lane_init(Lane *self, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_TypeError, "writer must be a MappedFile or None");
         return -1;
     }
-    if ((on_closed == Py_None) == (sink_closed == Py_None)
-        || (sink_open == Py_None) != (sink_closed == Py_None)) {
-        PyErr_SetString(PyExc_ValueError, "a lane has either on_closed or the spool's paths");
+    /* Memory: on_closed. Spool: the Python paths and a writer. Socket: both, and a pump. */
+    if ((sink_open == Py_None) != (sink_closed == Py_None)
+        || (on_closed == Py_None && sink_closed == Py_None)
+        || (sink_closed != Py_None && writer == Py_None)
+        || (pump != Py_None && (on_closed == Py_None || sink_closed == Py_None))) {
+        PyErr_SetString(PyExc_ValueError, "a lane has on_closed (memory), the Python paths "
+                                          "and a writer (spool), or all and a pump (socket)");
         return -1;
     }
     if (c_open < 0 || c_open > 0xFFFF || c_close < 0 || c_close > 0xFFFF
@@ -1141,6 +1330,7 @@ static int Lane_init(Lane *self, PyObject *args, PyObject *kw)
     Py_XSETREF(self->writer, writer == Py_None ? NULL : (MappedFile *)Py_NewRef(writer));
     Py_XSETREF(self->sink_open, Py_NewRef(sink_open));
     Py_XSETREF(self->sink_closed, Py_NewRef(sink_closed));
+    Py_XSETREF(self->pump, Py_NewRef(pump));
     Py_XSETREF(self->close_tail, Py_NewRef(close_tail));
     Py_XSETREF(self->flags_of, Py_NewRef(flags_of_fn));
     if (self->stack == NULL && (self->stack = PyList_New(0)) == NULL)
@@ -1155,6 +1345,7 @@ static int Lane_traverse(Lane *self, visitproc visit, void *arg)
     Py_VISIT(self->on_closed);
     Py_VISIT(self->sink_open);
     Py_VISIT(self->sink_closed);
+    Py_VISIT(self->pump);
     Py_VISIT(self->clean);
     Py_VISIT(self->ctx);
     Py_VISIT(self->unsupported);
@@ -1178,6 +1369,7 @@ static int Lane_clear(Lane *self)
     Py_CLEAR(self->on_closed);
     Py_CLEAR(self->sink_open);
     Py_CLEAR(self->sink_closed);
+    Py_CLEAR(self->pump);
     Py_CLEAR(self->clean);
     Py_CLEAR(self->ctx);
     Py_CLEAR(self->unsupported);
@@ -1197,6 +1389,8 @@ static void Lane_dealloc(Lane *self)
 {
     generation++; /* no thread follows its pointer to this lane again */
     PyObject_GC_UnTrack(self);
+    if (self->weakrefs != NULL)
+        PyObject_ClearWeakRefs((PyObject *)self);
     Lane_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -1223,6 +1417,7 @@ static PyTypeObject LaneType = {
     .tp_traverse = (traverseproc)Lane_traverse,
     .tp_clear = (inquiry)Lane_clear,
     .tp_methods = Lane_methods,
+    .tp_weaklistoffset = offsetof(Lane, weakrefs),
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1334,7 +1529,8 @@ GET(rank, PyLong_FromLongLong)
 GET(begin_ns, PyLong_FromLongLong)
 GET(cpu, PyLong_FromLong)
 GET(end_cpu, PyLong_FromLong)
-GET(sent, PyLong_FromLong)
+GET(sent, PyLong_FromLongLong)
+GET(close_seq, PyLong_FromLongLong)
 #undef GET
 static PyObject *HotStep_get_name(HotStep *st, void *c) { return Py_NewRef(st->name); }
 static PyObject *HotStep_get_params(HotStep *st, void *c) { return Py_NewRef(st->params); }
@@ -1398,6 +1594,8 @@ static PyGetSetDef HotStep_getset[] = {
     {"sample_state", (getter)HotStep_get_sample_state, NULL, NULL, NULL},
     {"lane", (getter)HotStep_get_lane, NULL, NULL, NULL},
     {"sent", (getter)HotStep_get_sent, NULL, NULL, NULL},
+    {"close_seq", (getter)HotStep_get_close_seq, NULL,
+     "the frame number of the CLOSE the lane wrote (0: none)", NULL},
     {"delta", (getter)HotStep_get_delta, NULL, NULL, NULL},
     {"dropped", (getter)HotStep_get_dropped, NULL, NULL, NULL},
     {"basis", (getter)HotStep_get_basis, NULL, NULL, NULL},

@@ -11,6 +11,7 @@ import struct
 import sys
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -45,6 +46,11 @@ BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 2.0
 ACK_EVERY = 16  # frames sent between two non-blocking looks for acknowledgements
 OUT_MAX_BYTES = 8 << 20  # bytes the daemon has not read yet before it counts as stuck
+# With a black box (the daemon takes a BUFFER), frames are sent in batches: once this many
+# bytes wait, or the first of them has waited BATCH_S, at the next frame; at once for a frame
+# that asks for a reply (SYNC, READ, a BEGIN the daemon counts), at flush and at close.
+BATCH_BYTES = 32 << 10
+BATCH_S = 0.05
 REFUSED_KEPT = 1000  # refused records kept (with the reason) for inspection; all are counted
 
 
@@ -56,6 +62,12 @@ class SocketSink:
     frames sent, without blocking. A full socket makes a send wait (``BLOCK_S`` at most) only
     while the daemon shows that it takes records; otherwise what the socket does not take
     waits in an output buffer, and a daemon that reads nothing is left for a new connection.
+
+    Where the daemon offers it (WELCOME ``"buffer"``), frames go first to a *black box*, a
+    memory file the daemon holds too (:class:`counterd.spool.MappedWriter`, passed once per
+    connection with a BUFFER frame), and leave in batches (``BATCH_BYTES``, ``BATCH_S``): a
+    marker costs no system call, and a process killed between two batches loses nothing,
+    since the daemon reads what was never sent from the black box when the connection ends.
 
     When the connection breaks (or was never made: no daemon at start), ``degraded`` says why
     and the sink keeps trying to reconnect with backoff (``BACKOFF_MIN_S`` doubling to
@@ -98,14 +110,25 @@ class SocketSink:
         self._open: dict[tuple[str, int], Any] = {}
         self._replies: dict[int, dict[str, Any]] = {}
         self._awaited: set[int] = set()  # sequence numbers whose reply someone waits for
-        self._lock = threading.RLock()
+        self._rlock = threading.RLock()
+        self._held = 0  # how deep the calling thread holds _rlock (see _lock)
         self._pid = identity.pid
-        self._seq = 0
+        self._n = 0  # the last frame number, while no black box numbers them (see _seq)
         self._gen = 0  # connection number: a CLOSE only follows an OPEN of the same connection
-        self._contexts: dict[tuple[Any, ...], int] = {}  # (ctx, counter names) -> CONTEXT id
+        # (ctx, counter names) -> CONTEXT id; kept across connections (declared again on each),
+        # as the markers' lanes write frames naming them
+        self._contexts: dict[tuple[Any, ...], int] = {}
         self._sock: _socket.socket | None = None
         self._decoder = protocol.Decoder(versions=protocol.ACCEPTED_VERSIONS)
-        self._out = bytearray()  # sent frames the socket has not taken yet
+        self._out = bytearray()  # sent frames the socket has not taken yet (no black box)
+        self._box: Any = None  # the black box (spool.MappedWriter), once a daemon offers it
+        self._boxed = False  # this connection's frames go through the black box
+        self._boxing = True  # False once a black box could not be made or grow
+        # Steps whose CLOSE a lane wrote into the black box (counterd.markers.native), until
+        # _take_ended holds them in unacked; and the lanes writing there (their open steps
+        # are begun again on a new connection).
+        self._ended: list[Any] = []  # counterd._native._hotpath.HotStep
+        self._lanes: weakref.WeakSet[Any] = weakref.WeakSet()
         self._unread = 0  # frames sent since the last look for acknowledgements
         self._retry_at = 0.0  # time.monotonic() of the next reconnection attempt
         self._backoff = BACKOFF_MIN_S
@@ -116,6 +139,36 @@ class SocketSink:
         self._flushed_refused = 0  # refused_count and spill.records at the last flush
         self._flushed_spilled = 0
         self._attempt(force=True)
+        self._resume_lanes()
+
+    # -- frame numbers and the lock ---------------------------------------------------------
+    @property
+    def _seq(self) -> int:
+        """The last frame number of this connection: the black box's own counter while it
+        takes the frames (the lanes number theirs there), else the sink's."""
+        return int(self._box.seq) if self._boxed else self._n
+
+    @_seq.setter
+    def _seq(self, value: int) -> None:
+        if self._boxed:
+            self._box.seq = value
+        else:
+            self._n = value
+
+    @property
+    def _lock(self) -> _Held:
+        """The sink's lock. While a thread holds it, the lanes write nothing into the black
+        box (they take the Python way, and wait for the lock), so a frame numbered here
+        leaves before any numbered after it."""
+        return _Held(self)
+
+    def _pause_lanes(self) -> None:
+        if self._box is not None:
+            self._box.paused = True
+
+    def _resume_lanes(self) -> None:
+        if self._box is not None:
+            self._box.paused = not (self._boxed and self._sock is not None)
 
     # -- connection ------------------------------------------------------------------------
     def _connect(self) -> None:
@@ -126,17 +179,18 @@ class SocketSink:
         try:
             sock.settimeout(wait_s)
             sock.connect(str(self.path))
-            sock.sendall(p.encode(p.FrameType.HELLO, {
-                "pid": os.getpid(), "host": _socket.gethostname(), "job": self.job}))
+            hello = p.encode(p.FrameType.HELLO, {
+                "pid": os.getpid(), "host": _socket.gethostname(), "job": self.job})
+            sock.sendall(hello)
             # Blocking without a timeout from here on: sends use MSG_DONTWAIT, receives look
             # with select first (a Python socket timeout would turn each into a wait).
             sock.settimeout(None)
+            self._boxed = False
             self._sock, self._seq, self.welcome = sock, 0, {}
             self._decoder = p.Decoder(versions=p.ACCEPTED_VERSIONS)
             self._out.clear()
             self._unread = 0
             self._gen += 1
-            self._contexts = {}
             deadline = time.monotonic() + wait_s
             while self.welcome.get("pid") is None:
                 left = deadline - time.monotonic()
@@ -144,10 +198,43 @@ class SocketSink:
                     raise ConnectionError(f"the daemon at {self.path} did not answer HELLO")
                 if select.select([sock], [], [], left)[0] and not self._receive():
                     raise ConnectionError(f"the daemon at {self.path} closed the connection")
+            self._give_box(sock, len(hello))
         except BaseException:
             sock.close()
             self._sock = None
             raise
+
+    def _give_box(self, sock: _socket.socket, sent: int) -> None:
+        """Pass the black box to a daemon that takes one (a BUFFER frame with its descriptor),
+        emptied, its first byte the stream's next; without one, frames go one by one."""
+        p = self._protocol
+        if not (self._boxing and self.welcome.get("buffer") is True):
+            return
+        if self._box is None:
+            from counterd.spool import MappedWriter
+
+            try:
+                box = MappedWriter.memory(f"counterd-{os.getpid()}")
+            except OSError as exc:
+                log.info("no black box (%s): frames go to counterd one by one", exc)
+                self._boxing = False
+                return
+            box.batching(BATCH_BYTES, int(BATCH_S * 1e9))
+            box.paused = True  # until this connection is ready (_resume_lanes)
+            self._box = box
+        self._n += 1
+        frame = p.Buffer(self._n).encode(int(self.welcome.get("version", 2)))
+        sock.settimeout(min(self.timeout_s, BLOCK_S))
+        try:
+            n = sock.sendmsg([frame], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
+                                        struct.pack("i", self._box.fd))])
+            if n < len(frame):
+                sock.sendall(frame[n:])
+        finally:
+            sock.settimeout(None)
+        self._box.reset(sent + len(frame))
+        self._box.seq, self._box.gen = self._n, self._gen
+        self._boxed = True
 
     def _attempt(self, force: bool = False) -> bool:
         """Connect if not connected and the backoff delay has passed (or ``force``), then
@@ -169,16 +256,31 @@ class SocketSink:
         if not self._stuck:
             self._alive_at = time.monotonic()
         self._resend()
+        if self._sock is not None and self._waiting():  # what was held goes now
+            self._push(self._sock, True)
         if self._sock is not None and before != "not connected yet":
             log.info("reconnected to counterd at %s (after: %s); resent %d records",
                      self.path, before, len(self.unacked))
         return self._sock is not None
 
     def _resend(self) -> None:
-        """On a new connection: the begins of open supersteps, then every unacknowledged
-        record, renumbered."""
+        """On a new connection: the contexts declared so far (with their ids: the lanes name
+        them), the begins of open supersteps, then every unacknowledged record, renumbered."""
         p = self._protocol
-        for line in list(self._open.values()):
+        for (ctx, names), c in list(self._contexts.items()):
+            self._seq += 1
+            if not self._send(p.FrameType.CONTEXT, context_payload(self._seq, c, ctx, names)) \
+                    or self._sock is None:
+                return
+        self._take_ended()
+        begun = dict(self._open)
+        for lane in list(self._lanes):  # the lanes' open steps, begun there by an OPEN
+            for st in lane.open_steps():
+                key = (st.recorder.run_id, st.index)
+                if key not in begun and st.recorder.pid == self._pid:
+                    begun[key] = (st.recorder._ctx, st.index, st.name, st.rank, st.cpu,
+                                  st.begin_ns, st.params)
+        for line in begun.values():
             self._seq += 1
             self._send(p.FrameType.BEGIN, {"s": self._seq, "line": _line_of(line)})
             if self._sock is None:
@@ -194,6 +296,11 @@ class SocketSink:
     def _disconnect(self, reason: str, stuck: bool = False) -> None:
         """Drop the connection; what it carried stays held and is resent after the next
         connection (the first attempt after the backoff delay; at once at flush and close)."""
+        if self._boxed:  # what it held is resent (held records, open begins), not read
+            self._take_ended()
+            self._n, self._boxed = int(self._box.seq), False
+            self._box.reset(0)
+            self._box.paused = True
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -209,65 +316,103 @@ class SocketSink:
                  reason, len(self.unacked))
 
     # -- the one way out -----------------------------------------------------------------------
-    def _send(self, ftype: Any, payload: Mapping[str, Any]) -> bool:
-        """A JSON frame, written; False (nothing written) for a payload that is not JSON (NaN,
-        a lone surrogate)."""
+    def _send(self, ftype: Any, payload: Mapping[str, Any], now: bool = False) -> bool:
+        """A JSON frame, written (``now``: and sent with the batch before it); False (nothing
+        written) for a payload that is not JSON (NaN, a lone surrogate)."""
         try:
             frame = self._protocol.encode(ftype, payload)
         except (ValueError, TypeError):
             return False
-        self._write(frame)
+        self._write(frame, now)
         return True
 
-    def _write(self, frame: bytes) -> None:
+    def _write(self, frame: bytes, now: bool = False) -> None:
         """Every frame leaves here; never raises. A broken connection is dropped (``_sock``
-        None afterwards) and the caller keeps what the frame carried. What the socket does
-        not take at once waits in the output buffer; the call waits for it (``BLOCK_S`` at
-        most, as a full pipe would make it) only while the daemon shows it takes records."""
+        None afterwards) and the caller keeps what the frame carried. With a black box the
+        frame waits there for its batch (unless ``now``). What the socket does not take at
+        once waits (in the output buffer, or the black box); the call waits for it
+        (``BLOCK_S`` at most, as a full pipe would make it) only while the daemon shows it
+        takes records."""
         sock = self._sock
         if sock is None:
             return
-        out = self._out
+        if self._boxed:
+            box = self._box
+            try:
+                box.append(frame)
+            except OSError as exc:  # no memory for it: the next connections go without
+                self._disconnect(f"the black box cannot grow ({exc})")
+                self._boxing = False
+                self._box = None
+                box.close()
+                return
+            if not (now or box.due()):
+                return
+        else:
+            self._out += frame
+        self._push(sock, now or self._boxed)
+
+    def _pump(self) -> None:
+        """The lanes' call when the black box's batch is due: send it, look for
+        acknowledgements, hold the steps the lanes ended and keep ``high_water``."""
+        with self._lock:
+            if self._sock is not None and self._mine():
+                self._push(self._sock, True)
+            self._take_ended()
+            self._after_record()
+
+    def _take_ended(self) -> None:
+        """Hold the steps whose CLOSE a lane wrote (numbered there) until acknowledged."""
+        ended = self._ended
+        n = len(ended)  # a lane may append meanwhile: those wait for the next call
+        if n:
+            for st in ended[:n]:
+                self.unacked[st.close_seq] = st
+            del ended[:n]
+
+    def _push(self, sock: _socket.socket, poll: bool) -> None:
+        """Send what waits, waiting for the socket only while the daemon takes records; look
+        for acknowledgements after a batch (``poll``), or every ``ACK_EVERY`` frames."""
         try:
-            if out:
-                out += frame
-                self._drain_out(sock)
-            else:
-                try:
-                    n = sock.send(frame, _socket.MSG_DONTWAIT)
-                except BlockingIOError:
-                    n = 0
-                if n < len(frame):
-                    out += frame[n:]
-            if out and time.monotonic() - self._alive_at < BLOCK_S:
+            left = self._drain(sock)
+            if left and time.monotonic() - self._alive_at < BLOCK_S:
                 deadline = time.monotonic() + BLOCK_S
-                while out and (left := deadline - time.monotonic()) > 0:
-                    if select.select([], [sock], [], left)[1]:
-                        self._drain_out(sock)
-                if out:
+                while left and (wait := deadline - time.monotonic()) > 0:
+                    if select.select([], [sock], [], wait)[1]:
+                        left = self._drain(sock)
+                if left:
                     self._disconnect(f"the daemon read nothing for {BLOCK_S:g} s", stuck=True)
                     return
         except (OSError, ValueError) as exc:
             self._disconnect(f"send failed ({exc})")
             return
-        if len(out) > OUT_MAX_BYTES:
-            self._disconnect(f"the daemon read nothing of the last {len(out)} bytes sent",
+        if left > OUT_MAX_BYTES:
+            self._disconnect(f"the daemon read nothing of the last {left} bytes sent",
                              stuck=True)
             return
         self._unread += 1
-        if self._unread >= ACK_EVERY:  # acknowledgements are read on every path
+        if poll or self._unread >= ACK_EVERY:  # acknowledgements are read on every path
             self._unread = 0
             self._poll()
 
-    def _drain_out(self, sock: _socket.socket) -> None:
-        """Send what the output buffer holds, as far as the socket takes it now."""
+    def _drain(self, sock: _socket.socket) -> int:
+        """Send what waits (the output buffer, or the black box's frames not taken yet), as
+        far as the socket takes it now; the bytes still waiting. A black box whose frames
+        were all taken starts again empty."""
+        if self._boxed:
+            return int(self._box.drain(sock))
         out = self._out
         while out:
             try:
                 n = sock.send(out, _socket.MSG_DONTWAIT)
             except BlockingIOError:
-                return
+                break
             del out[:n]
+        return len(out)
+
+    def _drain_out(self, sock: _socket.socket) -> None:
+        """Send what waits, as far as the socket takes it now (``_wait``'s writable socket)."""
+        self._drain(sock)
 
     def _send_record(self, seq: int, item: SuperstepRecord | Step) -> None:
         """A held record as a RECORD frame; one that cannot be encoded is refused here."""
@@ -314,6 +459,7 @@ class SocketSink:
                 if not isinstance(seq, int):
                     seq = None
                 if ftype is FrameType.ACK and seq is not None:
+                    self._take_ended()
                     done = []
                     while unacked:
                         first = next(iter(unacked))
@@ -358,8 +504,8 @@ class SocketSink:
                     time.sleep(max(0.0, min(left, self._retry_at - time.monotonic())))
                 continue
             try:
-                readable, writable, _ = select.select([sock], [sock] if self._out else [], [],
-                                                      min(left, 1.0))
+                readable, writable, _ = select.select([sock], [sock] if self._waiting() else [],
+                                                      [], min(left, 1.0))
                 if writable:
                     self._drain_out(sock)
             except (OSError, ValueError) as exc:
@@ -368,6 +514,10 @@ class SocketSink:
             if readable:
                 self._poll()
         return done()
+
+    def _waiting(self) -> bool:
+        """Whether frames wait to be sent (the output buffer, or the black box)."""
+        return bool(self._out) or (self._boxed and self._box.waiting > 0)
 
     def _mine(self) -> bool:
         return self._pid == identity.pid  # a forked child never uses its parent's connection
@@ -448,7 +598,7 @@ class SocketSink:
                 self._send(self._protocol.FrameType.BEGIN, payload)
                 return None
             self._awaited.add(seq)
-            if not self._send(self._protocol.FrameType.BEGIN, payload):
+            if not self._send(self._protocol.FrameType.BEGIN, payload, now=True):
                 self._awaited.discard(seq)
                 return None
             self._wait(lambda: seq in self._replies, min(self.timeout_s, BLOCK_S),
@@ -462,6 +612,7 @@ class SocketSink:
                 self.fallback.record(rec)
                 return
             self._open.pop((rec.run_id, rec.index), None)
+            self._take_ended()
             self._seq += 1
             self.unacked[self._seq] = rec
             if self._sock is not None or self._attempt():
@@ -478,6 +629,7 @@ class SocketSink:
             frame = None
             if (self._sock is not None or self._attempt()) and step.sent == self._gen:
                 frame = self._close_frame(step)  # may declare a CONTEXT, and lose the socket
+            self._take_ended()
             self._seq += 1
             self.unacked[self._seq] = step
             if self._sock is not None:
@@ -520,7 +672,8 @@ class SocketSink:
             seq = self._seq
             self._awaited.add(seq)
             if not self._send(self._protocol.FrameType.READ,
-                              {"s": seq, "pid": pid, "tid": tid, "count": list(events)}):
+                              {"s": seq, "pid": pid, "tid": tid, "count": list(events)},
+                              now=True):
                 self._awaited.discard(seq)
                 return {"code": "bad_read", "message": "the request is not JSON"}
             self._wait(lambda: seq in self._replies, self.timeout_s, reconnect=False)
@@ -534,10 +687,11 @@ class SocketSink:
         with self._lock:
             if not self._mine():
                 return False
+            self._take_ended()
             if self.unacked:
                 if self._sock is not None or self._attempt(force=True):
                     self._seq += 1
-                    self._send(self._protocol.FrameType.SYNC, {"s": self._seq})
+                    self._send(self._protocol.FrameType.SYNC, {"s": self._seq}, now=True)
                 self._wait(lambda: not self.unacked,
                            self.timeout_s if timeout_s is None else timeout_s, reconnect=True)
             ok = not self.unacked and self.refused_count == self._flushed_refused \
@@ -553,11 +707,17 @@ class SocketSink:
         with self._lock:
             if not self._mine():
                 return
+            self._take_ended()
             if self.unacked and (self._sock is not None or self._attempt(force=True)):
                 self.flush(timeout_s)
             if self._sock is not None:
-                self._sock.close()
+                self._sock.close()  # the daemon reads what the black box still holds
                 self._sock = None
+            if self._box is not None:
+                self._take_ended()
+                self._n, self._boxed = int(self._box.seq), False
+                self._box.close()
+                self._box = None
             self.degraded = "closed"
             held = len(self.unacked)
             if spill and held:
@@ -570,6 +730,30 @@ class SocketSink:
             if spill and self.unacked:
                 log.warning("counterd: %d records the daemon did not acknowledge are lost: "
                             "the spill file could not be written", len(self.unacked))
+
+
+class _Held:
+    """``SocketSink._lock`` held: the first hold of a thread pauses the lanes, the last
+    release lets them write into the black box again."""
+
+    __slots__ = ("sink",)
+
+    def __init__(self, sink: SocketSink) -> None:
+        self.sink = sink
+
+    def __enter__(self) -> None:
+        sink = self.sink
+        sink._rlock.acquire()
+        sink._held += 1
+        if sink._held == 1:
+            sink._pause_lanes()
+
+    def __exit__(self, *exc: object) -> None:
+        sink = self.sink
+        sink._held -= 1
+        if sink._held == 0:
+            sink._resume_lanes()
+        sink._rlock.release()
 
 
 def _line_of(item: Any) -> dict[str, Any]:

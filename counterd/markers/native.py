@@ -8,10 +8,15 @@ frames in the spool's mapping). Everything the lane does not do itself it hands 
 Python recorder, which stays the one definition of a record: materialising records, params
 that need cleaning, ends that match nothing, a read of another layout, a spool that cannot grow.
 
+Under the daemon's socket a lane writes its frames into the client's black box
+(:class:`counterd.markers.client.SocketSink`), which leaves in batches; a step it closed goes to
+the sink, held until the daemon acknowledges it.
+
 A thread gets no lane, and keeps the Python path, for: the sim, papi and callgrind backends
 (streams to simulate, a library's read, counter dumps), perf groups split over several kernel
-groups or opened with ``inherit``, a backend that failed (its records say why), the daemon's
-socket, and a spool written as JSON lines.
+groups or opened with ``inherit``, a backend that failed (its records say why), a daemon that
+takes no black box (or none connected when the thread first marks), and a spool written as
+JSON lines.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from counterd import _native, protocol
 from counterd.markers import sampling
+from counterd.markers.client import SocketSink
 from counterd.markers.sinks import MemorySink, SpoolSink
 from counterd.records import MAX_NAME_CHARS, MAX_PARAMS, MAX_VALUE_CHARS
 
@@ -112,8 +118,22 @@ def attach(rec: Recorder, st: _ThreadState) -> Any:
             return None
         kw.update(on_closed=None, writer=writer.native, sink_open=sink.open,
                   sink_closed=sink.closed, c_open=c_open, c_close=c_close)
+    elif isinstance(sink, SocketSink):
+        # The daemon's socket through the black box: the lane writes the frames there and
+        # hands each step it closed to the sink, which holds it until acknowledged and sends
+        # the batch when due (sink._pump).
+        with sink._lock:
+            box = sink._box if sink._boxed else None
+            if box is None or box.native is None or not sink._mine():
+                return None  # no connection now, or an older daemon: frames one by one
+            c_open = sink._context_id(rec._ctx, ())
+            c_close = sink._context_id(rec._ctx, names)
+        if c_open is None or c_close is None:
+            return None
+        kw.update(on_closed=sink._ended.append, writer=box.native, sink_open=sink.open,
+                  sink_closed=sink.closed, c_open=c_open, c_close=c_close, pump=sink._pump)
     else:
-        return None  # the daemon's socket: acknowledged frames, in Python
+        return None
     tail = protocol.dumps_payload(unsupported).encode() if unsupported else b""
     if len(tail) > 0xFFFF:
         return None
@@ -129,6 +149,8 @@ def attach(rec: Recorder, st: _ThreadState) -> Any:
                     install=install, sample_below=sample.below_ns if sample else 0,
                     sample_every=sample.every if sample else 1, names=names,
                     group_unsupported=dict(group_unsupported), **kw)
+    if isinstance(sink, SocketSink):
+        sink._lanes.add(lane)  # its open steps are begun again on a new connection
     if install:
         lane.install()
     return lane
