@@ -1,0 +1,162 @@
+"""The markers' compiled lanes through the daemon's socket (counterd.markers.native with
+counterd.markers.client.SocketSink): frames written into the client's black box, sent in
+batches, every record acknowledged after commit. The same programs on the Python path
+(``COUNTERD_NATIVE=0``) give the same records; a daemon killed and restarted under a program
+with a superstep open loses nothing and duplicates nothing; threads marking at once keep the
+frame numbers in order."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from counterd import _native
+from counterd.daemon.store import open_readonly
+from counterd.records import SuperstepRecord
+from tests.daemon.conftest import DaemonProc
+
+pytestmark = pytest.mark.skipif(_native.hotpath() is None, reason="the hot path is not built")
+
+SOFTWARE = "task_clock_ns,page_faults,context_switches"
+
+PROGRAM = """
+import json, counterd
+from counterd.markers.api import recorder
+for i in range(300):
+    with counterd.superstep("p", i=i, tag="x" if i % 3 else ""):
+        pass
+with counterd.superstep("outer"):
+    with counterd.superstep("inner", k=1.5):
+        pass
+try:
+    with counterd.superstep("boom"):
+        raise ValueError
+except ValueError:
+    pass
+sink = recorder().sink
+print(json.dumps({"lanes": len(sink._lanes), "flushed": sink.flush(30)}))
+"""
+
+
+def stored(d: DaemonProc, run_id: str) -> list[SuperstepRecord]:
+    store = open_readonly(d.store)
+    try:
+        return store.records(run_id)
+    finally:
+        store.close()
+
+
+def run(code: str, env: dict[str, str], **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, text=True,
+                          capture_output=True, timeout=120, **kw)  # type: ignore[call-overload]
+
+
+def shape(r: SuperstepRecord) -> tuple[object, ...]:
+    """What both engines must agree on (times, cpu and counter values are the run's own)."""
+    return (r.index, r.name, r.rank, r.params, sorted(r.flags - {"migrated"}),
+            r.end_ns is None, {k: v.source for k, v in r.counters.items()},
+            dict(r.unsupported), r.backend)
+
+
+@pytest.mark.parametrize("backend", ["none", "perf"])
+def test_both_engines_store_the_same_records(daemon: DaemonProc, backend: str) -> None:
+    got = {}
+    for native in ("1", "0"):
+        run_id = f"lanes-{backend}-{native}"
+        out = run(PROGRAM, daemon.env(COUNTERD_RUN_ID=run_id, COUNTERD_NATIVE=native,
+                                      COUNTERD_BACKEND=backend, COUNTERD_EVENTS=SOFTWARE
+                                      if backend == "perf" else ""))
+        assert out.returncode == 0, out.stderr
+        said = json.loads(out.stdout)
+        assert said == {"lanes": 1 if native == "1" else 0, "flushed": True}
+        got[native] = stored(daemon, run_id)
+    assert len(got["1"]) == 303
+    assert [shape(r) for r in got["1"]] == [shape(r) for r in got["0"]]
+    if backend == "perf":
+        assert all(r.counters["task_clock_ns"].value > 0 for r in got["1"])
+    assert "bad_seq" not in daemon.log_text()
+
+
+RESTART = """
+import sys, counterd
+from counterd.markers.api import recorder
+outer = counterd.superstep("outer")
+outer.__enter__()
+for i in range(50):
+    with counterd.superstep("before", i=i):
+        pass
+sink = recorder().sink
+assert sink.flush(30)
+print("ready", flush=True)
+sys.stdin.readline()  # the daemon is killed and started again meanwhile
+for i in range(50):
+    with counterd.superstep("after", i=i):
+        pass
+outer.__exit__(None, None, None)
+print("flushed" if sink.flush(30) else "not flushed", sink.degraded, flush=True)
+"""
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_daemon_restarted_under_an_open_superstep(tmp_path: Path, native: str) -> None:
+    """The daemon dies (kill -9) with the program inside "outer"; after it starts again the
+    program's next markers reconnect, begin "outer" again and resend what was not
+    acknowledged: every superstep is stored once, complete."""
+    d = DaemonProc(tmp_path / "d").start()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(RESTART)], text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=d.env(COUNTERD_RUN_ID="restart", COUNTERD_NATIVE=native,
+                      COUNTERD_BACKEND="perf", COUNTERD_EVENTS=SOFTWARE))
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read() if proc.stderr \
+            else ""
+        d.kill9()
+        d.start()
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert out.startswith("flushed None"), (out, err)
+        recs = stored(d, "restart")
+        names = sorted((r.name, r.params.get("i", -1)) for r in recs)
+        assert names == sorted([("before", i) for i in range(50)]
+                               + [("after", i) for i in range(50)] + [("outer", -1)])
+        assert all(r.end_ns is not None and "incomplete" not in r.flags for r in recs)
+        outer = next(r for r in recs if r.name == "outer")
+        assert outer.end_ns is not None and outer.end_ns - outer.begin_ns > 0
+    finally:
+        d.stop()
+
+
+def test_threads_marking_at_once_keep_frames_in_order(daemon: DaemonProc) -> None:
+    out = run("""
+        import json, threading, counterd
+        from counterd.markers.api import recorder
+        def work(k):
+            for i in range(500):
+                with counterd.superstep("t", k=k, i=i):
+                    pass
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        sink = recorder().sink
+        print(json.dumps({"lanes": len(sink._lanes), "flushed": sink.flush(30)}))
+    """, daemon.env(COUNTERD_RUN_ID="threads", COUNTERD_BACKEND="perf",
+                    COUNTERD_EVENTS=SOFTWARE))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"lanes": 4, "flushed": True}
+    recs = stored(daemon, "threads")
+    assert sorted((r.params["k"], r.params["i"]) for r in recs) == \
+        [(k, i) for k in range(4) for i in range(500)]
+    assert "bad_seq" not in daemon.log_text() and "refused" not in daemon.log_text()
+    assert os.path.exists(daemon.socket)
