@@ -8,7 +8,11 @@ Each batch times N empty ``with counterd.superstep(...)`` blocks; the figure is 
 batches of batch time / N (min and max beside it). The two engines alternate batch by batch, so
 that the host's drift falls on both alike. "through the daemon" includes sending the begin and
 the record frames and reading acknowledgements as they arrive; the last column says how many
-records the daemon had acknowledged (committed) when the batches ended plus a flush. Through
+records the daemon had acknowledged (committed) when the batches ended plus a flush (a flush,
+untimed, also follows every batch: a batch of N pairs, N below the client's high-water mark,
+measures what the markers cost the program while the daemon keeps up; a program marking empty
+supersteps without end is slowed to the daemon's ingest rate instead, see
+bench/daemon_throughput.py). Through
 the daemon, the compiled path writes the frames into the client's black box, sent in batches;
 counting on the client's behalf has no compiled path (its rows are the Python path's). The
 floor beside them: two ``read(2)`` of the perf group leader, from Python, per pair.
@@ -88,6 +92,9 @@ def main() -> int:
                         gc.collect()  # the other engine's garbage is not this one's time
                         per_pair_us(200, 1)  # warm-up
                         samples[engine] += per_pair_us(args.pairs, 1)
+                        sink = last[engine].sink
+                        if isinstance(sink, SocketSink):  # untimed: the daemon catches up
+                            sink.flush(60)
                 for engine, got in samples.items():
                     acked = ""
                     sink = last[engine].sink

@@ -15,6 +15,12 @@ here (:class:`counterd.markers.sinks.SpoolSink`), in one of two forms:
   a ``record`` line (a :class:`~counterd.records.SuperstepRecord` in its JSON form) after it,
   each one ``write(2)`` on an O_APPEND descriptor, so a killed process leaves whole lines.
 
+The mapped form serves the daemon's socket too, as the marker client's *black box*
+(:meth:`MappedWriter.memory`, :func:`read_box`): the same frames in an anonymous memory file
+the daemon holds a descriptor of, emptied each time a batch has been sent, its head also
+giving the stream offset of its first frame byte, so that the daemon can read what a client
+that died had written but not sent.
+
 This module is the format's one home: encoding, reading a file of either form back as the same
 events (torn or damaged parts skipped), and collecting a spool directory into records.
 """

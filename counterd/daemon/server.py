@@ -307,24 +307,44 @@ class Server:
         """Decode and handle ``data`` of the client's stream; False when the session closed."""
         decoder = session.decoder
         decoder.feed(data)
-        try:
-            for ftype, payload in decoder.frames():
-                session.handle(ftype, payload)
-                if session.closed:
+        while True:
+            try:
+                for ftype, payload in decoder.frames():
+                    session.handle(ftype, payload)
+                    if session.closed:
+                        return False
+                break
+            except ProtocolError as exc:  # that frame refused: go on with the next
+                session.violation(exc.code, exc.message)
+                if decoder.broken or not session.hello:
+                    session.close(incomplete=True)
                     return False
-        except ProtocolError as exc:
-            session.violation(exc.code, exc.message)
-            if decoder.broken or not session.hello:
+            except Exception:  # a bug the frame reached: this client goes, the daemon stays
+                log.exception("%s: internal error handling a frame", session.describe())
+                session.violation("internal", "the daemon could not handle a frame; reconnect")
                 session.close(incomplete=True)
                 return False
-        except Exception:  # a bug the frame reached: this client goes, the daemon stays
-            log.exception("%s: internal error handling a frame", session.describe())
-            session.violation("internal", "the daemon could not handle a frame; reconnect")
-            session.close(incomplete=True)
-            return False
         session.partial_since = (session.partial_since or time.monotonic()) \
             if decoder.pending else None
         return True
+
+    def _gone(self, session: Session) -> None:
+        """A reply could not be sent (EPIPE, ECONNRESET): the client is gone, but what it sent
+        before is still to be read, then its black box (:meth:`_end`)."""
+        while not session.closed:
+            try:
+                data, fds = _receive(session.sock)
+            except (BlockingIOError, InterruptedError, OSError):
+                break
+            for fd in fds:
+                session.descriptor(fd)
+            if not data:
+                break
+            session.received += len(data)
+            if not self._feed(session, data):
+                return
+        if not session.closed:
+            self._end(session)
 
     def _end(self, session: Session) -> None:
         """The connection ended: the frames the client wrote to its black box but never sent
@@ -350,8 +370,8 @@ class Server:
                 del session.outbuf[:n]
             except (BlockingIOError, InterruptedError):
                 pass
-            except OSError:
-                session.close(incomplete=True)
+            except OSError:  # the client is gone: what it sent and its black box first
+                self._gone(session)
                 return
         want = selectors.EVENT_READ | (selectors.EVENT_WRITE if session.outbuf else 0)
         if session.writing != bool(session.outbuf):
