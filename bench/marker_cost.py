@@ -101,7 +101,7 @@ def main() -> int:
                     if isinstance(sink, SocketSink):
                         ok = sink.flush(60)
                         acked = "all" if ok else f"{len(sink.unacked)} unacked"
-                        if sink.degraded:
+                        if sink.degraded and sink.degraded != "closed":  # closed: replaced
                             acked += f" (degraded: {sink.degraded})"
                     print(f"{label + ', ' + engine:<72} {statistics.median(got):>15.2f} "
                           f"{min(got):>8.2f} {max(got):>8.2f}  {acked}", flush=True)

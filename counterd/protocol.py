@@ -62,8 +62,8 @@ them in batches; if the connection ends, the daemon reads from the black box (``
 never a mapping) the frames beyond the last byte it received, and handles them before the
 begins still open become incomplete records. So a client killed between two batches loses
 nothing it had written, and a marker pair costs no system call. The daemon takes the
-descriptor only if it is a memory file (``F_GET_SEALS`` works: reading it cannot block), one
-per connection; any other descriptor is closed unread.
+descriptor only if it is a shared-memory file (memfd or tmpfs: ``F_GET_SEALS`` works, and
+reading it cannot block), one per connection; any other descriptor is closed unread.
 
 Sequence numbers are per connection, strictly increasing, assigned by the client to every
 frame after HELLO. Acks are cumulative and coalesced: a client that is slow to read sees one

@@ -2,7 +2,7 @@
 section 6, :mod:`counterd.protocol`).
 
 A :class:`Session` answers HELLO with WELCOME, then takes CONTEXT, BEGIN, OPEN, CLOSE, RECORD,
-READ and SYNC frames in sequence-number order. It holds the supersteps begun (BEGIN, OPEN)
+READ, SYNC and BUFFER frames in sequence-number order. It holds the supersteps begun (BEGIN, OPEN)
 until they end (RECORD, CLOSE), hands records to the writer (:mod:`counterd.daemon.writer`),
 counts on the client's behalf where asked (:mod:`counterd.daemon.behalf`) and answers each
 frame it refuses with an ERROR (a ``protocol_errors`` metric per code). Replies wait in
@@ -379,7 +379,8 @@ class Session:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
                     raise OSError("not a regular file")
             except OSError:
-                why = "the BUFFER's descriptor is not a memory file (memfd_create)"
+                why = ("the BUFFER's descriptor is not a shared-memory file (memfd_create or "
+                       "tmpfs)")
         if why is not None:
             if fd is not None:
                 os.close(fd)
