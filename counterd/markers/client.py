@@ -355,8 +355,10 @@ class SocketSink:
     def _pump(self) -> None:
         """The lanes' call when the black box's batch is due: send it, look for
         acknowledgements, hold the steps the lanes ended and keep ``high_water``."""
+        if not self._mine():  # a forked child: its parent's connection is not its own
+            return
         with self._lock:
-            if self._sock is not None and self._mine():
+            if self._sock is not None:
                 self._push(self._sock, True)
             self._take_ended()
             self._after_record()
@@ -409,10 +411,6 @@ class SocketSink:
                 break
             del out[:n]
         return len(out)
-
-    def _drain_out(self, sock: _socket.socket) -> None:
-        """Send what waits, as far as the socket takes it now (``_wait``'s writable socket)."""
-        self._drain(sock)
 
     def _send_record(self, seq: int, item: SuperstepRecord | Step) -> None:
         """A held record as a RECORD frame; one that cannot be encoded is refused here."""
@@ -507,7 +505,7 @@ class SocketSink:
                 readable, writable, _ = select.select([sock], [sock] if self._waiting() else [],
                                                       [], min(left, 1.0))
                 if writable:
-                    self._drain_out(sock)
+                    self._drain(sock)
             except (OSError, ValueError) as exc:
                 self._disconnect(f"send failed ({exc})")
                 continue

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from counterd import _native
-from counterd.daemon.store import open_readonly
 from counterd.records import SuperstepRecord
 from tests.daemon.conftest import DaemonProc
+from tests.daemon.test_daemon import run_py, stored
 
 pytestmark = pytest.mark.skipif(_native.hotpath() is None, reason="the hot path is not built")
 
@@ -44,19 +44,6 @@ print(json.dumps({"lanes": len(sink._lanes), "flushed": sink.flush(30)}))
 """
 
 
-def stored(d: DaemonProc, run_id: str) -> list[SuperstepRecord]:
-    store = open_readonly(d.store)
-    try:
-        return store.records(run_id)
-    finally:
-        store.close()
-
-
-def run(code: str, env: dict[str, str], **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, text=True,
-                          capture_output=True, timeout=120, **kw)  # type: ignore[call-overload]
-
-
 def shape(r: SuperstepRecord) -> tuple[object, ...]:
     """What both engines must agree on (times, cpu and counter values are the run's own)."""
     return (r.index, r.name, r.rank, r.params, sorted(r.flags - {"migrated"}),
@@ -69,7 +56,7 @@ def test_both_engines_store_the_same_records(daemon: DaemonProc, backend: str) -
     got = {}
     for native in ("1", "0"):
         run_id = f"lanes-{backend}-{native}"
-        out = run(PROGRAM, daemon.env(COUNTERD_RUN_ID=run_id, COUNTERD_NATIVE=native,
+        out = run_py(PROGRAM, daemon.env(COUNTERD_RUN_ID=run_id, COUNTERD_NATIVE=native,
                                       COUNTERD_BACKEND=backend, COUNTERD_EVENTS=SOFTWARE
                                       if backend == "perf" else ""))
         assert out.returncode == 0, out.stderr
@@ -137,7 +124,7 @@ def test_a_daemon_restarted_under_an_open_superstep(tmp_path: Path, native: str)
 
 
 def test_threads_marking_at_once_keep_frames_in_order(daemon: DaemonProc) -> None:
-    out = run("""
+    out = run_py("""
         import json, threading, counterd
         from counterd.markers.api import recorder
         def work(k):
