@@ -154,6 +154,7 @@ class MappedWriter:
             self.batching = self.native.batching  # type: ignore[method-assign]
             return
         self.native = None
+        self._pid = os.getpid()  # a forked child never writes into its parent's file
         os.posix_fallocate(fd, 0, CHUNK)
         self._map = mmap.mmap(fd, CHUNK, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self._fd = os.dup(fd)  # for growing the file (the mapping keeps its own)
@@ -229,6 +230,7 @@ class MappedWriter:
         writers out meanwhile.)"""
         import socket
 
+        self._own()
         with self._lock:
             while self._taken < self._end - HEAD_BYTES:
                 try:
@@ -242,7 +244,12 @@ class MappedWriter:
             self.reset(self._base + self._taken)
         return left
 
+    def _own(self) -> None:
+        if os.getpid() != self._pid:
+            raise OSError(errno.EBADF, "a parent's mapping: the child has its own file")
+
     def append(self, frame: bytes) -> None:
+        self._own()
         with self._lock:
             if self._batch[0] and self._end - HEAD_BYTES == self._taken:
                 self._batch_at = time.monotonic_ns()
@@ -266,6 +273,7 @@ class MappedWriter:
         """Empty again, the first frame byte now the stream's byte ``base``: the commit
         counter goes to 0 before the base moves, so a reader finds the old frames under the
         old base, or none."""
+        self._own()
         with self._lock:
             self._end = HEAD_BYTES
             self._taken, self._base = 0, base

@@ -18,7 +18,9 @@
  *
  * Thread safety: every function runs with the GIL held and never releases it (the read(2) of
  * a perf group takes well under a microsecond), so a lane, a step and a mapped file are never
- * touched by two threads at once.
+ * touched by two threads at once; the calls into Python it makes (a record's materialisation,
+ * the Python OPEN and CLOSE, the socket's pump, which may wait for the sink's lock or the
+ * daemon) happen where no state of its own is half written.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -221,6 +223,8 @@ static PyObject *MappedFile_new(PyTypeObject *type, PyObject *args, PyObject *kw
 
 static void mf_close(MappedFile *m)
 {
+    m->end = m->head; /* nothing waits in a closed file */
+    m->taken = 0;
     if (m->base != NULL)
         munmap(m->base, m->size);
     if (m->fd >= 0)
@@ -288,6 +292,10 @@ static PyObject *MappedFile_reset(MappedFile *self, PyObject *arg)
     if (self->base == NULL || self->head < 24) {
         PyErr_SetString(PyExc_ValueError, "reset: no mapping, or a head without a base");
         return NULL;
+    }
+    if (self->pid != cached_pid) { /* a parent's mapping: never the child's to empty */
+        errno = EBADF;
+        return PyErr_SetFromErrno(PyExc_OSError);
     }
     mf_reset(self, (uint64_t)base);
     Py_RETURN_NONE;
@@ -900,11 +908,13 @@ static int write_close(Lane *lane, HotStep *st)
     return 1;
 }
 
+static int stack_remove(Lane *lane, HotStep *st);
+
 /* The socket's batch, sent when due (the sink's _pump): 0, or -1 with an exception. */
 static int lane_pump(Lane *lane)
 {
     if (lane->pump == NULL || lane->pump == Py_None || lane->writer == NULL
-        || !mf_due(lane->writer))
+        || lane->writer->fd < 0 || !mf_due(lane->writer))
         return 0;
     PyObject *r = PyObject_CallNoArgs(lane->pump);
     if (r == NULL)
@@ -1005,40 +1015,51 @@ static PyObject *lane_begin(Lane *lane, PyObject *name, PyObject *params_in)
         }
     }
     PyObject_GC_Track(st);
+    /* On the stack before anything can call into Python (the socket's pump, the Python OPEN):
+     * a new connection made meanwhile begins every open step again. Its begin time is the
+     * OPEN's until its first reading is taken. */
+    int64_t t = now_ns();
+    st->begin_ns = t;
+    if (PyList_Append(lane->stack, (PyObject *)st) < 0)
+        goto fail;
     /* The OPEN first: it is what survives a kill inside the superstep. */
     if (lane->sink_open != Py_None) {
-        int64_t t = now_ns();
         int w = write_open(lane, st, t);
         if (w < 0)
-            goto fail;
+            goto fail_stacked;
         if (w == 0) {
             PyObject *sent = PyObject_CallFunction(lane->sink_open, "OLOLiLO", lane->ctx,
                                                    (long long)st->index, st->name,
                                                    (long long)st->rank, st->cpu, (long long)t,
                                                    st->params);
             if (sent == NULL)
-                goto fail;
+                goto fail_stacked;
             long long on = PyLong_AsLongLong(sent); /* the sink's connection number */
             Py_DECREF(sent);
             if (on == -1 && PyErr_Occurred())
-                goto fail;
+                goto fail_stacked;
             st->sent = on;
         } else {
             st->sent = (int64_t)lane->writer->gen;
         }
         if (lane_pump(lane) < 0) /* before the superstep's first reading: not its cost */
-            goto fail;
+            goto fail_stacked;
     }
     if (lane->fd >= 0 && !st->sampled) {
         int r = read_group(lane, st->raw, &st->start_obj);
         if (r < 0)
-            goto fail;
+            goto fail_stacked;
         st->has_start = (char)r;
     }
     st->begin_ns = now_ns();
-    if (PyList_Append(lane->stack, (PyObject *)st) < 0)
-        goto fail;
     return (PyObject *)st;
+fail_stacked: {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (stack_remove(lane, st) < 0)
+            PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+    }
 fail:
     Py_DECREF(st);
     return NULL;

@@ -114,6 +114,7 @@ class Server:
         self._wake_w.setblocking(False)
         self._listener: socket.socket | None = None
         self._path: Path | None = None
+        self._stopping = False  # the writer has stopped: nothing more can be stored
 
     # -- lifecycle ---------------------------------------------------------------------------
     def listen(self, path: Path, mode: int) -> None:
@@ -147,6 +148,7 @@ class Server:
         """After the writer's last commit: acknowledge, send what is pending (waiting up to a
         second per client), close every connection (no incomplete records: the daemon, not
         the client, is going away)."""
+        self._stopping = True
         self._on_wake()
         for session in list(self._sessions.values()):
             with contextlib.suppress(OSError):
@@ -190,7 +192,8 @@ class Server:
                                   f"{PARTIAL_FRAME_TIMEOUT_S:.0f} s")
                 session.close(incomplete=True)
             elif not session.begins and now - session.last_frame > idle_s \
-                    and session.ack_sent >= session.ack_wanted and not session.outbuf:
+                    and session.ack_sent >= session.ack_wanted and not session.outbuf \
+                    and not session.unsent():  # frames waiting in its black box: not idle
                 session.violation("idle", f"nothing sent for {idle_s:g} s with no superstep "
                                   "open (socket.idle_timeout_s); reconnect when needed")
                 session.close(incomplete=False)
@@ -330,7 +333,13 @@ class Server:
 
     def _gone(self, session: Session) -> None:
         """A reply could not be sent (EPIPE, ECONNRESET): the client is gone, but what it sent
-        before is still to be read, then its black box (:meth:`_end`)."""
+        before is still to be read, then its black box (:meth:`_end`); at shutdown, after the
+        writer's last commit, nothing more can be stored."""
+        if self._stopping:
+            log.info("%s: gone while the daemon stops: what it had not sent is not read",
+                     session.describe())
+            session.close(incomplete=False)
+            return
         while not session.closed:
             try:
                 data, fds = _receive(session.sock)

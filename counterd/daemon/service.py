@@ -76,17 +76,18 @@ RESERVED_FDS = 128  # the store, the listener, /metrics, counting on behalf, the
 
 def fit_open_files(limits: Limits) -> Limits:
     """``limits`` with ``max_clients`` fitting the open-file limit: the soft limit is raised
-    towards the hard one (systemd's default hard limit is 524288) to hold every client plus
-    :data:`RESERVED_FDS`; if it cannot be, ``max_clients`` is lowered, with a warning."""
+    towards the hard one (systemd's default hard limit is 524288) to hold two descriptors per
+    client (its connection and its black box) plus :data:`RESERVED_FDS`; if it cannot be,
+    ``max_clients`` is lowered, with a warning."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = limits.max_clients + RESERVED_FDS
+    want = 2 * limits.max_clients + RESERVED_FDS
     if soft != resource.RLIM_INFINITY and soft < want:
         new = want if hard == resource.RLIM_INFINITY else min(want, hard)
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
             soft = new
     if soft != resource.RLIM_INFINITY and soft < want:
-        fit = max(1, soft - RESERVED_FDS)
+        fit = max(1, (soft - RESERVED_FDS) // 2)
         log.warning("open-file limit %d fits %d clients, not socket.max_clients = %d: "
                     "serving %d (raise LimitNOFILE)", soft, fit, limits.max_clients, fit)
         return dataclasses.replace(limits, max_clients=fit)

@@ -58,10 +58,12 @@ class SocketSink:
     """Sends begins and records to the daemon over its Unix socket (:mod:`counterd.protocol`).
 
     Every record stays in ``unacked`` until the daemon acknowledges it (acknowledged =
-    committed to the daemon's store); acknowledgements are looked for every ``ACK_EVERY``
-    frames sent, without blocking. A full socket makes a send wait (``BLOCK_S`` at most) only
-    while the daemon shows that it takes records; otherwise what the socket does not take
-    waits in an output buffer, and a daemon that reads nothing is left for a new connection.
+    committed to the daemon's store; a step a compiled lane ended waits in ``_ended`` until
+    the next look at the socket moves it there); acknowledgements are looked for after each
+    batch, or every ``ACK_EVERY`` frames sent one by one, without blocking. A full socket
+    makes a send wait (``BLOCK_S`` at most) only while the daemon shows that it takes
+    records; otherwise what the socket does not take waits (in an output buffer, or the black
+    box), and a daemon that reads nothing is left for a new connection.
 
     Where the daemon offers it (WELCOME ``"buffer"``), frames go first to a *black box*, a
     memory file the daemon holds too (:class:`counterd.spool.MappedWriter`, passed once per
@@ -296,8 +298,8 @@ class SocketSink:
     def _disconnect(self, reason: str, stuck: bool = False) -> None:
         """Drop the connection; what it carried stays held and is resent after the next
         connection (the first attempt after the backoff delay; at once at flush and close)."""
-        if self._boxed:  # what it held is resent (held records, open begins), not read
-            self._take_ended()
+        if self._boxed and self._mine():  # what it held is resent (held records, open
+            self._take_ended()             # begins), not read
             self._n, self._boxed = int(self._box.seq), False
             self._box.reset(0)
             self._box.paused = True
@@ -364,12 +366,16 @@ class SocketSink:
             self._after_record()
 
     def _take_ended(self) -> None:
-        """Hold the steps whose CLOSE a lane wrote (numbered there) until acknowledged."""
+        """Hold the steps whose CLOSE a lane wrote (numbered there) until acknowledged; one
+        whose OPEN went the Python way (the lanes were paused) is no longer open."""
         ended = self._ended
         n = len(ended)  # a lane may append meanwhile: those wait for the next call
         if n:
+            opened = self._open
             for st in ended[:n]:
                 self.unacked[st.close_seq] = st
+                if opened:
+                    opened.pop((st.recorder.run_id, st.index), None)
             del ended[:n]
 
     def _push(self, sock: _socket.socket, poll: bool) -> None:
@@ -440,6 +446,7 @@ class SocketSink:
         sock = self._sock
         if sock is None:
             return False
+        self._take_ended()  # an ERROR or ACK may be about a step a lane ended
         try:
             data = sock.recv(65536, _socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
@@ -457,7 +464,6 @@ class SocketSink:
                 if not isinstance(seq, int):
                     seq = None
                 if ftype is FrameType.ACK and seq is not None:
-                    self._take_ended()
                     done = []
                     while unacked:
                         first = next(iter(unacked))
@@ -663,6 +669,9 @@ class SocketSink:
              ) -> dict[str, Any]:
         """Ask the daemon for the counters of ``pid`` (cumulative since the first READ); returns
         the READING or ERROR payload."""
+        if not self._mine():  # a forked child: its parent's connection is not its own
+            return {"code": "unreachable", "message": "a forked child of the process that "
+                    "connected: it has no connection of its own"}
         with self._lock:
             if self._sock is None and not self._attempt(force=True):
                 return {"code": "unreachable", "message": str(self.degraded)}

@@ -19,7 +19,7 @@ import pytest
 from counterd import _native
 from counterd.records import SuperstepRecord
 from tests.daemon.conftest import DaemonProc
-from tests.daemon.test_daemon import run_py, stored
+from tests.daemon.test_daemon import run_py, stored, wait_for
 
 pytestmark = pytest.mark.skipif(_native.hotpath() is None, reason="the hot path is not built")
 
@@ -147,3 +147,114 @@ def test_threads_marking_at_once_keep_frames_in_order(daemon: DaemonProc) -> Non
         [(k, i) for k in range(4) for i in range(500)]
     assert "bad_seq" not in daemon.log_text() and "refused" not in daemon.log_text()
     assert os.path.exists(daemon.socket)
+
+
+# -- found by review: each of these failed before its fix ------------------------------------
+
+def _daemon(tmp_path: Path, socket_extra: str) -> DaemonProc:
+    d = DaemonProc(tmp_path / "d")
+    d.write_config(socket_extra=socket_extra)
+    return d.start()
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_refused_close_of_a_lane_is_counted(tmp_path: Path, native: str) -> None:
+    """The daemon refuses a superstep's OPEN (one open per connection here), then its CLOSE;
+    the ERROR read by a READ's wait (not by an ACK) still counts as refused, so flush() says
+    False, on both engines (the lane's step was not yet held as unacknowledged)."""
+    d = _daemon(tmp_path, "max_open_per_client = 1\n")
+    try:
+        out = run_py("""
+            import json, os, counterd
+            from counterd.markers.api import recorder
+            with counterd.superstep("warm"):
+                pass
+            sink = recorder().sink
+            assert sink.flush(10)
+            with counterd.superstep("outer"):
+                with counterd.superstep("inner"):
+                    pass
+                sink.read(os.getpid(), [])
+            print(json.dumps({"flushed": sink.flush(10), "refused": sink.refused_count}))
+        """, d.env(COUNTERD_RUN_ID="refused", COUNTERD_NATIVE=native, COUNTERD_BACKEND="none"))
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout) == {"flushed": False, "refused": 1}
+        assert sorted(r.name for r in stored(d, "refused")) == ["outer", "warm"]
+    finally:
+        d.stop()
+
+
+def test_a_forked_childs_read_leaves_its_parents_black_box(daemon: DaemonProc) -> None:
+    """A forked child asking its parent's sink for a READ gets no connection, and the
+    parent's black box keeps its head: the parent, killed with frames unsent, loses none."""
+    code = """
+        import os, signal, counterd
+        from counterd.markers import client
+        from counterd.markers.api import recorder
+        client.BATCH_S = 30.0  # no batch falls due by time during the test
+        with counterd.superstep("warm"):
+            pass
+        sink = recorder().sink
+        assert sink.flush(10)
+        for i in range(5):
+            with counterd.superstep("before", i=i):
+                pass
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if sink.read(os.getpid(), [])["code"] == "unreachable" else 3)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        for i in range(5):
+            with counterd.superstep("after", i=i):
+                pass
+        os.kill(os.getpid(), signal.SIGKILL)
+    """
+    out = run_py(code, daemon.env(COUNTERD_RUN_ID="forked", COUNTERD_BACKEND="none"))
+    assert out.returncode == -9, out.stderr
+    wait_for(lambda: len(stored(daemon, "forked")) == 11, what="the 11 records")
+
+
+def test_an_idle_connection_with_frames_in_its_black_box_stays(tmp_path: Path) -> None:
+    """Finished supersteps waiting in the black box for their batch, then a phase without
+    markers longer than socket.idle_timeout_s, then kill -9: the daemon did not close the
+    connection as idle (it would never have read them), and stores them."""
+    d = _daemon(tmp_path, "idle_timeout_s = 1\n")
+    try:
+        out = run_py("""
+            import os, signal, time, counterd
+            from counterd.markers.api import recorder
+            with counterd.superstep("warm"):
+                pass
+            assert recorder().sink.flush(10)
+            for i in range(3):
+                with counterd.superstep("work", i=i):
+                    pass
+            time.sleep(3)
+            os.kill(os.getpid(), signal.SIGKILL)
+        """, d.env(COUNTERD_RUN_ID="idle", COUNTERD_BACKEND="none"))
+        assert out.returncode == -9, out.stderr
+        wait_for(lambda: len(stored(d, "idle")) == 4, what="the 4 records")
+        assert "idle:" not in d.log_text()
+    finally:
+        d.stop()
+
+
+def test_a_step_begun_the_python_way_and_ended_by_its_lane_is_not_left_open(
+        daemon: DaemonProc) -> None:
+    """A lane's begin while another holder has the sink's lock goes the Python way (the
+    sink keeps it as open); its end through the lane must close it there too, or every
+    reconnection would begin it again and the daemon would hold a phantom."""
+    out = run_py("""
+        import json, counterd
+        from counterd.markers.api import recorder
+        with counterd.superstep("warm"):
+            pass
+        sink = recorder().sink
+        with sink._lock:
+            step = counterd.superstep("a")
+            step.__enter__()
+        step.__exit__(None, None, None)
+        print(json.dumps({"flushed": sink.flush(10), "open": len(sink._open)}))
+    """, daemon.env(COUNTERD_RUN_ID="phantom", COUNTERD_BACKEND="none"))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"flushed": True, "open": 0}
