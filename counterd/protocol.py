@@ -55,9 +55,11 @@ Clients send a record as ``RECORD`` whenever it does not fit (incomplete, resent
 reconnect, counted by the daemon, an unknown flag).
 
 A client's frames need not leave it one by one. Where the daemon's WELCOME says ``"buffer":
-true`` a client sends ``BUFFER {"s": seq}`` with one descriptor attached (``SCM_RIGHTS``): its
-*black box*, a memory file in the mapped spool form (:mod:`counterd.spool`) whose head also
-gives the stream offset of its first frame byte. The client writes its frames there and sends
+true`` a client sends ``BUFFER {"s": seq, "box": n}`` with one descriptor attached
+(``SCM_RIGHTS``): its *black box*, a memory file in the mapped spool form (:mod:`counterd.spool`)
+whose head also gives the stream offset of its first frame byte and the connection it serves
+(``n``: a connection the client has left, still open through a forked child, reads nothing of
+the next one's). The client writes its frames there and sends
 them in batches; if the connection ends, the daemon reads from the black box (``pread``,
 never a mapping) the frames beyond the last byte it received, and handles them before the
 begins still open become incomplete records. So a client killed between two batches loses
@@ -512,17 +514,24 @@ class Sync(JsonFrame):
 class Buffer(JsonFrame):
     """c: the client's black box comes with this frame (one descriptor, ``SCM_RIGHTS``): a
     memory file in the mapped spool form (:func:`counterd.spool.read_box`) holding the frames
-    it has written but not sent yet. Only to a daemon whose WELCOME says ``"buffer": true``."""
+    it has written but not sent yet, its head naming this connection ``box`` (the same file
+    serves the client's later connections). Only to a daemon whose WELCOME says ``"buffer":
+    true``."""
 
     TYPE: ClassVar[FrameType] = FrameType.BUFFER
     s: int
+    box: int
 
     def payload(self) -> dict[str, Any]:
-        return {"s": self.s}
+        return {"s": self.s, "box": self.box}
 
     @classmethod
     def decode(cls, p: Mapping[str, Any]) -> Buffer:
-        return cls(_seq(p))
+        s, box = _seq(p), p.get("box")
+        if not _is_int(box, 0, UINT64_MAX):
+            raise ProtocolError("bad_buffer", f"BUFFER's box {box!r:.40} is not an integer in "
+                                "[0, 2^64)")
+        return cls(s, box)
 
 
 @dataclass(frozen=True, slots=True)

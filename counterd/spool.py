@@ -78,8 +78,9 @@ BOX_MAGIC = b"CDSBOX01"
 _HEAD = struct.Struct("<8sQ")  # magic, bytes of frames committed after the head
 _COMMITTED = struct.Struct("<Q")
 # At offset 16, in a black box: the stream offset (bytes sent on the connection before) of
-# the first frame byte. 0 in a spool file.
+# the first frame byte; at 24, the connection it serves (BUFFER's "box"). 0 in a spool file.
 _BASE = struct.Struct("<Q")
+_BOX = struct.Struct("<Q")
 HEAD_BYTES = 64  # frames start here
 CHUNK = 1 << 20  # the file grows by this much, its blocks allocated before they are mapped
 MAX_FRAMES_BYTES = 1 << 32  # a reader's bound on the committed bytes it trusts
@@ -269,6 +270,10 @@ class MappedWriter:
         with self._lock:
             return bytes(self._map[HEAD_BYTES + start:self._end])
 
+    def serve(self, box: int) -> None:
+        """Name the connection the file serves now (head offset 24; before :meth:`reset`)."""
+        os.pwrite(self.fd if self.fd is not None else -1, _BOX.pack(box), 24)
+
     def reset(self, base: int) -> None:
         """Empty again, the first frame byte now the stream's byte ``base``: the commit
         counter goes to 0 before the base moves, so a reader finds the old frames under the
@@ -298,18 +303,19 @@ class MappedWriter:
             self.fd = None
 
 
-def read_box(fd: int, received: int, limit: int) -> bytes:
+def read_box(fd: int, received: int, limit: int, box: int) -> bytes:
     """What a black box (:meth:`MappedWriter.memory`) holds beyond the first ``received``
-    bytes of its stream: the frames its writer committed but had not sent. ``b""`` for a
-    file that is not a black box, or whose head does not cover byte ``received``. At most
-    ``limit`` bytes are read, with ``pread`` (a mapping could fault if the writer truncates
-    the file)."""
+    bytes of connection ``box``'s stream: the frames its writer committed but had not sent.
+    ``b""`` for a file that is not a black box, serves another connection now, or whose head
+    does not cover byte ``received``. At most ``limit`` bytes are read, with ``pread`` (a
+    mapping could fault if the writer truncates the file)."""
     head = os.pread(fd, HEAD_BYTES, 0)
-    if len(head) < 24:
+    if len(head) < 32:
         return b""
     magic, committed = _HEAD.unpack_from(head)
     (base,) = _BASE.unpack_from(head, 16)
-    if magic != BOX_MAGIC or not base <= received <= base + committed:
+    (serves,) = _BOX.unpack_from(head, 24)
+    if magic != BOX_MAGIC or serves != box or not base <= received <= base + committed:
         return b""
     want = min(base + committed - received, limit)
     return os.pread(fd, want, HEAD_BYTES + received - base) if want > 0 else b""

@@ -151,6 +151,7 @@ class Session:
         self.closed = False
         self.received = 0  # bytes read from the connection (the client's stream offset)
         self.box: int | None = None  # the client's black box (a BUFFER's descriptor)
+        self.box_serves = 0  # the connection its head must name (the BUFFER's "box")
         self._box_sent: int | None = None  # a descriptor received, for the next BUFFER
 
     @property
@@ -202,7 +203,8 @@ class Session:
         if self.box is None:
             return b""
         try:
-            return spool.read_box(self.box, self.received, self.shared.limits.max_bytes_per_client)
+            return spool.read_box(self.box, self.received,
+                                  self.shared.limits.max_bytes_per_client, self.box_serves)
         except OSError as exc:
             log.info("%s: its black box cannot be read (%s)", self.describe(), exc)
             return b""
@@ -274,7 +276,7 @@ class Session:
         elif ftype is FrameType.SYNC:
             self.shared.writer.put(Item(self.cid, protocol.Sync.decode(payload).s, None, None))
         elif ftype is FrameType.BUFFER:
-            self._buffer(seq)
+            self._buffer(seq, payload)
         elif ftype is FrameType.QUERY:
             self.send(self.shared.queries.answer(payload, self.peer,
                                                  self.shared.auth.privileged(self.peer),
@@ -364,29 +366,17 @@ class Session:
             unsupported = str(exc)
         self.send(protocol.Started(seq, unsupported).encode(self.version))
 
-    def _buffer(self, seq: int) -> None:
+    def _buffer(self, seq: int, payload: Mapping[str, Any]) -> None:
         """BUFFER: the descriptor that came with it becomes the black box, if it is a memory
         file (``F_GET_SEALS`` works on shmem files only: reading one never blocks)."""
         fd, self._box_sent = self._box_sent, None
-        why = None
-        if self.box is not None:
-            why = "a second BUFFER on one connection"
-        elif fd is None:
-            why = "BUFFER without a descriptor (SCM_RIGHTS)"
-        else:
-            try:
-                fcntl.fcntl(fd, fcntl.F_GET_SEALS)
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    raise OSError("not a regular file")
-            except OSError:
-                why = ("the BUFFER's descriptor is not a shared-memory file (memfd_create or "
-                       "tmpfs)")
-        if why is not None:
+        why = _refusal(payload, fd, self.box is not None)
+        if isinstance(why, str):
             if fd is not None:
                 os.close(fd)
             self.violation("bad_buffer", why, seq)
             return
-        self.box = fd
+        self.box, self.box_serves = fd, why.box
 
     def _context(self, seq: int, payload: Mapping[str, Any]) -> None:
         try:
@@ -487,6 +477,26 @@ class Session:
         self.send(protocol.Reading(
             seq, {k: (v.value, v.ratio) for k, v in reading.values.items()},
             dict(reading.unsupported)).encode(self.version))
+
+
+def _refusal(payload: Mapping[str, Any], fd: int | None, has_box: bool
+             ) -> str | protocol.Buffer:
+    """Why a BUFFER (with descriptor ``fd``) is refused, or the frame."""
+    try:
+        frame = protocol.Buffer.decode(payload)
+    except ProtocolError as exc:
+        return exc.message
+    if has_box:
+        return "a second BUFFER on one connection"
+    if fd is None:
+        return "BUFFER without a descriptor (SCM_RIGHTS)"
+    try:
+        fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("not a regular file")
+    except OSError:
+        return "the BUFFER's descriptor is not a shared-memory file (memfd_create or tmpfs)"
+    return frame
 
 
 def _incomplete_record(line: Begun) -> SuperstepRecord:

@@ -225,7 +225,8 @@ class SocketSink:
             box.paused = True  # until this connection is ready (_resume_lanes)
             self._box = box
         self._n += 1
-        frame = p.Buffer(self._n).encode(int(self.welcome.get("version", 2)))
+        frame = p.Buffer(self._n, self._gen).encode(int(self.welcome.get("version", 2)))
+        self._box.serve(self._gen)  # an older connection's session reads nothing of this one
         sock.settimeout(min(self.timeout_s, BLOCK_S))
         try:
             n = sock.sendmsg([frame], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,

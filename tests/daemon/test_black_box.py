@@ -37,9 +37,10 @@ def rec(run_id: str, index: int = 0, name: str = "s") -> SuperstepRecord:
                            cpu=0, begin_ns=10 + index, end_ns=20 + index)
 
 
-def box_head(committed: int, base: int, magic: bytes = BOX_MAGIC) -> bytes:
-    """The 64-byte head of a black box, as ``spool.MappedWriter.memory`` writes it."""
-    return struct.pack("<8sQQ", magic, committed, base).ljust(HEAD_BYTES, b"\0")
+def box_head(committed: int, base: int, magic: bytes = BOX_MAGIC, serves: int = 0) -> bytes:
+    """The 64-byte head of a black box, as ``spool.MappedWriter.memory`` writes it (serving
+    connection 0, the BUFFER's ``box`` here)."""
+    return struct.pack("<8sQQQ", magic, committed, base, serves).ljust(HEAD_BYTES, b"\0")
 
 
 class BoxClient:
@@ -73,7 +74,7 @@ class BoxClient:
     def buffer(self, fds: list[int] | tuple[int, ...] = ()) -> int:
         """Send a BUFFER with ``fds`` attached; its sequence number."""
         seq = self.next_seq()
-        self.send(protocol.Buffer(seq).encode(), fds)
+        self.send(protocol.Buffer(seq, 0).encode(), fds)
         return seq
 
     def record(self, r: SuperstepRecord) -> bytes:
@@ -527,11 +528,14 @@ def test_read_box_reads_only_what_the_head_covers(tmp_path: Path) -> None:
     try:
         box.reset(100)
         box.append(b"abcdefgh")
-        assert spool.read_box(box.fd, 100, 1 << 20) == b"abcdefgh"
-        assert spool.read_box(box.fd, 103, 1 << 20) == b"defgh"
-        assert spool.read_box(box.fd, 103, 2) == b"de"
-        assert spool.read_box(box.fd, 108, 1 << 20) == b""
-        assert spool.read_box(box.fd, 99, 1 << 20) == b""
-        assert spool.read_box(box.fd, 109, 1 << 20) == b""
+        assert spool.read_box(box.fd, 100, 1 << 20, 0) == b"abcdefgh"
+        assert spool.read_box(box.fd, 103, 1 << 20, 0) == b"defgh"
+        assert spool.read_box(box.fd, 103, 2, 0) == b"de"
+        assert spool.read_box(box.fd, 108, 1 << 20, 0) == b""
+        assert spool.read_box(box.fd, 99, 1 << 20, 0) == b""
+        assert spool.read_box(box.fd, 109, 1 << 20, 0) == b""
+        box.serve(2)  # a later connection of the client: nothing for connection 0's session
+        assert spool.read_box(box.fd, 100, 1 << 20, 0) == b""
+        assert spool.read_box(box.fd, 100, 1 << 20, 2) == b"abcdefgh"
     finally:
         box.close()

@@ -205,7 +205,7 @@ GOLDEN = {  # captured from protocol.py and SocketSink before the typed frames e
         "686f7374223a2268222c226261636b656e64223a2270657266222c22636f756e74657273223a5b226c6f"
         "616473222c2273696d5f78225d7d"),
     # Added with the black box (not in the protocol before): built by hand from the layout.
-    "buffer": "0000000a020b7b2273223a31327d",
+    "buffer": "00000012020b7b2273223a31322c22626f78223a317d",
     "welcome_buffer": (
         "0000004402027b2276657273696f6e223a322c226d61785f6672616d65223a3236323134342c22756964"
         "223a313030302c22706964223a34322c22627566666572223a747275657d"),
@@ -277,7 +277,7 @@ _V2_FRAMES: dict[str, protocol.Frame] = {
          protocol.WireCounter("sim_x", "simulated", 7.0, 1.0, None)),
         {"l2_misses": "no PMU"}),
     "query": protocol.Query(13, "records", "r", 1000, ("h", 42, 3)),
-    "buffer": protocol.Buffer(12),
+    "buffer": protocol.Buffer(12, 1),
     "welcome_buffer": protocol.Welcome(version=2, max_frame=262144, uid=1000, pid=42,
                                        buffer=True),
     "result": protocol.Result(14, ({"a": 1},), ("h", 42, 3), 1000, "r"),

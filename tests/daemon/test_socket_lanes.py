@@ -258,3 +258,43 @@ def test_a_step_begun_the_python_way_and_ended_by_its_lane_is_not_left_open(
     """, daemon.env(COUNTERD_RUN_ID="phantom", COUNTERD_BACKEND="none"))
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"flushed": True, "open": 0}
+
+
+def test_a_connection_left_open_by_a_forked_child_reads_nothing_of_the_next(
+        daemon: DaemonProc) -> None:
+    """The parent drops its connection (here by hand) while a forked child keeps it open; the
+    parent's next connection uses the same black box. When the child exits, the old session
+    reads nothing from the box (its head names the new connection): no frame is handled
+    twice, no protocol error, every record stored once."""
+    out = run_py("""
+        import os, json, time, counterd
+        from counterd.markers import client
+        from counterd.markers.api import recorder
+        client.BATCH_S = 30.0
+        with counterd.superstep("warm"):
+            pass
+        sink = recorder().sink
+        assert sink.flush(10)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # keeps the first connection open until told
+            os.close(w)
+            os.read(r, 1)
+            os._exit(0)
+        os.close(r)
+        with sink._lock:
+            sink._disconnect("by hand")
+            assert sink._attempt(force=True)
+        for i in range(20):
+            with counterd.superstep("next", i=i):
+                pass  # waiting in the box, unsent
+        os.write(w, b"x")  # the child exits: the first connection ends
+        os.waitpid(pid, 0)
+        time.sleep(0.5)
+        print(json.dumps({"flushed": sink.flush(10)}))
+    """, daemon.env(COUNTERD_RUN_ID="stale", COUNTERD_BACKEND="none"))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"flushed": True}
+    assert sorted(r.params.get("i", -1) for r in stored(daemon, "stale")) == [-1, *range(20)]
+    log = daemon.log_text()
+    assert "unsent in its black box" not in log and "bad_seq" not in log
