@@ -148,7 +148,6 @@ class MappedWriter:
             self.native = hot.MappedFile(fd, CHUNK, HEAD_BYTES, MAX_FRAMES_BYTES, magic)
             self.append = self.native.append  # type: ignore[method-assign]
             self.next_seq = self.native.next_seq  # type: ignore[method-assign]
-            self.pending = self.native.pending  # type: ignore[method-assign]
             self.reset = self.native.reset  # type: ignore[method-assign]
             self.drain = self.native.drain  # type: ignore[method-assign]
             self.due = self.native.due  # type: ignore[method-assign]
@@ -264,11 +263,6 @@ class MappedWriter:
             # The commit: a reader (and a crash) sees the frame only after its bytes.
             _COMMITTED.pack_into(self._map, 8, end - HEAD_BYTES)
             self._end = end
-
-    def pending(self, start: int) -> bytes:
-        """The committed bytes from ``start`` (0: the first frame's) on, copied."""
-        with self._lock:
-            return bytes(self._map[HEAD_BYTES + start:self._end])
 
     def serve(self, box: int) -> None:
         """Name the connection the file serves now (head offset 24; before :meth:`reset`)."""

@@ -270,20 +270,6 @@ static PyObject *MappedFile_next_seq(MappedFile *self, PyObject *unused)
     return PyLong_FromUnsignedLongLong(++self->seq);
 }
 
-/* The committed bytes from ``start`` (relative to the first frame) to the end, copied. */
-static PyObject *MappedFile_pending(MappedFile *self, PyObject *arg)
-{
-    Py_ssize_t start = PyLong_AsSsize_t(arg);
-    if (start == -1 && PyErr_Occurred())
-        return NULL;
-    if (self->base == NULL || start < 0 || (size_t)start > self->end - self->head) {
-        PyErr_SetString(PyExc_ValueError, "pending: start beyond the committed frames");
-        return NULL;
-    }
-    return PyBytes_FromStringAndSize(self->base + self->head + start,
-                                     (Py_ssize_t)(self->end - self->head - (size_t)start));
-}
-
 static PyObject *MappedFile_reset(MappedFile *self, PyObject *arg)
 {
     unsigned long long base = PyLong_AsUnsignedLongLong(arg);
@@ -428,8 +414,6 @@ static PyMethodDef MappedFile_methods[] = {
     {"append", (PyCFunction)MappedFile_append, METH_O,
      "Append one frame and commit it; OSError (nothing written) if the file cannot grow."},
     {"next_seq", (PyCFunction)MappedFile_next_seq, METH_NOARGS, "The next frame number."},
-    {"pending", (PyCFunction)MappedFile_pending, METH_O,
-     "pending(start): the committed bytes from start (0: the first frame's) on, copied."},
     {"reset", (PyCFunction)MappedFile_reset, METH_O,
      "reset(base): empty again, the first byte now the stream's byte base (offset 16)."},
     {"drain", (PyCFunction)MappedFile_drain, METH_O,
