@@ -105,6 +105,18 @@ def daemon(tmp_path: Path) -> Iterator[DaemonProc]:
         d.stop()
 
 
+def next_reply(sock: socket.socket, decoder: protocol.Decoder
+               ) -> tuple[FrameType, dict[str, object]]:
+    """The daemon's next frame on ``sock`` (ConnectionError once it closes)."""
+    while True:
+        for frame in decoder.frames():
+            return frame
+        data = sock.recv(65536)
+        if not data:
+            raise ConnectionError("closed")
+        decoder.feed(data)
+
+
 class RawClient:
     """A protocol-level client for malformed-input tests."""
 
@@ -126,13 +138,7 @@ class RawClient:
         self.sock.sendall(frame.encode(version))
 
     def reply(self) -> tuple[FrameType, dict[str, object]]:
-        while True:
-            for frame in self.decoder.frames():
-                return frame
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionError("closed")
-            self.decoder.feed(data)
+        return next_reply(self.sock, self.decoder)
 
     def close(self) -> None:
         self.sock.close()

@@ -28,7 +28,7 @@ from counterd.protocol import FrameType
 from counterd.records import SuperstepRecord
 from counterd.spool import BOX_MAGIC, HEAD_BYTES, MappedWriter
 
-from .conftest import DaemonProc
+from .conftest import DaemonProc, next_reply
 from .test_daemon import run_py, stored, wait_for
 
 
@@ -82,13 +82,7 @@ class BoxClient:
         return protocol.Record(self.next_seq(), r).encode()
 
     def reply(self) -> tuple[FrameType, dict[str, object]]:
-        while True:
-            for frame in self.decoder.frames():
-                return frame
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionError("closed")
-            self.decoder.feed(data)
+        return next_reply(self.sock, self.decoder)
 
     def sync(self) -> None:
         """SYNC, and wait for the ACK that covers it (ERRORs before it fail the test)."""
