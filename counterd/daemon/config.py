@@ -15,8 +15,9 @@ default (``counterd run`` with no file is a working, loopback-only daemon)::
     path = "<runtime dir>/counterd/counterd.sock"   # COUNTERD_SOCKET (clients read it too)
     mode = "0666"                 # COUNTERD_SOCKET_MODE; peers are checked with SO_PEERCRED
     max_frame_bytes = 262144      # COUNTERD_MAX_FRAME_BYTES
-    max_clients = 4096            # COUNTERD_MAX_CLIENTS: connections in all (the daemon raises
-                                  # its open-file limit to fit, or lowers this with a warning)
+    max_clients = 4096            # COUNTERD_MAX_CLIENTS: connections in all (two descriptors
+                                  # each, with its black box: the daemon raises its open-file
+                                  # limit to fit, or lowers this with a warning)
     allowed_group = ""            # COUNTERD_ALLOWED_GROUP: members may read any process
     # Limits that keep one local user from starving the others (root is exempt from the
     # per-uid ones); a client beyond one gets an ERROR naming the key:
