@@ -24,6 +24,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -354,45 +355,6 @@ static PyObject *MappedFile_get_waiting(MappedFile *self, void *c)
     return PyLong_FromSize_t(self->end - self->head - self->taken);
 }
 
-static PyObject *MappedFile_get_stream_base(MappedFile *self, void *c)
-{
-    return PyLong_FromUnsignedLongLong(self->stream_base);
-}
-
-static PyObject *MappedFile_get_seq(MappedFile *self, void *c)
-{
-    return PyLong_FromUnsignedLongLong(self->seq);
-}
-
-static int MappedFile_set_seq(MappedFile *self, PyObject *v, void *c)
-{
-    unsigned long long x = v ? PyLong_AsUnsignedLongLong(v) : 0;
-    if (v == NULL || (x == (unsigned long long)-1 && PyErr_Occurred())) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "seq: an int");
-        return -1;
-    }
-    self->seq = x;
-    return 0;
-}
-
-static PyObject *MappedFile_get_gen(MappedFile *self, void *c)
-{
-    return PyLong_FromUnsignedLongLong(self->gen);
-}
-
-static int MappedFile_set_gen(MappedFile *self, PyObject *v, void *c)
-{
-    unsigned long long x = v ? PyLong_AsUnsignedLongLong(v) : 0;
-    if (v == NULL || (x == (unsigned long long)-1 && PyErr_Occurred())) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "gen: an int");
-        return -1;
-    }
-    self->gen = x;
-    return 0;
-}
-
 static PyObject *MappedFile_get_paused(MappedFile *self, void *c)
 {
     return PyBool_FromLong(self->paused);
@@ -430,13 +392,15 @@ static PyGetSetDef MappedFile_getset[] = {
     {"closed", (getter)MappedFile_get_closed, NULL, NULL, NULL},
     {"committed", (getter)MappedFile_get_committed, NULL, NULL, NULL},
     {"waiting", (getter)MappedFile_get_waiting, NULL, "bytes committed, not taken", NULL},
-    {"stream_base", (getter)MappedFile_get_stream_base, NULL, NULL, NULL},
-    {"seq", (getter)MappedFile_get_seq, (setter)MappedFile_set_seq, "the last frame number",
-     NULL},
-    {"gen", (getter)MappedFile_get_gen, (setter)MappedFile_set_gen,
-     "the connection its frames go on", NULL},
     {"paused", (getter)MappedFile_get_paused, (setter)MappedFile_set_paused,
      "lanes write no frame into it (no connection takes them)", NULL},
+    {NULL}};
+
+static PyMemberDef MappedFile_members[] = {
+    {"seq", T_ULONGLONG, offsetof(MappedFile, seq), 0, "the last frame number"},
+    {"gen", T_ULONGLONG, offsetof(MappedFile, gen), 0, "the connection its frames go on"},
+    {"stream_base", T_ULONGLONG, offsetof(MappedFile, stream_base), READONLY,
+     "the stream offset of the first frame byte"},
     {NULL}};
 
 static PyTypeObject MappedFileType = {
@@ -450,6 +414,7 @@ static PyTypeObject MappedFileType = {
     .tp_dealloc = (destructor)MappedFile_dealloc,
     .tp_methods = MappedFile_methods,
     .tp_getset = MappedFile_getset,
+    .tp_members = MappedFile_members,
 };
 
 /* ------------------------------------------------------------------------------------------ */

@@ -94,16 +94,21 @@ class BoxClient:
             if payload["s"] >= seq:
                 return
 
-    def expect_error(self, code: str, seq: int) -> None:
+    def expect_error(self, code: str, seq: int) -> dict[str, object]:
+        """The next reply, which must be an ERROR ``code`` about frame ``seq``."""
         ftype, payload = self.reply()
         assert (ftype, payload["code"], payload["s"]) == (FrameType.ERROR, code, seq), payload
+        return payload
 
-    def still_serves(self, d: DaemonProc, run_id: str) -> None:
-        """A RECORD then a SYNC on this connection are acknowledged and the record stored."""
+    def still_serves(self, d: DaemonProc, run_id: str) -> list[SuperstepRecord]:
+        """A RECORD then a SYNC on this connection are acknowledged and the record stored
+        (returned: the run's records in the store)."""
         r = rec(run_id)
         self.send(self.record(r))
         self.sync()
-        assert stored(d, run_id) == [r]
+        got = stored(d, run_id)
+        assert got == [r]
+        return got
 
     def close(self) -> None:
         self.sock.close()
@@ -192,8 +197,9 @@ def test_buffer_without_a_descriptor_is_refused(daemon: DaemonProc) -> None:
     """A BUFFER with nothing attached: bad_buffer, and the connection goes on."""
     c = BoxClient(daemon)
     seq = c.buffer()
-    c.expect_error("bad_buffer", seq)
-    c.still_serves(daemon, "bb-nofd")
+    error = c.expect_error("bad_buffer", seq)
+    assert "without a descriptor" in str(error["message"])
+    assert [r.run_id for r in c.still_serves(daemon, "bb-nofd")] == ["bb-nofd"]
     c.close()
 
 
