@@ -2,112 +2,199 @@
 
 Exit codes: 0 ok, 1 failure, 2 bad usage or bad input (one line on stderr saying what and how
 to fix it). ``record`` passes the recorded command's exit code on.
+
+Loading this module loads only os, sys and the errors. ``counterd record`` in its plain form
+(options, ``--``, the command) is read without argparse (:func:`_plain_record`), so that the
+command starts before argparse, pathlib and json, with re under them, are loaded (10-12 ms on
+this kind of host); every other command line goes through argparse (:func:`_parser`), and
+each command imports what it uses.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
-from typing import NoReturn, TypeVar
 
-from counterd.cliutil import VersionAction, closed_pipe
 from counterd.errors import BadInput, CounterdError
 
-_T = TypeVar("_T")
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see counterd/__init__)
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable, Iterable, Sequence
+    from pathlib import Path
+    from typing import NoReturn, TypeVar
+
+    _T = TypeVar("_T")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # argparse's usage errors: one line, exit 2
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+def _probe_options(p: argparse.ArgumentParser) -> None:
+    from pathlib import Path
+
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--machine", metavar="FILE", type=Path, default=None,
+                   help="machine description (TOML, see counterd/machine.py) instead of sysfs "
+                   "(default: $COUNTERD_MACHINE)")
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="counterd", description="per-superstep memory-hierarchy counters")
+def _record_options(p: argparse.ArgumentParser) -> None:
+    import argparse
+    from pathlib import Path
+
+    from counterd.recording import CPU_FEATURES
+
+    p.add_argument("--backend", default="auto",
+                   help="auto, perf, papi, sim, callgrind or none (default: auto)")
+    p.add_argument("--events", default="",
+                   help="comma-separated canonical counters: only these are recorded; one "
+                   "the backend cannot give here is an error (default: all it supports)")
+    p.add_argument("--out", required=True, type=Path, help="records as JSON lines")
+    p.add_argument("--json", action="store_true", help="print a JSON summary")
+    p.add_argument("--machine", metavar="FILE", type=Path, default=None,
+                   help="machine description for the simulating backends (TOML, see "
+                   "counterd/machine.py) instead of sysfs (default: $COUNTERD_MACHINE)")
+    p.add_argument("--cpu-features", default="auto", choices=CPU_FEATURES,
+                   help="as-counted: hide from the command's run-time code dispatch (numpy, "
+                   "OpenBLAS, glibc) the CPU features valgrind lacks (AVX-512), so that it "
+                   "runs the code Callgrind counts; native: hide nothing (default auto: "
+                   "as-counted with --backend callgrind)")
+    p.add_argument("--sample", metavar="DURATION:K", default=None,
+                   help="read the counters of only 1 in K supersteps shorter than DURATION "
+                   "(e.g. 50us:10), per superstep name and processor; the others' counters "
+                   "are the last measured one's scaled by time, flagged 'sampled' (default: "
+                   "$COUNTERD_SAMPLE, else every superstep is read)")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+
+
+def _run_options(p: argparse.ArgumentParser) -> None:
+    from pathlib import Path
+
+    p.add_argument("--config", type=Path, default=None,
+                   help="TOML config (default: built-in defaults + COUNTERD_* variables)")
+    p.add_argument("--json", action="store_true", help="(accepted for symmetry; logs only)")
+
+
+def _runs_options(p: argparse.ArgumentParser) -> None:
+    from pathlib import Path
+
+    p.add_argument("--store", type=Path, default=None,
+                   help="read this store file directly (who may read it: root, the "
+                   "daemon's user); default: ask the daemon")
+    p.add_argument("--config", type=Path, default=None,
+                   help="TOML config (socket.path, store.path)")
+    p.add_argument("--uid", type=int, default=None,
+                   help="only this user's runs (another's: root and socket.allowed_group)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _import_options(p: argparse.ArgumentParser) -> None:
+    from pathlib import Path
+
+    p.add_argument("paths", nargs="*", type=Path, metavar="FILE|DIR",
+                   help="spill files or directories (default: $COUNTERD_SPILL, else the "
+                   "default spill directory)")
+    p.add_argument("--socket", type=Path, default=None,
+                   help="the daemon's socket (default: $COUNTERD_SOCKET, else the default "
+                   "socket)")
+    p.add_argument("--store", type=Path, default=None,
+                   help="write into this store instead of sending to the daemon")
+    p.add_argument("--timeout", type=float, default=30.0,
+                   help="seconds to wait for the daemon's acknowledgements (default: 30)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _report_options(p: argparse.ArgumentParser) -> None:
+    from pathlib import Path
+
+    p.add_argument("run", nargs="?", default=None, help="run id (default: the latest run)")
+    p.add_argument("--records", type=Path, default=None,
+                   help="a records JSONL file (counterd record --out) instead of the store")
+    p.add_argument("--store", type=Path, default=None,
+                   help="read this store file directly (who may read it: root, the daemon's "
+                   "user); default: ask the daemon, which gives you your own runs")
+    p.add_argument("--uid", type=int, default=None,
+                   help="the run of this user (another's: root and socket.allowed_group)")
+    p.add_argument("--config", type=Path, default=None,
+                   help="TOML config (socket, store, profile)")
+    p.add_argument("--profile", default=None,
+                   help="machine profile for predictions (default: config predictor.profile)")
+    p.add_argument("--format", choices=("text", "json", "csv", "html"), default=None,
+                   help="output format (default: text, or from the --out suffix)")
+    p.add_argument("--out", type=Path, default=None, help="write here instead of stdout")
+    p.add_argument("--json", action="store_true", help="same as --format json")
+
+
+_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
+    "probe": ("which counters and backends work on this host, and why not", _probe_options),
+    "record": ("run a command with superstep markers active", _record_options),
+    "run": ("the daemon, in the foreground (systemd runs it)", _run_options),
+    "runs": ("your runs in the daemon's store (everyone's: root and socket.allowed_group)",
+             _runs_options),
+    "import": ("send records a program spilled (daemon down or slow) to the daemon, then "
+               "remove the files", _import_options),
+    "report": ("per-superstep report of a run (store or records file)", _report_options),
+}
+
+
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line. When ``command`` names one of the commands only its options are
+    built (argparse sets up a formatter for every option it adds: 4-6 ms for all of them);
+    otherwise (None, a typo, ``--help``) all are."""
+    from counterd.cliutil import Parser, VersionAction
+
+    p = Parser(prog="counterd", description="per-superstep memory-hierarchy counters")
     p.add_argument("--version", action=VersionAction)
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    pr = sub.add_parser("probe", help="which counters and backends work on this host, and why not")
-    pr.add_argument("--json", action="store_true", help="machine-readable output")
-    pr.add_argument("--machine", metavar="FILE", type=Path, default=None,
-                    help="machine description (TOML, see counterd/machine.py) instead of sysfs "
-                    "(default: $COUNTERD_MACHINE)")
-
-    rec = sub.add_parser("record", help="run a command with superstep markers active")
-    rec.add_argument("--backend", default="auto",
-                     help="auto, perf, papi, sim, callgrind or none (default: auto)")
-    rec.add_argument("--events", default="",
-                     help="comma-separated canonical counters: only these are recorded; one "
-                     "the backend cannot give here is an error (default: all it supports)")
-    rec.add_argument("--out", required=True, type=Path, help="records as JSON lines")
-    rec.add_argument("--json", action="store_true", help="print a JSON summary")
-    rec.add_argument("--machine", metavar="FILE", type=Path, default=None,
-                     help="machine description for the simulating backends (TOML, see "
-                     "counterd/machine.py) instead of sysfs (default: $COUNTERD_MACHINE)")
-    rec.add_argument("--cpu-features", default="auto", choices=("auto", "native", "as-counted"),
-                     help="as-counted: hide from the command's run-time code dispatch (numpy, "
-                     "OpenBLAS, glibc) the CPU features valgrind lacks (AVX-512), so that it "
-                     "runs the code Callgrind counts; native: hide nothing (default auto: "
-                     "as-counted with --backend callgrind)")
-    rec.add_argument("--sample", metavar="DURATION:K", default=None,
-                     help="read the counters of only 1 in K supersteps shorter than DURATION "
-                     "(e.g. 50us:10), per superstep name and processor; the others' counters "
-                     "are the last measured one's scaled by time, flagged 'sampled' (default: "
-                     "$COUNTERD_SAMPLE, else every superstep is read)")
-    rec.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
-
-
-    run = sub.add_parser("run", help="the daemon, in the foreground (systemd runs it)")
-    run.add_argument("--config", type=Path, default=None,
-                     help="TOML config (default: built-in defaults + COUNTERD_* variables)")
-    run.add_argument("--json", action="store_true", help="(accepted for symmetry; logs only)")
-
-    runs = sub.add_parser("runs", help="your runs in the daemon's store (everyone's: root "
-                          "and socket.allowed_group)")
-    runs.add_argument("--store", type=Path, default=None,
-                      help="read this store file directly (who may read it: root, the "
-                      "daemon's user); default: ask the daemon")
-    runs.add_argument("--config", type=Path, default=None,
-                      help="TOML config (socket.path, store.path)")
-    runs.add_argument("--uid", type=int, default=None,
-                      help="only this user's runs (another's: root and socket.allowed_group)")
-    runs.add_argument("--json", action="store_true", help="machine-readable output")
-
-    im = sub.add_parser("import", help="send records a program spilled (daemon down or slow) "
-                        "to the daemon, then remove the files")
-    im.add_argument("paths", nargs="*", type=Path, metavar="FILE|DIR",
-                    help="spill files or directories (default: $COUNTERD_SPILL, else the "
-                    "default spill directory)")
-    im.add_argument("--socket", type=Path, default=None,
-                    help="the daemon's socket (default: $COUNTERD_SOCKET, else the default "
-                    "socket)")
-    im.add_argument("--store", type=Path, default=None,
-                    help="write into this store instead of sending to the daemon")
-    im.add_argument("--timeout", type=float, default=30.0,
-                    help="seconds to wait for the daemon's acknowledgements (default: 30)")
-    im.add_argument("--json", action="store_true", help="machine-readable output")
-
-    rp = sub.add_parser("report", help="per-superstep report of a run (store or records file)")
-    rp.add_argument("run", nargs="?", default=None, help="run id (default: the latest run)")
-    rp.add_argument("--records", type=Path, default=None,
-                    help="a records JSONL file (counterd record --out) instead of the store")
-    rp.add_argument("--store", type=Path, default=None,
-                    help="read this store file directly (who may read it: root, the daemon's "
-                    "user); default: ask the daemon, which gives you your own runs")
-    rp.add_argument("--uid", type=int, default=None,
-                    help="the run of this user (another's: root and socket.allowed_group)")
-    rp.add_argument("--config", type=Path, default=None,
-                    help="TOML config (socket, store, profile)")
-    rp.add_argument("--profile", default=None,
-                    help="machine profile for predictions (default: config predictor.profile)")
-    rp.add_argument("--format", choices=("text", "json", "csv", "html"), default=None,
-                    help="output format (default: text, or from the --out suffix)")
-    rp.add_argument("--out", type=Path, default=None, help="write here instead of stdout")
-    rp.add_argument("--json", action="store_true", help="same as --format json")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for name, (summary, options) in _COMMANDS.items():
+        sp = sub.add_parser(name, help=summary)
+        if command == name or command not in _COMMANDS:
+            options(sp)
     return p
+
+
+# ``counterd record``'s options as _record_options gives them to argparse (tests check that
+# the two agree): those taking a value, with their defaults, and the flags.
+_RECORD_VALUES = {"--backend": "auto", "--events": "", "--out": None, "--machine": None,
+                  "--cpu-features": "auto", "--sample": None}
+_RECORD_FLAGS = ("--json",)
+
+
+def _plain_record(argv: Sequence[str]) -> argparse.Namespace | None:
+    """``counterd record``'s arguments read without argparse, when ``argv`` is in the plain
+    form: ``record``, options spelt out in full (``--out F`` or ``--out=F``, each at most
+    once, no value starting with ``-``), ``--out`` among them, ``--``, a command. Any other
+    form (help, an abbreviation, a mistake) is None: argparse reads it, and says what is
+    wrong. The result is what argparse gives, but ``out`` and ``machine`` are strings."""
+    from types import SimpleNamespace
+
+    from counterd.recording import CPU_FEATURES
+
+    if argv[:1] != ["record"] or "--" not in argv:
+        return None
+    end = argv.index("--")
+    if end == len(argv) - 1:
+        return None
+    given: dict[str, object] = {}
+    rest = list(argv[1:end])
+    while rest:
+        arg = rest.pop(0)
+        name, eq, value = arg.partition("=")
+        if name in _RECORD_FLAGS and not eq:
+            value_of: object = True
+        elif name in _RECORD_VALUES and (eq or rest):
+            value_of = value if eq else rest.pop(0)
+            if str(value_of).startswith("-"):
+                return None
+        else:
+            return None
+        if name in given:
+            return None
+        given[name] = value_of
+    if "--out" not in given or given.get("--cpu-features", "auto") not in CPU_FEATURES:
+        return None
+    values = {**_RECORD_VALUES, **{f: False for f in _RECORD_FLAGS}, **given}
+    ns = SimpleNamespace(command="record", cmd=list(argv[end:]),
+                         **{k.lstrip("-").replace("-", "_"): v for k, v in values.items()})
+    return ns  # type: ignore[return-value]  # the attributes argparse's Namespace has
 
 
 _SUFFIX_FORMATS = {"txt": "text", "text": "text", "json": "json", "csv": "csv", "htm": "html",
@@ -133,6 +220,8 @@ def _probe(args: argparse.Namespace) -> int:
     from counterd.probe import probe, render_text
 
     result = probe()
+    import json
+
     print(json.dumps(result.to_json(), indent=2) if args.json else render_text(result))
     return 0
 
@@ -153,6 +242,8 @@ def _record(args: argparse.Namespace) -> int:
                "flagged": flagged, "exit_code": result.exit_code}
     # On stderr, as perf stat does: stdout is the recorded command's own.
     if args.json:
+        import json
+
         print(json.dumps(summary), file=sys.stderr)
     else:
         print(f"counterd: {summary['records']} records ({flagged} flagged) from backend "
@@ -173,7 +264,7 @@ def _from_daemon_or_store(args: argparse.Namespace, from_daemon: Callable[[Path]
     daemon, which shows users their own runs (the store file is private); with no daemon
     running, read the configured store if this user can."""
     if args.store is not None:
-        return from_store(Path(args.store))
+        return from_store(args.store)
     from counterd.daemon.config import load
     from counterd.daemon.query import DaemonUnreachable
 
@@ -193,6 +284,8 @@ def _runs(args: argparse.Namespace) -> int:
     rows = _from_daemon_or_store(args, lambda sock: query.runs_via_daemon(sock, args.uid),
                                  lambda path: query.runs_from_store(path, args.uid))
     if args.json:
+        import json
+
         print(json.dumps([r.__dict__ for r in rows], indent=2))
     else:
         print(render_runs(rows))
@@ -200,7 +293,8 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    import os
+    import json
+    from pathlib import Path
 
     from counterd.env import ENV_SOCKET
     from counterd.markers.spill import import_files
@@ -258,7 +352,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _plain_record(argv) or _parser(argv[0] if argv else None).parse_args(argv)
     try:
         command = {"probe": _probe, "record": _record, "run": _run, "runs": _runs,
                    "report": _report, "import": _import}[args.command]
@@ -277,8 +372,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
+        from counterd.cliutil import closed_pipe
+
         return closed_pipe()
 
 
+def console() -> NoReturn:
+    """The ``counterd`` console script: :func:`main`; after ``record``, the process ends
+    without the interpreter's teardown (freeing every module it loaded: 10-12 ms on this kind
+    of host, added to the recorded command's wall time). Nothing is left for the teardown to
+    do there: the records file is written and closed, the streams are flushed here."""
+    code = main()
+    if sys.argv[1:2] == ["record"]:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except OSError:  # a reader gone: as the teardown would, say nothing more
+                pass
+        os._exit(code & 0xFF)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

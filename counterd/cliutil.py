@@ -9,7 +9,10 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see counterd/__init__)
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 
 def version(prog: str) -> str:
@@ -21,6 +24,31 @@ def version(prog: str) -> str:
     except metadata.PackageNotFoundError:  # run from a source tree without installing
         v = "unknown (not installed)"
     return f"{prog} {v}"
+
+
+class Formatter(argparse.HelpFormatter):
+    """argparse's help layout, with the terminal's width from os rather than shutil (whose
+    import loads bz2 and lzma: 3 ms, and argparse builds a formatter for every option it
+    adds)."""
+
+    def __init__(self, prog: str) -> None:
+        columns = os.environ.get("COLUMNS", "")
+        try:  # shutil.get_terminal_size's order: $COLUMNS, stdout's terminal, 80
+            width = int(columns) if columns.isdigit() else os.get_terminal_size(1).columns
+        except OSError:
+            width = 80
+        super().__init__(prog, width=width - 2)
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr and exit code 2."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", Formatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 class VersionAction(argparse.Action):

@@ -6,7 +6,9 @@ Each error says what happened, why, and how to fix it (STYLE.md habit 4). CLIs p
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see counterd/__init__)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _rebuild(cls: type[BaseException], message: str, fields: dict[str, Any]) -> BaseException:

@@ -14,53 +14,40 @@ matched on (rank, superstep index) and carry the flag ``counters_from_separate_r
 from __future__ import annotations
 
 import os
-import shutil
-import signal
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import TYPE_CHECKING
 
-from counterd import backends
-from counterd.backends.base import Capability, CounterGroup, Target
+from counterd import launch
 from counterd.env import ENV_BACKEND, ENV_EVENTS, ENV_RUN_ID, ENV_SAMPLE, ENV_SPOOL
-from counterd.errors import BadInput, CounterdError, UnknownBackend
-from counterd.events import check_names
-from counterd.records import SuperstepRecord, write_jsonl
+from counterd.errors import BadInput
 
-# Imported where used, not here: everything before the command's exec is on its critical path
-# (counterd.machine and counterd.spool with counterd.protocol cost 20-30 ms to import; see
-# tests/counterd/test_startup.py).
+# The imports above are the ones on the way to the command's exec, and cost a few ms; the
+# rest (the backends package, the record types, the spool reader: 20-40 ms on this kind of
+# host, mostly dataclasses and typing) are imported where used, which for a recording with
+# a saved perf plan (counterd.launch) is after the command has started.
+# tests/counterd/test_startup.py holds the recorder to it.
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see counterd/__init__)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from counterd import backends
     from counterd.backends import callgrind
+    from counterd.backends.base import Capability, CounterGroup
+    from counterd.records import RecordResult, SuperstepRecord
 
 # counterd.machine.ENV_MACHINE, named here so that a recording without a machine file need not
 # import that module to find out (test_startup checks that the two agree).
 ENV_MACHINE = "COUNTERD_MACHINE"
 
-RECORD_BACKENDS = ("auto", *backends.POLICIES["record"].names)
 # Backends suggested for a counter, measured first, then the simulators (as counterd probe).
 SUGGESTION_ORDER = ("perf", "papi", "callgrind", "sim")
-
-
-@dataclass(frozen=True)
-class RecordResult:
-    exit_code: int  # the command's
-    records: tuple[SuperstepRecord, ...]
-    backend: str
-    out: Path | None
 
 
 def resolve_command(cmd: Sequence[str]) -> list[str]:
     if not cmd:
         raise BadInput("no command given", "usage: counterd record --out FILE -- CMD [ARGS...]")
-    exe = cmd[0]
-    found = shutil.which(exe) if os.sep not in exe else (exe if os.access(exe, os.X_OK) else None)
-    if found is None:
-        raise BadInput(f"command not found: {exe}", "check the spelling and PATH")
+    if launch.which(cmd[0]) is None:
+        raise BadInput(f"command not found: {cmd[0]}", "check the spelling and PATH")
     return list(cmd)
 
 
@@ -69,6 +56,9 @@ def resolve_backend(name: str) -> backends.Resolution:
     ``record`` (``auto``: perf when it has hardware memory counters here, else callgrind
     (simulated) when valgrind is installed, else perf with its software counters only, else
     none). Raises BadInput for an unknown name or one unavailable here."""
+    from counterd import backends
+    from counterd.errors import UnknownBackend
+
     try:
         res = backends.resolve(name, "record")
     except UnknownBackend as exc:
@@ -97,6 +87,8 @@ def check_events(events: Sequence[str], chosen: str, caps: Mapping[str, Capabili
                  requested: str = "") -> None:
     """BadInput, naming the counter and the backends that can give it on this host, for the
     first of ``events`` a recording with ``chosen`` cannot give."""
+    from counterd import backends
+
     sources = counter_sources(chosen, caps)
     which = f"backend {chosen}" + (" (auto's pick here)" if requested == "auto" else "")
     for event in events:
@@ -119,6 +111,8 @@ def limit_to(records: Sequence[SuperstepRecord], events: Sequence[str]
              ) -> list[SuperstepRecord]:
     """``records`` with only the counters of ``events`` (and their unsupported reasons; a
     reason for the whole superstep, ``*``, is kept), the flags that follow recomputed."""
+    from dataclasses import replace
+
     keep = set(events) | {"*"}
     out = []
     for rec in records:
@@ -134,9 +128,9 @@ def limit_to(records: Sequence[SuperstepRecord], events: Sequence[str]
     return out
 
 
-def _check_writable(out: Path) -> None:
-    directory = out.parent if str(out.parent) else Path(".")
-    if not directory.is_dir():
+def _check_writable(out: str) -> None:
+    directory = os.path.dirname(out) or "."
+    if not os.path.isdir(directory):
         raise BadInput(f"cannot write {out}: {directory} is not a directory",
                        "create the directory or choose another --out")
     if not os.access(directory, os.W_OK):
@@ -156,7 +150,7 @@ def machine_file() -> str | None:
     return machine.current().file
 
 
-def _env(run_id: str, spool: Path, backend: str, events: Sequence[str]) -> dict[str, str]:
+def _env(run_id: str, spool: str, backend: str, events: Sequence[str]) -> dict[str, str]:
     env = dict(os.environ)
     file = machine_file()
     if file is not None:  # --machine: the command's simulating markers use it too
@@ -166,113 +160,125 @@ def _env(run_id: str, spool: Path, backend: str, events: Sequence[str]) -> dict[
     env[ENV_BACKEND] = backend
     env[ENV_EVENTS] = ",".join(events)
     # The command imports counterd from the same installation as this recorder.
-    here = str(Path(__file__).resolve().parent.parent)
+    here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
 
-def _whole_command_group(backend: str, events: Sequence[str], pid: int,
-                         cap: Capability | None = None) -> CounterGroup | None:
-    """``cap``: what a probe of ``backend`` already said (None: probe)."""
-    if backend not in ("perf", "papi"):
-        return None
+def _papi_group(events: Sequence[str], pid: int) -> CounterGroup | None:
+    """PAPI's counters on the waiting command (inherit), or None where PAPI cannot count."""
+    from counterd import backends
+    from counterd.backends.base import Target
+    from counterd.errors import CounterdError
+
     try:
-        be = backends.get(backend)
-        cap = cap if cap is not None else be.available()
+        be = backends.get("papi")
+        cap = be.available()
         evs = tuple(events) or tuple(c for c, why in cap.counters.items() if why is None)
         return be.open(evs, Target(pid=pid, inherit=True), strict=False)  # type: ignore[call-arg]
     except CounterdError:
         return None
 
 
-def _launch(cmd: list[str], env: Mapping[str, str]) -> tuple[int, int]:
-    """Fork a child that says it is ready, waits for the go byte, then execs ``cmd``: (its pid,
-    the write end of the go pipe). The recorder attaches counters to the waiting child (with
-    inherit, so every process the command creates is counted) and takes the start reading
-    before it writes the go byte, so the whole command is counted from its first instruction
-    and nothing before it. A fork of the recorder, not a new interpreter: ~20 ms less before
-    the command starts. A command that cannot be run exits 127 with the reason on stderr."""
-    ready_r, ready_w = os.pipe()
-    go_r, go_w = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the child: only os calls until exec, then nothing of the recorder is left
-        try:
-            # What Python set for itself is not the command's (subprocess resets these too):
-            # a command writing to a closed pipe dies of SIGPIPE, as it would unrecorded.
-            for sig in (signal.SIGPIPE, signal.SIGXFSZ):
-                signal.signal(sig, signal.SIG_DFL)
-            os.close(ready_r)
-            os.close(go_w)
-            os.write(ready_w, b"r")
-            os.close(ready_w)
-            if os.read(go_r, 1) != b"g":  # the recorder gave up: do not run the command
-                os._exit(125)
-            os.close(go_r)
-            os.execvpe(cmd[0], cmd, dict(env))
-        except OSError as exc:
-            os.write(2, f"counterd record: cannot run {cmd[0]}: {exc.strerror}\n".encode())
-        finally:
-            os._exit(127)
-    os.close(ready_w)
-    os.close(go_r)
-    with os.fdopen(ready_r, "rb") as ready:
-        ready.read(1)  # the child is blocked on the go pipe: nothing of it is counted below
-    return pid, go_w
+def _open_plan(plan: launch.PerfPlan, saved: bool, events: Sequence[str], pid: int
+               ) -> tuple[launch.PerfPlan, list[str], list[int], dict[str, str]]:
+    """Open ``plan`` on the waiting command: (the plan opened, the counters that opened and
+    their fds, why each other cannot be counted). A ``saved`` plan that no longer opens whole
+    (made under other conditions: a seccomp filter, a container) is worked out again."""
+    fds, failed = launch.open_plan(plan, pid)
+    opened = [name for name in plan.events if name not in failed]
+    if not failed:
+        return plan, opened, fds, dict(plan.unsupported)
+    from counterd.backends.base import Target
+    from counterd.backends.perf import PerfBackend
 
-
-def _wait(pid: int) -> int:
-    """The child's exit code as subprocess gives it (negative: killed by that signal)."""
-    _, status = os.waitpid(pid, 0)  # retried after a signal (PEP 475)
-    return os.waitstatus_to_exitcode(status)
+    be = PerfBackend()
+    if saved:
+        for fd in fds:
+            os.close(fd)
+        return _open_plan(be.whole_command_plan(events), False, events, pid)
+    target = Target(pid=pid, inherit=True)
+    why = {name: be.open_error(err, name, target) for name, err in failed.items()}
+    return plan, opened, fds, {**plan.unsupported, **why}
 
 
 def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
-               host: str, extra_env: Mapping[str, str],
-               perf: Capability | None = None) -> tuple[int, list[SuperstepRecord]]:
+               host: str, extra_env: Mapping[str, str], perf: Capability | None = None,
+               plan: launch.PerfPlan | None = None) -> tuple[int, list[SuperstepRecord]]:
     """Run the command once for real; records from its markers, or one whole-command record.
     ``extra_env``: variables added to the command's environment; ``perf``: what a probe of
-    perf already said (None: probe)."""
+    perf already said (None: probe); ``plan``: the perf plan saved for this host (None: the
+    perf backend works it out, and it is saved for the next recording)."""
     # Markers in the timed run count with perf (measured) or nothing; callgrind counts later.
     marker_backend = backend if backend in ("perf", "papi", "sim", "none") else "perf"
-    marker_events = tuple(events)
-    if marker_backend == "perf":
-        if perf is None:
-            perf = backends.get("perf").available()
-        if not perf.available:
+    saved = plan
+    if marker_backend == "perf" and plan is None:
+        from counterd.backends.perf import PerfBackend
+
+        be = PerfBackend()
+        perf = perf if perf is not None else be.available()
+        if perf.available:
+            plan = be.whole_command_plan(events, perf)
+        else:
             marker_backend = "none"
-        elif not marker_events:
-            # What the probe found is what the command's markers open: they need not probe
-            # again (every process of the command would, before its first superstep).
-            marker_events = tuple(c for c, why in perf.counters.items() if why is None)
-    with tempfile.TemporaryDirectory(prefix="counterd-spool-") as spool_dir:
-        spool = Path(spool_dir)
+    # What the plan counts is what the command's markers open: they need not probe again
+    # (every process of the command would, before its first superstep).
+    marker_events = tuple(events) or (plan.events if plan is not None else ())
+    spool = launch.make_spool_dir()
+    try:
         env = {**_env(run_id, spool, marker_backend, marker_events), **extra_env}
-        pid, go_w = _launch(cmd, env)
+        pid, go_w = launch.fork_waiting(cmd, env)
         went = False
+        opened: tuple[list[str], list[int], dict[str, str]] | None = None
+        papi = start = None
         try:
-            group = _whole_command_group(marker_backend, events, pid,
-                                         perf if marker_backend == "perf" else None)
-            start = group.read() if group is not None else None
+            if plan is not None:
+                plan, names, fds, unsupported = _open_plan(plan, plan is saved, events, pid)
+                opened = (names, fds, unsupported)
+            elif marker_backend == "papi":
+                papi = _papi_group(events, pid)
+                start = papi.read() if papi is not None else None
             begin_ns = time.monotonic_ns()
             os.write(go_w, b"g")
             went = True
         finally:  # a failure before the go byte: the child reads EOF and exits 125, unrun
             os.close(go_w)
             if not went:
-                _wait(pid)
-        # Loaded while the command runs, rather than on the way to its exec.
+                for fd in opened[1] if opened is not None else ():
+                    os.close(fd)
+                launch.wait(pid)
+        # Loaded while the command runs, rather than on the way to its exec or after it
+        # (fsutil: write_jsonl's; shutil: the spool's removal).
+        import shutil
+        from pathlib import Path
+
+        from counterd import fsutil  # noqa: F401
+        from counterd.backends.base import Target
+        from counterd.records import SuperstepRecord
         from counterd.spool import collect as collect_spool
 
-        code = _wait(pid)
+        group = papi
+        if opened is not None:
+            from counterd.backends.perf import PerfBackend
+
+            names, fds, unsupported = opened
+            group = PerfBackend().adopt(names, fds, Target(pid=pid, inherit=True), unsupported)
+        if plan is not None and plan is not saved:
+            launch.save_plan(plan)
+        code = launch.wait(pid)
         end_ns = time.monotonic_ns()
         stop = group.read() if group is not None else None
         if group is not None:
             group.close()
-        records = list(collect_spool(spool))
+        records = list(collect_spool(Path(spool)))
+    finally:
+        import shutil
+
+        shutil.rmtree(spool, ignore_errors=True)
     if not records and code != 127:
-        counters = stop.delta(start) if (stop is not None and start is not None) else {}
+        # perf's counters start at the exec (enable_on_exec); PAPI's were read before it.
+        counters = ({} if stop is None else stop.delta(start) if start is not None
+                    else dict(stop.values))
         unsupported = dict(stop.unsupported) if stop is not None else {}
         flags = {"whole_command"} | ({"unsupported_counters"} if unsupported else set())
         if any(cv.ratio < 1.0 for cv in counters.values()):
@@ -286,6 +292,8 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
 
 def _merge_counted(timed: list[SuperstepRecord], counted: Mapping[tuple[int, int], SuperstepRecord],
                    ) -> list[SuperstepRecord]:
+    from dataclasses import replace
+
     out = []
     for rec in timed:
         twin = counted.get((rec.rank, rec.index))
@@ -308,6 +316,8 @@ def _merge_counted(timed: list[SuperstepRecord], counted: Mapping[tuple[int, int
 def _merge_whole(timed: SuperstepRecord, counted: callgrind.CountedRun) -> list[SuperstepRecord]:
     """A command without markers: the timed run's time and measured counters, plus the
     simulated counters of every process of the counted run."""
+    from dataclasses import replace
+
     flags = set(timed.flags) | {"counters_from_separate_run"}
     if not counted.whole:
         flags.add("counters_missing")
@@ -324,7 +334,7 @@ def _merge_whole(timed: SuperstepRecord, counted: callgrind.CountedRun) -> list[
 CPU_FEATURES = ("auto", "native", "as-counted")
 
 
-def record(cmd: Sequence[str], *, out: Path | None, backend: str = "auto",
+def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: str = "auto",
            events: Sequence[str] = (), run_id: str | None = None,
            cpu_features: str = "auto", sample: str | None = None,
            progress: Callable[[str], None] | None = None) -> RecordResult:
@@ -349,11 +359,21 @@ def record(cmd: Sequence[str], *, out: Path | None, backend: str = "auto",
 
         Sampling.parse(sample, "--sample")  # BadInput before the command runs
     argv = resolve_command(cmd)
-    check_names(tuple(events))
+    if events:
+        from counterd.events import check_names
+
+        check_names(tuple(events))
     if out is not None:
-        _check_writable(Path(out))
-    res = resolve_backend(backend)
-    chosen = res.backend or "none"
+        _check_writable(os.fspath(out))
+    # perf asked for by name, every counter it has: the plan saved by an earlier recording
+    # says what perf counts here, and the backends need not be loaded before the exec.
+    plan = launch.load_plan() if backend == "perf" and not events else None
+    caps: dict[str, Capability] = {}
+    if plan is not None:
+        chosen = "perf"
+    else:
+        res = resolve_backend(backend)
+        chosen, caps = res.backend or "none", dict(res.capabilities)
     machine_file()  # a bad machine file fails here, before the command runs
     geometry = None
     if chosen == "callgrind":
@@ -362,8 +382,9 @@ def record(cmd: Sequence[str], *, out: Path | None, backend: str = "auto",
 
         geometry = callgrind.CallgrindGeometry.from_machine(machine.current())
     if events:
-        caps = {**{n: backends.capability(n) for n in backends.NAMES
-                   if n not in res.capabilities}, **res.capabilities}
+        from counterd import backends
+
+        caps = {**{n: backends.capability(n) for n in backends.NAMES if n not in caps}, **caps}
         check_events(events, chosen, caps, backend)
     # os.urandom rather than uuid4().hex[:6]: the same six random hex digits, without
     # importing uuid on the way to the command's exec.
@@ -377,7 +398,12 @@ def record(cmd: Sequence[str], *, out: Path | None, backend: str = "auto",
         hide = cg.as_counted_env(os.environ, cpu_flags())
     sampling = {} if sample is None else {ENV_SAMPLE: sample}
     code, records = _run_timed(argv, run_id, chosen, events, host, {**hide, **sampling},
-                               res.capabilities.get("perf"))
+                               caps.get("perf"), plan)
+    from dataclasses import replace
+    from pathlib import Path
+
+    from counterd.records import RecordResult, write_jsonl
+
     if hide:
         records = [replace(r, flags=r.flags | {"cpu_features_hidden"}) for r in records]
     if chosen == "callgrind":
@@ -385,7 +411,7 @@ def record(cmd: Sequence[str], *, out: Path | None, backend: str = "auto",
             progress("counting under callgrind: the command runs a second time, 20-100x "
                      "slower, its output not shown again")
         counted = callgrind.count_command(argv, run_id=run_id, geometry=geometry, env={
-            **_env(run_id, Path("."), "callgrind", events), **hide})
+            **_env(run_id, ".", "callgrind", events), **hide})
         if len(records) == 1 and "whole_command" in records[0].flags:
             records = _merge_whole(records[0], counted)
         else:

@@ -344,6 +344,16 @@ def incomplete_record(begin: Mapping[str, Any]) -> SuperstepRecord:
         marker_ns=None if begin.get("marker_ns") is None else _int(begin, "marker_ns"))
 
 
+@dataclass(frozen=True)
+class RecordResult:
+    """What ``counterd record`` (:func:`counterd.recording.record`) returns."""
+
+    exit_code: int  # the command's
+    records: tuple[SuperstepRecord, ...]
+    backend: str
+    out: Path | None
+
+
 def write_jsonl(records: Iterable[SuperstepRecord], path: Path) -> int:
     """Write records as JSON lines atomically (temp file + rename). Returns the count.
 

@@ -22,9 +22,9 @@ import textwrap
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-from counterd.cliutil import closed_pipe, version
+from counterd.cliutil import Parser, closed_pipe, version
 from counterd.units import NS_PER_S, counter_text, seconds, si_fields
 from predictor import modeling
 from predictor.errors import BadInput, HostMismatchWarning, PredictorError
@@ -32,15 +32,10 @@ from predictor.errors import BadInput, HostMismatchWarning, PredictorError
 SUBCOMMANDS = ("calibrate", "validate", "profile", "select", "mlt", "memlogp")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # usage errors: one line, exit 2
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
-
-
 def _sub_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="predict", description="calibrate and apply the cost functions of Amato "
+    p = Parser(prog="predict", description="calibrate and apply the cost functions of Amato "
                 "et al., \"Predicting performance on SMPs\"")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     c = sub.add_parser("calibrate", help="fit every cost function from microbench results")
     c.add_argument("--results", required=True, type=Path, help="microbench results JSON")
     c.add_argument("--out", required=True, type=Path, help="machine profile to write (TOML)")
@@ -139,7 +134,7 @@ def _sub_parser() -> argparse.ArgumentParser:
 
 
 def _forecast_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="predict", description="predicted superstep times from counters; "
+    p = Parser(prog="predict", description="predicted superstep times from counters; "
                 "forecasts from pilot runs: predict --pilot (predict --pilot --help); "
                 "subcommands: " + ", ".join(SUBCOMMANDS) + " (predict SUBCOMMAND --help); "
                 "--version")
@@ -152,7 +147,7 @@ def _forecast_parser() -> argparse.ArgumentParser:
 
 
 def _pilot_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="predict --pilot", description=textwrap.fill(
+    p = Parser(prog="predict --pilot", description=textwrap.fill(
         "Run a command at small input sizes (timed runs with markers only, and one counted run "
         "per size), fit a growth model in n for every superstep's time and counters, and "
         "forecast each superstep at the target size: F on the extrapolated counters (with a "

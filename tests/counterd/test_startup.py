@@ -100,3 +100,71 @@ def test_record_in_process_uses_the_machine_a_caller_set(tmp_path: Path) -> None
                                   backend="none")
     assert result.exit_code == 0
     assert len(list(read_jsonl(out))) == 1
+
+
+# The plain form of counterd record's command line, read without argparse (cli._plain_record):
+# it must read what argparse reads.
+PLAIN = [
+    ["record", "--out", "r.jsonl", "--", "true"],
+    ["record", "--out=r.jsonl", "--backend", "perf", "--", "python", "-c", "pass", "--out", "x"],
+    ["record", "--backend=none", "--events", "task_clock_ns,page_faults", "--json", "--out",
+     "o", "--machine", "m.toml", "--cpu-features", "as-counted", "--sample", "50us:10", "--",
+     "a", "b"],
+    ["record", "--events=", "--out", "o", "--", "--not-an-option-of-ours"],
+]
+NOT_PLAIN = [
+    ["record", "--help"], ["record", "-h", "--", "x"], ["record", "--out", "o"],
+    ["record", "--out", "o", "--"], ["record", "--", "true"],  # --out is required
+    ["record", "--ou", "o", "--", "true"],  # argparse would take the abbreviation
+    ["record", "--out", "o", "--out", "p", "--", "true"],  # given twice
+    ["record", "--out", "-o", "--", "true"],  # argparse: expected one argument
+    ["record", "--json=yes", "--out", "o", "--", "true"],
+    ["record", "--cpu-features", "fast", "--out", "o", "--", "true"],  # not a choice
+    ["record", "--out", "o", "stray", "--", "true"], ["report", "--", "x"], [],
+]
+
+
+@pytest.mark.parametrize("argv", PLAIN, ids=lambda a: " ".join(a)[:60])
+def test_the_plain_record_command_line_reads_as_argparse_reads_it(argv: list[str]) -> None:
+    from counterd import cli
+
+    plain = cli._plain_record(argv)
+    assert plain is not None
+    parsed = vars(cli._parser("record").parse_args(argv))
+    parsed = {k: (str(v) if k in ("out", "machine") and v is not None else v)
+              for k, v in parsed.items()}
+    assert vars(plain) == parsed
+
+
+@pytest.mark.parametrize("argv", NOT_PLAIN, ids=lambda a: " ".join(a)[:60] or "(none)")
+def test_every_other_command_line_is_left_to_argparse(argv: list[str]) -> None:
+    from counterd import cli
+
+    assert cli._plain_record(argv) is None
+
+
+def test_the_plain_reader_knows_every_record_option_and_default() -> None:
+    from counterd import cli
+
+    sub = next(a for a in cli._parser("record")._actions if a.dest == "command")
+    record = sub.choices["record"]  # type: ignore[index]
+    options = {a.option_strings[-1]: a for a in record._actions if a.option_strings}
+    options.pop("--help")
+    assert set(options) == set(cli._RECORD_VALUES) | set(cli._RECORD_FLAGS)
+    assert {o: options[o].default for o in cli._RECORD_VALUES} == cli._RECORD_VALUES
+    assert all(options[f].default is False for f in cli._RECORD_FLAGS)
+
+
+@pytest.mark.parametrize("script, code", [("exit 3", 3), ("kill -9 $$", 256 - 9)])
+def test_record_ends_with_the_commands_exit_status_and_its_summary(tmp_path: Path,
+                                                                   script: str,
+                                                                   code: int) -> None:
+    """counterd record leaves without the interpreter's teardown (cli.console): the command's
+    status and the summary on stderr still come out."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "counterd.cli", "record", "--backend", "none", "--out",
+         str(tmp_path / "r.jsonl"), "--", "sh", "-c", script],
+        capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == code
+    assert proc.stderr.startswith("counterd: 1 records (") and proc.stderr.endswith("\n")
+    assert len(list(read_jsonl(tmp_path / "r.jsonl"))) == 1

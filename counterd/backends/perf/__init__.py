@@ -52,6 +52,7 @@ from counterd.backends.perf.syscall import (
     PerfEventAttr,
     Syscall,
     _close_all,
+    _event_id,
     perf_event_open,
     read_seccomp,
     translate_errno,
@@ -79,6 +80,7 @@ from counterd.backends.perf.tables import (
 from counterd.errors import CounterdError, EventNotSupported, UnknownCounter
 from counterd.events import NAMES, Source
 from counterd.host import core_pmu, no_pmu_reason, parse_cpuinfo, read_paranoid
+from counterd.launch import PerfPlan
 
 # Files under <sysfs>/bus/event_source/devices/<pmu>/caps/ that would give the number of
 # general counters. Linux up to 6.1x exports no such file for x86 core PMUs (caps/ holds
@@ -266,6 +268,43 @@ class PerfBackend:
         events = tuple(n for n in sequence if n in opened)
         return PerfGroup(events, target, opener.fds, opener.ids, grouped, opener.unsupported,
                          groups=opener.groups if grouped else None)
+
+    def whole_command_plan(self, events: Sequence[str] = (), cap: Capability | None = None
+                           ) -> PerfPlan:
+        """The attributes that count ``events`` (default: every counter :meth:`available`
+        finds here) over a command's whole process tree, for :func:`counterd.launch.open_plan`:
+        each event on its own (inherit), created disabled and enabled by the kernel when the
+        command execs (enable_on_exec), user space only. A counter the table or the PMU cannot
+        give is in ``unsupported`` with the reason. ``cap``: a probe already made (None:
+        probe)."""
+        if not events:
+            cap = cap if cap is not None else self.available()
+            events = tuple(c for c, why in cap.counters.items() if why is None)
+        wanted, unsupported = self._resolve(self._check_names(events), strict=False)
+        attrs = []
+        for _, spec in wanted:
+            attr = make_attr(spec, leader=True, inherit=True, include_kernel=False,
+                             group=False)
+            attr.enable_on_exec = 1
+            attrs.append(bytes(attr))
+        return PerfPlan([name for name, _ in wanted], attrs, unsupported)
+
+    def adopt(self, events: Sequence[str], fds: Sequence[int], target: Target,
+              unsupported: Mapping[str, str]) -> PerfGroup:
+        """The events of ``fds`` (each opened on its own, as :func:`counterd.launch.open_plan`
+        opens a plan), read and closed as :meth:`open`'s are; the group owns the fds."""
+        ids = {_event_id(fd): name for name, fd in zip(events, fds, strict=True)}
+        return PerfGroup(tuple(events), target, list(fds), ids, False, dict(unsupported))
+
+    def open_error(self, err: int, event: str, target: Target) -> str:
+        """Why ``event`` could not be opened on ``target`` with errno ``err``, as :meth:`open`
+        says it."""
+        entry = self.table().get(event)
+        spec = entry if isinstance(entry, EventSpec) else None
+        return str(translate_errno(err, event, target, self.paranoid(),
+                                   include_kernel=spec is not None and spec.kernel_side,
+                                   encoding=spec.describe() if spec is not None else "",
+                                   seccomp=read_seccomp(self.procfs_root)))
 
     # Internals --------------------------------------------------------------------------
 

@@ -1,0 +1,292 @@
+"""The way from ``counterd record``'s command line to its command's first instruction.
+
+Everything here runs while the command waits, so it is kept to the standard library's
+os-level modules: no dataclasses, typing, pathlib or the backends package, which cost 20-40 ms
+to import on the way (perf stat starts a command 9 ms after its own start; see
+tests/counterd/test_startup.py, which holds this module to it). What the recorder needs of
+heavier modules it loads while the command runs (:mod:`counterd.recording`).
+
+- :func:`fork_waiting`: the command's process, forked and waiting for the go byte, so that
+  counters are attached to it before it execs.
+- :class:`PerfPlan`: the perf attributes that count a whole command (every process it creates,
+  from its exec), kept per user and per boot by :func:`save_plan` so that the next recording
+  opens them (:func:`open_plan`) without importing the perf backend to work them out again.
+- :func:`which` and :func:`make_spool_dir`: ``shutil.which`` and ``tempfile.mkdtemp`` without
+  their modules (shutil loads bz2 and lzma; tempfile loads random and shutil).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import signal
+import sys
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see counterd/__init__)
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+PLAN_FORMAT = "counterd-perf-plan"
+PLAN_VERSION = 1
+PLAN_FILE = "perf-plan"
+# __NR_perf_event_open. The perf backend has the same table (counterd/backends/perf/syscall.py)
+# for its own calls; this module cannot import it without the backends package.
+_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241, "arm64": 241}
+_PERF_FLAG_FD_CLOEXEC = 8
+_PERF_ATTR_SIZE_VER0 = 64
+_PERF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "backends", "perf")
+
+
+def which(exe: str) -> str | None:
+    """The file ``execvp`` would run for ``exe`` (``shutil.which``'s answer for a command)."""
+    if os.sep in exe:
+        return exe if os.access(exe, os.X_OK) and not os.path.isdir(exe) else None
+    for directory in os.get_exec_path():
+        path = os.path.join(directory or ".", exe)
+        if os.access(path, os.X_OK) and not os.path.isdir(path):
+            return path
+    return None
+
+
+def make_spool_dir(prefix: str = "counterd-spool-") -> str:
+    """A new private directory (mode 0700, a name nobody could have guessed) under $TMPDIR or
+    /tmp, as ``tempfile.mkdtemp`` makes it; the caller removes it."""
+    base = os.environ.get("TMPDIR") or "/tmp"
+    for _ in range(100):
+        path = os.path.join(base, prefix + os.urandom(8).hex())
+        try:
+            os.mkdir(path, 0o700)
+            return os.path.abspath(path)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free name for a spool directory in {base}")
+
+
+def fork_waiting(cmd: Sequence[str], env: Mapping[str, str]) -> tuple[int, int]:
+    """Fork a child that says it is ready, waits for the go byte, then execs ``cmd``: (its pid,
+    the write end of the go pipe). The recorder attaches counters to the waiting child (with
+    inherit, so every process the command creates is counted) before it writes the go byte,
+    so the whole command is counted from its first instruction and nothing before it. A fork
+    of the recorder, not a new interpreter: ~20 ms less before the command starts. A command
+    that cannot be run exits 127 with the reason on stderr; closing the go pipe without the
+    byte makes the child exit 125 without running anything."""
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: only os calls until exec, then nothing of the recorder is left
+        try:
+            # What Python set for itself is not the command's (subprocess resets these too):
+            # a command writing to a closed pipe dies of SIGPIPE, as it would unrecorded.
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(sig, signal.SIG_DFL)
+            os.close(ready_r)
+            os.close(go_w)
+            os.write(ready_w, b"r")
+            os.close(ready_w)
+            if os.read(go_r, 1) != b"g":  # the recorder gave up: do not run the command
+                os._exit(125)
+            os.close(go_r)
+            os.execvpe(cmd[0], list(cmd), dict(env))
+        except OSError as exc:
+            os.write(2, f"counterd record: cannot run {cmd[0]}: {exc.strerror}\n".encode())
+        finally:
+            os._exit(127)
+    os.close(ready_w)
+    os.close(go_r)
+    with os.fdopen(ready_r, "rb") as ready:
+        ready.read(1)  # the child is blocked on the go pipe: nothing of it is counted below
+    return pid, go_w
+
+
+def wait(pid: int) -> int:
+    """The child's exit code as subprocess gives it (negative: killed by that signal)."""
+    _, status = os.waitpid(pid, 0)  # retried after a signal (PEP 475)
+    return os.waitstatus_to_exitcode(status)
+
+
+# --------------------------------------------------------------------------------------------
+# The whole-command perf plan
+
+
+class PerfPlan:
+    """What perf counts over a whole command on this host: for each counter it can count,
+    the raw ``struct perf_event_attr`` that counts it over a process tree from its exec
+    (inherit, disabled until enable_on_exec, user space), in the order they are read; and
+    the reason for each it cannot count. Made by the perf backend
+    (:meth:`counterd.backends.perf.PerfBackend.whole_command_plan`)."""
+
+    __slots__ = ("attrs", "events", "unsupported")
+
+    def __init__(self, events: Sequence[str], attrs: Sequence[bytes],
+                 unsupported: Mapping[str, str]) -> None:
+        if len(events) != len(attrs):
+            raise ValueError(f"{len(events)} events but {len(attrs)} attributes")
+        self.events = tuple(events)
+        self.attrs = tuple(bytes(a) for a in attrs)
+        self.unsupported = dict(unsupported)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PerfPlan) and (
+            (self.events, self.attrs, self.unsupported)
+            == (other.events, other.attrs, other.unsupported))
+
+    def __repr__(self) -> str:
+        return f"PerfPlan(events={self.events!r}, unsupported={sorted(self.unsupported)!r})"
+
+
+def plan_dir() -> str | None:
+    """Where this user's plan is kept: $XDG_RUNTIME_DIR/counterd (a tmpfs emptied at logout),
+    else $XDG_CACHE_HOME/counterd, else ~/.cache/counterd; None without a home."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime):
+        return os.path.join(runtime, "counterd")
+    cache = os.environ.get("XDG_CACHE_HOME")
+    if cache and os.path.isabs(cache):
+        return os.path.join(cache, "counterd")
+    home = os.path.expanduser("~")
+    return os.path.join(home, ".cache", "counterd") if os.path.isabs(home) else None
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def plan_key(procfs: str = "/proc") -> dict[str, str]:
+    """What a saved plan holds for: this boot (a PMU appears or goes only with one), kernel,
+    ``perf_event_paranoid``, user, and the perf backend's code and event tables as installed
+    (names, sizes and modification times of counterd/backends/perf/*)."""
+    files = []
+    for root, _, names in os.walk(_PERF_DIR):
+        for name in sorted(names):
+            if name.endswith((".py", ".json")):
+                st = os.stat(os.path.join(root, name))
+                files.append(f"{os.path.relpath(os.path.join(root, name), _PERF_DIR)}:"
+                             f"{st.st_size}:{st.st_mtime_ns}")
+    return {"boot_id": _read(os.path.join(procfs, "sys/kernel/random/boot_id")),
+            "kernel": os.uname().release,
+            "paranoid": _read(os.path.join(procfs, "sys/kernel/perf_event_paranoid")),
+            "uid": str(os.getuid()),
+            "backend": ";".join(sorted(files))}
+
+
+def _encode_plan(plan: PerfPlan, key: Mapping[str, str]) -> str:
+    lines = [f"{PLAN_FORMAT} {PLAN_VERSION}"]
+    lines += [f"key {name} {value}" for name, value in key.items()]
+    lines += [f"event {name} {attr.hex()}"
+              for name, attr in zip(plan.events, plan.attrs, strict=True)]
+    lines += [f"unsupported {name} {why}" for name, why in plan.unsupported.items()]
+    return "".join(line.replace("\n", " ") + "\n" for line in lines)
+
+
+def _decode_plan(text: str, key: Mapping[str, str]) -> PerfPlan | None:
+    """The plan in ``text`` if it was saved under ``key``, else None. The file is lines of
+    ``<kind> <name> <value>`` after a ``counterd-perf-plan <version>`` line: read without the
+    json module, whose decoder loads re (5 ms here, on the way to the exec)."""
+    lines = text.splitlines()
+    if not lines or lines[0] != f"{PLAN_FORMAT} {PLAN_VERSION}":
+        return None
+    saved: dict[str, str] = {}
+    events: list[str] = []
+    attrs: list[bytes] = []
+    unsupported: dict[str, str] = {}
+    for line in lines[1:]:
+        kind, name, value = line.split(" ", 2)
+        if kind == "key":
+            saved[name] = value
+        elif kind == "event":
+            events.append(name)
+            attrs.append(bytes.fromhex(value))
+        elif kind == "unsupported":
+            unsupported[name] = value
+        else:
+            return None
+    return PerfPlan(events, attrs, unsupported) if saved == dict(key) else None
+
+
+def load_plan(directory: str | None = None, key: Mapping[str, str] | None = None
+              ) -> PerfPlan | None:
+    """The plan saved for this host as it is now, or None: none saved, saved for another boot,
+    kernel, setting or version of counterd, or a file that is not this user's own or not a
+    plan (never an error: the recorder then works the plan out again)."""
+    directory = directory or plan_dir()
+    if directory is None:
+        return None
+    try:
+        fd = os.open(os.path.join(directory, PLAN_FILE), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid() or st.st_mode & 0o022 or st.st_size > 1 << 20:
+            return None
+        text = os.read(fd, st.st_size + 1).decode("utf-8")
+        return _decode_plan(text, key if key is not None else plan_key())
+    except (OSError, ValueError):  # ValueError: not UTF-8, a short line, bad hex
+        return None
+    finally:
+        os.close(fd)
+
+
+def save_plan(plan: PerfPlan, directory: str | None = None,
+              key: Mapping[str, str] | None = None) -> str | None:
+    """Keep ``plan`` for the next recording (atomically, mode 0600); its path, or None when
+    there is nowhere to keep it (a cache: failing to write it changes nothing else)."""
+    directory = directory or plan_dir()
+    if directory is None:
+        return None
+    text = _encode_plan(plan, key if key is not None else plan_key())
+    path = os.path.join(directory, PLAN_FILE)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+        return path
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return None
+
+
+_syscall = None
+
+
+def open_plan(plan: PerfPlan, pid: int) -> tuple[list[int], dict[str, int]]:
+    """Open every attribute of ``plan`` on process ``pid`` (any CPU): (the fds of those that
+    opened, in plan order; errno of each that did not, by counter name)."""
+    global _syscall
+    if _syscall is None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        _syscall = libc.syscall
+    number = _PERF_EVENT_OPEN.get(os.uname().machine)
+    fds: list[int] = []
+    failed: dict[str, int] = {}
+    for name, attr in zip(plan.events, plan.attrs, strict=True):
+        if number is None:
+            failed[name] = errno.ENOSYS
+            continue
+        # The kernel reads attr.size bytes (offset 4) from the buffer: never more than it has.
+        if len(attr) < _PERF_ATTR_SIZE_VER0 or int.from_bytes(attr[4:8], "little") != len(attr):
+            failed[name] = errno.EINVAL
+            continue
+        buf = ctypes.create_string_buffer(attr, len(attr))
+        fd = _syscall(ctypes.c_long(number), buf, ctypes.c_int(pid), ctypes.c_int(-1),
+                      ctypes.c_int(-1), ctypes.c_ulong(_PERF_FLAG_FD_CLOEXEC))
+        if fd < 0:
+            failed[name] = ctypes.get_errno()
+        else:
+            fds.append(int(fd))
+    return fds, failed

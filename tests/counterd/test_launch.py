@@ -1,0 +1,212 @@
+"""counterd.launch: the way to a recorded command's exec, and the perf plan kept for it
+(issue 13, item 4: counterd record starts fast)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from counterd import launch
+from counterd.backends.perf import PerfBackend
+from counterd.recording import record
+from counterd.records import read_jsonl
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = {"boot_id": "b-1", "kernel": "6.18", "paranoid": "2", "uid": "1000", "backend": "x:1:2"}
+
+
+def _perf_counts() -> bool:
+    return PerfBackend().available().supports("task_clock_ns")
+
+
+needs_perf = pytest.mark.skipif(not _perf_counts(), reason="perf_event_open does not work here")
+
+
+def _no_such_software_event(attr: bytes) -> bytes:
+    """``attr`` (a software event's) with config 999: the kernel has no such event (ENOENT)."""
+    return attr[:8] + (999).to_bytes(8, "little") + attr[16:]
+
+
+def _plan() -> launch.PerfPlan:
+    return launch.PerfPlan(["task_clock_ns", "page_faults"], [b"\x01\x02", b"\xff" * 136],
+                           {"l1d_misses": "no PMU here — a reason with spaces"})
+
+
+def test_a_saved_plan_is_the_plan_loaded(tmp_path: Path) -> None:
+    path = launch.save_plan(_plan(), str(tmp_path / "d"), KEY)
+    assert path == str(tmp_path / "d" / launch.PLAN_FILE)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(tmp_path / "d").st_mode) == 0o700
+    assert launch.load_plan(str(tmp_path / "d"), KEY) == _plan()
+    assert os.listdir(tmp_path / "d") == [launch.PLAN_FILE]  # no temporary file left
+
+
+@pytest.mark.parametrize("field", sorted(KEY))
+def test_a_plan_saved_under_another_key_is_not_loaded(tmp_path: Path, field: str) -> None:
+    launch.save_plan(_plan(), str(tmp_path), KEY)
+    assert launch.load_plan(str(tmp_path), {**KEY, field: KEY[field] + "x"}) is None
+
+
+@pytest.mark.parametrize("text", [
+    "", "not a plan\n", "counterd-perf-plan 2\n", "counterd-perf-plan 1\nkey\n",
+    "counterd-perf-plan 1\nevent task_clock_ns zz\n", "counterd-perf-plan 1\nmystery a b\n",
+    "counterd-perf-plan 1\n\xff\xfe\n",
+])
+def test_a_file_that_is_not_a_plan_is_not_loaded(tmp_path: Path, text: str) -> None:
+    (tmp_path / launch.PLAN_FILE).write_bytes(text.encode("latin-1"))
+    os.chmod(tmp_path / launch.PLAN_FILE, 0o600)
+    assert launch.load_plan(str(tmp_path), KEY) is None
+
+
+def test_a_plan_others_could_have_written_is_not_loaded(tmp_path: Path) -> None:
+    launch.save_plan(_plan(), str(tmp_path / "d"), KEY)
+    plan = tmp_path / "d" / launch.PLAN_FILE
+    os.chmod(plan, 0o620)  # group-writable: anyone in the group could plant attributes
+    assert launch.load_plan(str(tmp_path / "d"), KEY) is None
+    os.chmod(plan, 0o600)
+    (tmp_path / "e").mkdir()
+    os.symlink(plan, tmp_path / "e" / launch.PLAN_FILE)  # a link is not followed
+    assert launch.load_plan(str(tmp_path / "e"), KEY) is None
+    assert launch.load_plan(str(tmp_path / "d"), KEY) == _plan()
+
+
+def test_a_plan_with_nowhere_to_go_is_not_saved(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    assert launch.save_plan(_plan(), str(tmp_path / "file"), KEY) is None
+    (tmp_path / "ro").mkdir(mode=0o500)
+    if os.access(tmp_path / "ro", os.W_OK):  # root writes anyway
+        return
+    assert launch.save_plan(_plan(), str(tmp_path / "ro"), KEY) is None
+    assert os.listdir(tmp_path / "ro") == []
+
+
+def test_the_plan_lives_where_xdg_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/7")
+    monkeypatch.setenv("XDG_CACHE_HOME", "/c")
+    assert launch.plan_dir() == "/run/user/7/counterd"
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "relative")  # ignored, as the spec says
+    assert launch.plan_dir() == "/c/counterd"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", "/h")
+    assert launch.plan_dir() == "/h/.cache/counterd"
+
+
+def test_the_key_changes_with_the_perf_backends_files(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = tmp_path / "perf"
+    shutil.copytree(launch._PERF_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(launch, "_PERF_DIR", str(copy))
+    before = launch.plan_key()
+    assert before == launch.plan_key()
+    assert "events/generic.json" in before["backend"]
+    with open(copy / "events" / "generic.json", "a") as f:
+        f.write(" ")
+    after = launch.plan_key()
+    assert after["backend"] != before["backend"]
+    assert {k: v for k, v in after.items() if k != "backend"} == {
+        k: v for k, v in before.items() if k != "backend"}
+
+
+def test_which_finds_what_shutil_finds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "tool").write_text("#!/bin/sh\n")
+    os.chmod(tmp_path / "tool", 0o755)
+    (tmp_path / "plain").write_text("")
+    (tmp_path / "adir").mkdir()
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    for name in ("sh", "true", "tool", "plain", "adir", "no-such-tool-xyz",
+                 str(tmp_path / "tool"), str(tmp_path / "plain"), str(tmp_path / "adir")):
+        assert launch.which(name) == shutil.which(name), name
+
+
+def test_spool_dirs_are_private_and_distinct(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    a, b = launch.make_spool_dir(), launch.make_spool_dir()
+    assert a != b and os.path.dirname(a) == str(tmp_path)
+    assert stat.S_IMODE(os.stat(a).st_mode) == 0o700
+
+
+@needs_perf
+def test_a_plan_opens_on_the_waiting_command_and_counts_from_its_exec() -> None:
+    plan = PerfBackend().whole_command_plan()
+    bad = launch.PerfPlan([*plan.events, "short", "bogus"],
+                          [*plan.attrs, b"\x00" * 8, _no_such_software_event(plan.attrs[0])],
+                          {})
+    pid, go = launch.fork_waiting(["sh", "-c", "i=0; while [ $i -lt 2000 ]; do i=$((i+1)); done"],
+                                  os.environ)
+    fds, failed = launch.open_plan(bad, pid)
+    os.write(go, b"g")
+    os.close(go)
+    assert launch.wait(pid) == 0
+    assert failed == {"short": errno.EINVAL, "bogus": errno.ENOENT}
+    assert len(fds) == len(plan.events)
+    values = {name: struct.unpack("=QQQQ", os.read(fd, 32)) for name, fd in
+              zip(plan.events, fds, strict=True)}
+    for fd in fds:
+        os.close(fd)
+    value, enabled, running, _ = values["task_clock_ns"]
+    assert value > 0 and enabled == running > 0
+
+
+@needs_perf
+def test_record_with_a_saved_plan_counts_what_it_counts_without(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first, second = tmp_path / "1.jsonl", tmp_path / "2.jsonl"
+    assert launch.load_plan() is None
+    assert record(["true"], out=first, backend="perf").exit_code == 0
+    saved = launch.load_plan()
+    assert saved == PerfBackend().whole_command_plan()
+    assert record(["true"], out=second, backend="perf").exit_code == 0
+    (a,), (b,) = list(read_jsonl(first)), list(read_jsonl(second))
+    assert a.flags == b.flags == {"whole_command"}
+    assert set(a.counters) == set(b.counters) == set(saved.events)
+    assert a.unsupported == b.unsupported == {}
+
+
+@needs_perf
+def test_a_saved_plan_that_no_longer_opens_is_worked_out_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    good = PerfBackend().whole_command_plan()
+    launch.save_plan(launch.PerfPlan(["task_clock_ns"],
+                                     [_no_such_software_event(good.attrs[0])], {}))
+    out = tmp_path / "r.jsonl"
+    assert record(["true"], out=out, backend="perf").exit_code == 0
+    (rec,) = list(read_jsonl(out))
+    assert set(rec.counters) == set(good.events) and rec.unsupported == {}
+    assert launch.load_plan() == good  # replaced
+
+
+@needs_perf
+def test_record_with_a_saved_plan_loads_nothing_heavy_before_the_exec(tmp_path: Path) -> None:
+    """What ``counterd record`` has imported when it forks the command, with a plan saved: the
+    standard library's os-level modules and counterd's cli, launch, recording, env, errors."""
+    heavy = ("argparse", "json", "re", "pathlib", "typing", "dataclasses", "shutil", "tempfile",
+             "counterd.records", "counterd.backends", "counterd.spool", "counterd.protocol",
+             "counterd.markers", "counterd.machine")
+    code = (
+        "import os, sys\n"
+        "fork = os.fork\n"
+        "def spy():\n"
+        f"    print(' '.join(m for m in {heavy!r} if m in sys.modules), flush=True)\n"
+        "    return fork()\n"
+        "os.fork = spy\n"
+        "from counterd.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    argv = ["record", "--backend", "perf", "--out", str(tmp_path / "r.jsonl"), "--", "true"]
+    runs = [subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                           cwd=ROOT, env=env, timeout=120) for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[1].stderr
+    assert "counterd.backends" in runs[0].stdout.split()  # no plan yet: worked out, then saved
+    assert runs[1].stdout.split() == []
