@@ -17,10 +17,12 @@ heavier modules it loads while the command runs (:mod:`counterd.recording`).
 
 from __future__ import annotations
 
+# _signal: the C module under signal, loaded with the interpreter (signal wraps its
+# constants in enums on import: 1-2 ms here).
+import _signal
 import ctypes
 import errno
 import os
-import signal
 import sys
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see counterd/__init__)
@@ -80,8 +82,8 @@ def fork_waiting(cmd: Sequence[str], env: Mapping[str, str]) -> tuple[int, int]:
         try:
             # What Python set for itself is not the command's (subprocess resets these too):
             # a command writing to a closed pipe dies of SIGPIPE, as it would unrecorded.
-            for sig in (signal.SIGPIPE, signal.SIGXFSZ):
-                signal.signal(sig, signal.SIG_DFL)
+            for sig in (_signal.SIGPIPE, _signal.SIGXFSZ):
+                _signal.signal(sig, _signal.SIG_DFL)
             os.close(ready_r)
             os.close(go_w)
             os.write(ready_w, b"r")
