@@ -15,7 +15,8 @@ supersteps without end is slowed to the daemon's ingest rate instead, see
 bench/daemon_throughput.py). Through
 the daemon, the compiled path writes the frames into the client's black box, sent in batches;
 counting on the client's behalf has no compiled path (its rows are the Python path's). The
-floor beside them: two ``read(2)`` of the perf group leader, from Python, per pair.
+floors beside them: two ``read(2)`` of the perf group leader per pair, from Python and from C
+(bench/perf_read_floor.c, with nothing else in the loop).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,6 +56,21 @@ def per_pair_us(pairs: int, batches: int) -> list[float]:
                 pass
         out.append((time.monotonic_ns() - t0) / pairs / 1e3)
     return out
+
+
+def _c_floor(tmp: Path, pairs: int, batches: int) -> tuple[float, float, float] | None:
+    """bench/perf_read_floor.c compiled and run: (median, min, max) us per pair, or None
+    without a C compiler (said on stderr)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        print("no C compiler: the floor from C is not measured", file=sys.stderr)
+        return None
+    exe = tmp / "perf_read_floor"
+    subprocess.run([cc, "-O2", "-o", str(exe), str(Path(__file__).parent / "perf_read_floor.c")],
+                   check=True)
+    out = subprocess.run([str(exe), str(pairs), str(batches)], check=True, capture_output=True,
+                         text=True).stdout.split()
+    return float(out[0]), float(out[1]), float(out[2])
 
 
 def main() -> int:
@@ -122,6 +140,10 @@ def main() -> int:
                 print(f"{'floor: two perf group read(2) from Python per pair':<72} "
                       f"{statistics.median(floor):>15.2f} {min(floor):>8.2f} "
                       f"{max(floor):>8.2f}")
+            c_floor = _c_floor(Path(tmp), args.pairs, args.batches)
+            if c_floor is not None:
+                print(f"{'floor: two perf group read(2) from C per pair (perf_read_floor.c)':<72} "
+                      + " ".join(f"{v:>{w}.2f}" for v, w in zip(c_floor, (15, 8, 8), strict=True)))
             configure(backend="none", socket="off")
         finally:
             d.stop()
