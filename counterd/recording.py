@@ -181,14 +181,14 @@ def _papi_group(events: Sequence[str], pid: int) -> CounterGroup | None:
 
 
 def _open_plan(plan: launch.PerfPlan, saved: bool, events: Sequence[str], pid: int
-               ) -> tuple[launch.PerfPlan, list[str], list[int], dict[str, str]]:
-    """Open ``plan`` on the waiting command: (the plan opened, the counters that opened and
-    their fds, why each other cannot be counted). A ``saved`` plan that no longer opens whole
-    (made under other conditions: a seccomp filter, a container) is worked out again."""
+               ) -> tuple[launch.PerfPlan, list[int]]:
+    """Open ``plan`` on the waiting command: (the plan as it opened, its counters' fds). A
+    counter the kernel refuses joins the plan's ``unsupported`` with the reason; a ``saved``
+    plan that no longer opens whole (made under other conditions: a seccomp filter, a
+    container) is worked out again instead."""
     fds, failed = launch.open_plan(plan, pid)
-    opened = [name for name in plan.events if name not in failed]
     if not failed:
-        return plan, opened, fds, dict(plan.unsupported)
+        return plan, fds
     from counterd.backends.base import Target
     from counterd.backends.perf import PerfBackend
 
@@ -198,8 +198,10 @@ def _open_plan(plan: launch.PerfPlan, saved: bool, events: Sequence[str], pid: i
             os.close(fd)
         return _open_plan(be.whole_command_plan(events), False, events, pid)
     target = Target(pid=pid, inherit=True)
+    opened = [(n, a) for n, a in zip(plan.events, plan.attrs, strict=True) if n not in failed]
     why = {name: be.open_error(err, name, target) for name, err in failed.items()}
-    return plan, opened, fds, {**plan.unsupported, **why}
+    return launch.PerfPlan([n for n, _ in opened], [a for _, a in opened],
+                           {**plan.unsupported, **why}), fds
 
 
 def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
@@ -229,12 +231,11 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
         env = {**_env(run_id, spool, marker_backend, marker_events), **extra_env}
         pid, go_w = launch.fork_waiting(cmd, env)
         went = False
-        opened: tuple[list[str], list[int], dict[str, str]] | None = None
+        fds: list[int] = []
         papi = start = None
         try:
             if plan is not None:
-                plan, names, fds, unsupported = _open_plan(plan, plan is saved, events, pid)
-                opened = (names, fds, unsupported)
+                plan, fds = _open_plan(plan, plan is saved, events, pid)
             elif marker_backend == "papi":
                 papi = _papi_group(events, pid)
                 start = papi.read() if papi is not None else None
@@ -244,7 +245,7 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
         finally:  # a failure before the go byte: the child reads EOF and exits 125, unrun
             os.close(go_w)
             if not went:
-                for fd in opened[1] if opened is not None else ():
+                for fd in fds:
                     os.close(fd)
                 launch.wait(pid)
         # Loaded while the command runs, rather than on the way to its exec or after it
@@ -258,13 +259,13 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
         from counterd.spool import collect as collect_spool
 
         group = papi
-        if opened is not None:
+        if plan is not None:
             from counterd.backends.perf import PerfBackend
 
-            names, fds, unsupported = opened
-            group = PerfBackend().adopt(names, fds, Target(pid=pid, inherit=True), unsupported)
-        if plan is not None and plan is not saved:
-            launch.save_plan(plan)
+            group = PerfBackend().adopt(plan.events, fds, Target(pid=pid, inherit=True),
+                                        plan.unsupported)
+            if plan is not saved and not events:  # a plan of every counter: the next one's
+                launch.save_plan(plan)
         code = launch.wait(pid)
         end_ns = time.monotonic_ns()
         stop = group.read() if group is not None else None

@@ -210,3 +210,37 @@ def test_record_with_a_saved_plan_loads_nothing_heavy_before_the_exec(tmp_path: 
     assert [r.returncode for r in runs] == [0, 0], runs[1].stderr
     assert "counterd.backends" in runs[0].stdout.split()  # no plan yet: worked out, then saved
     assert runs[1].stdout.split() == []
+
+
+@needs_perf
+def test_a_plan_for_some_counters_is_not_saved(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    out = tmp_path / "r.jsonl"
+    assert record(["true"], out=out, backend="perf", events=["page_faults"]).exit_code == 0
+    assert launch.load_plan() is None  # the next recording of every counter works it out
+    (rec,) = list(read_jsonl(out))
+    assert set(rec.counters) == {"page_faults"}
+
+
+@needs_perf
+def test_a_counter_the_kernel_refuses_on_the_command_is_saved_as_unsupported(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    real = PerfBackend.whole_command_plan
+
+    def with_a_refused_counter(self: PerfBackend, events: tuple[str, ...] = (),
+                               cap: object = None) -> launch.PerfPlan:
+        plan = real(self, events)
+        refused = _no_such_software_event(plan.attrs[0])
+        return launch.PerfPlan([*plan.events, "l1d_misses"], [*plan.attrs, refused], {})
+
+    monkeypatch.setattr(PerfBackend, "whole_command_plan", with_a_refused_counter)
+    out = tmp_path / "r.jsonl"
+    assert record(["true"], out=out, backend="perf").exit_code == 0
+    (rec,) = list(read_jsonl(out))
+    assert "l1d_misses" not in rec.counters and "unsupported_counters" in rec.flags
+    assert "l1d_misses" in rec.unsupported and rec.unsupported["l1d_misses"]
+    saved = launch.load_plan()
+    assert saved is not None and "l1d_misses" not in saved.events
+    assert saved.unsupported == rec.unsupported  # the next recording opens what opened
