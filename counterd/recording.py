@@ -180,13 +180,13 @@ def _papi_group(events: Sequence[str], pid: int) -> CounterGroup | None:
         return None
 
 
-def _open_plan(plan: launch.PerfPlan, saved: bool, events: Sequence[str], pid: int
+def _open_plan(plan: launch.PerfPlan, saved: bool, events: Sequence[str]
                ) -> tuple[launch.PerfPlan, list[int]]:
-    """Open ``plan`` on the waiting command: (the plan as it opened, its counters' fds). A
-    counter the kernel refuses joins the plan's ``unsupported`` with the reason; a ``saved``
-    plan that no longer opens whole (made under other conditions: a seccomp filter, a
-    container) is worked out again instead."""
-    fds, failed = launch.open_plan(plan, pid)
+    """Open ``plan`` on this process, for the command to inherit: (the plan as it opened, its
+    counters' fds). A counter the kernel refuses joins the plan's ``unsupported`` with the
+    reason; a ``saved`` plan that no longer opens whole (made under other conditions: a
+    seccomp filter, a container) is worked out again instead."""
+    fds, failed = launch.open_plan(plan, 0)
     if not failed:
         return plan, fds
     from counterd.backends.base import Target
@@ -196,8 +196,8 @@ def _open_plan(plan: launch.PerfPlan, saved: bool, events: Sequence[str], pid: i
     if saved:
         for fd in fds:
             os.close(fd)
-        return _open_plan(be.whole_command_plan(events), False, events, pid)
-    target = Target(pid=pid, inherit=True)
+        return _open_plan(be.whole_command_plan(events), False, events)
+    target = Target(inherit=True)
     opened = [(n, a) for n, a in zip(plan.events, plan.attrs, strict=True) if n not in failed]
     why = {name: be.open_error(err, name, target) for name, err in failed.items()}
     return launch.PerfPlan([n for n, _ in opened], [a for _, a in opened],
@@ -229,28 +229,35 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
     spool = launch.make_spool_dir()
     try:
         env = {**_env(run_id, spool, marker_backend, marker_events), **extra_env}
-        pid, go_w = launch.fork_waiting(cmd, env)
-        went = False
         fds: list[int] = []
         papi = start = None
-        try:
-            if plan is not None:
-                plan, fds = _open_plan(plan, plan is saved, events, pid)
-            elif marker_backend == "papi":
+        if marker_backend == "papi":  # PAPI attaches to a process: the command waits for it
+            pid, go_w = launch.fork_waiting(cmd, env)
+            went = False
+            try:
                 papi = _papi_group(events, pid)
                 start = papi.read() if papi is not None else None
+                begin_ns = time.monotonic_ns()
+                os.write(go_w, b"g")
+                went = True
+            finally:  # a failure before the go byte: the child reads EOF and exits 125, unrun
+                os.close(go_w)
+                if not went:
+                    launch.wait(pid)
+        else:
+            if plan is not None:  # on the recorder, for the command to inherit (launch.spawn)
+                plan, fds = _open_plan(plan, plan is saved, events)
             begin_ns = time.monotonic_ns()
-            os.write(go_w, b"g")
-            went = True
-        finally:  # a failure before the go byte: the child reads EOF and exits 125, unrun
-            os.close(go_w)
-            if not went:
+            try:
+                pid = launch.spawn(cmd, env)
+            except OSError as exc:
                 for fd in fds:
                     os.close(fd)
-                launch.wait(pid)
+                print(f"counterd record: cannot run {cmd[0]}: {exc.strerror}", file=sys.stderr)
+                return 127, []
         # Loaded while the command runs, rather than on the way to its exec or after it
         # (fsutil: write_jsonl's; shutil: the spool's removal).
-        import shutil
+        import shutil  # noqa: F401
         from pathlib import Path
 
         from counterd import fsutil  # noqa: F401

@@ -189,18 +189,19 @@ def test_a_saved_plan_that_no_longer_opens_is_worked_out_again(
 
 @needs_perf
 def test_record_with_a_saved_plan_loads_nothing_heavy_before_the_exec(tmp_path: Path) -> None:
-    """What ``counterd record`` has imported when it forks the command, with a plan saved: the
-    standard library's os-level modules and counterd's cli, launch, recording, env, errors."""
+    """What ``counterd record`` has imported when it starts the command, with a plan saved:
+    the standard library's os-level modules and counterd's cli, launch, recording, env,
+    errors."""
     heavy = ("argparse", "json", "re", "pathlib", "typing", "dataclasses", "shutil", "tempfile",
              "counterd.records", "counterd.backends", "counterd.spool", "counterd.protocol",
              "counterd.markers", "counterd.machine")
     code = (
         "import os, sys\n"
-        "fork = os.fork\n"
-        "def spy():\n"
+        "spawn = os.posix_spawnp\n"
+        "def spy(*args, **kwargs):\n"
         f"    print(' '.join(m for m in {heavy!r} if m in sys.modules), flush=True)\n"
-        "    return fork()\n"
-        "os.fork = spy\n"
+        "    return spawn(*args, **kwargs)\n"
+        "os.posix_spawnp = spy\n"
         "from counterd.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n")
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
@@ -208,6 +209,7 @@ def test_record_with_a_saved_plan_loads_nothing_heavy_before_the_exec(tmp_path: 
     runs = [subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
                            cwd=ROOT, env=env, timeout=120) for _ in range(2)]
     assert [r.returncode for r in runs] == [0, 0], runs[1].stderr
+    assert runs[1].stdout  # the spy saw the command start
     assert "counterd.backends" in runs[0].stdout.split()  # no plan yet: worked out, then saved
     assert runs[1].stdout.split() == []
 
@@ -244,3 +246,20 @@ def test_a_counter_the_kernel_refuses_on_the_command_is_saved_as_unsupported(
     saved = launch.load_plan()
     assert saved is not None and "l1d_misses" not in saved.events
     assert saved.unsupported == rec.unsupported  # the next recording opens what opened
+
+
+@pytest.mark.parametrize("backend", ["perf", "none"])
+def test_a_command_that_cannot_be_run_is_exit_127_with_the_reason(
+        tmp_path: Path, backend: str, capfd: pytest.CaptureFixture[str]) -> None:
+    """Found on PATH but not a program (no #! line): the kernel refuses it (ENOEXEC), as a
+    shell would say; no record, and the counters opened for it are closed."""
+    if backend == "perf" and not _perf_counts():
+        pytest.skip("perf_event_open does not work here")
+    bogus = tmp_path / "not-a-program"
+    bogus.write_bytes(b"\x00\x01garbage")
+    bogus.chmod(0o755)
+    before = len(os.listdir("/proc/self/fd"))
+    result = record([str(bogus)], out=tmp_path / "r.jsonl", backend=backend)
+    assert result.exit_code == 127 and result.records == ()
+    assert f"counterd record: cannot run {bogus}: Exec format error" in capfd.readouterr().err
+    assert len(os.listdir("/proc/self/fd")) == before
