@@ -133,27 +133,30 @@ def wait(pid: int) -> int:
 class PerfPlan:
     """What perf counts over a whole command on this host: for each counter it can count,
     the raw ``struct perf_event_attr`` that counts it over a process tree from its exec
-    (inherit, disabled until enable_on_exec, user space), in the order they are read; and
-    the reason for each it cannot count. Made by the perf backend
-    (:meth:`counterd.backends.perf.PerfBackend.whole_command_plan`)."""
+    (inherit, disabled until enable_on_exec, user space), in the order they are read; the
+    reason for each it cannot count; and whether ``counterd record --backend auto`` picks perf
+    here on that alone (``auto``: it does when perf has hardware memory counters). Made by the
+    perf backend (:meth:`counterd.backends.perf.PerfBackend.whole_command_plan`)."""
 
-    __slots__ = ("attrs", "events", "unsupported")
+    __slots__ = ("attrs", "auto", "events", "unsupported")
 
     def __init__(self, events: Sequence[str], attrs: Sequence[bytes],
-                 unsupported: Mapping[str, str]) -> None:
+                 unsupported: Mapping[str, str], auto: bool = False) -> None:
         if len(events) != len(attrs):
             raise ValueError(f"{len(events)} events but {len(attrs)} attributes")
         self.events = tuple(events)
         self.attrs = tuple(bytes(a) for a in attrs)
         self.unsupported = dict(unsupported)
+        self.auto = auto
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PerfPlan) and (
-            (self.events, self.attrs, self.unsupported)
-            == (other.events, other.attrs, other.unsupported))
+            (self.events, self.attrs, self.unsupported, self.auto)
+            == (other.events, other.attrs, other.unsupported, other.auto))
 
     def __repr__(self) -> str:
-        return f"PerfPlan(events={self.events!r}, unsupported={sorted(self.unsupported)!r})"
+        return (f"PerfPlan(events={self.events!r}, unsupported={sorted(self.unsupported)!r}, "
+                f"auto={self.auto})")
 
 
 def plan_dir() -> str | None:
@@ -201,6 +204,7 @@ def _encode_plan(plan: PerfPlan, key: Mapping[str, str]) -> str:
     lines += [f"event {name} {attr.hex()}"
               for name, attr in zip(plan.events, plan.attrs, strict=True)]
     lines += [f"unsupported {name} {why}" for name, why in plan.unsupported.items()]
+    lines += ["auto record perf"] if plan.auto else []
     return "".join(line.replace("\n", " ") + "\n" for line in lines)
 
 
@@ -215,6 +219,7 @@ def _decode_plan(text: str, key: Mapping[str, str]) -> PerfPlan | None:
     events: list[str] = []
     attrs: list[bytes] = []
     unsupported: dict[str, str] = {}
+    auto = False
     for line in lines[1:]:
         kind, name, value = line.split(" ", 2)
         if kind == "key":
@@ -224,9 +229,11 @@ def _decode_plan(text: str, key: Mapping[str, str]) -> PerfPlan | None:
             attrs.append(bytes.fromhex(value))
         elif kind == "unsupported":
             unsupported[name] = value
+        elif kind == "auto" and (name, value) == ("record", "perf"):
+            auto = True
         else:
             return None
-    return PerfPlan(events, attrs, unsupported) if saved == dict(key) else None
+    return PerfPlan(events, attrs, unsupported, auto) if saved == dict(key) else None
 
 
 def load_plan(directory: str | None = None, key: Mapping[str, str] | None = None

@@ -373,9 +373,12 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
         check_names(tuple(events))
     if out is not None:
         _check_writable(os.fspath(out))
-    # perf asked for by name, every counter it has: the plan saved by an earlier recording
-    # says what perf counts here, and the backends need not be loaded before the exec.
-    plan = launch.load_plan() if backend == "perf" and not events else None
+    # Every counter perf has, perf asked for by name or picked by auto on its capability
+    # alone: the plan saved by an earlier recording says what perf counts here, and the
+    # backends need not be loaded before the exec.
+    plan = launch.load_plan() if backend in ("perf", "auto") and not events else None
+    if plan is not None and backend == "auto" and not plan.auto:
+        plan = None
     caps: dict[str, Capability] = {}
     if plan is not None:
         chosen = "perf"

@@ -191,6 +191,18 @@ def _qualifies(c: Candidate, cap: Capability) -> tuple[bool, str]:
     return True, "available" + (f", counts {', '.join(c.needs)}" if c.needs else "")
 
 
+def auto_picks_alone(purpose: Purpose, backend: str, cap: Capability) -> bool:
+    """Whether ``auto`` for ``purpose`` picks ``backend``, whose capability is ``cap``, before
+    any other backend is asked about: what ``auto`` gives then depends on ``cap`` alone (a
+    recording's saved perf plan can stand for the resolution, counterd.launch)."""
+    for c in POLICIES[purpose].auto:
+        if c.backend != backend:
+            return False
+        if _qualifies(c, cap)[0]:
+            return True
+    return False
+
+
 def resolve(name: str, purpose: Purpose,
             caps: Mapping[str, Capability] | None = None) -> Resolution:
     """The backend ``purpose`` uses when ``name`` (a backend name, or ``auto``) is asked for.

@@ -263,3 +263,37 @@ def test_a_command_that_cannot_be_run_is_exit_127_with_the_reason(
     assert result.exit_code == 127 and result.records == ()
     assert f"counterd record: cannot run {bogus}: Exec format error" in capfd.readouterr().err
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_whether_auto_picks_perf_is_kept_with_the_plan(tmp_path: Path) -> None:
+    marked = launch.PerfPlan(_plan().events, _plan().attrs, _plan().unsupported, auto=True)
+    launch.save_plan(marked, str(tmp_path), KEY)
+    assert launch.load_plan(str(tmp_path), KEY) == marked != _plan()
+
+
+@needs_perf
+@pytest.mark.parametrize("auto", [True, False])
+def test_backend_auto_uses_a_saved_plan_only_where_auto_picks_perf_on_it_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, auto: bool) -> None:
+    """A plan saved where auto picks perf on perf's capability alone (hardware memory
+    counters) stands for the resolution; another is not used for auto (here auto would pick
+    callgrind or perf's software events depending on valgrind, which the plan does not know)."""
+    from counterd import recording
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    plan = PerfBackend().whole_command_plan()
+    launch.save_plan(launch.PerfPlan(plan.events, plan.attrs, plan.unsupported, auto=auto))
+
+    def resolved(name: str) -> None:
+        raise RuntimeError(f"resolved {name}")
+
+    monkeypatch.setattr(recording, "resolve_backend", resolved)
+    out = tmp_path / "r.jsonl"
+    if not auto:
+        with pytest.raises(RuntimeError, match="resolved auto"):
+            record(["true"], out=out, backend="auto")
+        return
+    result = record(["true"], out=out, backend="auto")
+    assert result.exit_code == 0 and result.backend == "perf"
+    (rec,) = list(read_jsonl(out))
+    assert set(rec.counters) == set(plan.events)

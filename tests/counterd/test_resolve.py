@@ -186,3 +186,19 @@ def test_events_limit_callgrind_records(tmp_path: Path) -> None:
     (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert set(rec["counters"]) == {"loads"} and rec["counters"]["loads"]["value"] > 1000
     assert rec["unsupported"] == {} and "unsupported_counters" not in rec["flags"]
+
+
+@pytest.mark.parametrize("pmu, perf, valgrind", [
+    (True, True, True), (True, True, False), (False, True, True), (False, True, False),
+    (False, False, False)])
+def test_auto_picks_perf_alone_exactly_when_resolve_picks_it_whatever_else_is_there(
+        pmu: bool, perf: bool, valgrind: bool) -> None:
+    """auto_picks_alone (what a saved perf plan may stand for) never says yes where resolve,
+    asked with perf's capability and any other backends, would not pick perf."""
+    caps = host(pmu=pmu, perf=perf, valgrind=valgrind)
+    alone = backends.auto_picks_alone("record", "perf", caps["perf"])
+    assert alone == (pmu and perf)
+    if alone:
+        for others in (host(pmu=pmu, valgrind=True), host(pmu=pmu, valgrind=False, papi=True)):
+            assert resolve("auto", "record", {**others, "perf": caps["perf"]}).backend == "perf"
+    assert backends.auto_picks_alone("sampling", "perf", caps["perf"]) == perf

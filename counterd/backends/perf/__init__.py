@@ -21,6 +21,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from counterd.backends import auto_picks_alone
 from counterd.backends.base import THIS_THREAD, Capability, Target
 from counterd.backends.perf.group import (
     GroupSample,
@@ -275,10 +276,11 @@ class PerfBackend:
         finds here) over a command's whole process tree, for :func:`counterd.launch.open_plan`:
         each event on its own (inherit), created disabled and enabled by the kernel when the
         command execs (enable_on_exec), user space only. A counter the table or the PMU cannot
-        give is in ``unsupported`` with the reason. ``cap``: a probe already made (None:
-        probe)."""
+        give is in ``unsupported`` with the reason; ``auto`` says whether ``counterd record
+        --backend auto`` picks perf on this capability alone. ``cap``: a probe already made
+        (None: probe)."""
+        cap = cap if cap is not None else self.available()
         if not events:
-            cap = cap if cap is not None else self.available()
             events = tuple(c for c, why in cap.counters.items() if why is None)
         wanted, unsupported = self._resolve(self._check_names(events), strict=False)
         attrs = []
@@ -287,7 +289,8 @@ class PerfBackend:
                              group=False)
             attr.enable_on_exec = 1
             attrs.append(bytes(attr))
-        return PerfPlan([name for name, _ in wanted], attrs, unsupported)
+        return PerfPlan([name for name, _ in wanted], attrs, unsupported,
+                        auto=auto_picks_alone("record", "perf", cap))
 
     def adopt(self, events: Sequence[str], fds: Sequence[int], target: Target,
               unsupported: Mapping[str, str]) -> PerfGroup:
