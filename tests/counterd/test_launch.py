@@ -297,3 +297,27 @@ def test_backend_auto_uses_a_saved_plan_only_where_auto_picks_perf_on_it_alone(
     assert result.exit_code == 0 and result.backend == "perf"
     (rec,) = list(read_jsonl(out))
     assert set(rec.counters) == set(plan.events)
+
+
+@needs_perf
+def test_what_another_thread_starts_meanwhile_is_not_counted(tmp_path: Path) -> None:
+    """The counters opened on the recorder pass only to what its own thread creates (perf
+    inheritance follows the forking task): a program calling record() from one thread while
+    another runs a busy subprocess gets the command's counts alone."""
+    import threading
+
+    done = threading.Event()
+
+    def busy() -> None:
+        subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                        "while time.process_time() - t < 0.3: pass"], check=True)
+        done.set()
+
+    worker = threading.Thread(target=busy)
+    worker.start()
+    out = tmp_path / "r.jsonl"
+    assert record(["sleep", "0.5"], out=out, backend="perf").exit_code == 0
+    worker.join()
+    assert done.is_set()
+    (rec,) = list(read_jsonl(out))
+    assert rec.counters["task_clock_ns"].value < 50e6  # sleep's own, not the 300 ms busy loop
