@@ -34,9 +34,9 @@ if TYPE_CHECKING:
 PLAN_FORMAT = "counterd-perf-plan"
 PLAN_VERSION = 1
 PLAN_FILE = "perf-plan"
-# __NR_perf_event_open. The perf backend has the same table (counterd/backends/perf/syscall.py)
-# for its own calls; this module cannot import it without the backends package.
-_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241, "arm64": 241}
+# __NR_perf_event_open per `uname -m`; the perf backend's syscall module uses this table too
+# (this module cannot import that one without the backends package).
+PERF_EVENT_OPEN_NR: dict[str, int] = {"x86_64": 298, "aarch64": 241, "arm64": 241}
 _PERF_FLAG_FD_CLOEXEC = 8
 _PERF_ATTR_SIZE_VER0 = 64
 _PERF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "backends", "perf")
@@ -298,7 +298,7 @@ def open_plan(plan: PerfPlan, pid: int) -> tuple[list[int], dict[str, int]]:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.syscall.restype = ctypes.c_long
         _syscall = libc.syscall
-    number = _PERF_EVENT_OPEN.get(os.uname().machine)
+    number = PERF_EVENT_OPEN_NR.get(os.uname().machine)
     fds: list[int] = []
     failed: dict[str, int] = {}
     for name, attr in zip(plan.events, plan.attrs, strict=True):

@@ -24,6 +24,7 @@ from counterd.errors import (
     EventNotSupported,
     NoSuchTarget,
 )
+from counterd.launch import PERF_EVENT_OPEN_NR
 
 BACKEND = "perf"
 
@@ -70,7 +71,7 @@ PERF_IOC_FLAG_GROUP = 1
 
 # __NR_perf_event_open: arch/x86/entry/syscalls/syscall_64.tbl (298) and
 # include/uapi/asm-generic/unistd.h, used by arm64 (241).
-SYSCALL_NUMBERS: dict[str, int] = {"x86_64": 298, "aarch64": 241, "arm64": 241}
+SYSCALL_NUMBERS = PERF_EVENT_OPEN_NR  # counterd.launch opens saved plans with it too
 
 HARDWARE_TYPES = frozenset({PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE, PERF_TYPE_RAW})
 
