@@ -2,9 +2,9 @@
 
 Everything here runs while the command waits, so it is kept to the standard library's
 os-level modules: no dataclasses, typing, pathlib or the backends package, which cost 20-40 ms
-to import on the way (perf stat starts a command 9 ms after its own start; see
-tests/counterd/test_startup.py, which holds this module to it). What the recorder needs of
-heavier modules it loads while the command runs (:mod:`counterd.recording`).
+to import on the way (perf stat starts its command 1-2 ms after its own start;
+tests/counterd/test_launch.py holds the recorder to it). What the recorder needs of heavier
+modules it loads while the command runs (:mod:`counterd.recording`).
 
 - :func:`spawn`: the command's process, started with posix_spawn; counters opened on the
   recorder before it (inherit, enable_on_exec) count it from its first instruction.

@@ -25,7 +25,7 @@ from counterd.errors import BadInput
 # rest (the backends package, the record types, the spool reader: 20-40 ms on this kind of
 # host, mostly dataclasses and typing) are imported where used, which for a recording with
 # a saved perf plan (counterd.launch) is after the command has started.
-# tests/counterd/test_startup.py holds the recorder to it.
+# tests/counterd/test_launch.py and test_startup.py hold the recorder to it.
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see counterd/__init__)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
