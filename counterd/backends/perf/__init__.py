@@ -200,12 +200,7 @@ class PerfBackend:
                     self._probe(entry, Target(), include_kernel=False)
                     counters[name] = None
                 except OSError as exc:
-                    counters[name] = str(translate_errno(exc.errno or 0, name, Target(),
-                                                         paranoid,
-                                                         include_kernel=entry.kernel_side,
-                                                         encoding=entry.describe(),
-                                                         seccomp=read_seccomp(
-                                                             self.procfs_root)))
+                    counters[name] = self.open_error(exc.errno or 0, name, Target())
         reason = (f"perf_event_open works (kernel.perf_event_paranoid={paranoid}); "
                   + (f"core PMU {pmu}" if pmu else "software events only: "
                      + no_pmu_reason(self.sysfs_root)))
