@@ -86,7 +86,8 @@ def calibrate(results: Results, *, name: str | None = None, folds: int = 5,
                           "dropped": {str(x): why for x, why in improved.reasons_.items()}},
             "patterns": {"F": fit_names}, "diagnostics": diag["improved"]}
     assert bsp is not None  # distinct_sets always has the full set
-    models.update(_compute_models(models, results, P, banks, folds, seed))
+    compute, not_extended = _compute_models(models, results, P, banks, folds, seed)
+    models.update(compute)
     host = results_host(results)
     return new_profile(
         name or f"{host.get('hostname') or 'host'}-{results.backend}",
@@ -96,7 +97,8 @@ def calibrate(results: Results, *, name: str | None = None, folds: int = 5,
         processors=P, word_bytes=results.word_bytes, llc_level=max(levels),
         models=models, bsp=bsp.to_dict(),
         notes=(f"fitted on {len(split_suites(results.patterns)[0])} patterns of {results.path} "
-               f"(backend {results.backend})",))
+               f"(backend {results.backend})",
+               *(f"no {k}{COMPUTE_SUFFIX}: {why}" for k, why in not_extended.items())))
 
 
 def _accuracy(model: FModel, validation: Sequence[Step], fitting: Sequence[Step], folds: int,
@@ -162,16 +164,20 @@ def compute_cv(base: FModel, steps: Sequence[Step], folds: int = 5, seed: int = 
 
 
 def _compute_models(models: Mapping[str, Mapping[str, Any]], results: Results, P: int,
-                    banks: int, folds: int, seed: int) -> dict[str, dict[str, Any]]:
+                    banks: int, folds: int, seed: int
+                    ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Every memory model whose counters the compute patterns carry, extended by
     :class:`ComputeFit` with what those patterns price beyond memory (``<model>.compute``);
     accuracy by k-fold cross-validation over the compute patterns (each fold refits the
-    compute terms, the memory model fixed). None where the results have no compute patterns
-    or the fit keeps no term."""
+    compute terms, the memory model fixed). None where the results have no compute patterns.
+    Second, why a model the compute patterns could extend was not: the fit refused the
+    patterns, or kept no term (as when the memory model alone already prices the compute
+    patterns at or above their measured times, e.g. timed on a loaded host)."""
     steps = compute_patterns(results.patterns)
     out: dict[str, dict[str, Any]] = {}
+    not_extended: dict[str, str] = {}
     if not steps:
-        return out
+        return out, not_extended
     llc = max(results.levels)
     for key, m in models.items():
         base = FModel.from_dict(m, llc_level=llc, processors=P, banks=banks, name=key)
@@ -179,9 +185,12 @@ def _compute_models(models: Mapping[str, Mapping[str, Any]], results: Results, P
             continue
         try:
             cfit = ComputeFit(folds=folds, seed=seed, name=key + COMPUTE_SUFFIX).fit(base, steps)
-        except (InsufficientPatterns, BadInput):
+        except (InsufficientPatterns, BadInput) as exc:
+            not_extended[key] = str(exc)
             continue
         if not cfit.terms_:
+            not_extended[key] = ("the compute terms' fit kept no term (" + "; ".join(
+                f"{x}: {why}" for x, why in cfit.reasons_.items()) + ")")
             continue
         t = np.array([float(s.time_ns or 0) for s in steps])
         e = cf.error_ratio(t, compute_cv(base, steps, folds, seed))
@@ -198,7 +207,7 @@ def _compute_models(models: Mapping[str, Mapping[str, Any]], results: Results, P
             "selection": {"decided_by": cfit.decided_by_,
                           "dropped": {str(x): why for x, why in cfit.reasons_.items()}},
             "patterns": {"compute": [s.name for s in steps]}}
-    return out
+    return out, not_extended
 
 
 # -- validation -----------------------------------------------------------------------------

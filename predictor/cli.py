@@ -309,6 +309,8 @@ def _calibrate(a: argparse.Namespace) -> tuple[Any, str]:
             lines.append(f"  F ({k}): + {', '.join(m['terms'])} on the {acc['on']}: avg error "
                          f"{acc['avg_error']:.3f}, max {acc['max_error']:.3f}; dropped: "
                          f"{', '.join(m['dropped_terms']) or 'none'}")
+    d["notes"] = list(prof.notes)
+    lines.extend(f"  note: {n}" for n in prof.notes)
     return d, "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -43,13 +44,20 @@ def test_recorded_as_advised_every_superstep_is_predicted(tmp_path: Path) -> Non
                           str(tmp_path / "node.toml"), "--json").stdout)
     steps = rep["supersteps"]
     assert len(steps) == 4
+    # Callgrind's two levels, with the compute terms its instructions allow where the quick
+    # calibration kept any (timed on a host busy with other tests, the memory model alone can
+    # price the compute patterns at their times: then the profile says why there is none).
+    profile = tomllib.loads((tmp_path / "node.toml").read_text())
+    variant = "improved.l1_llc.compute"
+    if variant not in profile["models"]:
+        assert [n for n in profile["notes"] if n.startswith(f"no {variant}: ")], profile["notes"]
+        variant = "improved.l1_llc"
     for s in steps:
         assert s["prediction"] is not None, rep["prediction_note"]
-        # Callgrind's two levels, with the compute terms its instructions allow
-        assert s["prediction"]["model"] == "improved.l1_llc.compute"
+        assert s["prediction"]["model"] == variant
         assert s["prediction"]["accuracy"]["avg_error"] >= 1.0
     assert "no prediction" not in rep["prediction_note"]
     # predict --counters reads the same records and picks the same variant.
     fc = json.loads(_cli("predict", "--profile", str(tmp_path / "node.toml"), "--counters",
                          str(run), "--json").stdout)
-    assert [r["model"] for r in fc["supersteps"]] == ["improved.l1_llc.compute"] * 4
+    assert [r["model"] for r in fc["supersteps"]] == [variant] * 4

@@ -147,6 +147,23 @@ def test_calibration_adds_a_compute_variant_that_prediction_prefers() -> None:
     assert table.compute_patterns == 20
 
 
+def test_a_compute_fit_that_keeps_no_term_leaves_a_note_and_the_memory_variant() -> None:
+    # Compute patterns timed below what the memory model alone prices them at (as on a
+    # loaded host): no compute term can be positive, so there is no compute variant, the
+    # profile says why, and prediction falls back to the memory variant.
+    doc = _results_with_compute()
+    for p in doc["compute"]["patterns"]:
+        p["time_ns"] = {k: (v * 0.01 if k == "median" else [x * 0.01 for x in v])
+                        for k, v in p["time_ns"].items()}
+    prof = calibrate(results_from_json(doc))
+    assert not any(k.endswith(".compute") for k in prof.models)
+    notes = [n for n in prof.notes if n.startswith("no improved.l1_llc.compute: ")]
+    assert len(notes) == 1 and "no term has a positive cost" in notes[0]
+    counted = {"loads", "stores", "l1d_misses", "l3_misses", "l3_writebacks",
+               "instructions", "branch_misses", "page_faults"}
+    assert prof.select_model(counted) == "improved.l1_llc"
+
+
 def test_compute_cv_predicts_each_fold_without_it() -> None:
     base = _memory_model()
     steps = _steps(_compute_patterns(base, n=20, noise=0.1, seed=3))
