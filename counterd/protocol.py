@@ -18,8 +18,9 @@ separators), except for the binary hot-path frames ``OPEN`` and ``CLOSE`` (versi
 Conversation (``c`` = client, ``d`` = daemon)::
 
     c: HELLO   {"pid", "host", "run_id", "job"}      first frame, exactly once
-    d: WELCOME {"version", "max_frame", "uid", "pid", "buffer"?} what SO_PEERCRED said
-                                     about the client ("buffer": it takes a BUFFER)
+    d: WELCOME {"version", "max_frame", "uid", "pid", "buffer"?, "scratch"?} what
+                                     SO_PEERCRED said about the client ("buffer": it takes
+                                     a BUFFER; "scratch": it honours a scratch CONTEXT)
     c: BEGIN   {"s": seq, "line": {begin line}, "count": [counters]?}
     c: RECORD  {"s": seq, "rec": {SuperstepRecord JSON}}
     c: READ    {"s": seq, "pid": pid, "tid": tid?, "count": [counters]}
@@ -33,7 +34,8 @@ Conversation (``c`` = client, ``d`` = daemon)::
 Version 2 adds a cheaper hot path (one marker pair = one ``OPEN`` + one ``CLOSE``, struct-packed,
 no JSON unless the superstep has params or unsupported counters)::
 
-    c: CONTEXT {"s": seq, "c": ctx, "run_id", "pid", "host", "backend", "counters": [names]}
+    c: CONTEXT {"s": seq, "c": ctx, "run_id", "pid", "host", "backend", "counters": [names],
+               "marker_ns"?, "scratch"?}
     c: OPEN    binary: OPEN_HEAD (seq, ctx, index, begin_ns, rank, cpu, name bytes), the name
                (UTF-8), then the params as a JSON object, or nothing for no params
     c: CLOSE   binary: CLOSE_HEAD (seq, ctx, index, begin_ns, end_ns, flags bitmask,
@@ -106,7 +108,10 @@ Version history:
         begin line and a JSON record (issue 3: marker cost). Version 1 clients are still served
         (in version 1); version 2 frame types in a version 1 stream are ``bad_type``.
        Later, without a new version (a client uses it only when WELCOME offers it): BUFFER,
-       the black box (issue 13: marker cost on the socket).
+       the black box (issue 13: marker cost on the socket); a CONTEXT's ``"scratch": true``,
+       whose OPENs and CLOSEs the daemon handles and acknowledges as any (a CLOSE as a
+       SYNC) but never stores, nor turns into incomplete records: how a client measures
+       what a marker pair costs it through this daemon (issue 13: overhead reported).
 """
 
 from __future__ import annotations
@@ -359,19 +364,22 @@ class Welcome(JsonFrame):
     uid: int
     pid: int
     buffer: bool = False  # the daemon takes a BUFFER (absent: it does not)
+    scratch: bool = False  # it keeps nothing of a CONTEXT marked scratch (absent: it would)
 
     def payload(self) -> dict[str, Any]:
         out: dict[str, Any] = {"version": self.version, "max_frame": self.max_frame,
                                "uid": self.uid, "pid": self.pid}
         if self.buffer:
             out["buffer"] = True
+        if self.scratch:
+            out["scratch"] = True
         return out
 
     @classmethod
     def decode(cls, p: Mapping[str, Any]) -> Welcome:
         try:
             return cls(int(p["version"]), int(p["max_frame"]), int(p["uid"]), int(p["pid"]),
-                       p.get("buffer") is True)
+                       p.get("buffer") is True, p.get("scratch") is True)
         except (KeyError, TypeError, ValueError) as exc:
             raise _reply_error(cls.TYPE, exc) from None
 
@@ -390,12 +398,17 @@ class Context(JsonFrame):
     backend: str
     counters: tuple[str, ...] = ()
     marker_ns: int | None = None  # the process's marker pair cost (SuperstepRecord.marker_ns)
+    # The supersteps of a scratch context are acknowledged and never kept, nor made incomplete
+    # records: the markers' calibration through the socket (a daemon whose WELCOME offers it).
+    scratch: bool = False
 
     def payload(self) -> dict[str, Any]:
         out = {"s": self.s, "c": self.c, "run_id": self.run_id, "pid": self.pid,
                "host": self.host, "backend": self.backend, "counters": list(self.counters)}
         if self.marker_ns is not None:
             out["marker_ns"] = self.marker_ns
+        if self.scratch:
+            out["scratch"] = True
         return out
 
     @classmethod
@@ -404,8 +417,9 @@ class Context(JsonFrame):
         try:
             c, run_id, pid = p["c"], p["run_id"], p["pid"]
             host, backend, names = p["host"], p["backend"], p.get("counters", [])
-            marker = p.get("marker_ns")
+            marker, scratch = p.get("marker_ns"), p.get("scratch", False)
             if not ((marker is None or _is_int(marker, 0, INT64_MAX))
+                    and isinstance(scratch, bool)
                     and _is_int(c, 1, 0xFFFF) and isinstance(run_id, str)
                     and 0 < len(run_id) <= MAX_ID_CHARS and _is_int(pid, 0, INT32_MAX)
                     and isinstance(host, str) and len(host) <= MAX_ID_CHARS
@@ -415,7 +429,7 @@ class Context(JsonFrame):
                 raise TypeError("fields of the wrong type or beyond their limits")
         except (KeyError, TypeError) as exc:
             raise ProtocolError("bad_context", f"malformed CONTEXT ({exc})") from None
-        return cls(s, c, run_id, pid, host, backend, tuple(names), marker)
+        return cls(s, c, run_id, pid, host, backend, tuple(names), marker, scratch)
 
 
 @dataclass(frozen=True, slots=True)

@@ -222,6 +222,8 @@ class Session:
         if incomplete and self.begins:
             info = RunInfo(self.job, self.uid)
             for line in self.begins.values():
+                if isinstance(line, Opened) and line.context.scratch:
+                    continue  # a calibration's superstep: never kept
                 try:
                     rec = _incomplete_record(line)
                 except (KeyError, TypeError, ValueError) as exc:
@@ -296,7 +298,8 @@ class Session:
         self.shared.clients.add(self.pid, self.job)
         self.send(protocol.Welcome(version=self.version, max_frame=self.decoder.max_frame,
                                    uid=self.uid, pid=self.pid,
-                                   buffer=self.version >= 2).encode(self.version))
+                                   buffer=self.version >= 2,
+                                   scratch=self.version >= 2).encode(self.version))
 
     def _hold(self, seq: int, size: int, *, opening: bool) -> bool:
         """Account ``size`` bytes more held for this client (a begun superstep when
@@ -431,6 +434,9 @@ class Session:
             self.shared.state.count("refused", "malformed")
             return
         self._end_begun((ctx.run_id, index))
+        if ctx.scratch:  # decoded and acknowledged as any, kept nowhere (protocol: scratch)
+            self.shared.writer.put(Item(self.cid, seq, None, None))
+            return
         if self.info is None:
             self.info = RunInfo(self.job, self.uid)
         self.shared.writer.put(Item(self.cid, seq, rec, self.info))

@@ -86,11 +86,18 @@ class SocketSink:
     for the daemon's sake. One connection per process: a forked child gets its own sink
     (``counterd.markers.api._fork_copy``); one that uses its parent's anyway writes to
     ``fallback``. Thread-safe.
+
+    A ``scratch`` sink (the markers' calibration, :meth:`Recorder.calibrate`) declares its
+    contexts scratch: the daemon acknowledges their supersteps and keeps none. It sends
+    nothing else that could be kept (no BEGIN, no RECORD, no resend after a reconnection) and
+    never spills: what does not go as a scratch OPEN and CLOSE is dropped. Use one only with a
+    daemon whose WELCOME says ``"scratch": true`` (:attr:`takes_scratch`).
     """
 
     def __init__(self, path: Path | str, *, job: str | None = None,
                  fallback: MemorySink | SpoolSink | None = None, timeout_s: float = 5.0,
-                 high_water: int = 8192, spill: SpillFile | None = None) -> None:
+                 high_water: int = 8192, spill: SpillFile | None = None,
+                 scratch: bool = False) -> None:
         from counterd import protocol
 
         self._protocol = protocol
@@ -99,6 +106,7 @@ class SocketSink:
         self.fallback: MemorySink | SpoolSink = fallback or MemorySink()
         self.timeout_s = timeout_s  # flush and READ replies (marker calls wait BLOCK_S at most)
         self.high_water = max(1, high_water)
+        self.scratch = scratch
         self.spill = spill or SpillFile()
         # seq -> record (or the closed Step it is built from), in sending order
         self.unacked: OrderedDict[int, SuperstepRecord | Step] = OrderedDict()
@@ -272,10 +280,15 @@ class SocketSink:
         p = self._protocol
         for (ctx, names), c in list(self._contexts.items()):
             self._seq += 1
-            if not self._send(p.FrameType.CONTEXT, context_payload(self._seq, c, ctx, names)) \
+            if not self._send(p.FrameType.CONTEXT,
+                              context_payload(self._seq, c, ctx, names, self.scratch)) \
                     or self._sock is None:
                 return
         self._take_ended()
+        if self.scratch:  # a BEGIN or RECORD would be kept: what the last connection held goes
+            self._open.clear()
+            self.unacked.clear()
+            return
         begun = dict(self._open)
         for lane in list(self._lanes):  # the lanes' open steps, begun there by an OPEN
             for st in lane.open_steps():
@@ -420,7 +433,11 @@ class SocketSink:
         return len(out)
 
     def _send_record(self, seq: int, item: SuperstepRecord | Step) -> None:
-        """A held record as a RECORD frame; one that cannot be encoded is refused here."""
+        """A held record as a RECORD frame; one that cannot be encoded is refused here (and a
+        scratch sink's dropped: a RECORD is kept)."""
+        if self.scratch:
+            self.unacked.pop(seq, None)
+            return
         if not self._send(self._protocol.FrameType.RECORD,
                           {"s": seq, "rec": _as_record(item).to_json()}):
             self.unacked.pop(seq, None)
@@ -524,6 +541,11 @@ class SocketSink:
         """Whether frames wait to be sent (the output buffer, or the black box)."""
         return bool(self._out) or (self._boxed and self._box.waiting > 0)
 
+    @property
+    def takes_scratch(self) -> bool:
+        """Connected to a daemon that keeps nothing of a scratch context."""
+        return self._sock is not None and self.welcome.get("scratch") is True
+
     def _mine(self) -> bool:
         return self._pid == identity.pid  # a forked child never uses its parent's connection
 
@@ -540,7 +562,7 @@ class SocketSink:
             c = len(self._contexts) + 1
             self._seq += 1
             if not self._send(self._protocol.FrameType.CONTEXT,
-                              context_payload(self._seq, c, ctx, names)) \
+                              context_payload(self._seq, c, ctx, names, self.scratch)) \
                     or self._sock is None:
                 return None
             self._contexts[key] = c
@@ -578,7 +600,8 @@ class SocketSink:
             self._seq += 1
             gen = self._gen
             if frame is None:
-                self._send(p.FrameType.BEGIN, {"s": self._seq, "line": _line_of(fields)})
+                if not self.scratch:  # a BEGIN would be kept (as an incomplete record)
+                    self._send(p.FrameType.BEGIN, {"s": self._seq, "line": _line_of(fields)})
                 return 0
             self._write(frame)
             return gen
@@ -658,10 +681,15 @@ class SocketSink:
         self._spill(len(self.unacked) - self.high_water)
 
     def _spill(self, n: int) -> None:
-        """Move the ``n`` oldest held records to the spill file (kept held if it fails)."""
+        """Move the ``n`` oldest held records to the spill file (kept held if it fails); a
+        scratch sink drops them."""
         if n <= 0:
             return
         seqs = list(itertools.islice(self.unacked, n))
+        if self.scratch:
+            for s in seqs:
+                del self.unacked[s]
+            return
         if self.spill.write([self.unacked[s] for s in seqs]):
             for s in seqs:
                 del self.unacked[s]

@@ -543,11 +543,15 @@ class Recorder:
         """The cost of one begin + end marker pair in this process, in ns: the median of
         :data:`CALIBRATION_PAIRS` pairs (the first few dropped) through a scratch recorder with
         the same backend, counters (``st``'s group, read as the markers read it; else its own)
-        and kind of sink (a spool in a temporary directory, or memory), none of whose records
-        are kept. None where it cannot be measured that way: through the daemon (a second
-        connection would not cost what this one does), and under Callgrind (a marker there is
-        a counter dump)."""
-        if isinstance(self.sink, SocketSink) or self.backend_name in ("callgrind", "daemon"):
+        and kind of sink (a spool in a temporary directory; memory; a second connection to
+        the same daemon, its supersteps scratch: acknowledged, never kept), none of whose
+        records are kept. None where it cannot be measured that way: a daemon that does not
+        offer scratch supersteps (older than this client) or counts on the process's behalf
+        (a marker then waits for the daemon's reply, which a scratch one cannot have), and
+        under Callgrind (a marker there is a counter dump)."""
+        sock = self.sink if isinstance(self.sink, SocketSink) else None
+        if self.backend_name in ("callgrind", "daemon") or (
+                sock is not None and (not sock.takes_scratch or self._daemon_counts)):
             return None
         import shutil
         import statistics
@@ -561,7 +565,12 @@ class Recorder:
                              events=self.events or None,
                              spool=Path(tmp) if tmp else None, socket="off", calibrate=False,
                              sample="off")  # every pair read: the cost of a measured one
-            if tmp is None:
+            if sock is not None:
+                probe.sink = SocketSink(sock.path, job=sock.job, timeout_s=sock.timeout_s,
+                                        scratch=True)
+                if not probe.sink.takes_scratch:  # the daemon went, or changed, meanwhile
+                    return None
+            elif tmp is None:
                 probe.sink = MemorySink()
             if st is not None:  # the same counters, already open: none opened for this
                 shared = _ThreadState(st.pid)
@@ -592,6 +601,9 @@ class Recorder:
         finally:
             if probe is not None and isinstance(probe.sink, SpoolSink):
                 probe.sink.close()
+            elif probe is not None and isinstance(probe.sink, SocketSink) and \
+                    probe.sink.scratch:  # nothing to wait for: the daemon keeps none of it
+                probe.sink.close(timeout_s=0.0, spill=False)
             own = getattr(probe._local, "st", None) if probe is not None else None
             if own is not None and own.group is not None and (st is None
                                                               or own.group is not st.group):

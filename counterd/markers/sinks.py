@@ -29,12 +29,14 @@ def _as_record(item: SuperstepRecord | Step) -> SuperstepRecord:
 
 # What the binary-frame sinks (the spool's mapped file, the daemon's socket) send alike.
 
-def context_payload(seq: int, c: int, ctx: identity.Ctx, names: Sequence[str]
-                    ) -> dict[str, Any]:
-    """The CONTEXT frame's payload declaring ``ctx`` with counter ``names`` as ``c``."""
+def context_payload(seq: int, c: int, ctx: identity.Ctx, names: Sequence[str],
+                    scratch: bool = False) -> dict[str, Any]:
+    """The CONTEXT frame's payload declaring ``ctx`` with counter ``names`` as ``c`` (a
+    ``scratch`` one: of a calibration, nothing kept; see counterd.protocol)."""
     return {"s": seq, "c": c, "run_id": ctx[0], "pid": ctx[1], "host": ctx[2],
             "backend": ctx[3], "counters": list(names),
-            **({} if ctx[4] is None else {"marker_ns": ctx[4]})}
+            **({} if ctx[4] is None else {"marker_ns": ctx[4]}),
+            **({"scratch": True} if scratch else {})}
 
 
 def begin_line(ctx: identity.Ctx, index: int, name: str, rank: int, cpu: int, begin_ns: int,

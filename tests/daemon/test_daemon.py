@@ -435,3 +435,54 @@ def test_a_client_that_exits_normally_is_not_logged_as_a_failure(daemon: DaemonP
     daemon.stop()
     log = daemon.log.read_text()
     assert "receive failed" not in log, log[-2000:]
+
+
+def test_a_scratch_context_is_acknowledged_and_never_kept(daemon: DaemonProc) -> None:
+    # What the markers' calibration through the socket relies on (protocol: scratch): the
+    # daemon offers it, handles the scratch context's OPENs and CLOSEs as any, acknowledges
+    # them, and keeps none, not even as incomplete records; the plain context beside it is
+    # stored as always.
+    c = RawClient(daemon.socket, hello=False)
+    c.send_frame(protocol.Hello(pid=os.getpid(), host="h", job="raw"))
+    ftype, welcome = c.reply()
+    assert ftype is FrameType.WELCOME and welcome["scratch"] is True
+    base = {"run_id": "scratchy", "pid": 4242, "host": "hh", "backend": "none"}
+    c.send_frame(protocol.Context(1, 1, **base, scratch=True))
+    c.send_frame(protocol.Context(2, 2, **base))
+    c.send_frame(protocol.Open(3, 1, 0, 100, rank=0, cpu=0, name="calibration"))
+    c.send_frame(protocol.Close(4, 1, 0, 100, 200))
+    c.send_frame(protocol.Open(5, 2, 1, 300, rank=0, cpu=0, name="kept"))
+    c.send_frame(protocol.Close(6, 2, 1, 300, 400))
+    c.send_frame(protocol.Open(7, 1, 2, 500, rank=0, cpu=0, name="left open"))
+    c.send_frame(protocol.Open(8, 2, 3, 600, rank=0, cpu=0, name="dies"))
+    c.send_frame(protocol.Sync(9))
+    reply = c.reply()
+    while reply[0] is FrameType.ACK and reply[1]["s"] < 9:
+        reply = c.reply()
+    assert reply == (FrameType.ACK, {"s": 9})
+    c.close()
+    # Both begins left open are handled when the connection ends, in one pass: once the plain
+    # one is stored as incomplete, the scratch one would be too.
+    wait_for(lambda: len(stored(daemon, "scratchy")) >= 2, what="the incomplete record")
+    assert [(r.index, r.name, r.end_ns) for r in stored(daemon, "scratchy")] == [
+        (1, "kept", 400), (3, "dies", None)]
+
+
+def test_calibration_through_the_socket_only_where_the_daemon_keeps_scratch_apart(
+        daemon: DaemonProc) -> None:
+    from counterd.markers.recorder import Recorder
+
+    rec = Recorder(run_id="cal", backend="none", socket=daemon.socket, calibrate=False)
+    try:
+        assert isinstance(rec.sink, SocketSink) and rec.sink.takes_scratch
+        cost = rec.calibrate()
+        assert cost is not None and 100 < cost < 10_000_000
+        rec.sink.welcome.pop("scratch")  # a daemon of before: it would keep them
+        assert rec.calibrate() is None
+    finally:
+        rec.sink.close()
+    counted = Recorder(run_id="cal", backend="daemon", socket=daemon.socket, calibrate=False)
+    try:  # the daemon counting on the process's behalf: a marker waits for its reply
+        assert counted.sink.takes_scratch and counted.calibrate() is None
+    finally:
+        counted.sink.close()

@@ -63,7 +63,12 @@ def test_both_engines_store_the_same_records(daemon: DaemonProc, backend: str) -
         said = json.loads(out.stdout)
         assert said == {"lanes": 1 if native == "1" else 0, "flushed": True}
         got[native] = stored(daemon, run_id)
-    assert len(got["1"]) == 303
+        # Each process's marker pair, calibrated through a scratch connection to the same
+        # daemon (none of whose supersteps is stored: 303 records, the program's own).
+        costs = {r.marker_ns for r in got[native]}
+        assert len(costs) == 1 and None not in costs, costs
+        assert 100 < costs.pop() < 10_000_000  # 0.1 us .. 10 ms: measured, plausible
+    assert len(got["1"]) == 303 == len(got["0"])
     assert [shape(r) for r in got["1"]] == [shape(r) for r in got["0"]]
     if backend == "perf":
         assert all(r.counters["task_clock_ns"].value > 0 for r in got["1"])
