@@ -11,10 +11,9 @@ needed (:func:`default_run_id`) and exported by the first recorder a process cre
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import multiprocessing
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -77,12 +76,15 @@ def default_run_id() -> str:
     The id hashes the host, the root's pid and its start time. (The first recorder of a process
     also exports it in ``COUNTERD_RUN_ID``, so subprocesses started after it inherit it.)
     """
+    import hashlib  # here: it loads OpenSSL (2-3 ms), and a recorded run is given its id
+
     host = socket.gethostname()
     if any(var in os.environ for var in MPI_RANK_VARS):
         ppid = os.getppid()
         digest = hashlib.sha1(f"{host}:{ppid}:{_start_time(ppid)}".encode()).hexdigest()
         return "mpi-" + digest[:12]
-    parent = multiprocessing.parent_process()
+    mp = _multiprocessing()
+    parent = mp.parent_process() if mp is not None else None
     root = parent.pid if parent is not None and parent.pid is not None else os.getpid()
     return hashlib.sha1(f"{host}:{root}:{_start_time(root)}".encode()).hexdigest()[:12]
 
@@ -93,5 +95,14 @@ def auto_rank() -> int:
         value = os.environ.get(var)
         if value is not None and value.strip().lstrip("-").isdigit():
             return int(value)
-    identity = getattr(multiprocessing.current_process(), "_identity", ())
+    mp = _multiprocessing()
+    identity = getattr(mp.current_process(), "_identity", ()) if mp is not None else ()
     return int(identity[0]) if identity else 0
+
+
+def _multiprocessing() -> Any:
+    """The multiprocessing module if this program has loaded it, else None, without loading
+    it (5 ms, on the way to a program's first superstep): a worker of it always has (spawn's
+    bootstrap imports it before the program's code; a forked worker inherits its parent's
+    modules), so a program without it is no worker and its parent is nobody's pool."""
+    return sys.modules.get("multiprocessing")

@@ -318,3 +318,33 @@ def test_records_nobody_keeps_are_said_once(env: dict[str, str], said: bool) -> 
     assert out.returncode == 0, out.stderr
     assert out.stderr.count("kept in this process's memory only") == (1 if said else 0), \
         out.stderr
+
+
+def _identity_in_worker(_: int) -> tuple[int, str]:
+    from counterd.markers import identity
+
+    return identity.auto_rank(), identity.default_run_id()
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_pool_workers_take_their_rank_and_the_parents_run_id(method: str) -> None:
+    # identity looks multiprocessing up only where the program has loaded it (a worker always
+    # has): the workers still find their 1-based identity and their parent's run id.
+    import subprocess
+    import sys
+
+    from counterd.markers import identity
+
+    with mp.get_context(method).Pool(2) as pool:
+        got = pool.map(_identity_in_worker, range(8), chunksize=1)
+    # (each pool of a process numbers its workers on from the last pool's)
+    assert 1 <= len({rank for rank, _ in got}) <= 2 and all(rank >= 1 for rank, _ in got)
+    assert {run for _, run in got} == {identity.default_run_id()}
+    # A program that never loads multiprocessing is rank 0 of a run of its own.
+    code = ("import sys; from counterd.markers import identity; "
+            "print(identity.auto_rank(), 'multiprocessing' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COUNTERD_", "OMPI_",
+                                                                      "PMI_", "SLURM_"))}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, check=True, timeout=60)
+    assert out.stdout.split() == ["0", "False"]
