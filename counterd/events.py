@@ -39,6 +39,26 @@ class CounterValue(NamedTuple):
     raw: int | None = None
 
 
+def scale(raw: int, enabled: int, running: int) -> tuple[float, float]:
+    """Multiplexing correction: ``(raw * enabled / running, running / enabled)``.
+
+    A counter that was never on the PMU (``running == 0``) gives ``(0.0, 0.0)``: nothing can be
+    extrapolated from it. ``running > enabled`` (clock skew) is clamped to ratio 1.
+    """
+    if running <= 0:
+        return 0.0, 0.0
+    if running >= enabled:
+        return float(raw), 1.0
+    return raw * enabled / running, running / enabled
+
+
+def measured(raw: int, enabled: int, running: int) -> CounterValue:
+    """A counter the kernel counted ``raw`` while ``running`` of the ``enabled`` ns: its value
+    corrected for multiplexing (:func:`scale`)."""
+    value, ratio = scale(raw, enabled, running)
+    return CounterValue(value, Source.MEASURED, ratio, raw)
+
+
 @dataclass(frozen=True)
 class Counter:
     name: str

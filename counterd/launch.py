@@ -25,6 +25,7 @@ import _signal
 import ctypes
 import errno
 import os
+import struct
 import sys
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see counterd/__init__)
@@ -55,7 +56,8 @@ def which(exe: str) -> str | None:
 
 def make_spool_dir(prefix: str = "counterd-spool-") -> str:
     """A new private directory (mode 0700, a name nobody could have guessed) under $TMPDIR or
-    /tmp, as ``tempfile.mkdtemp`` makes it; the caller removes it."""
+    /tmp, as ``tempfile.mkdtemp`` makes it (tempfile loads shutil and random, 3-4 ms on the
+    way to the exec); the caller removes it."""
     base = os.environ.get("TMPDIR") or "/tmp"
     for _ in range(100):
         path = os.path.join(base, prefix + os.urandom(8).hex())
@@ -65,6 +67,27 @@ def make_spool_dir(prefix: str = "counterd-spool-") -> str:
         except FileExistsError:
             continue
     raise FileExistsError(f"no free name for a spool directory in {base}")
+
+
+def remove_spool_dir(path: str) -> None:
+    """Remove a spool directory and what it holds (the markers write files only: a directory
+    something else made there goes through shutil.rmtree, not loaded otherwise); what cannot
+    be removed is left."""
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        import shutil
+
+                        shutil.rmtree(entry.path, ignore_errors=True)
+                    else:
+                        os.unlink(entry.path)
+                except OSError:
+                    pass
+        os.rmdir(path)
+    except OSError:
+        pass
 
 
 def fork_waiting(cmd: Sequence[str], env: Mapping[str, str]) -> tuple[int, int]:
@@ -287,6 +310,21 @@ def save_plan(plan: PerfPlan, directory: str | None = None,
 
 
 _syscall = None
+
+
+def parse_single_read(buf: bytes) -> tuple[int, int, int, int]:
+    """Decode a non-group read with TOTAL_TIME_ENABLED|TOTAL_TIME_RUNNING|ID:
+    ``value, time_enabled, time_running, id``."""
+    if len(buf) < 32:
+        raise ValueError(f"event read of {len(buf)} bytes is shorter than 32")
+    value, enabled, running, event_id = struct.unpack_from("=QQQQ", buf, 0)
+    return value, enabled, running, event_id
+
+
+def read_plan(fds: Sequence[int]) -> list[tuple[int, int, int]]:
+    """``(value, time_enabled, time_running)`` of each counter :func:`open_plan` opened, in
+    its order (a plan's attributes ask for TOTAL_TIME_ENABLED|TOTAL_TIME_RUNNING|ID)."""
+    return [parse_single_read(os.read(fd, 32))[:3] for fd in fds]
 
 
 def open_plan(plan: PerfPlan, pid: int) -> tuple[list[int], dict[str, int]]:

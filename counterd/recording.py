@@ -256,38 +256,42 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
                 print(f"counterd record: cannot run {cmd[0]}: {exc.strerror}", file=sys.stderr)
                 return 127, []
         # Loaded while the command runs, rather than on the way to its exec or after it
-        # (fsutil: write_jsonl's; shutil: the spool's removal).
-        import shutil  # noqa: F401
+        # (fsutil: write_jsonl's). The perf backend is not: the plan's counters are read
+        # without it (launch.read_plan), and its imports would take the CPUs from the command.
         from pathlib import Path
 
         from counterd import fsutil  # noqa: F401
-        from counterd.backends.base import Target
+        from counterd.events import measured
         from counterd.records import SuperstepRecord
         from counterd.spool import collect as collect_spool
 
-        group = papi
-        if plan is not None:
-            from counterd.backends.perf import PerfBackend
-
-            group = PerfBackend().adopt(plan.events, fds, Target(pid=pid, inherit=True),
-                                        plan.unsupported)
-            if plan is not saved and not events:  # a plan of every counter: the next one's
-                launch.save_plan(plan)
+        if plan is not None and plan is not saved and not events:
+            launch.save_plan(plan)  # a plan of every counter: the next recording's
         code = launch.wait(pid)
         end_ns = time.monotonic_ns()
-        stop = group.read() if group is not None else None
-        if group is not None:
-            group.close()
+        counted = None
+        if plan is not None:  # the command's counts: its own, and its children's that exited
+            try:
+                counted = launch.read_plan(fds)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+        stop = papi.read() if papi is not None else None
+        if papi is not None:
+            papi.close()
         records = list(collect_spool(Path(spool)))
     finally:
-        import shutil
-
-        shutil.rmtree(spool, ignore_errors=True)
+        launch.remove_spool_dir(spool)
     if not records and code != 127:
         # perf's counters start at the exec (enable_on_exec); PAPI's were read before it.
-        counters = ({} if stop is None else stop.delta(start) if start is not None
-                    else dict(stop.values))
-        unsupported = dict(stop.unsupported) if stop is not None else {}
+        if plan is not None and counted is not None:
+            counters = {name: measured(*c) for name, c in zip(plan.events, counted,
+                                                                strict=True)}
+            unsupported = dict(plan.unsupported)
+        else:
+            counters = ({} if stop is None else stop.delta(start) if start is not None
+                        else dict(stop.values))
+            unsupported = dict(stop.unsupported) if stop is not None else {}
         flags = {"whole_command"} | ({"unsupported_counters"} if unsupported else set())
         if any(cv.ratio < 1.0 for cv in counters.values()):
             flags.add("multiplexed")

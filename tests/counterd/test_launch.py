@@ -7,7 +7,6 @@ import errno
 import os
 import shutil
 import stat
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from counterd import launch
 from counterd.backends.perf import PerfBackend
+from counterd.events import CounterValue, Source, measured
 from counterd.recording import record
 from counterd.records import read_jsonl
 
@@ -149,12 +149,35 @@ def test_a_plan_opens_on_the_waiting_command_and_counts_from_its_exec() -> None:
     assert launch.wait(pid) == 0
     assert failed == {"short": errno.EINVAL, "bogus": errno.ENOENT}
     assert len(fds) == len(plan.events)
-    values = {name: struct.unpack("=QQQQ", os.read(fd, 32)) for name, fd in
-              zip(plan.events, fds, strict=True)}
+    values = dict(zip(plan.events, launch.read_plan(fds), strict=True))
     for fd in fds:
         os.close(fd)
-    value, enabled, running, _ = values["task_clock_ns"]
+    value, enabled, running = values["task_clock_ns"]
     assert value > 0 and enabled == running > 0
+    assert measured(value, enabled, running) == CounterValue(float(value), Source.MEASURED,
+                                                             1.0, value)
+
+
+def test_a_counter_is_scaled_for_the_time_it_was_not_counted() -> None:
+    assert measured(1000, 400, 100) == CounterValue(4000.0, Source.MEASURED, 0.25, 1000)
+    assert measured(1000, 100, 120) == CounterValue(1000.0, Source.MEASURED, 1.0, 1000)
+    assert measured(0, 100, 0) == CounterValue(0.0, Source.MEASURED, 0.0, 0)  # never on
+    with pytest.raises(ValueError, match="shorter than 32"):
+        launch.parse_single_read(b"\x00" * 24)
+
+
+def test_a_spool_dir_goes_with_what_it_holds_and_nothing_outside(tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    outside = tmp_path / "outside"
+    (spool / "sub" / "deeper").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "keep").write_text("x")
+    for name in ("1.frames", "2.jsonl", "sub/a", "sub/deeper/b"):
+        (spool / name).write_text("x")
+    (spool / "link").symlink_to(outside, target_is_directory=True)
+    launch.remove_spool_dir(str(spool))
+    assert not spool.exists() and (outside / "keep").read_text() == "x"
+    launch.remove_spool_dir(str(spool))  # gone already: nothing to do, no error
 
 
 @needs_perf

@@ -30,8 +30,6 @@ from counterd.backends.perf.group import (
     _Opener,
     make_attr,
     parse_group_read,
-    parse_single_read,
-    scale,
 )
 from counterd.backends.perf.schedule import (
     PmuLayout,
@@ -53,7 +51,6 @@ from counterd.backends.perf.syscall import (
     PerfEventAttr,
     Syscall,
     _close_all,
-    _event_id,
     perf_event_open,
     read_seccomp,
     translate_errno,
@@ -79,9 +76,9 @@ from counterd.backends.perf.tables import (
     pmu_facts,
 )
 from counterd.errors import CounterdError, EventNotSupported, UnknownCounter
-from counterd.events import NAMES, Source
+from counterd.events import NAMES, Source, scale
 from counterd.host import core_pmu, no_pmu_reason, parse_cpuinfo, read_paranoid
-from counterd.launch import PerfPlan
+from counterd.launch import PerfPlan, parse_single_read
 
 # Files under <sysfs>/bus/event_source/devices/<pmu>/caps/ that would give the number of
 # general counters. Linux up to 6.1x exports no such file for x86 core PMUs (caps/ holds
@@ -286,13 +283,6 @@ class PerfBackend:
             attrs.append(bytes(attr))
         return PerfPlan([name for name, _ in wanted], attrs, unsupported,
                         auto=auto_picks_alone("record", "perf", cap))
-
-    def adopt(self, events: Sequence[str], fds: Sequence[int], target: Target,
-              unsupported: Mapping[str, str]) -> PerfGroup:
-        """The events of ``fds`` (each opened on its own, as :func:`counterd.launch.open_plan`
-        opens a plan), read and closed as :meth:`open`'s are; the group owns the fds."""
-        ids = {_event_id(fd): name for name, fd in zip(events, fds, strict=True)}
-        return PerfGroup(tuple(events), target, list(fds), ids, False, dict(unsupported))
 
     def open_error(self, err: int, event: str, target: Target) -> str:
         """Why ``event`` could not be opened on ``target`` with errno ``err``, as :meth:`open`

@@ -35,7 +35,8 @@ from counterd.backends.perf.syscall import (
 )
 from counterd.backends.perf.tables import EventSpec
 from counterd.errors import CounterAccessDenied, CounterdError, EventNotSupported
-from counterd.events import Source
+from counterd.events import Source, measured, scale
+from counterd.launch import parse_single_read
 
 # --------------------------------------------------------------------------------------------
 # Pure helpers: parsing and scaling group reads
@@ -77,28 +78,6 @@ def parse_group_read(buf: bytes, ids: Mapping[int, str]) -> GroupSample:
             raise ValueError(f"group read has unknown event id {event_id}")
         raw[ids[event_id]] = value
     return GroupSample(enabled, running, raw)
-
-
-def parse_single_read(buf: bytes) -> tuple[int, int, int, int]:
-    """Decode a non-group read with TOTAL_TIME_ENABLED|TOTAL_TIME_RUNNING|ID:
-    ``value, time_enabled, time_running, id``."""
-    if len(buf) < 32:
-        raise ValueError(f"event read of {len(buf)} bytes is shorter than 32")
-    value, enabled, running, event_id = struct.unpack_from("=QQQQ", buf, 0)
-    return value, enabled, running, event_id
-
-
-def scale(raw: int, enabled: int, running: int) -> tuple[float, float]:
-    """Multiplexing correction: ``(raw * enabled / running, running / enabled)``.
-
-    A counter that was never on the PMU (``running == 0``) gives ``(0.0, 0.0)``: nothing can be
-    extrapolated from it. ``running > enabled`` (clock skew) is clamped to ratio 1.
-    """
-    if running <= 0:
-        return 0.0, 0.0
-    if running >= enabled:
-        return float(raw), 1.0
-    return raw * enabled / running, running / enabled
 
 
 # --------------------------------------------------------------------------------------------
@@ -198,11 +177,7 @@ class PerfGroup:
             value, en, run, event_id = parse_single_read(os.read(fd, 32))
             raw[self._ids[event_id]] = value
             times[self._ids[event_id]] = (en, run)
-        values = {}
-        for name in self.events:
-            en, run = times[name]
-            scaled_value, ratio = scale(raw[name], en, run)
-            values[name] = CounterValue(scaled_value, Source.MEASURED, ratio, raw[name])
+        values = {name: measured(raw[name], *times[name]) for name in self.events}
         enabled, running = _most_multiplexed(times.values())
         return PerfReading(values, enabled, running, dict(self._unsupported), times)
 
