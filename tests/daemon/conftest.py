@@ -140,5 +140,19 @@ class RawClient:
     def reply(self) -> tuple[FrameType, dict[str, object]]:
         return next_reply(self.sock, self.decoder)
 
+    def reply_to(self, seq: int) -> tuple[FrameType, dict[str, object]]:
+        """The first reply that is not an ACK of frames before ``seq`` (acks are cumulative,
+        coalesced and sent once committed: one for an earlier frame may come first)."""
+        reply = self.reply()
+        while reply[0] is FrameType.ACK and int(reply[1]["s"]) < seq:  # type: ignore[call-overload]
+            reply = self.reply()
+        return reply
+
+    def sync(self, seq: int, version: int = protocol.PROTOCOL_VERSION
+             ) -> tuple[FrameType, dict[str, object]]:
+        """Send SYNC ``seq``; its reply (:meth:`reply_to`)."""
+        self.send_frame(protocol.Sync(seq), version)
+        return self.reply_to(seq)
+
     def close(self) -> None:
         self.sock.close()

@@ -329,16 +329,12 @@ def test_compact_open_and_close_frames(daemon: DaemonProc) -> None:
         {"l2_misses": "no PMU"}))
     # a CLOSE without its OPEN is refused with its sequence number; the stream goes on
     c.send_frame(protocol.Close(5, 1, 9, 1, 2))
-    ftype, payload = c.reply()
+    ftype, payload = c.reply_to(5)  # the ACK of the CLOSE before (s=4) may come first
     assert ftype is FrameType.ERROR and payload["code"] == "unknown_begin" and payload["s"] == 5
     # an OPEN left open when the client goes away becomes an incomplete record
     c.send_frame(protocol.Open(6, 1, 1, 500, rank=2, cpu=1, name="dies", params={"k": "v"}))
-    c.send_frame(protocol.Sync(7))
     # acks are cumulative and coalesced: an earlier one (for the CLOSE, s=4) may come first
-    reply = c.reply()
-    while reply[0] is FrameType.ACK and reply[1]["s"] < 7:
-        reply = c.reply()
-    assert reply == (FrameType.ACK, {"s": 7})
+    assert c.sync(7) == (FrameType.ACK, {"s": 7})
     c.close()
     from counterd.backends.base import CounterValue
     from counterd.events import Source
@@ -365,11 +361,7 @@ def test_version_1_clients_are_still_served_in_version_1(daemon: DaemonProc) -> 
     rec = SuperstepRecord(run_id="v1", index=0, name="s", rank=0, pid=1, cpu=0, begin_ns=1,
                           end_ns=2)
     c.send_frame(protocol.Record(1, rec), version=1)
-    c.send_frame(protocol.Sync(2), version=1)
-    reply = c.reply()
-    while reply[0] is FrameType.ACK and reply[1]["s"] < 2:  # the RECORD's own ack may come first
-        reply = c.reply()
-    assert reply == (FrameType.ACK, {"s": 2})
+    assert c.sync(2, version=1) == (FrameType.ACK, {"s": 2})  # after the RECORD's own ack
     c.close()
     assert stored(daemon, "v1") == [rec]
 
@@ -455,11 +447,7 @@ def test_a_scratch_context_is_acknowledged_and_never_kept(daemon: DaemonProc) ->
     c.send_frame(protocol.Close(6, 2, 1, 300, 400))
     c.send_frame(protocol.Open(7, 1, 2, 500, rank=0, cpu=0, name="left open"))
     c.send_frame(protocol.Open(8, 2, 3, 600, rank=0, cpu=0, name="dies"))
-    c.send_frame(protocol.Sync(9))
-    reply = c.reply()
-    while reply[0] is FrameType.ACK and reply[1]["s"] < 9:
-        reply = c.reply()
-    assert reply == (FrameType.ACK, {"s": 9})
+    assert c.sync(9) == (FrameType.ACK, {"s": 9})
     c.close()
     # Both begins left open are handled when the connection ends, in one pass: once the plain
     # one is stored as incomplete, the scratch one would be too.
