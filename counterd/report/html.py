@@ -97,7 +97,11 @@ def _steps_table(rep: Report) -> str:
     if rep.predicted:
         head += [_th("F", "s, predicted"), _th("E", "ratio"), _th("dominating", cls="l"),
                  *[_th(t, f"s, {TERM_MEANING[t]}") for t in TERMS]]
-    head += [_th("time imbalance", "max / mean"), _th("flags", cls="l")]
+    head += [_th("time imbalance", "max / mean")]
+    if rep.marker_shares:
+        head.append(_th("markers", "share of time", title="one begin + end pair, as its "
+                        f"process calibrated it; over {rep.MARKER_WARN:.0%} in orange"))
+    head.append(_th("flags", cls="l"))
     body = []
     for r in rep.rows:
         cells = [*_step_cells(r), _td(str(r.processors)),
@@ -111,8 +115,12 @@ def _steps_table(rep: Report) -> str:
             cells += [_td(_seconds(p.total_s if p else None), title=r.no_prediction),
                       _td(_ratio(r.error_ratio)), _td(badge, "l", r.no_prediction),
                       *[_td(_seconds(p.terms_s[t] if p else None)) for t in TERMS]]
-        cells += [_td(_ratio(r.time_imbalance)),
-                  _td(_esc(", ".join(sorted(r.flags - INFO_FLAGS))), "l flag")]
+        cells.append(_td(_ratio(r.time_imbalance)))
+        if rep.marker_shares:
+            share = r.marker_share
+            cells.append(_td("-" if share is None else f"{share:.1%}",
+                             "flag" if rep.markers_over(r) else ""))
+        cells.append(_td(_esc(", ".join(sorted(r.flags - INFO_FLAGS))), "l flag"))
         body.append(cells)
     return _table(head, body)
 

@@ -135,6 +135,17 @@ class Report:
 
     MARKER_WARN = 0.01  # a marker pair above this share of a superstep is said
 
+    @property
+    def marker_shares(self) -> bool:
+        """Whether any superstep's marker share is known (records with ``marker_ns``)."""
+        return any(r.marker_share is not None for r in self.rows)
+
+    def markers_over(self, r: StepRow) -> bool:
+        """Whether the marker pair is over :data:`MARKER_WARN` of superstep ``r``'s time (a
+        sampled superstep's markers read no counters: the calibrated pair is not theirs)."""
+        m = r.marker_share
+        return m is not None and m > self.MARKER_WARN and "sampled" not in r.flags
+
     def marker_note(self) -> str:
         """One line on the markers' own cost: what a pair costs, and how many supersteps it is
         more than 1% of: there the markers slow the run down noticeably (the measured times
@@ -149,8 +160,7 @@ class Report:
             return sampling[2:]
         # A sampled superstep's markers read no counters: the calibrated (read) pair's cost
         # is not theirs, so they are not counted against it.
-        over = [r for r in self.rows if (m := r.marker_share) is not None
-                and m > self.MARKER_WARN and "sampled" not in r.flags]
+        over = [r for r in self.rows if self.markers_over(r)]
         cost = f"{min(costs) / 1e3:.1f}" + ("" if min(costs) == max(costs) else
                                            f"-{max(costs) / 1e3:.1f}")
         text = f"markers: one begin + end pair costs {cost} us (calibrated in each process)"

@@ -25,14 +25,22 @@ def _ratio(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
+def _marker_share(rep: Report, r: StepRow) -> str:
+    share = r.marker_share
+    return "-" if share is None else f"{share:.1%}" + (" !" if rep.markers_over(r) else "  ")
+
+
 def render_text(rep: Report) -> str:
     out = [f"counterd report: {rep.source}",
            f"runs {', '.join(rep.runs)}; hosts {', '.join(rep.hosts) or '-'}; "
            f"backends {', '.join(rep.backends)}; {len(rep.rows)} supersteps",
            f"predictions: {rep.prediction_note}" if not rep.predicted else
            f"predictions: {rep.prediction_note}", ""]
+    # markers: the marker pair's share of the superstep's time, "!" over Report.MARKER_WARN
+    shares = rep.marker_shares
     head = (f"{'#':>4} {'superstep':<20} {'p':>3} {'time':>9} {'F':>9} {'E':>6} "
-            f"{'dom':>4} {'F1':>9} {'F2':>9} {'F3':>9} {'t_imb':>6}  flags")
+            f"{'dom':>4} {'F1':>9} {'F2':>9} {'F3':>9} {'t_imb':>6}"
+            + (f" {'markers':>8}" if shares else "") + "  flags")
     out.append(head)
     for r in rep.rows:
         p = r.prediction
@@ -42,7 +50,9 @@ def render_text(rep: Report) -> str:
             f"{_time(p.total_s if p else None):>9} {_ratio(r.error_ratio):>6} "
             f"{r.dominating or '-':>4} "
             + " ".join(f"{_time(p.terms_s[t] if p else None):>9}" for t in TERMS)
-            + f" {_ratio(r.time_imbalance):>6}  {','.join(sorted(r.flags))}")
+            + f" {_ratio(r.time_imbalance):>6}"
+            + (f" {_marker_share(rep, r):>8}" if shares else "")
+            + f"  {','.join(sorted(r.flags))}")
     summary = rep.error_summary()
     if summary:
         out.append(f"error ratio E = max(T,P)/min(T,P): average {summary[0]:.2f}, "

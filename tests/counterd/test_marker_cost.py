@@ -14,6 +14,7 @@ from counterd.markers.recorder import Recorder
 from counterd.markers.sinks import MemorySink
 from counterd.records import SuperstepRecord, incomplete_record
 from counterd.report import model
+from counterd.report.html import render_html
 from counterd.report.text import render_csv, render_text, to_json
 
 
@@ -90,6 +91,18 @@ def test_the_report_says_which_supersteps_the_markers_weigh_on() -> None:
     calm = model.build(_row(0, 10_000_000, 5000))
     assert "under 1% of every superstep" in calm.marker_note()
     assert model.build(_row(0, 100, None)).marker_note() == ""
+    # Each superstep's share, in the tables: "!" (orange in HTML) where it is over 1%.
+    text = render_text(rep).splitlines()
+    head = next(i for i, line in enumerate(text) if line.lstrip().startswith("#"))
+    assert text[head].split()[-2:] == ["markers", "flags"]
+    assert [line.split()[-2:] for line in text[head + 1:head + 4]] == [
+        ["1.00", "0.1%"], ["5.0%", "!"], ["2.5%", "!"]]
+    html = render_html(rep)
+    assert '<th title="one begin + end pair' in html
+    assert '<td class="flag">5.0%</td>' in html and '<td>0.1%</td>' in html
+    # Records without a calibrated cost: no column (the report of before).
+    bare = model.build(_row(0, 100, None))
+    assert "markers" not in render_text(bare) and "share of time" not in render_html(bare)
 
 
 def test_the_report_says_how_many_supersteps_were_sampled_and_suggests_it_where_not() -> None:
