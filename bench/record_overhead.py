@@ -10,7 +10,17 @@ apart, so the host's drift, large in a VM, cancels), with the ratio of the media
 counterd record runs as a user's second recording on the host does: with the perf plan the
 first one saved (counterd.launch), in a directory of the benchmark's own.
 
+Each program is timed twice: on an idle host, and with a perf event held open elsewhere (a
+``perf stat -- sleep`` in the background, as the counterd daemon's sampling or any other perf
+session holds one). The difference is the kernel's: the first task event opened while none
+is open enables perf's scheduler hooks and waits for an RCU grace period (account_event in
+kernel/events/core.c: static_branch_enable, then synchronize_rcu), about 10 ms on this kind of
+VM; the last one closed leaves them on for a second (perf_sched_work, HZ). Both perf stat and
+counterd record pay it whenever they open first, which on an idle host depends on the phase of
+the alternating runs against that second.
+
     .venv/bin/python bench/record_overhead.py [--pairs 9] [--seconds 1.0] [--backend perf]
+                                              [--hosts idle,held]
 """
 
 from __future__ import annotations
@@ -60,6 +70,9 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=9)
     ap.add_argument("--seconds", type=float, default=1.0, help="the program's own run time")
     ap.add_argument("--backend", default="perf", help="counterd record's backend")
+    ap.add_argument("--hosts", default="idle,held",
+                    help="idle: nothing else holds a perf event; held: a background perf stat "
+                    "does (default: both)")
     a = ap.parse_args()
     perf = shutil.which("perf")
     if perf is None:
@@ -83,21 +96,36 @@ def main() -> int:
         programs = {f"numpy job, {a.seconds:.2f} s, 10 supersteps": [py, str(prog),
                                                                     str(a.seconds)],
                     f"sleep {a.seconds:.2f} (CPUs idle)": ["sleep", str(a.seconds)]}
-        for label, job in programs.items():
+        for host, (label, job) in [(h, p) for h in a.hosts.split(",")
+                                   for p in programs.items()]:
+            if host not in ("idle", "held"):
+                raise SystemExit(f"--hosts: {host!r} is neither idle nor held")
             stat = [perf, "stat", "-e", "task-clock", "-x,", "-o", str(Path(tmp) / "stat.txt"),
                     "--", *job]
             rec = [counterd_bin, "record", "--backend", a.backend, "--out",
                    str(Path(tmp) / "rec.jsonl"), "--", *job]
-            timed(stat)  # warm the page cache for both; the first recording saves the plan
-            timed(rec)
-            ts, tr = [], []
-            for _ in range(a.pairs):
-                ts.append(timed(stat))
-                tr.append(timed(rec))
+            holder = None
+            if host == "held":  # one task event open on the host for the whole measurement
+                holder = subprocess.Popen([perf, "stat", "-e", "task-clock", "-x,", "-o",
+                                           os.devnull, "--", "sleep", "3600"],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                time.sleep(0.5)
+            try:
+                timed(stat)  # warm the page cache for both; the first recording saves the plan
+                timed(rec)
+                ts, tr = [], []
+                for _ in range(a.pairs):
+                    ts.append(timed(stat))
+                    tr.append(timed(rec))
+            finally:
+                if holder is not None:
+                    holder.terminate()
+                    holder.wait()
             ms, mr = statistics.median(ts), statistics.median(tr)
             ratio = statistics.median(r / s for s, r in zip(ts, tr, strict=True))
             extra = statistics.median(r - s for s, r in zip(ts, tr, strict=True))
-            print(f"{label}:")
+            where = "idle host" if host == "idle" else "a perf event held open elsewhere"
+            print(f"{label}, {where}:")
             print(f"  perf stat -e task-clock        median {ms:.3f} s  (min {min(ts):.3f}, "
                   f"max {max(ts):.3f})")
             print(f"  counterd record --backend {a.backend:<5} median {mr:.3f} s  (min "
