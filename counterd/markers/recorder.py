@@ -538,6 +538,7 @@ class Recorder:
         return rec
 
     CALIBRATION_PAIRS = 64
+    SCRATCH_WAIT_S = 0.5  # the longest a calibration through the daemon waits for its acks
 
     def calibrate(self, st: _ThreadState | None = None) -> int | None:
         """The cost of one begin + end marker pair in this process, in ns: the median of
@@ -604,8 +605,10 @@ class Recorder:
             if probe is not None and isinstance(probe.sink, SpoolSink):
                 probe.sink.close()
             elif probe is not None and isinstance(probe.sink, SocketSink) and \
-                    probe.sink.scratch:  # nothing to wait for: the daemon keeps none of it
-                probe.sink.close(timeout_s=0.0, spill=False)
+                    probe.sink.scratch:
+                # Until the daemon has acknowledged the scratch supersteps (it keeps none):
+                # its handling of them then disturbs none of the program's own.
+                probe.sink.close(timeout_s=self.SCRATCH_WAIT_S, spill=False)
             own = getattr(probe._local, "st", None) if probe is not None else None
             if own is not None and own.group is not None and (st is None
                                                               or own.group is not st.group):
