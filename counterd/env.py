@@ -6,6 +6,12 @@ counts programs (:mod:`counterd.recording`, :mod:`counterd.backends.callgrind`) 
 
 from __future__ import annotations
 
+import os
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see counterd/__init__)
+if TYPE_CHECKING:
+    from pathlib import Path
+
 ENV_RUN_ID = "COUNTERD_RUN_ID"
 ENV_SPOOL = "COUNTERD_SPOOL"  # a directory: each process writes its markers to a file there
 ENV_BACKEND = "COUNTERD_BACKEND"
@@ -23,3 +29,35 @@ ENV_NATIVE = "COUNTERD_NATIVE"  # "0": markers and spool in Python even where ho
 # The rank variables MPI launchers set (Open MPI, MPICH/PMI, PMIx, MVAPICH, Slurm).
 MPI_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK",
                  "SLURM_PROCID")
+
+
+# Where the daemon's socket and store are by default (root: system paths; else the user's
+# XDG directories): here, not in counterd.daemon.config, as a marked program looks for the
+# socket before its first superstep and the daemon's configuration module loads much more.
+# pathlib is loaded by the functions: `counterd record` reads this module on the way to the
+# command's exec, where pathlib (and re) are not (tests/counterd/test_launch.py).
+
+def runtime_dir() -> Path:
+    from pathlib import Path
+
+    if os.geteuid() == 0:
+        return Path("/run")
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(xdg) if xdg else Path(f"/tmp/counterd-{os.geteuid()}")
+
+
+def state_dir() -> Path:
+    from pathlib import Path
+
+    if os.geteuid() == 0:
+        return Path("/var/lib")
+    xdg = os.environ.get("XDG_STATE_HOME")
+    return Path(xdg) if xdg else Path.home() / ".local" / "state"
+
+
+def default_socket_path() -> Path:
+    return runtime_dir() / "counterd" / "counterd.sock"
+
+
+def default_store_path() -> Path:
+    return state_dir() / "counterd" / "counterd.db"

@@ -68,29 +68,8 @@ from pathlib import Path
 from typing import Any
 
 from counterd.backends import POLICIES
+from counterd.env import default_socket_path, default_store_path
 from counterd.errors import BadInput
-
-
-def runtime_dir() -> Path:
-    if os.geteuid() == 0:
-        return Path("/run")
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    return Path(xdg) if xdg else Path(f"/tmp/counterd-{os.geteuid()}")
-
-
-def state_dir() -> Path:
-    if os.geteuid() == 0:
-        return Path("/var/lib")
-    xdg = os.environ.get("XDG_STATE_HOME")
-    return Path(xdg) if xdg else Path.home() / ".local" / "state"
-
-
-def default_socket_path() -> Path:
-    return runtime_dir() / "counterd" / "counterd.sock"
-
-
-def default_store_path() -> Path:
-    return state_dir() / "counterd" / "counterd.db"
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,8 @@ from pathlib import Path
 
 from counterd.env import ENV_FLUSH_TIMEOUT
 from counterd.markers import identity, native
-from counterd.markers.client import SocketSink
 from counterd.markers.recorder import Recorder, Step
-from counterd.markers.sinks import MemorySink, SpoolSink
+from counterd.markers.sinks import MemorySink, SpoolSink, is_socket_sink
 from counterd.records import Param, SuperstepRecord
 
 _recorder: Recorder | None = None
@@ -43,7 +42,7 @@ def _fork_copy(parent: Recorder) -> Recorder:
     own connection (the parent's is never used by the child)."""
     spool = parent.sink.directory if isinstance(parent.sink, SpoolSink) else None
     sock: Path | str = "off"
-    if isinstance(parent.sink, SocketSink):  # even if the parent is disconnected just now
+    if is_socket_sink(parent.sink):  # even if the parent is disconnected just now
         sock = parent.sink.path
     child = Recorder(run_id=parent.run_id, backend=parent.backend_name,
                      events=parent.events or None, spool=spool, socket=sock,
@@ -64,7 +63,7 @@ def configure(*, backend: str | None = None, events: Sequence[str] | None = None
     with _recorder_lock:
         if _recorder is not None:
             _recorder.close_open_steps()
-            if isinstance(_recorder.sink, SocketSink):
+            if is_socket_sink(_recorder.sink):
                 _recorder.sink.close()
         _recorder = Recorder(run_id=run_id, backend=backend, events=events, spool=spool,
                              socket=socket, sample=sample)
@@ -106,7 +105,7 @@ if _compiled is not None:
 def records() -> list[SuperstepRecord]:
     """Records kept in memory by this process (empty when they go to a spool)."""
     sink = recorder().sink
-    if isinstance(sink, SocketSink):
+    if is_socket_sink(sink):
         sink = sink.fallback
     return list(sink.records) if isinstance(sink, MemorySink) else []
 
@@ -115,7 +114,7 @@ def _at_exit() -> None:
     rec = _recorder
     if rec is not None and rec.pid == identity.pid:
         rec.close_open_steps()
-        if isinstance(rec.sink, SocketSink):
+        if is_socket_sink(rec.sink):
             try:
                 timeout = float(os.environ.get(ENV_FLUSH_TIMEOUT, "10"))
             except ValueError:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -78,7 +77,7 @@ def default_run_id() -> str:
     """
     import hashlib  # here: it loads OpenSSL (2-3 ms), and a recorded run is given its id
 
-    host = socket.gethostname()
+    host = os.uname().nodename  # gethostname(2), without loading socket
     if any(var in os.environ for var in MPI_RANK_VARS):
         ppid = os.getppid()
         digest = hashlib.sha1(f"{host}:{ppid}:{_start_time(ppid)}".encode()).hexdigest()

@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from counterd import _native, protocol
 from counterd.markers import sampling
-from counterd.markers.client import SocketSink
-from counterd.markers.sinks import MemorySink, SpoolSink
+from counterd.markers.sinks import MemorySink, SpoolSink, is_socket_sink
 from counterd.records import MAX_NAME_CHARS, MAX_PARAMS, MAX_VALUE_CHARS
 
 if TYPE_CHECKING:
@@ -118,7 +117,7 @@ def attach(rec: Recorder, st: _ThreadState) -> Any:
             return None
         kw.update(on_closed=None, writer=writer.native, sink_open=sink.open,
                   sink_closed=sink.closed, c_open=c_open, c_close=c_close)
-    elif isinstance(sink, SocketSink):
+    elif is_socket_sink(sink):
         # The daemon's socket through the black box: the lane writes the frames there and
         # hands each step it closed to the sink, which holds it until acknowledged and sends
         # the batch when due (sink._pump).
@@ -149,7 +148,7 @@ def attach(rec: Recorder, st: _ThreadState) -> Any:
                     install=install, sample_below=sample.below_ns if sample else 0,
                     sample_every=sample.every if sample else 1, names=names,
                     group_unsupported=dict(group_unsupported), **kw)
-    if isinstance(sink, SocketSink):
+    if is_socket_sink(sink):
         sink._lanes.add(lane)  # its open steps are begun again on a new connection
     if install:
         lane.install()

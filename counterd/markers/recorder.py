@@ -34,7 +34,7 @@ every thread on the Python path.
 Where records go (the sink), first match wins: ``configure(spool=...)`` or
 ``configure(socket=...)``; ``COUNTERD_SPOOL`` (set by ``counterd record``); ``COUNTERD_SOCKET``
 (a path; ``off`` disables the daemon); the daemon's default socket
-(:func:`counterd.daemon.config.default_socket_path`) if it exists; else memory. Through
+(:func:`counterd.env.default_socket_path`) if it exists; else memory. Through
 the daemon (:class:`SocketSink`) every record is kept by the process until the daemon has
 acknowledged it as committed to its store, a daemon that does not answer (yet, or any more) is
 retried for as long as the program runs, and what it has not acknowledged beyond the
@@ -53,17 +53,15 @@ their counters are reopened for the child's own threads.
 
 from __future__ import annotations
 
-import logging
 import math
 import numbers
 import os
-import socket as _socket
 import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from counterd.backends import POLICIES
 from counterd.backends.base import CounterGroup, CounterValue, Reading, Target
@@ -78,8 +76,13 @@ from counterd.env import (
 )
 from counterd.errors import BadInput, CounterdError
 from counterd.markers import identity, native, sampling
-from counterd.markers.client import SocketSink
-from counterd.markers.sinks import MemorySink, SpoolSink, _as_record, begin_line
+from counterd.markers.sinks import (
+    MemorySink,
+    SpoolSink,
+    _as_record,
+    begin_line,
+    is_socket_sink,
+)
 from counterd.records import (
     INT64_MAX,
     INT64_MIN,
@@ -92,7 +95,8 @@ from counterd.records import (
 
 MARKER_BACKENDS = POLICIES["markers"].names  # what counterd.backends.resolve accepts
 
-log = logging.getLogger("counterd.markers")
+if TYPE_CHECKING:
+    from counterd.markers.client import SocketSink
 
 
 def _export_run_id() -> str:
@@ -237,10 +241,11 @@ class Recorder:
                                              else ENV_SAMPLE)
         self.sample: sampling.Sampling | None = sample
         self.sink: MemorySink | SpoolSink | SocketSink = make_sink(spool, socket)
-        self.host = _socket.gethostname()
+        self.host = os.uname().nodename  # gethostname(2), without loading socket
         self.pid = identity.pid
         self._ctx: identity.Ctx = (self.run_id, self.pid, self.host, "none", None)
-        self._calibrate = calibrate
+        self._calibrate = calibrate  # not yet calibrated (calibrate(): at the first superstep)
+        self._calibration_lock = threading.Lock()
         self._marker_ns: int | None = None  # calibrated at this process's first superstep
         self._process_rank: int | None = None
         self._local = threading.local()
@@ -260,12 +265,12 @@ class Recorder:
 
     @property
     def _durable(self) -> bool:
-        return isinstance(self.sink, SpoolSink | SocketSink)
+        return isinstance(self.sink, SpoolSink) or is_socket_sink(self.sink)
 
     @property
     def _daemon_counts(self) -> bool:
         """Whether the daemon counts this process's supersteps on its behalf."""
-        if not isinstance(self.sink, SocketSink) or self.sink.degraded is not None:
+        if not is_socket_sink(self.sink) or self.sink.degraded is not None:
             return False
         if self.backend_name == "daemon":
             return True
@@ -336,8 +341,11 @@ class Recorder:
                 # Named with its events but none opened here: not counted by it, say why.
                 self._backend_error = "; ".join(sorted(set(st.unsupported.values())))[:500]
                 self._backend = None
-        if self._calibrate and self._marker_ns is None:
-            self._marker_ns = self.calibrate(st)
+        if self._calibrate:
+            with self._calibration_lock:  # once per process, whichever thread begins first
+                if self._calibrate:
+                    self._marker_ns = self.calibrate(st)
+                    self._calibrate = False
         # What every record of this process shares; the label is fixed once the backend is
         # resolved (the sinks' CONTEXT frames carry it).
         self._ctx = (self.run_id, self.pid, self.host, self._label(), self._marker_ns)
@@ -394,12 +402,12 @@ class Recorder:
         if not isinstance(sink, MemorySink):  # the begin is what survives a kill inside it
             if st.daemon_counts is None:
                 st.daemon_counts = self._daemon_counts
-            if isinstance(sink, SocketSink | SpoolSink) and not st.daemon_counts:
+            if (isinstance(sink, SpoolSink) or is_socket_sink(sink)) and not st.daemon_counts:
                 sent = sink.open(self._ctx, index, name, rank, cpu, time.monotonic_ns(), params)
             else:
                 line = begin_line(self._ctx, index, name, rank, cpu, time.monotonic_ns(),
                                   params)
-                if isinstance(sink, SocketSink):
+                if is_socket_sink(sink):
                     line["tid"] = threading.get_native_id()
                     sink.begin(line, count=self.events)
                 else:
@@ -550,14 +558,13 @@ class Recorder:
         offer scratch supersteps (older than this client) or counts on the process's behalf
         (a marker then waits for the daemon's reply, which a scratch one cannot have), and
         under Callgrind (a marker there is a counter dump)."""
-        sock = self.sink if isinstance(self.sink, SocketSink) else None
+        sock = self.sink if is_socket_sink(self.sink) else None
         if self.backend_name in ("callgrind", "daemon") or (
                 sock is not None and (not sock.takes_scratch or self._daemon_counts)):
             return None
-        import shutil
-        import tempfile
+        from counterd import launch  # its spool directories: tempfile and shutil load more
 
-        tmp = tempfile.mkdtemp(prefix="counterd-calibration-") \
+        tmp = launch.make_spool_dir("counterd-calibration-") \
             if isinstance(self.sink, SpoolSink) else None
         probe = None
         try:
@@ -566,6 +573,8 @@ class Recorder:
                              spool=Path(tmp) if tmp else None, socket="off", calibrate=False,
                              sample="off")  # every pair read: the cost of a measured one
             if sock is not None:
+                from counterd.markers.client import SocketSink
+
                 probe.sink = SocketSink(sock.path, job=sock.job, timeout_s=sock.timeout_s,
                                         scratch=True)
                 if not probe.sink.takes_scratch:  # the daemon went, or changed, meanwhile
@@ -604,7 +613,7 @@ class Recorder:
         finally:
             if probe is not None and isinstance(probe.sink, SpoolSink):
                 probe.sink.close()
-            elif probe is not None and isinstance(probe.sink, SocketSink) and \
+            elif probe is not None and is_socket_sink(probe.sink) and \
                     probe.sink.scratch:
                 # Until the daemon has acknowledged the scratch supersteps (it keeps none):
                 # its handling of them then disturbs none of the program's own.
@@ -614,13 +623,13 @@ class Recorder:
                                                               or own.group is not st.group):
                 own.group.close()
             if tmp is not None:
-                shutil.rmtree(tmp, ignore_errors=True)
+                launch.remove_spool_dir(tmp)
 
     def _label(self) -> str:
         if self._backend is not None:
             return str(self._backend.name)
         if self.backend_name == "daemon" or (self.backend_name == "default"
-                                             and isinstance(self.sink, SocketSink)
+                                             and is_socket_sink(self.sink)
                                              and self._backend_error is not None):
             return "perf"  # the daemon counts with perf
         return "perf" if self.backend_name == "default" else self.backend_name
@@ -655,7 +664,7 @@ def make_sink(spool: Path | None, sock: Path | str | None
     if sock is None:
         path = env.get(ENV_SOCKET)
         if path is None:
-            from counterd.daemon.config import default_socket_path
+            from counterd.env import default_socket_path
 
             default = default_socket_path()
             path = str(default) if default.exists() else None
@@ -673,9 +682,14 @@ def _socket_sink(path: Path | str) -> SocketSink:
     with backoff and spills what exceeds its high-water mark, and at exit what is left (see
     :class:`SocketSink`). A named socket means a daemon is expected; memory would lose the
     records at exit."""
+    import logging
+
+    from counterd.markers.client import SocketSink
+
     sink = SocketSink(path)
     if sink.degraded is not None:
-        log.info("%s; records are held and sent once it answers", sink.degraded)
+        logging.getLogger("counterd.markers").info(
+            "%s; records are held and sent once it answers", sink.degraded)
     return sink
 
 

@@ -11,7 +11,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from counterd import protocol, spool
 from counterd.env import ENV_SPOOL
@@ -20,7 +20,16 @@ from counterd.markers import identity
 from counterd.records import SuperstepRecord
 
 if TYPE_CHECKING:
+    from counterd.markers.client import SocketSink
     from counterd.markers.recorder import Step
+
+
+def is_socket_sink(sink: object) -> TypeGuard[SocketSink]:
+    """``isinstance(sink, SocketSink)`` without loading the daemon's client (socket, select,
+    logging, the spill file: about 10 ms before a program's first superstep) where no sink of
+    it can exist: a program that has made one has loaded it."""
+    client = sys.modules.get("counterd.markers.client")
+    return client is not None and isinstance(sink, client.SocketSink)
 
 
 def _as_record(item: SuperstepRecord | Step) -> SuperstepRecord:

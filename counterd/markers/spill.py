@@ -169,7 +169,7 @@ def import_files(paths: Sequence[Path], *, socket: Path | None = None,
     sink: SocketSink | None = None
     if store is None and files:
         if socket is None:
-            from counterd.daemon.config import default_socket_path
+            from counterd.env import default_socket_path
 
             socket = default_socket_path()
         sink = SocketSink(socket, job="import", timeout_s=min(timeout_s, 5.0))
