@@ -546,7 +546,9 @@ class Recorder:
         return rec
 
     CALIBRATION_PAIRS = 64
-    SCRATCH_WAIT_S = 0.5  # the longest a calibration through the daemon waits for its acks
+    # The longest a calibration through the daemon waits for the daemon's WELCOME, and then
+    # for its acknowledgements.
+    SCRATCH_WAIT_S = 0.5
 
     def calibrate(self, st: _ThreadState | None = None) -> int | None:
         """The cost of one begin + end marker pair in this process, in ns: the median of
@@ -575,8 +577,9 @@ class Recorder:
             if sock is not None:
                 from counterd.markers.client import SocketSink
 
-                probe.sink = SocketSink(sock.path, job=sock.job, timeout_s=sock.timeout_s,
-                                        scratch=True)
+                # a daemon slow to answer costs the first superstep SCRATCH_WAIT_S at most
+                probe.sink = SocketSink(sock.path, job=sock.job,
+                                        timeout_s=self.SCRATCH_WAIT_S, scratch=True)
                 if not probe.sink.takes_scratch:  # the daemon went, or changed, meanwhile
                     return None
             elif tmp is None:

@@ -474,3 +474,20 @@ def test_calibration_through_the_socket_only_where_the_daemon_keeps_scratch_apar
         assert counted.sink.takes_scratch and counted.calibrate() is None
     finally:
         counted.sink.close()
+
+
+def test_a_daemon_that_stops_answering_costs_the_calibration_half_a_second(
+        daemon: DaemonProc) -> None:
+    from counterd.markers.recorder import Recorder
+
+    rec = Recorder(run_id="stuck", backend="none", socket=daemon.socket, calibrate=False)
+    assert daemon.proc is not None and rec.sink.takes_scratch
+    daemon.proc.send_signal(signal.SIGSTOP)  # the socket still accepts; nobody answers
+    try:
+        t0 = time.monotonic()
+        assert rec.calibrate() is None  # no WELCOME on the scratch connection: no cost known
+        took = time.monotonic() - t0
+    finally:
+        daemon.proc.send_signal(signal.SIGCONT)
+        rec.sink.close()
+    assert took < 2 * Recorder.SCRATCH_WAIT_S + 0.5, took
