@@ -227,9 +227,9 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
     # (every process of the command would, before its first superstep).
     marker_events = tuple(events) or (plan.events if plan is not None else ())
     spool = launch.make_spool_dir()
+    fds: list[int] = []  # the plan's counters, open until read (closed in the finally)
     try:
         env = {**_env(run_id, spool, marker_backend, marker_events), **extra_env}
-        fds: list[int] = []
         papi = start = None
         if marker_backend == "papi":  # PAPI attaches to a process: the command waits for it
             pid, go_w = launch.fork_waiting(cmd, env)
@@ -251,8 +251,6 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
             try:
                 pid = launch.spawn(cmd, env)
             except OSError as exc:
-                for fd in fds:
-                    os.close(fd)
                 print(f"counterd record: cannot run {cmd[0]}: {exc.strerror}", file=sys.stderr)
                 return 127, []
         # Loaded while the command runs, rather than on the way to its exec or after it
@@ -269,18 +267,15 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
             launch.save_plan(plan)  # a plan of every counter: the next recording's
         code = launch.wait(pid)
         end_ns = time.monotonic_ns()
-        counted = None
-        if plan is not None:  # the command's counts: its own, and its children's that exited
-            try:
-                counted = launch.read_plan(fds)
-            finally:
-                for fd in fds:
-                    os.close(fd)
+        # the command's counts: its own, and its children's that exited
+        counted = launch.read_plan(fds) if plan is not None else None
         stop = papi.read() if papi is not None else None
         if papi is not None:
             papi.close()
         records = list(collect_spool(Path(spool)))
     finally:
+        for fd in fds:
+            os.close(fd)
         launch.remove_spool_dir(spool)
     if not records and code != 127:
         # perf's counters start at the exec (enable_on_exec); PAPI's were read before it.

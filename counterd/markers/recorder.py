@@ -616,8 +616,7 @@ class Recorder:
         finally:
             if probe is not None and isinstance(probe.sink, SpoolSink):
                 probe.sink.close()
-            elif probe is not None and is_socket_sink(probe.sink) and \
-                    probe.sink.scratch:
+            elif probe is not None and is_socket_sink(probe.sink):  # the scratch one
                 # Until the daemon has acknowledged the scratch supersteps (it keeps none):
                 # its handling of them then disturbs none of the program's own.
                 probe.sink.close(timeout_s=self.SCRATCH_WAIT_S, spill=False)
