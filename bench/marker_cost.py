@@ -14,7 +14,9 @@ measures what the markers cost the program while the daemon keeps up; a program 
 supersteps without end is slowed to the daemon's ingest rate instead, see
 bench/daemon_throughput.py). Through
 the daemon, the compiled path writes the frames into the client's black box, sent in batches;
-counting on the client's behalf has no compiled path (its rows are the Python path's). The
+counting on the client's behalf has no compiled path (its rows are the Python path's). Where
+the host opens hardware events, a row with cycles and instructions says how the compiled path
+read them: in user space (rdpmc) where the kernel allows it, else read(2) and why. The
 floors beside them: two ``read(2)`` of the perf group leader per pair, from Python and from C
 (bench/perf_read_floor.c, with nothing else in the loop).
 """
@@ -45,6 +47,18 @@ from counterd.markers.api import configure  # noqa: E402
 from counterd.markers.client import SocketSink  # noqa: E402
 
 SOFTWARE = ("task_clock_ns", "page_faults", "context_switches")
+HARDWARE = ("cycles", "instructions")
+
+
+def _hardware_opens() -> str | None:
+    """None where cycles and instructions open on this thread, else why not."""
+    from counterd.backends.perf import PerfBackend
+
+    try:
+        PerfBackend().open(list(HARDWARE)).close()
+    except Exception as exc:  # noqa: BLE001 - whatever keeps perf from counting them
+        return str(exc).splitlines()[0]
+    return None
 
 
 def per_pair_us(pairs: int, batches: int) -> list[float]:
@@ -98,6 +112,13 @@ def main() -> int:
                 ("daemon socket, daemon counts on the client's behalf",
                  dict(backend="daemon", events=SOFTWARE, socket=d.socket)),
             ]
+            no_hardware = _hardware_opens()
+            if no_hardware is None:
+                configs.insert(2, ("in-process, perf hardware events (cycles, instructions), "
+                                   "memory sink",
+                                   dict(backend="perf", events=HARDWARE, socket="off")))
+            else:
+                print(f"hardware events not measured: {no_hardware}")
             engines = ["compiled", "python"] if _native.hotpath() is not None else ["python"]
             for label, kw in configs:
                 runs = ["python"] if kw.get("backend") == "daemon" else engines
@@ -123,6 +144,12 @@ def main() -> int:
                             acked += f" (degraded: {sink.degraded})"
                     print(f"{label + ', ' + engine:<72} {statistics.median(got):>15.2f} "
                           f"{min(got):>8.2f} {max(got):>8.2f}  {acked}", flush=True)
+                    lane = last[engine]._state().lane if engine == "compiled" else None
+                    if lane is not None and kw.get("backend") == "perf":
+                        how = ("in user space (rdpmc)" if lane.user_read_off is None
+                               else f"by read(2): {lane.user_read_off}")
+                        print(f"    counters read {how}; reads in user space "
+                              f"{lane.user_reads}, by read(2) {lane.kernel_reads}")
             os.environ.pop(ENV_NATIVE, None)
             rec = configure(backend="perf", events=SOFTWARE, socket="off")
             with counterd.superstep("s"):

@@ -88,8 +88,30 @@ def markers_path() -> str:
     from counterd import _native
 
     if _native.hotpath() is not None:
-        return "compiled (counterd/_native/hotpath.c)"
+        return "compiled (counterd/_native/hotpath.c); " + _marker_reads()
     return "in Python: " + _native.hotpath_missing_reason()
+
+
+def _marker_reads() -> str:
+    """How the compiled markers read this host's counters: in user space (rdpmc) or by
+    read(2), and why; found by marking one superstep with the markers' own choice of backend
+    and events, in memory."""
+    from counterd.errors import CounterdError
+    from counterd.markers.recorder import Recorder
+
+    try:
+        rec = Recorder(socket="off")
+        rec.end(rec.begin("probe", {}))
+        state = rec._state()
+        lane = state.lane
+    except CounterdError as exc:
+        return f"their counters did not open here ({exc})"
+    if lane is None:
+        return f"their counters ({rec.backend_name}) are read by the Python path"
+    events = ", ".join(getattr(state.group, "events", ())) or "none"
+    if lane.user_read_off is None:
+        return f"counters ({events}) read in user space (rdpmc)"
+    return f"counters ({events}) read by read(2): {lane.user_read_off}"
 
 
 def render_text(result: ProbeResult) -> str:

@@ -2,8 +2,9 @@
  *
  * A Python extension module (unlike libcounterd, which is loaded with ctypes and stays free of
  * the Python C API). It does, per begin + end pair and without building Python objects on the
- * way: two CLOCK_MONOTONIC reads, the CPU (sched_getcpu), one read(2) of the perf group leader
- * at each marker, and, for `counterd record`'s spool, the OPEN and CLOSE frames of the marker
+ * way: two CLOCK_MONOTONIC reads, the CPU (sched_getcpu), the perf group's counters at each
+ * marker (in user space with rdpmc where the kernel allows it, else one read(2) of the group
+ * leader), and, for `counterd record`'s spool, the OPEN and CLOSE frames of the marker
  * protocol written straight into the spool's shared mapping. Everything else (a record's
  * materialisation, params that need cleaning, a read whose layout is not the one opened, a
  * spool that cannot grow, an end without a begin) is handed back to the Python recorder
@@ -33,9 +34,11 @@
 #include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -59,6 +62,177 @@ static char *put_u16(char *p, uint16_t v) { v = htobe16(v); memcpy(p, &v, 2); re
 static char *put_u32(char *p, uint32_t v) { v = htobe32(v); memcpy(p, &v, 4); return p + 4; }
 static char *put_u64(char *p, uint64_t v) { v = htobe64(v); memcpy(p, &v, 8); return p + 8; }
 static char *put_f64(char *p, double d) { uint64_t v; memcpy(&v, &d, 8); return put_u64(p, v); }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Counters read in user space: the perf_event mmap page and rdpmc (issue 13, item 1).          */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The head of struct perf_event_mmap_page (include/uapi/linux/perf_event.h), an ABI: restated
+ * here so that the module builds against any kernel's headers; tests/native build pages with
+ * these offsets. */
+struct userpage {
+    uint32_t version, compat_version;
+    uint32_t lock;  /* seqcount: the kernel increments it before and after an update */
+    uint32_t index; /* the hardware counter + 1, 0: not on a counter now */
+    int64_t offset; /* count = offset + the counter's value (sign-extended to pmc_width) */
+    uint64_t time_enabled, time_running;
+    uint64_t capabilities;
+    uint16_t pmc_width, time_shift;
+    uint32_t time_mult;
+    uint64_t time_offset, time_zero;
+    uint32_t size, reserved_1;
+    uint64_t time_cycles, time_mask;
+};
+_Static_assert(offsetof(struct userpage, capabilities) == 40, "perf_event_mmap_page ABI");
+_Static_assert(offsetof(struct userpage, time_offset) == 56, "perf_event_mmap_page ABI");
+_Static_assert(offsetof(struct userpage, time_mask) == 88, "perf_event_mmap_page ABI");
+
+/* capabilities: bit 1 (cap_bit0_is_deprecated) says bits 2.. are meaningful (kernels before
+ * 3.12 set one ambiguous bit 0, never trusted here). */
+#define CAP_BITS_VALID (1ULL << 1)
+#define CAP_USER_RDPMC (1ULL << 2)
+#define CAP_USER_TIME (1ULL << 3)
+#define CAP_USER_TIME_SHORT (1ULL << 5)
+#define USERPAGE_NEEDS (CAP_BITS_VALID | CAP_USER_RDPMC | CAP_USER_TIME)
+
+typedef uint64_t (*pmc_reader)(uint32_t counter);
+typedef uint64_t (*tsc_reader)(void);
+
+/* The self-monitoring read the header documents (the comment above struct
+ * perf_event_mmap_page): 1 with the event's count and its enabled and running times now, 0
+ * where the page does not allow it now (no user-space read or time, not on a counter: index
+ * 0, a page that kept changing); the caller then reads with read(2). Unlike the header's
+ * example the time delta is added also when enabled == running: the marker needs the times
+ * themselves (a superstep's multiplexing ratio), not only their ratio. Pure but for the two
+ * readers, so that tests drive it with a page and readers of their own. */
+static int userpage_read(const volatile struct userpage *pc, pmc_reader pmc_of, tsc_reader tsc,
+                         uint64_t *count, uint64_t *enabled, uint64_t *running)
+{
+    uint32_t seq, idx, mult;
+    uint16_t width, shift;
+    uint64_t caps, en, run, offset, cyc, toff, tcyc = 0, tmask = 0;
+    int64_t pmc;
+    for (int tries = 0;; tries++) {
+        if (tries == 64)
+            return 0;
+        seq = pc->lock;
+        __asm__ __volatile__("" ::: "memory"); /* the header's barrier(): updates come from
+                                                * this CPU's interrupts, not another CPU */
+        caps = pc->capabilities;
+        idx = pc->index;
+        if ((caps & USERPAGE_NEEDS) != USERPAGE_NEEDS || idx == 0)
+            return 0;
+        en = pc->time_enabled;
+        run = pc->time_running;
+        offset = (uint64_t)pc->offset;
+        width = pc->pmc_width;
+        toff = pc->time_offset;
+        mult = pc->time_mult;
+        shift = pc->time_shift;
+        if (caps & CAP_USER_TIME_SHORT) {
+            tcyc = pc->time_cycles;
+            tmask = pc->time_mask;
+        }
+        cyc = tsc();
+        pmc = (int64_t)pmc_of(idx - 1);
+        __asm__ __volatile__("" ::: "memory");
+        if (pc->lock == seq && !(seq & 1))
+            break;
+    }
+    if (width == 0 || width > 64 || shift > 63)
+        return 0;
+    if (caps & CAP_USER_TIME_SHORT)
+        cyc = tcyc + ((cyc - tcyc) & tmask);
+    /* The header's quot/rem form overflows once time_shift > 32; the product in 128 bits is
+     * exact (the kernel's mul_u64_u32_shr). */
+    uint64_t delta = toff + (uint64_t)(((unsigned __int128)cyc * mult) >> shift);
+    pmc = (int64_t)((uint64_t)pmc << (64 - width)) >> (64 - width); /* sign-extended */
+    *count = offset + (uint64_t)pmc;
+    *enabled = en + delta;
+    *running = run + delta; /* index != 0: on a counter, so running since the update */
+    return 1;
+}
+
+#if defined(__x86_64__)
+static uint64_t hw_rdpmc(uint32_t counter)
+{
+    uint32_t lo, hi;
+    __asm__ __volatile__("rdpmc" : "=a"(lo), "=d"(hi) : "c"(counter));
+    return (uint64_t)hi << 32 | lo;
+}
+
+static uint64_t hw_rdtsc(void)
+{
+    uint32_t lo, hi;
+    __asm__ __volatile__("rdtsc" : "=a"(lo), "=d"(hi));
+    return (uint64_t)hi << 32 | lo;
+}
+#define HAVE_RDPMC 1
+#else
+#define HAVE_RDPMC 0 /* arm64's user-space counter reads (mrs) are not written here */
+static uint64_t hw_rdpmc(uint32_t counter) { return 0; } /* never called: no page is kept */
+static uint64_t hw_rdtsc(void) { return 0; }
+#endif
+
+/* This thread's id (gettid), kept per thread: rdpmc reads the counters of the CPU it runs on,
+ * so a lane reads in user space only in the thread whose counters it holds. */
+static __thread pid_t my_tid;
+
+static pid_t current_tid(void)
+{
+    if (my_tid == 0)
+        my_tid = (pid_t)syscall(SYS_gettid);
+    return my_tid;
+}
+
+/* Test hooks: the reader driven by a page and readers of the test's own. */
+static uint64_t stub_pmc_value, stub_tsc_value;
+static char *stub_update;          /* copied over the page at the first counter read */
+static char *stub_page;
+static Py_ssize_t stub_update_len;
+
+static uint64_t stub_pmc(uint32_t counter)
+{
+    if (stub_update != NULL) {
+        memcpy(stub_page, stub_update, (size_t)stub_update_len);
+        stub_update = NULL;
+    }
+    return stub_pmc_value + counter; /* the counter's number shows in the value */
+}
+
+static uint64_t stub_tsc(void) { return stub_tsc_value; }
+
+static PyObject *hot_userpage_read(PyObject *mod, PyObject *args)
+{
+    Py_buffer page, update = {0};
+    unsigned long long pmc, tsc;
+    if (!PyArg_ParseTuple(args, "w*KK|y*", &page, &pmc, &tsc, &update))
+        return NULL;
+    PyObject *r = NULL;
+    if (page.len < (Py_ssize_t)sizeof(struct userpage)
+        || (update.buf != NULL && update.len != page.len)) {
+        PyErr_SetString(PyExc_ValueError, "a page of at least 96 bytes, and an update as long");
+        goto done;
+    }
+    stub_pmc_value = pmc;
+    stub_tsc_value = tsc;
+    stub_page = page.buf;
+    stub_update = update.buf;
+    stub_update_len = update.len;
+    uint64_t count, enabled, running;
+    if (userpage_read((const volatile struct userpage *)page.buf, stub_pmc, stub_tsc, &count,
+                      &enabled, &running))
+        r = Py_BuildValue("(KKK)", (unsigned long long)count, (unsigned long long)enabled,
+                          (unsigned long long)running);
+    else
+        r = Py_NewRef(Py_None);
+    stub_update = NULL;
+done:
+    PyBuffer_Release(&page);
+    if (update.buf != NULL)
+        PyBuffer_Release(&update);
+    return r;
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* MappedFile: the spool file's shared mapping (counterd.spool.MappedWriter's engine).          */
@@ -501,6 +675,15 @@ typedef struct Lane {
     PyObject *sampling;     /* superstep name -> NameState */
     PyObject *names;        /* the CLOSE's counter names (an estimate's keys) */
     PyObject *group_unsupported; /* the group's unsupported counters (an estimate's) */
+    /* User-space reads (rdpmc): each member's mmap page, in the kernel's order, where every
+     * member's page allows them; read only in the thread ``tid`` the counters belong to. */
+    const volatile struct userpage *pages[MAX_COUNTERS];
+    int npages;
+    size_t page_bytes;
+    pid_t tid;
+    const char *user_off;   /* why the lane reads with read(2) only (NULL: it reads in user space) */
+    char user_off_buf[200];
+    unsigned long long user_reads, kernel_reads; /* how its group reads were served */
 } Lane;
 
 /* This thread's current lane, for the module-level superstep(): a borrowed pointer, trusted only
@@ -547,6 +730,25 @@ static int read_group(Lane *lane, uint64_t *out, PyObject **fallback)
     /* One read(2) of the leader: nr, time_enabled, time_running, {value, id} * nr. Returns 1
      * with (enabled, running, values...) in out, or 0 with *fallback set to what the group's
      * checked decoder makes of the bytes (or of a new read if none came), -1 on error. */
+    if (lane->npages == lane->n && lane->n > 0 && lane->tid == current_tid()
+        && lane->pid == cached_pid) {
+        int i;
+        uint64_t count, enabled, running;
+        for (i = 0; i < lane->n; i++) {
+            if (!userpage_read(lane->pages[i], hw_rdpmc, hw_rdtsc, &count, &enabled, &running))
+                break;
+            if (i == 0) { /* the group's times are its leader's */
+                out[0] = enabled;
+                out[1] = running;
+            }
+            out[2 + i] = count;
+        }
+        if (i == lane->n) {
+            lane->user_reads++;
+            return 1;
+        }
+    }
+    lane->kernel_reads++;
     uint64_t buf[3 + 2 * MAX_COUNTERS];
     ssize_t got = read(lane->fd, buf, lane->read_size);
     if (got == (ssize_t)lane->read_size && buf[0] == (uint64_t)lane->n) {
@@ -1198,32 +1400,96 @@ static PyObject *Lane_open_steps(Lane *self, PyObject *unused)
     return PyList_GetSlice(self->stack, 0, PyList_GET_SIZE(self->stack));
 }
 
+static void lane_unmap_pages(Lane *lane)
+{
+    for (int i = 0; i < lane->npages; i++)
+        munmap((void *)lane->pages[i], lane->page_bytes);
+    lane->npages = 0;
+}
+
+/* Each member's mmap page (``fds``: the members' fds in the kernel's order), kept where every
+ * one allows user-space reads (rdpmc and time); otherwise user_off says why the lane reads
+ * with read(2). 0, or -1 with an exception for bad arguments. */
+static int lane_map_pages(Lane *lane, PyObject *fds)
+{
+    lane_unmap_pages(lane);
+    lane->tid = current_tid();
+    lane->user_off = NULL;
+    if (!HAVE_RDPMC) {
+        lane->user_off = "this build reads counters in user space on x86-64 only";
+        return 0;
+    }
+    if (fds == NULL || fds == Py_None || lane->n == 0) {
+        lane->user_off = lane->n ? "the counters' fds were not given" : "no counters";
+        return 0;
+    }
+    if (!PyTuple_Check(fds)) {
+        PyErr_SetString(PyExc_TypeError, "fds: a tuple, one per member in the kernel's order");
+        return -1;
+    }
+    if (PyTuple_GET_SIZE(fds) != lane->n) {
+        lane->user_off = "not one fd per member (a group this lane cannot map)";
+        return 0;
+    }
+    lane->page_bytes = (size_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < lane->n; i++) {
+        int fd = (int)PyLong_AsLong(PyTuple_GET_ITEM(fds, i));
+        if (fd == -1 && PyErr_Occurred()) {
+            lane_unmap_pages(lane);
+            return -1;
+        }
+        void *p = mmap(NULL, lane->page_bytes, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+            snprintf(lane->user_off_buf, sizeof lane->user_off_buf,
+                     "a counter's page could not be mapped (mmap: %s)", strerror(errno));
+            lane->user_off = lane->user_off_buf;
+            lane_unmap_pages(lane);
+            return 0;
+        }
+        lane->pages[lane->npages++] = p;
+        uint64_t caps = ((const volatile struct userpage *)p)->capabilities;
+        if ((caps & (CAP_BITS_VALID | CAP_USER_RDPMC)) != (CAP_BITS_VALID | CAP_USER_RDPMC))
+            lane->user_off = "the kernel allows no user-space read of these counters "
+                             "(cap_user_rdpmc clear: software events, or rdpmc turned off in "
+                             "/sys/bus/event_source/devices/cpu/rdpmc)";
+        else if (!(caps & CAP_USER_TIME))
+            lane->user_off = "the kernel gives these counters no user-space time (cap_user_time "
+                             "clear, as under a paravirtual clock): a superstep's "
+                             "multiplexing ratio needs it";
+        if (lane->user_off != NULL) {
+            lane_unmap_pages(lane);
+            return 0;
+        }
+    }
+    return 0;
+}
+
 static int Lane_init(Lane *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"recorder", "indices", "rank", "fd", "ids", "perm", "delta",
                             "decode", "unsupported", "clean", "on_closed", "ctx", "writer",
                             "sink_open", "sink_closed", "c_open", "c_close", "close_tail",
                             "close_flags", "install", "sample_below", "sample_every", "names",
-                            "group_unsupported", "pump", NULL};
+                            "group_unsupported", "pump", "fds", NULL};
     PyObject *recorder, *indices, *ids, *perm, *delta, *decode, *unsupported, *clean;
     PyObject *on_closed, *ctx, *writer, *sink_open, *sink_closed, *close_tail;
     long long rank;
     int fd, c_open, c_close, install = 1;
     long long sample_below = 0, sample_every = 1;
-    PyObject *close_names = NULL, *group_unsupported = NULL, *pump = Py_None;
+    PyObject *close_names = NULL, *group_unsupported = NULL, *pump = Py_None, *fds = Py_None;
     unsigned int flags;
     if (!K.ready) {
         PyErr_SetString(PyExc_RuntimeError, "_hotpath.setup() was not called");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!LiO!O!OOO!OOOOOOiiO!I|pLLO!O!O", names, &recorder,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO!LiO!O!OOO!OOOOOOiiO!I|pLLO!O!OO", names, &recorder,
                                      &CounterType, &indices, &rank, &fd, &PyTuple_Type, &ids,
                                      &PyTuple_Type, &perm, &delta, &decode, &PyDict_Type,
                                      &unsupported, &clean, &on_closed, &ctx, &writer,
                                      &sink_open, &sink_closed, &c_open, &c_close,
                                      &PyBytes_Type, &close_tail, &flags, &install,
                                      &sample_below, &sample_every, &PyTuple_Type, &close_names,
-                                     &PyDict_Type, &group_unsupported, &pump))
+                                     &PyDict_Type, &group_unsupported, &pump, &fds))
         return -1;
     if (self->stack != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "a Lane is initialised once");
@@ -1274,6 +1540,8 @@ static int Lane_init(Lane *self, PyObject *args, PyObject *kw)
     self->close_flags = flags;
     self->install = install;
     self->pid = cached_pid;
+    if (lane_map_pages(self, fds) < 0)
+        return -1;
     if (sample_every > 1 && (close_names == NULL || PyTuple_GET_SIZE(close_names) != n
                              || group_unsupported == NULL || sample_below <= 0)) {
         PyErr_SetString(PyExc_ValueError, "sampling needs the counters' names, the group's "
@@ -1362,6 +1630,7 @@ static void Lane_dealloc(Lane *self)
     if (self->weakrefs != NULL)
         PyObject_ClearWeakRefs((PyObject *)self);
     Lane_clear(self);
+    lane_unmap_pages(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1376,6 +1645,24 @@ static PyMethodDef Lane_methods[] = {
      "Make it this thread's current lane (superstep() begins through it)."},
     {NULL}};
 
+static PyObject *Lane_get_user_off(Lane *self, void *c)
+{
+    return self->user_off ? PyUnicode_FromString(self->user_off) : Py_NewRef(Py_None);
+}
+
+static PyGetSetDef Lane_getset[] = {
+    {"user_read_off", (getter)Lane_get_user_off, NULL,
+     "why the lane reads its counters with read(2) only; None: in user space (rdpmc) where "
+     "the counters are on the PMU at the read, read(2) where not", NULL},
+    {NULL}};
+
+static PyMemberDef Lane_members[] = {
+    {"user_reads", T_ULONGLONG, offsetof(Lane, user_reads), READONLY,
+     "group reads served in user space (rdpmc)"},
+    {"kernel_reads", T_ULONGLONG, offsetof(Lane, kernel_reads), READONLY,
+     "group reads served by read(2)"},
+    {NULL}};
+
 static PyTypeObject LaneType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "counterd._native._hotpath.Lane",
     .tp_basicsize = sizeof(Lane),
@@ -1387,6 +1674,8 @@ static PyTypeObject LaneType = {
     .tp_traverse = (traverseproc)Lane_traverse,
     .tp_clear = (inquiry)Lane_clear,
     .tp_methods = Lane_methods,
+    .tp_getset = Lane_getset,
+    .tp_members = Lane_members,
     .tp_weaklistoffset = offsetof(Lane, weakrefs),
 };
 
@@ -1744,6 +2033,7 @@ static PyObject *hot_invalidate(PyObject *mod, PyObject *unused)
 static void after_fork_in_child(void)
 {
     generation++;
+    my_tid = 0; /* the child's one thread has an id of its own */
     cached_pid = getpid();
 }
 
@@ -1758,6 +2048,11 @@ static PyMethodDef module_methods[] = {
      "The Python superstep(name, params) for threads without a current lane."},
     {"invalidate", (PyCFunction)hot_invalidate, METH_NOARGS,
      "Forget every thread's current lane (a recorder was created)."},
+    {"_userpage_read", (PyCFunction)hot_userpage_read, METH_VARARGS,
+     "_userpage_read(page, pmc, tsc[, update]) -> (count, enabled, running) or None: the\n"
+     "user-space read of a perf_event mmap page, with rdpmc giving pmc + counter number and\n"
+     "rdtsc giving tsc; update (as long as the page) is copied over it at the first counter\n"
+     "read, as the kernel's update would land (tests)."},
     {"setup", (PyCFunction)(void (*)(void))hot_setup, METH_VARARGS | METH_KEYWORDS,
      "The wire and record constants (counterd.markers.native calls it once)."},
     {NULL}};

@@ -8,6 +8,13 @@ frames in the spool's mapping). Everything the lane does not do itself it hands 
 Python recorder, which stays the one definition of a record: materialising records, params
 that need cleaning, ends that match nothing, a read of another layout, a spool that cannot grow.
 
+A lane reads its perf group in user space where the kernel allows it: ``rdpmc`` on each
+member's mmap page, the self-monitoring read that include/uapi/linux/perf_event.h documents,
+when every member's page allows user-space reads and time, in the thread whose counters they
+are, while they are on the PMU; with one ``read(2)`` of the leader otherwise (software events
+never allow it). ``Lane.user_read_off`` says why a lane reads by ``read(2)`` only, and
+``counterd probe`` prints it for the markers' counters.
+
 Under the daemon's socket a lane writes its frames into the client's black box
 (:class:`counterd.markers.client.SocketSink`), which leaves in batches; a step it closed goes to
 the sink, held until the daemon acknowledges it.
@@ -97,7 +104,7 @@ def attach(rec: Recorder, st: _ThreadState) -> Any:
     counters = _counters(rec, st)
     if counters is None:
         return None
-    fd, ids, perm, names, decode, group_unsupported = counters
+    fd, fds, ids, perm, names, decode, group_unsupported = counters
     unsupported = dict(st.unsupported)
     unsupported.update(group_unsupported)  # as Recorder._parts joins them
     kw: dict[str, Any] = {}
@@ -147,7 +154,7 @@ def attach(rec: Recorder, st: _ThreadState) -> Any:
                     close_flags=protocol.FLAG_BIT["unsupported_counters"] if unsupported else 0,
                     install=install, sample_below=sample.below_ns if sample else 0,
                     sample_every=sample.every if sample else 1, names=names,
-                    group_unsupported=dict(group_unsupported), **kw)
+                    group_unsupported=dict(group_unsupported), fds=fds, **kw)
     if is_socket_sink(sink):
         sink._lanes.add(lane)  # its open steps are begun again on a new connection
     if install:
@@ -165,17 +172,18 @@ def _installs(rec: Recorder) -> bool:
 
 
 def _counters(rec: Recorder, st: _ThreadState
-              ) -> tuple[int, tuple[int, ...], tuple[int, ...], tuple[str, ...], Any,
-                         dict[str, str]] | None:
-    """The lane's view of the thread's counters: the group leader's fd, its members' event ids
-    in the kernel's order, the CLOSE's counter order as positions in that order, the CLOSE's
-    counter names, the group's decoder for a read of another layout and the group's
-    unsupported counters; None where a lane cannot read them."""
+              ) -> tuple[int, tuple[int, ...] | None, tuple[int, ...], tuple[int, ...],
+                         tuple[str, ...], Any, dict[str, str]] | None:
+    """The lane's view of the thread's counters: the group leader's fd, its members' fds and
+    event ids in the kernel's order (the lane maps each member's page and reads them in user
+    space where the kernel allows it), the CLOSE's counter order as positions in that order,
+    the CLOSE's counter names, the group's decoder for a read of another layout and the
+    group's unsupported counters; None where a lane cannot read them."""
     group = st.group
     if group is None:
         if rec.backend_name != "none":
             return None  # a backend that could not count: the Python path says why per record
-        return -1, (), (), (), None, {}
+        return -1, None, (), (), (), None, {}
     from counterd.backends.perf.group import PerfGroup
 
     single = getattr(group, "_single", None)
@@ -186,4 +194,5 @@ def _counters(rec: Recorder, st: _ThreadState
     values, group_unsupported = group.delta_raw(zero, zero)  # names in the order records list them
     names = tuple(values)
     perm = tuple(single.names.index(n) for n in names)
-    return single.leader, tuple(single.ids), perm, names, group._decode, dict(group_unsupported)
+    return (single.leader, tuple(single.fds), tuple(single.ids), perm, names, group._decode,
+            dict(group_unsupported))
