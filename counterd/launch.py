@@ -1,8 +1,9 @@
 """The way from ``counterd record``'s command line to its command's first instruction.
 
 Everything here runs while the command waits, so it is kept to the standard library's
-os-level modules: no dataclasses, typing, pathlib or the backends package, which cost 20-40 ms
-to import on the way (perf stat starts its command 1-2 ms after its own start;
+os-level modules and the compiled extension (for perf_event_open(2); ctypes is the fallback):
+no dataclasses, typing, pathlib or the backends package, which cost 20-40 ms to import on the
+way (perf stat starts its command 1-2 ms after its own start;
 tests/counterd/test_launch.py holds the recorder to it). What the recorder needs of heavier
 modules it loads while the command runs (:mod:`counterd.recording`).
 
@@ -22,7 +23,6 @@ from __future__ import annotations
 # _signal: the C module under signal, loaded with the interpreter (signal wraps its
 # constants in enums on import: 1-2 ms here).
 import _signal
-import ctypes
 import errno
 import os
 import struct
@@ -30,7 +30,7 @@ import sys
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see counterd/__init__)
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 PLAN_FORMAT = "counterd-perf-plan"
 PLAN_VERSION = 1
@@ -309,7 +309,39 @@ def save_plan(plan: PerfPlan, directory: str | None = None,
         return None
 
 
-_syscall = None
+_open_event: Callable[[bytes, int], int] | None = None
+
+
+def _event_opener() -> Callable[[bytes, int], int]:
+    """``open_event(attr, pid)``: perf_event_open(2) on any CPU, no group, close-on-exec; the
+    fd, or OSError with the kernel's errno. Through the compiled extension where it is built
+    (ctypes takes 3.5 ms to import on the way to the command's exec), else through ctypes."""
+    global _open_event
+    if _open_event is not None:
+        return _open_event
+    from counterd import _native
+
+    hot = _native.hotpath()
+    if hot is not None:
+        def open_event(attr: bytes, pid: int) -> int:
+            return int(hot.perf_event_open(attr, pid, -1, -1, _PERF_FLAG_FD_CLOEXEC))
+    else:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        number = PERF_EVENT_OPEN_NR[os.uname().machine]
+
+        def open_event(attr: bytes, pid: int) -> int:
+            buf = ctypes.create_string_buffer(attr, len(attr))
+            fd = libc.syscall(ctypes.c_long(number), buf, ctypes.c_int(pid), ctypes.c_int(-1),
+                              ctypes.c_int(-1), ctypes.c_ulong(_PERF_FLAG_FD_CLOEXEC))
+            if fd < 0:
+                err = ctypes.get_errno()
+                raise OSError(err, os.strerror(err))
+            return int(fd)
+    _open_event = open_event
+    return open_event
 
 
 def parse_single_read(buf: bytes) -> tuple[int, int, int, int]:
@@ -331,11 +363,6 @@ def open_plan(plan: PerfPlan, pid: int) -> tuple[list[int], dict[str, int]]:
     """Open every attribute of ``plan`` on process ``pid`` (0: this one, whose children
     inherit them; any CPU): (the fds of those that opened, in plan order; errno of each that
     did not, by counter name)."""
-    global _syscall
-    if _syscall is None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.syscall.restype = ctypes.c_long
-        _syscall = libc.syscall
     number = PERF_EVENT_OPEN_NR.get(os.uname().machine)
     fds: list[int] = []
     failed: dict[str, int] = {}
@@ -347,11 +374,8 @@ def open_plan(plan: PerfPlan, pid: int) -> tuple[list[int], dict[str, int]]:
         if len(attr) < _PERF_ATTR_SIZE_VER0 or int.from_bytes(attr[4:8], "little") != len(attr):
             failed[name] = errno.EINVAL
             continue
-        buf = ctypes.create_string_buffer(attr, len(attr))
-        fd = _syscall(ctypes.c_long(number), buf, ctypes.c_int(pid), ctypes.c_int(-1),
-                      ctypes.c_int(-1), ctypes.c_ulong(_PERF_FLAG_FD_CLOEXEC))
-        if fd < 0:
-            failed[name] = ctypes.get_errno()
-        else:
-            fds.append(int(fd))
+        try:
+            fds.append(_event_opener()(attr, pid))
+        except OSError as exc:
+            failed[name] = exc.errno or errno.EIO
     return fds, failed

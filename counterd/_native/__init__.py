@@ -8,26 +8,34 @@ path, for comparisons).
 
 from __future__ import annotations
 
-import ctypes
-import importlib.machinery
+# Only os at the top: counterd.launch loads the extension (its perf_event_open) on the way to
+# the recorded command's exec, where ctypes (3.5 ms here), pathlib and typing are too slow.
 import os
-from functools import cache
-from pathlib import Path
-from types import ModuleType
-from typing import Any
 
 from counterd.env import ENV_NATIVE
 
-_HERE = Path(__file__).resolve().parent
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see counterd/__init__)
+if TYPE_CHECKING:
+    import ctypes
+    from pathlib import Path
+    from types import ModuleType
+    from typing import Any
 
 
 def _candidates() -> list[Path]:
-    return [_HERE / f"libcounterd{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES]
+    import importlib.machinery
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    return [here / f"libcounterd{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES]
 
 
 def hotpath() -> Any:
     """The ``_hotpath`` extension module, or None (see the module docstring)."""
-    return _load_hotpath(os.environ.get(ENV_NATIVE, "1") != "0")
+    wanted = os.environ.get(ENV_NATIVE, "1") != "0"
+    if wanted not in _hotpath_loaded:
+        _hotpath_loaded[wanted] = _load_hotpath(wanted)
+    return _hotpath_loaded[wanted]
 
 
 def hotpath_missing_reason() -> str:
@@ -38,9 +46,9 @@ def hotpath_missing_reason() -> str:
 
 
 _hotpath_error = ""
+_hotpath_loaded: dict[bool, ModuleType | None] = {}
 
 
-@cache
 def _load_hotpath(wanted: bool) -> ModuleType | None:
     global _hotpath_error
     if not wanted:
@@ -54,8 +62,18 @@ def _load_hotpath(wanted: bool) -> ModuleType | None:
     return module
 
 
-@cache
+_loaded: list[tuple[ctypes.CDLL | None, str]] = []
+
+
 def _load() -> tuple[ctypes.CDLL | None, str]:
+    if not _loaded:
+        _loaded.append(_load_lib())
+    return _loaded[0]
+
+
+def _load_lib() -> tuple[ctypes.CDLL | None, str]:
+    import ctypes
+
     for path in _candidates():
         if path.exists():
             try:
@@ -69,7 +87,8 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
 
 
 def _declare(lib: ctypes.CDLL) -> None:
-    c = ctypes
+    import ctypes as c
+
     lib.counterd_superstep_boundary.argtypes = [c.c_int64, c.c_int32]
     lib.counterd_superstep_boundary.restype = c.c_int64
     lib.counterd_superstep_mark.argtypes = [c.c_int64, c.c_int32]
@@ -103,7 +122,8 @@ def _declare_cachesim(lib: ctypes.CDLL) -> None:
     symbols: nothing is declared and sim uses its Python engine."""
     if not hasattr(lib, "counterd_cachesim_run"):
         return
-    c = ctypes
+    import ctypes as c
+
     lib.counterd_cachesim_run.argtypes = [c.c_void_p, c.c_void_p, c.c_void_p, c.c_size_t]
     lib.counterd_cachesim_run.restype = c.c_int64
     lib.counterd_cachesim_strided.argtypes = [c.c_void_p, c.c_uint64, c.c_uint64, c.c_uint64,

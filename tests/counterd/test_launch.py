@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from counterd import launch
+from counterd import _native, launch
 from counterd.backends.perf import PerfBackend
+from counterd.env import ENV_NATIVE
 from counterd.events import CounterValue, Source, measured
 from counterd.recording import record
 from counterd.records import read_jsonl
@@ -135,8 +136,20 @@ def test_spool_dirs_are_private_and_distinct(tmp_path: Path,
     assert stat.S_IMODE(os.stat(a).st_mode) == 0o700
 
 
+@pytest.fixture(params=["compiled", "ctypes"])
+def opener(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """perf_event_open(2) through the compiled extension, and through ctypes (its fallback
+    where the extension is not built, or with COUNTERD_NATIVE=0)."""
+    if request.param == "compiled" and _native.hotpath() is None:
+        pytest.skip("the compiled extension is not built")
+    if request.param == "ctypes":
+        monkeypatch.setenv(ENV_NATIVE, "0")
+    monkeypatch.setattr(launch, "_open_event", None)
+    return str(request.param)
+
+
 @needs_perf
-def test_a_plan_opens_on_the_waiting_command_and_counts_from_its_exec() -> None:
+def test_a_plan_opens_on_the_waiting_command_and_counts_from_its_exec(opener: str) -> None:
     plan = PerfBackend().whole_command_plan()
     bad = launch.PerfPlan([*plan.events, "short", "bogus"],
                           [*plan.attrs, b"\x00" * 8, _no_such_software_event(plan.attrs[0])],
@@ -156,6 +169,18 @@ def test_a_plan_opens_on_the_waiting_command_and_counts_from_its_exec() -> None:
     assert value > 0 and enabled == running > 0
     assert measured(value, enabled, running) == CounterValue(float(value), Source.MEASURED,
                                                              1.0, value)
+    opened_by = launch._open_event.__code__.co_freevars  # type: ignore[union-attr]
+    assert ("hot" in opened_by) == (opener == "compiled") and ("libc" in opened_by) != \
+        (opener == "compiled")
+
+
+@pytest.mark.skipif(_native.hotpath() is None, reason="the compiled extension is not built")
+def test_the_extensions_perf_event_open_refuses_an_attr_of_another_size() -> None:
+    hot = _native.hotpath()
+    for attr in (b"", b"\x00" * 8, (64).to_bytes(4, "little") * 2 + b"\x00" * 64):
+        with pytest.raises(OSError) as exc:
+            hot.perf_event_open(attr, 0, -1, -1, 8)
+        assert exc.value.errno == errno.EINVAL
 
 
 def test_a_counter_is_scaled_for_the_time_it_was_not_counted() -> None:
@@ -214,10 +239,12 @@ def test_a_saved_plan_that_no_longer_opens_is_worked_out_again(
 def test_record_with_a_saved_plan_loads_nothing_heavy_before_the_exec(tmp_path: Path) -> None:
     """What ``counterd record`` has imported when it starts the command, with a plan saved:
     the standard library's os-level modules and counterd's cli, launch, recording, env,
-    errors."""
+    errors (and the compiled extension, which opens the counters without ctypes)."""
     heavy = ("argparse", "json", "re", "pathlib", "typing", "dataclasses", "shutil", "tempfile",
-             "counterd.records", "counterd.backends", "counterd.spool", "counterd.protocol",
-             "counterd.markers", "counterd.machine")
+             "functools", "counterd.records", "counterd.backends", "counterd.spool",
+             "counterd.protocol", "counterd.markers", "counterd.machine")
+    if _native.hotpath() is not None:
+        heavy += ("ctypes",)
     code = (
         "import os, sys\n"
         "spawn = os.posix_spawnp\n"
