@@ -68,8 +68,8 @@ static char *put_f64(char *p, double d) { uint64_t v; memcpy(&v, &d, 8); return 
 /* ------------------------------------------------------------------------------------------ */
 
 /* The head of struct perf_event_mmap_page (include/uapi/linux/perf_event.h), an ABI: restated
- * here so that the module builds against any kernel's headers; tests/native build pages with
- * these offsets. */
+ * here so that the module builds against any kernel's headers (tests/counterd/test_rdpmc.py
+ * builds pages with these offsets). */
 struct userpage {
     uint32_t version, compat_version;
     uint32_t lock;  /* seqcount: the kernel increments it before and after an update */
@@ -143,9 +143,14 @@ static int userpage_read(const volatile struct userpage *pc, pmc_reader pmc_of, 
         return 0;
     if (caps & CAP_USER_TIME_SHORT)
         cyc = tcyc + ((cyc - tcyc) & tmask);
+#ifdef __SIZEOF_INT128__
     /* The header's quot/rem form overflows once time_shift > 32; the product in 128 bits is
      * exact (the kernel's mul_u64_u32_shr). */
     uint64_t delta = toff + (uint64_t)(((unsigned __int128)cyc * mult) >> shift);
+#else
+    uint64_t quot = cyc >> shift, rem = cyc & (((uint64_t)1 << shift) - 1);
+    uint64_t delta = toff + quot * mult + ((rem * mult) >> shift); /* exact for shift <= 32 */
+#endif
     pmc = (int64_t)((uint64_t)pmc << (64 - width)) >> (64 - width); /* sign-extended */
     *count = offset + (uint64_t)pmc;
     *enabled = en + delta;
@@ -1395,6 +1400,17 @@ static PyObject *Lane_install(Lane *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+static void lane_unmap_pages(Lane *lane);
+
+static PyObject *Lane_unmap(Lane *self, PyObject *unused)
+{
+    if (self->npages) {
+        lane_unmap_pages(self);
+        self->user_off = "its counters' pages were unmapped (their group closed)";
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *Lane_open_steps(Lane *self, PyObject *unused)
 {
     return PyList_GetSlice(self->stack, 0, PyList_GET_SIZE(self->stack));
@@ -1402,8 +1418,11 @@ static PyObject *Lane_open_steps(Lane *self, PyObject *unused)
 
 static void lane_unmap_pages(Lane *lane)
 {
-    for (int i = 0; i < lane->npages; i++)
-        munmap((void *)lane->pages[i], lane->page_bytes);
+    /* A forked child has no such mapping (the kernel marks perf mappings VM_DONTCOPY): the
+     * addresses may hold its own memory by now. */
+    if (lane->pid == cached_pid)
+        for (int i = 0; i < lane->npages; i++)
+            munmap((void *)lane->pages[i], lane->page_bytes);
     lane->npages = 0;
 }
 
@@ -1421,6 +1440,14 @@ static int lane_map_pages(Lane *lane, PyObject *fds)
     }
     if (fds == NULL || fds == Py_None || lane->n == 0) {
         lane->user_off = lane->n ? "the counters' fds were not given" : "no counters";
+        return 0;
+    }
+    if (access("/sys/bus/event_source/devices/cpu_core", F_OK) == 0
+        || access("/sys/bus/event_source/devices/cpu_atom", F_OK) == 0) {
+        /* A thread moved from one core type to the other between the page's read and rdpmc
+         * would ask for a counter the new core may not have: a fault, not a retry. */
+        lane->user_off = "a hybrid CPU (cpu_core and cpu_atom PMUs): rdpmc could fault on a "
+                         "migration between core types";
         return 0;
     }
     if (!PyTuple_Check(fds)) {
@@ -1643,6 +1670,9 @@ static PyMethodDef Lane_methods[] = {
     {"open_steps", (PyCFunction)Lane_open_steps, METH_NOARGS, "Steps begun and not ended."},
     {"install", (PyCFunction)Lane_install, METH_NOARGS,
      "Make it this thread's current lane (superstep() begins through it)."},
+    {"unmap", (PyCFunction)Lane_unmap, METH_NOARGS,
+     "Unmap its counters' pages (they keep the events, and the PMU counters they hold, alive "
+     "after their fds are closed); its reads are read(2)s from then on."},
     {NULL}};
 
 static PyObject *Lane_get_user_off(Lane *self, void *c)
@@ -2061,9 +2091,12 @@ static PyObject *hot_perf_event_open(PyObject *mod, PyObject *args)
     long fd = -1;
     errno = ENOSYS;
 #endif
+    int err = errno;
     PyBuffer_Release(&attr);
-    if (fd < 0)
+    if (fd < 0) {
+        errno = err;
         return PyErr_SetFromErrno(PyExc_OSError);
+    }
     return PyLong_FromLong(fd);
 }
 

@@ -204,8 +204,11 @@ class _ThreadState:
         # The thread is gone: its lane's open steps stay for the recorder's at-exit sweep, as
         # the Python path's do (a weak reference: a replaced recorder is not kept alive).
         rec = self.owner() if self.owner is not None else None
-        if rec is not None and self.lane is not None:
-            rec._orphan(self.lane)
+        if self.lane is not None:
+            # Its group goes with this state: the lane's pages would keep the counters open.
+            self.lane.unmap()
+            if rec is not None:
+                rec._orphan(self.lane)
 
 
 _NO_FLAGS: frozenset[str] = frozenset()
@@ -621,6 +624,8 @@ class Recorder:
                 # its handling of them then disturbs none of the program's own.
                 probe.sink.close(timeout_s=self.SCRATCH_WAIT_S, spill=False)
             own = getattr(probe._local, "st", None) if probe is not None else None
+            if own is not None and own.lane is not None:
+                own.lane.unmap()  # its pages would keep the counters open after the close
             if own is not None and own.group is not None and (st is None
                                                               or own.group is not st.group):
                 own.group.close()

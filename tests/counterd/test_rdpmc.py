@@ -180,7 +180,7 @@ def test_hardware_counters_read_in_user_space_agree_with_the_kernels_reads() -> 
                 if lane is None or lane.user_read_off is not None:
                     pytest.skip("this kernel reads these counters with read(2) only: "
                                 f"{lane.user_read_off if lane else 'no lane'}")
-                assert lane.user_reads >= 40 - lane.kernel_reads > 0
+                assert lane.user_reads > lane.kernel_reads
             values = sorted(r.counters["instructions"].value for r in rec.sink.records)
             per_path[native_on] = values[len(values) // 2]
         finally:
@@ -200,3 +200,37 @@ def test_the_probe_says_how_the_markers_read_their_counters() -> None:
         tail = text.split("; ", 1)[1]
         assert (tail.endswith("read in user space (rdpmc)") or " read by read(2): " in tail
                 or tail.startswith("their counters")), tail
+
+
+def test_a_thread_state_that_goes_unmaps_its_lanes_pages() -> None:
+    """A lane's mapped pages keep its counters (and the PMU counters they hold) alive after
+    the group's fds close: the state that owns the group unmaps them when it goes."""
+    from counterd.markers.recorder import _ThreadState
+
+    class Lane:
+        unmapped = 0
+
+        def unmap(self) -> None:
+            Lane.unmapped += 1
+
+        def open_steps(self) -> list[object]:
+            return []
+
+    state = _ThreadState(os.getpid())
+    state.lane = Lane()
+    del state
+    assert Lane.unmapped == 1
+
+
+@needs_native
+def test_unmapping_a_lane_without_pages_changes_nothing() -> None:
+    r, w = os.pipe()
+    try:
+        lane = _lane(fds=(r,))
+        before = lane.user_read_off
+        lane.unmap()
+        lane.unmap()
+        assert lane.user_read_off == before
+    finally:
+        os.close(r)
+        os.close(w)
