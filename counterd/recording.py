@@ -43,6 +43,11 @@ ENV_MACHINE = "COUNTERD_MACHINE"
 SUGGESTION_ORDER = ("perf", "papi", "callgrind", "sim")
 
 
+# The recorded command's start-up: the recorder's own work waits this long (or for the
+# command's end) before it competes with the command for the CPUs (see _run_timed).
+STARTUP_S = 0.25
+
+
 def resolve_command(cmd: Sequence[str]) -> list[str]:
     if not cmd:
         raise BadInput("no command given", "usage: counterd record --out FILE -- CMD [ARGS...]")
@@ -256,6 +261,12 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
         # Loaded while the command runs, rather than on the way to its exec or after it
         # (fsutil: write_jsonl's). The perf backend is not: the plan's counters are read
         # without it (launch.read_plan), and its imports would take the CPUs from the command.
+        # Not during the command's start-up either (its first STARTUP_S, or until it ends if
+        # sooner): these imports take 40 ms of CPU, and a program starting its thread pools
+        # then (numpy's OpenBLAS) is slowed by any other task running, even at idle priority
+        # (bench/record_overhead.py: a 1 s numpy job took 13-34 ms longer than under perf
+        # stat with them at once, 7 ms with them after its start-up).
+        launch.wait_exit(pid, STARTUP_S)
         from pathlib import Path
 
         from counterd import fsutil  # noqa: F401

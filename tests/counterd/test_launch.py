@@ -371,3 +371,21 @@ def test_what_another_thread_starts_meanwhile_is_not_counted(tmp_path: Path) -> 
     assert done.is_set()
     (rec,) = list(read_jsonl(out))
     assert rec.counters["task_clock_ns"].value < 50e6  # sleep's own, not the 300 ms busy loop
+
+
+def test_wait_exit_returns_at_the_exit_or_the_timeout_and_leaves_the_child_to_wait() -> None:
+    import time
+
+    quick = launch.spawn(["sleep", "0.05"], os.environ)
+    t0 = time.monotonic()
+    assert launch.wait_exit(quick, 30.0)
+    assert time.monotonic() - t0 < 10.0
+    assert launch.wait(quick) == 0  # not reaped by wait_exit
+    slow = launch.spawn(["sleep", "30"], os.environ)
+    try:
+        t0 = time.monotonic()
+        assert not launch.wait_exit(slow, 0.1)
+        assert time.monotonic() - t0 >= 0.09
+    finally:
+        os.kill(slow, 9)
+        assert launch.wait(slow) == -9
