@@ -263,9 +263,9 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
         # without it (launch.read_plan), and its imports would take the CPUs from the command.
         # Not during the command's start-up either (its first STARTUP_S, or until it ends if
         # sooner): these imports take 40 ms of CPU, and a program starting its thread pools
-        # then (numpy's OpenBLAS) is slowed by any other task running, even at idle priority
-        # (bench/record_overhead.py: a 1 s numpy job took 13-34 ms longer than under perf
-        # stat with them at once, 7 ms with them after its start-up).
+        # then (numpy's OpenBLAS) is slowed by any other task running, even one at idle
+        # priority (bench/record_overhead.py's 1 s numpy job: up to 1.022x perf stat with
+        # them at once, 1.000-1.008x since; see the README's whole-run figures).
         launch.wait_exit(pid, STARTUP_S)
         from pathlib import Path
 
