@@ -249,7 +249,8 @@ def _record(args: argparse.Namespace) -> int:
         print(f"counterd: {summary['records']} records ({flagged} flagged) from backend "
               f"{result.backend} -> {result.out}; command exited {result.exit_code}",
               file=sys.stderr)
-    return result.exit_code
+    # A command killed by signal N (exit_code -N) ends the recorder as a shell reports it.
+    return 128 - result.exit_code if result.exit_code < 0 else result.exit_code
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -149,6 +149,23 @@ def wait(pid: int) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
+def outlive_interrupts() -> Callable[[], None]:
+    """Ignore SIGINT and SIGQUIT here until the returned function restores them: Ctrl-C and
+    Ctrl-\\ are the recorded command's (it is in the terminal's process group too), and the
+    recorder outlives them to write what the command's supersteps left, as perf stat and
+    system(3) do. A no-op outside the main thread, where signals are not set."""
+    try:
+        old = [(sig, _signal.signal(sig, _signal.SIG_IGN))
+               for sig in (_signal.SIGINT, _signal.SIGQUIT)]
+    except ValueError:  # not the main thread
+        return lambda: None
+
+    def restore() -> None:
+        for sig, handler in old:
+            _signal.signal(sig, handler)
+    return restore
+
+
 def wait_exit(pid: int, timeout_s: float) -> bool:
     """Wait until child ``pid`` has exited (not reaping it: :func:`wait` does) or
     ``timeout_s`` has passed; whether it has exited. Where the kernel has no pidfd (before

@@ -266,17 +266,21 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
         # then (numpy's OpenBLAS) is slowed by any other task running, even one at idle
         # priority (bench/record_overhead.py's 1 s numpy job: up to 1.022x perf stat with
         # them at once, 1.000-1.008x since; see the README's whole-run figures).
-        launch.wait_exit(pid, STARTUP_S)
-        from pathlib import Path
+        restore = launch.outlive_interrupts()
+        try:
+            launch.wait_exit(pid, STARTUP_S)
+            from pathlib import Path
 
-        from counterd import fsutil  # noqa: F401
-        from counterd.events import measured
-        from counterd.records import SuperstepRecord
-        from counterd.spool import collect as collect_spool
+            from counterd import fsutil  # noqa: F401
+            from counterd.events import measured
+            from counterd.records import SuperstepRecord
+            from counterd.spool import collect as collect_spool
 
-        if plan is not None and plan is not saved and not events:
-            launch.save_plan(plan)  # a plan of every counter: the next recording's
-        code = launch.wait(pid)
+            if plan is not None and plan is not saved and not events:
+                launch.save_plan(plan)  # a plan of every counter: the next recording's
+            code = launch.wait(pid)
+        finally:
+            restore()
         end_ns = time.monotonic_ns()
         # the command's counts: its own, and its children's that exited
         counted = launch.read_plan(fds) if plan is not None else None

@@ -274,3 +274,41 @@ def test_record_samples_short_supersteps_when_asked(tmp_path: Path) -> None:
     assert [("sampled" in r.flags) for r in recs] == [i % 3 != 0 for i in range(30)]
     assert all(r.counters["task_clock_ns"].source.value == ("sampled" if i % 3 else "measured")
                for i, r in enumerate(recs))
+
+
+def test_ctrl_c_stops_the_command_and_its_supersteps_are_still_written(tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole foreground process group: the command dies of it, the recorder
+    does not, and writes the supersteps the command finished and the one it was inside
+    (incomplete); the recorder ends as a shell reports the signal (130)."""
+    import signal
+    import time
+
+    ready = tmp_path / "ready"
+    program = (
+        "import pathlib, time, counterd\n"
+        "with counterd.superstep('done', n=1):\n"
+        "    pass\n"
+        "counterd.begin('interrupted', n=2)\n"
+        f"pathlib.Path({str(ready)!r}).write_text('x')\n"
+        "time.sleep(60)\n")
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "counterd.cli", "record", "--backend", "none",
+                             "--out", str(out), "--", sys.executable, "-c", program],
+                            cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert ready.exists(), proc.communicate(timeout=10)
+        os.killpg(proc.pid, signal.SIGINT)  # as the terminal sends Ctrl-C
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGINT, err
+    recs = sorted(read_jsonl(out), key=lambda r: r.index)
+    assert [(r.name, r.params, "incomplete" in r.flags) for r in recs] == [
+        ("done", {"n": 1}, False), ("interrupted", {"n": 2}, True)]
+    assert "command exited -2" in err
