@@ -149,14 +149,24 @@ def wait(pid: int) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
-def outlive_interrupts() -> Callable[[], None]:
-    """Ignore SIGINT and SIGQUIT here until the returned function restores them: Ctrl-C and
-    Ctrl-\\ are the recorded command's (it is in the terminal's process group too), and the
-    recorder outlives them to write what the command's supersteps left, as perf stat and
-    system(3) do. A no-op outside the main thread, where signals are not set."""
+def outlive_signals(pid: int) -> Callable[[], None]:
+    """Until the returned function restores them: ignore SIGINT and SIGQUIT here (Ctrl-C and
+    Ctrl-\\ are the recorded command's, in the terminal's process group too) and pass SIGTERM
+    and SIGHUP on to the command ``pid`` (``timeout``, ``kill`` or a closed terminal signal
+    the recorder alone), so that the recorder outlives them and writes what the command's
+    supersteps left, as perf stat does. A no-op outside the main thread, where signals are
+    not set."""
+
+    def pass_on(sig: int, frame: object) -> None:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:  # it has ended: the recorder's wait returns
+            pass
+
     try:
         old = [(sig, _signal.signal(sig, _signal.SIG_IGN))
                for sig in (_signal.SIGINT, _signal.SIGQUIT)]
+        old += [(sig, _signal.signal(sig, pass_on)) for sig in (_signal.SIGTERM, _signal.SIGHUP)]
     except ValueError:  # not the main thread
         return lambda: None
 

@@ -266,7 +266,7 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
         # then (numpy's OpenBLAS) is slowed by any other task running, even one at idle
         # priority (bench/record_overhead.py's 1 s numpy job: up to 1.022x perf stat with
         # them at once, 1.000-1.008x since; see the README's whole-run figures).
-        restore = launch.outlive_interrupts()
+        restore = launch.outlive_signals(pid)
         try:
             launch.wait_exit(pid, STARTUP_S)
             from pathlib import Path

@@ -276,13 +276,17 @@ def test_record_samples_short_supersteps_when_asked(tmp_path: Path) -> None:
                for i, r in enumerate(recs))
 
 
-def test_ctrl_c_stops_the_command_and_its_supersteps_are_still_written(tmp_path: Path) -> None:
-    """Ctrl-C reaches the whole foreground process group: the command dies of it, the recorder
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_a_signal_stops_the_command_and_its_supersteps_are_still_written(tmp_path: Path,
+                                                                          how: str) -> None:
+    """Ctrl-C reaches the whole foreground process group; ``kill`` or ``timeout`` signal the
+    recorder alone, which passes SIGTERM on. Either way the command dies of it, the recorder
     does not, and writes the supersteps the command finished and the one it was inside
-    (incomplete); the recorder ends as a shell reports the signal (130)."""
+    (incomplete); the recorder ends as a shell reports the signal (128 + N)."""
     import signal
     import time
 
+    sig = signal.SIGINT if how == "ctrl-c" else signal.SIGTERM
     ready = tmp_path / "ready"
     program = (
         "import pathlib, time, counterd\n"
@@ -301,14 +305,17 @@ def test_ctrl_c_stops_the_command_and_its_supersteps_are_still_written(tmp_path:
         while not ready.exists() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
         assert ready.exists(), proc.communicate(timeout=10)
-        os.killpg(proc.pid, signal.SIGINT)  # as the terminal sends Ctrl-C
+        if how == "ctrl-c":
+            os.killpg(proc.pid, sig)  # as the terminal sends it: to the whole group
+        else:
+            os.kill(proc.pid, sig)  # to the recorder alone
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert proc.returncode == 128 + signal.SIGINT, err
+    assert proc.returncode == 128 + sig, err
     recs = sorted(read_jsonl(out), key=lambda r: r.index)
     assert [(r.name, r.params, "incomplete" in r.flags) for r in recs] == [
         ("done", {"n": 1}, False), ("interrupted", {"n": 2}, True)]
-    assert "command exited -2" in err
+    assert f"command exited -{int(sig)}" in err
