@@ -299,7 +299,10 @@ def test_a_signal_stops_the_command_and_its_supersteps_are_still_written(tmp_pat
     proc = subprocess.Popen([sys.executable, "-m", "counterd.cli", "record", "--backend", "none",
                              "--out", str(out), "--", sys.executable, "-c", program],
                             cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            # as from a terminal: a shell's background job (as a CI runner
+                            # may start the suite) ignores SIGINT, and so would its children
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while not ready.exists() and time.monotonic() < deadline and proc.poll() is None:

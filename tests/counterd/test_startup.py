@@ -155,7 +155,7 @@ def test_the_plain_reader_knows_every_record_option_and_default() -> None:
     assert all(options[f].default is False for f in cli._RECORD_FLAGS)
 
 
-@pytest.mark.parametrize("script, code", [("exit 3", 3), ("kill -9 $$", 256 - 9)])
+@pytest.mark.parametrize("script, code", [("exit 3", 3), ("kill -9 $$", 128 + 9)])
 def test_record_ends_with_the_commands_exit_status_and_its_summary(tmp_path: Path,
                                                                    script: str,
                                                                    code: int) -> None:
