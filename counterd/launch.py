@@ -3,8 +3,9 @@
 Everything here runs while the command waits, so it is kept to the standard library's
 os-level modules and the compiled extension (for perf_event_open(2); ctypes is the fallback):
 no dataclasses, typing, pathlib or the backends package, which cost 20-40 ms to import on the
-way (perf stat starts its command 1-2 ms after its own start;
-tests/counterd/test_launch.py holds the recorder to it). What the recorder needs of heavier
+way (perf stat starts its command 8.7-9.0 ms after its own start on the VM this was measured
+on, bench/record_overhead.py; tests/counterd/test_launch.py holds the recorder to these
+modules). What the recorder needs of heavier
 modules it loads while the command runs (:mod:`counterd.recording`).
 
 - :func:`spawn`: the command's process, started with posix_spawn; counters opened on the
