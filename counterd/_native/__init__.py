@@ -62,13 +62,14 @@ def _load_hotpath(wanted: bool) -> ModuleType | None:
     return module
 
 
-_loaded: list[tuple[ctypes.CDLL | None, str]] = []
+_lib_loaded: tuple[ctypes.CDLL | None, str] | None = None  # functools.cache, without functools
 
 
 def _load() -> tuple[ctypes.CDLL | None, str]:
-    if not _loaded:
-        _loaded.append(_load_lib())
-    return _loaded[0]
+    global _lib_loaded
+    if _lib_loaded is None:
+        _lib_loaded = _load_lib()
+    return _lib_loaded
 
 
 def _load_lib() -> tuple[ctypes.CDLL | None, str]:
