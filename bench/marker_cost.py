@@ -17,8 +17,11 @@ the daemon, the compiled path writes the frames into the client's black box, sen
 counting on the client's behalf has no compiled path (its rows are the Python path's). Where
 the host opens hardware events, a row with cycles and instructions says how the compiled path
 read them: in user space (rdpmc) where the kernel allows it, else read(2) and why. The
-floors beside them: two ``read(2)`` of the perf group leader per pair, from Python and from C
-(bench/perf_read_floor.c, with nothing else in the loop).
+"sample 1ms:10" rows (``--sample 1ms:10``, every superstep here being shorter) read the
+counters of 1 in 10 pairs and estimate the others' (flagged ``sampled``): their figure is the
+mean cost of a pair over all of them. The floors beside them: two ``read(2)`` of the perf group
+leader per pair, from Python and from C (bench/perf_read_floor.c, with nothing else in the
+loop).
 """
 
 from __future__ import annotations
@@ -106,6 +109,11 @@ def main() -> int:
                 ("in-process, perf software events, spool file (counterd record)",
                  dict(backend="perf", events=SOFTWARE, spool=Path(tmp) / "spool",
                       socket="off")),
+                ("in-process, perf software events, memory sink, sample 1ms:10",
+                 dict(backend="perf", events=SOFTWARE, socket="off", sample="1ms:10")),
+                ("in-process, perf software events, spool file, sample 1ms:10",
+                 dict(backend="perf", events=SOFTWARE, spool=Path(tmp) / "spool",
+                      socket="off", sample="1ms:10")),
                 ("daemon socket, no counters", dict(backend="none", socket=d.socket)),
                 ("daemon socket, perf software events in-process",
                  dict(backend="perf", events=SOFTWARE, socket=d.socket)),

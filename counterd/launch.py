@@ -70,6 +70,16 @@ def make_spool_dir(prefix: str = "counterd-spool-") -> str:
     raise FileExistsError(f"no free name for a spool directory in {base}")
 
 
+def spool_written(path: str) -> bool:
+    """Whether anything was written into the spool directory (a marking process has made its
+    file there); False where it cannot be read."""
+    try:
+        with os.scandir(path) as entries:
+            return next(entries, None) is not None
+    except OSError:
+        return False
+
+
 def remove_spool_dir(path: str) -> None:
     """Remove a spool directory and what it holds (the markers write files only: a directory
     something else made there goes through shutil.rmtree, not loaded otherwise); what cannot

@@ -266,15 +266,16 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
         # then (numpy's OpenBLAS) is slowed by any other task running, even one at idle
         # priority (bench/record_overhead.py's 1 s numpy job: up to 1.022x perf stat with
         # them at once, 1.000-1.008x since; see the README's whole-run figures).
+        # The spool's reader (its frame decoder: a third of these imports) is not loaded for
+        # a command that ended within STARTUP_S leaving the spool empty: its record is the
+        # whole-command one (bench/record_overhead.py's "no target" row).
         restore = launch.outlive_signals(pid)
         try:
-            launch.wait_exit(pid, STARTUP_S)
-            from pathlib import Path
-
+            if not launch.wait_exit(pid, STARTUP_S) or launch.spool_written(spool):
+                from counterd import spool as _  # noqa: F401
             from counterd import fsutil  # noqa: F401
             from counterd.events import measured
             from counterd.records import SuperstepRecord
-            from counterd.spool import collect as collect_spool
 
             if plan is not None and plan is not saved and not events:
                 launch.save_plan(plan)  # a plan of every counter: the next recording's
@@ -287,7 +288,7 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
         stop = papi.read() if papi is not None else None
         if papi is not None:
             papi.close()
-        records = list(collect_spool(Path(spool)))
+        records = _collect_spool(spool) if launch.spool_written(spool) else []
     finally:
         for fd in fds:
             os.close(fd)
@@ -310,6 +311,14 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
             begin_ns=begin_ns, end_ns=end_ns, counters=counters, flags=frozenset(flags),
             unsupported=unsupported, backend=marker_backend, host=host)]
     return code, records
+
+
+def _collect_spool(spool: str) -> list[SuperstepRecord]:
+    from pathlib import Path
+
+    from counterd.spool import collect
+
+    return list(collect(Path(spool)))
 
 
 def _merge_counted(timed: list[SuperstepRecord], counted: Mapping[tuple[int, int], SuperstepRecord],

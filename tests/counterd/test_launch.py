@@ -205,6 +205,15 @@ def test_a_spool_dir_goes_with_what_it_holds_and_nothing_outside(tmp_path: Path)
     launch.remove_spool_dir(str(spool))  # gone already: nothing to do, no error
 
 
+def test_a_spool_dir_is_written_once_it_holds_an_entry(tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    assert not launch.spool_written(str(spool))  # none: nothing written, no error
+    spool.mkdir()
+    assert not launch.spool_written(str(spool))
+    (spool / "1.frames").write_bytes(b"")
+    assert launch.spool_written(str(spool))
+
+
 @needs_perf
 def test_record_with_a_saved_plan_counts_what_it_counts_without(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -45,6 +45,29 @@ def test_the_record_path_imports_nothing_it_does_not_need_before_exec() -> None:
     assert proc.stdout.split() == []
 
 
+@pytest.mark.parametrize("marks", [False, True])
+def test_the_spool_reader_is_loaded_only_for_a_command_that_marked(tmp_path: Path,
+                                                                   marks: bool) -> None:
+    """A short command that left the spool empty gets its whole-command record without the
+    spool's frame decoder being imported; one that marked gets its supersteps' records."""
+    prog = tmp_path / "prog.py"
+    prog.write_text("import counterd\nwith counterd.superstep('s'):\n    pass\n" if marks
+                    else "pass\n")
+    code = (
+        "import sys\n"
+        "from counterd import recording\n"
+        f"r = recording.record([sys.executable, {str(prog)!r}], out=None, backend='none')\n"
+        "print(r.exit_code, ' '.join(sorted({x.name for x in r.records})),"
+        " 'counterd.spool' in sys.modules, 'counterd.protocol' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120,
+                          check=True)
+    name = "s" if marks else f"{sys.executable} {prog}"
+    assert proc.stdout.split(" ", 1)[0] == "0"
+    assert proc.stdout.rstrip().endswith(f"{name} {marks} {marks}")
+
+
 def _record(tmp_path: Path, *extra: str, env: dict[str, str] | None = None,
             cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "show.py"
