@@ -24,8 +24,14 @@ VM; the last one closed leaves them on for a second (perf_sched_work, HZ). Both 
 counterd record pay it whenever they open first, which on an idle host depends on the phase of
 the alternating runs against that second.
 
+With ``--against REV`` (a revision of this repository: a commit, a tag, ``HEAD~1``) each round
+also runs ``counterd record`` from that revision (exported to a temporary directory, its C
+extensions built there, its own saved plan), after this tree's in even rounds and before it in
+odd ones, and prints the median over rounds of the two recorders' difference: a before/after
+comparison in one run.
+
     .venv/bin/python bench/record_overhead.py [--pairs 9] [--seconds 1.0] [--backend perf]
-                                              [--hosts idle,held]
+                                              [--hosts idle,held] [--against REV]
 """
 
 from __future__ import annotations
@@ -107,10 +113,26 @@ def start_latency(stat: list[str], rec: list[str], tmp: Path, pairs: int) -> Non
               f"{q[2]:.2f})")
 
 
-def timed(cmd: list[str]) -> float:
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
     t0 = time.monotonic()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env=env)
     return time.monotonic() - t0
+
+
+def export_revision(rev: str, dest: Path) -> dict[str, str]:
+    """This repository at ``rev`` in ``dest``, its C extensions built in place and its bytecode
+    compiled: the environment that makes the venv's ``counterd`` run that code (PYTHONPATH
+    comes before the editable install) with a plan directory of its own."""
+    dest.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=dest,
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(dest / "counterd")],
+                   check=True, stdout=subprocess.DEVNULL)
+    return {**os.environ, "PYTHONPATH": str(dest), "XDG_CACHE_HOME": str(dest / ".cache")}
 
 
 def main() -> int:
@@ -121,6 +143,9 @@ def main() -> int:
     ap.add_argument("--hosts", default="idle,held",
                     help="idle: nothing else holds a perf event; held: a background perf stat "
                     "does (default: both)")
+    ap.add_argument("--against", metavar="REV", default=None,
+                    help="also run counterd record from this revision of the repository, "
+                    "alternating, and print this tree's difference to it")
     a = ap.parse_args()
     perf = shutil.which("perf")
     if perf is None:
@@ -141,6 +166,13 @@ def main() -> int:
         prog.write_text(PROGRAM)
         os.environ["XDG_CACHE_HOME"] = str(Path(tmp) / "cache")  # where the plan is kept
         os.environ.pop("XDG_RUNTIME_DIR", None)
+        against = (export_revision(a.against, Path(tmp) / "against")
+                   if a.against is not None else None)
+        if against is not None:
+            rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", a.against],
+                                 check=True, capture_output=True, text=True).stdout.strip()
+            print(f"against: counterd record at {a.against} ({rev}), after this tree's in even "
+                  "rounds, before it in odd ones")
         programs = {f"numpy job, {a.seconds:.2f} s, 10 supersteps": [py, str(prog),
                                                                     str(a.seconds)],
                     f"sleep {a.seconds:.2f} (CPUs idle)": ["sleep", str(a.seconds)],
@@ -162,10 +194,16 @@ def main() -> int:
             try:
                 timed(stat)  # warm the page cache for both; the first recording saves the plan
                 timed(rec)
-                ts, tr = [], []
-                for _ in range(a.pairs):
+                ts, tr, tb = [], [], []
+                if against is not None:
+                    timed(rec, against)
+                for i in range(a.pairs):
                     ts.append(timed(stat))
+                    if against is not None and i % 2:  # the two recorders' order alternates
+                        tb.append(timed(rec, against))
                     tr.append(timed(rec))
+                    if against is not None and not i % 2:
+                        tb.append(timed(rec, against))
             finally:
                 if holder is not None:
                     holder.terminate()
@@ -183,6 +221,11 @@ def main() -> int:
                   f"ratio of the medians {mr / ms:.3f}); "
                   + ("no target" if label == SHORT else
                      "target <= 1.02: " + ("met" if ratio <= 1.02 else "MISSED")))
+            if tb:
+                diff = statistics.median(r - b for r, b in zip(tr, tb, strict=True))
+                print(f"  counterd record at {a.against:<14} median {statistics.median(tb):.3f}"
+                      f" s  (min {min(tb):.3f}, max {max(tb):.3f}); this tree {diff * 1e3:+.0f}"
+                      " ms (median of the rounds' differences)")
         start_latency([perf, "stat", "-e", "task-clock", "-x,", "-o",
                        str(Path(tmp) / "stat.txt"), "--"],
                       [counterd_bin, "record", "--backend", a.backend, "--out",
