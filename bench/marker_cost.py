@@ -75,9 +75,10 @@ def per_pair_us(pairs: int, batches: int) -> list[float]:
     return out
 
 
-def _c_floor(tmp: Path, pairs: int, batches: int) -> tuple[float, float, float] | None:
-    """bench/perf_read_floor.c compiled and run: (median, min, max) us per pair, or None
-    without a C compiler (said on stderr)."""
+def _c_floor(tmp: Path, pairs: int, batches: int) -> tuple[float, float, float, str] | None:
+    """bench/perf_read_floor.c compiled and run: (median, min, max) us per pair and its line on
+    what one system call of each kind costs, or None without a C compiler (said on
+    stderr)."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         print("no C compiler: the floor from C is not measured", file=sys.stderr)
@@ -85,9 +86,10 @@ def _c_floor(tmp: Path, pairs: int, batches: int) -> tuple[float, float, float] 
     exe = tmp / "perf_read_floor"
     subprocess.run([cc, "-O2", "-o", str(exe), str(Path(__file__).parent / "perf_read_floor.c")],
                    check=True)
-    out = subprocess.run([str(exe), str(pairs), str(batches)], check=True, capture_output=True,
-                         text=True).stdout.split()
-    return float(out[0]), float(out[1]), float(out[2])
+    lines = subprocess.run([str(exe), str(pairs), str(batches)], check=True,
+                           capture_output=True, text=True).stdout.splitlines()
+    out = lines[0].split()
+    return float(out[0]), float(out[1]), float(out[2]), lines[1]
 
 
 def main() -> int:
@@ -102,7 +104,7 @@ def main() -> int:
         try:
             print(f"{'configuration, engine':<72} {'median us/pair':>15} {'min':>8} {'max':>8}"
                   "  acked")
-            configs = [
+            configs: list[tuple[str, dict[str, Any]]] = [
                 ("in-process, no counters, memory sink", dict(backend="none", socket="off")),
                 ("in-process, perf software events, memory sink",
                  dict(backend="perf", events=SOFTWARE, socket="off")),
@@ -163,8 +165,9 @@ def main() -> int:
             with counterd.superstep("s"):
                 pass
             group = rec._state().group
-            if group is not None and getattr(group, "_single", None) is not None:
-                fd, size = group._single.leader, group._single.size
+            single = getattr(group, "_single", None)
+            if single is not None:
+                fd, size = single.leader, single.size
                 floor = []
                 for _ in range(args.batches):
                     t0 = time.monotonic_ns()
@@ -178,7 +181,9 @@ def main() -> int:
             c_floor = _c_floor(Path(tmp), args.pairs, args.batches)
             if c_floor is not None:
                 print(f"{'floor: two perf group read(2) from C per pair (perf_read_floor.c)':<72} "
-                      + " ".join(f"{v:>{w}.2f}" for v, w in zip(c_floor, (15, 8, 8), strict=True)))
+                      + " ".join(f"{v:>{w}.2f}" for v, w in zip(c_floor[:3], (15, 8, 8),
+                                                                strict=True)))
+                print(f"    one call from C: {c_floor[3]}")
             configure(backend="none", socket="off")
         finally:
             d.stop()

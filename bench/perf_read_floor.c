@@ -5,7 +5,11 @@
  *
  *     cc -O2 -o /tmp/perf_read_floor bench/perf_read_floor.c && /tmp/perf_read_floor 2000 9
  *
- * Prints the median over batches of (batch time / pairs) in microseconds, then min and max. */
+ * Prints the median over batches of (batch time / pairs) in microseconds, then min and max; on
+ * a second line, what one system call of each kind costs, median over batches in nanoseconds:
+ * getppid(2) (entering and leaving the kernel), a read(2) of one software counter opened on its
+ * own without times (the least perf's read path does), and a read(2) of the group (the
+ * markers' read). */
 #include <linux/perf_event.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,6 +43,26 @@ static int cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+enum call { GETPPID, READ_ONE, READ_GROUP };
+
+/* Median over batches of the time of one call of that kind, in nanoseconds. */
+static double call_ns(enum call what, int fd, long calls, int batches) {
+    uint64_t buf[16];
+    double ns[1000];
+    for (int b = 0; b < batches; b++) {
+        double t0 = now_ns();
+        for (long i = 0; i < calls; i++) {
+            if (what == GETPPID)
+                syscall(SYS_getppid);
+            else if (read(fd, buf, sizeof buf) <= 0)
+                return -1.0;
+        }
+        ns[b] = (now_ns() - t0) / calls;
+    }
+    qsort(ns, batches, sizeof ns[0], cmp);
+    return ns[batches / 2];
+}
+
 int main(int argc, char **argv) {
     long pairs = argc > 1 ? atol(argv[1]) : 2000;
     int batches = argc > 2 ? atoi(argv[2]) : 9;
@@ -66,5 +90,20 @@ int main(int argc, char **argv) {
     }
     qsort(us, batches, sizeof us[0], cmp);
     printf("%.3f %.3f %.3f\n", us[batches / 2], us[0], us[batches - 1]);
+    struct perf_event_attr a;
+    memset(&a, 0, sizeof a);
+    a.size = sizeof a;
+    a.type = PERF_TYPE_SOFTWARE;
+    a.config = PERF_COUNT_SW_TASK_CLOCK;
+    a.exclude_kernel = 1;
+    a.exclude_hv = 1;
+    int one = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (one < 0) {
+        perror("perf_event_open");
+        return 1;
+    }
+    printf("getppid(2) %.0f ns, read(2) of one counter %.0f ns, read(2) of the group %.0f ns\n",
+           call_ns(GETPPID, -1, 2 * pairs, batches), call_ns(READ_ONE, one, 2 * pairs, batches),
+           call_ns(READ_GROUP, leader, 2 * pairs, batches));
     return 0;
 }
