@@ -19,7 +19,11 @@
 #include <time.h>
 #include <unistd.h>
 
-static int open_event(uint64_t config, int group) {
+/* The markers' group format: the values, their times and ids in one read of the leader. */
+#define GROUP_FORMAT (PERF_FORMAT_GROUP | PERF_FORMAT_TOTAL_TIME_ENABLED | \
+                      PERF_FORMAT_TOTAL_TIME_RUNNING | PERF_FORMAT_ID)
+
+static int open_event(uint64_t config, int group, uint64_t read_format) {
     struct perf_event_attr a;
     memset(&a, 0, sizeof a);
     a.size = sizeof a;
@@ -27,8 +31,7 @@ static int open_event(uint64_t config, int group) {
     a.config = config;
     a.exclude_kernel = 1;
     a.exclude_hv = 1;
-    a.read_format = PERF_FORMAT_GROUP | PERF_FORMAT_TOTAL_TIME_ENABLED |
-                    PERF_FORMAT_TOTAL_TIME_RUNNING | PERF_FORMAT_ID;
+    a.read_format = read_format;
     return (int)syscall(SYS_perf_event_open, &a, 0, -1, group, PERF_FLAG_FD_CLOEXEC);
 }
 
@@ -70,9 +73,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s [PAIRS >= 1] [BATCHES 1..1000]\n", argv[0]);
         return 2;
     }
-    int leader = open_event(PERF_COUNT_SW_TASK_CLOCK, -1);
-    if (leader < 0 || open_event(PERF_COUNT_SW_PAGE_FAULTS, leader) < 0 ||
-        open_event(PERF_COUNT_SW_CONTEXT_SWITCHES, leader) < 0) {
+    int leader = open_event(PERF_COUNT_SW_TASK_CLOCK, -1, GROUP_FORMAT);
+    if (leader < 0 || open_event(PERF_COUNT_SW_PAGE_FAULTS, leader, GROUP_FORMAT) < 0 ||
+        open_event(PERF_COUNT_SW_CONTEXT_SWITCHES, leader, GROUP_FORMAT) < 0) {
         perror("perf_event_open");
         return 1;
     }
@@ -90,14 +93,7 @@ int main(int argc, char **argv) {
     }
     qsort(us, batches, sizeof us[0], cmp);
     printf("%.3f %.3f %.3f\n", us[batches / 2], us[0], us[batches - 1]);
-    struct perf_event_attr a;
-    memset(&a, 0, sizeof a);
-    a.size = sizeof a;
-    a.type = PERF_TYPE_SOFTWARE;
-    a.config = PERF_COUNT_SW_TASK_CLOCK;
-    a.exclude_kernel = 1;
-    a.exclude_hv = 1;
-    int one = (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    int one = open_event(PERF_COUNT_SW_TASK_CLOCK, -1, 0);
     if (one < 0) {
         perror("perf_event_open");
         return 1;
