@@ -56,6 +56,7 @@ def test_the_spool_reader_is_loaded_only_for_a_command_that_marked(tmp_path: Pat
     code = (
         "import sys\n"
         "from counterd import recording\n"
+        "recording.STARTUP_S = 60.0\n"  # the command ends within it however slow the host
         f"r = recording.record([sys.executable, {str(prog)!r}], out=None, backend='none')\n"
         "print(r.exit_code, ' '.join(sorted({x.name for x in r.records})),"
         " 'counterd.spool' in sys.modules, 'counterd.protocol' in sys.modules)\n"
