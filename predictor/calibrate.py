@@ -30,7 +30,13 @@ from predictor.fit import (
 )
 from predictor.inputs import Results, Step
 from predictor.model import ASSUMPTIONS, BSP_FUNCTIONS, FModel, bsp_quantities
-from predictor.profile import MachineProfile, caches_spec, check_host, new_profile
+from predictor.profile import (
+    COMPUTE_SUFFIX,
+    MachineProfile,
+    caches_spec,
+    check_host,
+    new_profile,
+)
 from predictor.variants import BY_NAME as VARIANT_SETS
 from predictor.variants import distinct_sets, model_key
 
@@ -147,9 +153,6 @@ def _refit(profile: MachineProfile, variant: str, results: Results
         return partial(PaperFit, levels=levels, processors=P, banks=banks, counters=counters)
     return partial(ImprovedFit, levels=levels, processors=P, banks=banks, counters=counters,
                    select=None, optional_terms=list(m.get("terms", ())))
-
-
-COMPUTE_SUFFIX = ".compute"
 
 
 def compute_cv(base: FModel, steps: Sequence[Step], folds: int = 5, seed: int = 0

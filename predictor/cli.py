@@ -287,7 +287,7 @@ def _ns(v: float | None) -> str:
 def _calibrate(a: argparse.Namespace) -> tuple[Any, str]:
     from predictor.calibrate import calibrate
     from predictor.inputs import load_results
-    from predictor.profile import save_profile
+    from predictor.profile import COMPUTE_SUFFIX, save_profile
 
     prof = calibrate(load_results(a.results), name=a.name, folds=a.folds)
     path = save_profile(prof, a.out, overwrite=a.force)
@@ -304,7 +304,7 @@ def _calibrate(a: argparse.Namespace) -> tuple[Any, str]:
     lines.append(f"  improved terms: {', '.join(imp['terms'])}; dropped under cross-validation:"
                  f" {', '.join(imp['dropped_terms']) or 'none'}")
     for k, m in prof.models.items():
-        if k.endswith(".compute"):
+        if k.endswith(COMPUTE_SUFFIX):
             acc = m["accuracy"]
             lines.append(f"  F ({k}): + {', '.join(m['terms'])} on the {acc['on']}: avg error "
                          f"{acc['avg_error']:.3f}, max {acc['max_error']:.3f}; dropped: "

@@ -35,6 +35,8 @@ PROFILE_FORMAT = "counterd-machine-profile"
 PROFILE_VERSION = 2
 SUPPORTED_VERSIONS = (1, 2)
 FINGERPRINT_FIELDS = ("cpu_model", "cpus_online", "page_bytes", "caches")
+# A memory model extended by the compute terms (predictor.fit.ComputeFit) is "<model>.compute".
+COMPUTE_SUFFIX = ".compute"
 # Counters of the memory hierarchy: a superstep with none of them cannot be predicted.
 MEMORY_COUNTERS = frozenset({"loads", "stores", "dtlb_misses", *MISS_COUNTERS,
                              *WRITEBACK_COUNTERS})
@@ -70,10 +72,20 @@ class MachineProfile:
 
     def variants(self, family: str | None = None) -> list[str]:
         """The models of a family (``improved``: ``improved``, ``improved.misses``, ...), the
-        most complete first (the most counters needed)."""
+        most complete first: the most counters needed, and a memory model's compute
+        extension just before the model itself. (Its own needs can be fewer: a term of the
+        memory model that the compute fit also tried, such as the accesses at a cost of zero,
+        goes if the fit drops it; the extension is still the memory model and more.)"""
         fam = family or self.default_model
         names = [k for k in self.models if k == fam or k.startswith(fam + ".")]
-        return sorted(names, key=lambda k: (-len(self.f_model(k).needs()), k != fam, k))
+
+        def rank(k: str) -> tuple[int, bool, bool, str]:
+            base = k.removesuffix(COMPUTE_SUFFIX)
+            if base not in self.models:
+                base = k
+            return (-len(self.f_model(base).needs()), base == k, base != fam, k)
+
+        return sorted(names, key=rank)
 
     def select_model(self, counters: Collection[str], *, where: str = "the superstep",
                      bank_counts: bool = False, family: str | None = None) -> str:
