@@ -103,15 +103,21 @@ def _marker_reads() -> str:
         rec = Recorder(socket="off")
         rec.end(rec.begin("probe", {}))
         state = rec._state()
-        lane = state.lane
     except CounterdError as exc:
         return f"their counters did not open here ({exc})"
-    if lane is None:
-        return f"their counters ({rec.backend_name}) are read by the Python path"
-    events = ", ".join(getattr(state.group, "events", ())) or "none"
-    if lane.user_read_off is None:
-        return f"counters ({events}) read in user space (rdpmc)"
-    return f"counters ({events}) read by read(2): {lane.user_read_off}"
+    lane, group = state.lane, state.group
+    try:
+        if lane is None:
+            return f"their counters ({rec.backend_name}) are read by the Python path"
+        events = ", ".join(getattr(group, "events", ())) or "none"
+        if lane.user_read_off is None:
+            return f"counters ({events}) read in user space (rdpmc)"
+        return f"counters ({events}) read by read(2): {lane.user_read_off}"
+    finally:  # the probe's counters go now, not when the process ends
+        if lane is not None:
+            lane.unmap()
+        if group is not None:
+            group.close()
 
 
 def render_text(result: ProbeResult) -> str:

@@ -288,7 +288,7 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
         stop = papi.read() if papi is not None else None
         if papi is not None:
             papi.close()
-        records = _collect_spool(spool) if launch.spool_written(spool) else []
+        records = _collect_spool(spool)
     finally:
         for fd in fds:
             os.close(fd)
@@ -314,6 +314,10 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
 
 
 def _collect_spool(spool: str) -> list[SuperstepRecord]:
+    """The records the command's markers left in the spool; none, without loading its
+    reader, where they wrote nothing."""
+    if not launch.spool_written(spool):
+        return []
     from pathlib import Path
 
     from counterd.spool import collect

@@ -732,9 +732,11 @@ static PyObject *flags_of_fn = NULL; /* protocol.bit_flags, given by setup() */
 
 static int read_group(Lane *lane, uint64_t *out, PyObject **fallback)
 {
-    /* One read(2) of the leader: nr, time_enabled, time_running, {value, id} * nr. Returns 1
-     * with (enabled, running, values...) in out, or 0 with *fallback set to what the group's
-     * checked decoder makes of the bytes (or of a new read if none came), -1 on error. */
+    /* In user space where the lane's pages allow it now (in its own thread and process);
+     * else one read(2) of the leader: nr, time_enabled, time_running, {value, id} * nr.
+     * Returns 1 with (enabled, running, values...) in out, or 0 with *fallback set to what
+     * the group's checked decoder makes of the bytes (or of a new read if none came), -1 on
+     * error. */
     if (lane->npages == lane->n && lane->n > 0 && lane->tid == current_tid()
         && lane->pid == cached_pid) {
         int i;
