@@ -326,6 +326,25 @@ class Superstep:
         t = self.time_ns
         return {} if t is None else {rank: t - w for rank, w in self.work_ns.items()}
 
+    @property
+    def slowest_work_ns(self) -> int | None:
+        """The slowest processor's own time (its end minus its begin): the superstep's work,
+        which is what a cost function such as F predicts; None unless every processor ended
+        it. ``time_ns`` (the span) is this plus the start skew and the wait of whichever
+        processor ended last."""
+        if not self.complete:
+            return None
+        work = self.work_ns
+        return max(work.values()) if work else None
+
+    @property
+    def skew_ns(self) -> int:
+        """Start skew: the last processor's begin minus the first one's (0 for one
+        processor). A span much longer than the slowest work is mostly skew or waiting,
+        neither of which is the superstep's own cost."""
+        begins = [r.begin_ns for r in self.records]
+        return max(begins) - min(begins)
+
 
 def incomplete_record(begin: Mapping[str, Any]) -> SuperstepRecord:
     """The ``incomplete`` record of a superstep that began and never ended.
