@@ -17,10 +17,15 @@ unless ``export_pids`` is set.
 Families (``<c>`` is a canonical counter with its unit, e.g. ``loads``, ``task_clock_seconds``):
 
 * ``counterd_superstep_<c>_total{workload,superstep,source}``  summed over committed records
-* ``counterd_superstep_duration_seconds{workload,superstep}``   summary over processors' records
+* ``counterd_superstep_duration_seconds{workload,superstep}``   summary of each processor's own
+  time (one observation per record: its end minus its begin; not the span)
 * ``counterd_supersteps_flagged_total{workload,flag}``
-* ``counterd_last_superstep_seconds{workload}``                 measured time of the job's last
-  superstep (max end - min begin over its processors)
+* ``counterd_last_superstep_seconds{workload}``                 span of the job's last superstep
+  (max end - min begin over its processors: the work plus at most the start skew)
+* ``counterd_last_superstep_work_seconds{workload}``            work of the job's last superstep
+  (its slowest processor's own time): what F predicts (counterd.report.model says why)
+* ``counterd_last_superstep_skew_seconds{workload}``            start skew of the job's last
+  superstep (the last processor's begin minus the first one's)
 * ``counterd_last_superstep_predicted_seconds{workload}``,
   ``counterd_last_superstep_term_seconds{workload,term}``,
   ``counterd_last_superstep_dominating{workload,term}`` (1 for the dominating term), when a
@@ -104,10 +109,14 @@ class _LastStep:
     predicted: bool = False
     no_prediction: str = ""  # a NO_PREDICTION_REASONS code when predicted and none came
 
-    @property
-    def time_s(self) -> float | None:
-        t = Superstep(self.run_id, self.index, self.name, tuple(self.records)).time_ns
-        return None if t is None else t / NS_PER_S
+    def times_s(self) -> tuple[float | None, float | None, float]:
+        """Span, work (the slowest processor's own time) and start skew, in seconds
+        (:class:`counterd.records.Superstep`); span and work None unless every processor
+        ended the superstep."""
+        step = Superstep(self.run_id, self.index, self.name, tuple(self.records))
+        span, work = step.time_ns, step.slowest_work_ns
+        return (None if span is None else span / NS_PER_S,
+                None if work is None else work / NS_PER_S, step.skew_ns / NS_PER_S)
 
 
 @dataclass
@@ -291,12 +300,25 @@ class CounterdCollector(Collector):
                                       "superstep records carrying a flag",
                                       labels=["workload", "flag"])
         last_s = GaugeMetricFamily("counterd_last_superstep_seconds",
-                                   "measured time of the job's last superstep (max end - min "
-                                   "begin over its processors; seconds)", labels=["workload"])
+                                   "span of the job's last superstep: max end - min begin over "
+                                   "its processors, which holds their start skew and waiting "
+                                   "(seconds; its work is counterd_last_superstep_work_seconds)",
+                                   labels=["workload"])
+        work_s = GaugeMetricFamily("counterd_last_superstep_work_seconds",
+                                   "work of the job's last superstep: its slowest processor's "
+                                   "own time, end minus begin, without start skew (seconds; "
+                                   "what counterd_last_superstep_predicted_seconds predicts)",
+                                   labels=["workload"])
+        skew_s = GaugeMetricFamily("counterd_last_superstep_skew_seconds",
+                                   "start skew of the job's last superstep: its last "
+                                   "processor's begin minus its first one's (seconds)",
+                                   labels=["workload"])
         pred_s = GaugeMetricFamily("counterd_last_superstep_predicted_seconds",
                                    "predicted time F = max(F1, F2, F3) of the job's last "
-                                   "superstep (Amato et al., Predicting performance on "
-                                   "SMPs; seconds)", labels=["workload"])
+                                   "superstep, to compare with its work "
+                                   "counterd_last_superstep_work_seconds (Amato et al., "
+                                   "Predicting performance on SMPs; seconds)",
+                                   labels=["workload"])
         term_s = GaugeMetricFamily("counterd_last_superstep_term_seconds",
                                    "F1 (hierarchy), F2 (bus), F3 (bank) of the job's last "
                                    "superstep (seconds)", labels=["workload", "term"])
@@ -320,9 +342,12 @@ class CounterdCollector(Collector):
             for (counter, origin), r in sorted(ratios.items()):
                 ratio.add_metric([job, counter, origin], r)
             if last is not None:
-                t = last.time_s
-                if t is not None:
-                    last_s.add_metric([job], t)
+                span, work, skew = last.times_s()
+                if span is not None:
+                    last_s.add_metric([job], span)
+                if work is not None:
+                    work_s.add_metric([job], work)
+                skew_s.add_metric([job], skew)
                 if last.no_prediction:
                     unpred.add_metric([job, last.no_prediction], 1.0)
                 if last.prediction is not None:
@@ -349,6 +374,8 @@ class CounterdCollector(Collector):
                     fam.add_metric([job], value * scale)
         yield flagged
         yield last_s
+        yield work_s
+        yield skew_s
         yield pred_s
         yield unpred
         yield term_s
@@ -383,7 +410,9 @@ class CounterdCollector(Collector):
             steps: Mapping[str, Mapping[str, tuple[int, float, Mapping[tuple[str, str], float]]]],
     ) -> Iterator[CounterMetricFamily | SummaryMetricFamily]:
         duration = SummaryMetricFamily("counterd_superstep_duration_seconds",
-                                       "per-processor superstep durations (seconds)",
+                                       "each processor's own time in the superstep, one "
+                                       "observation per record: its end minus its begin, not "
+                                       "the span over processors (seconds)",
                                        labels=["workload", "superstep"])
         fams: dict[str, CounterMetricFamily] = {}
         for job, by_name in sorted(steps.items()):

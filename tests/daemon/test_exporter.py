@@ -6,6 +6,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -53,15 +54,49 @@ def test_units_totals_last_superstep_and_prediction() -> None:
     assert got[("counterd_superstep_task_clock_seconds_total",
                 (("source", "measured"),) + w)] == 6.0  # ns -> seconds
     assert got[("counterd_superstep_duration_seconds_count", w)] == 3
-    # last superstep: max end - min begin over its two processors
+    # last superstep: span max end - min begin over its two processors; work the slowest
+    # processor's own time (rank 1: 2_000_100 ns); skew the later begin minus the earlier
     assert abs(got[("counterd_last_superstep_seconds", (("workload", "bsp"),))]
                - 2_000_200e-9) < 1e-12
+    assert abs(got[("counterd_last_superstep_work_seconds", (("workload", "bsp"),))]
+               - 2_000_100e-9) < 1e-12
+    assert abs(got[("counterd_last_superstep_skew_seconds", (("workload", "bsp"),))]
+               - 100e-9) < 1e-12
     assert got[("counterd_last_superstep_predicted_seconds", (("workload", "bsp"),))] == 3e-3
     assert got[("counterd_last_superstep_dominating", (("term", "F2"), ("workload", "bsp")))] == 1
     assert got[("counterd_last_superstep_dominating", (("term", "F1"), ("workload", "bsp")))] == 0
     assert got[("counterd_event_multiplex_ratio", (("counter", "task_clock_ns"),
                                                    ("origin", "superstep"),
                                                    ("workload", "bsp")))] == 0.5
+
+
+def test_last_superstep_says_span_and_work_apart() -> None:
+    """Processors that begin 50 ms apart for 1 ms of work each: the span gauge says 51 ms and
+    that it is the span; the work gauge beside it says 1 ms, the slowest processor's own time,
+    which is what the prediction is for; the skew gauge says 50 ms."""
+    st = MetricsState()
+    st.set_predictor(fake_predict, "fake")
+    st.observe_records([(rec("r", 0, 0, 0, 1_000_000), "bsp"),
+                        (rec("r", 0, 1, 50_000_000, 50_900_000), "bsp")], 0.001)
+    text = generate_latest(registry(st, process_metrics=False)).decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    span, work, skew, pred = (fams[f"counterd_last_superstep{n}_seconds"] for n in (
+        "", "_work", "_skew", "_predicted"))
+    assert [f.samples[0].value for f in (span, work, skew)] == pytest.approx(
+        [0.0509, 0.001, 0.05])
+    assert "span" in span.documentation and "max end - min begin" in span.documentation
+    assert "slowest processor's own time" in work.documentation
+    assert "counterd_last_superstep_work_seconds" in pred.documentation
+    assert "not the span" in fams["counterd_superstep_duration_seconds"].documentation
+    # An unfinished superstep has neither span nor work, only its skew so far.
+    st.observe_records([(rec("r", 1, 0, 60_000_000, 61_000_000), "bsp")], 0.001)
+    st.observe_records([(SuperstepRecord(
+        run_id="r", index=1, name="s", rank=1, pid=11, cpu=0, begin_ns=60_500_000, end_ns=None,
+        flags=frozenset({"incomplete"})), "bsp")], 0.001)
+    got = samples(st)
+    assert ("counterd_last_superstep_seconds", (("workload", "bsp"),)) not in got
+    assert ("counterd_last_superstep_work_seconds", (("workload", "bsp"),)) not in got
+    assert got[("counterd_last_superstep_skew_seconds", (("workload", "bsp"),))] == 0.0005
 
 
 def test_failing_predictor_and_failing_event_give_fewer_samples_not_a_failed_scrape() -> None:
@@ -158,6 +193,7 @@ def test_every_seconds_metric_says_seconds_in_its_help() -> None:
     timed = [n for n in fams if n.endswith("_seconds")]
     assert {"counterd_superstep_task_clock_seconds", "counterd_sampled_task_clock_seconds",
             "counterd_superstep_duration_seconds", "counterd_last_superstep_seconds",
+            "counterd_last_superstep_work_seconds", "counterd_last_superstep_skew_seconds",
             "counterd_last_superstep_predicted_seconds", "counterd_last_superstep_term_seconds",
             "counterd_store_commit_seconds"} <= set(timed)
     for name in timed:

@@ -9,6 +9,7 @@ import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,10 +23,15 @@ PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 
 
 def _records(d: DaemonProc) -> None:
+    """Five supersteps of rank 0, 500 ns each; the last one also on rank 1, begun 300 ns later
+    for 400 ns: its span is 700 ns (the work plus less than the skew), its work 500 ns, its
+    start skew 300 ns."""
     sink = SocketSink(d.socket, job="bsp")
     for i in range(5):
         sink.record(SuperstepRecord(run_id="prom", index=i, name="exchange", rank=0, pid=1,
                                     cpu=0, begin_ns=1000 * i, end_ns=1000 * i + 500))
+    sink.record(SuperstepRecord(run_id="prom", index=4, name="exchange", rank=1, pid=2, cpu=1,
+                                begin_ns=4300, end_ns=4700))
     assert sink.flush(10)
     sink.close()
 
@@ -57,11 +63,10 @@ def test_prometheus_scrapes_the_daemon(daemon: DaemonProc, tmp_path: Path) -> No
                              f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                              f"--web.listen-address=127.0.0.1:{port}"],
                             stdout=log, stderr=subprocess.STDOUT)
-    try:
-        query = urllib.parse.quote('counterd_superstep_duration_seconds_count{workload="bsp"}')
-        url = f"http://127.0.0.1:{port}/api/v1/query?query={query}"
+    def query(q: str) -> list[dict[str, Any]]:
+        url = f"http://127.0.0.1:{port}/api/v1/query?query={urllib.parse.quote(q)}"
         deadline = time.monotonic() + 60
-        result: list[dict[str, object]] = []
+        result: list[dict[str, Any]] = []
         while time.monotonic() < deadline and not result:
             time.sleep(0.5)
             try:
@@ -69,11 +74,18 @@ def test_prometheus_scrapes_the_daemon(daemon: DaemonProc, tmp_path: Path) -> No
             except OSError:
                 continue
             result = body["data"]["result"]
-        assert result, "prometheus never returned the counterd series: " + \
+        assert result, f"prometheus never returned {q}: " + \
             (tmp_path / "prometheus.log").read_text()[-1500:]
-        series = result[0]
-        assert series["metric"]["superstep"] == "exchange"  # type: ignore[index]
-        assert float(series["value"][1]) == 5.0  # type: ignore[index]
+        return result
+
+    try:
+        series = query('counterd_superstep_duration_seconds_count{workload="bsp"}')[0]
+        assert series["metric"]["superstep"] == "exchange"
+        assert float(series["value"][1]) == 6.0  # one observation per record
+        # The last superstep's span, work and start skew, side by side.
+        span, work, skew = (float(query(f'counterd_last_superstep{n}_seconds{{workload="bsp"}}')
+                                  [0]["value"][1]) for n in ("", "_work", "_skew"))
+        assert (span, work, skew) == (700e-9, 500e-9, 300e-9)
         targets = json.loads(urllib.request.urlopen(
             f"http://127.0.0.1:{port}/api/v1/targets", timeout=5).read())
         assert targets["data"]["activeTargets"][0]["health"] == "up"
