@@ -1,12 +1,17 @@
 """counterd: per-superstep memory-hierarchy counters for bulk-synchronous programs.
 
 Public API: ``superstep`` (the marker context manager), ``begin``/``end``, ``set_rank`` (an
-SPMD program's processor id), ``configure`` and ``records``; they live in
-:mod:`counterd.markers`. Counter sources live in :mod:`counterd.backends`.
+SPMD program's processor id), ``init`` (set the markers up before the first barrier),
+``configure`` and ``records``; they live in :mod:`counterd.markers`. Counter sources live in
+:mod:`counterd.backends`.
 
 Importing ``counterd`` changes nothing in the process or its environment, and loads nothing
-else: the recorder, the run id and the at-exit handler come with the first marker, the data
-modules with their first user (``counterd record`` reaches its command's exec without them).
+else: the recorder, the run id and the at-exit handler come with ``init()`` or the first
+marker, the data modules with their first user (``counterd record`` reaches its command's exec
+without them). The one exception is asked for: with ``COUNTERD_INIT=import`` (which
+``counterd record`` sets for its command) importing counterd calls ``init()``, so that every
+process of a recorded program, forked, spawned or started by an MPI launcher, is set up before
+its first barrier.
 """
 
 from __future__ import annotations
@@ -36,10 +41,10 @@ sys.modules[__name__].__class__ = _Package
 if TYPE_CHECKING:
     from typing import Any
 
-    from counterd.markers import begin, configure, end, set_rank, superstep
+    from counterd.markers import begin, configure, end, init, set_rank, superstep
     from counterd.records import SuperstepRecord
 
-__all__ = ["begin", "configure", "end", "records", "set_rank", "superstep"]
+__all__ = ["begin", "configure", "end", "init", "records", "set_rank", "superstep"]
 
 
 def records() -> list[SuperstepRecord]:
@@ -50,10 +55,28 @@ def records() -> list[SuperstepRecord]:
 
 
 def __getattr__(name: str) -> Any:  # PEP 562: the marker API is loaded on first use
-    if name in ("begin", "configure", "end", "set_rank", "superstep"):
+    if name in ("begin", "configure", "end", "init", "set_rank", "superstep"):
         from counterd import markers
 
         value = getattr(markers, name)
         globals()[name] = value  # found directly from now on: no call per marker
         return value
     raise AttributeError(f"module 'counterd' has no attribute {name!r}")
+
+
+def _init_at_import() -> None:
+    """``COUNTERD_INIT=import``: the markers set up now (:func:`counterd.init`). A failure here
+    never stops the program's import: its first superstep sets up again and its records say
+    why (a marker never raises for its counters)."""
+    from counterd.errors import CounterdError
+    from counterd.markers import init
+
+    try:
+        init()
+    except (CounterdError, OSError) as exc:
+        print(f"counterd: could not set up the markers at import ({exc}); the first "
+              "superstep of this process sets them up", file=sys.stderr)
+
+
+if __import__("os").environ.get("COUNTERD_INIT") == "import":  # counterd.env.ENV_INIT
+    _init_at_import()

@@ -18,7 +18,7 @@ import sys
 import time
 
 from counterd import launch
-from counterd.env import ENV_BACKEND, ENV_EVENTS, ENV_RUN_ID, ENV_SAMPLE, ENV_SPOOL
+from counterd.env import ENV_BACKEND, ENV_EVENTS, ENV_INIT, ENV_RUN_ID, ENV_SAMPLE, ENV_SPOOL
 from counterd.errors import BadInput
 
 # The imports above are the ones on the way to the command's exec, and cost a few ms; the
@@ -164,6 +164,10 @@ def _env(run_id: str, spool: str, backend: str, events: Sequence[str]) -> dict[s
     env[ENV_SPOOL] = str(spool)
     env[ENV_BACKEND] = backend
     env[ENV_EVENTS] = ",".join(events)
+    # Each process of the command sets up its markers when it imports counterd (before its
+    # first barrier), not in its first superstep (where the set-up was the superstep's start
+    # skew); a user's own setting wins.
+    env.setdefault(ENV_INIT, "import")
     # The command imports counterd from the same installation as this recorder.
     here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

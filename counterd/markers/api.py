@@ -1,8 +1,8 @@
 """The module-level marker API: one recorder per process (re-created after fork).
 
-``superstep``, ``begin``, ``end``, ``set_rank``, ``configure`` and ``records`` are re-exported
-by :mod:`counterd`. Nothing happens at import: the recorder, its at-exit handler and the
-exported run id come with the first marker (or ``configure``).
+``superstep``, ``begin``, ``end``, ``set_rank``, ``init``, ``configure`` and ``records`` are
+re-exported by :mod:`counterd`. Nothing happens at import: the recorder, its at-exit handler and
+the exported run id come with ``init``, the first marker or ``configure``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from counterd.env import ENV_FLUSH_TIMEOUT
+from counterd.errors import CounterdError
 from counterd.markers import identity, native
 from counterd.markers.recorder import Recorder, Step
 from counterd.markers.sinks import MemorySink, SpoolSink, is_socket_sink
@@ -36,20 +37,53 @@ def recorder() -> Recorder:
     return rec
 
 
+def init() -> None:
+    """Set up this process's markers, and this thread's counters, now: call it before the
+    program's first barrier (in each process, and in each thread that marks supersteps).
+
+    Without it the first ``superstep()`` of each process opens its counters, calibrates the
+    cost of a marker pair and opens its spool file or connection inside that superstep: the
+    processes then begin it milliseconds apart, and that start skew is counterd's, not the
+    program's. Under ``counterd record`` (``COUNTERD_INIT=import``) importing counterd calls
+    it; a process forked from a prepared one is prepared at the fork, with its parent's
+    calibration. Calling it again costs a dictionary lookup."""
+    recorder().prepare()
+
+
 def _fork_copy(parent: Recorder) -> Recorder:
     """A child's recorder: same run, backend, events and sink target; fresh counters and
     supersteps (the parent's open supersteps are the parent's) and, through the daemon, its
-    own connection (the parent's is never used by the child)."""
+    own connection (the parent's is never used by the child). The marker pair's cost is the
+    parent's where the parent measured it: the same code, counters and kind of sink."""
     spool = parent.sink.directory if isinstance(parent.sink, SpoolSink) else None
     sock: Path | str = "off"
     if is_socket_sink(parent.sink):  # even if the parent is disconnected just now
         sock = parent.sink.path
+    calibrated = not parent._calibrate and parent._marker_ns is not None
     child = Recorder(run_id=parent.run_id, backend=parent.backend_name,
                      events=parent.events or None, spool=spool, socket=sock,
-                     sample=parent.sample or "off")
+                     sample=parent.sample or "off", calibrate=not calibrated)
+    if calibrated:
+        child._marker_ns = parent._marker_ns
     if isinstance(parent.sink, MemorySink):
         child.sink = parent.sink  # the child's copy of the parent's list, in the child
     return child
+
+
+def _after_fork_in_child() -> None:
+    """A child forked from a process whose markers were prepared (:func:`init`) prepares its
+    own here, before the code it forked for runs (a multiprocessing worker's barrier): its
+    counters, file or connection. Nothing the parent's threads held is waited for (the lock is
+    made anew); a failure leaves the set-up to the first superstep, which reports it."""
+    global _recorder_lock
+    _recorder_lock = threading.Lock()
+    parent = _recorder
+    if parent is None or not parent.prepared:
+        return
+    try:
+        init()
+    except (CounterdError, OSError):
+        pass
 
 
 def configure(*, backend: str | None = None, events: Sequence[str] | None = None,
@@ -65,11 +99,14 @@ def configure(*, backend: str | None = None, events: Sequence[str] | None = None
             _recorder.close_open_steps()
             if is_socket_sink(_recorder.sink):
                 _recorder.sink.close()
-        _recorder = Recorder(run_id=run_id, backend=backend, events=events, spool=spool,
-                             socket=socket, sample=sample)
-        native.set_current(_recorder)
+        prepared = _recorder is not None and _recorder.prepared
+        rec = _recorder = Recorder(run_id=run_id, backend=backend, events=events, spool=spool,
+                                   socket=socket, sample=sample)
+        native.set_current(rec)
         _register_at_exit()
-        return _recorder
+    if prepared:  # it replaces a prepared one (counterd.init(), or at import): so is it
+        rec.prepare()
+    return rec
 
 
 def set_rank(rank: int, *, thread: bool = False) -> None:
@@ -131,4 +168,5 @@ def _register_at_exit() -> None:
     global _at_exit_registered
     if not _at_exit_registered:
         atexit.register(_at_exit)
+        os.register_at_fork(after_in_child=_after_fork_in_child)
         _at_exit_registered = True

@@ -260,6 +260,7 @@ class Recorder:
         self._lanes: weakref.WeakSet[_ThreadState] = weakref.WeakSet()
         self._backend: Any = None
         self._backend_error: str | None = None
+        self.prepared = False  # prepare() has run: a forked child prepares its own at fork
         self._native: Any = None
         if name == "callgrind":
             from counterd import _native
@@ -354,6 +355,27 @@ class Recorder:
         self._ctx = (self.run_id, self.pid, self.host, self._label(), self._marker_ns)
         self._attach_lane(st)
         return st
+
+    def prepare(self) -> None:
+        """Set up now what this thread's first superstep would otherwise set up inside its
+        own time: the counters (opened), the marker pair's cost (calibrated, once per
+        process), the rank, the sink's file or connection and the context its frames name.
+        A program calls it (``counterd.init()``) before its first barrier; each process's
+        superstep then begins as soon as the barrier releases it, so the first superstep's
+        start skew is the program's, not counterd's."""
+        st = self._state()
+        if st.rank is None:
+            self.rank()
+        sink = self.sink
+        if st.daemon_counts is None and not isinstance(sink, MemorySink):
+            st.daemon_counts = self._daemon_counts
+        if isinstance(sink, SpoolSink):
+            sink._context_id(self._ctx, ())  # its file mapped and the context declared
+        elif is_socket_sink(sink) and not st.daemon_counts:
+            with sink._lock:
+                if sink._mine():
+                    sink._context_id(self._ctx, ())
+        self.prepared = True
 
     def _attach_lane(self, st: _ThreadState) -> None:
         st.lane = native.attach(self, st)

@@ -1,0 +1,176 @@
+"""No start skew of counterd's making: every process sets its markers up before its first
+barrier, so a first superstep begins as evenly as a second one (issue: Superstep time).
+
+A program (tests/counterd/skew_program.py) with N processes, a barrier, an empty superstep, a
+barrier and another empty superstep, recorded by ``counterd record`` with perf software events
+(the markers open counters, calibrate their own cost and open their spool file: what used to
+land in the first superstep, 4-45 ms of skew against 0.02-0.7 ms for the second). Over repeated
+rounds of fresh processes, the first superstep's start skew must stay within 3x the second's
+plus half a millisecond (the median over rounds: one round's barrier release on an
+oversubscribed 2-CPU host can be late for either superstep alike).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from counterd.records import read_jsonl
+from tests.counterd.skew_program import skews
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAM = Path(__file__).with_name("skew_program.py")
+SLACK_NS = 500_000
+ROUNDS = 5
+
+
+def _perf_usable() -> str | None:
+    from counterd import backends
+
+    res = backends.resolve("perf", "markers")
+    return None if res.backend is not None else res.reason
+
+
+def _record(cmd: list[str], out: Path, env_init: str | None = None) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERD_")}
+    env["COUNTERD_SOCKET"] = "off"
+    if env_init is not None:
+        env["COUNTERD_INIT"] = env_init
+    subprocess.run([sys.executable, "-m", "counterd.cli", "record", "--backend", "perf",
+                    "--out", str(out), "--", *cmd], env=env, cwd=ROOT, check=True,
+                   timeout=300, capture_output=True)
+
+
+def _check(pairs: list[tuple[int, int]], what: str) -> None:
+    first = statistics.median(p[0] for p in pairs)
+    second = statistics.median(p[1] for p in pairs)
+    shown = ", ".join(f"{a / 1e6:.3f}/{b / 1e6:.3f}" for a, b in pairs)
+    assert first <= 3 * second + SLACK_NS, (
+        f"{what}: first superstep's start skew (median {first / 1e6:.3f} ms) over 3x the "
+        f"second's ({second / 1e6:.3f} ms) + {SLACK_NS / 1e6} ms; rounds first/second: {shown}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _perf() -> None:
+    why = _perf_usable()
+    if why is not None:
+        pytest.skip(f"perf software events unavailable here: {why}")
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("how", ["fork", "spawn"])
+def test_multiprocessing_first_superstep_begins_as_evenly_as_the_second(
+        tmp_path: Path, how: str, n: int) -> None:
+    out = tmp_path / "run.jsonl"
+    _record([sys.executable, str(PROGRAM), how, str(n), str(ROUNDS)], out)
+    recs = list(read_jsonl(out))
+    assert len(recs) == 2 * n * ROUNDS
+    pairs = list(skews(recs).values())
+    assert len(pairs) == ROUNDS
+    _check(pairs, f"{how}, {n} processes")
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_mpi_ranks_first_superstep_begins_as_evenly_as_the_second(tmp_path: Path,
+                                                                  n: int) -> None:
+    pytest.importorskip("mpi4py", reason="mpi4py is in the [test] extra; install it")
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    if not mpiexec.exists():
+        pytest.skip("no mpiexec beside this python (the mpich wheel provides it)")
+    pairs = []
+    for k in range(3):  # one round per launch: a launch takes about a second
+        out = tmp_path / f"mpi{k}.jsonl"
+        _record([str(mpiexec), "-n", str(n), sys.executable, str(PROGRAM), "mpi"], out)
+        recs = list(read_jsonl(out))
+        assert sorted(r.rank for r in recs if r.name == "first") == list(range(n))
+        pairs += list(skews(recs).values())
+    _check(pairs, f"MPI, {n} ranks")
+
+
+def test_an_explicit_init_serves_a_program_the_recorder_does_not_set_up(tmp_path: Path) -> None:
+    """With the import-time set-up off, ``counterd.init()`` in each process before its first
+    barrier (what the README shows for programs outside ``counterd record``) does the same."""
+    out = tmp_path / "run.jsonl"
+    _record([sys.executable, str(PROGRAM), "spawn", "2", str(ROUNDS), "--init"], out,
+            env_init="first")
+    pairs = list(skews(read_jsonl(out)).values())
+    assert len(pairs) == ROUNDS
+    _check(pairs, "spawn, 2 processes, counterd.init()")
+
+
+def test_init_does_before_the_first_superstep_what_it_would_do_inside(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from counterd import markers
+    from counterd.markers import api
+    from counterd.markers.recorder import Recorder
+
+    calibrations: list[int] = []
+    real = Recorder.calibrate
+    monkeypatch.setattr(Recorder, "calibrate",
+                        lambda self, st=None: calibrations.append(1) or real(self, st))
+    rec = api.configure(backend="none", spool=tmp_path, socket="off")
+    assert not rec.prepared and getattr(rec._local, "st", None) is None
+    markers.init()
+    assert rec.prepared and calibrations == [1] and rec._marker_ns is not None
+    st = rec._local.st
+    assert any(tmp_path.iterdir()), "the spool file is made by init, not by the first marker"
+    with markers.superstep("first"):
+        pass
+    assert calibrations == [1] and rec._local.st is st  # nothing set up inside the superstep
+    markers.init()  # again: nothing more
+    assert calibrations == [1]
+
+
+def test_a_child_forked_from_a_prepared_process_is_prepared_at_the_fork(tmp_path: Path) -> None:
+    from counterd import markers
+    from counterd.markers import api
+
+    parent = api.configure(backend="none", spool=tmp_path, socket="off")
+    markers.init()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its recorder exists before it marks anything
+        try:
+            child = api._recorder
+            ok = (child is not None and child is not parent and child.pid == os.getpid()
+                  and child.prepared and getattr(child._local, "st", None) is not None
+                  and child._marker_ns == parent._marker_ns and not child._calibrate)
+            os.write(w, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    assert os.read(r, 1) == b"1"
+    os.close(r)
+    assert (tmp_path / f"{pid}.frames").exists() or any(
+        str(pid) in p.name for p in tmp_path.iterdir())
+
+
+def test_a_configure_after_init_keeps_the_process_prepared(tmp_path: Path) -> None:
+    from counterd import markers
+    from counterd.markers import api
+
+    api.configure(backend="none", socket="off")
+    markers.init()
+    again = api.configure(backend="none", spool=tmp_path, socket="off")
+    assert again.prepared and getattr(again._local, "st", None) is not None
+
+
+@pytest.mark.parametrize("value, prepared", [("import", True), ("first", False), (None, False)])
+def test_counterd_init_import_prepares_at_import_and_only_then(tmp_path: Path, value: str | None,
+                                                               prepared: bool) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERD_")}
+    env.update(PYTHONPATH=str(ROOT), COUNTERD_BACKEND="none", COUNTERD_SOCKET="off",
+               COUNTERD_SPOOL=str(tmp_path))
+    if value is not None:
+        env["COUNTERD_INIT"] = value
+    probe = ("import counterd, sys; from counterd.markers import api; "
+             "r = api._recorder; print(r is not None and r.prepared)")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=ROOT, check=True,
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == str(prepared)
