@@ -149,10 +149,12 @@ def _forecast_parser() -> argparse.ArgumentParser:
 def _pilot_parser() -> argparse.ArgumentParser:
     p = Parser(prog="predict --pilot", description=textwrap.fill(
         "Run a command at small input sizes (timed runs with markers only, and one counted run "
-        "per size), fit a growth model in n for every superstep's time and counters, and "
-        "forecast each superstep at the target size: F on the extrapolated counters (with a "
-        "profile) beside the time extrapolated directly (Amato et al., 'Predicting "
-        "performance on SMPs', section 5.4).", 92),
+        "per size), fit a growth model in n for every superstep's work time (the slowest "
+        "processor's own time) and counters, and forecast each superstep at the target size: "
+        "F on the extrapolated counters (with a profile) beside the work time extrapolated "
+        "directly (Amato et al., 'Predicting performance on SMPs', section 5.4); and its span "
+        "(last end minus first begin): the work plus the pilot runs' extra over it (start "
+        "skew, waiting), which is not scaled with n.", 92),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pilot", required=True, metavar="CMD",
                    help="the command, with {n} where it takes its input size")
@@ -165,7 +167,8 @@ def _pilot_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=5, help="timed runs per size (default 5)")
     p.add_argument("--level", type=float, default=0.9, help="interval level (default 0.9)")
     p.add_argument("--check", action="store_true",
-                   help="also run the target size and compare (E = max(T,P)/min(T,P))")
+                   help="also run the target size and compare, work with work and span with "
+                   "span (E = max(T,P)/min(T,P))")
     p.add_argument("--keep", type=Path, default=None,
                    help="keep the runs' records in this directory (default: a temporary one)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -208,67 +211,96 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
         runs = pilot.run_campaign(a.pilot, sizes, repeat=a.repeat, backend=a.backend,
                                   workdir=work, progress=progress)
         fc = pilot.forecast(runs, a.target, prof, level=a.level)
-        measured = (dict(pilot.measure_target(a.pilot, a.target, repeat=a.repeat,
-                                              workdir=work, backend=a.backend,
-                                              progress=progress))
+        measured = (pilot.measure_target(a.pilot, a.target, repeat=a.repeat, workdir=work,
+                                         backend=a.backend, progress=progress)
                     if a.check else {})
+    per, whole = fc.compare(measured)
     data = fc.to_json()
     pct = round(100 * a.level)
+    check_head = f" {'measured':>9} {'E':>5} in" if a.check else ""
     lines = [f"forecast at n = {a.target:g} from pilots at {', '.join(f'{x:g}' for x in sizes)}"
              f" ({a.repeat} timed runs and 1 counted run ({a.backend}) each); profile "
              f"{prof.name if prof else 'none'}; {pct}% intervals",
-             f"{'superstep':<26} {'forecast':>9} {str(pct) + '% interval':>21} {'from':>4} "
-             f"{'F':>9} {'dom':>3} {'work':>9} {'time-only':>9}"
-             + (f" {'measured':>9} {'E':>5} in" if a.check else "")]
-    tot_m = 0.0
+             f"{'superstep':<26} {'time':<4} {'forecast':>9} {str(pct) + '% interval':>21} "
+             f"{'from':>6} {'F':>9} {'dom':>3} {'scaled':>9} {'time-only':>9}" + check_head]
+
+    def checked(c: pilot.Comparison | None) -> str:
+        if not a.check:
+            return ""
+        if c is None:
+            return f" {'-':>9} {'-':>5} -"
+        e = f"{c.e:>5.2f}" if c.e is not None else f"{'-':>5}"
+        return f" {seconds(c.measured_s):>9} {e} {'yes' if c.inside else 'no'}"
+
     for s, j in zip(fc.steps, data["supersteps"], strict=True):
-        lo, hi = j["interval_s"]
-        row = (f"{(str(s.index) + ' ' + s.name)[:26]:<26} {seconds(s.predicted_s):>9} "
-               f"{seconds(lo) + ' .. ' + seconds(hi):>21} {s.basis:>4} "
-               f"{seconds(s.f_s) if s.f_s is not None else '-':>9} "
-               f"{j['dominating'] or '-':>3} "
-               f"{seconds(s.work.value) if s.work is not None else '-':>9} "
-               f"{seconds(s.time_only.value):>9}")
-        m = measured.get((s.index, s.name))
+        cmp = per.get((s.index, s.name))
         if a.check:
-            if m is None:
-                row += "         -     -"
-            else:
-                t = m / NS_PER_S
-                tot_m += t
-                e = max(t, s.predicted_s) / min(t, s.predicted_s)
-                j["measured_s"], j["E"] = t, e
-                j["inside"] = lo <= t <= hi
-                row += f" {seconds(t):>9} {e:>5.2f} {'yes' if lo <= t <= hi else 'no'}"
-        lines.append(row)
+            j["check"] = ({k: v.to_json() for k, v in cmp.items()} if cmp is not None
+                          else None)
+            j["measured"] = measured[(s.index, s.name)].to_json() if cmp is not None else None
+        lo, hi = s.interval_s
+        slo, shi = s.span_interval_s
+        lines.append(
+            f"{(str(s.index) + ' ' + s.name)[:26]:<26} {'work':<4} {seconds(s.predicted_s):>9} "
+            f"{seconds(lo) + ' .. ' + seconds(hi):>21} {s.basis:>6} "
+            f"{seconds(s.f_s) if s.f_s is not None else '-':>9} "
+            f"{j['dominating'] or '-':>3} "
+            f"{seconds(s.scaled.value) if s.scaled is not None else '-':>9} "
+            f"{seconds(s.time_only.value):>9}" + checked(cmp["work"] if cmp else None))
+        lines.append(
+            f"{'':<26} {'span':<4} {seconds(s.span_s):>9} "
+            f"{seconds(slo) + ' .. ' + seconds(shi):>21} {'+extra':>6} {'':>9} {'':>3} "
+            f"{'':>9} {'':>9}" + checked(cmp["span"] if cmp else None))
         if s.why:
             lines.append(f"{'':<26} no F: {s.why}")
-        detail = "; ".join(f"{k} {counter_text(k, v.value)}" for k, v in s.counters.items())
+        detail = []
+        if s.extra is not None:
+            detail.append(f"extra (span less work) {seconds(s.extra.value)}, "
+                          f"{seconds(s.extra.lower)} .. {seconds(s.extra.upper)}: "
+                          f"{s.extra.how}")
+        if s.counters:
+            detail.append("; ".join(f"{k} {counter_text(k, v.value)}"
+                                    for k, v in s.counters.items()))
         if s.bsp_ns:
-            detail += "; BSP bounds: " + ", ".join(f"{k} {seconds(v / NS_PER_S)}"
-                                                   for k, v in s.bsp_ns.items())
+            detail.append("BSP bounds: " + ", ".join(f"{k} {seconds(v / NS_PER_S)}"
+                                                     for k, v in s.bsp_ns.items()))
         if detail:
-            lines += textwrap.wrap(detail, 100, initial_indent=" " * 4,
+            lines += textwrap.wrap("; ".join(detail), 100, initial_indent=" " * 4,
                                    subsequent_indent=" " * 6)
     total, lo, hi = fc.total()
+    stotal, slo, shi = fc.span_total()
     f_total = sum(s.f_s for s in fc.steps if s.f_s is not None)
-    w_total = sum(s.work.value for s in fc.steps if s.work is not None)
-    lines.append(f"{'total':<26} {seconds(total):>9} {seconds(lo) + ' .. ' + seconds(hi):>21}"
-                 f" {'':>4} {seconds(f_total) if f_total else '-':>9} {'':>3} "
+    w_total = sum(s.scaled.value for s in fc.steps if s.scaled is not None)
+    lines.append(f"{'total':<26} {'work':<4} {seconds(total):>9} "
+                 f"{seconds(lo) + ' .. ' + seconds(hi):>21}"
+                 f" {'':>6} {seconds(f_total) if f_total else '-':>9} {'':>3} "
                  f"{seconds(w_total) if w_total else '-':>9} "
-                 f"{seconds(data['total']['time_only_s']):>9}")
-    if a.check and tot_m:
-        e = max(tot_m, total) / min(tot_m, total)
-        data["total"].update({"measured_s": tot_m, "E": e})
-        lines.append(f"measured in all {seconds(tot_m)}: E {e:.2f}")
+                 f"{seconds(data['total']['time_only_s']):>9}"
+                 + checked(whole["work"] if per else None))
+    lines.append(f"{'':<26} {'span':<4} {seconds(stotal):>9} "
+                 f"{seconds(slo) + ' .. ' + seconds(shi):>21} {'+extra':>6}"
+                 + (f" {'':>9} {'':>3} {'':>9} {'':>9}" + checked(whole["span"] if per else None)
+                    if a.check else ""))
+    if a.check and per:
+        data["total"]["check"] = {k: v.to_json() for k, v in whole.items()}
+        lines.append(f"measured in all: work {seconds(whole['work'].measured_s)}, E "
+                     f"{_e_text(whole['work'].e)}; span {seconds(whole['span'].measured_s)}, "
+                     f"E {_e_text(whole['span'].e)}")
     lines += textwrap.wrap(
-        "Indented: the counters extrapolated to the target (summed over processors) and, with "
-        "a profile, the BSP bounds on them. F: the profile's cost function on the extrapolated "
-        "counters; work: the largest pilot's time per instruction times the instructions "
-        "extrapolated; time-only: the time extrapolated directly. The forecast is F where F "
-        "fits the pilot runs' own times at least as well as the other (F's average E there "
-        "against the other's MRE there), else work where instructions were counted, else "
-        "time-only; the interval is the forecast's.", 100)
+        "work: the slowest processor's own time in the superstep (its end minus its begin), "
+        "which F and the counters predict; span: the last processor's end minus the first "
+        "one's begin, the work plus an extra (start skew, waiting) forecast on its own as the "
+        "pilot runs' median, not scaled with n (unless they show it growing; then a note says "
+        "so), its interval the work's plus the extra's. Indented: the extra, the counters "
+        "extrapolated to the target (summed over processors) and, with a profile, the BSP "
+        "bounds on them. F: the profile's cost function on the extrapolated counters; scaled: "
+        "the largest pilot's work time per instruction times the instructions extrapolated; "
+        "time-only: the work time extrapolated directly. The work forecast is F where F fits "
+        "the pilot runs' own work times at least as well as the other (F's average E there "
+        "against the other's MRE there), else scaled where instructions were counted, else "
+        "time-only; the interval is the forecast's."
+        + (" measured: the median over the checking runs at the target; E = max(T, P) / "
+           "min(T, P), work against work and span against span." if a.check else ""), 100)
     lines += [f"note: {n}" for n in fc.notes]
     if pilot.timing_features(a.backend) == "as-counted":
         lines += textwrap.wrap(
@@ -277,6 +309,10 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
             "record --cpu-features as-counted); on a host without AVX-512 nothing is hidden",
             100, subsequent_indent="  ", break_on_hyphens=False)
     return data, "\n".join(lines)
+
+
+def _e_text(e: float | None) -> str:
+    return "-" if e is None else f"{e:.2f}"
 
 
 def _ns(v: float | None) -> str:

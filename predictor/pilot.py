@@ -4,9 +4,9 @@ measured at small sizes, extrapolated to the target, fed to F).
 
 This module is the pure part: it takes the supersteps of pilot runs (:class:`PilotRun`, read
 from ``counterd record`` files), checks that they line up, fits one growth model per superstep
-for every counter and for the time with the modelling toolkit, extrapolates them to the target
-size with prediction intervals, and evaluates F with a machine profile on the extrapolated
-counters. Running the pilots is the caller's business.
+for every counter and for the work time with the modelling toolkit, extrapolates them to the
+target size with prediction intervals, and evaluates F with a machine profile on the
+extrapolated counters. Running the pilots is the caller's business.
 
 Choices, each stated where a forecast is printed:
 
@@ -23,13 +23,25 @@ Choices, each stated where a forecast is printed:
 - F's interval is F evaluated on the counters' interval bounds (F does not decrease in any
   counter: its costs are >= 0). It covers the extrapolation, not F's own error on this host,
   which the profile's accuracy gives.
-- Beside F, two forecasts of the time itself: *work*, the largest pilot's time per
-  instruction times the instructions extrapolated (:func:`scale_by_work`), and *time-only*,
-  a growth model of the time (what a user would do without counters). Which one is printed
+- Two times per superstep, as :class:`counterd.records.Superstep` gives them from every timed
+  run: the *work*, the slowest processor's own time (its end minus its begin,
+  ``slowest_work_ns``), which is what F and the counters predict, and the *span*, last end minus
+  first begin (``time_ns``). What lies between them, the *extra* (start skew and the waits of
+  whichever processor ended last), is its own term (:func:`extrapolate_extra`): it does not
+  scale with the work (a process's first superstep begins after its own start-up, tens of
+  milliseconds apart from another's, whatever n is), so it is forecast as the median of the
+  pilot runs' extras with their spread as the interval, unless the pilot runs show it growing
+  with n (Kendall's tau, one-sided p < :data:`GROWTH_P`), when it is extrapolated with a growth
+  model and a note says so. The forecast printed first is the work's; the span's is the
+  work's plus the extra, its interval the sum of their bounds.
+- Beside F, two forecasts of the work time itself: *scaled*, the largest pilot's work time per
+  instruction times the instructions extrapolated (:func:`scale_by_work`), and *time-only*, a
+  growth model of the work time (what a user would do without counters). Which one is printed
   as the forecast: :attr:`StepForecast.basis`. On the BSP sorts (``bench/pilot_forecast.py``)
-  work scaling brought the median E at the paper's targets from 1.23 (time-only) to 1.08:
-  pilot sizes that cross a cache level bend the time curve, and a growth model of the time
-  extrapolates the bend, while the counted instructions grow as the algorithm does.
+  scaling by the counted instructions brought the median E at the paper's targets from 1.23
+  (time-only) to 1.08: pilot sizes that cross a cache level bend the time curve, and a growth
+  model of the time extrapolates the bend, while the counted instructions grow as the
+  algorithm does.
 """
 
 from __future__ import annotations
@@ -52,21 +64,71 @@ PARAM = "n"
 
 
 @dataclass(frozen=True)
+class Timing:
+    """One superstep of one timed run, its times as :class:`counterd.records.Superstep` gives
+    them (ns; None where a processor never ended it)."""
+
+    index: int
+    name: str
+    span_ns: int | None  # Superstep.time_ns: the last processor's end minus the first's begin
+    work_ns: int | None  # Superstep.slowest_work_ns: the slowest processor's own time
+    skew_ns: int  # Superstep.skew_ns: the last processor's begin minus the first's
+
+    @property
+    def key(self) -> tuple[int, str]:
+        return self.index, self.name
+
+
+def load_timings(path: Any) -> list[Timing]:
+    """The supersteps of a ``counterd record`` file with their span, work and start skew, by
+    index (:meth:`counterd.records.Superstep.group`); BadInput names a malformed line."""
+    from pathlib import Path
+
+    from counterd.errors import BadInput as CounterdBadInput
+    from counterd.records import Superstep, read_jsonl
+
+    try:
+        steps = Superstep.group(read_jsonl(Path(path)))
+    except CounterdBadInput as exc:  # the predictor's own error type, for its CLI
+        raise BadInput(exc.what, exc.fix) from None
+    return [Timing(s.index, s.name, s.time_ns, s.slowest_work_ns, s.skew_ns) for s in steps]
+
+
+@dataclass(frozen=True)
 class PilotRun:
     """The supersteps of one run of the program at input size ``size``."""
 
     size: float
     steps: tuple[Step, ...]
     source: str = "<run>"
-    # Per step, the times (ns) of every timed run at this size, when the counted run's steps
-    # carry their median: the time model is fitted on these (more samples, the real spread).
+    # Per step, the span (ns) of every timed run at this size, when the counted run's steps
+    # carry their median: the span's extra over the work is taken from these.
     times_ns: tuple[tuple[float, ...], ...] = ()
+    # Per step and timed run as in times_ns, the slowest processor's own time (ns): the work
+    # time the growth models are fitted on (more samples, the real spread).
+    work_ns: tuple[tuple[float, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.work_ns and [len(w) for w in self.work_ns] != [len(t) for t in self.times_ns]:
+            raise ValueError("work_ns must have one time per timed run, as times_ns")
 
     def step_times(self, i: int) -> list[float]:
+        """The spans of superstep ``i`` (ns), one per timed run."""
         if self.times_ns:
             return list(self.times_ns[i])
         t = self.steps[i].time_ns
         return [float(t)] if t is not None else []
+
+    def step_work(self, i: int) -> list[float]:
+        """The slowest processor's own time in superstep ``i`` (ns), one per timed run as
+        :meth:`step_times`. Where the run does not have it (a table without begin and end
+        times), the span stands for it."""
+        if self.work_ns:
+            return list(self.work_ns[i])
+        w = self.steps[i].meta.get("work_ns")
+        if self.times_ns or w is None:
+            return self.step_times(i)
+        return [float(w)] if self.steps[i].time_ns is not None else []
 
 
 def split_name(step: Step) -> tuple[int, str]:
@@ -184,44 +246,125 @@ def scale_by_work(ns: Sequence[float], times: Sequence[float], work: Sequence[fl
     half = stats.t.ppf((1 + level) / 2, len(e)) * math.sqrt(float(np.mean(e * e)) + s_w ** 2)
     v = float(t[-1] * at_target.value / w[-1])
     return Extrapolated(v, v * math.exp(-half), v * math.exp(half),
-                        f"time at n = {ns[-1]:g} x {WORK} at the target / {WORK} there "
+                        f"work time at n = {ns[-1]:g} x {WORK} at the target / {WORK} there "
                         f"({WORK}: {at_target.how})",
                         md.mre(t[1:], t[:-1] * w[1:] / w[:-1]))
 
 
+GROWTH_P = 0.01  # one-sided p of Kendall's tau below which the extra is taken to grow with n
+
+
+def extrapolate_extra(ns: Sequence[float], extras: Sequence[float], target: float, *,
+                      level: float = 0.9, modeler: str = "single", where: str = ""
+                      ) -> tuple[Extrapolated, bool]:
+    """The span's extra over the work (span minus the slowest processor's own time: start skew
+    and waiting) at ``target``, and whether it grows with n.
+
+    ``ns`` and ``extras`` are one pair per timed pilot run. The extra is not the superstep's
+    work and is not scaled with it: it is the median of the pilot runs' extras, its interval
+    their spread (the (1 - level)/2 and (1 + level)/2 quantiles: what one run's extra ranges
+    over). Only where the pilot runs show it growing with n (Kendall's tau between n and the
+    extra, one-sided p < :data:`GROWTH_P`) is it extrapolated with a growth model
+    (:func:`extrapolate`), and the second value is True."""
+    from scipy import stats
+
+    n = np.asarray(ns, dtype=np.float64)
+    x = np.asarray(extras, dtype=np.float64)
+    if len(n) != len(x) or not len(x) or not np.all(np.isfinite(x)) or np.any(x < 0):
+        raise BadInput(f"{where}: the span's extra over the work must be one finite value "
+                       ">= 0 per pilot run", "check the pilot runs' records")
+    if not np.any(x):
+        return Extrapolated(0.0, 0.0, 0.0, "zero in every pilot run"), False
+    if np.ptp(x) > 0 and np.ptp(n) > 0:
+        tau = stats.kendalltau(n, x, alternative="greater")
+        test = f"Kendall's tau with n {tau.statistic:.2f}, one-sided p = {tau.pvalue:.2g}"
+        if tau.pvalue < GROWTH_P and len(set(n.tolist())) >= 3:
+            e = extrapolate(ns, extras, target, level=level, modeler=modeler, where=where)
+            return replace(e, how=f"grows with n ({test}): {e.how}"), True
+    else:
+        test = "the same in every pilot run" if np.ptp(x) == 0 else "one size"
+    lo, mid, hi = np.quantile(x, [(1 - level) / 2, 0.5, (1 + level) / 2])
+    return Extrapolated(float(mid), float(lo), float(hi),
+                        f"median of {len(x)} pilot runs, not scaled with n ({test}); "
+                        f"interval: their {level:.0%} spread"), False
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One superstep at the target as the checking runs measured it: medians over the runs
+    (ns) of the slowest processor's own time, of the span and of the start skew."""
+
+    work_ns: float
+    span_ns: float
+    skew_ns: float
+
+    def to_json(self) -> dict[str, float]:
+        return {"work_s": self.work_ns * 1e-9, "span_s": self.span_ns * 1e-9,
+                "skew_s": self.skew_ns * 1e-9}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A forecast (seconds, with its interval) against the time measured for it."""
+
+    forecast_s: float
+    lower_s: float
+    upper_s: float
+    measured_s: float
+
+    @property
+    def e(self) -> float | None:
+        """E = max(T, P) / min(T, P) (1 is perfect); None unless both are > 0."""
+        t, p = self.measured_s, self.forecast_s
+        return max(t, p) / min(t, p) if t > 0 and p > 0 else None
+
+    @property
+    def inside(self) -> bool:
+        return self.lower_s <= self.measured_s <= self.upper_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {"forecast_s": self.forecast_s, "interval_s": [self.lower_s, self.upper_s],
+                "measured_s": self.measured_s, "E": self.e, "inside": self.inside}
+
+
 @dataclass(frozen=True)
 class StepForecast:
+    """One superstep at the target. The forecast (:attr:`predicted_s`, :attr:`interval_s`) is
+    of its work, the slowest processor's own time; :attr:`span_s` adds the span's extra
+    (start skew and waiting), forecast on its own (:attr:`extra`)."""
+
     index: int
     name: str
-    time_only: Extrapolated  # seconds
+    time_only: Extrapolated  # seconds: a growth model of the work time
     counters: Mapping[str, Extrapolated]  # summed over processors
     variant: str | None = None
     f: Breakdown | None = None  # ns
     f_interval_ns: tuple[float, float] | None = None
     why: str | None = None  # why there is no F
-    pilot_f_error: float | None = None  # average E of F on the pilot runs' own counters
+    pilot_f_error: float | None = None  # average E of F on the pilot runs' own work times
     bsp_ns: Mapping[str, float] = field(default_factory=dict)
-    work: Extrapolated | None = None  # seconds: time scaled by the counted work
+    scaled: Extrapolated | None = None  # seconds: work time scaled by the counted work
+    extra: Extrapolated | None = None  # seconds: the span less the work (None: not measured)
 
     @property
     def basis(self) -> str:
-        """The forecast the pilot runs trust most. ``"F"`` when F's average E on the pilot
-        runs' own counters is at most the other forecast's MRE on the pilots (both are 1 plus
-        a relative error; the other is work where counted, else time-only);
-        else ``"work"`` (the time scaled by the counted work) where the work was counted, else
-        ``"time"`` (the time extrapolated directly). Work scaling is preferred to time-only
-        without a contest between them: a growth model of a noisy time, fitted over sizes
-        that cross a cache level, extrapolates that crossing's curvature; the counted work
-        grows as the algorithm does, and the largest pilot's time per unit of work is the one
-        measured nearest the target."""
-        other = self.work or self.time_only
+        """The work forecast the pilot runs trust most. ``"F"`` when F's average E on the
+        pilot runs' own work times is at most the other forecast's MRE on the pilots (both are
+        1 plus a relative error; the other is scaled where counted, else time-only);
+        else ``"scaled"`` (the work time scaled by the counted instructions) where they were
+        counted, else ``"time"`` (the work time extrapolated directly). Scaling is preferred
+        to time-only without a contest between them: a growth model of a noisy time, fitted
+        over sizes that cross a cache level, extrapolates that crossing's curvature; the
+        counted instructions grow as the algorithm does, and the largest pilot's time per
+        instruction is the one measured nearest the target."""
+        other = self.scaled or self.time_only
         if self.f is not None and self.pilot_f_error is not None and (
                 other.pilot_mre is None or self.pilot_f_error <= other.pilot_mre):
             return "F"
-        return "work" if self.work is not None else "time"
+        return "scaled" if self.scaled is not None else "time"
 
     def _basis(self) -> Extrapolated | None:
-        return {"work": self.work, "time": self.time_only}.get(self.basis)
+        return {"scaled": self.scaled, "time": self.time_only}.get(self.basis)
 
     @property
     def f_s(self) -> float | None:
@@ -229,7 +372,7 @@ class StepForecast:
 
     @property
     def predicted_s(self) -> float:
-        """The forecast of :attr:`basis`."""
+        """The work time forecast by :attr:`basis`."""
         e = self._basis()
         return e.value if e is not None else self.f.f * 1e-9 if self.f is not None else 0.0
 
@@ -243,15 +386,40 @@ class StepForecast:
         return self.f_interval_ns[0] * 1e-9, self.f_interval_ns[1] * 1e-9
 
     @property
+    def span_s(self) -> float:
+        """The span forecast: the work's plus the extra's (the work's where no extra)."""
+        return self.predicted_s + (self.extra.value if self.extra is not None else 0.0)
+
+    @property
+    def span_interval_s(self) -> tuple[float, float]:
+        """The work's interval plus the extra's, bound by bound."""
+        lo, hi = self.interval_s
+        if self.extra is None:
+            return lo, hi
+        return lo + self.extra.lower, hi + self.extra.upper
+
+    @property
     def f_interval_s(self) -> tuple[float, float] | None:
         if self.f_interval_ns is None:
             return None
         return self.f_interval_ns[0] * 1e-9, self.f_interval_ns[1] * 1e-9
 
+    def compare(self, m: Measured) -> dict[str, Comparison]:
+        """``--check``: the work forecast against the measured work, the span forecast
+        against the measured span."""
+        return {"work": Comparison(self.predicted_s, *self.interval_s, m.work_ns * 1e-9),
+                "span": Comparison(self.span_s, *self.span_interval_s, m.span_ns * 1e-9)}
+
     def to_json(self) -> dict[str, Any]:
         fi = self.f_interval_s
-        return {"index": self.index, "name": self.name, "predicted_s": self.predicted_s,
-                "interval_s": list(self.interval_s), "basis": self.basis,
+        x = self.extra
+        return {"index": self.index, "name": self.name,
+                "predicted_s": self.predicted_s, "interval_s": list(self.interval_s),
+                "basis": self.basis,
+                "span_s": self.span_s, "span_interval_s": list(self.span_interval_s),
+                "extra_s": x.value if x else None,
+                "extra_interval_s": [x.lower, x.upper] if x else None,
+                "extra_model": x.how if x else None,
                 "F_s": self.f_s, "F_interval_s": list(fi) if fi else None,
                 "dominating": self.f.dominant if self.f is not None else None,
                 "variant": self.variant, "why": self.why,
@@ -259,10 +427,11 @@ class StepForecast:
                 "time_only_interval_s": [self.time_only.lower, self.time_only.upper],
                 "time_only_model": self.time_only.how,
                 "time_only_pilot_mre": self.time_only.pilot_mre,
-                "work_s": self.work.value if self.work else None,
-                "work_interval_s": [self.work.lower, self.work.upper] if self.work else None,
-                "work_model": self.work.how if self.work else None,
-                "work_pilot_mre": self.work.pilot_mre if self.work else None,
+                "scaled_s": self.scaled.value if self.scaled else None,
+                "scaled_interval_s": [self.scaled.lower, self.scaled.upper]
+                if self.scaled else None,
+                "scaled_model": self.scaled.how if self.scaled else None,
+                "scaled_pilot_mre": self.scaled.pilot_mre if self.scaled else None,
                 "pilot_f_error": self.pilot_f_error,
                 "counters": {k: v.value for k, v in self.counters.items()},
                 "counter_models": {k: v.how for k, v in self.counters.items()},
@@ -278,20 +447,42 @@ class Forecast:
     notes: tuple[str, ...] = ()
 
     def total(self) -> tuple[float, float, float]:
-        """Predicted seconds in all, and the interval (the supersteps' bounds summed)."""
+        """Predicted work in all (seconds), and the interval (the supersteps' bounds
+        summed)."""
         return (sum(s.predicted_s for s in self.steps),
                 sum(s.interval_s[0] for s in self.steps),
                 sum(s.interval_s[1] for s in self.steps))
 
+    def span_total(self) -> tuple[float, float, float]:
+        """Predicted span in all (seconds), and the interval (the supersteps' bounds
+        summed)."""
+        return (sum(s.span_s for s in self.steps),
+                sum(s.span_interval_s[0] for s in self.steps),
+                sum(s.span_interval_s[1] for s in self.steps))
+
+    def compare(self, measured: Mapping[tuple[int, str], Measured]
+                ) -> tuple[dict[tuple[int, str], dict[str, Comparison]], dict[str, Comparison]]:
+        """``--check``: per superstep measured at the target, :meth:`StepForecast.compare`;
+        and in all, the forecasts summed against the measured times summed (a superstep the
+        checking runs lack counts in the forecast only)."""
+        per = {(s.index, s.name): s.compare(measured[(s.index, s.name)])
+               for s in self.steps if (s.index, s.name) in measured}
+        totals = {"work": self.total(), "span": self.span_total()}
+        whole = {k: Comparison(*totals[k], sum(c[k].measured_s for c in per.values()))
+                 for k in ("work", "span")}
+        return per, whole
+
     def to_json(self) -> dict[str, Any]:
         p, lo, hi = self.total()
+        sp, slo, shi = self.span_total()
         return {"target": self.target, "sizes": list(self.sizes), "profile": self.profile,
                 "variant": next((s.variant for s in self.steps if s.variant), None),
                 "supersteps": [s.to_json() for s in self.steps],
                 "total": {"predicted_s": p, "interval_s": [lo, hi],
+                          "span_s": sp, "span_interval_s": [slo, shi],
                           "F_s": _sum_or_none([s.f_s for s in self.steps]),
-                          "work_s": _sum_or_none([s.work.value if s.work else None
-                                                  for s in self.steps]),
+                          "scaled_s": _sum_or_none([s.scaled.value if s.scaled else None
+                                                    for s in self.steps]),
                           "time_only_s": sum(s.time_only.value for s in self.steps)},
                 "notes": list(self.notes)}
 
@@ -318,7 +509,8 @@ def _shares(steps: Sequence[Step], counters: Sequence[str]) -> dict[str, np.ndar
 def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | None, *,
              level: float = 0.9, modeler: str = "single", variant: str | None = None,
              progress: md.Progress = md.no_progress) -> Forecast:
-    """Every superstep at ``target``: counters and time extrapolated, F on the counters."""
+    """Every superstep at ``target``: counters and work time extrapolated, F on the
+    counters, the span's extra over the work forecast on its own (:func:`extrapolate_extra`)."""
     keys = check_runs(runs)
     if not (math.isfinite(target) and target > 0):
         raise BadInput(f"target {target!r} is not a size > 0", "give the target size n")
@@ -335,20 +527,34 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
         where = f"superstep {index}:{name}"
         progress(f"{where}: fitting growth models")
         steps = [r.steps[i] for r in runs]
-        tn = [(r.size, t) for r in runs for t in r.step_times(i)]
-        if any(not t > 0 for _, t in tn) or any(not r.step_times(i) for r in runs):
+        # (size, work, span) of every timed run: work is the slowest processor's own time
+        tws = [(r.size, w, t) for r in runs
+               for w, t in zip(r.step_work(i), r.step_times(i), strict=True)]
+        if any(not (w > 0 and t > 0) for _, w, t in tws) or any(not r.step_times(i)
+                                                                for r in runs):
             raise BadInput(f"{where}: a pilot run has no time for it",
                            "give complete records (no incomplete supersteps)")
-        time_only = extrapolate([n for n, _ in tn], [t * 1e-9 for _, t in tn], target,
-                                level=level, modeler=modeler, where=f"{where}: time")
+        if any(w > t for _, w, t in tws):
+            raise BadInput(f"{where}: a pilot run's slowest processor worked longer than the "
+                           "superstep's span", "give the runs' own records (counterd record)")
+        time_only = extrapolate([n for n, _, _ in tws], [w * 1e-9 for _, w, _ in tws], target,
+                                level=level, modeler=modeler, where=f"{where}: work time")
+        extra, grows = extrapolate_extra([n for n, _, _ in tws],
+                                         [(t - w) * 1e-9 for _, w, t in tws], target,
+                                         level=level, modeler=modeler,
+                                         where=f"{where}: span less work")
+        if grows:
+            notes.append(f"{where}: the span's extra over the work (start skew, waiting) grows "
+                         f"with n in the pilot runs, so it is extrapolated ({extra.how})")
         names = sorted(set.intersection(*(set(s.counters) for s in steps)))
         counters = {c: extrapolate(ns, [float(s.counter(c).sum()) for s in steps], target,
                                    level=level, modeler=modeler, where=f"{where}: {c}")
                     for c in names}
-        work = None
+        scaled = None
         if WORK in counters:
-            work = scale_by_work(
-                sizes, [float(np.median([t for n, t in tn if n == m])) * 1e-9 for m in sizes],
+            scaled = scale_by_work(
+                sizes, [float(np.median([w for n, w, _ in tws if n == m])) * 1e-9
+                        for m in sizes],
                 [float(np.mean([s.counter(WORK).sum() for r, s in zip(runs, steps, strict=True)
                                 if r.size == m])) for m in sizes],
                 counters[WORK], level=level)
@@ -363,8 +569,10 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
                                             shares)).f
                 hi = fm.evaluate(_at_target(steps[-1], {c: e.upper for c, e in counters.items()},
                                             shares)).f
+                # F predicts the work: it is judged on the pilot runs' work times
                 pilot_e = [max(t, p) / min(t, p) for t, p in
-                           ((float(s.time_ns or 0), fm.evaluate(s).f) for s in steps) if p > 0]
+                           ((float(np.median(r.step_work(i))), fm.evaluate(s).f)
+                            for r, s in zip(runs, steps, strict=True)) if p > 0]
                 sf = StepForecast(index, name, time_only, counters, v, fm.evaluate(mid),
                                   (lo, hi), None,
                                   float(np.mean(pilot_e)) if pilot_e else None,
@@ -375,7 +583,7 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
             sf = StepForecast(index, name, time_only, counters, why="no profile given")
         else:
             sf = StepForecast(index, name, time_only, counters, why="no counters recorded")
-        out.append(replace(sf, work=work))
+        out.append(replace(sf, scaled=scaled, extra=extra))
     return Forecast(float(target), sizes, profile.name if profile else None, tuple(out),
                     tuple(notes))
 
@@ -422,14 +630,11 @@ def timing_features(backend: str) -> str:
     return "as-counted" if backend == "callgrind" else "native"
 
 
-def record_run(template: str, n: float, backend: str, out: Any, *, what: str,
-               cpu_features: str = "auto") -> list[Step]:
-    """One run of the command at size ``n`` under ``counterd record --backend backend
-    --cpu-features cpu_features``; its supersteps. A failed run or one without supersteps is
-    a BadInput naming the run."""
+def _record(template: str, n: float, backend: str, out: Any, *, what: str,
+            cpu_features: str) -> None:
+    """One run of the command at size ``n`` under ``counterd record``; BadInput naming the run
+    if it fails."""
     import subprocess
-
-    from predictor.inputs import load_counters
 
     cmd = [*_counterd(), "record", "--backend", backend, "--cpu-features", cpu_features,
            "--out", str(out), "--", *command_for(template, n)]
@@ -438,11 +643,34 @@ def record_run(template: str, n: float, backend: str, out: Any, *, what: str,
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise BadInput(f"{what} (n = {_size_text(n)}) failed with exit code "
                        f"{proc.returncode}: {tail}", "run the command by hand at that size")
+
+
+_NO_SUPERSTEPS = "mark the program's supersteps with counterd.superstep"
+
+
+def record_run(template: str, n: float, backend: str, out: Any, *, what: str,
+               cpu_features: str = "auto") -> list[Step]:
+    """One run of the command at size ``n`` under ``counterd record --backend backend
+    --cpu-features cpu_features``; its supersteps. A failed run or one without supersteps is
+    a BadInput naming the run."""
+    from predictor.inputs import load_counters
+
+    _record(template, n, backend, out, what=what, cpu_features=cpu_features)
     steps = load_counters(out)
     if not steps:
-        raise BadInput(f"{what} (n = {_size_text(n)}) recorded no supersteps",
-                       "mark the program's supersteps with counterd.superstep")
+        raise BadInput(f"{what} (n = {_size_text(n)}) recorded no supersteps", _NO_SUPERSTEPS)
     return steps
+
+
+def record_timed(template: str, n: float, out: Any, *, what: str,
+                 cpu_features: str = "auto") -> list[Timing]:
+    """One timed run (``--backend none``) of the command at size ``n``; its supersteps' times
+    (:func:`load_timings`). A failed run or one without supersteps is a BadInput naming it."""
+    _record(template, n, "none", out, what=what, cpu_features=cpu_features)
+    timings = load_timings(out)
+    if not timings:
+        raise BadInput(f"{what} (n = {_size_text(n)}) recorded no supersteps", _NO_SUPERSTEPS)
+    return timings
 
 
 def record_path(workdir: Any, kind: str, n: float, r: int | None = None) -> Any:
@@ -457,24 +685,31 @@ def load_campaign(workdir: Any, sizes: Sequence[float], repeat: int) -> list[Pil
     from predictor.inputs import load_counters
 
     return [pilot_run(n, load_counters(record_path(workdir, "counted", n)),
-                      [load_counters(record_path(workdir, "timed", n, r)) for r in range(repeat)])
+                      [load_timings(record_path(workdir, "timed", n, r)) for r in range(repeat)])
             for n in sizes]
 
 
-def pilot_run(n: float, counted: Sequence[Step], timed: Sequence[Sequence[Step]]) -> PilotRun:
-    """The pilot run at size ``n``: the counted run's steps, each with the median time of the
-    timed runs (a counting source such as Callgrind slows the program down; times are always
-    measured without it), and every timed run's times for the time model."""
+def pilot_run(n: float, counted: Sequence[Step], timed: Sequence[Sequence[Timing]]
+              ) -> PilotRun:
+    """The pilot run at size ``n``: the counted run's steps, each with the median span and
+    work of the timed runs (a counting source such as Callgrind slows the program down; times
+    are always measured without it), and every timed run's span and work for the models."""
     what = f"n = {_size_text(n)}"
     keys = [split_name(s) for s in counted]
+    by_key = []
     for t in timed:
-        if [split_name(s) for s in t] != keys:
+        mine = {x.key: x for x in t}
+        if sorted(mine) != sorted(keys) or len(mine) != len(t):
             raise BadInput(f"{what}: the timed and the counted runs have different supersteps",
                            "pilot runs must have the same supersteps every time")
-    times = tuple(tuple(float(t[i].time_ns or 0) for t in timed) for i in range(len(counted)))
+        by_key.append(mine)
+    spans = tuple(tuple(float(m[k].span_ns or 0) for m in by_key) for k in keys)
+    work = tuple(tuple(float(m[k].work_ns or 0) for m in by_key) for k in keys)
     steps = tuple(Step(s.name, s.counters, s.ranks, s.bank_lm, s.bank_wb, s.k, s.m_b,
-                       float(np.median(times[i])), s.meta) for i, s in enumerate(counted))
-    return PilotRun(float(n), steps, f"the run at {what}", times)
+                       float(np.median(spans[i])),
+                       {**s.meta, "work_ns": float(np.median(work[i]))})
+                  for i, s in enumerate(counted))
+    return PilotRun(float(n), steps, f"the run at {what}", spans, work)
 
 
 def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
@@ -511,9 +746,9 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
         for r in range(repeat):
             progress(f"n = {_size_text(n)}: timed run {r + 1}/{repeat}{left(i, r)}")
             t1 = time.monotonic()
-            timed.append(record_run(template, n, "none", record_path(work, "timed", n, r),
-                                    what=f"timed pilot run {r + 1}",
-                                    cpu_features=timing_features(backend)))
+            timed.append(record_timed(template, n, record_path(work, "timed", n, r),
+                                      what=f"timed pilot run {r + 1}",
+                                      cpu_features=timing_features(backend)))
             spent["timed"][0] += time.monotonic() - t1
             spent["timed"][1] += 1
         progress(f"n = {_size_text(n)}: counted run ({backend}){left(i, repeat)}")
@@ -528,17 +763,26 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
 
 def measure_target(template: str, target: float, *, repeat: int, workdir: Any,
                    backend: str = "callgrind", progress: md.Progress = md.no_progress
-                   ) -> list[tuple[tuple[int, str], float]]:
-    """``--check``: the target size's supersteps and their median measured time (ns), timed
-    as the pilots were beside counts from ``backend``."""
+                   ) -> dict[tuple[int, str], Measured]:
+    """``--check``: the target size's supersteps, each with the medians over ``repeat`` timed
+    runs of its work (the slowest processor's own time), span and start skew, timed as the
+    pilots were beside counts from ``backend``. A superstep some checking run did not end is
+    left out."""
     from pathlib import Path
 
     timed = []
     for r in range(repeat):
         progress(f"n = {_size_text(target)}: checking run {r + 1}/{repeat}")
-        timed.append(record_run(template, target, "none",
-                                Path(workdir) / f"check-{r}.jsonl", what="checking run",
-                                cpu_features=timing_features(backend)))
-    keys = [split_name(s) for s in timed[0]]
-    return [(k, float(np.median([float(t[i].time_ns or 0) for t in timed])))
-            for i, k in enumerate(keys)]
+        timed.append({t.key: t for t in record_timed(
+            template, target, Path(workdir) / f"check-{r}.jsonl", what="checking run",
+            cpu_features=timing_features(backend))})
+    out = {}
+    for k in timed[0]:
+        ts = [t.get(k) for t in timed]
+        got = [t for t in ts if t is not None and t.span_ns is not None
+               and t.work_ns is not None]
+        if len(got) == len(ts):
+            out[k] = Measured(float(np.median([t.work_ns or 0 for t in got])),
+                              float(np.median([t.span_ns or 0 for t in got])),
+                              float(np.median([t.skew_ns for t in got])))
+    return out

@@ -132,7 +132,7 @@ def _step_forecast(f_error, t_mre, w_mre=False):
     t = pilot.Extrapolated(2e-3, 1e-3, 3e-3, "c*n", t_mre)
     w = None if w_mre is False else pilot.Extrapolated(4e-3, 3e-3, 5e-3, "scaled", w_mre)
     return pilot.StepForecast(0, "x", t, {}, "paper", b, (b.f * 0.5, b.f * 2), None, f_error,
-                              work=w)
+                              scaled=w)
 
 
 @pytest.mark.parametrize("f_error, t_mre, w_mre, basis", [
@@ -142,16 +142,16 @@ def _step_forecast(f_error, t_mre, w_mre=False):
     (1.09, 1.10, False, "F"),    # F a little better on the pilots: F
     (None, 1.10, False, "time"),  # F could not be checked on the pilots: time-only
     (1.50, None, False, "F"),    # time-only scaled linearly (no cross-validation): F
-    (1.30, 1.10, 1.20, "work"),  # work counted: work, whatever time-only's pilot error
-    (1.05, 1.01, 1.10, "F"),     # F against work, not against time-only
-    (1.15, 1.01, 1.10, "work"),
+    (1.30, 1.10, 1.20, "scaled"),  # instructions counted: scaled, whatever time-only's error
+    (1.05, 1.01, 1.10, "F"),     # F against scaled, not against time-only
+    (1.15, 1.01, 1.10, "scaled"),
 ])
 def test_the_forecast_is_the_one_the_pilot_runs_trust(f_error, t_mre, w_mre, basis):
     s = _step_forecast(f_error, t_mre, w_mre)
     assert s.basis == basis
     if basis == "F":
         assert s.predicted_s == s.f_s and s.interval_s == s.f_interval_s
-    elif basis == "work":
+    elif basis == "scaled":
         assert s.predicted_s == 4e-3 and s.interval_s == (3e-3, 5e-3)
     else:
         assert s.predicted_s == 2e-3 and s.interval_s == (1e-3, 3e-3)
@@ -206,29 +206,160 @@ def test_work_scaling_interval_coverage_is_measured():
     assert 0.85 <= inside / reps <= 0.99, inside / reps
 
 
-def test_a_kept_campaign_loads_back_as_its_pilot_runs(tmp_path):
-    """``--keep DIR`` records, read back: the counted run's counters with the timed runs'
-    median time, every timed time kept; a timed run with other supersteps is refused."""
+def _write_records(path, steps, skew=0):
+    """A ``counterd record`` file of one run: per (name, work ns) two ranks, rank 1 beginning
+    ``skew`` ns after rank 0 and working the whole ``work``, rank 0 half of it."""
     import json
 
-    def write(path, times):
-        rows = [{"format": 1, "run_id": "r", "pid": 1, "rank": 0, "index": i, "name": name,
-                 "begin_ns": 0, "end_ns": int(t), "duration_ns": int(t), "host": "h",
-                 "counters": {"loads": {"value": 10.0 * (i + 1), "source": "simulated"}}}
-                for i, (name, t) in enumerate(times)]
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from counterd.events import CounterValue, Source
+    from counterd.records import SuperstepRecord, write_jsonl
 
+    t0, records = 1_000_000, []
+    for i, (name, work) in enumerate(steps):
+        for rank, begin, own in ((0, t0, int(work) // 2), (1, t0 + int(skew), int(work))):
+            records.append(SuperstepRecord(
+                "r", i, name, rank, 100 + rank, rank, begin, begin + own,
+                {"loads": CounterValue(5.0 * (i + 1), Source.SIMULATED)}, host="h"))
+        t0 += int(skew) + int(work) + 1000
+    write_jsonl(records, path)
+    assert json.loads(path.read_text().splitlines()[0])["format"] == 1
+
+
+def test_a_kept_campaign_loads_back_as_its_pilot_runs(tmp_path):
+    """``--keep DIR`` records, read back: the counted run's counters with the timed runs'
+    median span and work, every timed run's span and work kept (as counterd.records.Superstep
+    gives them); a timed run with other supersteps is refused."""
     for n in SIZES[:3]:
-        write(pilot.record_path(tmp_path, "counted", n), [("a", 9e9), ("b", 9e9)])
+        _write_records(pilot.record_path(tmp_path, "counted", n), [("a", 9e9), ("b", 9e9)])
         for r, t in enumerate((1e6, 3e6, 2e6)):
-            write(pilot.record_path(tmp_path, "timed", n, r), [("a", t * n / 1e5), ("b", t)])
+            _write_records(pilot.record_path(tmp_path, "timed", n, r),
+                           [("a", t * n / 1e5), ("b", t)], skew=5e5 * (r + 1))
     runs = pilot.load_campaign(tmp_path, SIZES[:3], 3)
     assert [r.size for r in runs] == SIZES[:3]
-    assert runs[1].steps[0].time_ns == 4e6 and runs[1].step_times(0) == [2e6, 6e6, 4e6]
+    assert runs[1].step_work(0) == [2e6, 6e6, 4e6]
+    assert runs[1].step_times(0) == [2.5e6, 7e6, 5.5e6]  # work + skew (rank 1 ends last)
+    assert runs[1].steps[0].time_ns == 5.5e6 and runs[1].steps[0].meta["work_ns"] == 4e6
     assert runs[0].steps[1].counter("loads").sum() == 20.0
-    write(pilot.record_path(tmp_path, "timed", SIZES[2], 1), [("a", 1e6), ("c", 1e6)])
+    _write_records(pilot.record_path(tmp_path, "timed", SIZES[2], 1), [("a", 1e6), ("c", 1e6)])
     with pytest.raises(BadInput, match="different supersteps"):
         pilot.load_campaign(tmp_path, SIZES[:3], 3)
+
+
+# -- work and span apart ----------------------------------------------------------------------
+
+SKEW_S = 0.020  # start skew of the synthetic program's processors: 20 ms whatever n is
+
+
+def _skewed_runs(rng, repeat=5, skew_noise=0.002, work_noise=0.01):
+    """Two processors: the slowest one's own time is 10 ns per element (linear in n), and the
+    span adds a start skew of 20 ms (+-2 ms), the same at every size."""
+    runs = []
+    for n in SIZES:
+        work = [1e-8 * n * 1e9 * (1 + work_noise * rng.standard_normal())
+                for _ in range(repeat)]
+        span = [w + (SKEW_S + skew_noise * rng.standard_normal()) * 1e9 for w in work]
+        step = Step("0:local scan", {}, (0, 1), time_ns=float(np.median(span)),
+                    meta={"work_ns": float(np.median(work))})
+        runs.append(pilot.PilotRun(n, (step,), f"run-{n:g}", (tuple(span),), (tuple(work),)))
+    return runs
+
+
+def test_a_constant_start_skew_is_not_scaled_with_the_work():
+    """Work linear in n, a 20 ms start skew at every size, target 16x the largest pilot: the
+    work forecast follows the work (80 ms at 8e6), the span forecast is that plus 20 ms (not
+    the skew scaled up with the work, which would be 320 ms more) and its interval holds it."""
+    target = 16 * SIZES[-1]
+    fc = pilot.forecast(_skewed_runs(np.random.default_rng(31)), target, None)
+    (s,) = fc.steps
+    work, span = 1e-8 * target, 1e-8 * target + SKEW_S
+    assert s.predicted_s == pytest.approx(work, rel=0.05)
+    assert s.interval_s[0] <= work <= s.interval_s[1]
+    assert s.extra is not None and s.extra.value == pytest.approx(SKEW_S, rel=0.15)
+    assert "not scaled with n" in s.extra.how and not fc.notes
+    assert s.span_s == pytest.approx(span, rel=0.05)
+    assert s.span_s == s.predicted_s + s.extra.value
+    lo, hi = s.span_interval_s
+    assert lo <= span <= hi and lo == s.interval_s[0] + s.extra.lower
+    # what the pilot did when it fitted the span itself: the skew scaled with the work
+    spans = [(r.size, t * 1e-9) for r in _skewed_runs(np.random.default_rng(31))
+             for t in r.step_times(0)]
+    by_span = pilot.extrapolate([n for n, _ in spans], [t for _, t in spans], target)
+    assert by_span.value > 1.5 * span
+    j = s.to_json()
+    assert j["span_s"] == s.span_s and j["extra_s"] == s.extra.value
+    assert j["predicted_s"] == s.predicted_s and "not scaled" in j["extra_model"]
+    p, plo, phi = fc.span_total()
+    assert fc.to_json()["total"]["span_s"] == p and plo <= p <= phi
+
+
+def test_the_work_is_judged_against_f_not_the_span():
+    """F fits the pilot runs' work exactly while their spans carry 20 ms of skew: F's error
+    on the pilots is that of the work (about 1), not of the span."""
+    rng = np.random.default_rng(12)
+    runs = []
+    for n in SIZES:
+        r = _run(n, rng, noise=0.0)
+        work = tuple((s.time_ns,) * 3 for s in r.steps)
+        span = tuple(tuple(w + SKEW_S * 1e9 for w in ws) for ws in work)
+        runs.append(pilot.PilotRun(n, r.steps, r.source, span, work))
+    fc = pilot.forecast(runs, 2e6, PROFILE)
+    for s in fc.steps:
+        assert s.pilot_f_error == pytest.approx(1.0, abs=1e-6) and s.basis == "F"
+        assert s.predicted_s == s.f_s
+        assert s.extra is not None and s.extra.value == pytest.approx(SKEW_S)
+        assert s.span_s == pytest.approx(s.f_s + SKEW_S)
+
+
+def test_an_extra_that_grows_with_n_is_extrapolated_and_said():
+    """A wait that grows with n (here 5 % of the work, +-1 %): the pilots show the trend
+    (Kendall's tau), so the extra is extrapolated rather than held at the pilots' median, and
+    a note says so."""
+    rng = np.random.default_rng(2)
+    runs = []
+    for n in SIZES:
+        work = [1e-8 * n * 1e9 * (1 + 0.01 * rng.standard_normal()) for _ in range(3)]
+        span = [w * (1.05 + 0.01 * rng.standard_normal()) for w in work]
+        runs.append(pilot.PilotRun(n, (Step("0:x", {}, (0, 1), time_ns=float(np.median(span))),),
+                                   "r", (tuple(span),), (tuple(work),)))
+    fc = pilot.forecast(runs, 2e6, None)
+    (s,) = fc.steps
+    assert s.extra is not None and s.extra.how.startswith("grows with n")
+    assert s.extra.value == pytest.approx(0.05 * 1e-8 * 2e6, rel=0.3)
+    assert any("grows with n" in note and "0:x" in note for note in fc.notes)
+
+
+def test_extra_without_skew_is_zero_and_bad_extras_are_refused():
+    e, grows = pilot.extrapolate_extra(SIZES, [0.0] * 5, 1e6)
+    assert (e.value, e.lower, e.upper, grows) == (0.0, 0.0, 0.0, False)
+    e, grows = pilot.extrapolate_extra(SIZES, [3e-3] * 5, 1e6)
+    assert (e.value, e.lower, e.upper, grows) == (3e-3, 3e-3, 3e-3, False)
+    with pytest.raises(BadInput, match="extra"):
+        pilot.extrapolate_extra(SIZES, [1e-3, -1e-3, 0, 0, 0], 1e6)
+    runs = _skewed_runs(np.random.default_rng(1))
+    r = runs[0]
+    runs[0] = pilot.PilotRun(r.size, r.steps, "bad-run", r.work_ns, r.times_ns)  # swapped
+    with pytest.raises(BadInput, match="worked longer than the superstep's span"):
+        pilot.forecast(runs, 1e6, None)
+
+
+def test_check_compares_work_with_work_and_span_with_span():
+    """``--check``: each forecast against its measured counterpart, E for each, and the totals
+    alike."""
+    fc = pilot.forecast(_skewed_runs(np.random.default_rng(31)), 1e6, None)
+    (s,) = fc.steps
+    m = pilot.Measured(work_ns=1e7, span_ns=5e7, skew_ns=4e7)
+    per, whole = fc.compare({(0, "local scan"): m})
+    c = per[(0, "local scan")]
+    assert c["work"].measured_s == 1e-2 and c["work"].forecast_s == s.predicted_s
+    assert c["span"].measured_s == 5e-2 and c["span"].forecast_s == s.span_s
+    assert c["work"].e == pytest.approx(max(1e-2, s.predicted_s) / min(1e-2, s.predicted_s))
+    assert c["span"].e == pytest.approx(5e-2 / s.span_s)  # the span forecast is ~30 ms
+    assert c["work"].inside == (s.interval_s[0] <= 1e-2 <= s.interval_s[1])
+    assert not c["span"].inside
+    assert whole["span"].measured_s == 5e-2 and whole["span"].forecast_s == fc.span_total()[0]
+    j = c["span"].to_json()
+    assert j["E"] == c["span"].e and j["interval_s"] == list(s.span_interval_s)
+    assert pilot.Comparison(0.0, 0.0, 1.0, 1.0).e is None
 
 
 def test_a_target_inside_the_pilot_range_is_interpolated_and_said():
@@ -303,10 +434,105 @@ def test_cli_pilot_runs_the_campaign_and_forecasts(tmp_path, capsys):
     assert d["target"] == 160000 and d["sizes"] == [20000, 40000, 80000]
     assert [(s["index"], s["name"]) for s in d["supersteps"]] == [(0, "sum"), (1, "sort")]
     for s in d["supersteps"]:
-        assert s["predicted_s"] == s["time_only_s"] > 0 and s["measured_s"] > 0
-        assert s["E"] >= 1.0 and s["dominating"] is None
+        assert s["predicted_s"] == s["time_only_s"] > 0 and s["dominating"] is None
+        assert s["span_s"] == pytest.approx(s["predicted_s"] + s["extra_s"])
+        for time in ("work", "span"):
+            c = s["check"][time]
+            assert c["measured_s"] > 0 and c["E"] >= 1.0
+            assert c["forecast_s"] == s["predicted_s" if time == "work" else "span_s"]
+        # one process: the span is its own time
+        assert s["check"]["work"]["measured_s"] == s["check"]["span"]["measured_s"]
+        assert s["extra_s"] == 0.0 and s["measured"]["skew_s"] == 0.0
+    assert set(d["total"]["check"]) == {"work", "span"}
     assert "timed run 1/2" in out.err and "s left" in out.err  # progress on stderr
     assert len(list((tmp_path / "runs").glob("timed-*.jsonl"))) == 6
+
+
+SKEWED_PROG = """
+import multiprocessing as mp
+import sys
+import time
+import numpy as np
+import counterd
+
+
+def worker(rank, n, barrier):
+    counterd.set_rank(rank)
+    a = np.ones(n)
+    barrier.wait()
+    if rank == 1:
+        time.sleep(0.03)  # a start skew of 30 ms, whatever n is
+    with counterd.superstep("local sum", n=n):
+        a.sum()
+    barrier.wait()
+    with counterd.superstep("second sum", n=n):
+        a.sum()
+
+
+if __name__ == "__main__":
+    n = int(sys.argv[1])
+    ctx = mp.get_context("fork")
+    barrier = ctx.Barrier(2)
+    procs = [ctx.Process(target=worker, args=(r, n, barrier)) for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    sys.exit(max(p.exitcode for p in procs))
+"""
+
+
+def test_cli_pilot_forecasts_and_checks_work_and_span_of_two_processes(tmp_path, capsys):
+    """Two processes, the second beginning its first superstep 30 ms after the first: the
+    checking runs measure a span of 30 ms or more beside a work of well under it; the forecast
+    carries the skew as the span's extra (the span forecast is the work's plus it), and both
+    are checked, each against its own."""
+    import json
+    import sys
+
+    from predictor.cli import main
+
+    (tmp_path / "prog.py").write_text(SKEWED_PROG)
+    rc = main(["--pilot", f"{sys.executable} {tmp_path / 'prog.py'} {{n}}", "--sizes",
+               "20000,40000,80000", "--target", "160000", "--backend", "none", "--repeat", "2",
+               "--check", "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    first = json.loads(out.out)["supersteps"][0]
+    assert (first["index"], first["name"]) == (0, "local sum")
+    assert first["extra_s"] >= 0.01  # the sleep: at least a third of it on a busy host
+    assert first["span_s"] == pytest.approx(first["predicted_s"] + first["extra_s"])
+    m, c = first["measured"], first["check"]
+    assert m["skew_s"] >= 0.01 and m["span_s"] >= m["work_s"] + 0.01
+    assert c["work"]["measured_s"] == m["work_s"] and c["span"]["measured_s"] == m["span_s"]
+    assert c["work"]["forecast_s"] == first["predicted_s"]
+    assert c["span"]["forecast_s"] == first["span_s"]
+
+
+def test_cli_pilot_text_shows_work_and_span_each_checked(monkeypatch, capsys):
+    """The text output: per superstep a work row and a span row, each with its forecast,
+    interval, measured time, E and whether it fell inside; the extra on its own line."""
+    from predictor.cli import main
+
+    monkeypatch.setattr(pilot, "run_campaign",
+                        lambda *a, **k: _skewed_runs(np.random.default_rng(31)))
+    monkeypatch.setattr(pilot, "measure_target", lambda *a, **k: {
+        (0, "local scan"): pilot.Measured(work_ns=4e7, span_ns=6e7, skew_ns=2e7)})
+    rc = main(["--pilot", "prog {n}", "--sizes", ",".join(f"{n:g}" for n in SIZES),
+               "--target", "4e6", "--backend", "none", "--check"])
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 0
+    head = next(i for i, line in enumerate(out) if line.startswith("superstep"))
+    assert out[head].split()[:4] == ["superstep", "time", "forecast", "90%"]
+    # measured, E, inside last: the forecasts (40 ms of work, 20 ms of skew) hold both
+    work, span = out[head + 1].split(), out[head + 2].split()
+    assert work[:4] == ["0", "local", "scan", "work"] and work[-4:-2] == ["40.0", "ms"]
+    assert 1.0 <= float(work[-2]) < 1.1 and work[-1] == "yes"
+    assert span[0] == "span" and "+extra" in span and span[-4:-2] == ["60.0", "ms"]
+    assert 1.0 <= float(span[-2]) < 1.1 and span[-1] == "yes"
+    assert any(line.strip().startswith("extra (span less work)") for line in out)
+    assert any(line.startswith("measured in all: work 40.0 ms, E ") and "; span 60.0 ms, E "
+               in line for line in out)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -351,7 +577,8 @@ def test_cli_pilot_refuses_a_profile_of_another_host(tmp_path, capsys):
 @pytest.mark.skipif(__import__("shutil").which("valgrind") is None, reason="needs valgrind")
 def test_cli_pilot_with_callgrind_forecasts_from_the_counted_work(tmp_path, capsys):
     """End to end with the host's counting source: instructions counted at every pilot size,
-    every superstep forecast by work scaling, every counter extrapolated and labelled."""
+    every superstep's work forecast by scaling with the instructions, every counter
+    extrapolated and labelled."""
     import json
 
     from predictor.cli import main
@@ -362,9 +589,9 @@ def test_cli_pilot_with_callgrind_forecasts_from_the_counted_work(tmp_path, caps
     assert rc == 0, out.err
     d = json.loads(out.out)
     for s in d["supersteps"]:
-        assert s["basis"] == "work" and s["predicted_s"] == s["work_s"] > 0
+        assert s["basis"] == "scaled" and s["predicted_s"] == s["scaled_s"] > 0
         lo, hi = s["interval_s"]
         assert lo <= s["predicted_s"] <= hi
-        assert s["counters"]["instructions"] > 0 and "instructions" in s["work_model"]
-    assert d["total"]["work_s"] == pytest.approx(d["total"]["predicted_s"])
+        assert s["counters"]["instructions"] > 0 and "instructions" in s["scaled_model"]
+    assert d["total"]["scaled_s"] == pytest.approx(d["total"]["predicted_s"])
     assert "counted run (callgrind)" in out.err
