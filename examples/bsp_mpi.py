@@ -20,6 +20,7 @@ def main() -> int:
     comm = MPI.COMM_WORLD
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000
     local = np.arange(comm.rank, n, comm.size, dtype=np.float64)
+    counterd.init()  # the markers set up before the first barrier (done at import under record)
     comm.Barrier()
     with counterd.superstep("local sum", n=n):
         partial = float(local.sum())

@@ -5,7 +5,7 @@ Supersteps, separated by barriers:
   0 fill      each processor writes ones into its own block  (stores)
   1 sum       each processor sums its own block              (loads)
   2 exchange  each processor sums its right neighbour's block (loads of data dirty elsewhere)
-  3 combine   processor 0 adds the partial sums              (tiny)
+  3 combine   processor 0 adds the partial sums              (tiny: 2p loads)
 
 Run it under ``counterd record --out run.jsonl -- python examples/bsp_sum.py [N] [P]``.
 """
@@ -29,6 +29,7 @@ def worker(rank: int, p: int, n: int, shm_name: str, partials_name: str,
     cpus = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
     counterd.set_rank(rank)
+    counterd.init()  # the markers set up before the first barrier (done at import under record)
     shm = shared_memory.SharedMemory(name=shm_name)
     part = shared_memory.SharedMemory(name=partials_name)
     a = np.ndarray((n,), dtype=np.float64, buffer=shm.buf)
@@ -55,8 +56,10 @@ def worker(rank: int, p: int, n: int, shm_name: str, partials_name: str,
             partials[p + rank] = a[rlo:rhi].sum()
             step.feed(words(rlo, rhi, "load"))
         barrier.wait()
-        with counterd.superstep("combine", n=n, p=p):
+        sums = StridedStream(partials.ctypes.data, 2 * p, 8, "load")  # read by processor 0
+        with counterd.superstep("combine", n=n, p=p) as step:
             if rank == 0:
+                step.feed(sums)
                 total = partials[:p].sum()
                 expect = float(n)
                 exchanged = partials[p:].sum()
