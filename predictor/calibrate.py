@@ -64,6 +64,7 @@ def calibrate(results: Results, *, name: str | None = None, folds: int = 5,
     val = [s for s in val if s.time_ns]
     models: dict[str, Any] = {}
     bsp = None
+    contention = None
     for cs in distinct_sets(levels):
         full = cs.name == "full"
         suffix = "" if full else f".{cs.name}"
@@ -72,6 +73,7 @@ def calibrate(results: Results, *, name: str | None = None, folds: int = 5,
                        suffix=suffix, select=select)
         paper, improved, diag = fits["paper"], fits["improved"], fits["diagnostics"]
         bsp = bsp or paper.bsp_
+        contention = contention or paper.contention_
         fit_steps = split_suites(results.patterns)[0]
         fit_names = [s.name for s in fit_steps]
         common = {"counter_set": cs.name, "sources": cs.sources}
@@ -101,7 +103,7 @@ def calibrate(results: Results, *, name: str | None = None, folds: int = 5,
         geometry=results.geometry,
         bank_map=results.bank_map or {"banks": 1, "provenance": "none given: one bank"},
         processors=P, word_bytes=results.word_bytes, llc_level=max(levels),
-        models=models, bsp=bsp.to_dict(),
+        models=models, bsp=bsp.to_dict(), contention=contention,
         notes=(f"fitted on {len(split_suites(results.patterns)[0])} patterns of {results.path} "
                f"(backend {results.backend})",
                *(f"no {k}{COMPUTE_SUFFIX}: {why}" for k, why in not_extended.items())))

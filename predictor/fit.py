@@ -28,7 +28,14 @@ from predictor import modeling as md
 from predictor import terms as tm
 from predictor.errors import BadInput, InsufficientPatterns, NotFittedError
 from predictor.inputs import Step, miss_counter, writeback_counter
-from predictor.model import BSPModel, FModel, bank_features, bus_features, proc_features
+from predictor.model import (
+    BSPModel,
+    Contention,
+    FModel,
+    bank_features,
+    bus_features,
+    proc_features,
+)
 
 Array = NDArray[np.float64]
 
@@ -57,6 +64,47 @@ def _exclusive(step: Step) -> bool:
 
 def _mem(step: Step) -> bool:
     return step.meta.get("level") == "mem"
+
+
+def bkc_text(bkc: float) -> str:
+    """A bank contention as the mnemonics write it: 2, 1/4."""
+    return str(Fraction(bkc).limit_denominator(1 << 10))
+
+
+def bank_contention(steps: Sequence[Step], *, processors: int, banks: int
+                    ) -> Contention | None:
+    """The least and the most bank contention of the exclusive memory patterns on all
+    ``processors`` (the classes of F2 and F3, Amato et al. section 4.2) and why each was
+    taken (:class:`predictor.model.Contention`); None where the steps have no such pattern.
+    Low contention is the paper's BKC <= 1 where the node can reach it, else the least
+    present: P processors on B banks touch at most B banks, so BKC >= P / B."""
+    P = processors
+    mem = [bkc_of(s) for s in steps if _procs(s) == P and _exclusive(s) and _mem(s)]
+    mem = [b for b in mem if np.isfinite(b)]
+    if not mem:
+        return None
+    banked = [bkc_of(s) for s in steps if _procs(s) == P and _exclusive(s) and _mem(s)
+              and s.bank_lm is not None and np.isfinite(bkc_of(s))]
+    least, lowest = P / banks, min(mem)
+    high = max(banked or mem)
+    low = max(1.0, lowest)
+    if lowest <= 1:
+        why = (f"low contention BKC <= 1 as in the paper ({P} processors on {banks} banks "
+               f"reach it)")
+    elif lowest <= least * (1 + 1e-9):
+        why = (f"low contention BKC <= {bkc_text(low)}: {P} processors on {banks} banks "
+               f"touch at most {banks} banks, so BKC cannot go below {bkc_text(least)} (the "
+               "paper's BKC <= 1 needs no more processors than banks)")
+    else:
+        why = (f"low contention BKC <= {bkc_text(low)}, the least of the results' "
+               f"all-processor exclusive memory patterns (the node allows "
+               f"{bkc_text(max(1.0, least))}; the results have no pattern there)")
+    why += f"; high contention BKC = {bkc_text(high)}, the greatest in the results"
+    if high >= P * (1 - 1e-9):
+        why += " (all processors on one bank)"
+    if high <= low * (1 + 1e-9):
+        why += "; no higher contention than the low one: F3 is fitted on F2's patterns"
+    return Contention(P, banks, low, high, least, why)
 
 
 def _times(steps: Sequence[Step], what: str) -> Array:
@@ -149,13 +197,14 @@ class PaperFit:
         c1 = md.nnls(X1, _times(s1, "F1"))
         patterns["F1"] = [s.name for s in s1]
 
-        # F2: all processors, exclusive, memory, low bank contention (paper: p8.s256.b1.-E).
-        s2 = [s for s in steps if _procs(s) == P and _exclusive(s) and _mem(s)
-              and bkc_of(s) <= 1]
-        if not s2:
+        # F2: all processors, exclusive, memory, low bank contention (paper: p8.s256.b1.-E;
+        # on more processors than banks, the least contention present: Contention).
+        cont = bank_contention(steps, processors=P, banks=self.banks)
+        if cont is None:
             raise InsufficientPatterns("F2", f"exclusive memory patterns on all {P} "
-                                       "processors with bank contention <= 1 "
-                                       f"(p{P}.*.b1.-E)")
+                                       f"processors (p{P}.*.-E at level mem)")
+        s2 = [s for s in steps if _procs(s) == P and _exclusive(s) and _mem(s)
+              and cont.is_low(bkc_of(s))]
         X2 = np.array([bus_features(s, f2_t, P) for s in s2])
         c2 = md.nnls(X2, _times(s2, "F2"))
         patterns["F2"] = [s.name for s in s2]
@@ -166,8 +215,7 @@ class PaperFit:
         if not mem_p:
             raise InsufficientPatterns("F3", f"exclusive memory patterns on all {P} "
                                        "processors with per-bank counts")
-        top = max(bkc_of(s) for s in mem_p)
-        s3 = [s for s in mem_p if bkc_of(s) == top]
+        s3 = [s for s in mem_p if cont.is_high(bkc_of(s))]
         X3 = []
         for s in s3:
             bf, _ = bank_features(s, llc, self.banks)
@@ -179,8 +227,9 @@ class PaperFit:
                              dict(zip(f2_t, map(float, c2), strict=True)),
                              dict(zip(f3_t, map(float, c3), strict=True)), 0.0, llc, P,
                              self.banks, self.name)
-        self.bsp_ = fit_bsp(steps, processors=P, banks=self.banks)
+        self.bsp_ = fit_bsp(steps, processors=P, banks=self.banks, contention=cont)
         self.patterns_ = patterns
+        self.contention_ = cont
         return self
 
     def predict(self, steps: Sequence[Step]) -> Array:
@@ -197,12 +246,17 @@ def _extreme(vals: Sequence[tuple[float, str]], what: str, need: str
     return min(good), max(good)
 
 
-def fit_bsp(steps: Sequence[Step], *, processors: int, banks: int) -> BSPModel:
+def fit_bsp(steps: Sequence[Step], *, processors: int, banks: int,
+            contention: Contention | None = None) -> BSPModel:
     """Min and max parameters of QSM, EBSP and DXBSP from the extreme patterns (seed 004
     section 4.1). For each parameter the candidates are T / (its quantity) over the patterns
     that isolate it; min and max are the extremes, and the profile records which pattern gave
-    each. Per access on the pattern's own H, K, M/p, M_b (bsp block of the results)."""
+    each. Per access on the pattern's own H, K, M/p, M_b (bsp block of the results). Low and
+    high bank contention as ``contention`` says (default: :func:`bank_contention` of ``steps``;
+    BKC <= 1 where the steps have no all-processor memory pattern)."""
     P = processors
+    cont = contention or bank_contention(steps, processors=P, banks=banks)
+    low = cont.is_low if cont is not None else (lambda b: b <= 1)
     timed = [s for s in steps if s.time_ns]
 
     def h(s: Step) -> float:
@@ -240,10 +294,12 @@ def fit_bsp(steps: Sequence[Step], *, processors: int, banks: int) -> BSPModel:
     params["EBSP"] = {"min": (e1[0][0], e2[0][0]), "max": (e1[1][0], e2[1][0])}
     pats["EBSP"] = {"min_patterns": [e1[0][1], e2[0][1]], "max_patterns": [e1[1][1], e2[1][1]]}
 
-    # DXBSP g1: low bank contention, BKC <= 1 (max from p8.s32.b1.SC); g2: per access to the
-    # busiest bank on exclusive all-processor patterns with the highest BKC (p8.s256.b8.LE/SE).
-    d1 = _extreme(per(h, [s for s in timed if bkc_of(s) <= 1]), "DXBSP",
-                  "patterns with bank contention <= 1")
+    # DXBSP g1: low bank contention, BKC <= 1 where the node reaches it (max from
+    # p8.s32.b1.SC); g2: per access to the busiest bank on exclusive all-processor patterns
+    # with the highest BKC (p8.s256.b8.LE/SE).
+    d1 = _extreme(per(h, [s for s in timed if low(bkc_of(s))]), "DXBSP",
+                  "patterns with low bank contention" + (f" (BKC <= {bkc_text(cont.low)})"
+                                                         if cont else " (BKC <= 1)"))
     hi = [s for s in timed if _procs(s) == P and _exclusive(s) and _mem(s) and s.m_b]
     if not hi:
         raise InsufficientPatterns("DXBSP", f"exclusive memory patterns on all {P} processors "
@@ -394,13 +450,13 @@ class ImprovedFit:
         """Start from the paper's classes: all-processor exclusive memory patterns go to F2
         (low BKC) or F3 (the highest BKC), everything else to F1."""
         P = self.processors
-        mem = [_procs(s) == P and _mem(s) and _exclusive(s) for s in steps]
-        top = max((bkc_of(s) for s, k in zip(steps, mem, strict=True) if k), default=np.nan)
+        cont = bank_contention(steps, processors=P, banks=self.banks)
         out = np.zeros(len(steps), dtype=np.int64)
-        if P > 1:
+        if P > 1 and cont is not None:
             for i, s in enumerate(steps):
-                if mem[i]:
-                    out[i] = 2 if bkc_of(s) == top and top > 1 else 1
+                if _procs(s) == P and _mem(s) and _exclusive(s):
+                    b = bkc_of(s)
+                    out[i] = 2 if cont.is_high(b) and not cont.is_low(b) else 1
         return out
 
     def _setup(self, steps: Sequence[Step], t: Array, f1_terms: Sequence[tm.Term]

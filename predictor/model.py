@@ -158,6 +158,59 @@ def coefficients(d: Mapping[str, Any]) -> dict[tm.Term, float]:
 
 
 @dataclass(frozen=True)
+class Contention:
+    """The bank contention a calibration took as low and as high, and why.
+
+    Bank contention (BKC, Amato et al. section 3) is active processors / distinct banks
+    touched. The paper's machine had as many processors as banks, so its low-contention
+    patterns (F2's, ``p8.s256.b1.-E``; DXBSP's g1) have BKC <= 1 and its high ones (F3's,
+    DXBSP's g2) the highest BKC, 8. On P processors and B banks, all P processors touch at
+    most B banks, so BKC >= P / B: with P > B nothing reaches BKC <= 1. Low contention is
+    therefore BKC <= ``low`` = max(1, the least BKC of the all-processor exclusive memory
+    patterns present), and high contention BKC = ``high``, the greatest present.
+    """
+
+    processors: int  # P, the machine's processors the patterns were classed on
+    banks: int  # B, the bank map's banks
+    low: float  # F2's and DXBSP g1's patterns: BKC <= low
+    high: float  # F3's and DXBSP g2's patterns: BKC == high
+    least: float  # the least BKC all P processors allow: P / B
+    why: str  # in words: which contention was taken and why
+
+    def is_low(self, bkc: float) -> bool:
+        return bool(bkc <= self.low * (1 + 1e-9))
+
+    def is_high(self, bkc: float) -> bool:
+        return bool(abs(bkc - self.high) <= 1e-9 * max(1.0, self.high))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"processors": self.processors, "banks": self.banks, "low": self.low,
+                "high": self.high, "least": self.least, "why": self.why}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Contention:
+        """The record of a profile's ``contention`` table; ValueError or TypeError naming the
+        field that is missing or of the wrong kind."""
+        def count(k: str) -> int:
+            v = d[k]
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"contention.{k} = {v!r:.40} is not a count >= 1")
+            return v
+
+        def ratio(k: str) -> float:
+            v = d[k]
+            if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v < np.inf:
+                raise ValueError(f"contention.{k} = {v!r:.40} is not a finite number >= 0")
+            return float(v)
+
+        why = d["why"]
+        if not isinstance(why, str):
+            raise TypeError(f"contention.why is {type(why).__name__}, not a string")
+        return cls(count("processors"), count("banks"), ratio("low"), ratio("high"),
+                   ratio("least"), why)
+
+
+@dataclass(frozen=True)
 class BSPQuantities:
     h: float  # max accesses of one processor
     m: float  # total accesses

@@ -10,6 +10,9 @@ Format history:
       geometry (+ levels), bank_map, machine (processors, word_bytes, llc_level), models.<v>
       (const, F1, F2, F3, patterns, diagnostics) for v in paper/improved, bsp (QSM, EBSP,
       DXBSP: min, max, min_patterns, max_patterns), notes.
+  2 - model variants by counter set (see predictor/variants.py).
+  3 - table contention: the bank contention F2 and F3 (and DXBSP's g1, g2) were fitted at,
+      and why (:class:`predictor.model.Contention`); optional (absent in versions 1 and 2).
 """
 
 from __future__ import annotations
@@ -25,15 +28,16 @@ from typing import Any
 
 from counterd.events import MISS_COUNTERS, WRITEBACK_COUNTERS
 from predictor.errors import NoVariant, ProfileError, ProfileVersionError, warn_host_mismatch
-from predictor.model import BSPModel, FModel
+from predictor.model import BSPModel, Contention, FModel
 
 PROFILE_FORMAT = "counterd-machine-profile"
 # Version history:
 #   1 - models "paper" and "improved", BSP min/max, fingerprint, bank map with provenance.
 #   2 - model variants by counter set ("improved.misses", "paper.l1_llc", ...; see
 #       predictor/variants.py), each with "counter_set", "needs" and "accuracy".
-PROFILE_VERSION = 2
-SUPPORTED_VERSIONS = (1, 2)
+#   3 - "contention": the low and high bank contention the fits took, and why.
+PROFILE_VERSION = 3
+SUPPORTED_VERSIONS = (1, 2, 3)
 FINGERPRINT_FIELDS = ("cpu_model", "cpus_online", "page_bytes", "caches")
 # A memory model extended by the compute terms (predictor.fit.ComputeFit) is "<model>.compute".
 COMPUTE_SUFFIX = ".compute"
@@ -44,6 +48,22 @@ MEMORY_COUNTERS = frozenset({"loads", "stores", "dtlb_misses", *MISS_COUNTERS,
 
 @dataclass(frozen=True)
 class MachineProfile:
+    """A calibrated machine: its fingerprint, geometry, bank map, fitted models and how.
+
+    ``processors`` is the P the profile was calibrated on, and ``contention`` the bank
+    contention its F2 and F3 were fitted at (with P above the banks, the least and most the
+    node allows; :class:`predictor.model.Contention`; None in profiles before version 3).
+
+    **A superstep on p < P processors** is predicted with the same coefficients: F1 is the
+    largest per-processor cost over the p that ran (idle ones cost nothing), F2 divides the
+    p processors' summed memory traffic by the profile's P, not by p (the bus is the
+    machine's: each idle processor adds 0 to the average; Amato et al. section 4.2 with p =
+    the machine's processors, predictor/NOTES.md #5), and F3 is the busiest bank's traffic,
+    whoever caused it. The BSP-like bounds likewise (EBSP's M/p with p = P). No coefficient
+    is rescaled by p / P: the contention a p-processor superstep meets is in its counters
+    (fewer processors, fewer misses on the bus and at each bank), which is what F charges.
+    """
+
     name: str
     host: Mapping[str, Any]  # hostname, cpu_model, cpus_online, page_bytes, caches
     geometry: Mapping[str, Any]  # spec, levels [{level, size_bytes, ways, line_bytes}], source
@@ -57,6 +77,7 @@ class MachineProfile:
     created: str = ""
     notes: tuple[str, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+    contention: Contention | None = None
 
     @property
     def banks(self) -> int:
@@ -128,6 +149,7 @@ class MachineProfile:
             "machine": {"processors": self.processors, "word_bytes": self.word_bytes,
                         "llc_level": self.llc_level},
             "models": {k: dict(v) for k, v in self.models.items()}, "bsp": dict(self.bsp),
+            "contention": self.contention.to_dict() if self.contention else None,
         }
 
     @classmethod
@@ -150,7 +172,9 @@ class MachineProfile:
                        llc_level=_count(m, "llc_level"), models=_models(d),
                        bsp=_table(d, "bsp"),
                        default_model=_text(d, "default_model", "improved"),
-                       created=_text(d, "created", ""), notes=tuple(_texts(d, "notes")))
+                       created=_text(d, "created", ""), notes=tuple(_texts(d, "notes")),
+                       contention=(Contention.from_dict(_table(d, "contention"))
+                                   if "contention" in d else None))
             _count(prof.bank_map, "banks", 1)
             for name in prof.models:  # every model the profile names can be built
                 prof.f_model(name)
@@ -324,7 +348,7 @@ def dumps(d: Mapping[str, Any], header: str = "") -> str:
 
 
 _HEADER = """counterd machine profile (predict calibrate). Every parameter: ns per event.
-Format history: 1 - first version (see predictor/profile.py)."""
+Format history: see predictor/profile.py (3: the contention table)."""
 
 
 def profile_to_toml(p: MachineProfile) -> str:
@@ -443,6 +467,9 @@ def sgi_power_challenge() -> MachineProfile:
         processors=8, word_bytes=4, llc_level=2,
         models={"paper": f_paper}, bsp=bsp, default_model="paper",
         created="1999-10-04",
+        contention=Contention(8, 8, 1.0, 8.0, 1.0, "the paper's classes (Amato et al., "
+                              "section 4.2): F2 on p8.s256.b1.-E, F3 on p8.s256.b8.-E; 8 "
+                              "processors on 8 banks reach BKC 1"),
         notes=("published parameters of Amato et al., Predicting performance on SMPs (TR "
                "99-020), converted from us to ns and from quadwords to 128-byte lines; see "
                "predictor/NOTES.md",))
@@ -454,7 +481,8 @@ BUILTIN = {"sgi-power-challenge": sgi_power_challenge}
 def new_profile(name: str, *, host: Mapping[str, Any], geometry: Mapping[str, Any],
                 bank_map: Mapping[str, Any], processors: int, word_bytes: int,
                 llc_level: int, models: Mapping[str, Mapping[str, Any]],
-                bsp: Mapping[str, Any], notes: tuple[str, ...] = ()) -> MachineProfile:
+                bsp: Mapping[str, Any], notes: tuple[str, ...] = (),
+                contention: Contention | None = None) -> MachineProfile:
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return MachineProfile(name, host, geometry, bank_map, processors, word_bytes, llc_level,
-                          models, bsp, "improved", now, notes)
+                          models, bsp, "improved", now, notes, contention=contention)
