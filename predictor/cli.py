@@ -339,6 +339,10 @@ def _calibrate(a: argparse.Namespace) -> tuple[Any, str]:
     imp = prof.models["improved"]
     lines.append(f"  improved terms: {', '.join(imp['terms'])}; dropped under cross-validation:"
                  f" {', '.join(imp['dropped_terms']) or 'none'}")
+    if prof.contention is not None:  # which bank contention F2 and F3 were fitted at
+        d["contention"] = prof.contention.to_dict()
+        lines.append(f"  bank contention ({prof.processors} processors, {prof.banks} banks): "
+                     f"{prof.contention.why}")
     for k, m in prof.models.items():
         if k.endswith(COMPUTE_SUFFIX):
             acc = m["accuracy"]

@@ -134,7 +134,8 @@ def test_node16_calibrates_every_variant(node16, node16_profile, tmp_path, capsy
     assert main(["calibrate", "--results", str(node16), "--out", str(out)]) == 0
     assert "[contention]" in out.read_text()
     assert "BKC cannot go below 2" in out.read_text()
-    capsys.readouterr()
+    said = capsys.readouterr().out
+    assert "bank contention (16 processors, 8 banks): low contention BKC <= 2" in said
 
 
 def _fewer(r: Results) -> list:
