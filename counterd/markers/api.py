@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,7 +48,13 @@ def init() -> None:
     program's. Under ``counterd record`` (``COUNTERD_INIT=import``) importing counterd calls
     it; a process forked from a prepared one is prepared at the fork, with its parent's
     calibration. Calling it again costs a dictionary lookup."""
-    recorder().prepare()
+    rec = recorder()
+    rec.prepare()
+    mp = sys.modules.get("multiprocessing")
+    if mp is not None and getattr(mp.current_process(), "_inheriting", False):
+        # A spawned worker importing its main module: its identity (its rank) comes with its
+        # bootstrap, after this.
+        rec.defer_rank()
 
 
 def _fork_copy(parent: Recorder) -> Recorder:
@@ -83,7 +90,9 @@ def _after_fork_in_child() -> None:
     try:
         init()
     except (CounterdError, OSError):
-        pass
+        return
+    if _recorder is not None:  # a multiprocessing worker's identity comes after the fork
+        _recorder.defer_rank()
 
 
 def configure(*, backend: str | None = None, events: Sequence[str] | None = None,

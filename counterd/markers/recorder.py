@@ -251,6 +251,8 @@ class Recorder:
         self._calibration_lock = threading.Lock()
         self._marker_ns: int | None = None  # calibrated at this process's first superstep
         self._process_rank: int | None = None
+        self._rank_given = False  # set_rank() named it: never found again from the environment
+        self._rank_pending = False  # found again at the first begin (see defer_rank)
         self._local = threading.local()
         # next() on it is atomic under the GIL; the compiled lanes count on the same one.
         self._indices = native.indices()
@@ -292,9 +294,31 @@ class Recorder:
                 st.lane.set_rank(rank)
         else:
             self._process_rank = rank
+            self._rank_given = True
             for state in list(self._lanes):
                 if state.rank is None and state.lane is not None:  # a thread's own rank wins
                     state.lane.set_rank(rank)
+
+    def defer_rank(self) -> None:
+        """The rank is found again at this process's first begin, which goes through the
+        Python path once for it (every lane's installation forgotten). A multiprocessing
+        worker gets its identity (its rank) only when its bootstrap runs: after the fork
+        (where a prepared parent's child prepares) and after a spawned worker imports its main
+        module (where ``COUNTERD_INIT=import`` prepares). Its bootstrap offers no hook to a
+        spawned worker; finding the rank costs the first begin a few microseconds."""
+        self._rank_pending = True
+        native.invalidate()
+
+    def find_rank_again(self) -> None:
+        """The process's rank found anew from its environment, unless ``set_rank`` named it."""
+        self._rank_pending = False
+        if self._rank_given:
+            return
+        self._process_rank = None
+        rank = self.rank()
+        for state in list(self._lanes):
+            if state.rank is None and state.lane is not None:  # a thread's own rank wins
+                state.lane.set_rank(rank)
 
     def rank(self) -> int:
         rank = self._state().rank
@@ -359,13 +383,11 @@ class Recorder:
     def prepare(self) -> None:
         """Set up now what this thread's first superstep would otherwise set up inside its
         own time: the counters (opened), the marker pair's cost (calibrated, once per
-        process), the rank, the sink's file or connection and the context its frames name.
+        process), the sink's file or connection and the context its frames name.
         A program calls it (``counterd.init()``) before its first barrier; each process's
         superstep then begins as soon as the barrier releases it, so the first superstep's
         start skew is the program's, not counterd's."""
         st = self._state()
-        if st.rank is None:
-            self.rank()
         sink = self.sink
         if st.daemon_counts is None and not isinstance(sink, MemorySink):
             st.daemon_counts = self._daemon_counts
@@ -411,6 +433,8 @@ class Recorder:
     # -- markers -------------------------------------------------------------------------------
     def begin(self, name: str, params: Mapping[str, Param]) -> Step:
         st = self._state()
+        if self._rank_pending:
+            self.find_rank_again()
         if st.lane is not None:
             return st.lane.begin(  # type: ignore[no-any-return]
                 name, params if params.__class__ is dict else dict(params or {}))

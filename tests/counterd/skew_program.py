@@ -5,9 +5,10 @@ against a second one (tests/counterd/test_start_skew.py, bench/start_skew.py).
     mpiexec -n N python skew_program.py mpi      # one round of N MPI ranks
 
 Each round's supersteps carry ``round=k``, so that rounds of one recording can be told apart.
-The program marks nothing else and calls nothing of counterd's but ``superstep`` and
-``set_rank``: whatever sets the markers up (``COUNTERD_INIT=import`` under ``counterd record``,
-or ``--init``: an explicit ``counterd.init()`` in each process) is what is measured.
+The program marks nothing else and calls nothing of counterd's but ``superstep`` (each
+process's rank is the one counterd finds: the MPI launcher's, the multiprocessing worker's):
+whatever sets the markers up (``COUNTERD_INIT=import`` under ``counterd record``, or
+``--init``: an explicit ``counterd.init()`` in each process) is what is measured.
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ from counterd.records import SuperstepRecord
 EXPLICIT = "--init" in sys.argv
 
 
-def _steps(rank: int, k: int, barrier: Any) -> None:
-    counterd.set_rank(rank)
+def _steps(k: int, barrier: Any) -> None:
     if EXPLICIT:
         counterd.init()
     barrier()
@@ -37,7 +37,7 @@ def _steps(rank: int, k: int, barrier: Any) -> None:
 
 
 def _worker(rank: int, k: int, barrier: Any) -> None:
-    _steps(rank, k, barrier.wait)
+    _steps(k, barrier.wait)
 
 
 def skews(records: Iterable[SuperstepRecord]) -> dict[int, tuple[int, int]]:
@@ -61,7 +61,8 @@ def main() -> int:
         from mpi4py import MPI
 
         comm = MPI.COMM_WORLD
-        _steps(comm.rank, 0, comm.Barrier)
+        comm.Barrier()  # MPI's own first-use set-up (its shared-memory channels): not counterd's
+        _steps(0, comm.Barrier)
         return 0
     n, rounds = int(args[1]), int(args[2])
     if EXPLICIT:

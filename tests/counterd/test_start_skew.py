@@ -70,6 +70,8 @@ def test_multiprocessing_first_superstep_begins_as_evenly_as_the_second(
     _record([sys.executable, str(PROGRAM), how, str(n), str(ROUNDS)], out)
     recs = list(read_jsonl(out))
     assert len(recs) == 2 * n * ROUNDS
+    for k in range(ROUNDS):  # each worker its own rank, found after its bootstrap
+        assert len({r.rank for r in recs if r.params["round"] == k and r.name == "first"}) == n
     pairs = list(skews(recs).values())
     assert len(pairs) == ROUNDS
     _check(pairs, f"{how}, {n} processes")
