@@ -10,7 +10,14 @@ from counterd import units
 from counterd.events import BY_NAME
 from counterd.prediction import TERM_MEANING, TERMS
 from counterd.records import INFO_FLAGS
-from counterd.report.model import Report, StepRow
+from counterd.report.model import (
+    REPORT_FLAGS,
+    SKEW_FLOOR_NS,
+    SKEW_SHARE,
+    START_SKEW,
+    Report,
+    StepRow,
+)
 from counterd.report.svg import (
     _FONT,
     SHORT,
@@ -40,7 +47,8 @@ code{background:#f0f1f3;border-radius:3px;padding:0 3px;font-size:92%;white-spac
 table{border-collapse:collapse;font-size:12px;margin-top:4px}
 th,td{padding:4px 8px;border-bottom:1px solid #eee;text-align:right;white-space:nowrap;
 vertical-align:top;font-variant-numeric:tabular-nums}
-th{background:#fafafa;vertical-align:bottom} th small{display:block;color:#777;font-weight:normal}
+th{background:#fafafa;vertical-align:bottom}
+th small{display:block;color:#777;font-weight:normal;white-space:normal}
 td small{display:block;color:#888}
 .l{text-align:left} .name{white-space:normal;min-width:6em;max-width:16em;overflow-wrap:anywhere}
 .flag{color:#b35c00;white-space:normal;min-width:8em}
@@ -93,19 +101,28 @@ def _step_cells(r: StepRow) -> list[str]:
 
 def _steps_table(rep: Report) -> str:
     head = [_th("#"), _th("superstep", cls="l"), _th("p", "processors"),
-            _th("time", "s, measured")]
+            _th("work", "s, slowest processor", title="the slowest processor's own time: "
+                "what F predicts"),
+            _th("span", "s, max end - min begin", title="the superstep's elapsed time over "
+                "all processors: the work plus at most the start skew"),
+            _th("start skew", "s", title="the last processor's begin minus the first one's")]
     if rep.predicted:
-        head += [_th("F", "s, predicted"), _th("E", "ratio"), _th("dominating", cls="l"),
+        head += [_th("F", "s, predicted"), _th("E", "F vs work"),
+                 _th("dominating", cls="l"),
                  *[_th(t, f"s, {TERM_MEANING[t]}") for t in TERMS]]
     head += [_th("time imbalance", "max / mean")]
     if rep.marker_shares:
         head.append(_th("markers", "share of time", title="one begin + end pair, as its "
-                        f"process calibrated it; over {rep.MARKER_WARN:.0%} in orange"))
+                        "process calibrated it, over the slowest processor's own time; over "
+                        f"{rep.MARKER_WARN:.0%} in orange"))
     head.append(_th("flags", cls="l"))
     body = []
     for r in rep.rows:
+        work = r.slowest_work_ns
         cells = [*_step_cells(r), _td(str(r.processors)),
-                 _td(_seconds(None if r.time_ns is None else r.time_ns / 1e9))]
+                 _td(_seconds(None if work is None else work / 1e9)),
+                 _td(_seconds(None if r.time_ns is None else r.time_ns / 1e9)),
+                 _td(_seconds(r.skew_ns / 1e9), "flag" if r.skewed else "")]
         p = r.prediction
         if rep.predicted:
             dom = r.dominating
@@ -120,7 +137,9 @@ def _steps_table(rep: Report) -> str:
             share = r.marker_share
             cells.append(_td("-" if share is None else f"{share:.1%}",
                              "flag" if rep.markers_over(r) else ""))
-        cells.append(_td(_esc(", ".join(sorted(r.flags - INFO_FLAGS))), "l flag"))
+        cells.append(_td(", ".join(
+            f'<span title="{_esc(REPORT_FLAGS[f])}">{_esc(f)}</span>' if f in REPORT_FLAGS
+            else _esc(f) for f in sorted(r.all_flags - INFO_FLAGS)), "l flag"))
         body.append(cells)
     return _table(head, body)
 
@@ -196,13 +215,18 @@ def render_html(rep: Report) -> str:
     top = next(iter(bottlenecks), None)
     cards = [(f"{len(rows)}", "supersteps"),
              (f"{max((r.processors for r in rows), default=0)}", "processors"),
-             (_seconds(sum(times) / 1e9 if times else None), "measured total"),
+             (_seconds(sum(times) / 1e9 if times else None), "measured total (sum of spans)"),
              ("-" if summary is None else f"{summary[0]:.2f} / {summary[1]:.2f}",
-              "error ratio E avg / max"),
+              "error ratio E avg / max (F vs work)"),
              ("-" if top is None else f"{top} {TERM_MEANING[top]}",
               "most frequent bottleneck" + (
                   f" ({bottlenecks[top]} of {len(rows)} supersteps)" if top else "")),
              (f"{sum(1 for r in rows if r.time_ns is None)}", "incomplete supersteps")]
+    skewed = rep.skewed()
+    if skewed:
+        cards.append((f"{len(skewed)}", f"supersteps flagged {START_SKEW}"))
+    skew_note = rep.skew_note()
+    skew_note = f" {_esc(skew_note[:1].upper() + skew_note[1:])}." if skew_note else ""
     missing = sum(1 for r in rows if r.no_prediction)
     sources: dict[str, set[str]] = {}
     for r in rows:
@@ -229,8 +253,12 @@ below. Sources: {_esc("; ".join(f"{s}: {', '.join(sorted(ks, key=rep.counters.in
 <section><h2>{"Measured and predicted time" if rep.predicted else "Measured time"} per
 superstep</h2>
 {plot_measured_vs_predicted(rep)}
-<p class="note">Measured time is the superstep's span over all processors (max end minus min
-begin). {_text(rep.prediction_basis[:1].upper() + rep.prediction_basis[1:])}.{
+<p class="note">Each bar is a superstep's work: its slowest processor's own time (that
+processor's end minus its begin), which is what F = max(F1, F2, F3) models and E compares
+with. The pale part above it is the rest of the superstep's span (max end minus min begin over
+all processors): time the processors that began first spent before the last one began, which
+is waiting, not the superstep's cost.{skew_note}
+{_text(rep.prediction_basis[:1].upper() + rep.prediction_basis[1:])}.{
     f" No prediction for {missing} of {len(rows)} supersteps: the bottleneck panel says why."
     if missing else ""}{" " + _esc(rep.marker_note()[:1].upper() + rep.marker_note()[1:]) + "."
                         if rep.marker_note() else ""}</p>
@@ -239,9 +267,10 @@ begin). {_text(rep.prediction_basis[:1].upper() + rep.prediction_basis[1:])}.{
 {plot_imbalance(rep)}
 <p class="note">Red cells are processors slower than the superstep's mean; the others wait for
 them at the barrier.{
-    f' <span class="swatch" style="background:{SHORT}"></span> Grey: supersteps shorter than '
-    f"{_seconds(rep.short_ns / 1e9)} (under 5 % of the run's measured time and a fifth of the "
-    f"average superstep), whose imbalance is noise; they do not take the colour scale."
+    f' <span class="swatch" style="background:{SHORT}"></span> Grey: supersteps whose work is '
+    f"shorter than {_seconds(rep.short_ns / 1e9)} (under 5 % of the run's total work and a "
+    f"fifth of the average superstep's), whose imbalance is noise; they do not take the "
+    f"colour scale."
     if any(map(rep.is_short, rows)) else ""}</p></section>
 <section><h2>Bottleneck per superstep</h2>
 {_missing(rep)}
@@ -252,8 +281,14 @@ performance on SMPs"). The full-colour bar is the term that sets F = max(F1, F2,
 </section>
 <section><h2>Supersteps</h2>
 {_steps_table(rep)}
-<p class="note">E = max(measured, predicted) / min(measured, predicted) (1 is exact); time
-imbalance: the slowest processor's time over the mean.</p></section>
+<p class="note">Work: the slowest processor's own time; span: max end minus min begin over the
+processors (the work plus at most the start skew); start skew: the last processor's begin minus
+the first one's, in orange where it is flagged <code>{START_SKEW}</code> (over
+{SKEW_SHARE:.0%} of the work and over {SKEW_FLOOR_NS / 1e6:g} ms). E = max(work, F) /
+min(work, F) (1 is exact): the error ratio of Amato et al., "Predicting Performance on SMPs",
+with the slowest processor's time as the measured time, as F prices the memory accesses
+processors perform, not their start skew. Time imbalance: the slowest processor's time over
+the mean.</p></section>
 {counters}
 </main></body></html>
 """

@@ -1,10 +1,38 @@
 """The per-superstep report model (``counterd report``): :class:`Report`, its rows and counters.
 
-Per superstep: measured time (max end - min begin over processors, DESIGN.md section 3); per
-counter the max and sum over processors and the imbalance max/mean; and, when a machine profile
-is configured, the predicted F1 (hierarchy), F2 (bus), F3 (bank), F = max(F1, F2, F3), the BSP
-bounds the profile provides, the dominating term and seed 004's error ratio
-E = max(T, P) / min(T, P).
+Per superstep, three times (:class:`counterd.records.Superstep` defines each; this module folds
+the records as they stream past and gets the same numbers):
+
+* **work**: the slowest processor's own time in the superstep, its end minus its begin
+  (``Superstep.slowest_work_ns``). This is what the cost function F predicts, and the
+  measured time T of the error ratio.
+* **span**: max end - min begin over the processors (``Superstep.time_ns``, DESIGN.md
+  section 3): the elapsed time of the superstep in the run. It is the work plus at most the
+  start skew: the time the processors that began first spent before the last one began.
+* **start skew**: the last processor's begin minus the first one's (``Superstep.skew_ns``).
+
+Why F is compared with the work, not the span: Amato, Perdue, Pietracaprina, Pucci and
+Mathis, "Predicting Performance on SMPs. A Case Study: The SGI Power Challenge" (Texas A&M
+technical report 99-020, 1999), read the cycle counter "as each superstep started and ended"
+on each processor, and define F "under the assumption that the running time of a superstep is
+determined by one of" the accesses some processor issues to the memory hierarchy (F1, a
+maximum over processors), the traffic on the shared bus (F2) or the contention at one memory
+bank (F3). Every term prices memory accesses that processors perform inside the superstep;
+none prices processors beginning at different times. The paper does not tell the two times
+apart: its supersteps are separated by barriers (SGI ``m_sync()``) and it speaks of no start
+skew. In a recording the processors can begin a superstep milliseconds apart (a process
+setting itself up at its first superstep, a process scheduled late), and what F models is
+then the slowest processor's own time, not the span. So E = max(T, P) / min(T, P) (the
+paper's error ratio, T measured, P = F) takes T = the work; the span stays in every
+rendering beside it.
+
+A superstep whose processors began far apart (start skew over :data:`SKEW_SHARE` of its work
+and over :data:`SKEW_FLOOR_NS`) carries the report flag ``start_skew`` (:data:`REPORT_FLAGS`):
+its span is mostly waiting for late processors, not cost of the superstep.
+
+Per counter the max and sum over processors and the imbalance max/mean; and, when a machine
+profile is configured, the predicted F1 (hierarchy), F2 (bus), F3 (bank), F = max(F1, F2,
+F3), the BSP bounds the profile provides, the dominating term and the error ratio E.
 """
 
 from __future__ import annotations
@@ -22,6 +50,20 @@ from counterd.events import NAMES, CounterValue, Source
 from counterd.prediction import NO_PREDICTION_REASONS, PredictFn, Prediction, error_ratio
 from counterd.records import SuperstepRecord
 
+# A superstep's start skew is flagged when it is over this share of the superstep's work ...
+SKEW_SHARE = 0.25
+# ... and over this many ns: below it a skew is scheduling noise (a process woken a little
+# late), which no superstep can be blamed for.
+SKEW_FLOOR_NS = 100_000
+START_SKEW = "start_skew"
+# Flags the report sets on a row from its times (the records' own flags: counterd.records.FLAGS).
+REPORT_FLAGS = {
+    START_SKEW: f"the processors began the superstep far apart (start skew over "
+                f"{SKEW_SHARE:.0%} of its work and over {SKEW_FLOOR_NS / 1e6:g} ms): its span "
+                "holds up to that much waiting for the late ones, which is not the superstep's "
+                "cost; E compares F with the work",
+}
+
 
 @dataclass(frozen=True)
 class CounterStats:
@@ -36,7 +78,7 @@ class StepRow:
     index: int
     name: str
     processors: int
-    time_ns: int | None
+    time_ns: int | None  # the span (Superstep.time_ns), None unless every processor ended it
     work_ns: dict[int, int]  # rank -> that processor's own duration
     counters: dict[str, CounterStats]
     flags: frozenset[str]
@@ -45,21 +87,48 @@ class StepRow:
     no_prediction: str = ""
     # The costliest marker pair of its processes (SuperstepRecord.marker_ns), None if unknown.
     marker_ns: int | None = None
+    # The last processor's begin minus the first one's (Superstep.skew_ns).
+    skew_ns: int = 0
+
+    @property
+    def slowest_work_ns(self) -> int | None:
+        """The slowest processor's own time (Superstep.slowest_work_ns): what F predicts;
+        None unless every processor ended the superstep."""
+        if self.time_ns is None or not self.work_ns:
+            return None
+        return max(self.work_ns.values())
+
+    @property
+    def skewed(self) -> bool:
+        """Whether the start skew is large: over :data:`SKEW_SHARE` of the work and over
+        :data:`SKEW_FLOOR_NS` (the row then carries the flag ``start_skew``)."""
+        work = self.slowest_work_ns
+        return work is not None and self.skew_ns > max(SKEW_SHARE * work, SKEW_FLOOR_NS)
+
+    @property
+    def all_flags(self) -> frozenset[str]:
+        """The records' flags and the report's own (:data:`REPORT_FLAGS`)."""
+        return (self.flags | {START_SKEW}) if self.skewed else self.flags
 
     @property
     def marker_share(self) -> float | None:
-        """The marker pair's cost as a share of the superstep's time: what the measurement adds
+        """The marker pair's cost as a share of the superstep's work (each process pays its
+        pair; a span inflated by start skew would understate it): what the measurement adds
         to the run per superstep (begin's counter read falls before the superstep's clock
         starts, end's after it stops: the measured time holds little of it)."""
-        if self.marker_ns is None or not self.time_ns:
+        work = self.slowest_work_ns
+        if self.marker_ns is None or not work:
             return None
-        return self.marker_ns / self.time_ns
+        return self.marker_ns / work
 
     @property
     def error_ratio(self) -> float | None:
-        if self.prediction is None or self.time_ns is None:
+        """E = max(T, P) / min(T, P) with T the work (the slowest processor's own time) and
+        P = F; the module says why T is not the span."""
+        work = self.slowest_work_ns
+        if self.prediction is None or work is None:
             return None
-        return error_ratio(self.time_ns / 1e9, self.prediction.total_s)
+        return error_ratio(work / 1e9, self.prediction.total_s)
 
     @property
     def dominating(self) -> str | None:
@@ -118,15 +187,17 @@ class Report:
 
     @cached_property
     def short_ns(self) -> float:
-        """Supersteps shorter than this are too small a part of the run for their imbalance to
-        matter: under 5 % of the measured total and under a fifth of the average superstep
-        (the second keeps runs of many equal supersteps in view)."""
-        times = [r.time_ns for r in self.rows if r.time_ns is not None]
-        return min(0.05 * sum(times), 0.2 * sum(times) / len(times)) if times else 0.0
+        """Supersteps whose work is shorter than this are too small a part of the run for
+        their imbalance to matter: under 5 % of the total work and under a fifth of the
+        average superstep's (the second keeps runs of many equal supersteps in view). Work,
+        not span: one superstep's start skew would make every other superstep look short."""
+        works = [w for r in self.rows if (w := r.slowest_work_ns) is not None]
+        return min(0.05 * sum(works), 0.2 * sum(works) / len(works)) if works else 0.0
 
     def is_short(self, row: StepRow) -> bool:
-        """Whether ``row`` is shorter than :attr:`short_ns`."""
-        return row.time_ns is not None and row.time_ns < self.short_ns
+        """Whether ``row``'s work is shorter than :attr:`short_ns`."""
+        work = row.slowest_work_ns
+        return work is not None and work < self.short_ns
 
     @property
     def simulated(self) -> bool:
@@ -177,6 +248,25 @@ class Report:
                 f"{worst:.0%}): the markers "
                 "slow the run there (the measured times hold little of it)" + hint + sampling)
 
+    TIMES = ("work = the slowest processor's own time (its end minus its begin), what F "
+             "predicts and E compares with; span = max end - min begin over the processors, "
+             "the work plus at most the start skew; skew = the last processor's begin minus "
+             "the first one's")
+
+    def skewed(self) -> list[StepRow]:
+        """The rows flagged ``start_skew``."""
+        return [r for r in self.rows if r.skewed]
+
+    def skew_note(self) -> str:
+        """How many supersteps carry ``start_skew``, which, and what it means; "" for none."""
+        skewed = self.skewed()
+        if not skewed:
+            return ""
+        which = ", ".join(str(r.index) for r in skewed[:8]) + (", ..." if len(skewed) > 8
+                                                                else "")
+        return (f"{len(skewed)} of {len(self.rows)} supersteps ({which}) flagged "
+                f"{START_SKEW}: " + REPORT_FLAGS[START_SKEW])
+
     def error_summary(self) -> tuple[float, float] | None:
         errs = [e for r in self.rows if (e := r.error_ratio) is not None]
         return (sum(errs) / len(errs), max(errs)) if errs else None
@@ -206,13 +296,16 @@ class _RankRow:
 class _Step:
     """The aggregate of one superstep's records as they stream past: the same quantities as
     :class:`counterd.records.Superstep` (time = max end - min begin, None unless every record
-    ended; work per rank = its longest record), without holding the records.
-    ``tests/readers/test_streaming.py`` checks the two agree on random record sets."""
+    ended; work per rank = its longest record; start skew = the latest begin minus the
+    earliest), without holding the records. ``tests/readers/test_streaming.py`` checks the
+    two agree on random record sets."""
 
-    __slots__ = ("run_id", "ranks", "complete", "flags", "sources", "marker_ns")
+    __slots__ = ("run_id", "ranks", "complete", "flags", "sources", "marker_ns",
+                 "last_begin_ns")
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, begin_ns: int) -> None:
         self.run_id = run_id
+        self.last_begin_ns = begin_ns  # the latest begin of any of its records
         self.ranks: dict[int, _RankRow] = {}
         self.complete = True
         self.flags: frozenset[str] = frozenset()
@@ -241,7 +334,8 @@ class _Steps:
         self.backends.add(r.backend)
         step = self.steps.get((r.index, r.name))
         if step is None:
-            step = self.steps[(r.index, r.name)] = _Step(self._intern(r.run_id))
+            step = self.steps[(r.index, r.name)] = _Step(self._intern(r.run_id), r.begin_ns)
+        step.last_begin_ns = max(step.last_begin_ns, r.begin_ns)
         row = step.ranks.get(r.rank)
         if row is None:
             row = step.ranks[r.rank] = _RankRow(r.begin_ns)
@@ -299,8 +393,8 @@ def build(records: Iterable[SuperstepRecord], *, predict: PredictFn | None = Non
     rows = []
     for (index, name), step in sorted(acc.steps.items()):
         ends = [row.end_ns for row in step.ranks.values() if row.end_ns is not None]
-        time_ns = (max(ends) - min(row.begin_ns for row in step.ranks.values())
-                   if step.complete else None)
+        first_begin = min(row.begin_ns for row in step.ranks.values())
+        time_ns = max(ends) - first_begin if step.complete else None
         work = {rank: row.work_ns for rank, row in step.ranks.items()
                 if row.work_ns is not None}
         per_rank = acc.per_rank(step)
@@ -322,7 +416,8 @@ def build(records: Iterable[SuperstepRecord], *, predict: PredictFn | None = Non
             if pred is None and not why:
                 why = "the predictor gave none"
         rows.append(StepRow(index, name, len(step.ranks), time_ns, work, counters,
-                            step.flags, pred, why, step.marker_ns))
+                            step.flags, pred, why, step.marker_ns,
+                            step.last_begin_ns - first_begin))
     present = tuple(sorted({k for row in rows for k in row.counters}, key=_counter_order))
     note = prediction_note if predict is None else (
         prediction_note or "predictions from the configured profile")

@@ -10,10 +10,11 @@ import math
 from collections.abc import Sequence
 
 from counterd.prediction import TERM_MEANING, TERMS
-from counterd.report.model import Report, StepRow
+from counterd.report.model import START_SKEW, Report, StepRow
 
 TERM_COLOURS = {"F1": "#4e79a7", "F2": "#f28e2b", "F3": "#59a14f"}
 MEASURED = "#4e79a7"
+SPAN_EXTRA = "#c5d3e6"  # the span beyond the work: start skew and waiting
 PREDICTED = "#e15759"
 SHORT = "#e4e4e4"  # heat map cells of supersteps too short to rate (Report.short_ns)
 _FONT = "font-family:system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif"
@@ -91,6 +92,16 @@ def _gap_label(cx: float, y: float, step: float, text: str, colour: str) -> str:
             f'text-anchor="{"start" if turn else "middle"}" fill="{colour}"{turn}>{text}</text>')
 
 
+def _top_label(cx: float, top: float, step: float, text: str) -> str:
+    """A label at the top of a bar cut by the axis: across its slot where it fits, else
+    downwards along the bar."""
+    if step >= 6.5 * len(text):
+        return (f'<text x="{cx:.1f}" y="{top + 12:.1f}" font-size="10" text-anchor="middle" '
+                f'fill="#333">{_esc(text)}</text>')
+    return (f'<text x="{cx - 3:.1f}" y="{top + 4:.1f}" font-size="10" text-anchor="start" '
+            f'fill="#333" transform="rotate(90 {cx - 3:.1f} {top + 4:.1f})">{_esc(text)}</text>')
+
+
 def _svg(height: float, body: list[str], title: str) -> str:
     return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {height:.0f}" '
             f'width="100%" role="img" aria-label="{_esc(title)}" style="{_FONT}">'
@@ -113,32 +124,60 @@ def _legend(items: Sequence[tuple[str, str, str]], x: float, y: float) -> list[s
 
 
 def plot_measured_vs_predicted(rep: Report) -> str:
+    """Per superstep a bar of its work (the slowest processor's own time, what F predicts)
+    with the rest of its span (start skew and waiting) stacked on it in a pale colour, and F
+    as a line. The axis is scaled to the work and F: a span beyond it is cut at the top and
+    says its length there, so one skewed superstep does not flatten all the others."""
     rows = rep.rows
     top, height = 34, 240
-    vals = [r.time_ns / 1e9 for r in rows if r.time_ns is not None]
+    vals = [w / 1e9 for r in rows if (w := r.slowest_work_ns) is not None]
     vals += [r.prediction.total_s for r in rows if r.prediction is not None]
-    vmax = _nice_max(max(vals, default=0.0))
+    spans = [r.time_ns / 1e9 for r in rows if r.time_ns is not None]
+    # Spans set the scale too unless one would squash the rest (over twice the rest's top).
+    vmax = max(vals, default=0.0)
+    vmax = _nice_max(max([vmax, *(t for t in spans if t <= 2 * vmax)]) if vmax > 0 else
+                     max(spans, default=0.0))
     unit, scale = _time_unit(vmax)
     body = _axis(top, height, vmax, f"time ({unit})", scale)
     step = (W - LEFT - RIGHT) / max(1, len(rows))
     bw = max(1.0, min(46.0, step * 0.7))
     pts = []
+    cut = False
     for i, r in enumerate(rows):
         cx = LEFT + (i + 0.5) * step
-        if r.time_ns is not None:
-            h = height * (r.time_ns / 1e9) / vmax
-            tip = f"superstep {r.index} {r.name}: measured {r.time_ns / 1e6:.3f} ms"
+        work = r.slowest_work_ns
+        if r.time_ns is not None and work is not None:
+            tip = (f"superstep {r.index} {r.name}: work {work / 1e6:.3f} ms (slowest "
+                   f"processor), span {r.time_ns / 1e6:.3f} ms, start skew "
+                   f"{r.skew_ns / 1e6:.3f} ms")
             if r.prediction is not None:
-                tip += f", predicted {r.prediction.total_s * 1e3:.3f} ms"
+                tip += f", predicted F {r.prediction.total_s * 1e3:.3f} ms"
                 if r.error_ratio is not None:
-                    tip += f" (E = {r.error_ratio:.2f})"
-            body.append(f'<rect x="{cx - bw / 2:.1f}" y="{top + height - h:.1f}" '
-                        f'width="{bw:.1f}" height="{max(h, 0.5):.1f}" fill="{MEASURED}" '
-                        f'rx="1.5"><title>{_esc(tip)}</title></rect>')
+                    tip += f" (E = {r.error_ratio:.2f} against the work)"
+            if r.skewed:
+                tip += f"; {START_SKEW}: the span is mostly waiting, not work"
+            x = f'x="{cx - bw / 2:.1f}" width="{bw:.1f}"'
+            span_h = min(height, height * (r.time_ns / 1e9) / vmax)
+            work_h = min(height, height * (work / 1e9) / vmax)
+            if span_h - work_h >= 0.5:
+                body.append(f'<rect {x} y="{top + height - span_h:.1f}" '
+                            f'height="{span_h - work_h:.1f}" fill="{SPAN_EXTRA}" rx="1.5">'
+                            f'<title>{_esc(tip)}</title></rect>')
+            body.append(f'<rect {x} y="{top + height - work_h:.1f}" '
+                        f'height="{max(work_h, 0.5):.1f}" fill="{MEASURED}" rx="1.5">'
+                        f'<title>{_esc(tip)}</title></rect>')
+            if r.time_ns / 1e9 > vmax:  # cut at the top: a break, and how long it is
+                cut = True
+                y = top + 22
+                body.append(f'<path d="M{cx - bw / 2:.1f},{y + 3:.1f} l{bw / 4:.1f},-6 '
+                            f'l{bw / 4:.1f},6 l{bw / 4:.1f},-6 l{bw / 4:.1f},6" fill="none" '
+                            f'stroke="white" stroke-width="2"/>')
+                label = f"span {r.time_ns * scale / 1e9:.3g} {unit}"
+                body.append(_top_label(cx, top, step, label))
         else:
             body.append(_gap_label(cx, top + height - 4, step, "incomplete", "#b00"))
         if r.prediction is not None:
-            pts.append((cx, top + height - height * r.prediction.total_s / vmax))
+            pts.append((cx, top + height - height * min(1.0, r.prediction.total_s / vmax)))
     if pts:
         path = " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
         body.append(f'<polyline points="{path}" fill="none" stroke="{PREDICTED}" '
@@ -146,12 +185,14 @@ def plot_measured_vs_predicted(rep: Report) -> str:
         body += [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4.5" fill="{PREDICTED}" '
                  f'stroke="white" stroke-width="1.5"/>' for x, y in pts]
     body += _x_labels(rows, LEFT, step, top + height + 16)
-    legend = [("measured (max end - min begin)", MEASURED, "")]
+    legend = [("work (slowest processor)", MEASURED, ""),
+              ("rest of the span (start skew, waiting)" + (": cut at the top" if cut else ""),
+               SPAN_EXTRA, "")]
     if pts:
         legend.append(("predicted F = max(F1, F2, F3)", PREDICTED, "line"))
     body += _legend(legend, LEFT, 20)
     return _svg(top + height + _label_room(rows), body,
-                "measured versus predicted time per superstep")
+                "work, span and predicted time per superstep")
 
 
 def _heat_colour(ratio: float) -> str:

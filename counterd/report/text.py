@@ -25,6 +25,19 @@ def _ratio(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
+def _ns(v_ns: int | None) -> str:
+    return _time(None if v_ns is None else v_ns / NS_PER_S)
+
+
+def _s(v_ns: int | None) -> float | None:
+    """Nanoseconds in seconds (JSON), None kept."""
+    return None if v_ns is None else v_ns / NS_PER_S
+
+
+def _csv_s(v_ns: int | None) -> str:
+    return "" if v_ns is None else repr(v_ns / NS_PER_S)
+
+
 def _marker_share(rep: Report, r: StepRow) -> str:
     share = r.marker_share
     return "-" if share is None else f"{share:.1%}" + (" !" if rep.markers_over(r) else "  ")
@@ -38,7 +51,8 @@ def render_text(rep: Report) -> str:
            f"predictions: {rep.prediction_note}", ""]
     # markers: the marker pair's share of the superstep's time, "!" over Report.MARKER_WARN
     shares = rep.marker_shares
-    head = (f"{'#':>4} {'superstep':<20} {'p':>3} {'time':>9} {'F':>9} {'E':>6} "
+    head = (f"{'#':>4} {'superstep':<20} {'p':>3} {'work':>9} {'span':>9} {'skew':>9} "
+            f"{'F':>9} {'E':>6} "
             f"{'dom':>4} {'F1':>9} {'F2':>9} {'F3':>9} {'t_imb':>6}"
             + (f" {'markers':>8}" if shares else "") + "  flags")
     out.append(head)
@@ -46,17 +60,20 @@ def render_text(rep: Report) -> str:
         p = r.prediction
         out.append(
             f"{r.index:>4} {r.name[:20]:<20} {r.processors:>3} "
-            f"{_time(None if r.time_ns is None else r.time_ns / NS_PER_S):>9} "
+            f"{_ns(r.slowest_work_ns):>9} {_ns(r.time_ns):>9} {_ns(r.skew_ns):>9} "
             f"{_time(p.total_s if p else None):>9} {_ratio(r.error_ratio):>6} "
             f"{r.dominating or '-':>4} "
             + " ".join(f"{_time(p.terms_s[t] if p else None):>9}" for t in TERMS)
             + f" {_ratio(r.time_imbalance):>6}"
             + (f" {_marker_share(rep, r):>8}" if shares else "")
-            + f"  {','.join(sorted(r.flags))}")
+            + f"  {','.join(sorted(r.all_flags))}")
     summary = rep.error_summary()
     if summary:
-        out.append(f"error ratio E = max(T,P)/min(T,P): average {summary[0]:.2f}, "
-                   f"maximum {summary[1]:.2f}")
+        out.append(f"error ratio E = max(T,P)/min(T,P), T the work, P = F: average "
+                   f"{summary[0]:.2f}, maximum {summary[1]:.2f}")
+    out.append("times: " + rep.TIMES)
+    if note := rep.skew_note():
+        out.append(note)
     if note := rep.marker_note():
         out.append(note)
     if rep.counters:
@@ -76,7 +93,8 @@ def to_json(rep: Report) -> dict[str, Any]:
         p = r.prediction
         return {
             "index": r.index, "name": r.name, "processors": r.processors,
-            "time_s": None if r.time_ns is None else r.time_ns / NS_PER_S,
+            "slowest_work_s": _s(r.slowest_work_ns), "span_s": _s(r.time_ns),
+            "skew_s": _s(r.skew_ns),
             "work_s": {str(k): v / NS_PER_S for k, v in sorted(r.work_ns.items())},
             "time_imbalance": r.time_imbalance,
             "counters": {si_name(k): {"max": si_value(k, c.max), "sum": si_value(k, c.sum),
@@ -88,14 +106,16 @@ def to_json(rep: Report) -> dict[str, Any]:
                 "dominating": p.dominating, "profile": p.profile, "model": p.model,
                 "accuracy": dict(p.accuracy)},
             "error_ratio": r.error_ratio,
-            "flags": sorted(r.flags),
+            "flags": sorted(r.all_flags),
             "marker_s": None if r.marker_ns is None else r.marker_ns / NS_PER_S,
             "marker_share": r.marker_share,
         }
 
     summary = rep.error_summary()
-    return {"format": 1, "source": rep.source, "runs": list(rep.runs), "hosts": list(rep.hosts),
+    # format 2: time_s became span_s beside slowest_work_s and skew_s; E is against the work.
+    return {"format": 2, "source": rep.source, "runs": list(rep.runs), "hosts": list(rep.hosts),
             "backends": list(rep.backends), "prediction_note": rep.prediction_note,
+            "times_note": rep.TIMES, "skew_note": rep.skew_note(),
             "marker_note": rep.marker_note(),
             "error_ratio": None if summary is None else {"average": summary[0],
                                                          "maximum": summary[1]},
@@ -111,7 +131,8 @@ def render_csv(rep: Report) -> str:
     w = csv.writer(buf, lineterminator="\n")
     bounds = [b for b in BOUNDS if any(r.prediction and b in r.prediction.bounds_s
                                        for r in rep.rows)]
-    w.writerow(["index", "name", "processors", "time_s", "F1_s", "F2_s", "F3_s", "F_s",
+    w.writerow(["index", "name", "processors", "slowest_work_s", "span_s", "skew_s",
+                "F1_s", "F2_s", "F3_s", "F_s",
                 *[f"{b}_{m}_s" for b in bounds for m in ("min", "max")], "dominating",
                 "error_ratio", "time_imbalance",
                 *[f"{si_name(c)}_{s}" for c in rep.counters for s in ("max", "sum", "imbalance")],
@@ -119,7 +140,8 @@ def render_csv(rep: Report) -> str:
     for r in rep.rows:
         p = r.prediction
         w.writerow([
-            r.index, r.name, r.processors, "" if r.time_ns is None else repr(r.time_ns / NS_PER_S),
+            r.index, r.name, r.processors, _csv_s(r.slowest_work_ns), _csv_s(r.time_ns),
+            _csv_s(r.skew_ns),
             *(["" if p is None else repr(p.terms_s[t]) for t in TERMS]),
             "" if p is None else repr(p.total_s),
             *[("" if p is None or b not in p.bounds_s else repr(p.bounds_s[b][i]))
@@ -130,7 +152,7 @@ def render_csv(rep: Report) -> str:
                 (repr(si_value(c, r.counters[c].max)), repr(si_value(c, r.counters[c].sum)),
                  "" if r.counters[c].imbalance is None else repr(r.counters[c].imbalance))
                 if c in r.counters else ("", "", ""))],
-            ";".join(sorted(r.flags)),
+            ";".join(sorted(r.all_flags)),
             "" if r.marker_ns is None else repr(r.marker_ns / NS_PER_S)])
     return buf.getvalue()
 

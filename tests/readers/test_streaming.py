@@ -43,6 +43,8 @@ def test_streamed_aggregate_is_the_superstep_one(recs: list[SuperstepRecord]) ->
         step = steps[row.index]
         assert row.time_ns == step.time_ns
         assert row.work_ns == step.work_ns
+        assert row.slowest_work_ns == step.slowest_work_ns
+        assert row.skew_ns == step.skew_ns
         assert row.processors == len({r.rank for r in step.records})
         assert row.flags == frozenset().union(*(r.flags for r in step.records))
         for name, c in row.counters.items():

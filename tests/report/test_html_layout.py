@@ -96,11 +96,15 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> list[SuperstepRecord]:
 
 def _crowded() -> list[SuperstepRecord]:
     """The widest a page gets: 40 supersteps with long names, flags, one incomplete, 4
-    processors and every canonical counter at 10^12."""
+    processors and every canonical counter at 10^12; every fifth superstep's rank 1 begins
+    20 ms late and superstep 2's rank 3 half a second late (flag start_skew; a span cut at
+    the top of the plot, its label turned along the narrow bar)."""
     out = []
     for index in range(40):
         for rank in range(4):
-            begin = index * 10**8 + rank * 1000
+            begin = index * 10**8 + rank * 1000 + (20 * 10**6 if index % 5 == 3 and rank == 1
+                                                   else 5 * 10**8 if (index, rank) == (2, 3)
+                                                   else 0)
             out.append(SuperstepRecord(
                 run_id="crowded-run-with-a-long-identifier", index=index,
                 name=f"exchange the halo rows with all neighbouring processors, round {index}",

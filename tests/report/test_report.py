@@ -93,21 +93,24 @@ def test_one_unit_per_quantity() -> None:
     assert not re.search(r"\d[eE][+-]?\d", text)
     assert "_ms" not in text and "_ns" not in text.replace("task_clock_ns", "")
     head = text.splitlines()[4].split()
-    assert head[:11] == ["#", "superstep", "p", "time", "F", "E", "dom", "F1", "F2", "F3",
-                         "t_imb"]
+    assert head[:13] == ["#", "superstep", "p", "work", "span", "skew", "F", "E", "dom", "F1",
+                         "F2", "F3", "t_imb"]
     assert "1.00 ms" in text and "600 us" in text  # superstep 1: T 1.0 ms, F = F1 = 600 us
     assert "7.25 ms" in text and "14.5 ms" in text  # task clock max and sum
     assert "2,000,000" in text and "4,000,000" in text and "300" in text  # counts
     rows = list(csv.DictReader(io.StringIO(report.render(rep, "csv"))))
     cols = list(rows[0])
     assert [c for c in cols if c.endswith("_ns") or c.endswith("_ms")] == []
-    assert {"time_s", "F1_s", "F_s", "task_clock_s_max", "task_clock_s_sum",
-            "loads_max"} <= set(cols)
-    assert float(rows[1]["time_s"]) == pytest.approx(1e-3)
+    assert {"slowest_work_s", "span_s", "skew_s", "F1_s", "F_s", "task_clock_s_max",
+            "task_clock_s_sum", "loads_max"} <= set(cols)
+    assert float(rows[1]["span_s"]) == pytest.approx(1e-3)
+    assert float(rows[1]["slowest_work_s"]) == pytest.approx(1e-3)
+    assert float(rows[1]["skew_s"]) == pytest.approx(1e-6)
     assert float(rows[1]["task_clock_s_max"]) == pytest.approx(7.246e-3)
     assert rows[1]["loads_sum"] == "4000000" and rows[1]["l1d_misses_max"] == "300"
     step = json.loads(report.render(rep, "json"))["supersteps"][1]
-    assert step["time_s"] == pytest.approx(1e-3) and step["work_s"]["1"] == 5e-4
+    assert step["span_s"] == pytest.approx(1e-3) and step["work_s"]["1"] == 5e-4
+    assert step["slowest_work_s"] == pytest.approx(1e-3) and step["skew_s"] == 1e-6
     assert step["counters"]["task_clock_s"]["sum"] == pytest.approx(2 * 7.246e-3)
     assert step["counters"]["loads"]["max"] == 2_000_000
     assert not any(k.endswith("_ns") for k in (*step, *step["counters"]))
@@ -150,7 +153,7 @@ def test_html_reads_at_a_glance() -> None:
     assert "7,246,000" in page and "e+0" not in page
     assert "load instructions retired\">loads<small>instructions</small></th>" in page
     assert 'class="banner"><b>Simulated memory counters.' in page and "<b>sim</b>" in page
-    assert "Grey: supersteps shorter than" in page
+    assert "Grey: supersteps whose work is shorter than" in page
     assert "tiny, p1: 0.000 ms, 1.33x the mean (too short a part of the run" in page
 
 
@@ -169,7 +172,8 @@ def test_cli_report_from_records_and_store(tmp_path: Path, capsys: pytest.Captur
     f = tmp_path / "run.jsonl"
     write_jsonl(records(), f)
     assert cli.main(["report", "--records", str(f), "--format", "csv"]) == 0
-    assert capsys.readouterr().out.startswith("index,name,processors,time_s,")
+    assert capsys.readouterr().out.startswith(
+        "index,name,processors,slowest_work_s,span_s,skew_s,")
     db = tmp_path / "s.db"
     store_records(db, records(), job="bsp")
     monkeypatch.setattr(prediction, "load", lambda profile, **kw: (predict, "fake"))
@@ -179,6 +183,96 @@ def test_cli_report_from_records_and_store(tmp_path: Path, capsys: pytest.Captur
     assert cli.main(["runs", "--store", str(db), "--json"]) == 0
     runs = json.loads(capsys.readouterr().out)
     assert runs[0]["run_id"] == "rep" and runs[0]["supersteps"] == 3
+
+
+# Two processors, four supersteps, F = 2 ms for each (begin, duration) in ns per rank:
+# 0 "setup": rank 1 begins 30 ms late (as a process that sets itself up inside its first
+#   superstep would): span 32.2 ms, work 2.2 ms, skew 30 ms: flagged, E = 2.2 / 2.0
+# 1 "steady": 50 us apart, under the floor: not flagged
+# 2 "long": 150 us apart, over the floor but under a quarter of its 10 ms of work: not flagged
+# 3 "short": 120 us apart for 200 us of work: over both, flagged
+SKEWED = {0: ((0, 2_000_000), (30_000_000, 2_200_000)),
+          1: ((40_000_000, 2_000_000), (40_050_000, 1_900_000)),
+          2: ((50_000_000, 10_000_000), (50_150_000, 9_000_000)),
+          3: ((70_000_000, 200_000), (70_120_000, 150_000))}
+
+
+def skewed_records() -> list[SuperstepRecord]:
+    return [SuperstepRecord(
+        run_id="skew", index=index, name=["setup", "steady", "long", "short"][index], rank=rank,
+        pid=100 + rank, cpu=rank, begin_ns=begin, end_ns=begin + dur,
+        counters={"l1d_misses": CounterValue(100.0, Source.MEASURED)}, backend="perf",
+        host="h") for index, ranks in SKEWED.items() for rank, (begin, dur) in enumerate(ranks)]
+
+
+def two_ms(recs: Sequence[SuperstepRecord]) -> Prediction:
+    return Prediction({"F1": 2e-3, "F2": 1e-3, "F3": 0.0}, 2e-3)
+
+
+def test_start_skew_is_flagged_and_E_is_from_the_work() -> None:
+    """A superstep whose processors began 30 ms apart for 2.2 ms of work: the span (32.2 ms),
+    the work (2.2 ms) and the skew (30 ms) in every format, E from the work (1.1, not the
+    span's 16.1), the flag start_skew on it and on no superstep whose skew is under the
+    floor or under a quarter of its work, and the flag explained in the notes."""
+    rep = report.build(skewed_records(), predict=two_ms, prediction_note="fake profile")
+    setup = rep.rows[0]
+    assert (setup.time_ns, setup.slowest_work_ns, setup.skew_ns) == (
+        32_200_000, 2_200_000, 30_000_000)
+    assert setup.error_ratio == pytest.approx(2.2 / 2.0)
+    assert rep.rows[2].error_ratio == pytest.approx(10.0 / 2.0)  # the slowest: rank 0
+    assert [r.skewed for r in rep.rows] == [True, False, False, True]
+    assert [sorted(r.all_flags) for r in rep.rows] == [["start_skew"], [], [], ["start_skew"]]
+    assert all(r.flags == frozenset() for r in rep.rows)  # the records' own flags: none
+    assert rep.error_summary() == pytest.approx(
+        (sum([1.1, 1.0, 5.0, 2e-3 / 0.2e-3]) / 4, 10.0))
+
+    text = report.render(rep, "text").splitlines()
+    row = text[5].split()
+    assert row[:12] == ["0", "setup", "2", "2.20", "ms", "32.2", "ms", "30.0", "ms", "2.00",
+                        "ms", "1.10"]
+    assert row[-1] == "start_skew" and text[6].split()[-1] != "start_skew"
+    notes = "\n".join(text)
+    assert "T the work, P = F" in notes and "slowest processor's own time" in notes
+    assert "2 of 4 supersteps (0, 3) flagged start_skew: the processors began" in notes
+    assert "not the superstep's cost" in notes
+
+    data = json.loads(report.render(rep, "json"))
+    assert data["format"] == 2
+    step = data["supersteps"][0]
+    assert (step["slowest_work_s"], step["span_s"], step["skew_s"]) == (2.2e-3, 32.2e-3, 0.03)
+    assert step["error_ratio"] == pytest.approx(1.1) and step["flags"] == ["start_skew"]
+    assert data["supersteps"][1]["flags"] == []
+    assert "start_skew" in data["skew_note"] and "what F predicts" in data["times_note"]
+
+    rows = list(csv.DictReader(io.StringIO(report.render(rep, "csv"))))
+    assert [(float(r["slowest_work_s"]), float(r["span_s"]), float(r["skew_s"]), r["flags"])
+            for r in rows[:2]] == [(2.2e-3, 32.2e-3, 0.03, "start_skew"),
+                                   (2e-3, 2e-3, 5e-5, "")]
+    assert float(rows[0]["error_ratio"]) == pytest.approx(1.1)
+
+    page = report.render(rep, "html")
+    cells = re.findall(r"<tr>(.*?)</tr>", page.split("<h2>Supersteps</h2>")[1])
+    setup_row = re.findall(r"<td[^>]*>(.*?)</td>", cells[1])
+    assert setup_row[:8] == ["0", "setup", "2", "2.20 ms", "32.2 ms", "30.0 ms", "2.00 ms",
+                             "1.10"]
+    assert '<td class="flag">30.0 ms</td>' in cells[1]
+    assert '<span title="the processors began the superstep far apart' in cells[1]
+    assert "start_skew" not in cells[2]
+    assert "supersteps flagged start_skew" in page
+    assert "2 of 4 supersteps (0, 3) flagged start_skew" in page
+    # The plot: the work as the bar, the rest of the span paler on it; superstep 0's span is
+    # over twice the others' top, so its bar is cut at the top and says how long it is.
+    assert "rest of the span (start skew, waiting): cut at the top" in page
+    assert ">span 32.2 ms</text>" in page
+    assert "work 2.200 ms (slowest processor), span 32.200 ms, start skew 30.000 ms" in page
+
+
+def test_one_processor_has_no_skew_and_span_is_work() -> None:
+    rep = report.build([r for r in skewed_records() if r.rank == 0], predict=two_ms)
+    assert all(r.skew_ns == 0 and r.time_ns == r.slowest_work_ns and not r.skewed
+               for r in rep.rows)
+    assert "flagged" not in report.render(rep, "text")
+    assert "supersteps flagged" not in report.render(rep, "html")
 
 
 @pytest.mark.parametrize("args, words", [
