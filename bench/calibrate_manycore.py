@@ -30,6 +30,7 @@ from bench._host import guarded, host_line  # noqa: E402
 from predictor import costfuncs as cf  # noqa: E402
 from predictor import floor  # noqa: E402
 from predictor.calibrate import calibrate  # noqa: E402
+from predictor.errors import BadInput  # noqa: E402
 from predictor.fit import ImprovedFit, PaperFit, split_suites  # noqa: E402
 from predictor.inputs import Results, Step, load_results, results_from_json  # noqa: E402
 from predictor.model import FModel  # noqa: E402
@@ -81,9 +82,16 @@ def print_synthetic(noise: float, seed: int) -> None:
 
 
 def _load(path: Path) -> Results:
-    if path.suffix == ".gz":
-        return results_from_json(json.loads(gzip.decompress(path.read_bytes())), str(path))
-    return load_results(path)
+    if path.suffix != ".gz":
+        return load_results(path)
+    try:
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+    except (OSError, EOFError, ValueError) as exc:
+        raise BadInput(f"cannot read {path} ({exc})", "give microbench results, .json or "
+                       ".json.gz") from None
+    if not isinstance(doc, dict):
+        raise BadInput(f"{path} is not a microbench results object", "give microbench results")
+    return results_from_json(doc, str(path))
 
 
 def _floor_of(results: Results, steps: Sequence[Step]) -> floor.Floor:
@@ -99,8 +107,7 @@ def _e(model: FModel, steps: Sequence[Step]) -> np.ndarray:
     return np.asarray(cf.error_ratio(t, model.predict(steps)))
 
 
-def print_node(path: Path) -> None:
-    r = _load(path)
+def print_node(path: Path, r: Results) -> None:
     fit, val = split_suites(r.patterns)
     print(f"\n== {path.name}: {r.host.get('cpus_online')} CPUs ({r.host.get('cpu_model')}), "
           f"{len(fit)} fitting and {len(val)} validation patterns, {BANKS} banks "
@@ -159,9 +166,10 @@ def main() -> int:
                     help="log-normal noise of the synthetic times (default 0.01)")
     ap.add_argument("--seed", type=int, default=11, help="seed of the synthetic noise")
     a = ap.parse_args()
+    node = _load(a.results)  # bad input said before any work
     print(host_line())
     print_synthetic(a.noise, a.seed)
-    print_node(a.results)
+    print_node(a.results, node)
     return 0
 
 
