@@ -226,7 +226,8 @@ def render_html(rep: Report) -> str:
     if skewed:
         cards.append((f"{len(skewed)}", f"supersteps flagged {START_SKEW}"))
     skew_note = rep.skew_note()
-    skew_note = f" {_esc(skew_note[:1].upper() + skew_note[1:])}." if skew_note else ""
+    skew_note = (f'<p class="note"><b class="flag">{_esc(START_SKEW)}</b>: '
+                 f"{_esc(skew_note)}.</p>" if skew_note else "")
     missing = sum(1 for r in rows if r.no_prediction)
     sources: dict[str, set[str]] = {}
     for r in rows:
@@ -257,8 +258,9 @@ superstep</h2>
 processor's end minus its begin), which is what F = max(F1, F2, F3) models and E compares
 with. The pale part above it is the rest of the superstep's span (max end minus min begin over
 all processors): time the processors that began first spent before the last one began, which
-is waiting, not the superstep's cost.{skew_note}
-{_text(rep.prediction_basis[:1].upper() + rep.prediction_basis[1:])}.{
+is waiting, not the superstep's cost.</p>
+{skew_note}
+<p class="note">{_text(rep.prediction_basis[:1].upper() + rep.prediction_basis[1:])}.{
     f" No prediction for {missing} of {len(rows)} supersteps: the bottleneck panel says why."
     if missing else ""}{" " + _esc(rep.marker_note()[:1].upper() + rep.marker_note()[1:]) + "."
                         if rep.marker_note() else ""}</p>
