@@ -210,18 +210,22 @@ def _banner(rep: Report) -> str:
 def render_html(rep: Report) -> str:
     rows = rep.rows
     times = [r.time_ns for r in rows if r.time_ns is not None]
-    summary = rep.error_summary()
+    summary, worst, rated = rep.error_summary(), rep.worst_error(), rep.error_summary(rated=True)
     bottlenecks = rep.bottlenecks()
     top = next(iter(bottlenecks), None)
     cards = [(f"{len(rows)}", "supersteps"),
              (f"{max((r.processors for r in rows), default=0)}", "processors"),
              (_seconds(sum(times) / 1e9 if times else None), "measured total (sum of spans)"),
              ("-" if summary is None else f"{summary[0]:.2f} / {summary[1]:.2f}",
-              "error ratio E avg / max (F vs work)"),
+              "error ratio E avg / max (F vs work)" + (
+                  f"; max: {worst.index} {worst.name}" if worst is not None else "")),
              ("-" if top is None else f"{top} {TERM_MEANING[top]}",
               "most frequent bottleneck" + (
                   f" ({bottlenecks[top]} of {len(rows)} supersteps)" if top else "")),
              (f"{sum(1 for r in rows if r.time_ns is None)}", "incomplete supersteps")]
+    if rated is not None and rated != summary:
+        cards.insert(4, (f"{rated[0]:.2f} / {rated[1]:.2f}", "E avg / max without supersteps "
+                         f"whose work is under {_seconds(rep.short_ns / 1e9)}"))
     skewed = rep.skewed()
     if skewed:
         cards.append((f"{len(skewed)}", f"supersteps flagged {START_SKEW}"))

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TypeVar
 
+from counterd import units
 from counterd.errors import BadInput
 from counterd.events import NAMES, CounterValue, Source
 from counterd.prediction import NO_PREDICTION_REASONS, PredictFn, Prediction, error_ratio
@@ -267,9 +268,36 @@ class Report:
         return (f"{len(skewed)} of {len(self.rows)} supersteps ({which}) flagged "
                 f"{START_SKEW}: " + REPORT_FLAGS[START_SKEW])
 
-    def error_summary(self) -> tuple[float, float] | None:
-        errs = [e for r in self.rows if (e := r.error_ratio) is not None]
+    def error_summary(self, *, rated: bool = False) -> tuple[float, float] | None:
+        """Average and maximum E over the predicted supersteps; ``rated``: only those not
+        too short to rate (:meth:`is_short`), whose E says little about the run's time."""
+        errs = [e for r in self.rows if (e := r.error_ratio) is not None
+                and not (rated and self.is_short(r))]
         return (sum(errs) / len(errs), max(errs)) if errs else None
+
+    def worst_error(self) -> StepRow | None:
+        """The superstep with the largest E (None without predictions)."""
+        rows = [r for r in self.rows if r.error_ratio is not None]
+        return max(rows, key=lambda r: r.error_ratio or 0.0) if rows else None
+
+    def error_note(self) -> str:
+        """E's average and maximum, which superstep has the maximum, and the same over the
+        supersteps not too short to rate where short ones have an E; "" without predictions."""
+        summary, worst = self.error_summary(), self.worst_error()
+        if summary is None or worst is None:
+            return ""
+        text = (f"error ratio E = max(T,P)/min(T,P), T the work, P = F: average "
+                f"{summary[0]:.2f}, maximum {summary[1]:.2f} (superstep {worst.index} "
+                f"{worst.name})")
+        short = [r for r in self.rows if r.error_ratio is not None and self.is_short(r)]
+        if short:
+            rated = self.error_summary(rated=True)
+            text += (f"; without the {len(short)} superstep{'s' if len(short) > 1 else ''} "
+                     f"whose work is under "
+                     f"{units.seconds(self.short_ns / 1e9)} (too short a part of the run): "
+                     + ("none left" if rated is None else
+                        f"average {rated[0]:.2f}, maximum {rated[1]:.2f}"))
+        return text
 
 
 _I = TypeVar("_I")

@@ -67,10 +67,8 @@ def render_text(rep: Report) -> str:
             + f" {_ratio(r.time_imbalance):>6}"
             + (f" {_marker_share(rep, r):>8}" if shares else "")
             + f"  {','.join(sorted(r.all_flags))}")
-    summary = rep.error_summary()
-    if summary:
-        out.append(f"error ratio E = max(T,P)/min(T,P), T the work, P = F: average "
-                   f"{summary[0]:.2f}, maximum {summary[1]:.2f}")
+    if note := rep.error_note():
+        out.append(note)
     out.append("times: " + rep.TIMES)
     if note := rep.skew_note():
         out.append(note)
@@ -111,14 +109,18 @@ def to_json(rep: Report) -> dict[str, Any]:
             "marker_share": r.marker_share,
         }
 
-    summary = rep.error_summary()
+    summary, rated, worst = rep.error_summary(), rep.error_summary(rated=True), rep.worst_error()
     # format 2: time_s became span_s beside slowest_work_s and skew_s; E is against the work.
     return {"format": 2, "source": rep.source, "runs": list(rep.runs), "hosts": list(rep.hosts),
             "backends": list(rep.backends), "prediction_note": rep.prediction_note,
             "times_note": rep.TIMES, "skew_note": rep.skew_note(),
             "marker_note": rep.marker_note(),
-            "error_ratio": None if summary is None else {"average": summary[0],
-                                                         "maximum": summary[1]},
+            "error_ratio": None if summary is None or worst is None else {
+                "average": summary[0], "maximum": summary[1], "maximum_at": worst.index,
+                # over the supersteps not too short to rate (Report.is_short)
+                "rated": None if rated is None else {"average": rated[0], "maximum": rated[1],
+                                                     "short_s": rep.short_ns / NS_PER_S}},
+            "error_note": rep.error_note(),
             "supersteps": [row(r) for r in rep.rows]}
 
 

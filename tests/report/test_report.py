@@ -225,6 +225,13 @@ def test_start_skew_is_flagged_and_E_is_from_the_work() -> None:
     assert all(r.flags == frozenset() for r in rep.rows)  # the records' own flags: none
     assert rep.error_summary() == pytest.approx(
         (sum([1.1, 1.0, 5.0, 2e-3 / 0.2e-3]) / 4, 10.0))
+    # Superstep 3's 0.2 ms of work is too short a part of the run (under 5 % of its 14.4 ms
+    # of work): it sets the maximum, and the summary without it is given beside.
+    assert rep.short_ns == pytest.approx(0.72e6) and rep.worst_error() is rep.rows[3]
+    assert rep.error_summary(rated=True) == pytest.approx(((1.1 + 1.0 + 5.0) / 3, 5.0))
+    assert rep.error_note().endswith(
+        "maximum 10.00 (superstep 3 short); without the 1 superstep whose work is under "
+        "720 us (too short a part of the run): average 2.37, maximum 5.00")
 
     text = report.render(rep, "text").splitlines()
     row = text[5].split()
@@ -233,11 +240,15 @@ def test_start_skew_is_flagged_and_E_is_from_the_work() -> None:
     assert row[-1] == "start_skew" and text[6].split()[-1] != "start_skew"
     notes = "\n".join(text)
     assert "T the work, P = F" in notes and "slowest processor's own time" in notes
+    assert rep.error_note() in notes
     assert "2 of 4 supersteps (0, 3) flagged start_skew: the processors began" in notes
     assert "not the superstep's cost" in notes
 
     data = json.loads(report.render(rep, "json"))
     assert data["format"] == 2
+    assert data["error_ratio"]["maximum_at"] == 3
+    assert data["error_ratio"]["rated"] == pytest.approx(
+        {"average": 7.1 / 3, "maximum": 5.0, "short_s": 0.72e-3})
     step = data["supersteps"][0]
     assert (step["slowest_work_s"], step["span_s"], step["skew_s"]) == (2.2e-3, 32.2e-3, 0.03)
     assert step["error_ratio"] == pytest.approx(1.1) and step["flags"] == ["start_skew"]
@@ -259,6 +270,9 @@ def test_start_skew_is_flagged_and_E_is_from_the_work() -> None:
     assert '<span title="the processors began the superstep far apart' in cells[1]
     assert "start_skew" not in cells[2]
     assert "supersteps flagged start_skew" in page
+    assert "<b>4.28 / 10.00</b><span>error ratio E avg / max (F vs work); max: 3 short" in page
+    assert "<b>2.37 / 5.00</b><span>E avg / max without supersteps whose work is under " \
+           "720 us" in page
     assert "2 of 4 supersteps (0, 3) flagged start_skew" in page
     # The plot: the work as the bar, the rest of the span paler on it; superstep 0's span is
     # over twice the others' top, so its bar is cut at the top and says how long it is.
