@@ -146,6 +146,22 @@ MIGRATIONS: tuple[str, ...] = (
                SUM(end_ns IS NULL) AS incomplete
         FROM records GROUP BY uid, run_id, idx, name;
     """,
+    """
+    -- 4: the superstep's work (its slowest processor's own time: what F predicts) and start
+    -- skew beside its span (time_ns): counterd.records.Superstep.slowest_work_ns, skew_ns.
+    DROP VIEW supersteps;
+    CREATE VIEW supersteps AS
+        SELECT uid, run_id, idx, name,
+               COUNT(DISTINCT rank) AS processors,
+               MIN(begin_ns) AS begin_ns,
+               CASE WHEN COUNT(end_ns) = COUNT(*) THEN MAX(end_ns) END AS end_ns,
+               CASE WHEN COUNT(end_ns) = COUNT(*) THEN MAX(end_ns) - MIN(begin_ns) END
+                   AS time_ns,
+               CASE WHEN COUNT(end_ns) = COUNT(*) THEN MAX(end_ns - begin_ns) END AS work_ns,
+               MAX(begin_ns) - MIN(begin_ns) AS skew_ns,
+               SUM(end_ns IS NULL) AS incomplete
+        FROM records GROUP BY uid, run_id, idx, name;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -64,6 +64,24 @@ def test_duplicates_ignored_and_complete_replaces_incomplete(tmp_path: Path) -> 
     assert store.records("r1") == [rec(0)]
 
 
+def test_the_view_has_span_work_and_skew_as_the_superstep_aggregate(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from counterd.records import Superstep
+
+    # Processor 1 begins 700 ns late and works 300 ns; processor 0 works 1,000 ns.
+    records = [rec(0, 0), replace(rec(0, 1), begin_ns=1_700), rec(1, 0, end=None), rec(1, 1)]
+    store = Store(tmp_path / "s.db")
+    store.commit([(r, RunInfo("job", 7)) for r in records], [])
+    store.close()
+    conn = sqlite3.connect(tmp_path / "s.db")
+    rows = conn.execute("SELECT idx, time_ns, work_ns, skew_ns FROM supersteps ORDER BY idx"
+                        ).fetchall()
+    assert rows == [(0, 1_000, 1_000, 700), (1, None, None, 0)]
+    assert rows == [(s.index, s.time_ns, s.slowest_work_ns, s.skew_ns)
+                    for s in Superstep.group(records)]
+
+
 def test_migrations_from_version_1(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
     assert migrate(conn, target=1) == 1
