@@ -106,6 +106,10 @@ def test_the_profile_keeps_the_contention_through_its_file(tmp_path):
     assert back.contention == prof.contention
     text = (tmp_path / "p.toml").read_text()
     assert "[contention]" in text and "cannot go below 2" in text
+    # A profile written before the table (version 2) reads without it.
+    old = tmp_path / "v2.toml"
+    old.write_text(text.split("\n[contention]")[0].replace("version = 3", "version = 2"))
+    assert load_profile(old).contention is None
     # A damaged table is refused with the field named.
     bad = tmp_path / "bad.toml"
     bad.write_text(text.replace("low = 2.0", 'low = "two"'))
