@@ -7,15 +7,20 @@ Here, for radix, sample and column sort (``examples/bsp_sort.py``, p = 2, n/p ke
 1. The pilot campaign is ``predict --pilot`` itself, at n/p = 1e5 * i for i = 1..5 (timed runs
    with markers only, one counted run per size from Callgrind), timed as a user would see it.
 2. Targets: n/p = 1e5 * i for i = 6..10 (the paper's) and 16x the largest pilot. At each:
-   ``--target-repeat`` timed runs (their median is the measured time; the two halves of the
-   runs, compared, give the noise floor: what no forecast can beat) and, unless
+   ``--target-repeat`` timed runs (their median is the measured time, work and span apart; the
+   two halves of the runs, compared, give the noise floor: what no forecast can beat) and,
+   unless
    ``--no-target-counts``, one counted run for F with measured counts.
-3. Per superstep and target, E = max(T, P) / min(T, P) of: F with measured counts, F with
-   extrapolated counts, work scaling (the largest pilot's time per instruction times the
-   instructions extrapolated), time-only extrapolation, the forecast ``predict --pilot``
-   prints (its ``basis``), and Extra-P (``extrap`` 4.2.5, default modeler, on the same pilot
-   timings; installed into ``bench/.extrap-venv`` on first use). Reported: median, average and
-   maximum E, the share within 10 %, and how often the 90 % intervals cover the measured time.
+3. Per superstep and target, E = max(T, P) / min(T, P) against the measured work (the slowest
+   processor's own time, ``counterd.records.Superstep.slowest_work_ns``) of: F with measured
+   counts, F with extrapolated counts, scaled (the largest pilot's work time per instruction
+   times the instructions extrapolated), time-only extrapolation of the work time, the
+   forecast ``predict --pilot`` prints (its ``basis``), and Extra-P (``extrap`` 4.2.5, default
+   modeler, on the same pilot work times; installed into ``bench/.extrap-venv`` on first use);
+   and of the span forecast (the work forecast plus the pilots' extra of the span over the
+   work, not scaled with n) against the measured span (last end minus first begin). Reported:
+   median, average and maximum E, the share within 10 %, and how often the 90 % intervals
+   cover the measured time.
 4. ``--suite others``: the same for four numpy/scipy programs outside the project
    (``bench/pilot_programs.py``: FFT, dense linear algebra, sparse iterations, sorting and
    counting), pilots at 1e5..5e5 (dense: matrix order 100..500; sparse: 2e4..1e5) and a
@@ -90,7 +95,8 @@ def other_case(program: str) -> Case:
 SUITES = {"sorts": [sort_case(a) for a in ("radix", "sample", "column")],
           "others": [other_case(p) for p in ("fft", "dense", "sparse", "stats")]}
 EXTRAP_VENV = ROOT / "bench" / ".extrap-venv"
-METHODS = ("F measured", "F extrap", "work", "time-only", "forecast", "Extra-P")
+METHODS = ("F measured", "F extrap", "scaled", "time-only", "forecast", "Extra-P",
+           "span")  # all against the measured work but "span", against the measured span
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -153,12 +159,12 @@ def extrap_python() -> Path:
 
 def extrap_forecasts(runs: Sequence[pilot.PilotRun], targets: Sequence[float], work: Path
                      ) -> dict[str, dict[str, Any]]:
-    """Extra-P's model of every superstep's time on the same pilot timings."""
+    """Extra-P's model of every superstep's work time on the same pilot timings."""
     path = work / "extrap-in.jsonl"
     with path.open("w") as f:
         for r in runs:
             for i, s in enumerate(r.steps):
-                for t in r.step_times(i):
+                for t in r.step_work(i):
                     f.write(json.dumps({"params": {"n": r.size}, "callpath": s.name,
                                         "metric": "time", "value": t * 1e-9}) + "\n")
     out = subprocess.run([str(extrap_python()), str(ROOT / "bench" / "_extrap_forecast.py"),
@@ -175,9 +181,16 @@ def e_of(t: float, p: float | None) -> float | None:
     return max(t, p) / min(t, p) if p > 0 else math.inf
 
 
+def _medians(values: Sequence[float]) -> tuple[float, float | None]:
+    """The median of ``values`` and the noise floor: E between the medians of its halves."""
+    return (float(np.median(values)),
+            e_of(float(np.median(values[0::2])), float(np.median(values[1::2]))))
+
+
 def rows_for(case: Case, work: Path, profile: MachineProfile, repeat: int,
              target_repeat: int, extrap: bool) -> list[dict[str, Any]]:
-    """One row per (target, superstep): measured time, the floor, each method's E."""
+    """One row per (target, superstep): measured work and span, their floors, each method's
+    E (the work's forecasts against the work, the span's against the span)."""
     runs = pilot.load_campaign(work / case.name / "pilot", case.pilots, repeat)
     ex = extrap_forecasts(runs, case.sizes(), work / case.name) if extrap else {}
     group = {n: g for g, sizes in case.targets.items() for n in sizes}
@@ -185,7 +198,7 @@ def rows_for(case: Case, work: Path, profile: MachineProfile, repeat: int,
     rows = []
     for n in case.sizes():
         tdir = work / case.name / "target"
-        timed = [load_counters(pilot.record_path(tdir, "timed", n, r))
+        timed = [{t.key: t for t in pilot.load_timings(pilot.record_path(tdir, "timed", n, r))}
                  for r in range(target_repeat)]
         counted_path = pilot.record_path(tdir, "counted", n)
         counted = load_counters(counted_path) if counted_path.exists() else None
@@ -193,27 +206,36 @@ def rows_for(case: Case, work: Path, profile: MachineProfile, repeat: int,
         for i, s in enumerate(fc.steps):
             key = runs[0].steps[i].name  # "index:name", as Extra-P saw it
             ex_at = ex.get(key, {}).get("at", {}).get(f"{n:g}")
-            times = [float(t[i].time_ns or 0) * 1e-9 for t in timed]
-            t = float(np.median(times))
-            half = (float(np.median(times[0::2])), float(np.median(times[1::2])))
+            mine = [t[(s.index, s.name)] for t in timed]
+            t, floor = _medians([float(x.work_ns or 0) * 1e-9 for x in mine])
+            span, span_floor = _medians([float(x.span_ns or 0) * 1e-9 for x in mine])
             f_meas = None
             if counted is not None and s.variant is not None:
                 fm.setdefault(s.variant, profile.f_model(s.variant))
                 f_meas = fm[s.variant].evaluate(counted[i]).f * 1e-9
             lo, hi = s.interval_s
+            slo, shi = s.span_interval_s
             rows.append({
                 "algo": case.name, "n": n, "group": group[n], "step": f"{s.index}:{s.name}",
-                "measured_s": t, "floor": e_of(*half), "basis": s.basis,
+                "measured_s": t, "measured_span_s": span,
+                "skew_s": float(np.median([x.skew_ns for x in mine])) * 1e-9,
+                "floor": floor, "span_floor": span_floor, "basis": s.basis,
+                "forecast_s": s.predicted_s, "span_forecast_s": s.span_s,
+                "extra_s": s.extra.value if s.extra else None,
+                "extra_model": s.extra.how if s.extra else None,
                 "E": {"F measured": e_of(t, f_meas), "F extrap": e_of(t, s.f_s),
-                      "work": e_of(t, s.work.value if s.work else None),
+                      "scaled": e_of(t, s.scaled.value if s.scaled else None),
                       "time-only": e_of(t, s.time_only.value),
                       "forecast": e_of(t, s.predicted_s),
-                      "Extra-P": e_of(t, ex_at)},
+                      "Extra-P": e_of(t, ex_at),
+                      "span": e_of(span, s.span_s)},
                 "inside": {"forecast": lo <= t <= hi,
-                           "work": s.work.lower <= t <= s.work.upper if s.work else None,
+                           "scaled": s.scaled.lower <= t <= s.scaled.upper if s.scaled
+                           else None,
                            "time-only": s.time_only.lower <= t <= s.time_only.upper,
                            "F extrap": (s.f_interval_s[0] <= t <= s.f_interval_s[1]
-                                        if s.f_interval_s else None)},
+                                        if s.f_interval_s else None),
+                           "span": slo <= span <= shi},
                 "time_only_model": s.time_only.how,
                 "extrap_model": ex.get(key, {}).get("model")})
     return rows
@@ -221,8 +243,8 @@ def rows_for(case: Case, work: Path, profile: MachineProfile, repeat: int,
 
 def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
     out = [f"{'method':<11} {'steps':>5} {'median E':>8} {'mean E':>7} {'max E':>6} "
-           f"{'<=10%':>6} {'90% int.':>8}"]
-    floor = [r["floor"] for r in rows if r["floor"] is not None]
+           f"{'<=10%':>6} {'90% int.':>8}   (against the measured work; span: against the "
+           "measured span)"]
     for m in METHODS:
         es = [r["E"][m] for r in rows if r["E"][m] is not None]
         if not es:
@@ -235,11 +257,13 @@ def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
                    + (f"{np.mean(cover):>8.0%}" if cover else f"{'-':>8}")
                    + (f"  ({len(es) - len(finite)} forecasts <= 0, mean without them)"
                       if len(finite) < len(es) else ""))
-    if floor:
-        out.append(f"{'noise floor':<11} {len(floor):>5} {statistics.median(floor):>8.3f} "
-                   f"{np.mean(floor):>7.3f} {max(floor):>6.2f} "
-                   f"{np.mean([e <= 1.1 for e in floor]):>6.0%}    (half the target runs "
-                   "against the other half)")
+    for what, key in (("work", "floor"), ("span", "span_floor")):
+        floor = [r[key] for r in rows if r[key] is not None]
+        if floor:
+            out.append(f"{'floor ' + what:<11} {len(floor):>5} {statistics.median(floor):>8.3f} "
+                       f"{np.mean(floor):>7.3f} {max(floor):>6.2f} "
+                       f"{np.mean([e <= 1.1 for e in floor]):>6.0%}    (half the target runs "
+                       f"against the other half, {what})")
     return out
 
 
@@ -260,6 +284,22 @@ def per_algo(rows: Sequence[dict[str, Any]]) -> list[str]:
             f"{b} {basis.count(b)}" for b in sorted(set(basis))))
     if left_out:
         out.append("(*: forecasts <= 0 left out of the average)")
+    return out
+
+
+def worst(rows: Sequence[dict[str, Any]], most: int = 5) -> list[str]:
+    """The largest E of the work forecasts and of the span forecasts, with what they were."""
+    out = []
+    for what, method, fields in (("work", "forecast", ("forecast_s", "measured_s", "floor")),
+                                 ("span", "span", ("span_forecast_s", "measured_span_s",
+                                                   "span_floor"))):
+        out.append(f"worst {what} forecasts:")
+        for r in sorted(rows, key=lambda r: -(r["E"][method] or 0))[:most]:
+            forecast, measured, floor = (r[f] for f in fields)
+            out.append(f"  {r['algo']} n={r['n']:g} {r['step']}: E {r['E'][method]:.2f} "
+                       f"(forecast {forecast:.4g} s, measured {measured:.4g} s; extra "
+                       f"{r['extra_s'] or 0:.3g} s; from {r['basis']}; floor "
+                       + (f"{floor:.2f})" if floor is not None else "-)"))
     return out
 
 
@@ -306,11 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(summary(mine)))
         print("\naverage E per program (Table 4's layout):")
         print("\n".join(per_algo(mine)))
-        worst = sorted(mine, key=lambda r: -(r["E"]["forecast"] or 0))[:5]
-        print("worst forecasts:")
-        for r in worst:
-            print(f"  {r['algo']} n={r['n']:g} {r['step']}: E {r['E']['forecast']:.2f} "
-                  f"(from {r['basis']}; floor {r['floor']:.2f})")
+        print("\n".join(worst(mine)))
     if a.json:
         a.json.write_text(json.dumps({"host": host_line(), "campaign_s": campaign,
                                       "rows": rows}, indent=1))
