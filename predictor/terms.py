@@ -25,6 +25,12 @@ Grammar (a term is a product of factors joined by ``*``):
     stream:x                  x^2 / acc, a counter-only proxy for streamed misses (a miss per
                               line of a stride-1 stream has x/acc = word/line, a miss per
                               access 1, so a*x + b*x^2/acc charges prefetched streams less)
+    max(x,y)                  the larger of two inputs (``max(loads,stores)``: the accesses a
+                              processor issues when a load and a store go out together, as in
+                              a read-modify-write; predictor/NOTES.md)
+    rfo:x                     max(x - loads, 0): misses no load can have caused, a lower bound
+                              on the store misses (reads for ownership) of a level whose miss
+                              counter is x (predictor/NOTES.md)
 
 Powers of the same input merge: ``n*log(n)`` is one factor x^1 log2(x)^1.
 """
@@ -216,6 +222,43 @@ class Streaming(Term):
 
 
 @dataclass(frozen=True, repr=False)
+class Larger(Term):
+    """max(x, y) of two inputs, element-wise."""
+
+    first: str
+    second: str
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        return (self.first, self.second)
+
+    def evaluate(self, table: Table) -> Array:
+        return np.maximum(_column(table, self.first), _column(table, self.second))
+
+    def __str__(self) -> str:
+        return f"max({self.first},{self.second})"
+
+
+@dataclass(frozen=True, repr=False)
+class StoreMisses(Term):
+    """max(x - loads, 0): the misses of a level (counter x) that loads cannot account for.
+    Every load misses at most once, so this is a lower bound on the misses stores caused
+    (reads for ownership); exact when every load misses or none of the stores hit."""
+
+    counter: str
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        return ("loads", self.counter)
+
+    def evaluate(self, table: Table) -> Array:
+        return np.maximum(_column(table, self.counter) - _column(table, "loads"), 0.0)
+
+    def __str__(self) -> str:
+        return f"rfo:{self.counter}"
+
+
+@dataclass(frozen=True, repr=False)
 class Product(Term):
     """A product of two or more factors (never nested, never holding Const)."""
 
@@ -265,6 +308,8 @@ _FACTORS: tuple[tuple[re.Pattern[str], Any], ...] = (
     (re.compile(r"(?:1|const)"), lambda m: Const()),
     (re.compile(r"acc"), lambda m: Accesses()),
     (re.compile(rf"stream:({_NAME})"), lambda m: Streaming(m[1])),
+    (re.compile(rf"rfo:({_NAME})"), lambda m: StoreMisses(m[1])),
+    (re.compile(rf"max\(({_NAME}),({_NAME})\)"), lambda m: Larger(m[1], m[2])),
     (re.compile(rf"log\(({_NAME})\)(?:\^({_NUMBER}))?"),
      lambda m: Power(m[1], 0.0, float(m[2] or 1))),
     (re.compile(rf"2\^({_NAME})"), lambda m: Exp2(m[1])),
@@ -289,7 +334,8 @@ def parse(text: str | Term) -> Term:
         else:
             raise BadInput(f"cannot read the term {text!r} (at {part!r})",
                            "write a product of factors such as n, n^2, log(n), 2^bpd, "
-                           "ceil(width/bpd), acc or stream:l1d_misses, joined by '*'")
+                           "ceil(width/bpd), acc, stream:l1d_misses, rfo:l2_misses or "
+                           "max(loads,stores), joined by '*'")
     return product(factors)
 
 
