@@ -764,24 +764,29 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
 def measure_target(template: str, target: float, *, repeat: int, workdir: Any,
                    backend: str = "callgrind", progress: md.Progress = md.no_progress
                    ) -> dict[tuple[int, str], Measured]:
-    """``--check``: the target size's supersteps, each with the medians over ``repeat`` timed
-    runs of its work (the slowest processor's own time), span and start skew, timed as the
-    pilots were beside counts from ``backend``. A superstep some checking run did not end is
-    left out."""
+    """``--check``: ``repeat`` timed runs at the target size (``check-R.jsonl`` in
+    ``workdir``), timed as the pilots were beside counts from ``backend``; what they measured
+    (:func:`measured`)."""
     from pathlib import Path
 
     timed = []
     for r in range(repeat):
         progress(f"n = {_size_text(target)}: checking run {r + 1}/{repeat}")
-        timed.append({t.key: t for t in record_timed(
-            template, target, Path(workdir) / f"check-{r}.jsonl", what="checking run",
-            cpu_features=timing_features(backend))})
+        timed.append(record_timed(template, target, Path(workdir) / f"check-{r}.jsonl",
+                                  what="checking run", cpu_features=timing_features(backend)))
+    return measured(timed)
+
+
+def measured(timed: Sequence[Sequence[Timing]]) -> dict[tuple[int, str], Measured]:
+    """The supersteps of the first of the ``timed`` runs, each with the medians over the runs
+    of its work (the slowest processor's own time), span and start skew; a superstep that
+    some run lacks or did not end is left out."""
+    runs = [{t.key: t for t in ts} for ts in timed]
     out = {}
-    for k in timed[0]:
-        ts = [t.get(k) for t in timed]
-        got = [t for t in ts if t is not None and t.span_ns is not None
-               and t.work_ns is not None]
-        if len(got) == len(ts):
+    for k in runs[0] if runs else {}:
+        got = [t for t in (m.get(k) for m in runs)
+               if t is not None and t.span_ns is not None and t.work_ns is not None]
+        if len(got) == len(runs):
             out[k] = Measured(float(np.median([t.work_ns or 0 for t in got])),
                               float(np.median([t.span_ns or 0 for t in got])),
                               float(np.median([t.skew_ns for t in got])))

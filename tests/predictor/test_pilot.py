@@ -509,6 +509,21 @@ def test_cli_pilot_forecasts_and_checks_work_and_span_of_two_processes(tmp_path,
     assert c["span"]["forecast_s"] == first["span_s"]
 
 
+def test_the_checking_runs_are_summed_up_by_their_medians():
+    """Work, span and skew: each the median over the checking runs; a superstep one run did
+    not end, or lacks, is left out rather than measured as 0."""
+    runs = [[pilot.Timing(0, "a", 10 + r, 4 + r, 6), pilot.Timing(1, "b", 5, 5, 0),
+             pilot.Timing(2, "c", None if r == 1 else 3, 3, 0)] for r in range(3)]
+    runs[2] = runs[2][1:]
+    m = pilot.measured(runs)
+    assert set(m) == {(1, "b")}
+    runs[2] = [pilot.Timing(0, "a", 12, 6, 6), *runs[2]]
+    m = pilot.measured(runs)
+    assert set(m) == {(0, "a"), (1, "b")}
+    assert m[(0, "a")] == pilot.Measured(work_ns=5.0, span_ns=11.0, skew_ns=6.0)
+    assert pilot.measured([]) == {}
+
+
 def test_cli_pilot_text_shows_work_and_span_each_checked(monkeypatch, capsys):
     """The text output: per superstep a work row and a span row, each with its forecast,
     interval, measured time, E and whether it fell inside; the extra on its own line."""
