@@ -258,15 +258,14 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
             detail.append(f"extra (span less work) {seconds(s.extra.value)}, "
                           f"{seconds(s.extra.lower)} .. {seconds(s.extra.upper)}: "
                           f"{s.extra.how}")
-        if s.counters:
-            detail.append("; ".join(f"{k} {counter_text(k, v.value)}"
-                                    for k, v in s.counters.items()))
+        counted = "; ".join(f"{k} {counter_text(k, v.value)}" for k, v in s.counters.items())
         if s.bsp_ns:
-            detail.append("BSP bounds: " + ", ".join(f"{k} {seconds(v / NS_PER_S)}"
-                                                     for k, v in s.bsp_ns.items()))
-        if detail:
-            lines += textwrap.wrap("; ".join(detail), 100, initial_indent=" " * 4,
-                                   subsequent_indent=" " * 6)
+            counted += "; BSP bounds: " + ", ".join(f"{k} {seconds(v / NS_PER_S)}"
+                                                   for k, v in s.bsp_ns.items())
+        if counted:
+            detail.append(counted)
+        for d in detail:  # the extra; the counters and BSP bounds
+            lines += textwrap.wrap(d, 100, initial_indent=" " * 4, subsequent_indent=" " * 6)
     total, lo, hi = fc.total()
     stotal, slo, shi = fc.span_total()
     f_total = sum(s.f_s for s in fc.steps if s.f_s is not None)
