@@ -264,8 +264,10 @@ def extrapolate_extra(ns: Sequence[float], extras: Sequence[float], target: floa
     work and is not scaled with it: it is the median of the pilot runs' extras, its interval
     their spread (the (1 - level)/2 and (1 + level)/2 quantiles: what one run's extra ranges
     over). Only where the pilot runs show it growing with n (Kendall's tau between n and the
-    extra, one-sided p < :data:`GROWTH_P`) is it extrapolated with a growth model
-    (:func:`extrapolate`), and the second value is True."""
+    extra, one-sided p < :data:`GROWTH_P`) and a growth model of its median at each pilot size
+    (:func:`extrapolate`; medians, because a start skew is heavy-tailed and a relative-error
+    fit of every run's extra follows its smallest values) grows past the largest of those
+    medians is it extrapolated, and the second value is True."""
     from scipy import stats
 
     n = np.asarray(ns, dtype=np.float64)
@@ -279,8 +281,13 @@ def extrapolate_extra(ns: Sequence[float], extras: Sequence[float], target: floa
         tau = stats.kendalltau(n, x, alternative="greater")
         test = f"Kendall's tau with n {tau.statistic:.2f}, one-sided p = {tau.pvalue:.2g}"
         if tau.pvalue < GROWTH_P and len(set(n.tolist())) >= 3:
-            e = extrapolate(ns, extras, target, level=level, modeler=modeler, where=where)
-            return replace(e, how=f"grows with n ({test}): {e.how}"), True
+            sizes = sorted(set(n.tolist()))
+            medians = [float(np.median(x[n == m])) for m in sizes]
+            e = extrapolate(sizes, medians, target, level=level, modeler=modeler, where=where)
+            if e.value > max(medians):
+                return replace(e, how=f"grows with n ({test}); its median at each pilot size "
+                                      f"extrapolated: {e.how}"), True
+            test += ", but no growth model of its medians grows"
     else:
         test = "the same in every pilot run" if np.ptp(x) == 0 else "one size"
     lo, mid, hi = np.quantile(x, [(1 - level) / 2, 0.5, (1 + level) / 2])
