@@ -16,7 +16,16 @@ from counterd.cliutil import VersionAction, closed_pipe
 from counterd.errors import BadInput, CounterdError
 from counterd.machine import BankMap, Geometry, using
 from microbench import results
-from microbench.patterns import SUITES, Machine, catalogue, host_machine
+from microbench.estimate import Estimate, Speeds, describe, estimate, probe, process_age_s
+from microbench.patterns import (
+    COHERENT_MAX_PROCS,
+    SUITES,
+    Machine,
+    Pattern,
+    catalogue,
+    host_machine,
+    planned_machine,
+)
 from microbench.runner import NORMAL, QUICK
 from microbench.suite import BACKENDS, run_suite
 
@@ -48,7 +57,9 @@ def _positive(text: str) -> int:
     return value
 
 
-def _machine(args: argparse.Namespace) -> Machine:
+def _machine(args: argparse.Namespace, planned: bool = False) -> Machine:
+    """This host's machine (``planned``: the node a machine file describes, with its CPUs:
+    what ``list`` shows)."""
     geometry = Geometry.from_spec(args.geometry, source="--geometry") if args.geometry else None
     bank_map = None
     if args.banks:
@@ -57,19 +68,33 @@ def _machine(args: argparse.Namespace) -> Machine:
             bank_map = BankMap(int(n), int(size))
         except ValueError:
             raise BadInput(f"cannot read --banks {args.banks!r}", "write e.g. 8x256") from None
-    return host_machine(geometry, bank_map)
+    return (planned_machine if planned else host_machine)(geometry, bank_map)
 
 
-def _patterns(args: argparse.Namespace, machine: Machine, quick: bool = False) -> tuple[Any, ...]:
+def _patterns(args: argparse.Namespace, machine: Machine) -> tuple[Pattern, ...]:
     if args.suite is None:
-        args.suite = "table1" if quick else "all"
+        args.suite = "table1" if args.quick else "all"
     procs = _int_list(args.procs, "processor counts") if args.procs else None
     strides = _int_list(args.strides, "strides") if args.strides else None
     if strides and min(strides) <= 0:
         raise BadInput(f"stride {min(strides)} words", "strides are at least 1 word")
-    min_accesses = args.accesses or (QUICK_MIN_ACCESSES if quick else None)
+    min_accesses = args.accesses or (QUICK_MIN_ACCESSES if args.quick else None)
     kwargs = {"min_accesses": min_accesses} if min_accesses else {}
-    return catalogue(machine, args.suite, procs=procs, strides=strides, **kwargs)
+    return catalogue(machine, args.suite, procs=procs, strides=strides,
+                     coherent_procs=args.coherent_procs, **kwargs)
+
+
+def _estimate(args: argparse.Namespace, machine: Machine, pats: Sequence[Pattern]
+              ) -> tuple[Estimate, Speeds]:
+    """The run's estimated duration, from per-access times probed on this host."""
+    from microbench import compute
+
+    backend = compute.plan(args.compute_backend).backend or "none"
+    planned = machine.cpus != host_machine(machine.geometry, machine.bank_map).cpus
+    speeds = probe(machine, compute=backend != "none", planned=planned,
+                   startup_s=process_age_s())
+    return (estimate(pats, machine, speeds, cfg=QUICK if args.quick else NORMAL,
+                     compute_backend=backend, quick=args.quick), speeds)
 
 
 def _add_selection(p: argparse.ArgumentParser) -> None:
@@ -79,6 +104,18 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strides", help="only these strides in words, e.g. 1,8,32")
     p.add_argument("--accesses", type=_positive,
                    help="minimum accesses per processor per superstep (repeats short sweeps)")
+    p.add_argument("--coherent-procs", type=_positive, default=COHERENT_MAX_PROCS,
+                   metavar="N", help="most processors of the patterns whose processors share "
+                   "data (concurrent, coherence variants), whose simulation costs grow with "
+                   f"the square of their processors (default {COHERENT_MAX_PROCS})")
+    p.add_argument("--quick", action="store_true",
+                   help="fast run: table1 suite unless --suite is given, fewer "
+                   "repetitions, shorter cache-resident supersteps")
+    p.add_argument("--compute-backend", default="auto",
+                   choices=("auto", "perf", "papi", "callgrind", "none"),
+                   help="what counts the compute patterns (instructions, branch "
+                   "mispredictions) after the memory ones: auto is perf or papi where the "
+                   "PMU counts instructions, else callgrind; none skips them")
     p.add_argument("--geometry", help='cache geometry instead of the machine\'s, e.g. '
                    '"L1=48K/12/64,L2=2M/16/64,L3=32M/16/64"')
     p.add_argument("--banks", help="declared bank map BANKSxINTERLEAVE_BYTES (default: the "
@@ -105,7 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "plus a validation suite and compute patterns)")
     parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    ls = sub.add_parser("list", help="the patterns of this host and their count")
+    ls = sub.add_parser("list", help="the patterns of this host, their count and the "
+                        "estimated time of a run (with --machine FILE: of the node it "
+                        "describes, at this host's speed)")
     _add_selection(ls)
     run = sub.add_parser("run", help="run patterns and write a results file")
     _add_selection(run)
@@ -113,14 +152,6 @@ def build_parser() -> argparse.ArgumentParser:
                      help="what counts the memory patterns: auto is perf or papi where the "
                      "PMU has a load counter, else sim (every counter simulated from the "
                      "patterns' address streams); times are always measured")
-    run.add_argument("--quick", action="store_true",
-                     help="fast run: table1 suite unless --suite is given, fewer "
-                     "repetitions, shorter cache-resident supersteps")
-    run.add_argument("--compute-backend", default="auto",
-                     choices=("auto", "perf", "papi", "callgrind", "none"),
-                     help="what counts the compute patterns (instructions, branch "
-                     "mispredictions) after the memory ones: auto is perf or papi where the "
-                     "PMU counts instructions, else callgrind; none skips them")
     run.add_argument("--out", required=True,
                      help="results file to write (JSON; rewritten as patterns finish)")
     run.add_argument("--force", action="store_true", help="overwrite an existing --out")
@@ -191,11 +222,15 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    machine = _machine(args)
+    machine = _machine(args, planned=True)
     pats = _patterns(args, machine)
+    est, speeds = _estimate(args, machine, pats) if pats else (None, None)
     if args.json:
-        print(json.dumps({"count": len(pats), "suite": args.suite,
+        print(json.dumps({"count": len(pats), "suite": args.suite, "quick": args.quick,
+                          "cpus": machine.max_procs, "machine": machine.name,
                           **results.machine_json(machine),
+                          "estimate": est.to_json() if est else None,
+                          "speeds": speeds.to_json() if speeds else None,
                           "patterns": [p.to_json() for p in pats]}, indent=1))
         return 0
     print(f"{'mnemonic':28} {'suite':10} {'level':5} {'accesses':>10} {'span':>10}  banks")
@@ -205,10 +240,19 @@ def _cmd_list(args: argparse.Namespace) -> int:
         print(f"{p.mnemonic:28} {p.suite:10} {p.level:5} {p.accesses_per_proc:>10} "
               f"{_size(p.span_bytes):>10}  {banks}")
     by_suite = {s: sum(1 for p in pats if p.suite == s) for s in ("table1", "validation")}
-    print(f"{len(pats)} patterns on this host ({machine.max_procs} CPUs, "
+    where = "on this host" if machine.name == "host" else f"on {machine.name}"
+    print(f"{len(pats)} patterns {where} ({machine.max_procs} CPUs, "
           f"{machine.geometry.spec()}, banks {machine.bank_map.banks} x "
           f"{machine.bank_map.interleave_bytes} B assumed): "
           + ", ".join(f"{k} {v}" for k, v in by_suite.items() if v))
+    if est is not None and speeds is not None:
+        counts = sorted({p.procs for p in pats})
+        print(f"processors {', '.join(map(str, counts))}; shared-data patterns up to "
+              f"{args.coherent_procs} (--coherent-procs)")
+        print(describe(est, speeds) + ("" if machine.name == "host" else
+                                       ", at this host's speed"))
+        for note in speeds.notes:
+            print(f"  note: {note}")
     return 0
 
 
@@ -225,12 +269,16 @@ class _Progress:
 
     WIDTH = 30
 
-    def __init__(self, noun: str = "patterns") -> None:
+    def __init__(self, noun: str = "patterns", preface: str | None = None) -> None:
         self.tty = sys.stderr.isatty()
         self.last = -1
         self.noun = noun
+        self.preface = preface  # one line before the first report (once the run has started)
 
     def __call__(self, done: int, total: int, mnemonic: str, eta: float | None) -> None:
+        if self.preface is not None:
+            print(f"microbench: {self.preface}", file=sys.stderr, flush=True)
+            self.preface = None
         if not self.tty:
             if done == total or (done and done % max(1, total // 10) == 0 and done != self.last):
                 left = f", about {eta:.0f} s left" if eta is not None and done < total else ""
@@ -249,14 +297,16 @@ class _Progress:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     machine = _machine(args)
-    pats = _patterns(args, machine, quick=args.quick)
+    pats = _patterns(args, machine)
     if not pats:
         raise BadInput("no pattern matches the selection", "see microbench list")
     t0 = time.monotonic()
+    est, speeds = _estimate(args, machine, pats)
     doc = run_suite(machine, pats, args.out, suite=args.suite, cfg=QUICK if args.quick else NORMAL,
                     backend=args.backend, force=args.force, resume=args.resume,
                     quick=args.quick, compute_backend=args.compute_backend,
-                    progress=_Progress())
+                    progress=_Progress(preface=f"{len(pats)} patterns; "
+                                       f"{describe(est, speeds)}"), estimate=est)
     elapsed = time.monotonic() - t0
     summary = results.summary(doc)
     if args.json:

@@ -15,8 +15,9 @@ as one phase in which the workers' streams interleave in turns of ``chunk`` acce
 levels are kept coherent by invalidation and the shared levels (sysfs) are one cache. Their
 per-level misses then include coherence misses, as a PMU's would; ``coherence_misses`` and
 ``invalidations`` say how many. Exclusive patterns without a coherence variant share nothing,
-so each processor is simulated alone (memoised per plan), its share of the shared levels'
-ways given to it (``Geometry.split_shared``).
+so each processor is simulated alone, its share of the shared levels' ways given to it
+(``Geometry.split_shared``), and memoised per plan up to a shift that cannot change its counts
+(:func:`plan_key`): processors whose sub-arrays start on the same bank are simulated once.
 
 What the simulation cannot see (said in the results): line flushes of the coherence set-up
 (so the ``clean`` and ``shared`` variants start from the preparer's copy still dirty), the
@@ -26,14 +27,15 @@ indexing of real last-level caches.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal
 
 from counterd.machine import BankMap, Geometry
 from counterd.sim import DEFAULT_CHUNK, CacheSim, CoherentSim, ProcessorCounts, Stream
-from microbench.kernels import Call
+from microbench.kernels import Call, KernelCall
 from microbench.patterns import Pattern
 from microbench.runner import WorkerPlan, plans
 
@@ -128,9 +130,42 @@ def _simulate_system(plans_: tuple[WorkerPlan, ...], warmup: int, geometry: Geom
     return tuple(_delta(a, b) for a, b, p in zip(after, before, plans_, strict=True) if p.timed)
 
 
-def _plan_key(plan: WorkerPlan) -> WorkerPlan:
-    # The slot does not change what is simulated: processors with equal calls share a result.
-    return WorkerPlan(0, plan.timed, plan.prefault, plan.setup, plan.main)
+def translation_period(geometry: Geometry, bank_map: BankMap, page_bytes: int) -> int:
+    """The shifts of a processor's whole address stream that leave its simulated counts
+    unchanged when it runs alone: multiples of every line, page (the DTLB's and the run's)
+    and bank cycle. Such a shift moves every line to another set of each cache and TLB by the
+    same rotation of set numbers, and every address to the same bank, so the caches see the
+    same sequence of hits, misses and writebacks (tests/microbench: every rank of every
+    exclusive pattern gives equal counts shifted or not)."""
+    return math.lcm(page_bytes, geometry.page_bytes, bank_map.banks * bank_map.interleave_bytes,
+                    *(lv.line_bytes for lv in geometry.levels))
+
+
+def _shifted(call: Call, by: int) -> Call:
+    if isinstance(call, KernelCall):
+        return replace(call, offset_bytes=call.offset_bytes - by)
+    return replace(call, dst_offset=call.dst_offset - by, src_offset=call.src_offset - by)
+
+
+def _offsets(call: Call) -> tuple[int, ...]:
+    return (call.offset_bytes,) if isinstance(call, KernelCall) else (call.dst_offset,
+                                                                      call.src_offset)
+
+
+def plan_key(plan: WorkerPlan, period: int) -> WorkerPlan:
+    """What a processor running alone simulates, up to what cannot change its counts: the
+    slot, and a shift of all its calls by a multiple of ``period``
+    (:func:`translation_period`), down to the lowest such offset. The exclusive processors of
+    a pattern whose sub-arrays start on the same bank get one key: on 128 processors, at most
+    as many simulations as banks."""
+    calls = [*plan.prefault, *(c for step in plan.setup for c in step),
+             *((plan.main,) if plan.main is not None else ())]
+    low = min((o for c in calls for o in _offsets(c)), default=0)
+    by = low // period * period
+    return WorkerPlan(0, plan.timed,
+                      tuple(replace(c, offset_bytes=c.offset_bytes - by) for c in plan.prefault),
+                      tuple(tuple(_shifted(c, by) for c in step) for step in plan.setup),
+                      _shifted(plan.main, by) if plan.main is not None else None)
 
 
 def simulate_pattern(pattern: Pattern, geometry: Geometry, bank_map: BankMap, *, warmup: int,
@@ -148,11 +183,25 @@ def simulate_pattern(pattern: Pattern, geometry: Geometry, bank_map: BankMap, *,
         return _simulate_system(plans(pattern, page_bytes), warmup, geometry, bank_map, engine,
                                 chunk)
     g = geometry if pattern.mode == "concurrent" else geometry.split_shared(pattern.procs)
+    period = translation_period(g, bank_map, page_bytes)
     out = []
     for plan in plans(pattern, page_bytes):
         if plan.timed:
-            out.append(_simulate_plan(_plan_key(plan), warmup, g, bank_map, engine))
+            out.append(_simulate_plan(plan_key(plan, period), warmup, g, bank_map, engine))
     return tuple(out)
+
+
+def simulations(pattern: Pattern, geometry: Geometry, bank_map: BankMap, *,
+                page_bytes: int = 4096) -> tuple[WorkerPlan, ...]:
+    """What :func:`simulate_pattern` feeds the simulator, as plans: the distinct
+    processors' plans of a pattern simulated per processor, every participant's of one
+    simulated as a coherent system (what its cost follows)."""
+    if uses_coherence(pattern):
+        return plans(pattern, page_bytes)
+    g = geometry if pattern.mode == "concurrent" else geometry.split_shared(pattern.procs)
+    period = translation_period(g, bank_map, page_bytes)
+    keys = dict.fromkeys(plan_key(p, period) for p in plans(pattern, page_bytes) if p.timed)
+    return tuple(keys)
 
 
 def clear_cache() -> None:
@@ -160,5 +209,6 @@ def clear_cache() -> None:
     _simulate_system.cache_clear()
 
 
-__all__ = ["SIM_COUNTERS", "SimulatedSuperstep", "clear_cache", "shared_policy",
-           "sim_geometry", "simulate_pattern", "uses_coherence"]
+__all__ = ["SIM_COUNTERS", "SimulatedSuperstep", "clear_cache", "plan_key", "shared_policy",
+           "sim_geometry", "simulate_pattern", "simulations", "translation_period",
+           "uses_coherence"]

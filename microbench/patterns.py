@@ -73,6 +73,14 @@ MIXED_STORE_EVERY: tuple[int, ...] = (2, 4)
 # Working sets between levels: fractions of a level's capacity (validation suite).
 BETWEEN_FACTORS: tuple[float, ...] = (0.75, 1.25, 1.5)
 LAST_LEVEL_FACTORS: tuple[float, ...] = (0.75, 1.5)
+# Most processors of a pattern whose processors share data (concurrent, coherence variants):
+# simulating such a pattern on p processors costs about p^2 times one processor's accesses
+# (every access snoops the others' private caches). On the 16-CPU node of issue 35 (a 300 MB
+# L3, so 600 MB memory sweeps) the quick suite's shared-data patterns on 8 processors alone
+# were estimated at over a minute of simulation, the full suite's at over 20: 4 keeps both
+# suites within their targets on 16 to 128 CPUs. The paper's machine had 8 processors
+# (catalogue(..., coherent_procs=8), microbench --coherent-procs 8: its Table 1 whole).
+COHERENT_MAX_PROCS = 4
 # Default minimum number of element accesses per processor in one superstep: cache-resident
 # sweeps are repeated inside the kernel so a superstep lasts about a millisecond or more and
 # barrier skew (tens of microseconds) stays a small part of it.
@@ -113,12 +121,27 @@ class Machine:
         return self.bank_map.interleave_bytes // self.word_bytes
 
     def proc_counts(self) -> tuple[int, ...]:
-        """1, 2, 4, ... up to the CPUs available (seed 004 section 3: 1, 2, 4, 8)."""
-        out, p = [], 1
-        while p <= self.max_procs:
-            out.append(p)
-            p *= 2
-        return tuple(out)
+        """1, 2, P/4, P/2 and P for P CPUs (rounded down, without repeats): seed 004 section
+        3's 1, 2, 4, 8 on its 8 processors, and on a node of 16 to 128 CPUs five counts, so
+        the suite's work grows with the processor counts' sum (about 1.8 P) and not with the
+        number of powers of two below P."""
+        p = self.max_procs
+        return tuple(sorted({c for c in (1, 2, p // 4, p // 2, p) if 1 <= c <= p}))
+
+    def coherent_counts(self, limit: int = COHERENT_MAX_PROCS) -> tuple[int, ...]:
+        """The processor counts of the patterns whose processors share data (concurrent
+        patterns, coherence variants): 2, 4, ... and the :meth:`proc_counts`, up to
+        ``limit`` processors. Their counters are simulated as one coherent system, whose
+        cost per access grows with the processors snooped (``counterd.sim.coherence``): a
+        concurrent memory pattern costs about p^2 times one processor's accesses to simulate,
+        which beyond a few processors outweighs everything else the suite does."""
+        top = min(self.max_procs, limit)
+        out = {c for c in self.proc_counts() if 2 <= c <= top}
+        c = 2
+        while c <= top:
+            out.add(c)
+            c *= 2
+        return tuple(sorted(out))
 
 
 def paper_machine() -> Machine:
@@ -140,6 +163,20 @@ def host_machine(geometry: Geometry | None = None, bank_map: BankMap | None = No
                                        else f"given: {bank_map.banks} banks x "
                                             f"{bank_map.interleave_bytes} B"),
                    word_bytes=8, page_bytes=described.page_bytes)
+
+
+def planned_machine(geometry: Geometry | None = None, bank_map: BankMap | None = None,
+                    bank_provenance: str | None = None) -> Machine:
+    """The node a listing plans for: :func:`host_machine`, except that a machine file
+    (``--machine``, ``COUNTERD_MACHINE``) naming more or fewer CPUs online than this process
+    may use gives that many (CPU ids 0, 1, ...), so ``microbench list`` shows a 128-CPU node's
+    patterns and run time from a 2-CPU host. A run uses the CPUs it can pin to."""
+    here = host_machine(geometry, bank_map, bank_provenance)
+    described = current_machine()
+    if described.file is None or described.cpus_online == here.max_procs:
+        return here
+    return replace(here, name=f"{described.hostname} (machine file {described.file})",
+                   cpus=tuple(range(described.cpus_online)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -326,6 +363,18 @@ def bsp_quantities(pattern: Pattern, bank_map: BankMap) -> BspQuantities:
 # Catalogue
 
 
+def sweeps_for(count: int, min_accesses: int, procs: int, level: Level, banks: int) -> int:
+    """Sweeps per superstep: enough for ``min_accesses`` per processor (a superstep of a
+    millisecond or more, barrier skew a small part of it). Memory patterns on more
+    processors than banks queue for the banks (seed 004's bank contention), so each
+    processor's superstep lasts ``procs / banks`` times longer: they need that many times
+    fewer accesses (on 128 processors and 8 banks, 16 times fewer)."""
+    need = min_accesses
+    if level == "mem" and procs > banks:
+        need = max(1, min_accesses * banks // procs)
+    return max(1, -(-need // count))
+
+
 def _round_up(x: int, unit: int) -> int:
     return -(-x // unit) * unit
 
@@ -348,9 +397,19 @@ def _capacity(machine: Machine, level_index: int, procs: int, mode: Mode) -> int
 
 
 def _memory_span(machine: Machine, procs: int, mode: Mode) -> int:
-    """Per-processor bytes spanned by a memory pattern: twice every level's capacity."""
-    levels = range(len(machine.geometry.levels))
-    return max(2 * _capacity(machine, i, procs, mode) for i in levels)
+    """Per-processor bytes spanned by a memory pattern: twice every level's capacity. A
+    shared level divided among more exclusive processors than it has ways counts one way
+    each: the simulator gives each processor at least one way
+    (:meth:`counterd.machine.Geometry.split_shared`), and a span within it would be served
+    there in the simulation while the node serves it from memory."""
+    levels = machine.geometry.levels
+    spans = []
+    for i, lv in enumerate(levels):
+        cap = _capacity(machine, i, procs, mode)
+        if mode == "exclusive" and _shared(machine, i):
+            cap = max(cap, lv.size_bytes // lv.ways)
+        spans.append(2 * cap)
+    return max(spans)
 
 
 class _Builder:
@@ -385,7 +444,7 @@ class _Builder:
         m = self.m
         count = self.count_for(span_bytes, stride_words)
         bases = self.bases(procs, mode, span_bytes, first_banks or [0] * procs)
-        sweeps = max(1, -(-self.min_accesses // count))
+        sweeps = sweeps_for(count, self.min_accesses, procs, level, m.bank_map.banks)
         stride_bytes = stride_words * m.word_bytes
         banks = tuple(banks_touched(b, count, stride_bytes, m.bank_map) for b in bases)
         bkc = (Fraction(procs, len(frozenset().union(*banks))) if level == "mem"
@@ -409,10 +468,27 @@ class _Builder:
                                 ws_ref, banks))
 
 
-def _modes(procs: int) -> tuple[Mode, ...]:
-    # One processor: exclusive and concurrent are the same experiment; keep E (seed 004
-    # writes p1.s1.b0.LE, p1.s256.b1.SE).
-    return ("exclusive",) if procs == 1 else ("exclusive", "concurrent")
+@dataclass(frozen=True)
+class _Counts:
+    """Processor counts of a catalogue: ``exclusive`` for patterns on their own data,
+    ``coherent`` for patterns whose processors share it (concurrent, coherence variants)."""
+
+    exclusive: tuple[int, ...]
+    coherent: tuple[int, ...]
+
+    @property
+    def all(self) -> tuple[int, ...]:
+        return tuple(sorted(set(self.exclusive) | set(self.coherent)))
+
+    def modes(self, procs: int) -> tuple[Mode, ...]:
+        # One processor: exclusive and concurrent are the same experiment; keep E (seed 004
+        # writes p1.s1.b0.LE, p1.s256.b1.SE).
+        out: list[Mode] = []
+        if procs in self.exclusive:
+            out.append("exclusive")
+        if procs in self.coherent and procs > 1:
+            out.append("concurrent")
+        return tuple(out)
 
 
 def _bank_rows(machine: Machine, procs: int) -> list[tuple[int, list[int]]]:
@@ -435,18 +511,25 @@ def _bank_rows(machine: Machine, procs: int) -> list[tuple[int, list[int]]]:
 
 def catalogue(machine: Machine, suite: SuiteName = "all", *,
               procs: Iterable[int] | None = None, strides: Iterable[int] | None = None,
-              min_accesses: int = DEFAULT_MIN_ACCESSES) -> tuple[Pattern, ...]:
+              min_accesses: int = DEFAULT_MIN_ACCESSES,
+              coherent_procs: int = COHERENT_MAX_PROCS) -> tuple[Pattern, ...]:
     """Every pattern of ``suite`` for ``machine``, table1 first.
 
-    ``procs``: restrict to these processor counts (each must be <= the machine's CPUs);
-    ``strides``: restrict to these strides in words; ``min_accesses``: element accesses per
-    processor per superstep below which a sweep is repeated inside the superstep.
+    Processor counts: :meth:`Machine.proc_counts` for patterns on their own data,
+    :meth:`Machine.coherent_counts` (up to ``coherent_procs`` processors) for those whose
+    processors share it. ``procs``: these counts instead (each must be <= the machine's
+    CPUs), shared-data patterns at those of them up to ``coherent_procs``; ``strides``:
+    restrict to these strides in words; ``min_accesses``: element accesses per processor per
+    superstep below which a sweep is repeated inside the superstep.
     """
     if suite not in SUITES:
         raise BadInput(f"unknown suite {suite!r}", "choose table1, validation or all")
     if min_accesses <= 0:
         raise BadInput(f"{min_accesses} accesses per superstep", "give a positive number")
-    counts = machine.proc_counts()
+    if coherent_procs < 1:
+        raise BadInput(f"{coherent_procs} processors for shared-data patterns",
+                       "give 1 (none) or more")
+    counts = _Counts(machine.proc_counts(), machine.coherent_counts(coherent_procs))
     if procs is not None:
         wanted = tuple(procs)
         for p in wanted:
@@ -454,7 +537,8 @@ def catalogue(machine: Machine, suite: SuiteName = "all", *,
                 raise BadInput(f"{p} processors asked, {machine.max_procs} CPUs available on "
                                f"{machine.name}",
                                f"choose processor counts from 1 to {machine.max_procs}")
-        counts = tuple(sorted(set(wanted)))
+        chosen = tuple(sorted(set(wanted)))
+        counts = _Counts(chosen, tuple(p for p in chosen if p <= coherent_procs))
     stride_filter = None
     if strides is not None:
         stride_filter = set(strides)
@@ -481,11 +565,11 @@ def _cache_rows(machine: Machine) -> list[tuple[int, Level, int]]:
     return rows
 
 
-def _table1(b: _Builder, counts: Sequence[int]) -> None:
+def _table1(b: _Builder, counts: _Counts) -> None:
     m = b.m
     for op in _LOAD_STORE:
-        for p in counts:
-            for mode in _modes(p):
+        for p in counts.all:
+            for mode in counts.modes(p):
                 for i, level, stride in _cache_rows(m):
                     b.add(suite="table1", procs=p, stride_words=stride, op=op,
                           mode=mode, level=level, span_bytes=_capacity(m, i, p, mode) // 2)
@@ -495,15 +579,15 @@ def _table1(b: _Builder, counts: Sequence[int]) -> None:
                           first_banks=first)
 
 
-def _validation(b: _Builder, counts: Sequence[int]) -> None:
+def _validation(b: _Builder, counts: _Counts) -> None:
     """Seed 004 section 5.1's VS, generalised: the Table 1 shapes as read-modify-write and as
     mixed load/store sequences; coherence variants (clean, shared, dirty in another
     processor's cache) on cache-resident data; working sets between the levels."""
     m = b.m
     ops: list[tuple[Op, int]] = [("rmw", 0), *(("mixed", k) for k in MIXED_STORE_EVERY)]
     for op, every in ops:
-        for p in counts:
-            for mode in _modes(p):
+        for p in counts.all:
+            for mode in counts.modes(p):
                 for i, level, stride in _cache_rows(m):
                     b.add(suite="validation", procs=p, stride_words=stride, op=op, mode=mode,
                           level=level, span_bytes=_capacity(m, i, p, mode) // 2,
@@ -513,13 +597,16 @@ def _validation(b: _Builder, counts: Sequence[int]) -> None:
                           level="mem", span_bytes=_memory_span(m, p, mode), first_banks=first,
                           store_every=every)
     # Coherence: another processor holds the data; needs a second CPU. Data that the other
-    # processor's private levels can hold (L1, L2), exclusive sub-arrays.
+    # processor's private levels can hold (L1, L2), exclusive sub-arrays. One processor (a
+    # helper prepares its data) and the shared-data processor counts.
+    coherent = tuple(p for p in counts.all if p == 1 and 1 in counts.exclusive
+                     or p in counts.coherent)
     private = [(i, lv, s) for i, lv, s in _cache_rows(m) if i < 2]
     coherence_ops: list[tuple[Op, int]] = [("load", 0), ("store", 0), ("rmw", 0),
                                            ("mixed", MIXED_STORE_EVERY[0])]
     for coh in COHERENCE:
         for op, every in coherence_ops:
-            for p in counts:
+            for p in coherent:
                 if p == 1 and m.max_procs < 2:
                     continue
                 for i, level, stride in private:
@@ -534,8 +621,8 @@ def _validation(b: _Builder, counts: Sequence[int]) -> None:
     line_words = max(1, m.geometry.levels[0].line_bytes // m.word_bytes)
     for f in BETWEEN_FACTORS:
         for op in _LOAD_STORE:
-            for p in counts:
-                for mode in _modes(p):
+            for p in counts.all:
+                for mode in counts.modes(p):
                     for i, ref in enumerate(names):
                         last = i == len(names) - 1
                         if last and f not in LAST_LEVEL_FACTORS:
@@ -560,8 +647,10 @@ def with_min_accesses(pattern: Pattern, min_accesses: int) -> Pattern:
 
 
 __all__ = [
-    "BETWEEN_FACTORS", "BspQuantities", "COHERENCE", "DEFAULT_MIN_ACCESSES", "HOST_BANKS",
+    "BETWEEN_FACTORS", "BspQuantities", "COHERENCE", "COHERENT_MAX_PROCS",
+    "DEFAULT_MIN_ACCESSES", "HOST_BANKS",
     "HOST_BANKS_PROVENANCE", "MIXED_STORE_EVERY", "Machine", "OPS", "PAPER_BANKS_PROVENANCE",
     "Pattern", "SUITES", "bank_histogram", "banks_touched", "bsp_quantities", "catalogue",
-    "fmt_bkc", "host_machine", "max_word_sharing", "paper_machine", "region_bytes",
+    "fmt_bkc", "host_machine", "max_word_sharing", "paper_machine", "planned_machine",
+    "region_bytes", "sweeps_for",
 ]

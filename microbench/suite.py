@@ -29,6 +29,7 @@ from microbench.counters import (
     simulate_pattern,
     uses_coherence,
 )
+from microbench.estimate import Estimate, chunks
 from microbench.patterns import Machine, Pattern
 from microbench.runner import (
     NORMAL,
@@ -87,15 +88,13 @@ def resolve_backend(name: str) -> CounterPlan:
     return CounterPlan(name, res.backend, res.backend, res.reason)
 
 
-def _sim_job(args: tuple[Pattern, Any, Any, int, int]) -> tuple[SimulatedSuperstep, ...]:
+def _sim_job(args: tuple[Pattern, Any, Any, int, int]
+             ) -> tuple[tuple[SimulatedSuperstep, ...], float]:
+    """A pattern's simulated counters, and the seconds the simulation took."""
     pattern, geometry, bank_map, warmup, page_bytes = args
-    return simulate_pattern(pattern, geometry, bank_map, warmup=warmup, page_bytes=page_bytes)
-
-
-def cost_estimate(p: Pattern) -> float:
-    """Relative cost of a pattern (timing + simulation), for the remaining-time estimate."""
-    weight = {"L1": 0.15, "L2": 0.5, "L3": 1.0, "mem": 2.5}[p.level]
-    return 0.05 + p.procs * p.count * p.sweeps * weight * 1e-6
+    t0 = time.monotonic()
+    sims = simulate_pattern(pattern, geometry, bank_map, warmup=warmup, page_bytes=page_bytes)
+    return sims, time.monotonic() - t0
 
 
 def _llc_may_hold(p: Pattern, machine: Machine) -> bool:
@@ -125,7 +124,8 @@ def _flags(p: Pattern, timing: PatternTiming, sim0: SimulatedSuperstep, machine:
 
 def _record(p: Pattern, machine: Machine, timing: PatternTiming,
             sims: Sequence[SimulatedSuperstep], cfg: RunConfig, plan: CounterPlan,
-            attempts: int = 1) -> dict[str, Any]:
+            attempts: int = 1, timed_s: float | None = None,
+            sim_s: float | None = None) -> dict[str, Any]:
     procs = []
     engine = "native" if native_status()[0] else "python"
     for rank, sim in enumerate(sims):
@@ -143,9 +143,11 @@ def _record(p: Pattern, machine: Machine, timing: PatternTiming,
     lines = [lv.line_bytes for lv in machine.geometry.levels]
     load = {"loadavg": list(timing.loadavg), "others_cpu": timing.others_cpu,
             "steal": timing.steal, "unsupported": dict(timing.unsupported),
-            "attempts": attempts}  # measurements taken; the least disturbed is kept
+            "attempts": attempts,  # measurements taken; the least disturbed is kept
+            "timed_s": timed_s}  # wall time of all attempts
     sim_meta = {"engine": engine, "shared_policy": shared_policy(p), "warmup": cfg.warmup,
-                "served_level": results.served_level(sims[0].counters, p, lines)}
+                "served_level": results.served_level(sims[0].counters, p, lines),
+                "seconds": sim_s}
     if uses_coherence(p):
         sim_meta["coherence"] = {"chunk": DEFAULT_CHUNK,
                                  "coherence_misses": [s.coherence_misses for s in sims],
@@ -161,8 +163,13 @@ def _record(p: Pattern, machine: Machine, timing: PatternTiming,
 def run_suite(machine: Machine, patterns: Sequence[Pattern], out: str | Path, *,
               suite: str, cfg: RunConfig = NORMAL, backend: str = "auto", force: bool = False,
               resume: bool = False, quick: bool = False, compute_backend: str = "auto",
-              progress: ProgressFn = no_progress) -> dict[str, Any]:
+              progress: ProgressFn = no_progress, estimate: Estimate | None = None
+              ) -> dict[str, Any]:
     """Run ``patterns`` on ``machine`` and write ``out``; return the results document.
+
+    ``estimate`` (:func:`microbench.estimate.estimate` of these patterns) drives the
+    remaining time given to ``progress`` and is kept in the document beside what each step
+    took (``phases_s``: start-up, timing, simulation, writing, compute).
 
     After the memory patterns, the compute patterns (:mod:`microbench.compute`) counted with
     ``compute_backend`` (``auto``: perf or papi where the PMU counts instructions, else
@@ -178,6 +185,7 @@ def run_suite(machine: Machine, patterns: Sequence[Pattern], out: str | Path, *,
     out = Path(out)
     if out.is_dir():
         raise BadInput(f"{out} is a directory", "give a file name for --out")
+    t_start = time.monotonic()
     plan = resolve_backend(backend)
     doc: dict[str, Any]
     if out.exists() and resume:
@@ -199,57 +207,90 @@ def run_suite(machine: Machine, patterns: Sequence[Pattern], out: str | Path, *,
                          "work was running; see each pattern's load and flags")
         doc = results.new_document(machine=machine, backend=plan.used, suite=suite, host=host,
                                    config=config, notes=notes)
+    if estimate is not None:
+        doc["estimate"] = estimate.to_json()
     done = {p["mnemonic"] for p in doc["patterns"]}
     todo = [p for p in patterns if p.mnemonic not in done]
+    phases = {"startup": 0.0, "timing": 0.0, "simulation": 0.0, "writing": 0.0,
+              "compute": 0.0}
+    t0 = time.monotonic()
     results.write(out, doc)  # an unwritable --out fails here, before any work
+    phases["writing"] += time.monotonic() - t0
     total = len(done) + len(todo)
     if not todo:
-        _run_compute(doc, out, quick, compute_backend, progress, total)
+        _run_compute(doc, out, quick, compute_backend, progress, total, phases)
         doc["complete"] = True
         results.write(out, doc)
         return doc
-    costs = [cost_estimate(p) for p in todo]
-    remaining = sum(costs)
-    spent_cost, t_start = 0.0, time.monotonic()
+    costs = _costs(todo, estimate)
+    spent_cost = 0.0
     events = SIM_COUNTERS if plan.measured_backend else ()
-    progress(len(done), total, todo[0].mnemonic, None)
-    chunk_size = max(1, machine.max_procs)
+    progress(len(done), total, todo[0].mnemonic, estimate.total_s if estimate else None)
     ctx = mp.get_context("fork")
-    with ProcessPoolExecutor(max_workers=chunk_size, mp_context=ctx) as executor:
+    with ProcessPoolExecutor(max_workers=max(1, machine.max_procs), mp_context=ctx) as executor:
         executor.submit(int).result()  # fork the simulators before the pool's pipes exist
         with WorkerPool(machine, todo, cfg, counter_backend=plan.measured_backend,
                         counter_events=events) as pool:
-            for start in range(0, len(todo), chunk_size):
-                chunk = todo[start:start + chunk_size]
-                settled = [pool.run_settled(p, cfg) for p in chunk]
-                timings = [t for t, _ in settled]
+            phases["startup"] = time.monotonic() - t_start - phases["writing"]
+            start = 0
+            for chunk in chunks(todo, machine.max_procs):
+                settled = []
+                for p in chunk:
+                    t0 = time.monotonic()
+                    settled.append((*pool.run_settled(p, cfg), time.monotonic() - t0))
+                phases["timing"] += sum(s for _, _, s in settled)
                 jobs = [(p, machine.geometry, machine.bank_map, cfg.warmup, machine.page_bytes)
                         for p in chunk]
+                t0 = time.monotonic()
                 sims = list(executor.map(_sim_job, jobs))
+                phases["simulation"] += time.monotonic() - t0
                 for i, p in enumerate(chunk):
-                    doc["patterns"].append(_record(p, machine, timings[i], sims[i], cfg, plan,
-                                                   settled[i][1]))
+                    timing, attempts, timed_s = settled[i]
+                    doc["patterns"].append(_record(p, machine, timing, sims[i][0], cfg, plan,
+                                                   attempts, round(timed_s, 4),
+                                                   round(sims[i][1], 4)))
                     spent_cost += costs[start + i]
+                start += len(chunk)
+                doc["phases_s"] = {k: round(v, 2) for k, v in phases.items()}
+                t0 = time.monotonic()
                 results.write(out, doc)
-                remaining = sum(costs[start + len(chunk):])
+                phases["writing"] += time.monotonic() - t0
+                remaining = sum(costs[start:])
                 elapsed = time.monotonic() - t_start
                 eta = elapsed * remaining / spent_cost if spent_cost else None
                 progress(len(doc["patterns"]), total, chunk[-1].mnemonic, eta)
-    _run_compute(doc, out, quick, compute_backend, progress, total)
+    _run_compute(doc, out, quick, compute_backend, progress, total, phases)
     doc["complete"] = True
     doc["finished"] = results.now_iso()
     doc["duration_s"] = round(time.monotonic() - t_start, 1)
+    doc["phases_s"] = {k: round(v, 2) for k, v in phases.items()}
     results.write(out, doc)
     return doc
 
 
+def _costs(todo: Sequence[Pattern], estimate: Estimate | None) -> list[float]:
+    """Each pattern's share of the remaining time: its estimated timing and its share of a
+    chunk's simulation (the estimate's); without an estimate, equal shares."""
+    if estimate is None:
+        return [1.0] * len(todo)
+    by_name = {c.mnemonic: c for c in estimate.patterns}
+    cpus = max(1, estimate.cpus)
+    out = []
+    for p in todo:
+        c = by_name.get(p.mnemonic)
+        out.append(c.timing_s + c.sim_s / cpus if c is not None else 0.0)
+    mean = sum(out) / len(out) if any(out) else 1.0
+    return [c or mean for c in out]
+
+
 def _run_compute(doc: dict[str, Any], out: Path, quick: bool, backend: str,
-                 progress: ProgressFn, total: int) -> None:
+                 progress: ProgressFn, total: int, phases: dict[str, float]) -> None:
     """The compute patterns into ``doc["compute"]`` (once: a resumed run keeps them)."""
     from microbench import compute
 
     if doc.get("compute"):
         return
+    t0 = time.monotonic()
     plan = compute.plan(backend)
     if plan.backend is None:
         doc["compute"] = {"backend": None, "reason": plan.reason, "patterns": []}
@@ -258,8 +299,9 @@ def _run_compute(doc: dict[str, Any], out: Path, quick: bool, backend: str,
         pats = compute.measure(quick=quick, backend=plan.backend)
         doc["compute"] = {"backend": plan.backend, "reason": plan.reason,
                           "notes": list(compute.NOTES), "patterns": pats}
+    phases["compute"] = time.monotonic() - t0
     results.write(out, doc)
 
 
-__all__ = ["BACKENDS", "CounterPlan", "SIM_NOTES", "cost_estimate", "resolve_backend",
+__all__ = ["BACKENDS", "CounterPlan", "SIM_NOTES", "resolve_backend",
            "run_suite"]

@@ -70,7 +70,7 @@ TABLE1_CACHE = {"p1.s1.b0": "L1", "p8.s1.b0": "L1", "p1.s8.b0": "L2", "p8.s8.b0"
 
 @pytest.fixture(scope="module")
 def paper() -> dict[str, Pattern]:
-    return {p.mnemonic: p for p in catalogue(paper_machine(), "table1")}
+    return {p.mnemonic: p for p in catalogue(paper_machine(), "table1", coherent_procs=8)}
 
 
 @pytest.mark.parametrize("row", list(TABLE1_MEMORY))
@@ -106,7 +106,7 @@ def test_table1_cache_rows(paper: dict[str, Pattern], row: str) -> None:
 def test_paper_mnemonics_and_word() -> None:
     m = paper_machine()
     assert (m.word_bytes, m.bank_unit_words, m.proc_counts()) == (4, 32, (1, 2, 4, 8))
-    names = [p.mnemonic for p in catalogue(m)]
+    names = [p.mnemonic for p in catalogue(m, coherent_procs=8)]
     assert len(names) == len(set(names))
     assert {"p1.s1.b0.LE", "p8.s32.b1.SC", "p8.s256.b8.SC", "p8.s256.b8.LE",
             "p1.s256.b1.SE"} <= set(names)  # the patterns seed 004 section 4.1 names
@@ -118,13 +118,13 @@ def test_paper_mnemonics_and_word() -> None:
             Geometry.from_spec("L1=48K/12/64,L2=2M/16/64,L3=32M/16/64"), HOST_BANKS, "test"),
 ], ids=["paper", "host-like"])
 def test_validation_suite_size_on_eight_cpus(machine: Machine) -> None:
-    val = catalogue(machine, "validation")
+    val = catalogue(machine, "validation", coherent_procs=8)
     assert len(val) >= 400  # seed 004 section 5.1: 412 patterns
     assert {p.coherence for p in val} == {None, "clean", "shared", "dirty"}
     assert {p.op for p in val} == {"load", "store", "rmw", "mixed"}
     assert any(p.ws_factor for p in val)
-    table = catalogue(machine, "table1")
-    assert len(catalogue(machine, "all")) == len(val) + len(table)
+    table = catalogue(machine, "table1", coherent_procs=8)
+    assert len(catalogue(machine, "all", coherent_procs=8)) == len(val) + len(table)
     assert not {p.mnemonic for p in val} & {p.mnemonic for p in table}
 
 
@@ -173,7 +173,7 @@ def test_bank_histogram_and_sharing_match_brute_force() -> None:
 
 def test_bsp_quantities() -> None:
     m = paper_machine()
-    pats = {p.mnemonic: p for p in catalogue(m, "table1")}
+    pats = {p.mnemonic: p for p in catalogue(m, "table1", coherent_procs=8)}
     p = pats["p8.s256.b8.LC"]  # every processor the same words of one bank
     q = bsp_quantities(p, m.bank_map)
     assert q.H == p.count * p.sweeps and q.M == 8 * q.H and q.M_b == q.M and q.K == 8 * p.sweeps

@@ -1,0 +1,172 @@
+"""The estimated and the real duration of ``microbench run``, side by side (issue 35, item 4).
+
+On this host: ``microbench list`` is asked for its estimate, then the same selection is run
+with ``microbench run`` (which probes again and keeps its own estimate in the results file,
+beside what each step took), and the table shows the estimates, the real wall time of the
+command and the relative error ``(estimate - real) / real``; the steps (start-up, timing,
+simulation, compute patterns) are compared the same way. Runs: the quick suite, and a subset
+of the full one (``--full-procs``: the full suite on these processor counts; ``all`` runs it
+whole, an hour or more on 2 CPUs).
+
+Then, from machine files (bench/machines: the 16-CPU node of issue 35, a 2-socket 64-CPU
+node, a 128-CPU node), the estimates of the quick and the full suite on each node at this
+host's per-access speed; and the 16-CPU node's real run (its results file: 288 patterns of
+the former suite, processor counts 1, 2, 4, 8, 16 for every pattern, in 271 s, stopped there)
+against the estimate of those same 288 patterns.
+
+Run it alone (timings are only worth something on a quiet host)::
+
+    flock /tmp/bench.lock .venv/bin/python bench/suite_estimate.py
+    flock /tmp/bench.lock .venv/bin/python bench/suite_estimate.py --skip-runs   # estimates only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _host import guarded, host_line  # noqa: E402
+
+BIN = Path(sys.executable).parent
+MACHINES = ROOT / "bench" / "machines"
+NODE16_RESULTS = ROOT.parent / "shared" / "data" / "node16" / "microbench-all-quick.json"
+NODE16_SECONDS = 271.0  # issue 35: the 16-CPU node's run, stopped after 288 patterns
+TARGET = 0.25
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run([str(BIN / "microbench"), *args], cwd=ROOT, text=True,
+                         capture_output=True)
+    if out.returncode != 0:
+        raise SystemExit(f"microbench {' '.join(args)} failed: {out.stderr.strip()}")
+    return out
+
+
+def _list(args: list[str]) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(_cli("list", *args, "--json").stdout)
+    return doc
+
+
+def _fmt(s: float) -> str:
+    from microbench.estimate import fmt_duration
+
+    return fmt_duration(s)
+
+
+def _err(est: float, real: float) -> str:
+    return f"{(est - real) / real:+.0%}" if real > 0 else "-"
+
+
+def compare(label: str, args: list[str], work: Path) -> dict[str, Any]:
+    """List, then run, the selection ``args``; print estimate against real."""
+    listed = _list(args)
+    out = work / f"{label.replace(' ', '-')}.json"
+    cmd = ["run", *args, "--out", str(out), "--force", "--json"]
+    t0 = time.monotonic()
+    _cli(*cmd)
+    real = time.monotonic() - t0
+    doc = json.loads(out.read_text())
+    own = doc["estimate"]
+    phases = doc["phases_s"]
+    print(f"\n== {label}: microbench {' '.join(cmd)}")
+    print(f"   {listed['count']} patterns; processors "
+          f"{sorted({p['procs'] for p in listed['patterns']})}")
+    print(f"   {'':26} {'estimate':>10} {'real':>10} {'error':>7}")
+    rows = [("total (list's estimate)", listed["estimate"]["total_s"], real),
+            ("total (run's own probe)", own["total_s"], real),
+            ("start-up", own["startup_s"] + own["region_s"],
+             real - sum(phases[k] for k in ("timing", "simulation", "writing", "compute"))),
+            ("timing", own["timing_s"], phases["timing"]),
+            ("simulation", own["simulation_s"], phases["simulation"]),
+            ("writing the results", 0.0, phases["writing"]),
+            ("compute patterns", own["compute_s"], phases["compute"])]
+    for name, e, r in rows:
+        print(f"   {name:26} {_fmt(e):>10} {_fmt(r):>10} {_err(e, r):>7}")
+    attempts = [p["load"]["attempts"] for p in doc["patterns"]]
+    print(f"   attempts per pattern: mean {sum(attempts) / len(attempts):.2f} (estimated "
+          f"{1 + 2 * listed['speeds']['disturbed']:.2f}); load average when listed "
+          f"{doc['host']['loadavg'][0]:.2f}")
+    return {"label": label, "estimate_s": listed["estimate"]["total_s"],
+            "run_estimate_s": own["total_s"], "real_s": real}
+
+
+def planned(quick: bool) -> list[tuple[str, float, int, int]]:
+    rows = []
+    for name in ("node16", "node64", "node128"):
+        f = MACHINES / f"{name}.toml"
+        args = ["--machine", str(f)] + (["--quick"] if quick else [])
+        doc = _list(args)
+        rows.append((name, doc["estimate"]["total_s"], doc["count"], doc["cpus"]))
+    return rows
+
+
+def node16_check() -> None:
+    """The node16 run: its 288 patterns (the former suite: every count 1..16, shared-data
+    patterns on 16) estimated with the node's machine file at this host's speed."""
+    from counterd.machine import using
+    from microbench.cli import QUICK_MIN_ACCESSES
+    from microbench.estimate import estimate, probe
+    from microbench.patterns import catalogue, planned_machine
+    from microbench.runner import QUICK
+
+    if not NODE16_RESULTS.exists():
+        print(f"\n(no {NODE16_RESULTS}: the 16-CPU node's check is skipped)")
+        return
+    with using(MACHINES / "node16.toml"):
+        m = planned_machine()
+        pats = catalogue(m, "all", procs=[1, 2, 4, 8, 16], coherent_procs=16,
+                         min_accesses=QUICK_MIN_ACCESSES)[:288]
+        sp = probe(m, compute=False, planned=True)
+    est = estimate(pats, m, sp, cfg=QUICK)
+    doc = json.loads(NODE16_RESULTS.read_text())
+    timed = sum(p["wall_s"] for p in doc["patterns"])
+    print("\n== the 16-CPU node's run (issue 35): microbench run --suite all --quick --backend "
+          "sim --compute-backend none, stopped after 288 patterns")
+    print(f"   real {_fmt(NODE16_SECONDS)}; estimate of the same 288 patterns from "
+          f"bench/machines/node16.toml at this host's speed {_fmt(est.total_s)} "
+          f"({_err(est.total_s, NODE16_SECONDS)}): timing {_fmt(est.timing_s)} (the file's "
+          f"{len(doc['patterns'])} kept patterns took {_fmt(timed)} of timing, last attempts "
+          f"only), simulation {_fmt(est.simulation_s)}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--skip-runs", action="store_true",
+                    help="only the estimates (no run on this host)")
+    ap.add_argument("--full-procs", default="1",
+                    help="processor counts of the full-suite run on this host (default 1; "
+                    "'all': the whole full suite)")
+    a = ap.parse_args()
+    print(host_line())
+    results = []
+    if not a.skip_runs:
+        with tempfile.TemporaryDirectory(prefix="suite-estimate-") as tmp:
+            work = Path(tmp)
+            base = ["--backend", "sim", "--compute-backend", "none"]
+            results.append(compare("quick", ["--quick", *base], work))
+            full = base if a.full_procs == "all" else [*base, "--procs", a.full_procs]
+            results.append(compare(f"full, processors {a.full_procs}", full, work))
+        worst = max(abs(r["estimate_s"] - r["real_s"]) / r["real_s"] for r in results)
+        print(f"\nworst relative error of list's estimate: {worst:.0%} (target "
+              f"{TARGET:.0%}): {'met' if worst <= TARGET else 'MISSED'}")
+    print("\n== planned nodes (microbench list --machine FILE [--quick]), at this host's "
+          "per-access speed; targets: quick <= 2 min, full <= 15 min")
+    print(f"   {'node':8} {'CPUs':>5} {'quick':>10} {'patterns':>9} {'full':>12} {'patterns':>9}")
+    for (name, q, nq, cpus), (_, f, nf, _) in zip(planned(True), planned(False), strict=True):
+        print(f"   {name:8} {cpus:>5} {_fmt(q):>10} {nq:>9} {_fmt(f):>12} {nf:>9}")
+    node16_check()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(guarded(main))

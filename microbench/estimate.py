@@ -1,0 +1,569 @@
+"""How long a ``microbench run`` will take, before it starts.
+
+A run (:func:`microbench.suite.run_suite`) times its patterns one after the other on pinned
+workers, in chunks of as many patterns as the node has CPUs; after each chunk it simulates
+the chunk's counters in parallel, one pattern per CPU, so a chunk lasts its patterns' timings
+plus its slowest simulation. Then come the compute patterns. :func:`estimate` prices each of
+these steps from the patterns' own numbers (accesses per processor, sweeps, processors,
+repetitions, pages, what the simulator is fed: :func:`microbench.counters.simulations`) and
+from per-access figures of this host that :func:`probe` measures in well under a second:
+
+* the native kernels' time per access at each level, loads and stores (one processor);
+* the simulator's time per access served at each level, loads and stores, on the machine's
+  own geometry, and the share of it each further processor of a coherent system adds (every
+  access snoops the others' private caches);
+* the runner's fixed costs: a pattern's dispatch and load readings, a superstep's barrier per
+  participant, starting a worker, a page's first touch;
+* one in-process repetition of the compute kernels.
+
+Assumptions, said again in every :class:`Estimate`:
+
+* processors run their kernels in parallel as fast as one processor does here, except that
+  memory patterns queue for the machine's banks beyond one processor per bank (its declared
+  bank map, seed 004's bank contention);
+* repetitions: ``min_reps``, and measurements taken again (``retries``) in the share of
+  patterns this host's load makes disturbed (load average / CPUs; none on a planned node);
+* the simulations of a chunk run one per CPU and do not slow each other down;
+* callgrind runs the compute kernels :data:`CALLGRIND_SLOWDOWN` times slower than they run
+  natively.
+
+The estimate is for this host's speed: for a machine file describing another node
+(``microbench list --machine FILE``), the file's CPUs, caches and banks with this host's
+per-access times, its own simulator times on the file's caches included.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+
+from counterd.errors import BadInput
+from counterd.sim import CacheSim, CoherentSim, StridedStream
+from microbench.counters import simulations, translation_period, uses_coherence
+from microbench.kernels import KernelCall, native_lib
+from microbench.patterns import Machine, Pattern, region_bytes
+from microbench.runner import RunConfig, WorkerPlan, WorkerPool
+
+ComputeBackend = Literal["none", "perf", "papi", "callgrind"]
+COMPUTE_BACKENDS: tuple[str, ...] = ("none", "perf", "papi", "callgrind")
+
+# Callgrind runs the compute kernels (Python and numpy) this many times slower than natively:
+# on the 2-CPU test host (Intel family 6 model 207, valgrind 3.19) the counted run of the quick
+# set took 25-56 s against 0.6 s for the same process run natively (import, prepare, two
+# repetitions), the higher figure on a host busy with other work.
+CALLGRIND_SLOWDOWN = 60.0
+# Repetitions of the compute patterns' timed run (microbench.compute.measure's default).
+COMPUTE_REPS = 11
+# The probe's memory span: twice the last level where that is smaller.
+PROBE_MEM_BYTES = 64 << 20
+_T = TypeVar("_T")
+
+
+def level_keys(machine: Machine) -> tuple[str, ...]:
+    """The serving levels a pattern names: L1, L2, ... and mem."""
+    return (*(f"L{lv.level}" for lv in machine.geometry.levels), "mem")
+
+
+@dataclass(frozen=True)
+class Speeds:
+    """Per-access and fixed costs of this host (nanoseconds unless the name says seconds),
+    measured by :func:`probe`. Keys of the per-level maps: :func:`level_keys`."""
+
+    kernel_load_ns: Mapping[str, float]  # native kernel, one processor, per access
+    kernel_store_ns: Mapping[str, float]
+    sim_load_ns: Mapping[str, float]  # simulator, one processor alone, per access
+    sim_store_ns: Mapping[str, float]
+    snoop: Mapping[str, float]  # share of an access each further coherent processor adds
+    fault_ns: float  # first touch of a page of the shared region
+    superstep_ns: float  # one barrier of one participant, and the runner's bookkeeping
+    pattern_ns: float  # a pattern's fixed cost: dispatch, load readings, collection
+    worker_start_ns: float  # starting one pinned worker (and one simulator process)
+    startup_s: float  # a run's own start: interpreter, imports, host metadata
+    compute_quick_s: float  # one repetition of the quick compute kernels, in process
+    compute_full_s: float  # the same for the full set (sizes scaled from the quick ones)
+    compute_prepare_s: float  # building the quick compute kernels' inputs
+    disturbed: float  # share of measurements expected to be taken again (0..1)
+    probe_s: float = 0.0  # how long the probe took
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        maps = (self.kernel_load_ns, self.kernel_store_ns, self.sim_load_ns, self.sim_store_ns,
+                self.snoop)
+        keys = set(self.kernel_load_ns)
+        for m in maps:
+            if set(m) != keys or any(not (v >= 0 and math.isfinite(v)) for v in m.values()):
+                raise BadInput(f"per-access times {dict(m)}", "give one finite time >= 0 per "
+                               "level, the same levels for kernels and simulator")
+        scalars = (self.fault_ns, self.superstep_ns,
+                   self.pattern_ns, self.worker_start_ns, self.startup_s, self.compute_quick_s,
+                   self.compute_full_s, self.compute_prepare_s)
+        if any(not (v >= 0 and math.isfinite(v)) for v in scalars):
+            raise BadInput(f"fixed costs {scalars}", "give finite times >= 0")
+        if not 0 <= self.disturbed <= 1:
+            raise BadInput(f"disturbed share {self.disturbed}", "give a share in [0, 1]")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kernel_load_ns": dict(self.kernel_load_ns),
+                "kernel_store_ns": dict(self.kernel_store_ns),
+                "sim_load_ns": dict(self.sim_load_ns), "sim_store_ns": dict(self.sim_store_ns),
+                "snoop": dict(self.snoop),
+                "fault_ns": self.fault_ns, "superstep_ns": self.superstep_ns,
+                "pattern_ns": self.pattern_ns, "worker_start_ns": self.worker_start_ns,
+                "startup_s": self.startup_s, "compute_quick_s": self.compute_quick_s,
+                "compute_full_s": self.compute_full_s,
+                "compute_prepare_s": self.compute_prepare_s, "disturbed": self.disturbed,
+                "probe_s": self.probe_s, "notes": list(self.notes)}
+
+    def scaled(self, factor: float) -> Speeds:
+        """Every per-access time times ``factor`` (a host that many times slower)."""
+        def mul(m: Mapping[str, float]) -> dict[str, float]:
+            return {k: v * factor for k, v in m.items()}
+        return replace(self, kernel_load_ns=mul(self.kernel_load_ns),
+                       kernel_store_ns=mul(self.kernel_store_ns),
+                       sim_load_ns=mul(self.sim_load_ns), sim_store_ns=mul(self.sim_store_ns))
+
+
+@dataclass(frozen=True)
+class PatternCost:
+    """One pattern's share: ``timing_s`` all its timed attempts, ``sim_s`` its simulation in
+    one simulator process, ``attempts`` and ``supersteps`` (per attempt) as expected."""
+
+    mnemonic: str
+    timing_s: float
+    sim_s: float
+    attempts: float
+    supersteps: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mnemonic": self.mnemonic, "timing_s": self.timing_s, "sim_s": self.sim_s,
+                "attempts": self.attempts, "supersteps": self.supersteps}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The estimated duration of a run, by step (seconds). ``simulation_s`` is wall time (a
+    chunk's slowest simulation), ``simulation_cpu_s`` the sum over patterns."""
+
+    patterns: tuple[PatternCost, ...]
+    cpus: int
+    startup_s: float
+    region_s: float
+    timing_s: float
+    simulation_s: float
+    simulation_cpu_s: float
+    compute_s: float
+    compute_backend: str
+    assumptions: tuple[str, ...] = field(default=())
+
+    @property
+    def total_s(self) -> float:
+        return (self.startup_s + self.region_s + self.timing_s + self.simulation_s
+                + self.compute_s)
+
+    def to_json(self, per_pattern: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "total_s": self.total_s, "startup_s": self.startup_s, "region_s": self.region_s,
+            "timing_s": self.timing_s, "simulation_s": self.simulation_s,
+            "simulation_cpu_s": self.simulation_cpu_s, "compute_s": self.compute_s,
+            "compute_backend": self.compute_backend, "cpus": self.cpus,
+            "patterns": len(self.patterns), "assumptions": list(self.assumptions)}
+        if per_pattern:
+            out["per_pattern"] = [c.to_json() for c in self.patterns]
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# The model
+
+
+def _per_element(times: tuple[float, float], op: str, store_every: int) -> float:
+    """Time of one element of a sweep (an rmw element is a load and a store)."""
+    load, store = times
+    if op == "load":
+        return load
+    if op == "store":
+        return store
+    if op == "rmw":
+        return load + store
+    k = max(1, store_every)
+    return ((k - 1) * load + store) / k
+
+
+def _key(machine: Machine, level: str) -> str:
+    keys = level_keys(machine)
+    return level if level in keys else keys[-1]
+
+
+def _setup_sweeps(p: Pattern) -> tuple[tuple[str, ...], ...]:
+    """Per set-up step, the sweeps its slowest participant makes (runner.plans)."""
+    if p.coherence is None:
+        return ()
+    first = ("store",) if p.coherence == "dirty" else ("store", "store", "load")  # flush ~ store
+    return (first, ("load",)) if p.coherence == "shared" else (first,)
+
+
+def superstep_s(p: Pattern, machine: Machine, speeds: Speeds) -> float:
+    """One superstep of ``p``: its slowest processor's kernel, the set-up sweeps and barriers
+    before it, a barrier per participant and step."""
+    lv = _key(machine, p.level)
+    times = (speeds.kernel_load_ns[lv], speeds.kernel_store_ns[lv])
+    elements = p.count * p.sweeps
+    kernel = elements * _per_element(times, p.op, p.store_every)
+    if lv == "mem":
+        kernel *= max(1.0, p.procs / machine.bank_map.banks)  # queueing for the banks
+    steps = _setup_sweeps(p)
+    setup = sum(p.count * _per_element(times, op, 0) for step in steps for op in step)
+    barriers = (1 + len(steps)) * p.cpus_needed * speeds.superstep_ns
+    return (kernel + setup + barriers) / 1e9
+
+
+def _reps(cfg: RunConfig, step_s: float, speeds: Speeds) -> float:
+    """Measured supersteps: ``min_reps`` unless disturbed, up to ``max_reps`` (or the
+    time budget)."""
+    more = speeds.disturbed * (cfg.max_reps - cfg.min_reps)
+    if step_s > 0:
+        more = min(more, max(0.0, cfg.budget_ns / 1e9 / step_s - cfg.min_reps))
+    return cfg.min_reps + more
+
+
+def timing_cost(p: Pattern, machine: Machine, speeds: Speeds, cfg: RunConfig
+                ) -> tuple[float, float, float]:
+    """(seconds of all timed attempts, attempts, supersteps per attempt) of ``p``."""
+    step = superstep_s(p, machine, speeds)
+    n = cfg.warmup + _reps(cfg, step, speeds)
+    pages = -(-p.span_bytes // machine.page_bytes) + 1
+    prefault = pages * speeds.kernel_store_ns["mem"] / 1e9
+    attempts = 1 + cfg.retries * speeds.disturbed
+    per_attempt = speeds.pattern_ns / 1e9 + prefault + n * step
+    return attempts * per_attempt, attempts, n
+
+
+def _calls(plan: WorkerPlan) -> tuple[Sequence[KernelCall], Sequence[KernelCall],
+                                       Sequence[KernelCall]]:
+    setup = [c for step in plan.setup for c in step if isinstance(c, KernelCall)]
+    main = [plan.main] if isinstance(plan.main, KernelCall) else []
+    return [c for c in plan.prefault if isinstance(c, KernelCall)], setup, main
+
+
+def _sim_call_ns(call: KernelCall, level: str, speeds: Speeds) -> float:
+    if call.kernel == "flush":
+        return 0.0  # not simulated
+    times = (speeds.sim_load_ns[level], speeds.sim_store_ns[level])
+    return call.count * call.reps * _per_element(times, call.kernel, call.store_every)
+
+
+def simulation_cost(p: Pattern, machine: Machine, speeds: Speeds, cfg: RunConfig) -> float:
+    """Seconds one simulator process spends on ``p``: the pre-fault, ``warmup`` + 1 set-ups
+    and main kernels of every plan it is fed, served at the pattern's level (the pre-fault
+    from memory); a coherent system adds to every access what its processors snoop."""
+    lv = _key(machine, p.level)
+    fed = simulations(p, machine.geometry, machine.bank_map, page_bytes=machine.page_bytes)
+    total = 0.0
+    for plan in fed:
+        prefault, setup, main = _calls(plan)
+        total += sum(_sim_call_ns(c, "mem", speeds) for c in prefault)
+        total += (cfg.warmup + 1) * sum(_sim_call_ns(c, lv, speeds) for c in (*setup, *main))
+    if uses_coherence(p):
+        total *= 1 + speeds.snoop[lv] * (len(fed) - 1)
+    return total / 1e9
+
+
+def chunks(items: Sequence[_T], cpus: int) -> list[Sequence[_T]]:
+    """The run's chunks: consecutive groups of ``cpus`` patterns (run_suite)."""
+    size = max(1, cpus)
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def compute_cost(backend: str, quick: bool, speeds: Speeds) -> float:
+    """The compute patterns: a timed run of :data:`COMPUTE_REPS` repetitions, and for
+    callgrind a counted run of two repetitions under it (microbench.compute.measure)."""
+    if backend not in COMPUTE_BACKENDS:
+        raise BadInput(f"compute backend {backend!r}", "choose " + ", ".join(COMPUTE_BACKENDS))
+    if backend == "none":
+        return 0.0
+    rep = speeds.compute_quick_s if quick else speeds.compute_full_s
+    prepare = speeds.compute_prepare_s * (rep / speeds.compute_quick_s
+                                          if speeds.compute_quick_s > 0 else 1.0)
+    timed = speeds.startup_s + prepare + COMPUTE_REPS * rep
+    if backend != "callgrind":
+        return timed
+    return timed + CALLGRIND_SLOWDOWN * (speeds.startup_s + prepare + 2 * rep)
+
+
+ASSUMPTIONS = (
+    "processors run their kernels in parallel as fast as one does on this host; memory "
+    "patterns queue for the declared banks beyond one processor per bank",
+    "each pattern takes min_reps repetitions, and is measured again (retries) as often as "
+    "this host's load average per CPU says (not at all on a planned node)",
+    "a chunk's simulations run one per CPU without slowing each other down",
+    f"callgrind runs the compute kernels {CALLGRIND_SLOWDOWN:g} times slower than natively",
+)
+
+
+def estimate(patterns: Sequence[Pattern], machine: Machine, speeds: Speeds, *,
+             cfg: RunConfig, compute_backend: str = "none", quick: bool = False) -> Estimate:
+    """The estimated duration of ``microbench run`` over ``patterns`` on ``machine`` with
+    ``cfg`` (module doc). ``compute_backend``: what counts the compute patterns after the
+    memory ones (none, perf, papi or callgrind, as resolved)."""
+    costs = []
+    for p in patterns:
+        t, attempts, steps = timing_cost(p, machine, speeds, cfg)
+        costs.append(PatternCost(p.mnemonic, t, simulation_cost(p, machine, speeds, cfg),
+                                 attempts, steps))
+    cpus = machine.max_procs
+    sim_wall = sum(max(c.sim_s for c in chunk) for chunk in chunks(costs, cpus))
+    workers = max((p.cpus_needed for p in patterns), default=0) + cpus
+    startup = speeds.startup_s + workers * speeds.worker_start_ns / 1e9
+    pages = region_bytes(patterns, machine.page_bytes) // machine.page_bytes if patterns else 0
+    return Estimate(tuple(costs), cpus, startup, pages * speeds.fault_ns / 1e9,
+                    sum(c.timing_s for c in costs), sim_wall,
+                    sum(c.sim_s for c in costs), compute_cost(compute_backend, quick, speeds),
+                    compute_backend, ASSUMPTIONS)
+
+
+# --------------------------------------------------------------------------------------------
+# The probe
+
+
+def _best(f: Any, tries: int = 3) -> float:
+    best = math.inf
+    for _ in range(tries):
+        t0 = time.perf_counter_ns()
+        f()
+        best = min(best, time.perf_counter_ns() - t0)
+    return float(best)
+
+
+def _spans(machine: Machine) -> dict[str, tuple[int, int]]:
+    """(bytes, stride in words) the probe sweeps for each level key: half of each level (s1
+    in L1, a line apart below it; at most 4x the level above, so the probe stays short), and
+    for memory four lines apart over twice the last level, at most PROBE_MEM_BYTES."""
+    levels = machine.geometry.levels
+    word = machine.word_bytes
+    line_words = max(1, levels[0].line_bytes // word)
+    out: dict[str, tuple[int, int]] = {}
+    for i, lv in enumerate(levels):
+        span = lv.size_bytes // 2
+        if i > 0:
+            span = max(levels[i - 1].size_bytes * 2, min(span, 4 * levels[i - 1].size_bytes))
+        out[f"L{lv.level}"] = (span, 1 if i == 0 else line_words)
+    out["mem"] = (min(2 * levels[-1].size_bytes, PROBE_MEM_BYTES), 4 * line_words)
+    return out
+
+
+def _kernel_times(machine: Machine, spans: Mapping[str, tuple[int, int]]
+                  ) -> tuple[dict[str, float], dict[str, float], float]:
+    """Native kernels: ns per access at each level (loads, stores), ns per first-touched
+    page."""
+    lib = native_lib()
+    page = machine.page_bytes
+    size = max(s for s, _ in spans.values()) + 2 * page
+    buf = np.empty(size, np.uint8)  # a fresh mapping: its pages are touched below first
+    addr = -(-buf.ctypes.data // page) * page
+    pages = (size - page) // page
+    touch = KernelCall("store", 0, pages, page // 8)
+    t0 = time.perf_counter_ns()
+    touch.run(lib, addr)
+    fault_ns = (time.perf_counter_ns() - t0) / pages
+    load: dict[str, float] = {}
+    store: dict[str, float] = {}
+    for key, (span, stride) in spans.items():
+        count = max(1, span // (stride * 8))
+        reps = max(1, (1 << 17) // count)
+        for kernel, out in (("load", load), ("store", store)):
+            call = KernelCall(kernel, 0, count, stride, reps)  # type: ignore[arg-type]
+            call.run(lib, addr)  # warm
+            out[key] = _best(lambda c=call: c.run(lib, addr),
+                             2 if key == "mem" else 3) / (count * reps)
+    del buf
+    return load, store, fault_ns
+
+
+def _sim_times(machine: Machine, spans: Mapping[str, tuple[int, int]]
+               ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """Simulator: ns per access served at each level, loads and stores, one processor alone
+    (a warmed sweep; memory: lines new to caches full of others, across every set of the
+    last level, as in a memory pattern's measured superstep), and the share of an access
+    that each further processor of a coherent system adds (systems of 1 and 4 on the same
+    lines: the simulator's concurrent patterns on 16 processors of the 16-CPU node's caches
+    took 17 times one processor's time per access at L1, 5 times from memory). Each figure
+    is the least of a few tries: another process taking the CPU only adds time."""
+    g, banks = machine.geometry, machine.bank_map
+    far = translation_period(g, banks, machine.page_bytes) * (1 << 16)  # same sets, new tags
+    llc = g.levels[-1]
+    load: dict[str, float] = {}
+    store: dict[str, float] = {}
+    for key, (span, stride) in spans.items():
+        mem = key == "mem"
+        count = max(1, span // (stride * 8))
+        if mem:  # across every set of the last level, as a memory pattern sweeps
+            count = max(1 << 12, llc.sets * llc.line_bytes // (stride * 8))
+        n = min(count, 1 << (15 if mem else 17))
+        reps = max(1, (1 << 14) // n)
+        for kind, out in (("load_stride", load), ("store_stride", store)):
+            sim = CacheSim(g, banks)
+            sim.feed(StridedStream.from_kernel(kind, n, stride, 1, 0))  # warm
+            best = math.inf
+            for k in range(1, 3):
+                s = StridedStream.from_kernel(kind, n, stride, reps, k * far if mem else 0)
+                t0 = time.perf_counter_ns()
+                sim.feed(s)
+                best = min(best, time.perf_counter_ns() - t0)
+            out[key] = best / (n * reps)
+    # Coherent systems of 1 and 4 processors sweeping the same lines, L1-resident and new
+    # to the caches: per(n) = per(1) * (1 + share * (n - 1)) gives the share each further
+    # processor adds at L1 and at memory; the levels between are interpolated.
+    share: dict[str, float] = {}
+    for key in ("L1", "mem"):
+        mem = key == "mem"
+        span, stride = spans[key]
+        n = min(max(1, span // (stride * 8)), 1 << 11)
+        reps = 1 if mem else max(1, (1 << 15) // n)
+        systems = {procs: CoherentSim(g, procs, banks) for procs in (1, 4)}
+        per = dict.fromkeys(systems, math.inf)
+        for k in range(1, 4):
+            s = StridedStream.from_kernel("load_stride", n, stride, reps, k * far if mem else 0)
+            for procs, csim in systems.items():
+                t0 = time.perf_counter_ns()
+                csim.feed([s] * procs)
+                if k > 1 or mem:  # the L1 lines' first sweep warms them
+                    per[procs] = min(per[procs],
+                                     (time.perf_counter_ns() - t0) / (len(s) * procs))
+        share[key] = min(2.0, max(0.0, per[4] / per[1] - 1) / 3)
+    keys = level_keys(machine)
+    snoop = {key: share["L1"] + (share["mem"] - share["L1"]) * i / (len(keys) - 1)
+             for i, key in enumerate(keys)}
+    return load, store, snoop
+
+
+def _pool_times(machine: Machine) -> tuple[float, float, float]:
+    """(ns per superstep and participant, ns per pattern, ns per worker started) of the
+    runner itself: a pool of up to two of this host's CPUs timing a one-access kernel."""
+    from microbench.patterns import host_machine
+
+    here = host_machine(machine.geometry, machine.bank_map, machine.bank_provenance)
+    n = min(2, here.max_procs)
+    few, many = 3, 13
+    cfg = RunConfig(warmup=0, min_reps=few, max_reps=many, retries=0)
+    t0 = time.perf_counter_ns()
+    pool = WorkerPool(here, [], cfg, region=(here.page_bytes, n))
+    pool.start()
+    started = (time.perf_counter_ns() - t0) / n
+    try:
+        work = [WorkerPlan(k, True, (), (), KernelCall("load", 0, 1, 1)) for k in range(n)]
+        walls = {}
+        for reps in (few, many):
+            c = RunConfig(warmup=0, min_reps=reps, max_reps=reps, retries=0,
+                          tolerance=0.999999)
+            pool.run_plans("probe", n, work, c)  # warm
+            walls[reps] = min(pool.run_plans("probe", n, work, c).wall_ns for _ in range(4))
+    finally:
+        pool.close()
+    # wall(reps) = pattern + reps * n * step; noise can tilt the line: the pattern's own
+    # cost is kept to at least a tenth of the shortest run.
+    step = max(0.0, (walls[many] - walls[few]) / (many - few)) / n
+    pattern = max(walls[few] / 10, walls[few] - few * step * n)
+    return min(step, (walls[few] - pattern) / (few * n)), pattern, started
+
+
+def _compute_times() -> tuple[float, float, float]:
+    """(one quick repetition, one full repetition, preparing the quick inputs) of the compute
+    kernels, in this process; the full set scaled by its sizes."""
+    from microbench import compute
+
+    rng = np.random.default_rng(0)
+    quick = full = prepare = 0.0
+    for spec in compute.SPECS:
+        sizes = compute.sizes(spec, True)
+        t0 = time.perf_counter()
+        states = [spec.prepare(n, rng) for n in sizes]
+        t1 = time.perf_counter()
+        for st in states:
+            spec.run(st)
+        t2 = time.perf_counter()
+        prepare += t1 - t0
+        quick += t2 - t1
+        full += (t2 - t1) * sum(compute.sizes(spec, False)) / sum(sizes)
+    return quick, full, prepare
+
+
+def process_age_s() -> float:
+    """Seconds since this process started: for a command that probes first thing, what its
+    start cost (interpreter, imports, arguments), as a run's start will cost."""
+    try:
+        import psutil
+
+        return max(0.0, time.time() - psutil.Process().create_time())
+    except (ImportError, OSError):  # pragma: no cover - psutil is a dependency
+        return 0.0
+
+
+def probe(machine: Machine, *, compute: bool = True, planned: bool = False,
+          startup_s: float = 0.0) -> Speeds:
+    """Measure this host's :class:`Speeds` for ``machine``'s geometry (under a second).
+    ``compute``: also time the compute kernels; ``planned``: the machine is another node (a
+    machine file), so this host's load says nothing about its repetitions; ``startup_s``: a
+    run's own start (interpreter and imports; :func:`process_age_s` in a command)."""
+    t0 = time.perf_counter()
+    startup = startup_s
+    spans = _spans(machine)
+    k_load, k_store, fault = _kernel_times(machine, spans)
+    s_load, s_store, snoop = _sim_times(machine, spans)
+    step, pattern, worker = _pool_times(machine)
+    cq, cf, cp = _compute_times() if compute else (0.0, 0.0, 0.0)
+    cpus = os.cpu_count() or 1
+    disturbed = 0.0 if planned else min(1.0, os.getloadavg()[0] / cpus)
+    notes = []
+    llc = machine.geometry.levels[-1].size_bytes
+    if 2 * llc > PROBE_MEM_BYTES:
+        notes.append(f"memory kernels timed over {PROBE_MEM_BYTES >> 20} MiB, less than twice "
+                     f"the last level ({llc >> 20} MiB): where it holds them, memory patterns "
+                     "take longer than estimated")
+    return Speeds(k_load, k_store, s_load, s_store, snoop, fault, step, pattern,
+                  worker, startup, cq, cf, cp, disturbed, time.perf_counter() - t0,
+                  tuple(notes))
+
+
+def fmt_duration(seconds: float) -> str:
+    """``45 s``, ``3 min 20 s``, ``2 h 05 min``."""
+    s = round(seconds)
+    if s < 60:
+        return f"{max(0, s)} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def describe(est: Estimate, speeds: Speeds) -> str:
+    """One line: the total and its parts."""
+    parts = [f"timing {fmt_duration(est.timing_s)}",
+             f"simulation {fmt_duration(est.simulation_s)} on {est.cpus} CPU"
+             f"{'s' if est.cpus > 1 else ''}"]
+    if est.compute_s:
+        parts.append(f"compute patterns ({est.compute_backend}) "
+                     f"{fmt_duration(est.compute_s)}")
+    parts.append(f"start-up {fmt_duration(est.startup_s + est.region_s)}")
+    return (f"estimated run time: {fmt_duration(est.total_s)} (" + ", ".join(parts)
+            + f"; per-access times probed here in {speeds.probe_s:.2f} s)")
+
+
+def totals_by(est: Estimate, key: Iterable[str]) -> dict[str, float]:
+    """Estimated seconds (timing plus simulation CPU) per group of mnemonics (e.g. by
+    processors): what weighs in a suite."""
+    out: dict[str, float] = {}
+    for name, c in zip(key, est.patterns, strict=True):
+        out[name] = out.get(name, 0.0) + c.timing_s + c.sim_s
+    return out
+
+
+__all__ = ["ASSUMPTIONS", "CALLGRIND_SLOWDOWN", "COMPUTE_BACKENDS", "COMPUTE_REPS", "Estimate",
+           "PatternCost", "Speeds", "chunks", "compute_cost", "describe", "estimate",
+           "fmt_duration", "level_keys", "probe", "process_age_s", "simulation_cost",
+           "superstep_s",
+           "timing_cost", "totals_by"]

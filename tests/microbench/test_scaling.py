@@ -1,0 +1,345 @@
+"""A suite that scales with the node (issue 35): processor counts, shared-data patterns kept
+to few processors, exclusive processors simulated once per bank, memory spans that the
+simulator serves from memory on many processors, and the run-time estimate of
+``microbench list``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from counterd.machine import Geometry
+from microbench import results
+from microbench.cli import main
+from microbench.counters import (
+    clear_cache,
+    plan_key,
+    simulate_pattern,
+    simulations,
+    translation_period,
+)
+from microbench.estimate import (
+    Speeds,
+    estimate,
+    level_keys,
+    probe,
+    simulation_cost,
+    timing_cost,
+)
+from microbench.patterns import (
+    COHERENT_MAX_PROCS,
+    HOST_BANKS,
+    Machine,
+    catalogue,
+    host_machine,
+    paper_machine,
+)
+from microbench.runner import NORMAL, QUICK, RunConfig, plans
+from microbench.suite import run_suite
+
+SMALL = "L1=8K/4/64,L2=64K/8/64,L3=1M/4/64"  # a 4-way shared L3: 16 processors exceed its ways
+
+
+def node(cpus: int, spec: str = "L1=48K/12/64,L2=2M/16/64,L3=300M/20/64") -> Machine:
+    """A node of ``cpus`` CPUs whose last level is shared by all of them."""
+    g = Geometry.from_spec(spec)
+    last = dataclasses.replace(g.levels[-1], shared_cpus=tuple(range(cpus)))
+    g = dataclasses.replace(g, levels=(*g.levels[:-1], last))
+    return Machine(f"{cpus} CPUs", tuple(range(cpus)), g, HOST_BANKS, "test")
+
+
+# -- processor counts ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(("cpus", "want"), [
+    (1, (1,)), (2, (1, 2)), (3, (1, 2, 3)), (6, (1, 2, 3, 6)), (8, (1, 2, 4, 8)),
+    (16, (1, 2, 4, 8, 16)), (24, (1, 2, 6, 12, 24)), (64, (1, 2, 16, 32, 64)),
+    (128, (1, 2, 32, 64, 128)),
+])
+def test_proc_counts_are_one_two_and_quarters(cpus: int, want: tuple[int, ...]) -> None:
+    assert node(cpus).proc_counts() == want
+
+
+def test_paper_machine_keeps_its_counts() -> None:
+    assert paper_machine().proc_counts() == (1, 2, 4, 8)
+    assert paper_machine().coherent_counts(limit=8) == (2, 4, 8)
+
+
+@pytest.mark.parametrize(("cpus", "want"), [(2, (2,)), (3, (2, 3)), (8, (2, 4)), (16, (2, 4)),
+                                            (128, (2, 4))])
+def test_shared_data_counts_stop_at_the_limit(cpus: int, want: tuple[int, ...]) -> None:
+    assert COHERENT_MAX_PROCS == 4
+    assert node(cpus).coherent_counts() == want
+    assert node(cpus).coherent_counts(limit=2) == (2,)
+    assert node(6).coherent_counts(limit=8) == (2, 3, 4, 6)
+
+
+@pytest.mark.parametrize(("cpus", "limit"), [(2, COHERENT_MAX_PROCS), (4, COHERENT_MAX_PROCS),
+                                             (8, 8)])
+def test_within_the_limit_every_count_has_both_modes(cpus: int, limit: int) -> None:
+    # On 2 CPUs (where the suite was built) and on the paper's 8 with its limit, nothing is
+    # left out: every count has exclusive and concurrent patterns and coherence variants.
+    pats = catalogue(node(cpus, SMALL), "all", min_accesses=1024, coherent_procs=limit)
+    for p in node(cpus).proc_counts():
+        modes = {x.mode for x in pats if x.procs == p and x.coherence is None}
+        assert modes == ({"exclusive"} if p == 1 else {"exclusive", "concurrent"})
+        if p > 1 or cpus > 1:
+            assert {x.coherence for x in pats if x.procs == p} >= {"clean", "shared", "dirty"}
+
+
+def test_128_cpus_keep_what_calibration_needs() -> None:
+    m = node(128)
+    pats = catalogue(m, "table1", min_accesses=1 << 19)
+    assert sorted({p.procs for p in pats}) == [1, 2, 4, 32, 64, 128]
+    assert max(p.procs for p in pats if p.mode == "concurrent") == COHERENT_MAX_PROCS
+    # F1: one processor, every level, loads and stores.
+    one = {(p.level, p.op) for p in pats if p.procs == 1}
+    assert one >= {(lv, op) for lv in ("L1", "L2", "L3", "mem") for op in ("load", "store")}
+    # F2 and F3: exclusive memory patterns on all 128 processors, at several contentions.
+    full = [p for p in pats if p.procs == 128 and p.mode == "exclusive" and p.level == "mem"]
+    bkcs = {p.bkc for p in full}
+    assert min(bkcs) == Fraction(128, 8) and max(bkcs) == 128 and len(bkcs) >= 4
+    assert len(pats) < 3 * len(catalogue(node(16), "table1", min_accesses=1 << 19))
+
+
+def test_explicit_procs_are_kept_and_shared_data_limited() -> None:
+    pats = catalogue(node(128), "table1", procs=[2, 16], min_accesses=1 << 19)
+    assert {(p.procs, p.mode) for p in pats} == {(2, "exclusive"), (2, "concurrent"),
+                                                 (16, "exclusive")}
+    wide = catalogue(node(128), "table1", procs=[16], coherent_procs=16, min_accesses=1 << 19)
+    assert {p.mode for p in wide} == {"exclusive", "concurrent"}
+
+
+def test_memory_supersteps_shrink_where_processors_queue_for_banks() -> None:
+    m = node(128)
+    pats = catalogue(m, "table1", procs=[8, 128], min_accesses=1 << 19)
+    for p in pats:
+        if p.level == "mem" and p.procs == 128:  # 16 processors per bank: 16 times fewer
+            assert p.count * p.sweeps >= (1 << 19) // 16 > p.count * (p.sweeps - 1)
+        else:
+            assert p.count * p.sweeps >= 1 << 19 > p.count * (p.sweeps - 1)
+
+
+# -- memory patterns on more processors than the shared level has ways --------------------
+
+def test_memory_patterns_are_served_from_memory_beyond_the_ways() -> None:
+    m = node(16, SMALL)  # 16 exclusive processors share a 4-way L3: the simulator gives 1 way
+    pats = [p for p in catalogue(m, "table1", procs=[16], min_accesses=2048)
+            if p.level == "mem" and p.mode == "exclusive" and p.op == "load"]
+    assert pats
+    lines = [lv.line_bytes for lv in m.geometry.levels]
+    for p in pats:
+        assert p.span_bytes >= 2 * m.geometry.levels[-1].size_bytes // 4 - p.stride_bytes
+        sims = simulate_pattern(p, m.geometry, m.bank_map, warmup=1, page_bytes=m.page_bytes)
+        assert results.served_level(sims[0].counters, p, lines) == "mem", p.mnemonic
+
+
+# -- exclusive processors simulated once per bank -----------------------------------------
+
+def test_shifted_plans_simulate_alike() -> None:
+    # Every rank of every exclusive pattern: its counts equal those of its plan shifted down
+    # to the lowest multiple of the translation period (what plan_key simulates).
+    from microbench.counters import _simulate_plan
+
+    m = node(8, SMALL)
+    checked = 0
+    for p in catalogue(m, "all", min_accesses=1024):
+        if p.mode != "exclusive" or p.coherence is not None:
+            continue
+        g = m.geometry.split_shared(p.procs)
+        period = translation_period(g, m.bank_map, m.page_bytes)
+        for plan in plans(p, m.page_bytes):
+            key = plan_key(plan, period)
+            assert key.main is not None and plan.main is not None
+            moved = plan.main.offset_bytes - key.main.offset_bytes
+            assert moved % period == 0 and key.main.offset_bytes < period + p.span_bytes
+            same = dataclasses.replace(plan, slot=0)
+            assert (_simulate_plan(same, 1, g, m.bank_map, "auto")
+                    == _simulate_plan(key, 1, g, m.bank_map, "auto")), (p.mnemonic, plan.slot)
+            checked += 1
+    clear_cache()
+    assert checked > 300
+
+
+def test_exclusive_processors_are_simulated_once_per_first_bank() -> None:
+    m = node(128)
+    pats = catalogue(m, "table1", procs=[128], min_accesses=1 << 19)
+    for p in pats:
+        fed = simulations(p, m.geometry, m.bank_map, page_bytes=m.page_bytes)
+        if p.mode == "exclusive":
+            first = {b % (m.bank_map.banks * m.bank_map.interleave_bytes)
+                     for b in p.bases_bytes}
+            assert len(fed) == len(first) <= m.bank_map.banks
+        else:
+            assert len(fed) == p.cpus_needed
+
+
+# -- the estimate ---------------------------------------------------------------------------
+
+def speeds(m: Machine, *, kernel: float = 1.0, sim: float = 100.0, snoop: float = 0.5,
+           disturbed: float = 0.0) -> Speeds:
+    """Synthetic per-access times: each level twice the one above it."""
+    keys = level_keys(m)
+    k = {key: kernel * 2 ** i for i, key in enumerate(keys)}
+    s = {key: sim * 2 ** i for i, key in enumerate(keys)}
+    return Speeds(k, k, s, s, dict.fromkeys(keys, snoop), fault_ns=1000, superstep_ns=20_000,
+                  pattern_ns=1e6, worker_start_ns=5e6, startup_s=0.5, compute_quick_s=0.05,
+                  compute_full_s=0.5, compute_prepare_s=0.1, disturbed=disturbed)
+
+
+def test_estimate_uses_the_measured_times() -> None:
+    m = node(4, SMALL)
+    pats = catalogue(m, "table1", min_accesses=1 << 14)
+    base = estimate(pats, m, speeds(m), cfg=QUICK)
+    slow = estimate(pats, m, speeds(m).scaled(3.0), cfg=QUICK)
+    assert slow.simulation_cpu_s == pytest.approx(3 * base.simulation_cpu_s)
+    assert slow.timing_s > base.timing_s and slow.total_s > base.total_s
+    # Without the fixed costs, timing is the per-access times times the accesses.
+    bare = dataclasses.replace(speeds(m), pattern_ns=0.0, superstep_ns=0.0)
+    assert (estimate(pats, m, bare.scaled(3.0), cfg=QUICK).timing_s
+            == pytest.approx(3 * estimate(pats, m, bare, cfg=QUICK).timing_s))
+    # Exactly the sum of the patterns', and their simulations over chunks of 4 in parallel.
+    assert base.timing_s == pytest.approx(sum(c.timing_s for c in base.patterns))
+    assert base.simulation_cpu_s / 4 <= base.simulation_s <= base.simulation_cpu_s
+
+
+def test_estimate_grows_with_accesses_and_repetitions() -> None:
+    m = node(4, SMALL)
+    sp = speeds(m)
+    small = catalogue(m, "table1", min_accesses=1 << 12)
+    large = catalogue(m, "table1", min_accesses=1 << 15)
+    for a, b in zip(small, large, strict=True):
+        assert a.mnemonic == b.mnemonic
+        if b.accesses_per_proc > a.accesses_per_proc:
+            assert timing_cost(b, m, sp, QUICK)[0] > timing_cost(a, m, sp, QUICK)[0]
+            assert simulation_cost(b, m, sp, QUICK) > simulation_cost(a, m, sp, QUICK)
+    assert (estimate(large, m, sp, cfg=QUICK).total_s
+            > estimate(small, m, sp, cfg=QUICK).total_s)
+    more = dataclasses.replace(QUICK, min_reps=10, max_reps=10, budget_ns=10**12)
+    assert estimate(small, m, sp, cfg=more).timing_s > estimate(small, m, sp, cfg=QUICK).timing_s
+    # The full configuration warms the simulator up once more, and a disturbed host retries.
+    assert (estimate(small, m, sp, cfg=NORMAL).simulation_cpu_s
+            > estimate(small, m, sp, cfg=QUICK).simulation_cpu_s)
+    assert (estimate(small, m, speeds(m, disturbed=1.0), cfg=QUICK).timing_s
+            > 2 * estimate(small, m, sp, cfg=QUICK).timing_s)
+
+
+def test_shared_data_patterns_cost_more_with_processors() -> None:
+    m = node(8, SMALL)
+    pats = {p.mnemonic: p for p in catalogue(m, "table1", min_accesses=1 << 14,
+                                             coherent_procs=8)}
+    sp = speeds(m)
+    cost = {n: simulation_cost(pats[f"p{n}.s1.b0.LC"], m, sp, QUICK) for n in (2, 4, 8)}
+    assert cost[2] < cost[4] < cost[8]
+    assert cost[8] / cost[4] > 2  # processors x snooped processors
+    assert simulation_cost(pats["p8.s1.b0.LC"], m, speeds(m, snoop=0.0), QUICK) < cost[8]
+
+
+def test_compute_patterns_by_backend() -> None:
+    m = node(2, SMALL)
+    pats = catalogue(m, "table1", procs=[1], min_accesses=1 << 12)
+    sp = speeds(m)
+    by = {b: estimate(pats, m, sp, cfg=QUICK, compute_backend=b, quick=True).compute_s
+          for b in ("none", "perf", "callgrind")}
+    assert by["none"] == 0 < by["perf"] < by["callgrind"]
+    full = estimate(pats, m, sp, cfg=NORMAL, compute_backend="perf").compute_s
+    assert full > by["perf"]
+
+
+def test_probe_measures_this_host() -> None:
+    m = host_machine(Geometry.from_spec(SMALL))
+    sp = probe(m, compute=False)
+    assert set(sp.sim_load_ns) == set(level_keys(m)) == {"L1", "L2", "L3", "mem"}
+    for table in (sp.kernel_load_ns, sp.kernel_store_ns, sp.sim_load_ns, sp.sim_store_ns):
+        assert all(0 < v < 1e6 and math.isfinite(v) for v in table.values())
+    # The simulator walks every level for a memory access and one for an L1 hit.
+    assert sp.sim_load_ns["mem"] > sp.sim_load_ns["L1"]
+    assert sp.pattern_ns > 0 and sp.worker_start_ns > 0 and 0 < sp.probe_s < 10
+    pats = catalogue(m, "table1", procs=[1], min_accesses=1 << 12)
+    assert estimate(pats, m, sp, cfg=QUICK).total_s > 0
+
+
+def test_run_keeps_its_estimate_and_what_each_step_took(tmp_path: Path) -> None:
+    m = host_machine(Geometry.from_spec("L1=4K/4/64,L2=32K/8/64"))
+    pats = [p for p in catalogue(m, "table1", procs=[1], min_accesses=4096) if p.op == "load"]
+    cfg = RunConfig(warmup=1, min_reps=3, max_reps=4, budget_ns=10**8)
+    est = estimate(pats, m, speeds(m), cfg=cfg)
+    etas: list[float | None] = []
+    doc = run_suite(m, pats, tmp_path / "r.json", suite="table1", cfg=cfg, backend="sim",
+                    compute_backend="none", estimate=est,
+                    progress=lambda d, t, mn, eta: etas.append(eta))
+    assert doc["estimate"]["total_s"] == pytest.approx(est.total_s)
+    assert etas[0] == pytest.approx(est.total_s)
+    assert set(doc["phases_s"]) == {"startup", "timing", "simulation", "writing", "compute"}
+    assert doc["phases_s"]["timing"] > 0 and doc["phases_s"]["simulation"] > 0
+    for rec in doc["patterns"]:
+        assert rec["sim"]["seconds"] > 0 and rec["load"]["timed_s"] > 0
+
+
+# -- microbench list ------------------------------------------------------------------------
+
+def machine_file(tmp_path: Path, cpus: int) -> Path:
+    shared = ", ".join(map(str, range(cpus)))
+    path = tmp_path / f"node{cpus}.toml"
+    path.write_text(f"""format = "counterd-machine"
+version = 1
+
+[host]
+hostname = "node{cpus}"
+cpus_online = {cpus}
+
+[[caches]]
+level = 1
+size = "8K"
+ways = 4
+line_bytes = 64
+
+[[caches]]
+level = 2
+size = "64K"
+ways = 8
+line_bytes = 64
+
+[[caches]]
+level = 3
+size = "1M"
+ways = 4
+line_bytes = 64
+shared_cpus = [{shared}]
+""")
+    return path
+
+
+def test_list_estimates_a_planned_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                       ) -> None:
+    path = machine_file(tmp_path, 128)
+    assert main(["list", "--quick", "--machine", str(path), "--compute-backend", "none",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["cpus"] == 128 and doc["quick"] and doc["suite"] == "table1"
+    assert max(p["procs"] for p in doc["patterns"]) == 128
+    est = doc["estimate"]
+    assert est["cpus"] == 128 and est["patterns"] == doc["count"]
+    assert est["total_s"] == pytest.approx(sum(est[k] for k in (
+        "startup_s", "region_s", "timing_s", "simulation_s", "compute_s")))
+    assert doc["speeds"]["disturbed"] == 0  # a planned node: this host's load says nothing
+    assert main(["list", "--quick", "--machine", str(path), "--compute-backend", "none",
+                 "--procs", "1,2,32,64,128"]) == 0
+    out = capsys.readouterr().out
+    assert "on node128 (machine file" in out and "128 CPUs" in out
+    assert "processors 1, 2, 32, 64, 128" in out
+    assert "estimated run time: " in out and "at this host's speed" in out
+
+
+def test_list_refuses_more_processors_than_the_node(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    path = machine_file(tmp_path, 16)
+    assert main(["list", "--machine", str(path), "--procs", "32"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "32 processors asked, 16 CPUs" in err[0]
+    assert main(["list", "--coherent-procs", "0"]) == 2
+    assert "give a positive number" in capsys.readouterr().err
