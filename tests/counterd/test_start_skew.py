@@ -7,7 +7,11 @@ barrier and another empty superstep, recorded by ``counterd record`` with perf s
 land in the first superstep, 4-45 ms of skew against 0.02-0.7 ms for the second). Over repeated
 rounds of fresh processes, the first superstep's start skew must stay within 3x the second's
 plus half a millisecond (the median over rounds: one round's barrier release on an
-oversubscribed 2-CPU host can be late for either superstep alike).
+oversubscribed 2-CPU host can be late for either superstep alike). A configuration that misses
+is measured once more, and must hold then: a first superstep that pays counterd's own set-up
+misses every time (26-195 ms medians against 0.2-6 ms before the set-up moved out of it, on a
+2-CPU guest), while the host's scheduler can cost one measurement a tick (4 ms) of a worker
+that is not on a CPU when the barrier releases it.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,7 +31,7 @@ from tests.counterd.skew_program import skews
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = Path(__file__).with_name("skew_program.py")
 SLACK_NS = 500_000
-ROUNDS = 5
+ROUNDS = 7
 
 
 def _perf_usable() -> str | None:
@@ -46,13 +51,24 @@ def _record(cmd: list[str], out: Path, env_init: str | None = None) -> None:
                    timeout=300, capture_output=True)
 
 
-def _check(pairs: list[tuple[int, int]], what: str) -> None:
+def _miss(pairs: list[tuple[int, int]], what: str) -> str | None:
+    """Why ``pairs`` (first, second start skews over rounds) miss the bound, or None."""
     first = statistics.median(p[0] for p in pairs)
     second = statistics.median(p[1] for p in pairs)
     shown = ", ".join(f"{a / 1e6:.3f}/{b / 1e6:.3f}" for a, b in pairs)
-    assert first <= 3 * second + SLACK_NS, (
-        f"{what}: first superstep's start skew (median {first / 1e6:.3f} ms) over 3x the "
-        f"second's ({second / 1e6:.3f} ms) + {SLACK_NS / 1e6} ms; rounds first/second: {shown}")
+    if first <= 3 * second + SLACK_NS:
+        return None
+    return (f"{what}: first superstep's start skew (median {first / 1e6:.3f} ms) over 3x the "
+            f"second's ({second / 1e6:.3f} ms) + {SLACK_NS / 1e6} ms; rounds first/second: "
+            f"{shown}")
+
+
+def _check(measure: Callable[[], list[tuple[int, int]]], what: str) -> None:
+    """The bound holds on a measurement, or on the one made after it missed."""
+    first = _miss(measure(), what)
+    if first is not None:
+        again = _miss(measure(), what)
+        assert again is None, f"{first}; and again: {again}"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -66,15 +82,20 @@ def _perf() -> None:
 @pytest.mark.parametrize("how", ["fork", "spawn"])
 def test_multiprocessing_first_superstep_begins_as_evenly_as_the_second(
         tmp_path: Path, how: str, n: int) -> None:
-    out = tmp_path / "run.jsonl"
-    _record([sys.executable, str(PROGRAM), how, str(n), str(ROUNDS)], out)
-    recs = list(read_jsonl(out))
-    assert len(recs) == 2 * n * ROUNDS
-    for k in range(ROUNDS):  # each worker its own rank, found after its bootstrap
-        assert len({r.rank for r in recs if r.params["round"] == k and r.name == "first"}) == n
-    pairs = list(skews(recs).values())
-    assert len(pairs) == ROUNDS
-    _check(pairs, f"{how}, {n} processes")
+    def measure() -> list[tuple[int, int]]:
+        out = tmp_path / "run.jsonl"
+        out.unlink(missing_ok=True)
+        _record([sys.executable, str(PROGRAM), how, str(n), str(ROUNDS)], out)
+        recs = list(read_jsonl(out))
+        assert len(recs) == 2 * n * ROUNDS
+        for k in range(ROUNDS):  # each worker its own rank, found after its bootstrap
+            assert len({r.rank for r in recs
+                        if r.params["round"] == k and r.name == "first"}) == n
+        pairs = list(skews(recs).values())
+        assert len(pairs) == ROUNDS
+        return pairs
+
+    _check(measure, f"{how}, {n} processes")
 
 
 @pytest.mark.parametrize("n", [2, 4])
@@ -84,25 +105,33 @@ def test_mpi_ranks_first_superstep_begins_as_evenly_as_the_second(tmp_path: Path
     mpiexec = Path(sys.executable).parent / "mpiexec"
     if not mpiexec.exists():
         pytest.skip("no mpiexec beside this python (the mpich wheel provides it)")
-    pairs = []
-    for k in range(3):  # one round per launch: a launch takes about a second
-        out = tmp_path / f"mpi{k}.jsonl"
-        _record([str(mpiexec), "-n", str(n), sys.executable, str(PROGRAM), "mpi"], out)
-        recs = list(read_jsonl(out))
-        assert sorted(r.rank for r in recs if r.name == "first") == list(range(n))
-        pairs += list(skews(recs).values())
-    _check(pairs, f"MPI, {n} ranks")
+    def measure() -> list[tuple[int, int]]:
+        pairs = []
+        for k in range(3):  # one round per launch: a launch takes about a second
+            out = tmp_path / f"mpi{k}.jsonl"
+            out.unlink(missing_ok=True)
+            _record([str(mpiexec), "-n", str(n), sys.executable, str(PROGRAM), "mpi"], out)
+            recs = list(read_jsonl(out))
+            assert sorted(r.rank for r in recs if r.name == "first") == list(range(n))
+            pairs += list(skews(recs).values())
+        return pairs
+
+    _check(measure, f"MPI, {n} ranks")
 
 
 def test_an_explicit_init_serves_a_program_the_recorder_does_not_set_up(tmp_path: Path) -> None:
     """With the import-time set-up off, ``counterd.init()`` in each process before its first
     barrier (what the README shows for programs outside ``counterd record``) does the same."""
-    out = tmp_path / "run.jsonl"
-    _record([sys.executable, str(PROGRAM), "spawn", "2", str(ROUNDS), "--init"], out,
-            env_init="first")
-    pairs = list(skews(read_jsonl(out)).values())
-    assert len(pairs) == ROUNDS
-    _check(pairs, "spawn, 2 processes, counterd.init()")
+    def measure() -> list[tuple[int, int]]:
+        out = tmp_path / "run.jsonl"
+        out.unlink(missing_ok=True)
+        _record([sys.executable, str(PROGRAM), "spawn", "2", str(ROUNDS), "--init"], out,
+                env_init="first")
+        pairs = list(skews(read_jsonl(out)).values())
+        assert len(pairs) == ROUNDS
+        return pairs
+
+    _check(measure, "spawn, 2 processes, counterd.init()")
 
 
 def test_init_does_before_the_first_superstep_what_it_would_do_inside(
