@@ -300,7 +300,8 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
         "time-only; the interval is the forecast's."
         + (" measured: the median over the checking runs at the target; E = max(T, P) / "
            "min(T, P), work against work and span against span." if a.check else ""), 100)
-    lines += [f"note: {n}" for n in fc.notes]
+    for n in fc.notes:
+        lines += textwrap.wrap(f"note: {n}", 100, subsequent_indent="  ")
     if pilot.timing_features(a.backend) == "as-counted":
         lines += textwrap.wrap(
             "note: the timed runs hid from run-time code dispatch (numpy, OpenBLAS, glibc) the "

@@ -551,8 +551,8 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
                                          level=level, modeler=modeler,
                                          where=f"{where}: span less work")
         if grows:
-            notes.append(f"{where}: the span's extra over the work (start skew, waiting) grows "
-                         f"with n in the pilot runs, so it is extrapolated ({extra.how})")
+            notes.append(f"{where}: the span's extra over the work (start skew, waiting) is "
+                         f"not held constant: it {extra.how}")
         names = sorted(set.intersection(*(set(s.counters) for s in steps)))
         counters = {c: extrapolate(ns, [float(s.counter(c).sum()) for s in steps], target,
                                    level=level, modeler=modeler, where=f"{where}: {c}")
