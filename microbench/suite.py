@@ -1,10 +1,12 @@
 """Run a suite: time every pattern, simulate its counters, write the results file as it goes.
 
 Order of work (so the simulator never runs while a pattern is timed): patterns are taken in
-chunks of as many patterns as there are CPUs; each pattern of a chunk is timed by the pinned
-worker pool, then the chunk's simulations run in parallel on all CPUs, then its records are
-appended and the file is rewritten atomically. An interrupted run leaves a valid file with
-``complete: false`` and every finished pattern; ``resume=True`` continues it.
+chunks of as many patterns as there are CPUs, longest simulation first when the run has an
+estimate (:func:`microbench.estimate.run_order`); each pattern of a chunk is timed by the
+pinned worker pool, then the chunk's simulations run in parallel on all CPUs, then its
+records are added (in the order of the patterns given) and the file is rewritten atomically.
+An interrupted run leaves a valid file with ``complete: false`` and every finished pattern;
+``resume=True`` continues it.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from microbench.counters import (
     simulate_pattern,
     uses_coherence,
 )
-from microbench.estimate import Estimate, chunks
+from microbench.estimate import Estimate, chunks, run_order
 from microbench.patterns import Machine, Pattern
 from microbench.runner import (
     NORMAL,
@@ -210,7 +212,8 @@ def run_suite(machine: Machine, patterns: Sequence[Pattern], out: str | Path, *,
     if estimate is not None:
         doc["estimate"] = estimate.to_json()
     done = {p["mnemonic"] for p in doc["patterns"]}
-    todo = [p for p in patterns if p.mnemonic not in done]
+    todo = run_order([p for p in patterns if p.mnemonic not in done], estimate)
+    place = {p.mnemonic: i for i, p in enumerate(patterns)}  # records kept in this order
     phases = {"startup": 0.0, "timing": 0.0, "simulation": 0.0, "writing": 0.0,
               "compute": 0.0}
     t0 = time.monotonic()
@@ -251,6 +254,7 @@ def run_suite(machine: Machine, patterns: Sequence[Pattern], out: str | Path, *,
                                                    round(sims[i][1], 4)))
                     spent_cost += costs[start + i]
                 start += len(chunk)
+                doc["patterns"].sort(key=lambda r: place.get(r["mnemonic"], -1))
                 doc["phases_s"] = {k: round(v, 2) for k, v in phases.items()}
                 t0 = time.monotonic()
                 results.write(out, doc)

@@ -25,9 +25,11 @@ from microbench.counters import (
 )
 from microbench.estimate import (
     Speeds,
+    chunks,
     estimate,
     level_keys,
     probe,
+    run_order,
     simulation_cost,
     timing_cost,
 )
@@ -187,7 +189,8 @@ def speeds(m: Machine, *, kernel: float = 1.0, sim: float = 100.0, snoop: float 
     k = {key: kernel * 2 ** i for i, key in enumerate(keys)}
     s = {key: sim * 2 ** i for i, key in enumerate(keys)}
     return Speeds(k, k, s, s, dict.fromkeys(keys, snoop), fault_ns=1000, superstep_ns=20_000,
-                  pattern_ns=1e6, worker_start_ns=5e6, startup_s=0.5, compute_quick_s=0.05,
+                  pattern_ns=1e6, worker_start_ns=5e6, startup_s=0.5, python_start_s=0.3,
+                  compute_quick_s=0.05,
                   compute_full_s=0.5, compute_prepare_s=0.1, disturbed=disturbed)
 
 
@@ -278,6 +281,21 @@ def test_run_keeps_its_estimate_and_what_each_step_took(tmp_path: Path) -> None:
     assert doc["phases_s"]["timing"] > 0 and doc["phases_s"]["simulation"] > 0
     for rec in doc["patterns"]:
         assert rec["sim"]["seconds"] > 0 and rec["load"]["timed_s"] > 0
+    # Run longest simulation first, kept in the order given.
+    assert [r["mnemonic"] for r in doc["patterns"]] == [p.mnemonic for p in pats]
+    order = run_order(pats, est)
+    assert order != pats and sorted(order, key=pats.index) == pats
+    sims = {c.mnemonic: c.sim_s for c in est.patterns}
+    assert [sims[p.mnemonic] for p in order] == sorted(sims.values(), reverse=True)
+    assert run_order(pats, None) == pats
+
+
+def test_chunks_of_like_simulations_are_shorter() -> None:
+    m = node(8, SMALL)
+    pats = catalogue(m, "all", min_accesses=1 << 14)
+    est = estimate(pats, m, speeds(m), cfg=QUICK)
+    in_catalogue_order = sum(max(c.sim_s for c in ch) for ch in chunks(est.patterns, 8))
+    assert est.simulation_cpu_s / 8 <= est.simulation_s < in_catalogue_order
 
 
 # -- microbench list ------------------------------------------------------------------------
