@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from counterd.cliutil import VersionAction, closed_pipe
-from counterd.errors import BadInput, CounterdError
+from counterd.errors import BackendUnavailable, BadInput, CounterdError
 from counterd.machine import BankMap, Geometry, using
 from microbench import results
 from microbench.estimate import Estimate, Speeds, describe, estimate, probe, process_age_s
@@ -224,12 +224,18 @@ def _cmd_transfer(args: argparse.Namespace) -> int:
 def _cmd_list(args: argparse.Namespace) -> int:
     machine = _machine(args, planned=True)
     pats = _patterns(args, machine)
-    est, speeds = _estimate(args, machine, pats) if pats else (None, None)
+    est, speeds, why = None, None, "no patterns"
+    if pats:
+        try:
+            est, speeds = _estimate(args, machine, pats)
+        except BackendUnavailable as exc:  # no native kernels: the listing still stands
+            why = str(exc)
     if args.json:
         print(json.dumps({"count": len(pats), "suite": args.suite, "quick": args.quick,
                           "cpus": machine.max_procs, "machine": machine.name,
                           **results.machine_json(machine),
                           "estimate": est.to_json() if est else None,
+                          **({} if est else {"no_estimate": why}),
                           "speeds": speeds.to_json() if speeds else None,
                           "patterns": [p.to_json() for p in pats]}, indent=1))
         return 0
@@ -253,6 +259,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
                                        ", at this host's speed"))
         for note in speeds.notes:
             print(f"  note: {note}")
+    else:
+        print(f"no run-time estimate: {why}")
     return 0
 
 

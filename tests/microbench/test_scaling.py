@@ -361,3 +361,17 @@ def test_list_refuses_more_processors_than_the_node(tmp_path: Path,
     assert len(err) == 1 and "32 processors asked, 16 CPUs" in err[0]
     assert main(["list", "--coherent-procs", "0"]) == 2
     assert "give a positive number" in capsys.readouterr().err
+
+
+def test_list_without_native_kernels_still_lists(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from counterd.errors import BackendUnavailable
+    from microbench import estimate as est_mod
+
+    def missing(*_: object, **__: object) -> None:
+        raise BackendUnavailable("native kernels", "not built", "install gcc")
+
+    monkeypatch.setattr(est_mod, "native_lib", missing)
+    assert main(["list", "--suite", "table1", "--procs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "p1.s1.b0.LE" in out and "no run-time estimate: " in out and "not built" in out
