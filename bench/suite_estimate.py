@@ -68,10 +68,11 @@ def _err(est: float, real: float) -> str:
 
 
 def compare(label: str, args: list[str], work: Path) -> dict[str, Any]:
-    """List, then run, the selection ``args``; print estimate against real."""
+    """List, then run (counters simulated), the selection ``args``; print estimate against
+    real."""
     listed = _list(args)
     out = work / f"{label.replace(' ', '-')}.json"
-    cmd = ["run", *args, "--out", str(out), "--force", "--json"]
+    cmd = ["run", *args, "--backend", "sim", "--out", str(out), "--force", "--json"]
     t0 = time.monotonic()
     _cli(*cmd)
     real = time.monotonic() - t0
@@ -152,7 +153,7 @@ def main() -> int:
     if not a.skip_runs:
         with tempfile.TemporaryDirectory(prefix="suite-estimate-") as tmp:
             work = Path(tmp)
-            base = ["--backend", "sim", "--compute-backend", "none"]
+            base = ["--compute-backend", "none"]
             results.append(compare("quick", ["--quick", *base], work))
             full = base if a.full_procs == "all" else [*base, "--procs", a.full_procs]
             results.append(compare(f"full, processors {a.full_procs}", full, work))
