@@ -23,7 +23,9 @@ Assumptions, said again in every :class:`Estimate`:
   bank map, seed 004's bank contention);
 * repetitions: ``min_reps``, and measurements taken again (``retries``) in the share of
   patterns this host's load makes disturbed (load average / CPUs; none on a planned node);
-* the simulations of a chunk run one per CPU and do not slow each other down;
+* the run's processes share the CPUs with the other processes' work (the load average; none
+  on a planned node): n of them beside a load of L on C CPUs go max(1, (L + n) / C) times
+  slower, and the simulations of a chunk, one per CPU, slow each other down no further;
 * callgrind runs the compute program (a Python's start with numpy, the kernels)
   :data:`CALLGRIND_SLOWDOWN` times slower than it runs natively.
 
@@ -64,6 +66,10 @@ CALLGRIND_SLOWDOWN = 300.0
 COMPUTE_REPS = 11
 # The probe's memory span: twice the last level where that is smaller.
 PROBE_MEM_BYTES = 64 << 20
+# The simulator's memory accesses are probed this many lines apart (the suite's memory
+# strides span one bank interleave to a bank cycle: 4 to 32 lines of 64 B); between them, the
+# time per access is interpolated in the logarithm of the stride.
+NEAR_LINES, FAR_LINES = 4, 32
 _T = TypeVar("_T")
 
 
@@ -80,7 +86,8 @@ class Speeds:
     kernel_load_ns: Mapping[str, float]  # native kernel, one processor, per access
     kernel_store_ns: Mapping[str, float]
     sim_load_ns: Mapping[str, float]  # simulator, one processor alone, per access
-    sim_store_ns: Mapping[str, float]
+    sim_store_ns: Mapping[str, float]  # (memory: accesses NEAR_LINES lines apart)
+    sim_far_ns: tuple[float, float]  # memory loads, stores FAR_LINES lines apart
     snoop: Mapping[str, float]  # share of an access each further coherent processor adds
     fault_ns: float  # first touch of a page of the shared region
     superstep_ns: float  # one barrier of one participant, and the runner's bookkeeping
@@ -92,6 +99,7 @@ class Speeds:
     compute_full_s: float  # the same for the full set (sizes scaled from the quick ones)
     compute_prepare_s: float  # building the quick compute kernels' inputs
     disturbed: float  # share of measurements expected to be taken again (0..1)
+    others: float = 0.0  # CPUs' worth of other processes' work (load average; planned: 0)
     probe_s: float = 0.0  # how long the probe took
     notes: tuple[str, ...] = ()
 
@@ -103,7 +111,7 @@ class Speeds:
             if set(m) != keys or any(not (v >= 0 and math.isfinite(v)) for v in m.values()):
                 raise BadInput(f"per-access times {dict(m)}", "give one finite time >= 0 per "
                                "level, the same levels for kernels and simulator")
-        scalars = (self.fault_ns, self.superstep_ns,
+        scalars = (*self.sim_far_ns, self.others, self.fault_ns, self.superstep_ns,
                    self.pattern_ns, self.worker_start_ns, self.startup_s, self.python_start_s,
                    self.compute_quick_s,
                    self.compute_full_s, self.compute_prepare_s)
@@ -116,6 +124,7 @@ class Speeds:
         return {"kernel_load_ns": dict(self.kernel_load_ns),
                 "kernel_store_ns": dict(self.kernel_store_ns),
                 "sim_load_ns": dict(self.sim_load_ns), "sim_store_ns": dict(self.sim_store_ns),
+                "sim_far_ns": list(self.sim_far_ns), "others": self.others,
                 "snoop": dict(self.snoop),
                 "fault_ns": self.fault_ns, "superstep_ns": self.superstep_ns,
                 "pattern_ns": self.pattern_ns, "worker_start_ns": self.worker_start_ns,
@@ -131,7 +140,8 @@ class Speeds:
             return {k: v * factor for k, v in m.items()}
         return replace(self, kernel_load_ns=mul(self.kernel_load_ns),
                        kernel_store_ns=mul(self.kernel_store_ns),
-                       sim_load_ns=mul(self.sim_load_ns), sim_store_ns=mul(self.sim_store_ns))
+                       sim_load_ns=mul(self.sim_load_ns), sim_store_ns=mul(self.sim_store_ns),
+                       sim_far_ns=(self.sim_far_ns[0] * factor, self.sim_far_ns[1] * factor))
 
 
 @dataclass(frozen=True)
@@ -237,10 +247,16 @@ def _reps(cfg: RunConfig, step_s: float, speeds: Speeds) -> float:
     return cfg.min_reps + more
 
 
+def _crowding(speeds: Speeds, busy: int, machine: Machine) -> float:
+    """How much slower ``busy`` processes of the run go beside the other processes' work:
+    all of them share the machine's CPUs."""
+    return max(1.0, (speeds.others + busy) / machine.max_procs)
+
+
 def timing_cost(p: Pattern, machine: Machine, speeds: Speeds, cfg: RunConfig
                 ) -> tuple[float, float, float]:
     """(seconds of all timed attempts, attempts, supersteps per attempt) of ``p``."""
-    step = superstep_s(p, machine, speeds)
+    step = superstep_s(p, machine, speeds) * _crowding(speeds, p.cpus_needed, machine)
     n = cfg.warmup + _reps(cfg, step, speeds)
     pages = -(-p.span_bytes // machine.page_bytes) + 1
     prefault = pages * speeds.kernel_store_ns["mem"] / 1e9
@@ -256,10 +272,15 @@ def _calls(plan: WorkerPlan) -> tuple[Sequence[KernelCall], Sequence[KernelCall]
     return [c for c in plan.prefault if isinstance(c, KernelCall)], setup, main
 
 
-def _sim_call_ns(call: KernelCall, level: str, speeds: Speeds) -> float:
+def _sim_call_ns(call: KernelCall, level: str, speeds: Speeds, line_bytes: int) -> float:
     if call.kernel == "flush":
         return 0.0  # not simulated
     times = (speeds.sim_load_ns[level], speeds.sim_store_ns[level])
+    if level == "mem":  # farther apart, fewer neighbours share a page of the simulator's state
+        lines = max(1.0, call.stride_words * 8 / line_bytes)
+        f = min(1.0, max(0.0, math.log2(lines / NEAR_LINES) / math.log2(FAR_LINES / NEAR_LINES)))
+        times = (times[0] + f * (speeds.sim_far_ns[0] - times[0]),
+                 times[1] + f * (speeds.sim_far_ns[1] - times[1]))
     return call.count * call.reps * _per_element(times, call.kernel, call.store_every)
 
 
@@ -268,12 +289,14 @@ def simulation_cost(p: Pattern, machine: Machine, speeds: Speeds, cfg: RunConfig
     and main kernels of every plan it is fed, served at the pattern's level (the pre-fault
     from memory); a coherent system adds to every access what its processors snoop."""
     lv = _key(machine, p.level)
+    line = machine.geometry.levels[-1].line_bytes
     fed = simulations(p, machine.geometry, machine.bank_map, page_bytes=machine.page_bytes)
     total = 0.0
     for plan in fed:
         prefault, setup, main = _calls(plan)
-        total += sum(_sim_call_ns(c, "mem", speeds) for c in prefault)
-        total += (cfg.warmup + 1) * sum(_sim_call_ns(c, lv, speeds) for c in (*setup, *main))
+        total += sum(_sim_call_ns(c, "mem", speeds, line) for c in prefault)
+        total += (cfg.warmup + 1) * sum(_sim_call_ns(c, lv, speeds, line)
+                                        for c in (*setup, *main))
     if uses_coherence(p):
         total *= 1 + speeds.snoop[lv] * (len(fed) - 1)
     return total / 1e9
@@ -318,7 +341,8 @@ ASSUMPTIONS = (
     "patterns queue for the declared banks beyond one processor per bank",
     "each pattern takes min_reps repetitions, and is measured again (retries) as often as "
     "this host's load average per CPU says (not at all on a planned node)",
-    "a chunk's simulations run one per CPU without slowing each other down",
+    "the run's processes share the CPUs with the load average's other work (none on a "
+    "planned node); a chunk's simulations run one per CPU",
     f"callgrind runs the compute program {CALLGRIND_SLOWDOWN:g} times slower than natively",
 )
 
@@ -335,7 +359,8 @@ def estimate(patterns: Sequence[Pattern], machine: Machine, speeds: Speeds, *,
                                  attempts, steps))
     cpus = machine.max_procs
     ordered = sorted(costs, key=lambda c: -c.sim_s)  # run_order
-    sim_wall = sum(max(c.sim_s for c in chunk) for chunk in chunks(ordered, cpus))
+    sim_wall = sum(max(c.sim_s for c in chunk) * _crowding(speeds, len(chunk), machine)
+                   for chunk in chunks(ordered, cpus))
     workers = max((p.cpus_needed for p in patterns), default=0) + cpus
     startup = speeds.startup_s + workers * speeds.worker_start_ns / 1e9
     pages = region_bytes(patterns, machine.page_bytes) // machine.page_bytes if patterns else 0
@@ -371,7 +396,7 @@ def _spans(machine: Machine) -> dict[str, tuple[int, int]]:
         if i > 0:
             span = max(levels[i - 1].size_bytes * 2, min(span, 4 * levels[i - 1].size_bytes))
         out[f"L{lv.level}"] = (span, 1 if i == 0 else line_words)
-    out["mem"] = (min(2 * levels[-1].size_bytes, PROBE_MEM_BYTES), 4 * line_words)
+    out["mem"] = (min(2 * levels[-1].size_bytes, PROBE_MEM_BYTES), NEAR_LINES * line_words)
     return out
 
 
@@ -404,10 +429,12 @@ def _kernel_times(machine: Machine, spans: Mapping[str, tuple[int, int]]
 
 
 def _sim_times(machine: Machine, spans: Mapping[str, tuple[int, int]]
-               ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+               ) -> tuple[dict[str, float], dict[str, float], tuple[float, float],
+                          dict[str, float]]:
     """Simulator: ns per access served at each level, loads and stores, one processor alone
     (a warmed sweep; memory: lines new to caches full of others, across every set of the
-    last level, as in a memory pattern's measured superstep), and the share of an access
+    last level, as in a memory pattern's measured superstep, NEAR_LINES and FAR_LINES lines
+    apart), and the share of an access
     that each further processor of a coherent system adds (systems of 1 and 4 on the same
     lines: the simulator's concurrent patterns on 16 processors of the 16-CPU node's caches
     took 17 times one processor's time per access at L1, 5 times from memory). Each figure
@@ -417,8 +444,10 @@ def _sim_times(machine: Machine, spans: Mapping[str, tuple[int, int]]
     llc = g.levels[-1]
     load: dict[str, float] = {}
     store: dict[str, float] = {}
-    for key, (span, stride) in spans.items():
-        mem = key == "mem"
+    line_words = max(1, g.levels[0].line_bytes // 8)
+    far_stride = FAR_LINES * line_words
+    for key, (span, stride) in [*spans.items(), ("far", (0, far_stride))]:
+        mem = key in ("mem", "far")
         count = max(1, span // (stride * 8))
         if mem:  # across every set of the last level, as a memory pattern sweeps
             count = max(1 << 12, llc.sets * llc.line_bytes // (stride * 8))
@@ -457,7 +486,8 @@ def _sim_times(machine: Machine, spans: Mapping[str, tuple[int, int]]
     keys = level_keys(machine)
     snoop = {key: share["L1"] + (share["mem"] - share["L1"]) * i / (len(keys) - 1)
              for i, key in enumerate(keys)}
-    return load, store, snoop
+    far_times = (load.pop("far"), store.pop("far"))
+    return load, store, far_times, snoop
 
 
 def _pool_times(machine: Machine) -> tuple[float, float, float]:
@@ -541,20 +571,21 @@ def probe(machine: Machine, *, compute: bool = True, planned: bool = False,
     startup = startup_s
     spans = _spans(machine)
     k_load, k_store, fault = _kernel_times(machine, spans)
-    s_load, s_store, snoop = _sim_times(machine, spans)
+    s_load, s_store, s_far, snoop = _sim_times(machine, spans)
     step, pattern, worker = _pool_times(machine)
     cq, cf, cp = _compute_times() if compute else (0.0, 0.0, 0.0)
     python_start = _python_start_s() if compute else 0.0
     cpus = os.cpu_count() or 1
-    disturbed = 0.0 if planned else min(1.0, os.getloadavg()[0] / cpus)
+    others = 0.0 if planned else os.getloadavg()[0]
+    disturbed = min(1.0, others / cpus)
     notes = []
     llc = machine.geometry.levels[-1].size_bytes
     if 2 * llc > PROBE_MEM_BYTES:
         notes.append(f"memory kernels timed over {PROBE_MEM_BYTES >> 20} MiB, less than twice "
                      f"the last level ({llc >> 20} MiB): where it holds them, memory patterns "
                      "take longer than estimated")
-    return Speeds(k_load, k_store, s_load, s_store, snoop, fault, step, pattern,
-                  worker, startup, python_start, cq, cf, cp, disturbed,
+    return Speeds(k_load, k_store, s_load, s_store, s_far, snoop, fault, step, pattern,
+                  worker, startup, python_start, cq, cf, cp, disturbed, others,
                   time.perf_counter() - t0,
                   tuple(notes))
 

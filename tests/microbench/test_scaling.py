@@ -188,7 +188,8 @@ def speeds(m: Machine, *, kernel: float = 1.0, sim: float = 100.0, snoop: float 
     keys = level_keys(m)
     k = {key: kernel * 2 ** i for i, key in enumerate(keys)}
     s = {key: sim * 2 ** i for i, key in enumerate(keys)}
-    return Speeds(k, k, s, s, dict.fromkeys(keys, snoop), fault_ns=1000, superstep_ns=20_000,
+    far = (2 * s["mem"], 2 * s["mem"])
+    return Speeds(k, k, s, s, far, dict.fromkeys(keys, snoop), fault_ns=1000, superstep_ns=20_000,
                   pattern_ns=1e6, worker_start_ns=5e6, startup_s=0.5, python_start_s=0.3,
                   compute_quick_s=0.05,
                   compute_full_s=0.5, compute_prepare_s=0.1, disturbed=disturbed)
@@ -375,3 +376,22 @@ def test_list_without_native_kernels_still_lists(monkeypatch: pytest.MonkeyPatch
     assert main(["list", "--suite", "table1", "--procs", "1"]) == 0
     out = capsys.readouterr().out
     assert "p1.s1.b0.LE" in out and "no run-time estimate: " in out and "not built" in out
+
+
+def test_other_work_and_far_strides_lengthen_the_estimate() -> None:
+    m = node(2, SMALL)
+    pats = catalogue(m, "table1", min_accesses=1 << 14)
+    sp = speeds(m)
+    busy = dataclasses.replace(sp, others=2.0)  # two CPUs' worth of others' work
+    quiet, crowded = estimate(pats, m, sp, cfg=QUICK), estimate(pats, m, busy, cfg=QUICK)
+    assert crowded.simulation_s == pytest.approx(2 * quiet.simulation_s)  # (2 + 2) / 2
+    assert crowded.timing_s > quiet.timing_s
+    # Memory sweeps 32 lines apart cost the simulator the far time per access, 4 apart the
+    # near one; the pre-fault (a page apart) the far one.
+    same = dataclasses.replace(sp, sim_far_ns=(sp.sim_load_ns["mem"], sp.sim_store_ns["mem"]))
+    by = {p.mnemonic: p for p in pats}
+    near, far = by["p1.s32.b1/8.LE"], by["p1.s256.b1.LE"]
+    assert simulation_cost(far, m, sp, QUICK) > simulation_cost(far, m, same, QUICK)
+    main_near = simulation_cost(near, m, sp, QUICK) - simulation_cost(near, m, same, QUICK)
+    prefault = (-(-near.span_bytes // 4096) + 1) * (sp.sim_far_ns[0] - sp.sim_load_ns["mem"])
+    assert main_near == pytest.approx(prefault / 1e9, rel=0.01)
