@@ -36,6 +36,7 @@ per-access times, its own simulator times on the file's caches included.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import subprocess
@@ -43,6 +44,7 @@ import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from multiprocessing.shared_memory import SharedMemory
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -90,6 +92,7 @@ class Speeds:
     sim_far_ns: tuple[float, float]  # memory loads, stores FAR_LINES lines apart
     snoop: Mapping[str, float]  # share of an access each further coherent processor adds
     fault_ns: float  # first touch of a page of the shared region
+    touch_ns: float  # a store to each page of a mapped region (a pattern's pre-fault)
     superstep_ns: float  # one barrier of one participant, and the runner's bookkeeping
     pattern_ns: float  # a pattern's fixed cost: dispatch, load readings, collection
     worker_start_ns: float  # starting one pinned worker (and one simulator process)
@@ -111,7 +114,8 @@ class Speeds:
             if set(m) != keys or any(not (v >= 0 and math.isfinite(v)) for v in m.values()):
                 raise BadInput(f"per-access times {dict(m)}", "give one finite time >= 0 per "
                                "level, the same levels for kernels and simulator")
-        scalars = (*self.sim_far_ns, self.others, self.fault_ns, self.superstep_ns,
+        scalars = (*self.sim_far_ns, self.others, self.fault_ns, self.touch_ns,
+                   self.superstep_ns,
                    self.pattern_ns, self.worker_start_ns, self.startup_s, self.python_start_s,
                    self.compute_quick_s,
                    self.compute_full_s, self.compute_prepare_s)
@@ -126,7 +130,8 @@ class Speeds:
                 "sim_load_ns": dict(self.sim_load_ns), "sim_store_ns": dict(self.sim_store_ns),
                 "sim_far_ns": list(self.sim_far_ns), "others": self.others,
                 "snoop": dict(self.snoop),
-                "fault_ns": self.fault_ns, "superstep_ns": self.superstep_ns,
+                "fault_ns": self.fault_ns, "touch_ns": self.touch_ns,
+                "superstep_ns": self.superstep_ns,
                 "pattern_ns": self.pattern_ns, "worker_start_ns": self.worker_start_ns,
                 "startup_s": self.startup_s, "python_start_s": self.python_start_s,
                 "compute_quick_s": self.compute_quick_s,
@@ -141,7 +146,8 @@ class Speeds:
         return replace(self, kernel_load_ns=mul(self.kernel_load_ns),
                        kernel_store_ns=mul(self.kernel_store_ns),
                        sim_load_ns=mul(self.sim_load_ns), sim_store_ns=mul(self.sim_store_ns),
-                       sim_far_ns=(self.sim_far_ns[0] * factor, self.sim_far_ns[1] * factor))
+                       sim_far_ns=(self.sim_far_ns[0] * factor, self.sim_far_ns[1] * factor),
+                       touch_ns=self.touch_ns * factor)
 
 
 @dataclass(frozen=True)
@@ -259,7 +265,7 @@ def timing_cost(p: Pattern, machine: Machine, speeds: Speeds, cfg: RunConfig
     step = superstep_s(p, machine, speeds) * _crowding(speeds, p.cpus_needed, machine)
     n = cfg.warmup + _reps(cfg, step, speeds)
     pages = -(-p.span_bytes // machine.page_bytes) + 1
-    prefault = pages * speeds.kernel_store_ns["mem"] / 1e9
+    prefault = pages * speeds.touch_ns * _crowding(speeds, p.procs, machine) / 1e9
     attempts = 1 + cfg.retries * speeds.disturbed
     per_attempt = speeds.pattern_ns / 1e9 + prefault + n * step
     return attempts * per_attempt, attempts, n
@@ -401,19 +407,22 @@ def _spans(machine: Machine) -> dict[str, tuple[int, int]]:
 
 
 def _kernel_times(machine: Machine, spans: Mapping[str, tuple[int, int]]
-                  ) -> tuple[dict[str, float], dict[str, float], float]:
-    """Native kernels: ns per access at each level (loads, stores), ns per first-touched
-    page."""
+                  ) -> tuple[dict[str, float], dict[str, float], float, float]:
+    """Native kernels: ns per access at each level (loads, stores), ns per page touched
+    first and touched again (a pattern's pre-fault: one store per page, mapped already)."""
     lib = native_lib()
     page = machine.page_bytes
     size = max(s for s, _ in spans.values()) + 2 * page
-    buf = np.empty(size, np.uint8)  # a fresh mapping: its pages are touched below first
-    addr = -(-buf.ctypes.data // page) * page
+    # Shared memory, as the run's region: its pages are touched below first.
+    shm = SharedMemory(create=True, size=size)
+    view = ctypes.c_char.from_buffer(shm.buf)  # type: ignore[arg-type]
+    addr = -(-ctypes.addressof(view) // page) * page
     pages = (size - page) // page
     touch = KernelCall("store", 0, pages, page // 8)
     t0 = time.perf_counter_ns()
     touch.run(lib, addr)
     fault_ns = (time.perf_counter_ns() - t0) / pages
+    touch_ns = _best(lambda: touch.run(lib, addr), 2) / pages
     load: dict[str, float] = {}
     store: dict[str, float] = {}
     for key, (span, stride) in spans.items():
@@ -424,8 +433,10 @@ def _kernel_times(machine: Machine, spans: Mapping[str, tuple[int, int]]
             call.run(lib, addr)  # warm
             out[key] = _best(lambda c=call: c.run(lib, addr),
                              2 if key == "mem" else 3) / (count * reps)
-    del buf
-    return load, store, fault_ns
+    del view
+    shm.close()
+    shm.unlink()
+    return load, store, fault_ns, touch_ns
 
 
 def _sim_times(machine: Machine, spans: Mapping[str, tuple[int, int]]
@@ -570,7 +581,7 @@ def probe(machine: Machine, *, compute: bool = True, planned: bool = False,
     t0 = time.perf_counter()
     startup = startup_s
     spans = _spans(machine)
-    k_load, k_store, fault = _kernel_times(machine, spans)
+    k_load, k_store, fault, touch = _kernel_times(machine, spans)
     s_load, s_store, s_far, snoop = _sim_times(machine, spans)
     step, pattern, worker = _pool_times(machine)
     cq, cf, cp = _compute_times() if compute else (0.0, 0.0, 0.0)
@@ -584,7 +595,7 @@ def probe(machine: Machine, *, compute: bool = True, planned: bool = False,
         notes.append(f"memory kernels timed over {PROBE_MEM_BYTES >> 20} MiB, less than twice "
                      f"the last level ({llc >> 20} MiB): where it holds them, memory patterns "
                      "take longer than estimated")
-    return Speeds(k_load, k_store, s_load, s_store, s_far, snoop, fault, step, pattern,
+    return Speeds(k_load, k_store, s_load, s_store, s_far, snoop, fault, touch, step, pattern,
                   worker, startup, python_start, cq, cf, cp, disturbed, others,
                   time.perf_counter() - t0,
                   tuple(notes))

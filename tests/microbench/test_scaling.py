@@ -189,7 +189,8 @@ def speeds(m: Machine, *, kernel: float = 1.0, sim: float = 100.0, snoop: float 
     k = {key: kernel * 2 ** i for i, key in enumerate(keys)}
     s = {key: sim * 2 ** i for i, key in enumerate(keys)}
     far = (2 * s["mem"], 2 * s["mem"])
-    return Speeds(k, k, s, s, far, dict.fromkeys(keys, snoop), fault_ns=1000, superstep_ns=20_000,
+    return Speeds(k, k, s, s, far, dict.fromkeys(keys, snoop), fault_ns=1000, touch_ns=100,
+                  superstep_ns=20_000,
                   pattern_ns=1e6, worker_start_ns=5e6, startup_s=0.5, python_start_s=0.3,
                   compute_quick_s=0.05,
                   compute_full_s=0.5, compute_prepare_s=0.1, disturbed=disturbed)
