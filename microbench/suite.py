@@ -210,7 +210,7 @@ def run_suite(machine: Machine, patterns: Sequence[Pattern], out: str | Path, *,
         doc = results.new_document(machine=machine, backend=plan.used, suite=suite, host=host,
                                    config=config, notes=notes)
     if estimate is not None:
-        doc["estimate"] = estimate.to_json()
+        doc["estimate"] = estimate.to_json(per_pattern=True)
     done = {p["mnemonic"] for p in doc["patterns"]}
     todo = run_order([p for p in patterns if p.mnemonic not in done], estimate)
     place = {p.mnemonic: i for i, p in enumerate(patterns)}  # records kept in this order

@@ -278,6 +278,7 @@ def test_run_keeps_its_estimate_and_what_each_step_took(tmp_path: Path) -> None:
                     compute_backend="none", estimate=est,
                     progress=lambda d, t, mn, eta: etas.append(eta))
     assert doc["estimate"]["total_s"] == pytest.approx(est.total_s)
+    assert [c["mnemonic"] for c in doc["estimate"]["per_pattern"]] == [p.mnemonic for p in pats]
     assert etas[0] == pytest.approx(est.total_s)
     assert set(doc["phases_s"]) == {"startup", "timing", "simulation", "writing", "compute"}
     assert doc["phases_s"]["timing"] > 0 and doc["phases_s"]["simulation"] > 0
