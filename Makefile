@@ -6,7 +6,7 @@ PY      := $(VENV)/bin/python
 OUT     ?= out
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test setup lint clean
+.PHONY: demo test test-machines setup lint clean
 
 $(STAMP): pyproject.toml setup.py counterd/_native/*.c
 	bash scripts/system-deps.sh
@@ -29,6 +29,17 @@ demo: $(STAMP)
 
 test: lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The suite as if on each machine file of tests/machine_files (a 2-CPU AMD guest with a 32 MB
+# L3, a 2-CPU Intel guest with a 300 MB L3, a 2-socket 64-CPU node): once per file, with
+# COUNTERD_MACHINE naming it. `COUNTERD_MACHINE=FILE make test` runs it as if on one.
+MACHINE_FILES := $(wildcard tests/machine_files/*.toml)
+
+test-machines: lint
+	@set -e; for f in $(MACHINE_FILES); do \
+		echo "== COUNTERD_MACHINE=$$f"; \
+		COUNTERD_MACHINE=$$f $(PY) -m pytest -q $(PYTEST_ARGS); \
+	done
 
 # Style, types and the layering contracts (pyproject.toml [tool.importlinter]); part of `make test`.
 lint: $(STAMP)

@@ -1519,19 +1519,47 @@ def _run_file_command(src: Path, argv: list[str], path: Path, copy_first: bool
         target = path.with_name(path.name + ".copy")
         shutil.copy(path, target)
     cmd = [PY, *[str(target) if a == "FILE" else a for a in argv]]
+    if "run" in argv and "--config" in argv:
+        return _run_daemon_command(src, cmd)
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env=_env(src), cwd=src)
-    daemon = "run" in argv and "--config" in argv
     try:
-        _, err = proc.communicate(timeout=3 if daemon else 120)
-    except subprocess.TimeoutExpired:  # a daemon that accepted its config: stop it
-        proc.send_signal(signal.SIGTERM if daemon else signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
         _, err = proc.communicate(timeout=30)
-        if daemon and proc.returncode == 0:
-            return 0, err, time.monotonic() - t0
         return -999, err, time.monotonic() - t0
     return proc.returncode, err, time.monotonic() - t0
+
+
+def _run_daemon_command(src: Path, cmd: list[str]) -> tuple[int, str, float]:
+    """``counterd run --config FILE``: its exit status if it refuses the file; 0 if it accepts
+    it and stops cleanly on SIGTERM. Acceptance is the daemon's own word, its sd_notify
+    READY=1 (a datagram socket of ours as NOTIFY_SOCKET), not a time: a daemon still checking
+    a 16 MB config line after 3 s on a loaded host was taken for one that had accepted it, and
+    its SIGTERM for a failure."""
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="counterd-notify-") as tmp, \
+            socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify, \
+            tempfile.TemporaryFile("w+") as errf:
+        notify.bind(os.path.join(tmp, "notify"))
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errf, text=True,
+                                env={**_env(src), "NOTIFY_SOCKET": os.path.join(tmp, "notify")},
+                                cwd=src)
+        notify.settimeout(0.05)
+        ready = hung = False
+        while proc.poll() is None and not ready and not hung:
+            with contextlib.suppress(TimeoutError):
+                ready = b"READY=1" in notify.recv(4096)
+            hung = time.monotonic() - t0 > 120
+        if proc.poll() is None:  # ready (a config it accepted: stop it), or hung
+            proc.send_signal(signal.SIGTERM if ready else signal.SIGKILL)
+            proc.wait(timeout=30)
+        errf.seek(0)
+        err = errf.read()
+    code = -999 if hung else (0 if proc.returncode == 0 else -998) if ready else proc.returncode
+    return code, err, time.monotonic() - t0
 
 
 def _exception_line(err: str) -> str:
@@ -1560,6 +1588,8 @@ def bad_files(lab: Lab) -> list[Check]:
             why.append(f"traceback ({_exception_line(err)[:100]})")
         elif code == -999:
             why.append("did not finish in 120 s")
+        elif code == -998:
+            why.append("accepted the file, then did not stop cleanly on SIGTERM")
         elif code not in allowed:
             why.append(f"exit {code}, wanted {' or '.join(map(str, allowed))}")
         elif code == 2 and err.strip().count("\n"):

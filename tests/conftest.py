@@ -1,3 +1,17 @@
+"""Fixtures of the whole suite; and the machine it runs as.
+
+The suite runs as if on the machine of a machine file when ``COUNTERD_MACHINE`` names one (the
+variable every part of counterd honours, :mod:`counterd.machine`): e.g.
+``COUNTERD_MACHINE=tests/machine_files/intel-2cpu-300m.toml make test``. A relative path is
+made absolute here, for the processes tests start in other directories, and a bad file stops
+the session before any test with the file's own message. Tests of how the host is *detected*
+clear the variable themselves (tests/counterd/test_machine.py).
+
+Tests whose answers depend on the geometry take ``described_machine``: they run once per
+machine file of tests/machine_files (two 2-CPU guests with a 32 MB and a 300 MB L3, a 64-CPU
+2-socket node), whatever the host and ``COUNTERD_MACHINE``.
+"""
+
 from __future__ import annotations
 
 import os
@@ -5,7 +19,42 @@ from collections.abc import Iterator
 
 import pytest
 
+from counterd import machine
+from counterd.errors import BadInput
 from counterd.markers import api as superstep
+from tests import machine_files
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = os.environ.get(machine.ENV_MACHINE)
+    if not path:
+        return
+    os.environ[machine.ENV_MACHINE] = path = os.path.abspath(path)
+    machine.reset()
+    try:
+        machine.current()
+    except BadInput as exc:
+        raise pytest.UsageError(f"{machine.ENV_MACHINE}: {exc}") from None
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    m = machine.current()
+    where = f"machine file {m.file}" if m.file else "this host"
+    return (f"machine: {where}: {m.cpu_model}, {m.cpus_online} CPUs, "
+            f"{m.caches_spec or 'caches unknown'} (CPUs to run on: "
+            f"{len(os.sched_getaffinity(0))})")
+
+
+@pytest.fixture(params=machine_files.NAMES)
+def described_machine(request: pytest.FixtureRequest,
+                      monkeypatch: pytest.MonkeyPatch) -> Iterator[machine.Machine]:
+    """Each machine file of tests/machine_files in turn, as this process's machine and, through
+    ``COUNTERD_MACHINE``, the machine of the processes the test starts."""
+    name: str = request.param
+    m = machine_files.load(name)
+    monkeypatch.setenv(machine.ENV_MACHINE, str(machine_files.path(name)))
+    with machine.using(m):
+        yield m
 
 
 @pytest.fixture(autouse=True)

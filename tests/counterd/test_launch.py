@@ -17,6 +17,7 @@ from counterd import _native, launch
 from counterd.backends.perf import PerfBackend
 from counterd.env import ENV_NATIVE
 from counterd.events import CounterValue, Source, measured
+from counterd.machine import ENV_MACHINE
 from counterd.recording import record
 from counterd.records import read_jsonl
 
@@ -246,9 +247,11 @@ def test_a_saved_plan_that_no_longer_opens_is_worked_out_again(
 
 @needs_perf
 def test_record_with_a_saved_plan_loads_nothing_heavy_before_the_exec(tmp_path: Path) -> None:
-    """What ``counterd record`` has imported when it starts the command, with a plan saved:
-    the standard library's os-level modules and counterd's cli, launch, recording, env,
-    errors (and the compiled extension, which opens the counters without ctypes)."""
+    """What ``counterd record`` has imported when it starts the command, with a plan saved
+    and no machine file (one is read and checked before the exec, tests/counterd/
+    test_startup.py): the standard library's os-level modules and counterd's cli, launch,
+    recording, env, errors (and the compiled extension, which opens the counters without
+    ctypes)."""
     heavy = ("argparse", "json", "re", "pathlib", "typing", "dataclasses", "shutil", "tempfile",
              "functools", "counterd.records", "counterd.backends", "counterd.spool",
              "counterd.protocol", "counterd.markers", "counterd.machine")
@@ -263,7 +266,8 @@ def test_record_with_a_saved_plan_loads_nothing_heavy_before_the_exec(tmp_path: 
         "os.posix_spawnp = spy\n"
         "from counterd.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n")
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env = {**{k: v for k, v in os.environ.items() if k != ENV_MACHINE},
+           "XDG_CACHE_HOME": str(tmp_path / "cache")}
     argv = ["record", "--backend", "perf", "--out", str(tmp_path / "r.jsonl"), "--", "true"]
     runs = [subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
                            cwd=ROOT, env=env, timeout=120) for _ in range(2)]

@@ -442,7 +442,7 @@ def test_a_reply_to_a_dead_client_does_not_cost_its_black_box(daemon: DaemonProc
             daemon.proc.send_signal(signal.SIGCONT)
         served(daemon, "bb-epipe-after")
         assert "bad_buffer: a second BUFFER" in daemon.log_text()  # a reply was owed
-        wait_for(lambda: len(stored(daemon, "bb-epipe")) == 1, timeout=3,
+        wait_for(lambda: len(stored(daemon, "bb-epipe")) == 1, timeout=30,
                  what="the record in the dead client's box")
     finally:
         box.close()

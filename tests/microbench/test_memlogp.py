@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from counterd.machine import Machine
 from microbench import memlogp as mm
 from microbench.cli import main as microbench_main
-from microbench.patterns import host_machine
 from predictor import memlogp as ml
+from tests.machine_files import planning_machine, running_machine
+
+MiB = 1 << 20
 
 
 def test_calls_are_copy_pack_and_unpack() -> None:
@@ -31,31 +34,29 @@ def test_calls_are_copy_pack_and_unpack() -> None:
     assert stream.addresses[:4].tolist() == [0, pack.dst_offset, 256, pack.dst_offset + 8]
 
 
-# The three hosts' geometries (an AMD EPYC guest, an Intel guest whose sysfs reports its host's
-# whole L3, a two-socket server's socket), not this host's.
-GEOMETRIES = {"amd-32M": "L1=32K/8/64,L2=512K/8/64,L3=32M/16/64",
-              "intel-300M": "L1=48K/12/64,L2=2M/16/64,L3=300M/20/64",
-              "server-2s": "L1=32K/8/64,L2=1M/16/64,L3=128M/16/64"}
+# The largest contiguous copy of the default plan on each machine file: 64 MiB is twice a
+# 32 MB L3; a 48 MB L3 raises it to 128 MiB; twice an L3 of 300 MB (1 GiB) is beyond the span
+# cap, which keeps it at 256 MiB, still a copy of 512 MiB through the caches.
+LARGEST_COPY = {"amd-2cpu-32m": 64 * MiB, "intel-2cpu-300m": 256 * MiB,
+                "xeon-2s-64cpu": 128 * MiB}
 
 
-@pytest.mark.parametrize("spec", GEOMETRIES.values(), ids=GEOMETRIES.keys())
-def test_plans_stay_within_the_span_cap(spec: str) -> None:
-    from counterd.machine import Geometry
-
-    m = host_machine(Geometry.from_spec(spec))
+def test_plans_stay_within_the_span_cap(described_machine: Machine) -> None:
+    m = planning_machine(described_machine)
     plan = mm.default_plan(m)
     assert all((p.s_bytes // 8 - 1) * p.d_bytes + 8 <= mm.MAX_SPAN_BYTES for p in plan.points)
     sizes = {p.s_bytes for p in plan.points if p.op == "copy" and p.d_bytes == 8}
-    llc = m.geometry.levels[-1].size_bytes
     assert min(sizes) * 2 <= m.geometry.levels[0].size_bytes  # alpha: below L1
-    if 2 * llc <= mm.MAX_SPAN_BYTES:
-        assert max(sizes) >= 2 * llc  # beyond the last level
-    else:  # a last level the cap cannot double: as far as the cap goes
-        assert max(sizes) == mm.MAX_SPAN_BYTES
+    assert max(sizes) == LARGEST_COPY[described_machine.hostname]
+    # beyond the last level: the copy's source and destination do not fit in it
+    assert max(sizes) * 2 > m.geometry.levels[-1].size_bytes
+    assert {p.op for p in plan.points if p.s_bytes == max(sizes)} == set(ml.OPS)
+    assert any(p.op.startswith("p2p.") for p in plan.points)  # every file has two CPUs or more
 
 
-def test_quick_plan_runs_and_round_trips(tmp_path: Path) -> None:
-    m = host_machine()
+def test_quick_plan_runs_and_round_trips(tmp_path: Path, described_machine: Machine) -> None:
+    """Measured on this host, modelled on each machine file's hierarchy."""
+    m = running_machine(described_machine)
     out = tmp_path / "memlogp.json"
     doc = mm.measure(m, mm.quick_plan(m), out)
     assert doc["complete"] and doc["format"] == ml.FORMAT
@@ -63,7 +64,8 @@ def test_quick_plan_runs_and_round_trips(tmp_path: Path) -> None:
     assert saved == json.loads(json.dumps(doc))
     got = ml.load_measurements(out)
     assert len(got.points) == len(doc["points"])
-    assert got.hierarchy.levels[0].size_bytes == m.geometry.levels[0].size_bytes
+    assert [(lv.size_bytes, lv.ways, lv.line_bytes) for lv in got.hierarchy.levels] == [
+        (lv.size_bytes, lv.ways, lv.line_bytes) for lv in described_machine.levels]
     for p, raw in zip(got.points, doc["points"], strict=True):
         assert p.per_byte_s == raw["per_byte_s"] > 0
         assert raw["samples_ns"] and min(raw["samples_ns"]) > 0

@@ -4,13 +4,17 @@ working sets that land in the level they are named for (checked by simulation)."
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
 from counterd.errors import BadInput
-from counterd.machine import BankMap, Geometry
+from counterd.machine import BankMap, Geometry, using
+from counterd.machine import Machine as DescribedMachine
+from counterd.machine import read as read_machine
 from microbench.counters import simulate_pattern
 from microbench.patterns import (
     HOST_BANKS,
@@ -23,6 +27,9 @@ from microbench.patterns import (
     max_word_sharing,
     paper_machine,
 )
+from tests.machine_files import planning_machine
+
+MiB = 1 << 20
 
 ALL = frozenset(range(8))
 EVEN, ODD = frozenset({0, 2, 4, 6}), frozenset({1, 3, 5, 7})
@@ -128,12 +135,49 @@ def test_validation_suite_size_on_eight_cpus(machine: Machine) -> None:
     assert not {p.mnemonic for p in val} & {p.mnemonic for p in table}
 
 
-def test_host_catalogue_uses_host_cpus_and_word() -> None:
+def test_host_catalogue_uses_host_cpus_and_word(described_machine: DescribedMachine) -> None:
+    """The host's machine runs on the CPUs this process may use, with the described geometry,
+    bank map and page; its catalogue needs no more CPUs than that."""
     m = host_machine()
+    assert m.cpus == tuple(sorted(os.sched_getaffinity(0)))
+    assert (m.geometry, m.bank_map, m.page_bytes) == (
+        described_machine.geometry, described_machine.bank_map, described_machine.page_bytes)
+    assert m.bank_provenance == described_machine.bank_provenance
     pats = catalogue(m)
     assert max(p.procs for p in pats) <= m.max_procs
     assert all(p.word_bytes == 8 for p in pats)
-    assert m.bank_provenance.startswith("assumed")
+
+
+def test_the_host_bank_map_is_assumed() -> None:
+    """Without a machine file the bank map is the declared HOST_BANKS, marked assumed."""
+    with using(read_machine(Path("/nonexistent"), Path("/nonexistent"))):
+        m = host_machine()
+    assert m.bank_map == HOST_BANKS and m.bank_provenance.startswith("assumed")
+
+
+# The largest working set (per processor) of the catalogue on each machine file's node: twice
+# its L3 (the 64-CPU node: 48 MB, shared by the 32 CPUs of a socket).
+LARGEST_SPAN = {"amd-2cpu-32m": 64 * MiB, "intel-2cpu-300m": 600 * MiB,
+                "xeon-2s-64cpu": 96 * MiB}
+
+
+def test_catalogue_on_each_machine_files_node(described_machine: DescribedMachine) -> None:
+    m = planning_machine(described_machine)
+    largest = LARGEST_SPAN[described_machine.hostname]
+    val, table = catalogue(m, "validation"), catalogue(m, "table1")
+    counts = {p.procs for p in val + table}  # from one processor to all of the node's
+    assert min(counts) == 1 and max(counts) == described_machine.cpus_online
+    assert {p.coherence for p in val} == {None, "clean", "shared", "dirty"}
+    names = [p.mnemonic for p in val + table]
+    assert len(names) == len(set(names))
+    assert max(p.span_bytes for p in val + table) == pytest.approx(largest, rel=1e-5)
+    # Memory patterns sweep at least twice the L3 that serves them (with exclusive data, the
+    # processors sharing one L3, at most the 32 of a socket, together): they leave it.
+    llc = m.geometry.levels[-1]
+    for p in val + table:
+        if p.level == "mem" and not p.ws_factor:
+            on_one_llc = min(p.procs, len(llc.shared_cpus)) if p.mode == "exclusive" else 1
+            assert p.span_bytes * on_one_llc >= 0.999 * 2 * llc.size_bytes, p.mnemonic
 
 
 def test_bad_input() -> None:

@@ -1,0 +1,59 @@
+"""Machine files of three hosts the suite must pass on (issue 35, item 5), and views of them.
+
+* ``amd-2cpu-32m``: a 2-CPU AMD EPYC KVM guest, L3 32 MB (the first development VM);
+* ``intel-2cpu-300m``: a 2-CPU Intel KVM guest (family 6 model 207) whose sysfs reports an L3
+  of 300 MB, 20-way (the host on which ``make test`` failed);
+* ``xeon-2s-64cpu``: a 2-socket node of 64 CPUs in two NUMA nodes, an L3 of 48 MB per socket.
+
+Tests whose answer depends on the geometry take the ``described_machine`` fixture
+(tests/conftest.py), which runs them once per file with the file as this process's machine
+(:func:`counterd.machine.using`, and ``COUNTERD_MACHINE`` for the processes they start). The
+whole suite runs as if on one of them with ``COUNTERD_MACHINE=tests/machine_files/<name>.toml
+make test`` (``make test-machines`` runs it under each).
+
+A machine file describes a node; a test can only *run* processes on the CPUs this host gives
+it. :func:`planning_machine` is the node as the catalogue and the plans see it (all its CPUs),
+for tests that plan without running; :func:`running_machine` is the file's geometry on this
+host's CPUs, for tests that run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from counterd import machine
+
+if TYPE_CHECKING:  # microbench (and numpy) load when a test asks for its view
+    from microbench import patterns
+
+DIR = Path(__file__).resolve().parent
+NAMES = ("amd-2cpu-32m", "intel-2cpu-300m", "xeon-2s-64cpu")
+
+
+def path(name: str) -> Path:
+    return DIR / f"{name}.toml"
+
+
+def load(name: str) -> machine.Machine:
+    """The machine of file ``name`` (every key is given: nothing comes from this host)."""
+    return machine.load_file(path(name))
+
+
+def planning_machine(m: machine.Machine) -> patterns.Machine:
+    """The node of ``m`` as microbench plans for it: CPUs 0 .. cpus_online - 1."""
+    from microbench import patterns
+
+    return patterns.Machine(m.hostname, tuple(range(m.cpus_online)), m.geometry, m.bank_map,
+                            m.bank_provenance, word_bytes=8, page_bytes=m.page_bytes)
+
+
+def running_machine(m: machine.Machine) -> patterns.Machine:
+    """``m``'s geometry, bank map and page size on the CPUs this process may run on."""
+    from microbench import patterns
+
+    with machine.using(m):
+        return patterns.host_machine()
+
+
+__all__ = ["DIR", "NAMES", "load", "path", "planning_machine", "running_machine"]
