@@ -36,10 +36,11 @@ test: lint
 MACHINE_FILES := $(wildcard tests/machine_files/*.toml)
 
 test-machines: lint
-	@set -e; for f in $(MACHINE_FILES); do \
+	@failed=; for f in $(MACHINE_FILES); do \
 		echo "== COUNTERD_MACHINE=$$f"; \
-		COUNTERD_MACHINE=$$f $(PY) -m pytest -q $(PYTEST_ARGS); \
-	done
+		COUNTERD_MACHINE=$$f $(PY) -m pytest -q $(PYTEST_ARGS) || failed="$$failed $$f"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "== failed under:$$failed"; exit 1; fi
 
 # Style, types and the layering contracts (pyproject.toml [tool.importlinter]); part of `make test`.
 lint: $(STAMP)

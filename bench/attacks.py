@@ -1538,15 +1538,21 @@ def _run_daemon_command(src: Path, cmd: list[str]) -> tuple[int, str, float]:
     it and stops cleanly on SIGTERM. Acceptance is the daemon's own word, its sd_notify
     READY=1 (a datagram socket of ours as NOTIFY_SOCKET), not a time: a daemon still checking
     a 16 MB config line after 3 s on a loaded host was taken for one that had accepted it, and
-    its SIGTERM for a failure."""
+    its SIGTERM for a failure. What a file does not set (all of it, for the empty file) is the
+    daemon's own for this run, not the host's: as root the defaults are /run/counterd and
+    /var/lib/counterd, where a counterd installed on the host (or a newer one, whose store
+    schema this one refuses) keeps its socket and store, and port 9464 may be taken."""
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="counterd-notify-") as tmp, \
             socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify, \
             tempfile.TemporaryFile("w+") as errf:
         notify.bind(os.path.join(tmp, "notify"))
+        own = {"NOTIFY_SOCKET": os.path.join(tmp, "notify"),
+               "COUNTERD_SOCKET": os.path.join(tmp, "counterd.sock"),
+               "COUNTERD_STORE": os.path.join(tmp, "counterd.db"),
+               "COUNTERD_METRICS_LISTEN": ""}  # off
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=errf, text=True,
-                                env={**_env(src), "NOTIFY_SOCKET": os.path.join(tmp, "notify")},
-                                cwd=src)
+                                env={**_env(src), **own}, cwd=src)
         notify.settimeout(0.05)
         ready = hung = False
         while proc.poll() is None and not ready and not hung:

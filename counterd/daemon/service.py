@@ -292,13 +292,16 @@ def run(config_path: Path | None = None, *, env: Mapping[str, str] | None = None
         logging.basicConfig(format="%(levelname)s %(name)s: %(message)s",
                             level=cfg.log_level.upper())
     daemon = Daemon(cfg, config_path=config_path)
-    daemon.start()
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT,
                                                        signal.SIGHUP)}
+    # Before start(), which says READY=1: a SIGTERM at once after it (systemd stopping a unit
+    # it has just seen ready) stops the daemon cleanly instead of killing it with its socket
+    # file left behind; one during start() makes serve() shut down at once.
     signal.signal(signal.SIGTERM, lambda *_: daemon.request_stop())
     signal.signal(signal.SIGINT, lambda *_: daemon.request_stop())
     signal.signal(signal.SIGHUP, lambda *_: daemon.request_reload())
     try:
+        daemon.start()
         daemon.serve()
     finally:
         for sig, handler in previous.items():

@@ -258,6 +258,30 @@ def test_sigterm_flushes_everything_and_removes_the_socket(tmp_path: Path) -> No
     d.stop()
 
 
+def test_sigterm_right_after_ready_stops_cleanly(tmp_path: Path) -> None:
+    """systemd (Type=notify) may stop a unit as soon as it said READY=1: the daemon handles
+    SIGTERM from then on (before, its handlers came after READY=1, and a SIGTERM in between
+    killed it with the socket file left behind)."""
+    notify_path = tmp_path / "notify"
+    for attempt in range(3):  # the window was small: a few tries, each cheap
+        d = DaemonProc(tmp_path / f"d{attempt}")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+            notify.bind(str(notify_path))
+            env = {**{k: v for k, v in os.environ.items() if not k.startswith("COUNTERD_")},
+                   "NOTIFY_SOCKET": str(notify_path)}
+            proc = subprocess.Popen([sys.executable, "-m", "counterd.cli", "run", "--config",
+                                     str(d.config)], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, env=env)
+            notify.settimeout(60)
+            while b"READY=1" not in notify.recv(4096):
+                pass
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=60)
+        notify_path.unlink()
+        assert proc.returncode == 0, err.decode()
+        assert not d.socket.exists() and b"stopped; 0 records stored" in err
+
+
 def test_sighup_reloads_watch_rules_and_samples_them(daemon: DaemonProc) -> None:
     sleeper = subprocess.Popen([sys.executable, "-c",
                                 "import threading, time\n"
