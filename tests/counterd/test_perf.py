@@ -87,16 +87,42 @@ def test_page_faults_grow_by_at_least_the_pages_touched(backend: PerfBackend) ->
     assert faults.raw < n_pages * 3  # and not wildly more: it counts this thread only
 
 
+def _stolen_ns(cpu: int) -> int:
+    """Time the hypervisor stole from ``cpu`` and its interrupts took (/proc/stat: irq,
+    softirq and steal, in USER_HZ ticks), in ns."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        fields = line.split()
+        if fields[0] == f"cpu{cpu}":
+            irq, softirq, steal = (int(x) for x in fields[6:9])
+            return (irq + softirq + steal) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    return 0
+
+
 def test_task_clock_matches_thread_cpu_time(backend: PerfBackend) -> None:
-    with backend.open(["task_clock_ns"]) as group:
-        before = group.read()
-        cpu0 = time.thread_time_ns()
-        spin(0.2)
-        cpu_ns = time.thread_time_ns() - cpu0
-        after = group.read()
+    """perf's task clock runs while the thread is on its CPU, time stolen by the hypervisor and
+    taken by interrupts included; the thread's CPU time leaves them out (kernels that account
+    steal and IRQ time). So the task clock may exceed it by what the thread's CPU lost that way,
+    counted here on the CPU the test pins it to (a 2-CPU KVM guest on a busy host: 5.2% over in
+    a 200 ms window; 3.7% over in a window with one 10 ms tick of steal, 1% or less without)."""
+    cpu = min(os.sched_getaffinity(0))
+    affinity = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        with backend.open(["task_clock_ns"]) as group:
+            lost0 = _stolen_ns(cpu)
+            before = group.read()
+            cpu0 = time.thread_time_ns()
+            spin(0.2)
+            cpu_ns = time.thread_time_ns() - cpu0
+            after = group.read()
+            lost = _stolen_ns(cpu) - lost0
+    finally:
+        os.sched_setaffinity(0, affinity)
     clock = after.delta(before)["task_clock_ns"]
     assert clock.ratio == 1.0
-    assert clock.value == pytest.approx(cpu_ns, rel=0.05)
+    tick = 1_000_000_000 // os.sysconf("SC_CLK_TCK")  # /proc/stat's resolution
+    allowance = lost + tick if lost else 0
+    assert 0.95 * cpu_ns <= clock.value <= 1.05 * cpu_ns + allowance, (clock.value, cpu_ns, lost)
 
 
 def test_context_switches_count_voluntary_sleeps(backend: PerfBackend) -> None:
