@@ -1,7 +1,8 @@
 """counterd: per-superstep memory-hierarchy counters for bulk-synchronous programs.
 
 Public API: ``superstep`` (the marker context manager), ``begin``/``end``, ``set_rank`` (an
-SPMD program's processor id), ``init`` (set the markers up before the first barrier),
+SPMD program's processor id), ``init`` (set the markers up before the first barrier), ``feed``
+(an address stream run between supersteps, for the ``sim`` backend),
 ``configure`` and ``records``; they live in :mod:`counterd.markers`. Counter sources live in
 :mod:`counterd.backends`.
 
@@ -41,10 +42,10 @@ sys.modules[__name__].__class__ = _Package
 if TYPE_CHECKING:
     from typing import Any
 
-    from counterd.markers import begin, configure, end, init, set_rank, superstep
+    from counterd.markers import begin, configure, end, feed, init, set_rank, superstep
     from counterd.records import SuperstepRecord
 
-__all__ = ["begin", "configure", "end", "init", "records", "set_rank", "superstep"]
+__all__ = ["begin", "configure", "end", "feed", "init", "records", "set_rank", "superstep"]
 
 
 def records() -> list[SuperstepRecord]:
@@ -55,7 +56,7 @@ def records() -> list[SuperstepRecord]:
 
 
 def __getattr__(name: str) -> Any:  # PEP 562: the marker API is loaded on first use
-    if name in ("begin", "configure", "end", "init", "set_rank", "superstep"):
+    if name in ("begin", "configure", "end", "feed", "init", "set_rank", "superstep"):
         from counterd import markers
 
         value = getattr(markers, name)

@@ -9,6 +9,15 @@
 Importing this package has no side effects.
 """
 
-from counterd.markers.api import begin, configure, end, init, records, set_rank, superstep
+from counterd.markers.api import (
+    begin,
+    configure,
+    end,
+    feed,
+    init,
+    records,
+    set_rank,
+    superstep,
+)
 
-__all__ = ["begin", "configure", "end", "init", "records", "set_rank", "superstep"]
+__all__ = ["begin", "configure", "end", "feed", "init", "records", "set_rank", "superstep"]

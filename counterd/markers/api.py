@@ -1,7 +1,7 @@
 """The module-level marker API: one recorder per process (re-created after fork).
 
-``superstep``, ``begin``, ``end``, ``set_rank``, ``init``, ``configure`` and ``records`` are
-re-exported by :mod:`counterd`. Nothing happens at import: the recorder, its at-exit handler and
+``superstep``, ``begin``, ``end``, ``feed``, ``set_rank``, ``init``, ``configure`` and ``records``
+are re-exported by :mod:`counterd`. Nothing happens at import: the recorder, its at-exit handler and
 the exported run id come with ``init``, the first marker or ``configure``.
 """
 
@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from counterd.env import ENV_FLUSH_TIMEOUT
 from counterd.errors import CounterdError
@@ -121,6 +122,15 @@ def configure(*, backend: str | None = None, events: Sequence[str] | None = None
 def set_rank(rank: int, *, thread: bool = False) -> None:
     """Declare this process's (or, with ``thread=True``, this thread's) processor id."""
     recorder().set_rank(rank, thread=thread)
+
+
+def feed(stream: Any) -> None:
+    """Declare an address stream this thread executes between supersteps, such as the first
+    touch of its data before the first barrier. With the ``sim`` backend it is simulated at
+    once (so the simulated caches are as warm as the real ones when the next superstep
+    begins) and counted in no superstep; inside a superstep it is that superstep's, like
+    ``step.feed``. A no-op for backends that count real hardware."""
+    recorder().feed_between(stream)
 
 
 def _begin(name: str, params: dict[str, Param]) -> Step:

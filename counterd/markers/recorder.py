@@ -594,6 +594,21 @@ class Recorder:
         self.sink.record(rec)
         return rec
 
+    def feed_between(self, stream: Any) -> None:
+        """An address stream this thread executes outside its supersteps (a first touch, an
+        initialisation): with a simulating backend it is simulated now, so that the simulated
+        caches hold at the next superstep's begin what the real ones hold; no record counts
+        it. Inside a superstep it is that superstep's, as ``step.feed``. Nothing for backends
+        that count real hardware."""
+        st = self._state()
+        feed = getattr(st.group, "feed", None)
+        if feed is None:
+            return
+        if st.stack:
+            st.stack[-1].feed(stream)
+        else:
+            feed(stream)
+
     CALIBRATION_PAIRS = 64
     # The longest a calibration through the daemon waits for the daemon's WELCOME, and then
     # for its acknowledgements.

@@ -224,6 +224,35 @@ def test_a_superstep_without_a_declared_stream_has_no_sim_counters_never_zeros()
     assert declared.unsupported == {} and "unsupported_counters" not in declared.flags
 
 
+def test_a_stream_fed_between_supersteps_warms_the_simulated_caches_and_counts_nowhere() -> None:
+    """counterd.feed outside a superstep (a first touch before the first barrier): the next
+    superstep finds its lines in the simulated cache, as the real one would, and no record
+    counts the touch; inside a superstep counterd.feed is that superstep's."""
+    from counterd.sim import StridedStream
+
+    configure(backend="sim", events=("loads", "stores", "l1d_misses"), run_id="sim-between")
+    lines = 64  # 4 KiB: in any L1d
+    counterd.feed(StridedStream(1 << 30, lines, 64, "store"))  # the first touch
+    with counterd.superstep("warm"):
+        counterd.feed(StridedStream(1 << 30, lines, 64, "load"))
+    with counterd.superstep("cold") as step:
+        step.feed(StridedStream(1 << 31, lines, 64, "load"))
+    warm, cold = counterd.records()
+    assert warm.counters["loads"].value == lines and warm.counters["stores"].value == 0
+    assert warm.counters["l1d_misses"].value == 0
+    assert cold.counters["l1d_misses"].value == lines  # never touched: every line misses
+
+
+def test_feed_is_a_no_op_for_backends_that_count_real_hardware(mem_recorder: Recorder) -> None:
+    from counterd.sim import StridedStream
+
+    counterd.feed(StridedStream(1 << 30, 8, 64, "load"))
+    with counterd.superstep("s") as step:
+        counterd.feed(StridedStream(1 << 30, 8, 64, "load"))
+    assert step.streams == []
+    assert [r.name for r in counterd.records()] == ["s"]
+
+
 class _KnownGroup:
     """A counter group whose readings are known: ``loads`` grows by 1000 per read and ran
     half of the time (multiplexed), ``sim_x`` is simulated and grows by 7."""
