@@ -476,6 +476,23 @@ def test_group_feed_read_close() -> None:
         b.open(["l1_misses"])
 
 
+def test_a_reading_is_built_again_only_after_a_feed_or_a_flush() -> None:
+    """Two reads with nothing fed between (an empty superstep's markers) give the same
+    reading without building the counts again; a feed or a flush (the dirty lines written
+    back) changes what the next read says."""
+    group = SimBackend(Geometry.from_spec("L1=32K/8/64,L2=1M/16/64")).open(
+        ["stores", "l1d_writebacks"])
+    first = group.read()
+    assert group.read() is first
+    group.feed(StridedStream(0, 64, 64, "store"))
+    fed = group.read()
+    assert fed is not first and fed.delta(first)["stores"].value == 64
+    assert group.read() is fed
+    group.flush()
+    flushed = group.read()
+    assert flushed.delta(fed)["l1d_writebacks"].value == 64
+
+
 # ------------------------------------------------------------------------------- coherence
 
 # Two private levels, and an L3 that sysfs says both CPUs share (one cache when coherent).
