@@ -55,13 +55,25 @@ def records() -> list[SuperstepRecord]:
     return _records()
 
 
-def __getattr__(name: str) -> Any:  # PEP 562: the marker API is loaded on first use
-    if name in ("begin", "configure", "end", "feed", "init", "set_rank", "superstep"):
-        from counterd import markers
+_MARKER_NAMES = ("begin", "configure", "end", "feed", "init", "set_rank", "superstep")
 
-        value = getattr(markers, name)
-        globals()[name] = value  # found directly from now on: no call per marker
-        return value
+
+def _bind_markers() -> None:
+    """The marker API bound in this module's namespace: found directly from now on, with no
+    call per marker. All of it at once, when any of it is first used (``counterd.init()``, or
+    the set-up at import), so that a process's first ``counterd.superstep`` is not the one
+    that pays this function and the import system's look-up (15-35 us, after its barrier)."""
+    from counterd import markers
+
+    g = globals()
+    for name in _MARKER_NAMES:
+        g[name] = getattr(markers, name)
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: the marker API is loaded on first use
+    if name in _MARKER_NAMES:
+        _bind_markers()
+        return globals()[name]
     raise AttributeError(f"module 'counterd' has no attribute {name!r}")
 
 
@@ -70,8 +82,8 @@ def _init_at_import() -> None:
     never stops the program's import: its first superstep sets up again and its records say
     why (a marker never raises for its counters)."""
     from counterd.errors import CounterdError
-    from counterd.markers import init
 
+    _bind_markers()
     try:
         init()
     except (CounterdError, OSError) as exc:
