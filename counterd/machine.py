@@ -2,21 +2,23 @@
 
 :class:`Machine` is the description every part uses: its cache levels (size, ways, line, the
 CPUs sharing each), the L1 instruction cache where known, the DTLB where known, the page size,
-the memory bank map with its provenance, and the host fingerprint (hostname, CPU model, CPUs
-online, caches spec). :func:`current` is this process's: read from sysfs and procfs once
+the memory layout (NUMA nodes and their CPUs, memory channels, interleave; each read, declared
+or assumed) with the bank map derived from it, and the host fingerprint (hostname, CPU model,
+CPUs online, caches spec). :func:`current` is this process's: read from sysfs and procfs once
 (:func:`read`, whose roots and file reader are parameters for tests) and cached, or loaded from
 a machine file (:func:`load_file`) named by ``COUNTERD_MACHINE`` or by a CLI's ``--machine``
 (:func:`using`). The sim backend, the callgrind backend, ``counterd probe``, ``microbench`` and
 the predictor's host fingerprint all take their geometry from it; nothing else reads
-``/sys/devices/system/cpu/*/cache``.
+``/sys/devices/system/cpu/*/cache`` or ``/sys/devices/system/node``.
 
 :class:`Geometry` is the simulator's view of a machine (data-side levels, DTLB, page size; from
 :attr:`Machine.geometry`, parsed from a spec or given) and :class:`BankMap` the memory bank of
 an address. Also here: the machines counterd knows, the seed's SGI Power Challenge
-(:data:`SGI_POWER_CHALLENGE`, :data:`SGI_BANKS`), the bank map declared for a host
-(:data:`HOST_BANKS`, :data:`HOST_BANKS_PROVENANCE`) and the geometry used when sysfs is
-unreadable (:data:`FALLBACK_GEOMETRY`). The simulator that runs address streams on them is
-:mod:`counterd.sim`. This module is data only: it imports no service.
+(:data:`SGI_POWER_CHALLENGE`, :data:`SGI_BANKS`), the memory layout the bank map derives
+from (:class:`MemoryLayout`, whose :meth:`~MemoryLayout.spread` is where a program's ranks are
+pinned) and the geometry used when sysfs is unreadable (:data:`FALLBACK_GEOMETRY`). The
+simulator that runs address streams on them is :mod:`counterd.sim`. This module is data
+only: it imports no service.
 
 Machine files
 -------------
@@ -27,7 +29,7 @@ given, replaces every cache sysfs lists. Unknown keys, wrong types and impossibl
 errors that name the file, the field and the fix (exit 2 in every CLI)::
 
     format = "counterd-machine"
-    version = 1
+    version = 2                       # 1 is read too (without [memory])
     page_bytes = 4096                 # a power of two
 
     [host]                            # the fingerprint profiles are checked against
@@ -47,10 +49,24 @@ errors that name the file, the field and the fix (exit 2 in every CLI)::
     entries = 64
     ways = 4                          # entries a multiple of ways
 
-    [bank_map]                        # default: HOST_BANKS, marked assumed
-    banks = 8
+    [memory]                          # version 2; what a bank is (MemoryLayout)
+    numa_nodes = ["0-3", "4-7"]       # CPUs of node 0, 1, ... (sysfs cpulist, or [0, 1, ...]);
+                                      # every CPU online on one node. Default: sysfs
+                                      # devices/system/node, else one node, assumed
+    channels_per_node = 8             # memory channels of each node (default 8, assumed)
+    interleave_bytes = 256            # bytes on one channel before the next, a power of two
+                                      # (default 256, assumed)
+    provenance = "dmidecode -t memory"  # optional: how the values were found
+
+    [bank_map]                        # banks as they are, instead of channels x nodes
+    banks = 8                         # (not with memory.channels_per_node/interleave_bytes)
     interleave_bytes = 256
-    provenance = "measured with ..."  # default: "declared in <file>"
+    provenance = "measured with ..."  # default: "declared in <file>"; "assumed..." marks it so
+
+The bank map is ``banks = channels_per_node x NUMA nodes`` interleaved on
+``interleave_bytes`` (:class:`MemoryLayout` says why), unless ``[bank_map]`` gives it; with
+nothing declared it is 8 x 256 B on a one-node host, labelled assumed. A file that changes
+``host.cpus_online`` without ``numa_nodes`` has one assumed node of CPUs 0 .. cpus_online - 1.
 
 Data and unified levels are numbered 1, 2, ... without gaps (at most 8). Every level needs a
 whole number of sets (``size = sets x ways x line_bytes``), which both simulators index by
@@ -59,7 +75,9 @@ valgrind needs powers of two and a line of at least 16 B, and the callgrind back
 the set count as it documents (:func:`counterd.backends.callgrind.adjust_cache`). Callgrind
 also needs the L1 instruction cache.
 
-Format history: 1 - first version (format, version, page_bytes, host, caches, tlb, bank_map).
+Format history: 1 - first version (format, version, page_bytes, host, caches, tlb, bank_map);
+2 - ``[memory]`` (numa_nodes, channels_per_node, interleave_bytes, provenance). Version 1
+files are read as before.
 """
 
 from __future__ import annotations
@@ -71,10 +89,10 @@ import platform
 import re
 import socket
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from counterd.errors import BadInput
 
@@ -84,8 +102,8 @@ if TYPE_CHECKING:
 #: The environment variable naming a machine file (as ``--machine FILE`` does).
 ENV_MACHINE = "COUNTERD_MACHINE"
 FILE_FORMAT = "counterd-machine"
-FILE_VERSION = 1
-SUPPORTED_FILE_VERSIONS = (1,)
+FILE_VERSION = 2
+SUPPORTED_FILE_VERSIONS = (1, 2)
 
 # sysfs has no TLB geometry; these defaults are used unless the caller gives values.
 DEFAULT_PAGE_BYTES = 4096
@@ -119,6 +137,17 @@ def parse_size(text: str) -> int:
     if not m:
         raise BadInput(f"cannot read size {text!r}", "write a byte count like 32768, 32K or 1M")
     return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
+
+
+def format_cpulist(cpus: Iterable[int]) -> str:
+    """(0, 1, 2, 3, 8) -> ``"0-3,8"`` (the sysfs cpu list syntax)."""
+    runs: list[list[int]] = []
+    for c in sorted(set(cpus)):
+        if runs and c == runs[-1][1] + 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def parse_cpulist(cpulist: str) -> tuple[int, ...]:
@@ -305,17 +334,16 @@ class BankMap:
 # interleave unit is taken to be the 128 B L2 line, which reproduces Table 1 (tests).
 SGI_BANKS = BankMap(8, 128)
 
-# This host's memory banks are not discoverable without a PMU that samples addresses, so the
-# host map is declared. 8 banks x 256 B keeps the paper's arithmetic with the host's 8 B words
-# (one interleave unit = 32 words, as 128 B / 4 B on the SGI), and 256 B is the default
-# channel-interleave granularity of current Xeon SP platforms; the address hashing real
-# controllers apply is not modelled.
-HOST_BANKS = BankMap(8, 256)
-HOST_BANKS_PROVENANCE = ("assumed: 8 banks interleaved on 256 B (bank = address // 256 % 8 of "
-                         "the offset in the benchmark's page-aligned region); the host's real "
-                         "channel/bank interleave is not discoverable; 256 B is a common channel-"
-                         "interleave granularity and keeps Table 1's 32-word bank unit with 8 B "
-                         "words; controller address hashing is not modelled")
+# A node's memory channels are not in sysfs (nor, without a PMU that samples addresses, in
+# any other discoverable place), so they are assumed unless a machine file declares them
+# (MemoryLayout). 8 per node keeps the earlier host assumption of 8 banks on a one-node host;
+# a socket of current servers has 6 to 12 (Ice Lake-SP and Sapphire Rapids 8, Genoa 12).
+# 256 B is the default channel-interleave granularity of current Xeon SP platforms and keeps
+# Table 1's 32-word bank unit with 8 B words (128 B / 4 B on the SGI).
+ASSUMED_CHANNELS_PER_NODE = 8
+ASSUMED_INTERLEAVE_BYTES = 256
+#: The bank map of a one-node host whose channels and interleave are assumed.
+HOST_BANKS = BankMap(ASSUMED_CHANNELS_PER_NODE, ASSUMED_INTERLEAVE_BYTES)
 
 
 # --------------------------------------------------------------------------------------------
@@ -410,6 +438,204 @@ def _cpu_model(cpuinfo: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
+# Memory: NUMA nodes, channels, interleave, and the banks they make
+
+#: Where a memory fact came from: read from sysfs, declared by a machine file, or assumed.
+Provenance = Literal["read", "declared", "assumed"]
+_STRENGTH: dict[str, int] = {"assumed": 0, "declared": 1, "read": 2}
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class Sourced(Generic[_T]):
+    """A value with its provenance and a note saying where exactly (a sysfs path, a file, or
+    what was assumed and why)."""
+
+    value: _T
+    provenance: Provenance
+    note: str
+
+    def describe(self) -> str:
+        """``"<provenance>: <note>"`` (the note alone when it starts with its provenance)."""
+        return self.note if self.note.startswith(self.provenance) else \
+            f"{self.provenance}: {self.note}"
+
+
+@dataclass(frozen=True)
+class NumaNode:
+    """One NUMA node and the CPUs on it (sysfs ``nodeN/cpulist``)."""
+
+    node: int
+    cpus: tuple[int, ...]
+
+
+_CHANNELS_NOTE = ("memory channels are not in sysfs: declare memory.channels_per_node in a "
+                  "machine file")
+_INTERLEAVE_NOTE = (f"the interleave is not in sysfs; {ASSUMED_INTERLEAVE_BYTES} B is a common "
+                    "channel-interleave granularity: declare memory.interleave_bytes in a "
+                    "machine file")
+
+@dataclass(frozen=True)
+class MemoryLayout:
+    """What a memory bank is on this machine (issue 35, item 3): the NUMA nodes with their
+    CPUs, the memory channels of each node and the channel interleave, each with its
+    provenance; the bank map the suite and the model use derives from them (:attr:`banks`).
+
+    The paper's banks were the SGI's interleaved memory banks, all equally far from every
+    processor. On a node of today the analogous resources are the memory channels: a page is
+    allocated on the NUMA node of the processor that touches it first (Linux's default
+    local policy; each microbench worker pre-faults its own pages), and within a node
+    consecutive ``interleave_bytes`` go to consecutive channels. With processors placed as
+    :meth:`spread` places them (the same number on every node), ``p`` processors find
+    ``p / nodes`` of themselves on each node's channels, which is the contention of one map of
+    ``channels_per_node x nodes`` banks interleaved on ``interleave_bytes``: hence
+    ``banks = channels_per_node x len(nodes)``, bank stride = the interleave. A machine file's
+    ``[bank_map]`` (``declared_banks``) is used as it is instead. Controller address hashing
+    and remote accesses are not modelled.
+    """
+
+    nodes: Sourced[tuple[NumaNode, ...]]
+    channels_per_node: Sourced[int]
+    interleave_bytes: Sourced[int]
+    declared_banks: Sourced[BankMap] | None = None
+    remark: str = ""  # a machine file's memory.provenance: how its values were found
+
+    def __post_init__(self) -> None:
+        nodes = self.nodes.value
+        fix = "give every NUMA node at least one CPU, each CPU on one node"
+        if not nodes:
+            raise BadInput("no NUMA nodes", fix)
+        seen: set[int] = set()
+        for n in nodes:
+            if not n.cpus:
+                raise BadInput(f"NUMA node {n.node} has no CPUs", fix)
+            twice = seen.intersection(n.cpus)
+            if twice:
+                raise BadInput(f"CPU {min(twice)} is on two NUMA nodes", fix)
+            seen.update(n.cpus)
+        if len({n.node for n in nodes}) != len(nodes):
+            raise BadInput("a NUMA node is listed twice", "list each node once")
+        if self.channels_per_node.value < 1 or self.interleave_bytes.value < 1:
+            raise BadInput(f"{self.channels_per_node.value} channels per node interleaved on "
+                           f"{self.interleave_bytes.value} B", "both must be >= 1")
+
+    @property
+    def cpus(self) -> tuple[int, ...]:
+        return tuple(sorted(c for n in self.nodes.value for c in n.cpus))
+
+    def node_of(self, cpu: int) -> int | None:
+        return next((n.node for n in self.nodes.value if cpu in n.cpus), None)
+
+    @property
+    def banks(self) -> Sourced[BankMap]:
+        """The bank map: ``channels_per_node x nodes`` banks interleaved on
+        ``interleave_bytes`` (a machine file's ``[bank_map]`` instead, when it declares one);
+        its provenance is the weakest of the three facts it derives from."""
+        if self.declared_banks is not None:
+            return self.declared_banks
+        facts = (self.channels_per_node, self.nodes, self.interleave_bytes)
+        weakest = min((f.provenance for f in facts), key=_STRENGTH.__getitem__)
+        ch, n, il = (self.channels_per_node.value, len(self.nodes.value),
+                     self.interleave_bytes.value)
+        bm = BankMap(ch * n, il)
+        return Sourced(bm, weakest,
+                       f"{weakest}: {bm.banks} banks = {ch} memory channels per NUMA node "
+                       f"({self.channels_per_node.provenance}) x {n} NUMA node"
+                       f"{'s' if n > 1 else ''} ({self.nodes.provenance}), interleaved on "
+                       f"{il} B ({self.interleave_bytes.provenance}); bank = address // {il} % "
+                       f"{bm.banks} of the offset in the benchmark's page-aligned region; "
+                       "controller address hashing is not modelled")
+
+    def spread(self, cpus: Iterable[int]) -> tuple[int, ...]:
+        """The order in which a program's ranks are pinned to ``cpus`` (the CPUs it may use):
+        round-robin over the NUMA nodes, each node's CPUs in ascending order, so that rank k
+        runs on node ``k mod nodes`` and p ranks have p / nodes processors on each node (to
+        within one). This is likwid-pin's scatter over memory domains (``-c M:scatter``) and
+        gives each node as many threads as OpenMP's ``proc_bind(spread)`` over cores does: the
+        placement of a memory-bound program that wants every node's channels. CPUs on no
+        listed node come last, in ascending order."""
+        allowed = set(cpus)
+        queues = [[c for c in sorted(n.cpus) if c in allowed] for n in self.nodes.value]
+        queues = [q for q in queues if q]
+        order: list[int] = []
+        for k in range(max(map(len, queues), default=0)):
+            order.extend(q[k] for q in queues if k < len(q))
+        return (*order, *sorted(allowed.difference(order)))
+
+    def to_json(self) -> dict[str, Any]:
+        banks = self.banks
+
+        def fact(f: Sourced[Any], value: Any) -> dict[str, Any]:
+            return {"value": value, "provenance": f.provenance, "note": f.note}
+
+        return {
+            "numa_nodes": fact(self.nodes, [{"node": n.node, "cpus": list(n.cpus)}
+                                            for n in self.nodes.value]),
+            "channels_per_node": fact(self.channels_per_node, self.channels_per_node.value),
+            "interleave_bytes": fact(self.interleave_bytes, self.interleave_bytes.value),
+            "banks": fact(banks, {"banks": banks.value.banks,
+                                  "interleave_bytes": banks.value.interleave_bytes}),
+            "placement": "spread: round-robin over NUMA nodes (likwid-pin -c M:scatter)",
+            "remark": self.remark,
+        }
+
+
+def assumed_layout(cpus: Sequence[int], why: str) -> MemoryLayout:
+    """One NUMA node holding ``cpus``, the assumed channels and interleave."""
+    return MemoryLayout(Sourced((NumaNode(0, tuple(sorted(cpus))),), "assumed",
+                                f"one node of all {len(cpus)} CPUs: {why}"),
+                        Sourced(ASSUMED_CHANNELS_PER_NODE, "assumed", _CHANNELS_NOTE),
+                        Sourced(ASSUMED_INTERLEAVE_BYTES, "assumed", _INTERLEAVE_NOTE))
+
+
+def node_dir(sysfs: str | Path = "/sys") -> Path:
+    return Path(sysfs) / "devices" / "system" / "node"
+
+
+def read_numa_nodes(sysfs: str | Path = "/sys", reader: Reader = read_text
+                    ) -> tuple[NumaNode, ...]:
+    """The NUMA nodes with CPUs under ``<sysfs>/devices/system/node`` (``nodeN/cpulist``), in
+    node order; nodes without CPUs (memory-only nodes) are left out. Empty when sysfs has no
+    node directory (a kernel without NUMA support). Raises BadInput naming the file when a
+    cpulist cannot be read."""
+    base = node_dir(sysfs)
+    try:
+        found = sorted((int(p.name[4:]), p) for p in base.glob("node*")
+                       if p.name[4:].isdigit())
+    except OSError as exc:
+        raise BadInput(f"cannot list NUMA nodes in {base}: {exc}", _SYSFS_FIX) from exc
+    out = []
+    for number, path in found:
+        try:
+            cpus = parse_cpulist(reader(path / "cpulist"))
+        except (OSError, ValueError) as exc:
+            raise BadInput(f"cannot read the CPUs of NUMA node {number} from {path}/cpulist: "
+                           f"{exc}", _SYSFS_FIX) from exc
+        if cpus:
+            out.append(NumaNode(number, cpus))
+    return tuple(out)
+
+
+def read_layout(sysfs: str | Path, online: Sequence[int], reader: Reader = read_text
+                ) -> MemoryLayout:
+    """The memory layout of this host: its NUMA nodes read from sysfs (one assumed node of
+    the ``online`` CPUs when sysfs has none or cannot be read), the channels and interleave
+    assumed. Never raises."""
+    try:
+        nodes = read_numa_nodes(sysfs, reader)
+    except BadInput as exc:
+        return assumed_layout(online, f"sysfs failed ({exc.what})")
+    if not nodes:
+        return assumed_layout(online, f"no NUMA node with CPUs in {node_dir(sysfs)}")
+    try:
+        return dataclasses.replace(assumed_layout(online, ""),
+                                   nodes=Sourced(nodes, "read", f"sysfs {node_dir(sysfs)}"))
+    except BadInput as exc:  # a CPU on two nodes: sysfs is inconsistent
+        return assumed_layout(online, f"sysfs {node_dir(sysfs)} is inconsistent ({exc.what})")
+
+
+# --------------------------------------------------------------------------------------------
 # The machine
 
 
@@ -438,8 +664,7 @@ class Machine:
     page_bytes: int
     tlb_entries: int | None
     tlb_ways: int | None
-    bank_map: BankMap
-    bank_provenance: str
+    memory: MemoryLayout
     hostname: str
     cpu_model: str
     cpus_online: int
@@ -479,8 +704,20 @@ class Machine:
                 "caches": self.caches_spec}
 
     @property
+    def bank_map(self) -> BankMap:
+        """The memory bank map the simulator, the suite and the model use
+        (:attr:`MemoryLayout.banks`)."""
+        return self.memory.banks.value
+
+    @property
+    def bank_provenance(self) -> str:
+        """Where the bank map came from, starting with ``read:``, ``declared:`` or
+        ``assumed:``."""
+        return self.memory.banks.note
+
+    @property
     def bank_map_assumed(self) -> bool:
-        return self.bank_provenance.startswith("assumed")
+        return self.memory.banks.provenance == "assumed"
 
     def to_json(self) -> dict[str, Any]:
         def level(lv: CacheLevel, kind: str) -> dict[str, Any]:
@@ -499,6 +736,7 @@ class Machine:
             "bank_map": {"banks": self.bank_map.banks,
                          "interleave_bytes": self.bank_map.interleave_bytes,
                          "provenance": self.bank_provenance},
+            "memory": self.memory.to_json(),
         }
 
 
@@ -510,8 +748,9 @@ def read(sysfs: str | Path = "/sys", procfs: str | Path = "/proc", *, cpu: int =
          reader: Reader | None = None) -> Machine:
     """This host's machine, read from ``sysfs`` and ``procfs`` (uncached: :func:`current` is
     the cached one). Never raises: unreadable caches give :data:`FALLBACK_GEOMETRY`'s levels
-    with ``caches_known`` false and the reason in the geometry's source; the bank map is the
-    declared :data:`HOST_BANKS`."""
+    with ``caches_known`` false and the reason in the geometry's source. The NUMA nodes are
+    read from ``<sysfs>/devices/system/node`` (one assumed node of every CPU online when there
+    is none); memory channels and interleave are assumed (:func:`read_layout`)."""
     rd = reader if reader is not None else read_text
     try:
         levels, l1i = read_levels(sysfs, cpu, rd)
@@ -526,11 +765,12 @@ def read(sysfs: str | Path = "/sys", procfs: str | Path = "/proc", *, cpu: int =
     if model == "?":
         model = platform.processor() or "?"
     try:
-        online = len(parse_cpulist(rd(Path(sysfs) / "devices/system/cpu/online")))
+        online: tuple[int, ...] = parse_cpulist(rd(Path(sysfs) / "devices/system/cpu/online"))
     except (OSError, ValueError):
-        online = 0
-    return Machine(levels, l1i, os.sysconf("SC_PAGE_SIZE"), None, None, HOST_BANKS,
-                   HOST_BANKS_PROVENANCE, _hostname(), model, online or os.cpu_count() or 1,
+        online = ()
+    online = online or tuple(range(os.cpu_count() or 1))
+    return Machine(levels, l1i, os.sysconf("SC_PAGE_SIZE"), None, None,
+                   read_layout(sysfs, online, rd), _hostname(), model, len(online),
                    known, caches_source, f"this host ({sysfs}, {procfs})")
 
 
@@ -544,11 +784,12 @@ class _FileError(Exception):
         self.what, self.fix = what, fix
 
 
-_TOP_KEYS = ("format", "version", "page_bytes", "host", "caches", "tlb", "bank_map")
+_TOP_KEYS = ("format", "version", "page_bytes", "host", "caches", "tlb", "memory", "bank_map")
 _TABLE_KEYS = {
     "host": ("hostname", "cpu_model", "cpus_online"),
     "caches": ("level", "type", "size", "ways", "line_bytes", "shared_cpus"),
     "tlb": ("entries", "ways"),
+    "memory": ("numa_nodes", "channels_per_node", "interleave_bytes", "provenance"),
     "bank_map": ("banks", "interleave_bytes", "provenance"),
 }
 _TYPES = ("data", "unified", "instruction")
@@ -695,6 +936,90 @@ def _caches(v: Any) -> tuple[tuple[CacheLevel, ...], CacheLevel | None]:
     return tuple(data[n][1] for n in numbers), l1i
 
 
+def _numa_nodes(v: Any) -> tuple[NumaNode, ...]:
+    fix = 'write numa_nodes = ["0-31", "32-63"]: the CPUs of node 0, 1, ... as sysfs lists them'
+    if not isinstance(v, list) or not v:
+        raise _FileError(f"memory.numa_nodes = {v!r:.60} is not an array of CPU lists", fix)
+    nodes: list[NumaNode] = []
+    where: dict[int, int] = {}
+    for k, item in enumerate(v):
+        cpus: tuple[int, ...] | None = None
+        if isinstance(item, str):
+            with contextlib.suppress(ValueError):
+                cpus = parse_cpulist(item)
+        elif isinstance(item, list) and all(isinstance(x, int) and not isinstance(x, bool)
+                                            for x in item):
+            cpus = tuple(item)
+        if cpus is None or any(c < 0 for c in cpus):
+            raise _FileError(f"memory.numa_nodes: node {k} = {item!r:.60} is not a CPU list", fix)
+        if not cpus:
+            raise _FileError(f"memory.numa_nodes: node {k} has no CPUs",
+                             "list only the NUMA nodes with CPUs, each with its CPUs")
+        for c in cpus:
+            if c in where:
+                raise _FileError(f"memory.numa_nodes: CPU {c} is on node {where[c]} and node {k}",
+                                 "put every CPU on one node")
+            where[c] = k
+        nodes.append(NumaNode(k, tuple(sorted(cpus))))
+    return tuple(nodes)
+
+
+def _memory(doc: Mapping[str, Any], version: int, base: Machine, cpus_online: int | None,
+            name: str) -> MemoryLayout:
+    """The file's memory layout over ``base``'s: NUMA nodes, channels and interleave it
+    declares (``[memory]``, version 2), or banks it declares as they are (``[bank_map]``).
+    Without ``numa_nodes``, a file that changes the CPUs online gets one assumed node of them
+    (the host's nodes describe other CPUs)."""
+    layout = base.memory
+    if cpus_online is not None and cpus_online != base.cpus_online:
+        layout = dataclasses.replace(assumed_layout(
+            range(cpus_online), f"{name} gives {cpus_online} CPUs online and no "
+            "memory.numa_nodes"), declared_banks=layout.declared_banks)
+    mem = _table(doc, "memory")
+    if mem is not None:
+        if version < 2:
+            raise _FileError(f"[memory] in a version {version} file",
+                             "write version = 2 (a version 1 file cannot declare memory)")
+        note = f"declared in {name}"
+        layout = dataclasses.replace(layout, remark=_str(mem, "provenance", "memory") or "")
+        if "numa_nodes" in mem:
+            nodes = _numa_nodes(mem["numa_nodes"])
+            count = sum(len(n.cpus) for n in nodes)
+            online = base.cpus_online if cpus_online is None else cpus_online
+            if count != online:
+                raise _FileError(f"memory.numa_nodes list {count} CPUs, and {online} are online "
+                                 f"({'host.cpus_online' if cpus_online else 'this host'})",
+                                 f"list every CPU online on one node, or give "
+                                 f"[host] cpus_online = {count}")
+            layout = dataclasses.replace(layout, nodes=Sourced(nodes, "declared", note))
+        channels = _int(mem, "channels_per_node", "memory",
+                        hint=" (memory channels of each NUMA node, e.g. 8)")
+        if channels is not None:
+            layout = dataclasses.replace(layout, channels_per_node=Sourced(channels, "declared",
+                                                                           note))
+        interleave = _int(mem, "interleave_bytes", "memory", pow2=True, minimum=8,
+                          hint=" (bytes on one channel before the next, e.g. 256)")
+        if interleave is not None:
+            layout = dataclasses.replace(layout, interleave_bytes=Sourced(interleave,
+                                                                          "declared", note))
+    banks = _table(doc, "bank_map")
+    if banks is not None:
+        if mem is not None and ("channels_per_node" in mem or "interleave_bytes" in mem):
+            raise _FileError("both [bank_map] and memory.channels_per_node or "
+                             "memory.interleave_bytes give the banks",
+                             "keep [memory] (banks = channels_per_node x NUMA nodes, "
+                             "interleaved on interleave_bytes) or [bank_map], not both")
+        n = _int(banks, "banks", "bank_map")
+        il = _int(banks, "interleave_bytes", "bank_map", hint=" (bytes, e.g. 256)")
+        if n is None or il is None:
+            raise _FileError("bank_map needs banks and interleave_bytes",
+                             "give both, e.g. banks = 8, interleave_bytes = 256")
+        text = _str(banks, "provenance", "bank_map") or f"declared in {name}"
+        layout = dataclasses.replace(layout, declared_banks=Sourced(
+            BankMap(n, il), "assumed" if text.startswith("assumed") else "declared", text))
+    return layout
+
+
 def _decode(path: Path, raw: bytes) -> dict[str, Any]:
     from counterd import stricttoml
     from counterd.strictjson import Malformed
@@ -750,16 +1075,7 @@ def _apply(doc: Mapping[str, Any], base: Machine, name: str) -> Machine:
             raise _FileError(f"tlb.entries = {entries} is not a multiple of tlb.ways = {ways}",
                              "give entries = sets x ways")
         changes.update(tlb_entries=entries, tlb_ways=ways)
-    banks = _table(doc, "bank_map")
-    if banks is not None:
-        n = _int(banks, "banks", "bank_map")
-        il = _int(banks, "interleave_bytes", "bank_map", hint=" (bytes, e.g. 256)")
-        if n is None or il is None:
-            raise _FileError("bank_map needs banks and interleave_bytes",
-                             "give both, e.g. banks = 8, interleave_bytes = 256")
-        changes.update(bank_map=BankMap(n, il),
-                       bank_provenance=_str(banks, "provenance", "bank_map")
-                       or f"declared in {name}")
+    changes["memory"] = _memory(doc, version, base, changes.get("cpus_online"), name)
     try:
         return dataclasses.replace(base, **changes, file=name,
                                    source=f"machine file {name}; the rest: {base.source}")

@@ -23,7 +23,7 @@ from counterd.backends import Resolution
 from counterd.backends.base import Capability
 from counterd.events import BY_NAME, NAMES
 from counterd.host import HostInfo, host_info, no_pmu_reason
-from counterd.machine import Machine
+from counterd.machine import Machine, format_cpulist
 from counterd.machine import current as current_machine
 
 PREFERENCE = ("perf", "papi", "callgrind", "sim")
@@ -120,6 +120,32 @@ def _marker_reads() -> str:
             group.close()
 
 
+def memory_lines(m: Machine) -> list[str]:
+    """What a memory bank is on ``m``: its NUMA nodes, channels, interleave and the banks they
+    make, each with what was read, declared or assumed, and where ranks are pinned."""
+    mem = m.memory
+    nodes = mem.nodes.value
+    banks = mem.banks
+    rule = ("as declared ([bank_map])" if mem.declared_banks is not None else
+            f"= {mem.channels_per_node.value} channels x {len(nodes)} node"
+            f"{'s' if len(nodes) > 1 else ''}, interleaved on {mem.interleave_bytes.value} B")
+    return [
+        f"memory    NUMA nodes {len(nodes)}: "
+        + "; ".join(f"node {n.node} CPUs {format_cpulist(n.cpus)}" for n in nodes)
+        + f" ({mem.nodes.describe()})",
+        f"          channels {mem.channels_per_node.value} per NUMA node "
+        f"({mem.channels_per_node.describe()})",
+        f"          interleave {mem.interleave_bytes.value} B "
+        f"({mem.interleave_bytes.describe()})",
+        f"          banks {banks.value.banks} x {banks.value.interleave_bytes} B {rule} "
+        f"({banks.provenance})",
+        "          placement: a p-processor pattern's ranks go round-robin over the NUMA nodes "
+        "(likwid-pin -c M:scatter), e.g. CPUs " + ",".join(map(str, mem.spread(mem.cpus)[:8]))
+        + (",..." if len(mem.cpus) > 8 else ""),
+        *([f"          memory as declared: {mem.remark}"] if mem.remark else []),
+    ]
+
+
 def render_text(result: ProbeResult) -> str:
     h = result.host
     lines = [
@@ -139,9 +165,8 @@ def render_text(result: ProbeResult) -> str:
         l1i = f", L1i {m.l1i.size_bytes // 1024}K/{m.l1i.ways}" if m.l1i is not None else ""
         lines[3:3] = [
             f"machine   {m.caches_spec or 'caches unknown: ' + m.caches_source}{l1i}; "
-            f"page {m.page_bytes} B; {tlb}",
-            f"          banks {m.bank_map.banks} x {m.bank_map.interleave_bytes} B "
-            f"({m.bank_provenance.split(':')[0]}); from {m.source}",
+            f"page {m.page_bytes} B; {tlb}; from {m.source}",
+            *memory_lines(m),
         ]
     lines += ["", f"hot path  the markers run {result.markers}", "", "auto picks, per purpose"]
     for purpose, res in result.auto.items():

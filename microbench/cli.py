@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 a run failed, 2 bad usage or bad input (one line on stderr w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -119,7 +120,8 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--geometry", help='cache geometry instead of the machine\'s, e.g. '
                    '"L1=48K/12/64,L2=2M/16/64,L3=32M/16/64"')
     p.add_argument("--banks", help="declared bank map BANKSxINTERLEAVE_BYTES (default: the "
-                   "machine's, 8x256 assumed)")
+                   "machine's: memory channels per NUMA node x nodes, on the interleave; "
+                   "8x256 assumed on a one-node host)")
     p.add_argument("--machine", metavar="FILE",
                    help="machine description (TOML, see counterd/machine.py) instead of sysfs; "
                    "--geometry and --banks override it (default: $COUNTERD_MACHINE)")
@@ -249,7 +251,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     where = "on this host" if machine.name == "host" else f"on {machine.name}"
     print(f"{len(pats)} patterns {where} ({machine.max_procs} CPUs, "
           f"{machine.geometry.spec()}, banks {machine.bank_map.banks} x "
-          f"{machine.bank_map.interleave_bytes} B assumed): "
+          f"{machine.bank_map.interleave_bytes} B {machine.bank_provenance.split(':')[0]}): "
           + ", ".join(f"{k} {v}" for k, v in by_suite.items() if v))
     if est is not None and speeds is not None:
         counts = sorted({p.procs for p in pats})
@@ -351,6 +353,16 @@ def _cmd_show(args: argparse.Namespace) -> int:
           f"governor {h.get('governor')}, THP {h.get('hugepages')}; {doc['geometry']['spec']}; "
           f"banks {doc['bank_map']['banks']} x {doc['bank_map']['interleave_bytes']} B "
           f"({doc['bank_map']['provenance'].split(':')[0]})")
+    mem = doc.get("memory")
+    if isinstance(mem, dict):  # results written before it was recorded have none
+        with contextlib.suppress(KeyError, TypeError):
+            print(f"memory: {len(mem['numa_nodes']['value'])} NUMA node(s) "
+                  f"({mem['numa_nodes']['provenance']}), "
+                  f"{mem['channels_per_node']['value']} channels per node "
+                  f"({mem['channels_per_node']['provenance']}), interleave "
+                  f"{mem['interleave_bytes']['value']} B "
+                  f"({mem['interleave_bytes']['provenance']}); ranks pinned to CPUs "
+                  + ",".join(map(str, doc.get("rank_cpus", [])[:16])))
     print(f"{'mnemonic':28} {'level':5} {'ns/access':>10} {'spread':>7} {'reps':>4}  flags")
     for p in doc["patterns"]:
         print(f"{p['mnemonic']:28} {p['level']:5} {p['per_access_ns']:10.3f} "

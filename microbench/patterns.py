@@ -42,11 +42,11 @@ from typing import Literal, cast
 from counterd.errors import BadInput
 from counterd.machine import (
     HOST_BANKS,
-    HOST_BANKS_PROVENANCE,
     SGI_BANKS,
     SGI_POWER_CHALLENGE,
     BankMap,
     Geometry,
+    MemoryLayout,
 )
 from counterd.machine import current as current_machine
 
@@ -64,7 +64,8 @@ _LOAD_STORE: tuple[Op, ...] = ("load", "store")
 _OP_LETTER = {"load": "L", "store": "S", "rmw": "R", "mixed": "M"}
 _MODE_LETTER = {"exclusive": "E", "concurrent": "C"}
 
-# The host bank map (HOST_BANKS, declared and marked assumed) lives with the simulator.
+# The host's bank map derives from its memory layout (counterd.machine.MemoryLayout: NUMA
+# nodes, channels, interleave; 8 x 256 B assumed where nothing is declared).
 PAPER_BANKS_PROVENANCE = ("Amato et al., section 2: 8-way interleaved memory on 8 banks; "
                           "interleave of one 128 B L2 line, which reproduces Table 1")
 
@@ -89,8 +90,10 @@ DEFAULT_MIN_ACCESSES = 1 << 21
 
 @dataclass(frozen=True)
 class Machine:
-    """What the catalogue needs to know about a node: usable CPUs, cache geometry, bank map
-    (with where it came from), word and page size."""
+    """What the catalogue needs to know about a node: usable CPUs, in the order a pattern's
+    ranks are pinned to them (rank k on ``cpus[k]``), cache geometry, bank map (with where it
+    came from), word and page size, and the memory layout the CPU order and banks come from
+    (None for a machine given by hand, e.g. the paper's)."""
 
     name: str
     cpus: tuple[int, ...]
@@ -99,6 +102,7 @@ class Machine:
     bank_provenance: str
     word_bytes: int = 8
     page_bytes: int = 4096
+    memory: MemoryLayout | None = None
 
     def __post_init__(self) -> None:
         if not self.cpus:
@@ -152,31 +156,34 @@ def paper_machine() -> Machine:
 
 def host_machine(geometry: Geometry | None = None, bank_map: BankMap | None = None,
                  bank_provenance: str | None = None) -> Machine:
-    """This host: the CPUs this process may run on; the geometry, bank map and page size of
-    the machine description (:func:`counterd.machine.current`: sysfs and the declared bank
-    map, or a machine file), each overridable here."""
-    cpus = tuple(sorted(os.sched_getaffinity(0)))
+    """This host: the CPUs this process may run on, in the order the machine's NUMA layout
+    pins a program's ranks (:meth:`counterd.machine.MemoryLayout.spread`: round-robin over
+    the NUMA nodes, so a p-processor pattern has p / nodes processors on each); the geometry,
+    bank map and page size of the machine description (:func:`counterd.machine.current`:
+    sysfs, or a machine file), each overridable here."""
     described = current_machine()
+    cpus = described.memory.spread(os.sched_getaffinity(0))
     return Machine("host", cpus, geometry if geometry is not None else described.geometry,
                    bank_map if bank_map is not None else described.bank_map,
                    bank_provenance or (described.bank_provenance if bank_map is None
                                        else f"given: {bank_map.banks} banks x "
                                             f"{bank_map.interleave_bytes} B"),
-                   word_bytes=8, page_bytes=described.page_bytes)
+                   word_bytes=8, page_bytes=described.page_bytes, memory=described.memory)
 
 
 def planned_machine(geometry: Geometry | None = None, bank_map: BankMap | None = None,
                     bank_provenance: str | None = None) -> Machine:
     """The node a listing plans for: :func:`host_machine`, except that a machine file
     (``--machine``, ``COUNTERD_MACHINE``) naming more or fewer CPUs online than this process
-    may use gives that many (CPU ids 0, 1, ...), so ``microbench list`` shows a 128-CPU node's
-    patterns and run time from a 2-CPU host. A run uses the CPUs it can pin to."""
+    may use gives all of them (its NUMA nodes' CPUs, placed as :func:`host_machine` places
+    them), so ``microbench list`` shows a 128-CPU node's patterns and run time from a 2-CPU
+    host. A run uses the CPUs it can pin to."""
     here = host_machine(geometry, bank_map, bank_provenance)
     described = current_machine()
     if described.file is None or described.cpus_online == here.max_procs:
         return here
     return replace(here, name=f"{described.hostname} (machine file {described.file})",
-                   cpus=tuple(range(described.cpus_online)))
+                   cpus=described.memory.spread(described.memory.cpus))
 
 
 # --------------------------------------------------------------------------------------------
@@ -492,20 +499,31 @@ class _Counts:
 
 
 def _bank_rows(machine: Machine, procs: int) -> list[tuple[int, list[int]]]:
-    """(stride in words, first bank of each processor) of the memory rows of Table 1."""
+    """(stride in words, first bank of each processor) of the memory rows of Table 1.
+
+    Strides of ``i`` bank units for i = 1, 2, 4, ... up to the banks, and the banks
+    themselves when they are not a power of two (channels x NUMA nodes can be 12 or 24), so
+    that the last row reaches one bank."""
     banks = machine.bank_map.banks
     unit = machine.bank_unit_words
+    steps = [1 << e for e in range(banks.bit_length()) if 1 << e <= banks]
+    if steps[-1] != banks:
+        steps.append(banks)
     rows = []
-    i = 1
-    while i <= banks:
+    for i in steps:
+        g = math.gcd(i, banks)  # a stride of i units from bank f reaches f + g * m (mod banks)
         c = 1
         options = []
         while c <= min(procs, i):
             options.append(c)
             c *= 2
+        reached: set[int] = set()
         for c in reversed(options):  # lowest BKC first, as the table lists them
-            rows.append((unit * i, [(k % c) * (i // c) for k in range(procs)]))
-        i *= 2
+            first = [(k % c) * (i // c) for k in range(procs)]
+            n = len({(f + g * m) % banks for f in set(first) for m in range(banks // g)})
+            if n not in reached:  # banks that are not a power of two: the same BKC twice
+                reached.add(n)
+                rows.append((unit * i, first))
     return rows
 
 
@@ -648,8 +666,8 @@ def with_min_accesses(pattern: Pattern, min_accesses: int) -> Pattern:
 
 __all__ = [
     "BETWEEN_FACTORS", "BspQuantities", "COHERENCE", "COHERENT_MAX_PROCS",
-    "DEFAULT_MIN_ACCESSES", "HOST_BANKS",
-    "HOST_BANKS_PROVENANCE", "MIXED_STORE_EVERY", "Machine", "OPS", "PAPER_BANKS_PROVENANCE",
+    "DEFAULT_MIN_ACCESSES", "HOST_BANKS", "MIXED_STORE_EVERY", "Machine", "OPS",
+    "PAPER_BANKS_PROVENANCE",
     "Pattern", "SUITES", "bank_histogram", "banks_touched", "bsp_quantities", "catalogue",
     "fmt_bkc", "host_machine", "max_word_sharing", "paper_machine", "planned_machine",
     "region_bytes", "sweeps_for",

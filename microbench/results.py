@@ -9,7 +9,11 @@ Format history (``"format": "counterd-microbench"``):
   pattern the raw superstep times of the measured repetitions (warm-ups kept apart), median,
   spread, per-processor times and counters of one superstep (each with its source), per-bank
   LM(b)/WB(b), the BSP quantities H, K, M, M_b, and flags. ``complete`` is false while a run
-  is in progress or after it was interrupted; the finished patterns are kept.
+  is in progress or after it was interrupted; the finished patterns are kept. Added since,
+  optional (files without them are read as before): ``memory``, the NUMA nodes, channels and
+  interleave the bank map derives from, each with its provenance
+  (:meth:`counterd.machine.MemoryLayout.to_json`), and ``rank_cpus``, the CPUs in the
+  order ranks are pinned to them (rank k on ``rank_cpus[k]``).
 
 Readers must reject versions they do not know (:func:`load`).
 """
@@ -54,6 +58,8 @@ def machine_json(machine: Machine) -> dict[str, Any]:
                      "provenance": machine.bank_provenance},
         "word_bytes": machine.word_bytes,
         "page_bytes": machine.page_bytes,
+        **({"memory": machine.memory.to_json(), "rank_cpus": list(machine.cpus)}
+           if machine.memory is not None else {}),
     }
 
 

@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 KiB, MiB = 1 << 10, 1 << 20
 
 HEAD = 'format = "counterd-machine"\nversion = 1\n'
+HEAD2 = 'format = "counterd-machine"\nversion = 2\n'
+HOST4 = '\n[host]\ncpus_online = 4\n'
 
 
 def cache(level: int, kind: str, size: str | int, ways: int | str, line: int,
@@ -251,8 +253,30 @@ BAD = {
                    "write ways = 8"),
     "wrong_table": (HEAD + "tlb = 64\n", "tlb is an integer, not a table", "[tlb]"),
     "tlb": (HEAD + "[tlb]\nentries = 64\nways = 5\n", "tlb.entries = 64", "sets x ways"),
-    "version": ('format = "counterd-machine"\nversion = 2\n', "version = 2",
-                "reads version 1"),
+    "version": ('format = "counterd-machine"\nversion = 3\n', "version = 3",
+                "reads version 1, 2"),
+    "memory_v1": (HEAD + "\n[memory]\nchannels_per_node = 8\n",
+                  "[memory] in a version 1 file", "write version = 2"),
+    "channels0": (HEAD2 + "\n[memory]\nchannels_per_node = 0\n",
+                  "memory.channels_per_node = 0", "give channels_per_node >= 1"),
+    "channels_str": (HEAD2 + '\n[memory]\nchannels_per_node = "8"\n',
+                     "memory.channels_per_node = '8' is a string", "write channels_per_node"),
+    "interleave": (HEAD2 + "\n[memory]\ninterleave_bytes = 300\n",
+                   "memory.interleave_bytes = 300 is not a power of two", "e.g. 256"),
+    "nodes_overlap": (HEAD2 + HOST4 + '\n[memory]\nnuma_nodes = ["0-2", "2-3"]\n',
+                      "CPU 2 is on node 0 and node 1", "put every CPU on one node"),
+    "nodes_count": (HEAD2 + HOST4 + '\n[memory]\nnuma_nodes = ["0-1", "2-5"]\n',
+                    "memory.numa_nodes list 6 CPUs, and 4 are online",
+                    "cpus_online = 6"),
+    "nodes_type": (HEAD2 + HOST4 + "\n[memory]\nnuma_nodes = [4]\n",
+                   "memory.numa_nodes: node 0 = 4 is not a CPU list", 'numa_nodes = ["0-31"'),
+    "nodes_empty": (HEAD2 + HOST4 + '\n[memory]\nnuma_nodes = ["0-3", ""]\n',
+                    "memory.numa_nodes: node 1 has no CPUs", "list only the NUMA nodes"),
+    "banks_twice": (HEAD2 + "\n[memory]\nchannels_per_node = 8\n"
+                    "\n[bank_map]\nbanks = 8\ninterleave_bytes = 256\n",
+                    "both [bank_map] and memory.channels_per_node", "not both"),
+    "memory_key": (HEAD2 + "\n[memory]\nchannels = 8\n", "unknown key memory.channels",
+                   "channels_per_node"),
     "no_format": ("version = 1\n", "format is missing", 'format = "counterd-machine"'),
     "not_toml": (HEAD + "[[caches]\nlevel = 1\n", "not TOML", "fix the syntax"),
     "not_utf8": (HEAD.encode() + b'[host]\ncpu_model = "\xff\xfe"\n', "not UTF-8",
@@ -314,3 +338,142 @@ def test_missing_machine_file(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "cannot read machine file" in proc.stderr
     with pytest.raises(BadInput, match="cannot read machine file"):
         machine.load_file(tmp_path / "none.toml")
+
+
+# ------------------------------------------------------- memory: NUMA nodes, channels, banks
+
+
+def fake_numa(root: Path, nodes: dict[int, str], online: str) -> Path:
+    """``fake_host`` with ``nodes`` (node number -> sysfs cpulist) under
+    devices/system/node and ``online`` CPUs."""
+    fake_host(root)
+    (root / "devices/system/cpu/online").write_text(online + "\n")
+    for n, cpulist in nodes.items():
+        d = root / "devices/system/node" / f"node{n}"
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text(cpulist + "\n")
+    (root / "devices/system/node/online").write_text(  # not a node directory
+        ",".join(map(str, nodes)) + "\n")
+    return root
+
+
+def test_one_numa_node_read_channels_and_interleave_assumed(tmp_path: Path) -> None:
+    m = machine.read(fake_numa(tmp_path, {0: "0-1"}, "0-1"), tmp_path)
+    mem = m.memory
+    assert [(n.node, n.cpus) for n in mem.nodes.value] == [(0, (0, 1))]
+    assert mem.nodes.provenance == "read" and "devices/system/node" in mem.nodes.note
+    assert (mem.channels_per_node.value, mem.channels_per_node.provenance) == (8, "assumed")
+    assert (mem.interleave_bytes.value, mem.interleave_bytes.provenance) == (256, "assumed")
+    # One node and nothing declared: the earlier assumption, 8 banks x 256 B, labelled so.
+    assert m.bank_map == machine.HOST_BANKS and m.bank_map_assumed
+    assert m.bank_provenance.startswith("assumed: 8 banks = 8 memory channels per NUMA node "
+                                        "(assumed) x 1 NUMA node (read)")
+
+
+def test_two_numa_nodes_make_twice_the_banks_and_spread_ranks(tmp_path: Path) -> None:
+    """Two nodes whose CPUs interleave (as on many 2-socket BIOSes), a memory-only node (no
+    CPUs, e.g. CXL memory): banks = 8 assumed channels x 2 nodes; ranks alternate nodes."""
+    root = fake_numa(tmp_path, {0: "0-1,4-5", 1: "2-3,6-7", 2: ""}, "0-7")
+    m = machine.read(root, tmp_path)
+    mem = m.memory
+    assert [(n.node, n.cpus) for n in mem.nodes.value] == [(0, (0, 1, 4, 5)), (1, (2, 3, 6, 7))]
+    assert m.cpus_online == 8 and mem.node_of(6) == 1 and mem.node_of(9) is None
+    assert m.bank_map == machine.BankMap(16, 256) and m.bank_map_assumed
+    assert "x 2 NUMA nodes (read)" in m.bank_provenance
+    assert mem.spread(range(8)) == (0, 2, 1, 3, 4, 6, 5, 7)
+    assert mem.spread({1, 4, 5, 6}) == (1, 6, 4, 5)  # only the CPUs the program may use
+    assert mem.spread({0, 1, 9}) == (0, 1, 9)  # a CPU on no node comes last
+    for p in (2, 4, 6, 8):  # a p-rank program has p / 2 ranks on each node
+        ranks = mem.spread(range(8))[:p]
+        assert sum(mem.node_of(c) == 0 for c in ranks) == p // 2
+
+
+def test_no_numa_directory_is_one_assumed_node(tmp_path: Path) -> None:
+    m = machine.read(fake_host(tmp_path), tmp_path)
+    nodes = m.memory.nodes
+    assert nodes.provenance == "assumed" and [n.cpus for n in nodes.value] == [(0, 1)]
+    assert "no NUMA node with CPUs" in nodes.note
+    assert m.bank_map == machine.HOST_BANKS and m.bank_map_assumed
+
+
+def test_inconsistent_numa_sysfs_is_one_assumed_node(tmp_path: Path) -> None:
+    m = machine.read(fake_numa(tmp_path, {0: "0-1", 1: "1"}, "0-1"), tmp_path)
+    assert m.memory.nodes.provenance == "assumed" and "inconsistent" in m.memory.nodes.note
+
+
+def test_two_node_machine_file_declares_memory() -> None:
+    from tests.machine_files import load
+
+    m = load("xeon-2s-64cpu")
+    mem = m.memory
+    assert [(n.node, machine.format_cpulist(n.cpus)) for n in mem.nodes.value] == [
+        (0, "0-31"), (1, "32-63")]
+    for fact in (mem.nodes, mem.channels_per_node, mem.interleave_bytes):
+        assert fact.provenance == "declared" and "xeon-2s-64cpu.toml" in fact.note
+    assert m.bank_map == machine.BankMap(16, 256) and not m.bank_map_assumed
+    assert m.bank_provenance.startswith("declared: 16 banks = 8 memory channels per NUMA node")
+    assert mem.spread(mem.cpus)[:6] == (0, 32, 1, 33, 2, 34)
+    d = m.to_json()["memory"]
+    assert d["banks"]["value"] == {"banks": 16, "interleave_bytes": 256}
+    assert d["numa_nodes"]["value"][1] == {"node": 1, "cpus": list(range(32, 64))}
+    assert "8 DDR4-3200 channels" in d["remark"]
+
+
+def test_memory_file_over_a_host(tmp_path: Path) -> None:
+    """A version 2 file declaring channels only keeps the host's nodes (read) and its
+    interleave (assumed): the banks are as weak as their weakest part."""
+    host = machine.read(fake_numa(tmp_path, {0: "0", 1: "1"}, "0-1"), tmp_path)
+    path = tmp_path / "ch.toml"
+    path.write_text(HEAD2 + "\n[memory]\nchannels_per_node = 6\n")
+    m = machine.load_file(path, base=host)
+    assert m.memory.nodes == host.memory.nodes
+    assert m.memory.channels_per_node == machine.Sourced(6, "declared", f"declared in {path}")
+    assert m.bank_map == machine.BankMap(12, 256) and m.bank_map_assumed
+    path.write_text(HEAD2 + "\n[memory]\nchannels_per_node = 6\ninterleave_bytes = 4096\n")
+    m = machine.load_file(path, base=host)
+    assert m.bank_map == machine.BankMap(12, 4096) and not m.bank_map_assumed
+    assert m.bank_provenance.startswith("declared: 12 banks")
+
+
+def test_file_with_other_cpus_and_no_nodes_assumes_one_node(tmp_path: Path) -> None:
+    """A version 1 file of a 64-CPU node (the host's nodes describe other CPUs): one node of
+    its 64 CPUs, assumed; its [bank_map] is used as it is."""
+    host = machine.read(fake_numa(tmp_path, {0: "0", 1: "1"}, "0-1"), tmp_path)
+    path = tmp_path / "n64.toml"
+    path.write_text(HEAD + "\n[host]\ncpus_online = 64\n"
+                    "\n[bank_map]\nbanks = 4\ninterleave_bytes = 128\n")
+    m = machine.load_file(path, base=host)
+    nodes = m.memory.nodes
+    assert nodes.provenance == "assumed" and [n.cpus for n in nodes.value] == [tuple(range(64))]
+    assert m.bank_map == machine.BankMap(4, 128) and not m.bank_map_assumed
+    assert m.bank_provenance == f"declared in {path}"
+
+
+def test_probe_says_what_was_read_declared_and_assumed(tmp_path: Path) -> None:
+    from counterd.probe import memory_lines
+
+    m = machine.read(fake_numa(tmp_path, {0: "0-1,4-5", 1: "2-3,6-7"}, "0-7"), tmp_path)
+    text = "\n".join(memory_lines(m))
+    assert "NUMA nodes 2: node 0 CPUs 0-1,4-5; node 1 CPUs 2-3,6-7 (read: sysfs" in text
+    assert "channels 8 per NUMA node (assumed: memory channels are not in sysfs" in text
+    assert "interleave 256 B (assumed:" in text
+    assert "banks 16 x 256 B = 8 channels x 2 nodes, interleaved on 256 B (assumed)" in text
+    assert "CPUs 0,2,1,3,4,6,5,7" in text
+    from tests.machine_files import path as machine_path
+
+    proc = _cli("counterd.cli", "probe", "--machine", str(machine_path("xeon-2s-64cpu")))
+    assert proc.returncode == 0, proc.stderr
+    assert "channels 8 per NUMA node (declared in" in proc.stdout
+    assert "banks 16 x 256 B = 8 channels x 2 nodes, interleaved on 256 B (declared)" \
+        in proc.stdout
+    proc = _cli("counterd.cli", "probe", "--json", "--machine",
+                str(machine_path("xeon-2s-64cpu")))
+    mem = json.loads(proc.stdout)["machine"]["memory"]
+    assert {k: mem[k]["provenance"] for k in ("numa_nodes", "channels_per_node",
+                                             "interleave_bytes", "banks")} == dict.fromkeys(
+        ("numa_nodes", "channels_per_node", "interleave_bytes", "banks"), "declared")
+
+
+def test_cpulist_round_trip() -> None:
+    for text in ("0", "0-3,8", "0-1,4-5,7", "2,4,6"):
+        assert machine.format_cpulist(machine.parse_cpulist(text)) == text

@@ -3,7 +3,8 @@
 * ``amd-2cpu-32m``: a 2-CPU AMD EPYC KVM guest, L3 32 MB (the first development VM);
 * ``intel-2cpu-300m``: a 2-CPU Intel KVM guest (family 6 model 207) whose sysfs reports an L3
   of 300 MB, 20-way (the host on which ``make test`` failed);
-* ``xeon-2s-64cpu``: a 2-socket node of 64 CPUs in two NUMA nodes, an L3 of 48 MB per socket.
+* ``xeon-2s-64cpu``: a 2-socket node of 64 CPUs in two NUMA nodes, an L3 of 48 MB per socket,
+  8 memory channels per socket (format version 2: ``[memory]``; 16 banks).
 
 Tests whose answer depends on the geometry take the ``described_machine`` fixture
 (tests/conftest.py), which runs them once per file with the file as this process's machine
@@ -41,11 +42,13 @@ def load(name: str) -> machine.Machine:
 
 
 def planning_machine(m: machine.Machine) -> patterns.Machine:
-    """The node of ``m`` as microbench plans for it: CPUs 0 .. cpus_online - 1."""
+    """The node of ``m`` as microbench plans for it: all its CPUs, in the order its NUMA
+    layout pins ranks (:meth:`counterd.machine.MemoryLayout.spread`)."""
     from microbench import patterns
 
-    return patterns.Machine(m.hostname, tuple(range(m.cpus_online)), m.geometry, m.bank_map,
-                            m.bank_provenance, word_bytes=8, page_bytes=m.page_bytes)
+    return patterns.Machine(m.hostname, m.memory.spread(m.memory.cpus), m.geometry,
+                            m.bank_map, m.bank_provenance, word_bytes=8,
+                            page_bytes=m.page_bytes, memory=m.memory)
 
 
 def running_machine(m: machine.Machine) -> patterns.Machine:

@@ -26,7 +26,9 @@ from microbench.patterns import (
     host_machine,
     max_word_sharing,
     paper_machine,
+    planned_machine,
 )
+from tests.machine_files import load as load_machine_file
 from tests.machine_files import planning_machine
 
 MiB = 1 << 20
@@ -139,7 +141,10 @@ def test_host_catalogue_uses_host_cpus_and_word(described_machine: DescribedMach
     """The host's machine runs on the CPUs this process may use, with the described geometry,
     bank map and page; its catalogue needs no more CPUs than that."""
     m = host_machine()
-    assert m.cpus == tuple(sorted(os.sched_getaffinity(0)))
+    allowed = os.sched_getaffinity(0)
+    assert sorted(m.cpus) == sorted(allowed)  # in the order the NUMA layout pins ranks
+    assert m.cpus == described_machine.memory.spread(allowed)
+    assert m.memory == described_machine.memory
     assert (m.geometry, m.bank_map, m.page_bytes) == (
         described_machine.geometry, described_machine.bank_map, described_machine.page_bytes)
     assert m.bank_provenance == described_machine.bank_provenance
@@ -153,6 +158,44 @@ def test_the_host_bank_map_is_assumed() -> None:
     with using(read_machine(Path("/nonexistent"), Path("/nonexistent"))):
         m = host_machine()
     assert m.bank_map == HOST_BANKS and m.bank_provenance.startswith("assumed")
+
+
+def test_processors_are_placed_across_numa_nodes() -> None:
+    """On the two-socket node (two NUMA nodes of 32 CPUs), rank k of every pattern runs on
+    node k mod 2, as a program pinned with likwid-pin -c M:scatter: each processor count of
+    the suite has half its processors on each node, and the banks are both sockets'
+    channels (8 x 2 = 16), so P = 64 contends 64 / 16 = 4 per bank at the least."""
+    described = load_machine_file("xeon-2s-64cpu")
+    with using(described):
+        m = planned_machine()
+    assert m.cpus[:4] == (0, 32, 1, 33) and sorted(m.cpus) == list(range(64))
+    assert m.memory == described.memory and m.bank_map == BankMap(16, 256)
+    for p in m.proc_counts():
+        nodes = [described.memory.node_of(c) for c in m.cpus[:p]]
+        assert abs(nodes.count(0) - nodes.count(1)) <= 1, p
+    pats = catalogue(m, "table1", procs=[64])
+    bkcs = {p.bkc for p in pats if p.level == "mem"}
+    assert min(bkcs) == 4 and max(bkcs) == 64
+    for p in pats:  # the placement does not change what a pattern is: its bases and banks
+        if p.level == "mem" and p.mode == "exclusive":
+            assert len(frozenset().union(*p.banks)) == 64 // p.bkc
+
+
+def test_banks_that_are_not_a_power_of_two() -> None:
+    """12 banks (6 channels x 2 nodes): strides of 1, 2, 4 and 8 bank units and of 12, which
+    reaches one bank; no mnemonic twice (a stride of 8 units reaches 3 of 12 banks from any
+    first bank, so processors starting 4 banks apart contend as those starting together)."""
+    g = Geometry.from_spec("L1=48K/12/64,L2=2M/16/64,L3=32M/16/64")
+    m = Machine("12 banks", tuple(range(16)), g, BankMap(12, 256), "test")
+    pats = catalogue(m)
+    names = [p.mnemonic for p in pats]
+    assert len(names) == len(set(names))
+    mem = [p for p in pats if p.level == "mem" and p.op == "load" and p.mode == "exclusive"
+           and p.suite == "table1" and p.procs == 16]
+    assert {p.stride_words for p in mem} == {32 * i for i in (1, 2, 4, 8, 12)}
+    assert max(p.bkc for p in mem) == 16 and min(p.bkc for p in mem) == Fraction(16, 12)
+    for p in mem:
+        assert p.bkc == Fraction(16, len(frozenset().union(*p.banks)))
 
 
 # The largest working set (per processor) of the catalogue on each machine file's node: twice

@@ -43,6 +43,9 @@ def test_run_write_load_and_contract_fields(tmp_path: Path) -> None:
     assert loaded["bank_map"] == {"banks": m.bank_map.banks,
                                   "interleave_bytes": m.bank_map.interleave_bytes,
                                   "provenance": m.bank_provenance}
+    assert m.memory is not None  # the NUMA layout the banks and the CPU order came from
+    assert loaded["memory"] == json.loads(json.dumps(m.memory.to_json()))
+    assert loaded["rank_cpus"] == list(m.cpus)
     for key in ("governor", "smt", "hugepages", "isolated", "loadavg"):
         assert key in loaded["host"]
     assert loaded["geometry"]["spec"].startswith(GEOM)
@@ -139,6 +142,28 @@ def test_cli_list_run_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["show", str(out), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["patterns"] and "vs_bkc" in shown["figure1"]
+
+
+def test_results_without_memory_still_load_and_show(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A results file written before the memory layout was recorded (no ``memory``, no
+    ``rank_cpus``) is read and shown as before; one written now says what its banks are."""
+    out = tmp_path / "r.json"
+    argv = ["run", "--suite", "table1", "--procs", "1", "--strides", "256", "--geometry", GEOM,
+            "--accesses", "4096", "--quick", "--backend", "sim", "--compute-backend", "none",
+            "--out", str(out)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(["show", str(out)]) == 0
+    assert "\nmemory: " in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    del doc["memory"], doc["rank_cpus"]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(doc))
+    assert results.load(old)["bank_map"] == doc["bank_map"]
+    assert main(["show", str(old)]) == 0
+    text = capsys.readouterr().out
+    assert doc["patterns"][0]["mnemonic"] in text and "\nmemory: " not in text
 
 
 def test_a_closed_pipe_ends_quietly() -> None:
