@@ -5,7 +5,10 @@ a superstep is read from a cycle counter as each processor starts and ends it. H
 sections 3 and 7):
 
 * one worker process per CPU, pinned with ``os.sched_setaffinity``, forked once per run and
-  kept, so page tables and caches are not rebuilt for every pattern;
+  kept, so page tables and caches are not rebuilt for every pattern; worker (rank) k runs on
+  ``machine.cpus[k]``, whose order spreads the ranks round-robin over the NUMA nodes
+  (:func:`microbench.patterns.host_machine`), so a p-processor pattern runs where a pinned
+  p-thread program would;
 * one ``multiprocessing.shared_memory`` region, page-aligned (mmap), sized for the largest
   pattern; a pattern's bases are offsets into it. Each worker pre-faults the pages it uses;
 * a ``multiprocessing.Barrier`` per number of participants (barriers can only be inherited);

@@ -145,3 +145,27 @@ def test_disturbed_measurements_are_taken_again_and_the_least_disturbed_kept():
     assert WorkerPool.run_settled(Stub([worse], 0), None) == (worse, 1)
     with pytest.raises(BadInput, match="retries"):
         RunConfig(retries=-1)
+
+
+@needs_two
+def test_ranks_are_pinned_in_the_numa_layouts_order() -> None:
+    """Rank k runs on the k-th CPU of the NUMA placement: with the host's two CPUs on two
+    nodes listed in reverse, rank 0 is pinned to the second CPU's node (node 0) and rank 1
+    to the first's (node 1), as likwid-pin -c M:scatter would pin a 2-thread program."""
+    import dataclasses
+
+    from counterd import machine
+
+    a, b = sorted(os.sched_getaffinity(0))[:2]
+    here = machine.current()
+    layout = dataclasses.replace(here.memory, nodes=machine.Sourced(
+        (machine.NumaNode(0, (b,)), machine.NumaNode(1, (a,))), "declared", "test"))
+    with machine.using(dataclasses.replace(here, memory=layout)):
+        m = host_machine()
+    assert m.cpus[:2] == (b, a) and m.bank_map.banks == 2 * layout.channels_per_node.value
+    p = next(x for x in catalogue(m, "table1", procs=[2], min_accesses=1 << 12)
+             if x.mnemonic == "p2.s1.b0.LE")
+    cfg = RunConfig(warmup=1, min_reps=3, max_reps=3, budget_ns=10**8)
+    with WorkerPool(m, [p], cfg) as pool:
+        t = pool.run(p)
+    assert t.cpus == (b, a) and t.affinity == ((b,), (a,))
