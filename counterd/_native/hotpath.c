@@ -674,12 +674,16 @@ typedef struct Lane {
     int perm[MAX_COUNTERS]; /* CLOSE counter i is raw member perm[i] */
     int64_t rank;
     int install;            /* its begin() makes it this thread's current lane */
+    uint64_t installed_gen; /* the generation it was last made a thread's current lane in (0:
+                             * never) */
     pid_t pid;              /* the process it counts for */
     int64_t sample_below;   /* sampling: read 1 in sample_every supersteps shorter than this */
     int64_t sample_every;   /* (1: every superstep is read) */
     PyObject *sampling;     /* superstep name -> NameState */
     PyObject *names;        /* the CLOSE's counter names (an estimate's keys) */
     PyObject *group_unsupported; /* the group's unsupported counters (an estimate's) */
+    PyObject *rank_from;    /* multiprocessing.process: the rank is read at the next begin
+                             * (defer_rank), or NULL */
     /* User-space reads (rdpmc): each member's mmap page, in the kernel's order, where every
      * member's page allows them; read only in the thread ``tid`` the counters belong to. */
     const volatile struct userpage *pages[MAX_COUNTERS];
@@ -692,9 +696,13 @@ typedef struct Lane {
 } Lane;
 
 /* This thread's current lane, for the module-level superstep(): a borrowed pointer, trusted only
- * while its generation is the global one. The generation moves when any lane is freed, when a
- * recorder is created (invalidate()) and in a forked child, so a pointer is never followed
- * after its lane is gone, nor into another recorder's or process's lane. */
+ * while its generation is the global one. The generation moves when a lane that may be some
+ * thread's current one is freed (one made current in this generation: a thread's generation is
+ * never newer than its lane's installed_gen), when a recorder is created (invalidate()) and
+ * in a forked child, so a pointer is never followed after its lane is gone, nor into another
+ * recorder's or process's lane. A lane never made current (a calibration's, a replaced
+ * recorder's after a fork) is freed without moving it: every thread's current lane stays, and
+ * its next superstep() does not go through the Python recorder to find it again. */
 static uint64_t generation = 1;
 static __thread Lane *cur_lane;
 static __thread uint64_t cur_gen;
@@ -706,7 +714,7 @@ static void lane_install(Lane *lane)
     if (!lane->install || lane->recorder != current_recorder)
         return; /* a scratch recorder's, another Recorder's, or one replaced since */
     cur_lane = lane;
-    cur_gen = generation;
+    cur_gen = lane->installed_gen = generation;
 }
 
 typedef struct {
@@ -1081,8 +1089,35 @@ static int lane_pump(Lane *lane)
     return 0;
 }
 
+/* A multiprocessing worker's rank, read at its first begin once its bootstrap has set its
+ * identity (identity.auto_rank's worker case: the identity's first number, else 0): a few
+ * attribute reads here, where a first begin through the Python recorder to find it ran tens
+ * of microseconds of cold Python after the program's barrier. */
+static void lane_find_rank(Lane *lane)
+{
+    PyObject *from = lane->rank_from, *type, *value, *tb;
+    lane->rank_from = NULL;
+    long long rank = 0;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *cur = PyObject_GetAttrString(from, "_current_process");
+    PyObject *ident = cur != NULL ? PyObject_GetAttrString(cur, "_identity") : NULL;
+    if (ident != NULL && PyTuple_Check(ident) && PyTuple_GET_SIZE(ident) > 0) {
+        rank = PyLong_AsLongLong(PyTuple_GET_ITEM(ident, 0));
+        if (rank == -1 && PyErr_Occurred())
+            rank = 0;
+    }
+    PyErr_Clear(); /* no identity: rank 0, as auto_rank says */
+    PyErr_Restore(type, value, tb);
+    Py_XDECREF(ident);
+    Py_XDECREF(cur);
+    Py_DECREF(from);
+    lane->rank = rank;
+}
+
 static PyObject *lane_begin(Lane *lane, PyObject *name, PyObject *params_in)
 {
+    if (lane->rank_from != NULL)
+        lane_find_rank(lane);
     if (params_in != NULL && !PyDict_Check(params_in)) {
         PyErr_SetString(PyExc_TypeError, "params must be a dict");
         return NULL;
@@ -1393,6 +1428,13 @@ static PyObject *Lane_set_rank(Lane *self, PyObject *arg)
     if (r == -1 && PyErr_Occurred())
         return NULL;
     self->rank = r;
+    Py_CLEAR(self->rank_from);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Lane_defer_rank(Lane *self, PyObject *arg)
+{
+    Py_XSETREF(self->rank_from, Py_NewRef(arg));
     Py_RETURN_NONE;
 }
 
@@ -1625,12 +1667,14 @@ static int Lane_traverse(Lane *self, visitproc visit, void *arg)
     Py_VISIT(self->flags_of);
     Py_VISIT(self->names);
     Py_VISIT(self->group_unsupported);
+    Py_VISIT(self->rank_from);
     return 0;
 }
 
 static int Lane_clear(Lane *self)
 {
-    generation++; /* half cleared: no thread may begin through it */
+    if (self->installed_gen == generation)
+        generation++; /* half cleared: no thread may begin through it */
     Py_CLEAR(self->recorder);
     Py_CLEAR(self->indices);
     Py_CLEAR(self->on_closed);
@@ -1649,12 +1693,14 @@ static int Lane_clear(Lane *self)
     Py_CLEAR(self->flags_of);
     Py_CLEAR(self->names);
     Py_CLEAR(self->group_unsupported);
+    Py_CLEAR(self->rank_from);
     return 0;
 }
 
 static void Lane_dealloc(Lane *self)
 {
-    generation++; /* no thread follows its pointer to this lane again */
+    if (self->installed_gen == generation)
+        generation++; /* no thread follows its pointer to this lane again */
     PyObject_GC_UnTrack(self);
     if (self->weakrefs != NULL)
         PyObject_ClearWeakRefs((PyObject *)self);
@@ -1669,6 +1715,9 @@ static PyMethodDef Lane_methods[] = {
     {"end", (PyCFunction)(void (*)(void))Lane_end, METH_FASTCALL,
      "end(step or None, name) -> the closed step, or an unmatched end's record."},
     {"set_rank", (PyCFunction)Lane_set_rank, METH_O, "The rank of this thread's records."},
+    {"defer_rank", (PyCFunction)Lane_defer_rank, METH_O,
+     "defer_rank(multiprocessing.process): the rank is the worker's identity, read at the "
+     "next begin (set_rank cancels it)."},
     {"open_steps", (PyCFunction)Lane_open_steps, METH_NOARGS, "Steps begun and not ended."},
     {"install", (PyCFunction)Lane_install, METH_NOARGS,
      "Make it this thread's current lane (superstep() begins through it)."},

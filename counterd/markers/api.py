@@ -55,7 +55,7 @@ def init() -> None:
     if mp is not None and getattr(mp.current_process(), "_inheriting", False):
         # A spawned worker importing its main module: its identity (its rank) comes with its
         # bootstrap, after this.
-        rec.defer_rank()
+        _defer_rank(rec)
 
 
 def _fork_copy(parent: Recorder) -> Recorder:
@@ -93,7 +93,41 @@ def _after_fork_in_child() -> None:
     except (CounterdError, OSError):
         return
     if _recorder is not None:  # a multiprocessing worker's identity comes after the fork
-        _recorder.defer_rank()
+        _defer_rank(_recorder)
+
+
+def _defer_rank(rec: Recorder) -> None:
+    """A multiprocessing worker's rank is found once its bootstrap has given it its identity
+    (:meth:`Recorder.defer_rank`). A forked worker's bootstrap calls multiprocessing's
+    after-fork hooks before its target runs: the rank is found there, before the program's
+    first barrier. A spawned worker's calls none: its lanes read the identity at their first
+    begin (a few attribute reads in compiled code)."""
+    global _bootstrap_hooked
+    rec.defer_rank()
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None and not _bootstrap_hooked:
+        # Registered once per process; a forked child inherits the registration with the flag.
+        util.register_after_fork(_bootstrap_hook, _at_bootstrap)
+        _bootstrap_hooked = True
+
+
+class _Hook:
+    """What multiprocessing's after-fork registry keeps the hook by (weakly: this lives on)."""
+
+
+_bootstrap_hook = _Hook()
+_bootstrap_hooked = False
+
+
+def _at_bootstrap(_: object) -> None:
+    """In a forked multiprocessing worker's bootstrap, its identity just set: its rank found
+    now, so that its first ``superstep()`` runs no more marker code than its tenth (a first
+    begin through the Python path to find the rank cost 35-65 us after the program's
+    barrier, on a 2-CPU guest)."""
+    rec = _recorder
+    if rec is None or rec.pid != identity.pid or not rec._rank_pending:
+        return
+    rec.find_rank_again()
 
 
 def configure(*, backend: str | None = None, events: Sequence[str] | None = None,

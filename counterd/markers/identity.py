@@ -88,12 +88,20 @@ def default_run_id() -> str:
     return hashlib.sha1(f"{host}:{root}:{_start_time(root)}".encode()).hexdigest()[:12]
 
 
-def auto_rank() -> int:
-    """The rank from the environment (see the module docstring), without ``set_rank``."""
+def env_rank() -> int | None:
+    """The rank ``COUNTERD_RANK`` or an MPI launcher's variable gives, or None."""
     for var in (ENV_RANK, *MPI_RANK_VARS):
         value = os.environ.get(var)
         if value is not None and value.strip().lstrip("-").isdigit():
             return int(value)
+    return None
+
+
+def auto_rank() -> int:
+    """The rank from the environment (see the module docstring), without ``set_rank``."""
+    rank = env_rank()
+    if rank is not None:
+        return rank
     mp = _multiprocessing()
     identity = getattr(mp.current_process(), "_identity", ()) if mp is not None else ()
     return int(identity[0]) if identity else 0

@@ -56,6 +56,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import sys
 import threading
 import time
 import weakref
@@ -300,14 +301,24 @@ class Recorder:
                     state.lane.set_rank(rank)
 
     def defer_rank(self) -> None:
-        """The rank is found again at this process's first begin, which goes through the
-        Python path once for it (every lane's installation forgotten). A multiprocessing
+        """The rank is found again once this process's identity is known. A multiprocessing
         worker gets its identity (its rank) only when its bootstrap runs: after the fork
         (where a prepared parent's child prepares) and after a spawned worker imports its main
-        module (where ``COUNTERD_INIT=import`` prepares). Its bootstrap offers no hook to a
-        spawned worker; finding the rank costs the first begin a few microseconds."""
+        module (where ``COUNTERD_INIT=import`` prepares). Nothing to find where ``set_rank``
+        named the rank or the environment gives it (it wins over the identity). Each lane reads
+        the identity at its next begin, in compiled code (a few attribute reads); the Python
+        path, and :meth:`rank`, find it at their next use. (A forked worker finds it before its
+        target runs: :func:`counterd.markers.api._at_bootstrap`.)"""
+        if self._rank_given or identity.env_rank() is not None:
+            return
         self._rank_pending = True
-        native.invalidate()
+        process = sys.modules.get("multiprocessing.process")
+        if process is None:  # no worker of multiprocessing: each thread's next begin finds it
+            native.invalidate()  # through the Python path, once
+            return
+        for state in list(self._lanes):
+            if state.rank is None and state.lane is not None:  # a thread's own rank wins
+                state.lane.defer_rank(process)
 
     def find_rank_again(self) -> None:
         """The process's rank found anew from its environment, unless ``set_rank`` named it."""
@@ -324,6 +335,8 @@ class Recorder:
         rank = self._state().rank
         if rank is not None:
             return rank
+        if self._rank_pending:
+            self.find_rank_again()
         if self._process_rank is None:
             self._process_rank = identity.auto_rank()
         return self._process_rank

@@ -20,8 +20,9 @@ import os
 import statistics
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -205,3 +206,134 @@ def test_counterd_init_import_prepares_at_import_and_only_then(tmp_path: Path, v
     out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=ROOT, check=True,
                          capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == str(prepared)
+
+
+
+# A process's first superstep runs no more marker code than its tenth: whatever a first begin
+# did besides (the package's look-up of the marker API, a begin through the Python recorder
+# to find a worker's rank or its lane again) cost tens of microseconds after the barrier, in
+# which a process descheduled on a busy host begins late (bench/first_marker.py).
+
+@pytest.fixture
+def python_begins() -> Iterator[list[str]]:
+    """The names of supersteps that ``counterd.superstep`` hands to the Python recorder (not
+    to this thread's compiled lane) while the test runs; skips where there is no compiled
+    path."""
+    from counterd.markers import api, native
+
+    hot = native.module()
+    if hot is None:
+        pytest.skip("the compiled hot path is not built (no C compiler?)")
+    calls: list[str] = []
+
+    def counting(name: str, params: dict[str, Any]) -> Any:
+        calls.append(name)
+        return api._begin(name, params)
+
+    hot.set_fallback(counting)
+    try:
+        yield calls
+    finally:
+        hot.set_fallback(api._begin)
+
+
+def test_the_marker_api_is_bound_in_the_package_when_any_of_it_is_first_used() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERD_")}
+    env.update(PYTHONPATH=str(ROOT), COUNTERD_BACKEND="none", COUNTERD_SOCKET="off")
+    probe = ("import counterd; names = ('superstep', 'begin', 'end', 'set_rank', 'init'); "
+             "print(any(n in vars(counterd) for n in names)); counterd.init; "
+             "print(all(n in vars(counterd) for n in names))")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=ROOT, check=True,
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["False", "True"]
+    env["COUNTERD_INIT"] = "import"
+    out = subprocess.run([sys.executable, "-c", "import counterd; print('superstep' in "
+                          "vars(counterd))"], env=env, cwd=ROOT, check=True,
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "True"
+
+
+def test_a_freed_lane_that_was_never_current_leaves_the_current_one(
+        tmp_path: Path, python_begins: list[str]) -> None:
+    """init() calibrates through a scratch recorder whose lane is freed at a later garbage
+    collection: that used to send the next ``superstep()`` of every thread through Python to
+    find its lane again (the first superstep, after the barrier)."""
+    import gc
+
+    import counterd
+    from counterd import markers
+    from counterd.markers import api
+
+    api.configure(backend="none", spool=tmp_path, socket="off")
+    markers.init()
+    gc.collect()  # the calibration's recorder and its lane go
+    with counterd.superstep("first"):
+        pass
+    assert python_begins == []
+
+
+def test_a_deferred_rank_is_read_by_the_lane_at_its_first_begin(
+        monkeypatch: pytest.MonkeyPatch, python_begins: list[str]) -> None:
+    """A spawned worker is set up before its bootstrap gives it its identity: its lane reads
+    the identity at its first begin, in compiled code, and the recorder agrees."""
+    import multiprocessing
+
+    import counterd
+    from counterd import markers
+    from counterd.env import ENV_RANK, MPI_RANK_VARS
+    from counterd.markers import api
+
+    for var in (ENV_RANK, *MPI_RANK_VARS):
+        monkeypatch.delenv(var, raising=False)
+    rec = api.configure(backend="none", socket="off")
+    markers.init()
+    rec.defer_rank()  # at the worker's import: no identity yet
+    monkeypatch.setattr(multiprocessing.current_process(), "_identity", (3,))  # its bootstrap
+    with counterd.superstep("first") as step:
+        pass
+    assert python_begins == [] and step.rank == 3 and rec.rank() == 3
+    assert [r.rank for r in api.records()] == [3]
+
+
+def test_a_rank_the_environment_gives_is_not_deferred(monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing
+
+    from counterd import markers
+    from counterd.env import ENV_RANK
+    from counterd.markers import api
+
+    monkeypatch.setenv(ENV_RANK, "5")
+    rec = api.configure(backend="none", socket="off")
+    markers.init()
+    rec.defer_rank()
+    monkeypatch.setattr(multiprocessing.current_process(), "_identity", (3,))
+    assert not rec._rank_pending and rec.rank() == 5
+
+
+def _report_rank(conn: Any) -> None:
+    from counterd.markers import api
+
+    rec = api._recorder
+    conn.send((rec is not None and rec._rank_pending, rec.rank() if rec else None))
+
+
+def test_a_forked_worker_finds_its_rank_in_its_bootstrap_before_its_target(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing
+
+    from counterd import markers
+    from counterd.env import ENV_RANK, MPI_RANK_VARS
+    from counterd.markers import api
+
+    for var in (ENV_RANK, *MPI_RANK_VARS):
+        monkeypatch.delenv(var, raising=False)
+    api.configure(backend="none", spool=tmp_path, socket="off")
+    markers.init()
+    ctx = multiprocessing.get_context("fork")
+    here, there = ctx.Pipe()
+    proc = ctx.Process(target=_report_rank, args=(there,))
+    proc.start()
+    pending, rank = here.recv()
+    proc.join(60)
+    assert proc.exitcode == 0
+    assert (pending, rank) == (False, proc._identity[0])
