@@ -5,7 +5,9 @@ section 5.4: counters measured at small input sizes, extrapolated to larger ones
 Here, for radix, sample and column sort (``examples/bsp_sort.py``, p = 2, n/p keys each):
 
 1. The pilot campaign is ``predict --pilot`` itself, at n/p = 1e5 * i for i = 1..5 (timed runs
-   with markers only, one counted run per size from Callgrind), timed as a user would see it.
+   with markers only, one counted run per size from Callgrind), timed as a user would see it:
+   natively, or with ``--cpu-features as-counted`` the code Callgrind counts (AVX-512 hidden
+   from code dispatch), the target runs alike.
 2. Targets: n/p = 1e5 * i for i = 6..10 (the paper's) and 16x the largest pilot. At each:
    ``--target-repeat`` timed runs (their median is the measured time, work and span apart; the
    two halves of the runs, compared, give the noise floor: what no forecast can beat) and,
@@ -27,9 +29,14 @@ Here, for radix, sample and column sort (``examples/bsp_sort.py``, p = 2, n/p ke
    target at 4x the largest pilot: forecasts must not be tuned to the sorts.
 
     .venv/bin/python bench/pilot_forecast.py [--suite sorts|others] [--only radix,...]
-        [--work DIR] [--profile P] [--no-target-counts] [--no-extrap] [--json OUT]
+        [--work DIR] [--profile P] [--no-target-counts] [--no-extrap] [--repeat 10]
+        [--target-repeat 10] [--cpu-features native|as-counted] [--json OUT]
 
-Records are kept under ``--work`` (default ``out/pilot-forecast-SUITE``); runs whose records
+Quicker: ``--repeat 5 --target-repeat 5 --no-target-counts --no-extrap`` (half the timed
+runs, no Callgrind runs at the targets: no "F measured" and no Extra-P column).
+
+Records are kept under ``--work`` (default ``out/pilot-forecast-SUITE``, with
+``-as-counted`` after it for ``--cpu-features as-counted``); runs whose records
 exist are not run again (delete the directory for a fresh measurement), so an interrupted run
 resumes and the analysis can be repeated without measuring.
 
@@ -118,7 +125,7 @@ def ensure_profile(arg: str | None, work: Path) -> MachineProfile:
     return load_profile(str(path))
 
 
-def run_pilots(case: Case, work: Path, repeat: int) -> float | None:
+def run_pilots(case: Case, work: Path, repeat: int, features: str) -> float | None:
     """``predict --pilot`` for one program, keeping its records; its wall time (None if the
     records were there already)."""
     d = work / case.name / "pilot"
@@ -127,12 +134,13 @@ def run_pilots(case: Case, work: Path, repeat: int) -> float | None:
     t0 = time.monotonic()
     subprocess.run([str(VENV_BIN / "predict"), "--pilot", case.template, "--sizes",
                     ",".join(f"{s:g}" for s in case.pilots), "--target",
-                    f"{case.sizes()[0]:g}", "--repeat", str(repeat), "--keep", str(d), "--json"],
+                    f"{case.sizes()[0]:g}", "--repeat", str(repeat), "--cpu-features", features,
+                    "--keep", str(d), "--json"],
                    check=True, stdout=subprocess.DEVNULL)
     return time.monotonic() - t0
 
 
-def run_targets(case: Case, work: Path, repeat: int, counts: bool) -> None:
+def run_targets(case: Case, work: Path, repeat: int, counts: bool, features: str) -> None:
     d = work / case.name / "target"
     d.mkdir(parents=True, exist_ok=True)
     for n in case.sizes():
@@ -141,7 +149,7 @@ def run_targets(case: Case, work: Path, repeat: int, counts: bool) -> None:
             if not out.exists():
                 log(f"{case.name} n = {n:g}: timed run {r + 1}/{repeat}")
                 pilot.record_run(case.template, n, "none", out, what="timed target run",
-                                 cpu_features=pilot.timing_features("callgrind"))
+                                 cpu_features=features)
         out = pilot.record_path(d, "counted", n)
         if counts and not out.exists():
             log(f"{case.name} n = {n:g}: counted run (callgrind)")
@@ -317,24 +325,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-target-counts", action="store_true",
                     help="no counted runs at the targets (no 'F measured' column)")
     ap.add_argument("--no-extrap", action="store_true", help="leave Extra-P out")
+    ap.add_argument("--cpu-features", choices=pilot.TIMING_FEATURES, default="native",
+                    help="how the timed runs run (predict --pilot --cpu-features; default "
+                    "native, as the programs run without counterd)")
     ap.add_argument("--json", type=Path, default=None, help="write every row to this file")
     a = ap.parse_args(argv)
     cases = [c for c in SUITES[a.suite] if a.only is None or c.name in a.only.split(",")]
-    work = a.work or ROOT / "out" / f"pilot-forecast-{a.suite}"
+    work = a.work or ROOT / "out" / (f"pilot-forecast-{a.suite}"
+                                     + ("-as-counted" if a.cpu_features == "as-counted" else ""))
     work.mkdir(parents=True, exist_ok=True)
     profile = ensure_profile(a.profile, work)
     counts = not a.no_target_counts and a.suite == "sorts"
     campaign = {}
     for case in cases:
         log(f"{case.name}: pilot campaign (predict --pilot)")
-        campaign[case.name] = run_pilots(case, work, a.repeat)
-        run_targets(case, work, a.target_repeat, counts)
+        campaign[case.name] = run_pilots(case, work, a.repeat, a.cpu_features)
+        run_targets(case, work, a.target_repeat, counts, a.cpu_features)
     rows = [r for case in cases
             for r in rows_for(case, work, profile, a.repeat, a.target_repeat, not a.no_extrap)]
     print(host_line())
     print(f"programs {', '.join(c.name for c in cases)}; {a.repeat} timed runs + 1 counted run "
-          f"(callgrind) per pilot size, {a.target_repeat} timed runs per target; profile "
-          f"{profile.name}")
+          f"(callgrind) per pilot size, {a.target_repeat} timed runs per target, timed runs "
+          f"{a.cpu_features}; profile {profile.name}")
     for c in cases:
         s = campaign[c.name]
         print(f"  {c.name}: {c.template}; pilots {', '.join(f'{x:g}' for x in c.pilots)}; "
@@ -349,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(worst(mine)))
     if a.json:
         a.json.write_text(json.dumps({"host": host_line(), "campaign_s": campaign,
-                                      "rows": rows}, indent=1))
+                                      "cpu_features": a.cpu_features, "rows": rows}, indent=1))
     return 0
 
 

@@ -11,9 +11,10 @@ programs it never saw, from their counters:
 Counters come from one Callgrind run per program and size (and, for the demo, whose markers
 feed its address streams to the simulator, one run with the sim backend as well); times from
 ``--repeat`` timed runs, interleaved across programs so that a slow spell of the host falls on
-all of them, with the CPU features valgrind lacks hidden from code dispatch (the code the
-counts describe; counterd record --cpu-features as-counted). Per superstep, E = max(T,P)/min(T,P)
-against the median time, for
+all of them, run natively as the programs run without counterd (``--cpu-features native``, the
+default, as ``predict --pilot``'s), or with ``--cpu-features as-counted`` with the CPU features
+valgrind lacks (AVX-512) hidden from code dispatch (the code the counts describe). Per
+superstep, E = max(T,P)/min(T,P) against the median time, for
 
 * F (memory): the profile's memory model for the counters (improved.l1_llc under Callgrind,
   improved under sim),
@@ -25,10 +26,11 @@ models; ``--time span`` uses the superstep's span (first begin to last end), whi
 the skew of the processors' starts after the barrier.
 
     .venv/bin/python bench/program_accuracy.py [--work DIR] [--profile P] [--repeat 10]
-        [--only radix,...] [--time work|span] [--detail] [--json OUT]
+        [--only radix,...] [--time work|span] [--cpu-features native|as-counted] [--detail]
+        [--json OUT]
 
-Records are kept under --work (default out/program-accuracy); a rerun measures only what is
-missing.
+Records are kept under --work (default out/program-accuracy, with -as-counted after it for
+--cpu-features as-counted); a rerun measures only what is missing.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def cases() -> list[Case]:
     return out
 
 
-def measure(cs: Sequence[Case], work: Path, repeat: int) -> None:
+def measure(cs: Sequence[Case], work: Path, repeat: int, features: str) -> None:
     """Timed runs interleaved (repetition r of every case before r + 1), then counted runs."""
     for r in range(repeat):
         for c in cs:
@@ -88,7 +90,7 @@ def measure(cs: Sequence[Case], work: Path, repeat: int) -> None:
                     out.parent.mkdir(parents=True, exist_ok=True)
                     log(f"{c.name} n = {n:g}: timed run {r + 1}/{repeat}")
                     pilot.record_run(c.template, n, "none", out, what="timed run",
-                                     cpu_features=pilot.timing_features("callgrind"))
+                                     cpu_features=features)
     for c in cs:
         for n in c.sizes:
             for b in c.backends:
@@ -184,25 +186,33 @@ def report(rows: Sequence[Row], cs: Sequence[Case], detail: bool) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--work", type=Path, default=ROOT / "out" / "program-accuracy")
+    ap.add_argument("--work", type=Path, default=None,
+                    help="where records are kept (default out/program-accuracy)")
     ap.add_argument("--profile", help="machine profile (default: calibrate the quick suite "
                     "into --work, as make demo does)")
     ap.add_argument("--repeat", type=int, default=10, help="timed runs per program and size")
     ap.add_argument("--only", default="", help="comma-separated program names")
     ap.add_argument("--time", choices=("work", "span"), default="work")
+    ap.add_argument("--cpu-features", choices=pilot.TIMING_FEATURES, default="native",
+                    help="how the timed runs run (default native, as the programs run without "
+                    "counterd; as-counted: AVX-512 hidden, the code Callgrind counts)")
     ap.add_argument("--detail", action="store_true", help="every superstep")
     ap.add_argument("--json", type=Path, help="write the rows here")
     a = ap.parse_args(argv)
     if a.repeat < 2:
         ap.error("--repeat must be at least 2 (the floor compares halves)")
     cs = [c for c in cases() if not a.only or c.name in a.only.split(",")]
+    a.work = a.work or ROOT / "out" / ("program-accuracy"
+                                       + ("-as-counted" if a.cpu_features == "as-counted" else ""))
     a.work.mkdir(parents=True, exist_ok=True)
     profile = ensure_profile(a.profile, a.work)
-    measure(cs, a.work, a.repeat)
+    measure(cs, a.work, a.repeat, a.cpu_features)
     rows = analyse(cs, a.work, a.repeat, profile, a.time)
     print(host_line())
+    how = ("AVX-512 hidden as under valgrind" if a.cpu_features == "as-counted"
+           else "native, as the programs run without counterd")
     print(f"profile {profile.name}; {a.repeat} timed runs per program and size (interleaved, "
-          f"AVX-512 hidden as under valgrind); T = median {a.time} time; E per superstep")
+          f"{how}); T = median {a.time} time; E per superstep")
     print("\n".join(report(rows, cs, a.detail)))
     if a.json:
         a.json.write_text(json.dumps([r.__dict__ for r in rows], indent=1))

@@ -5,7 +5,7 @@
     predict profile   PROFILE [--json]
     predict select    --spec SPEC --samples FILE [--samples FILE...] NAME=VALUE... [--json]
     predict --pilot 'CMD ... {n} ...' --sizes S1,S2,... --target N [--profile P] [--backend B]
-            [--repeat R] [--check] [--json]
+            [--repeat R] [--check] [--cpu-features native|as-counted] [--json]
     predict --profile PROFILE --counters FILE [--model paper|improved] [--json]
 
 Exit codes: 0 ok, 2 bad usage or bad input (one line on stderr: what, and the fix).
@@ -147,6 +147,8 @@ def _forecast_parser() -> argparse.ArgumentParser:
 
 
 def _pilot_parser() -> argparse.ArgumentParser:
+    from predictor import pilot
+
     p = Parser(prog="predict --pilot", description=textwrap.fill(
         "Run a command at small input sizes (timed runs with markers only, and one counted run "
         "per size), fit a growth model in n for every superstep's work time (the slowest "
@@ -169,6 +171,12 @@ def _pilot_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true",
                    help="also run the target size and compare, work with work and span with "
                    "span (E = max(T,P)/min(T,P))")
+    p.add_argument("--cpu-features", default="native", choices=pilot.TIMING_FEATURES,
+                   help="how the timed runs (pilots and checking runs) run: native, as the "
+                   "program runs without counterd (default); as-counted: with the CPU "
+                   "features valgrind lacks (AVX-512) hidden from run-time code dispatch "
+                   "(numpy, OpenBLAS, glibc), so that they run the code Callgrind counts "
+                   "(counterd record --cpu-features)")
     p.add_argument("--keep", type=Path, default=None,
                    help="keep the runs' records in this directory (default: a temporary one)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -209,13 +217,14 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
         work = a.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         runs = pilot.run_campaign(a.pilot, sizes, repeat=a.repeat, backend=a.backend,
-                                  workdir=work, progress=progress)
+                                  workdir=work, cpu_features=a.cpu_features,
+                                  progress=progress)
         fc = pilot.forecast(runs, a.target, prof, level=a.level)
         measured = (pilot.measure_target(a.pilot, a.target, repeat=a.repeat, workdir=work,
-                                         backend=a.backend, progress=progress)
+                                         cpu_features=a.cpu_features, progress=progress)
                     if a.check else {})
     per, whole = fc.compare(measured)
-    data = fc.to_json()
+    data = {**fc.to_json(), "cpu_features": a.cpu_features}
     pct = round(100 * a.level)
     check_head = f" {'measured':>9} {'E':>5} in" if a.check else ""
     lines = [f"forecast at n = {a.target:g} from pilots at {', '.join(f'{x:g}' for x in sizes)}"
@@ -302,12 +311,24 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
            "min(T, P), work against work and span against span." if a.check else ""), 100)
     for n in fc.notes:
         lines += textwrap.wrap(f"note: {n}", 100, subsequent_indent="  ")
-    if pilot.timing_features(a.backend) == "as-counted":
-        lines += textwrap.wrap(
-            "note: the timed runs hid from run-time code dispatch (numpy, OpenBLAS, glibc) the "
-            "CPU features valgrind lacks, so they ran the code Callgrind counted (counterd "
-            "record --cpu-features as-counted); on a host without AVX-512 nothing is hidden",
-            100, subsequent_indent="  ", break_on_hyphens=False)
+    if a.cpu_features == "as-counted":
+        features = ("note: the timed runs (pilots and checking runs) hid from run-time code "
+                    "dispatch (numpy, OpenBLAS, glibc) the CPU features valgrind lacks, so they "
+                    "ran the code Callgrind counts (--cpu-features as-counted), which may be "
+                    "slower or faster than the program as it runs without counterd; on a host "
+                    "without AVX-512 nothing is hidden")
+    else:
+        features = ("note: the timed runs (pilots and checking runs) ran the program natively, "
+                    "as it runs without counterd (--cpu-features native, the default)"
+                    + ("; the counted runs hid from code dispatch the CPU features valgrind "
+                       "lacks (AVX-512), so on a host that has them they counted another code "
+                       "path: scaled and time-only forecast the native times all the same "
+                       "(scaled takes from the counts only the ratio of instructions between "
+                       "the largest pilot and the target); F prices those counts and is the "
+                       "forecast only where it fits the pilots' native times; --cpu-features "
+                       "as-counted times the counted code"
+                       if a.backend == "callgrind" else ""))
+    lines += textwrap.wrap(features, 100, subsequent_indent="  ", break_on_hyphens=False)
     return data, "\n".join(lines)
 
 

@@ -630,11 +630,28 @@ def command_for(template: str, n: float) -> list[str]:
                        "quote it as a shell would") from None
 
 
-def timing_features(backend: str) -> str:
-    """``counterd record --cpu-features`` for the timed runs beside counts from ``backend``:
-    Callgrind counts the code valgrind's CPU selects (no AVX-512), so the timed runs run it
-    too (counterd/backends/callgrind.py, AS_COUNTED_ENV)."""
-    return "as-counted" if backend == "callgrind" else "native"
+# ``predict --pilot --cpu-features``: how the timed runs (pilots and checking runs) run.
+# native (the default): as the program runs without counterd, so the forecast and the check
+# are of the program the user runs. as-counted: with the CPU features valgrind lacks (AVX-512)
+# hidden from run-time code dispatch (``counterd record --cpu-features as-counted``), so the
+# timed code is the code Callgrind counts. The counted runs are as-counted either way with
+# Callgrind (valgrind has no AVX-512), and with any backend when as-counted is asked for.
+TIMING_FEATURES = ("native", "as-counted")
+
+
+def _timing_features(cpu_features: str) -> str:
+    """``cpu_features`` checked: one of :data:`TIMING_FEATURES`, else a BadInput."""
+    if cpu_features not in TIMING_FEATURES:
+        raise BadInput(f"--cpu-features {cpu_features!r}",
+                       "choose " + " or ".join(TIMING_FEATURES))
+    return cpu_features
+
+
+def counting_features(cpu_features: str) -> str:
+    """``counterd record --cpu-features`` for the counted runs beside timed runs run with
+    ``cpu_features``: as-counted when the timed runs hide features (whatever the backend),
+    else record's own default (auto: as-counted with Callgrind, which cannot run AVX-512)."""
+    return "as-counted" if _timing_features(cpu_features) == "as-counted" else "auto"
 
 
 def _record(template: str, n: float, backend: str, out: Any, *, what: str,
@@ -720,15 +737,18 @@ def pilot_run(n: float, counted: Sequence[Step], timed: Sequence[Sequence[Timing
 
 
 def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
-                 backend: str = "callgrind", workdir: Any,
+                 backend: str = "callgrind", workdir: Any, cpu_features: str = "native",
                  progress: md.Progress = md.no_progress) -> list[PilotRun]:
-    """At every size: ``repeat`` timed runs (markers only, ``--backend none``) and one counted
-    run (``backend``); records under ``workdir``. Progress says what runs and the time left."""
+    """At every size: ``repeat`` timed runs (markers only, ``--backend none``, run with
+    ``cpu_features``, :data:`TIMING_FEATURES`) and one counted run (``backend``,
+    :func:`counting_features`); records under ``workdir``. Progress says what runs and the
+    time left."""
     import time
     from pathlib import Path
 
     if repeat < 1:
         raise BadInput(f"--repeat {repeat}", "give 1 or more")
+    counting = counting_features(cpu_features)
     work = Path(workdir)
     runs = []
     spent = {"timed": [0.0, 0], "counted": [0.0, 0]}  # seconds, runs
@@ -755,13 +775,13 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
             t1 = time.monotonic()
             timed.append(record_timed(template, n, record_path(work, "timed", n, r),
                                       what=f"timed pilot run {r + 1}",
-                                      cpu_features=timing_features(backend)))
+                                      cpu_features=cpu_features))
             spent["timed"][0] += time.monotonic() - t1
             spent["timed"][1] += 1
         progress(f"n = {_size_text(n)}: counted run ({backend}){left(i, repeat)}")
         t1 = time.monotonic()
         counted = record_run(template, n, backend, record_path(work, "counted", n),
-                             what=f"counted pilot run ({backend})")
+                             what=f"counted pilot run ({backend})", cpu_features=counting)
         spent["counted"][0] += time.monotonic() - t1
         spent["counted"][1] += 1
         runs.append(pilot_run(n, counted, timed))
@@ -769,18 +789,19 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
 
 
 def measure_target(template: str, target: float, *, repeat: int, workdir: Any,
-                   backend: str = "callgrind", progress: md.Progress = md.no_progress
+                   cpu_features: str = "native", progress: md.Progress = md.no_progress
                    ) -> dict[tuple[int, str], Measured]:
     """``--check``: ``repeat`` timed runs at the target size (``check-R.jsonl`` in
-    ``workdir``), timed as the pilots were beside counts from ``backend``; what they measured
+    ``workdir``), run with ``cpu_features`` as the timed pilots were; what they measured
     (:func:`measured`)."""
     from pathlib import Path
 
+    _timing_features(cpu_features)
     timed = []
     for r in range(repeat):
         progress(f"n = {_size_text(target)}: checking run {r + 1}/{repeat}")
         timed.append(record_timed(template, target, Path(workdir) / f"check-{r}.jsonl",
-                                  what="checking run", cpu_features=timing_features(backend)))
+                                  what="checking run", cpu_features=cpu_features))
     return measured(timed)
 
 

@@ -626,3 +626,114 @@ def test_cli_pilot_with_callgrind_forecasts_from_the_counted_work(tmp_path, caps
         assert s["counters"]["instructions"] > 0 and "instructions" in s["scaled_model"]
     assert d["total"]["scaled_s"] == pytest.approx(d["total"]["predicted_s"])
     assert "counted run (callgrind)" in out.err
+
+
+def _spy_records(monkeypatch):
+    """Every ``counterd record`` command the campaign runs, as built; each run for real, with
+    ``--backend callgrind`` run as ``--backend none`` (no valgrind needed: the commands are
+    what is checked)."""
+    import subprocess
+
+    real = subprocess.run
+    seen: list[list[str]] = []
+
+    def spy(cmd, *args, **kwargs):
+        cmd = list(cmd)
+        if "record" in cmd[:2]:
+            seen.append(cmd)
+            cmd = ["none" if c == "callgrind" else c for c in cmd]
+        return real(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", spy)
+    return seen
+
+
+def _features(cmd: list[str]) -> tuple[str, str]:
+    """(backend, --cpu-features) of one record command."""
+    return cmd[cmd.index("--backend") + 1], cmd[cmd.index("--cpu-features") + 1]
+
+
+@pytest.mark.parametrize("given, timed, counted", [
+    ([], "native", "auto"),  # the default: the program as the user runs it
+    (["--cpu-features", "native"], "native", "auto"),
+    (["--cpu-features", "as-counted"], "as-counted", "as-counted"),
+])
+def test_cli_pilot_times_natively_unless_told_and_says_which(tmp_path, capsys, monkeypatch,
+                                                             given, timed, counted):
+    """The timed runs (pilots and checking runs) carry --cpu-features native by default and
+    as-counted when asked; the counted runs (Callgrind) are left to record's default (auto:
+    as-counted under valgrind), or as-counted with the timed ones; --json says which."""
+    import json
+
+    from predictor.cli import main
+
+    seen = _spy_records(monkeypatch)
+    rc = main(["--pilot", _prog(tmp_path), "--sizes", "2000,4000,8000", "--target", "16000",
+               "--backend", "callgrind", "--repeat", "1", "--check", *given, "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert json.loads(out.out)["cpu_features"] == timed
+    kinds = [_features(c) for c in seen]
+    # per size a timed run then a counted run; then the checking run at the target
+    assert kinds == [("none", timed), ("callgrind", counted)] * 3 + [("none", timed)]
+    assert [c[-1] for c in seen] == ["2000", "2000", "4000", "4000", "8000", "8000", "16000"]
+
+
+@pytest.mark.parametrize("mode, says", [
+    ("native", "ran the program natively, as it runs without counterd (--cpu-features native"),
+    ("as-counted", "ran the code Callgrind counts (--cpu-features as-counted)"),
+])
+def test_cli_pilot_notes_say_how_the_timed_runs_ran(monkeypatch, capsys, mode, says):
+    """The text's notes name the mode the campaign and the checking runs were given."""
+    from predictor.cli import main
+
+    given = {}
+
+    def campaign(*a, **k):
+        given["campaign"] = k["cpu_features"]
+        return _skewed_runs(np.random.default_rng(31))
+
+    def check(*a, **k):
+        given["check"] = k["cpu_features"]
+        return {(0, "local scan"): pilot.Measured(work_ns=4e7, span_ns=6e7, skew_ns=2e7)}
+
+    monkeypatch.setattr(pilot, "run_campaign", campaign)
+    monkeypatch.setattr(pilot, "measure_target", check)
+    rc = main(["--pilot", "prog {n}", "--sizes", ",".join(f"{n:g}" for n in SIZES),
+               "--target", "4e6", "--check", "--cpu-features", mode])
+    text = " ".join(capsys.readouterr().out.split())
+    assert rc == 0 and given == {"campaign": mode, "check": mode}
+    assert says in text
+    assert ("counted another code path" in text) == (mode == "native")
+
+
+def test_pilot_timed_and_counted_features_without_callgrind(tmp_path, monkeypatch):
+    """With another counting source, native timed runs leave the counted run native too
+    (record's auto); as-counted hides the features from both, so the timed code is the
+    counted code."""
+    seen = _spy_records(monkeypatch)
+    prog = _prog(tmp_path)
+    for mode in pilot.TIMING_FEATURES:
+        (tmp_path / mode).mkdir()
+        pilot.run_campaign(prog, [2000, 4000, 8000], repeat=1, backend="none",
+                           workdir=tmp_path / mode, cpu_features=mode)
+    kinds = [_features(c)[1] for c in seen]
+    assert kinds == ["native", "auto"] * 3 + ["as-counted", "as-counted"] * 3
+
+
+def test_pilot_bad_cpu_features_exit_2_before_anything_runs(tmp_path, capsys, monkeypatch):
+    from predictor.cli import main
+
+    seen = _spy_records(monkeypatch)
+    rc = main(["--pilot", _prog(tmp_path), "--sizes", "1,2,3", "--target", "9",
+               "--cpu-features", "avx2"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert "--cpu-features" in err and "'native', 'as-counted'" in err
+    for call in (lambda: pilot.run_campaign(_prog(tmp_path), [1, 2, 3], backend="none",
+                                            workdir=tmp_path, cpu_features="auto"),
+                 lambda: pilot.measure_target(_prog(tmp_path), 9, repeat=1, workdir=tmp_path,
+                                              cpu_features="avx2")):
+        with pytest.raises(BadInput, match="cpu-features .* choose native or as-counted"):
+            call()
+    assert seen == []
