@@ -6,9 +6,11 @@ is a window in which a process descheduled on a busy host begins late. This time
 process, STEPS empty supersteps one after the other (no barrier): the begin (from just before
 ``with counterd.superstep(...)`` to the step's own ``begin_ns``, both CLOCK_MONOTONIC), the
 enter (to the first statement inside) and the end (from the last statement inside to just after
-the block). Processes: forked and spawned multiprocessing workers and MPI ranks, as
+the block). Each superstep follows a barrier of the processes, as in the program whose start
+skew bench/start_skew.py measures: a process's marker code is as cold after a barrier's wait as
+it is there. Processes: forked and spawned multiprocessing workers and MPI ranks, as
 tests/counterd/skew_program.py starts them; the table gives, per path and backend, the median
-over processes of the first, second and tenth superstep's costs, in microseconds.
+over processes of the first, second and last superstep's costs, in microseconds.
 
     python bench/first_marker.py [--procs 2] [--rounds 5] [--how fork,spawn,mpi]
                                  [--backend perf,sim] [--steps 10]
@@ -24,19 +26,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 
 
-def _times(steps: int) -> list[tuple[int, int, int]]:
-    """(begin, enter, end) ns of ``steps`` empty supersteps, the first first."""
+def _times(steps: int, barrier: Callable[[], object]) -> list[tuple[int, int, int]]:
+    """(begin, enter, end) ns of ``steps`` empty supersteps, each after a barrier."""
     import counterd
 
     clock = time.monotonic_ns
     out = []
     for k in range(steps):
+        barrier()
         t0 = clock()
         with counterd.superstep("timed", k=k) as step:
             t1 = clock()
@@ -45,9 +50,14 @@ def _times(steps: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def _child(steps: int, out: str) -> None:
+def _child(steps: int, out: str, barrier: Callable[[], object]) -> None:
+    times = _times(steps, barrier)
     with open(out, "a") as f:
-        f.write(json.dumps(_times(steps)) + "\n")
+        f.write(json.dumps(times) + "\n")
+
+
+def _worker(steps: int, out: str, barrier: Any) -> None:
+    _child(steps, out, barrier.wait)
 
 
 def _program(how: str, n: int, rounds: int, steps: int, out: str) -> int:
@@ -55,14 +65,16 @@ def _program(how: str, n: int, rounds: int, steps: int, out: str) -> int:
     if how == "mpi":
         from mpi4py import MPI
 
-        MPI.COMM_WORLD.Barrier()
-        _child(steps, out)
+        comm = MPI.COMM_WORLD
+        comm.Barrier()  # MPI's own first-use set-up
+        _child(steps, out, comm.Barrier)
         return 0
     import multiprocessing as mp
 
     ctx = mp.get_context(how)
     for _ in range(rounds):
-        procs = [ctx.Process(target=_child, args=(steps, out)) for _ in range(n)]
+        barrier = ctx.Barrier(n)
+        procs = [ctx.Process(target=_worker, args=(steps, out, barrier)) for _ in range(n)]
         for p in procs:
             p.start()
         for p in procs:

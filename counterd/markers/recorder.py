@@ -254,6 +254,7 @@ class Recorder:
         self._process_rank: int | None = None
         self._rank_given = False  # set_rank() named it: never found again from the environment
         self._rank_pending = False  # found again at the first begin (see defer_rank)
+        self._rank_from: Any = None  # multiprocessing.process, where defer_rank left it
         self._local = threading.local()
         # next() on it is atomic under the GIL; the compiled lanes count on the same one.
         self._indices = native.indices()
@@ -316,20 +317,30 @@ class Recorder:
         if process is None:  # no worker of multiprocessing: each thread's next begin finds it
             native.invalidate()  # through the Python path, once
             return
+        self._rank_from = process
         for state in list(self._lanes):
             if state.rank is None and state.lane is not None:  # a thread's own rank wins
                 state.lane.defer_rank(process)
 
     def find_rank_again(self) -> None:
-        """The process's rank found anew from its environment, unless ``set_rank`` named it."""
+        """The process's rank found anew from its environment, unless ``set_rank`` named it.
+        After :meth:`defer_rank` (whose environment gave none) it is the worker's identity,
+        read as the lanes read it: a first begin on the Python path (the sim backend's) after
+        the program's barrier does not read a dozen variables of the environment again."""
         self._rank_pending = False
+        process, self._rank_from = self._rank_from, None
         if self._rank_given:
             return
-        self._process_rank = None
-        rank = self.rank()
-        for state in list(self._lanes):
-            if state.rank is None and state.lane is not None:  # a thread's own rank wins
-                state.lane.set_rank(rank)
+        if process is not None:
+            ident = getattr(process._current_process, "_identity", ())
+            rank = int(ident[0]) if ident else 0
+        else:
+            rank = identity.auto_rank()
+        self._process_rank = rank
+        if self._lanes:
+            for state in list(self._lanes):
+                if state.rank is None and state.lane is not None:  # a thread's own rank wins
+                    state.lane.set_rank(rank)
 
     def rank(self) -> int:
         rank = self._state().rank
@@ -401,6 +412,11 @@ class Recorder:
         superstep then begins as soon as the barrier releases it, so the first superstep's
         start skew is the program's, not counterd's."""
         st = self._state()
+        if st.read is not None:
+            # The group's first read here, not in the first superstep: the sim backend builds
+            # its counts (kept until something is fed), and a forked child, whose calibration
+            # was its parent's, touches the group's pages (sim, fork: 480 against 30 us).
+            st.read()
         sink = self.sink
         if st.daemon_counts is None and not isinstance(sink, MemorySink):
             st.daemon_counts = self._daemon_counts

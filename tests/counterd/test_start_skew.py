@@ -337,3 +337,19 @@ def test_a_forked_worker_finds_its_rank_in_its_bootstrap_before_its_target(
     proc.join(60)
     assert proc.exitcode == 0
     assert (pending, rank) == (False, proc._identity[0])
+
+
+def test_init_reads_the_counters_once_so_the_first_superstep_does_not_build_them() -> None:
+    """The sim backend builds its counts at a group's first read (a forked child's first
+    superstep also touched the group's pages there): init() takes that read."""
+    from counterd import markers
+    from counterd.markers import api
+
+    rec = api.configure(backend="sim", socket="off")
+    markers.init()
+    group = rec._local.st.group
+    assert group is not None and group._last is not None
+    reading = group._last[1]
+    with api.superstep("first") as step:
+        pass
+    assert group._last[1] is reading and step.start[1] is reading
