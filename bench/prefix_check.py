@@ -2,9 +2,12 @@
 
 ``bench/prefix_sum.py`` at n = N (default 800000) with P processes (default 2), in one run:
 
-1. ``--repeat`` runs of ``counterd record --out F -- python bench/prefix_sum.py N P`` as a
-   user runs it (native), interleaved with as many under ``--cpu-features as-counted`` (the
-   CPU features valgrind lacks, AVX-512, hidden from numpy's and glibc's code dispatch);
+1. ``--repeat`` runs of ``counterd record --backend none --cpu-features native --out F --
+   python bench/prefix_sum.py N P`` (the program as it runs without counterd), interleaved
+   with as many under ``--cpu-features as-counted`` (the CPU features valgrind lacks, AVX-512,
+   hidden from numpy's and glibc's code dispatch). Both flags are spelt out: a plain ``counterd
+   record`` picks its backend (``auto``: Callgrind on a host without a PMU, which runs the
+   command a second time under valgrind) and, beside Callgrind, ``as-counted``;
 2. ``predict --pilot 'python bench/prefix_sum.py {n} P' --sizes 50000,100000,150000,200000
    --target N --check --json``: the forecast and its own checking runs at N (``--pilot-cpu-
    features`` passes ``--cpu-features`` to it; by default it is left out, so predict's
@@ -18,7 +21,7 @@ recordings.
 
     flock /tmp/bench.lock .venv/bin/python bench/prefix_check.py [--n 800000] [--p 2]
         [--repeat 5] [--sizes 50000,100000,150000,200000] [--pilot-cpu-features native]
-        [--no-pilot] [--work DIR]
+        [--backend none] [--no-pilot] [--work DIR]
 """
 
 from __future__ import annotations
@@ -47,12 +50,12 @@ def log(msg: str) -> None:
     print(f"prefix_check: {msg}", file=sys.stderr, flush=True)
 
 
-def record(template: str, n: int, out: Path, features: str) -> list[pilot.Timing]:
-    """One ``counterd record`` run, as a user types it (no --backend, so markers only, with
-    no counters on a host without a PMU), ``--cpu-features`` given only when not native."""
-    flags = [] if features == "native" else ["--cpu-features", features]
-    cmd = [str(VENV_BIN / "counterd"), "record", *flags, "--out", str(out), "--",
-           *pilot.command_for(template, n)]
+def record(template: str, n: int, out: Path, features: str, backend: str
+           ) -> list[pilot.Timing]:
+    """One ``counterd record --backend backend --cpu-features features`` run; its supersteps'
+    times."""
+    cmd = [str(VENV_BIN / "counterd"), "record", "--backend", backend, "--cpu-features",
+           features, "--out", str(out), "--", *pilot.command_for(template, n)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return pilot.load_timings(out)
 
@@ -70,6 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sizes", default="50000,100000,150000,200000", help="pilot sizes")
     ap.add_argument("--pilot-cpu-features", default=None, choices=MODES,
                     help="give predict --pilot this --cpu-features (default: its own default)")
+    ap.add_argument("--backend", default="none",
+                    help="counterd record --backend of the recordings (default none: markers "
+                    "only, as predict's timed runs)")
     ap.add_argument("--no-pilot", action="store_true", help="the recordings only")
     ap.add_argument("--work", type=Path, default=None, help="keep the records here")
     a = ap.parse_args(argv)
@@ -83,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for r in range(a.repeat):  # interleaved: a slow spell of the host falls on both
             for m in MODES:
                 log(f"counterd record ({m}) {r + 1}/{a.repeat}")
-                for t in record(template, a.n, work / f"record-{m}-{r}.jsonl", m):
+                for t in record(template, a.n, work / f"record-{m}-{r}.jsonl", m, a.backend):
                     work_ns[m].setdefault(t.key, []).append(float(t.work_ns or 0))
         fc: dict[str, object] = {}
         if not a.no_pilot:
@@ -96,8 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             fc = json.loads(subprocess.run(cmd, check=True, capture_output=True,
                                            text=True).stdout)
     print(host_line())
-    print(f"bench/prefix_sum.py n = {a.n}, p = {a.p}; {a.repeat} counterd record runs per "
-          "mode, interleaved"
+    print(f"bench/prefix_sum.py n = {a.n}, p = {a.p}; {a.repeat} counterd record --backend "
+          f"{a.backend} runs per --cpu-features, interleaved"
           + (f"; predict --pilot --sizes {a.sizes} --repeat {a.repeat} --check, cpu features "
              f"{fc.get('cpu_features', 'as-counted (before the option existed)')}"
              if fc else ""))
