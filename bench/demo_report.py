@@ -1,0 +1,96 @@
+"""The demo's own report, repeated: what `make demo` says about its supersteps, run after run.
+
+Each round runs the commands of `make demo` (the Makefile's demo target) into a directory of its
+own: the quick calibration (``microbench run --quick`` then ``predict calibrate``), the shipped
+example recorded under the sim backend, and ``counterd report --json`` with that profile. It
+prints per round every superstep's work, F and E, the report's average and maximum E, and how
+long the round took (the install is not part of it). ``--calibrate once`` calibrates in the
+first round only and records the example again in the others: the example's spread alone.
+
+    python bench/demo_report.py [--rounds 3] [--calibrate each|once] [--keep DIR]
+
+Issue targets (Superstep time; First impression): every superstep predicted, average E <= 1.3,
+maximum <= 2, within 60 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _host import guarded, host_line  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def _run(*cmd: str) -> str:
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-500:]}")
+    return proc.stdout
+
+
+def round_(out: Path, calibrate: bool) -> tuple[dict[str, object], float]:
+    t0 = time.monotonic()
+    if calibrate:
+        _run(str(BIN / "microbench"), "run", "--quick", "--out", str(out / "quick.json"),
+             "--force")
+        _run(str(BIN / "predict"), "calibrate", "--results", str(out / "quick.json"), "--out",
+             str(out / "node.toml"), "--force")
+    _run(str(BIN / "counterd"), "record", "--backend", "sim", "--out",
+         str(out / "example.jsonl"), "--", sys.executable, "examples/bsp_sum.py")
+    report = json.loads(_run(str(BIN / "counterd"), "report", "--records",
+                             str(out / "example.jsonl"), "--profile", str(out / "node.toml"),
+                             "--json"))
+    return report, time.monotonic() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--calibrate", choices=("each", "once"), default="each")
+    ap.add_argument("--keep", type=Path, help="keep each round's files in this directory")
+    a = ap.parse_args()
+    if a.rounds < 1:
+        ap.error("--rounds must be 1 or more")
+    print(host_line())
+    print(f"load average {os.getloadavg()[0]:.2f}; calibration: {a.calibrate}")
+    averages, maxima = [], []
+    with tempfile.TemporaryDirectory(prefix="demo-report-") as tmp_dir:
+        tmp = a.keep or Path(tmp_dir)
+        for r in range(a.rounds):
+            out = Path(tmp) / ("r0" if a.calibrate == "once" else f"r{r}")
+            out.mkdir(parents=True, exist_ok=True)
+            rep, took = round_(out, a.calibrate == "each" or r == 0)
+            steps = rep["supersteps"]
+            rows = []
+            for s in steps:
+                pred = s["prediction"]
+                f = "-" if pred is None else f"{pred['F_s'] * 1e3:.2f}"
+                e = "-" if s["error_ratio"] is None else f"{s['error_ratio']:.2f}"
+                rows.append(f"{s['name']} {s['slowest_work_s'] * 1e3:.2f}/{f} ms E {e}")
+            er = rep["error_ratio"]
+            unpredicted = sum(s["prediction"] is None for s in steps)
+            averages.append(er["average"])
+            maxima.append(er["maximum"])
+            print(f"round {r + 1}: {took:5.1f} s  avg E {er['average']:.2f} max "
+                  f"{er['maximum']:.2f}  unpredicted {unpredicted}  | " + "; ".join(rows))
+    print(f"over {a.rounds} rounds: average E median {statistics.median(averages):.2f} "
+          f"(range {min(averages):.2f}-{max(averages):.2f}), maximum E median "
+          f"{statistics.median(maxima):.2f} (range {min(maxima):.2f}-{max(maxima):.2f}); "
+          f"rounds with avg <= 1.3 and max <= 2: "
+          f"{sum(x <= 1.3 and y <= 2 for x, y in zip(averages, maxima, strict=True))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(guarded(main))
