@@ -4,10 +4,11 @@
 
 1. ``--repeat`` runs of ``counterd record --backend none --cpu-features native --out F --
    python bench/prefix_sum.py N P`` (the program as it runs without counterd), interleaved
-   with as many under ``--cpu-features as-counted`` (the CPU features valgrind lacks, AVX-512,
-   hidden from numpy's and glibc's code dispatch). Both flags are spelt out: a plain ``counterd
-   record`` picks its backend (``auto``: Callgrind on a host without a PMU, which runs the
-   command a second time under valgrind) and, beside Callgrind, ``as-counted``;
+   (the order alternating) with as many under ``--cpu-features as-counted`` (the CPU features
+   valgrind lacks, AVX-512, hidden from numpy's and glibc's code dispatch). Both flags are
+   spelt out: a plain ``counterd record`` picks its backend (``auto``: Callgrind on a host
+   without a PMU, which runs the command a second time under valgrind) and, beside
+   Callgrind, ``as-counted``;
 2. ``predict --pilot 'python bench/prefix_sum.py {n} P' --sizes 50000,100000,150000,200000
    --target N --check --json``: the forecast and its own checking runs at N (``--pilot-cpu-
    features`` passes ``--cpu-features`` to it; by default it is left out, so predict's
@@ -86,8 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         work = a.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         work_ns: dict[str, dict[tuple[int, str], list[float]]] = {m: {} for m in MODES}
-        for r in range(a.repeat):  # interleaved: a slow spell of the host falls on both
-            for m in MODES:
+        for r in range(a.repeat):  # interleaved, the order alternating: a slow spell of the
+            for m in MODES[::-1] if r % 2 else MODES:  # host, or the first run's, falls on both
                 log(f"counterd record ({m}) {r + 1}/{a.repeat}")
                 for t in record(template, a.n, work / f"record-{m}-{r}.jsonl", m, a.backend):
                     work_ns[m].setdefault(t.key, []).append(float(t.work_ns or 0))
