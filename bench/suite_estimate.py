@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -66,12 +67,41 @@ def _err(est: float, real: float) -> str:
     return f"{(est - real) / real:+.0%}" if real > 0 else "-"
 
 
+def by_group(doc: dict[str, Any]) -> None:
+    """Where the run's own estimate is off: per group of patterns (serving level; shared data
+    simulated as one coherent system or not; processors), the estimated and the measured
+    timing (``load.timed_s``, every attempt) and simulation (``sim.seconds``, one simulator
+    process) beside each other."""
+    est = {c["mnemonic"]: c for c in doc["estimate"]["per_pattern"]}
+    groups: dict[str, list[float]] = {}
+    for p in doc["patterns"]:
+        e = est.get(p["mnemonic"])
+        if e is None:
+            continue
+        shared = p["sim"].get("shared_policy") == "coherent"
+        key = f"{p['level']:>4} p{p['procs']}{' coherent' if shared else ''}"
+        g = groups.setdefault(key, [0, 0.0, 0.0, 0.0, 0.0])
+        g[0] += 1
+        g[1] += e["timing_s"]
+        g[2] += p["load"].get("timed_s") or 0.0
+        g[3] += e["sim_s"]
+        g[4] += p["sim"].get("seconds") or 0.0
+    print(f"   {'patterns':22} {'n':>3} {'timing est':>10} {'real':>7} {'error':>6} "
+          f"{'sim est':>8} {'real':>7} {'error':>6}")
+    for key in sorted(groups):
+        n, te, tr, se, sr = groups[key]
+        print(f"   {key:22} {n:>3} {te:>10.2f} {tr:>7.2f} {_err(te, tr):>6} {se:>8.2f} "
+              f"{sr:>7.2f} {_err(se, sr):>6}")
+
+
 def compare(label: str, args: list[str], work: Path) -> dict[str, Any]:
-    """List, then run (counters simulated), the selection ``args``; print estimate against
+    """List, then run, the selection ``args`` (memory counters and compute patterns by the
+    backends given in ``args``, else as ``make demo`` has them: auto); print estimate against
     real."""
     listed = _list(args)
-    out = work / f"{label.replace(' ', '-')}.json"
-    cmd = ["run", *args, "--backend", "sim", "--out", str(out), "--force", "--json"]
+    out = work / f"{label.replace(' ', '-').replace(',', '')}.json"
+    cmd = ["run", *args, "--out", str(out), "--force", "--json"]
+    load0 = os.getloadavg()[0]
     t0 = time.monotonic()
     _cli(*cmd)
     real = time.monotonic() - t0
@@ -80,7 +110,9 @@ def compare(label: str, args: list[str], work: Path) -> dict[str, Any]:
     phases = doc["phases_s"]
     print(f"\n== {label}: microbench {' '.join(cmd)}")
     print(f"   {listed['count']} patterns; processors "
-          f"{sorted({p['procs'] for p in listed['patterns']})}")
+          f"{sorted({p['procs'] for p in listed['patterns']})}; memory counters "
+          f"{doc['backend']}, compute patterns {own['compute_backend']}; load average "
+          f"{load0:.2f} before, {os.getloadavg()[0]:.2f} after")
     print(f"   {'':26} {'estimate':>10} {'real':>10} {'error':>7}")
     rows = [("total (list's estimate)", listed["estimate"]["total_s"], real),
             ("total (run's own probe)", own["total_s"], real),
@@ -94,8 +126,8 @@ def compare(label: str, args: list[str], work: Path) -> dict[str, Any]:
         print(f"   {name:26} {_fmt(e):>10} {_fmt(r):>10} {_err(e, r):>7}")
     attempts = [p["load"]["attempts"] for p in doc["patterns"]]
     print(f"   attempts per pattern: mean {sum(attempts) / len(attempts):.2f} (estimated "
-          f"{1 + 2 * listed['speeds']['disturbed']:.2f}); load average when listed "
-          f"{doc['host']['loadavg'][0]:.2f}")
+          f"{1 + 2 * listed['speeds']['disturbed']:.2f})")
+    by_group(doc)
     return {"label": label, "estimate_s": listed["estimate"]["total_s"],
             "run_estimate_s": own["total_s"], "real_s": real}
 
@@ -149,17 +181,31 @@ def main() -> int:
                     help="only the estimates (no run on this host)")
     ap.add_argument("--full-procs", default="1",
                     help="processor counts of the full-suite run on this host (default 1; "
-                    "'all': the whole full suite)")
+                    "'all': the whole full suite; 'none': no full run)")
+    ap.add_argument("--compute-backends", default="auto",
+                    help="what counts the compute patterns, one run of each (comma-separated; "
+                    "default auto, as make demo runs it: callgrind where the PMU counts no "
+                    "instructions; 'none' times the memory patterns alone)")
     a = ap.parse_args()
     print(host_line())
+    load = os.getloadavg()
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")
     results = []
     if not a.skip_runs:
         work = ROOT / "out" / "suite-estimate"
         work.mkdir(parents=True, exist_ok=True)
-        base = ["--compute-backend", "none"]
-        results.append(compare("quick", ["--quick", *base], work))
-        full = base if a.full_procs == "all" else [*base, "--procs", a.full_procs]
-        results.append(compare(f"full, processors {a.full_procs}", full, work))
+        for backend in [b.strip() for b in a.compute_backends.split(",") if b.strip()]:
+            base = ["--compute-backend", backend]
+            results.append(compare(f"quick, compute {backend}", ["--quick", *base], work))
+            if a.full_procs == "none":
+                continue
+            full = base if a.full_procs == "all" else [*base, "--procs", a.full_procs]
+            results.append(compare(f"full, processors {a.full_procs}, compute {backend}", full,
+                                   work))
+        print("\n   run                                   estimate       real   error")
+        for r in results:
+            print(f"   {r['label']:36} {_fmt(r['estimate_s']):>10} {_fmt(r['real_s']):>10} "
+                  f"{_err(r['estimate_s'], r['real_s']):>7}")
         worst = max(abs(r["estimate_s"] - r["real_s"]) / r["real_s"] for r in results)
         print(f"\nworst relative error of list's estimate: {worst:.0%} (target "
               f"{TARGET:.0%}): {'met' if worst <= TARGET else 'MISSED'}")

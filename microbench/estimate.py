@@ -6,9 +6,11 @@ the chunk's counters in parallel, one pattern per CPU, so a chunk lasts its patt
 plus its slowest simulation. Then come the compute patterns. :func:`estimate` prices each of
 these steps from the patterns' own numbers (accesses per processor, sweeps, processors,
 repetitions, pages, what the simulator is fed: :func:`microbench.counters.simulations`) and
-from per-access figures of this host that :func:`probe` measures in well under a second:
+from per-access figures of this host that :func:`probe` measures in a second or two:
 
-* the native kernels' time per access at each level, loads and stores (one processor);
+* the native kernels' time per access at each level, loads and stores (one processor),
+  each level swept over as much as its patterns span (at most PROBE_MEM_BYTES), memory
+  NEAR_LINES and FAR_LINES lines apart;
 * the simulator's time per access served at each level, loads and stores, on the machine's
   own geometry, and the share of it each further processor of a coherent system adds (every
   access snoops the others' private caches);
@@ -66,8 +68,12 @@ COMPUTE_BACKENDS: tuple[str, ...] = ("none", "perf", "papi", "callgrind")
 CALLGRIND_SLOWDOWN = 300.0
 # Repetitions of the compute patterns' timed run (microbench.compute.measure's default).
 COMPUTE_REPS = 11
-# The probe's memory span: twice the last level where that is smaller.
-PROBE_MEM_BYTES = 64 << 20
+# The probe's memory span: twice the last level where that is smaller. Memory patterns span
+# twice the last level: a probe over 64 MiB on the 2-CPU test host (sysfs L3 300 MB, served
+# like one up to 150 MB) timed loads at 8.5 ns and stores at 9.1 ns per access, against 19
+# and 24-29 over 512 MiB, and the quick suite's memory stores took 2.4 times their estimate.
+# Mapping the span costs the probe about 0.3 s on that host (2.5 us per page).
+PROBE_MEM_BYTES = 512 << 20
 # The simulator's memory accesses are probed this many lines apart (the suite's memory
 # strides span one bank interleave to a bank cycle: 4 to 32 lines of 64 B); between them, the
 # time per access is interpolated in the logarithm of the stride.
@@ -105,6 +111,8 @@ class Speeds:
     others: float = 0.0  # CPUs' worth of other processes' work (load average; planned: 0)
     probe_s: float = 0.0  # how long the probe took
     notes: tuple[str, ...] = ()
+    # Native kernels' memory loads, stores FAR_LINES lines apart (None: as NEAR_LINES apart).
+    kernel_far_ns: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         maps = (self.kernel_load_ns, self.kernel_store_ns, self.sim_load_ns, self.sim_store_ns,
@@ -114,8 +122,8 @@ class Speeds:
             if set(m) != keys or any(not (v >= 0 and math.isfinite(v)) for v in m.values()):
                 raise BadInput(f"per-access times {dict(m)}", "give one finite time >= 0 per "
                                "level, the same levels for kernels and simulator")
-        scalars = (*self.sim_far_ns, self.others, self.fault_ns, self.touch_ns,
-                   self.superstep_ns,
+        scalars = (*self.sim_far_ns, *(self.kernel_far_ns or ()), self.others, self.fault_ns,
+                   self.touch_ns, self.superstep_ns,
                    self.pattern_ns, self.worker_start_ns, self.startup_s, self.python_start_s,
                    self.compute_quick_s,
                    self.compute_full_s, self.compute_prepare_s)
@@ -128,7 +136,9 @@ class Speeds:
         return {"kernel_load_ns": dict(self.kernel_load_ns),
                 "kernel_store_ns": dict(self.kernel_store_ns),
                 "sim_load_ns": dict(self.sim_load_ns), "sim_store_ns": dict(self.sim_store_ns),
-                "sim_far_ns": list(self.sim_far_ns), "others": self.others,
+                "sim_far_ns": list(self.sim_far_ns),
+                "kernel_far_ns": list(self.kernel_far_ns) if self.kernel_far_ns else None,
+                "others": self.others,
                 "snoop": dict(self.snoop),
                 "fault_ns": self.fault_ns, "touch_ns": self.touch_ns,
                 "superstep_ns": self.superstep_ns,
@@ -143,7 +153,9 @@ class Speeds:
         """Every per-access time times ``factor`` (a host that many times slower)."""
         def mul(m: Mapping[str, float]) -> dict[str, float]:
             return {k: v * factor for k, v in m.items()}
+        kfar = self.kernel_far_ns
         return replace(self, kernel_load_ns=mul(self.kernel_load_ns),
+                       kernel_far_ns=(kfar[0] * factor, kfar[1] * factor) if kfar else None,
                        kernel_store_ns=mul(self.kernel_store_ns),
                        sim_load_ns=mul(self.sim_load_ns), sim_store_ns=mul(self.sim_store_ns),
                        sim_far_ns=(self.sim_far_ns[0] * factor, self.sim_far_ns[1] * factor),
@@ -234,6 +246,12 @@ def superstep_s(p: Pattern, machine: Machine, speeds: Speeds) -> float:
     before it, a barrier per participant and step."""
     lv = _key(machine, p.level)
     times = (speeds.kernel_load_ns[lv], speeds.kernel_store_ns[lv])
+    if lv == "mem" and speeds.kernel_far_ns is not None:
+        # Far apart, each access is on a page of its own (a TLB miss, a page walk) and a
+        # store's write-back opens another DRAM row: on the 2-CPU test host stores 32 lines
+        # apart took 2.4 times as long per access as 4 lines apart (quick suite, 600 MB).
+        times = _by_stride(times, speeds.kernel_far_ns, p.stride_bytes,
+                           machine.geometry.levels[-1].line_bytes)
     elements = p.count * p.sweeps
     kernel = elements * _per_element(times, p.op, p.store_every)
     if lv == "mem":
@@ -278,15 +296,22 @@ def _calls(plan: WorkerPlan) -> tuple[Sequence[KernelCall], Sequence[KernelCall]
     return [c for c in plan.prefault if isinstance(c, KernelCall)], setup, main
 
 
+def _by_stride(near: tuple[float, float], far: tuple[float, float], stride_bytes: int,
+               line_bytes: int) -> tuple[float, float]:
+    """Memory (load, store) times per access ``stride_bytes`` apart: ``near`` at NEAR_LINES
+    lines and below, ``far`` at FAR_LINES and beyond, interpolated in the logarithm of the
+    stride between them."""
+    lines = max(1.0, stride_bytes / line_bytes)
+    f = min(1.0, max(0.0, math.log2(lines / NEAR_LINES) / math.log2(FAR_LINES / NEAR_LINES)))
+    return near[0] + f * (far[0] - near[0]), near[1] + f * (far[1] - near[1])
+
+
 def _sim_call_ns(call: KernelCall, level: str, speeds: Speeds, line_bytes: int) -> float:
     if call.kernel == "flush":
         return 0.0  # not simulated
     times = (speeds.sim_load_ns[level], speeds.sim_store_ns[level])
     if level == "mem":  # farther apart, fewer neighbours share a page of the simulator's state
-        lines = max(1.0, call.stride_words * 8 / line_bytes)
-        f = min(1.0, max(0.0, math.log2(lines / NEAR_LINES) / math.log2(FAR_LINES / NEAR_LINES)))
-        times = (times[0] + f * (speeds.sim_far_ns[0] - times[0]),
-                 times[1] + f * (speeds.sim_far_ns[1] - times[1]))
+        times = _by_stride(times, speeds.sim_far_ns, call.stride_words * 8, line_bytes)
     return call.count * call.reps * _per_element(times, call.kernel, call.store_every)
 
 
@@ -390,9 +415,12 @@ def _best(f: Any, tries: int = 3) -> float:
 
 
 def _spans(machine: Machine) -> dict[str, tuple[int, int]]:
-    """(bytes, stride in words) the probe sweeps for each level key: half of each level (s1
-    in L1, a line apart below it; at most 4x the level above, so the probe stays short), and
-    for memory four lines apart over twice the last level, at most PROBE_MEM_BYTES."""
+    """(bytes, stride in words) the probe sweeps for each level key: half of each level, as
+    the suite's patterns of that level span (s1 in L1, a line apart below it; at most
+    PROBE_MEM_BYTES, so the probe stays short), and for memory four lines apart over twice the
+    last level, at most PROBE_MEM_BYTES. (A cap of 4x the level above probed an L3 of 300 MB
+    over 8 MB: the quick suite's L3 patterns then took 2.4 times their estimate per
+    superstep on the 2-CPU test host, whose sysfs reports more L3 than serves them.)"""
     levels = machine.geometry.levels
     word = machine.word_bytes
     line_words = max(1, levels[0].line_bytes // word)
@@ -400,16 +428,18 @@ def _spans(machine: Machine) -> dict[str, tuple[int, int]]:
     for i, lv in enumerate(levels):
         span = lv.size_bytes // 2
         if i > 0:
-            span = max(levels[i - 1].size_bytes * 2, min(span, 4 * levels[i - 1].size_bytes))
+            span = max(levels[i - 1].size_bytes * 2, min(span, PROBE_MEM_BYTES))
         out[f"L{lv.level}"] = (span, 1 if i == 0 else line_words)
     out["mem"] = (min(2 * levels[-1].size_bytes, PROBE_MEM_BYTES), NEAR_LINES * line_words)
     return out
 
 
 def _kernel_times(machine: Machine, spans: Mapping[str, tuple[int, int]]
-                  ) -> tuple[dict[str, float], dict[str, float], float, float]:
-    """Native kernels: ns per access at each level (loads, stores), ns per page touched
-    first and touched again (a pattern's pre-fault: one store per page, mapped already)."""
+                  ) -> tuple[dict[str, float], dict[str, float], tuple[float, float], float,
+                             float]:
+    """Native kernels: ns per access at each level (loads, stores; memory NEAR_LINES lines
+    apart), memory loads and stores FAR_LINES lines apart, ns per page touched first and
+    touched again (a pattern's pre-fault: one store per page, mapped already)."""
     lib = native_lib()
     page = machine.page_bytes
     size = max(s for s, _ in spans.values()) + 2 * page
@@ -425,18 +455,20 @@ def _kernel_times(machine: Machine, spans: Mapping[str, tuple[int, int]]
     touch_ns = _best(lambda: touch.run(lib, addr), 2) / pages
     load: dict[str, float] = {}
     store: dict[str, float] = {}
-    for key, (span, stride) in spans.items():
+    line_words = max(1, machine.geometry.levels[0].line_bytes // 8)
+    far = (spans["mem"][0], FAR_LINES * line_words)
+    for key, (span, stride) in [*spans.items(), ("far", far)]:
         count = max(1, span // (stride * 8))
         reps = max(1, (1 << 17) // count)
         for kernel, out in (("load", load), ("store", store)):
             call = KernelCall(kernel, 0, count, stride, reps)  # type: ignore[arg-type]
             call.run(lib, addr)  # warm
             out[key] = _best(lambda c=call: c.run(lib, addr),
-                             2 if key == "mem" else 3) / (count * reps)
+                             2 if key in ("mem", "far") else 3) / (count * reps)
     del view
     shm.close()
     shm.unlink()
-    return load, store, fault_ns, touch_ns
+    return load, store, (load.pop("far"), store.pop("far")), fault_ns, touch_ns
 
 
 def _sim_times(machine: Machine, spans: Mapping[str, tuple[int, int]]
@@ -578,14 +610,14 @@ def process_age_s() -> float:
 
 def probe(machine: Machine, *, compute: bool = True, planned: bool = False,
           startup_s: float = 0.0) -> Speeds:
-    """Measure this host's :class:`Speeds` for ``machine``'s geometry (under a second).
+    """Measure this host's :class:`Speeds` for ``machine``'s geometry (a second or two).
     ``compute``: also time the compute kernels; ``planned``: the machine is another node (a
     machine file), so this host's load says nothing about its repetitions; ``startup_s``: a
     run's own start (interpreter and imports; :func:`process_age_s` in a command)."""
     t0 = time.perf_counter()
     startup = startup_s
     spans = _spans(machine)
-    k_load, k_store, fault, touch = _kernel_times(machine, spans)
+    k_load, k_store, k_far, fault, touch = _kernel_times(machine, spans)
     s_load, s_store, s_far, snoop = _sim_times(machine, spans)
     step, pattern, worker = _pool_times(machine)
     cq, cf, cp = _compute_times() if compute else (0.0, 0.0, 0.0)
@@ -602,7 +634,7 @@ def probe(machine: Machine, *, compute: bool = True, planned: bool = False,
     return Speeds(k_load, k_store, s_load, s_store, s_far, snoop, fault, touch, step, pattern,
                   worker, startup, python_start, cq, cf, cp, disturbed, others,
                   time.perf_counter() - t0,
-                  tuple(notes))
+                  tuple(notes), k_far)
 
 
 def fmt_duration(seconds: float) -> str:

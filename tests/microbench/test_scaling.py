@@ -24,13 +24,18 @@ from microbench.counters import (
     translation_period,
 )
 from microbench.estimate import (
+    FAR_LINES,
+    NEAR_LINES,
+    PROBE_MEM_BYTES,
     Speeds,
+    _spans,
     chunks,
     estimate,
     level_keys,
     probe,
     run_order,
     simulation_cost,
+    superstep_s,
     timing_cost,
 )
 from microbench.patterns import (
@@ -261,6 +266,8 @@ def test_probe_measures_this_host() -> None:
     assert set(sp.sim_load_ns) == set(level_keys(m)) == {"L1", "L2", "L3", "mem"}
     for table in (sp.kernel_load_ns, sp.kernel_store_ns, sp.sim_load_ns, sp.sim_store_ns):
         assert all(0 < v < 1e6 and math.isfinite(v) for v in table.values())
+    assert sp.kernel_far_ns is not None
+    assert all(0 < v < 1e6 and math.isfinite(v) for v in sp.kernel_far_ns)
     # The simulator walks every level for a memory access and one for an L1 hit.
     assert sp.sim_load_ns["mem"] > sp.sim_load_ns["L1"]
     assert sp.pattern_ns > 0 and sp.worker_start_ns > 0 and 0 < sp.probe_s < 10
@@ -397,3 +404,53 @@ def test_other_work_and_far_strides_lengthen_the_estimate() -> None:
     main_near = simulation_cost(near, m, sp, QUICK) - simulation_cost(near, m, same, QUICK)
     prefault = (-(-near.span_bytes // 4096) + 1) * (sp.sim_far_ns[0] - sp.sim_load_ns["mem"])
     assert main_near == pytest.approx(prefault / 1e9, rel=0.01)
+
+
+def test_far_memory_strides_cost_the_kernels_their_far_time() -> None:
+    m = node(2, SMALL)
+    sp = speeds(m)
+    near, far = (2.0, 3.0), (5.0, 11.0)
+    probed = dataclasses.replace(sp, kernel_load_ns={**sp.kernel_load_ns, "mem": near[0]},
+                                 kernel_store_ns={**sp.kernel_store_ns, "mem": near[1]},
+                                 kernel_far_ns=far)
+    same = dataclasses.replace(probed, kernel_far_ns=None)
+    by = {p.mnemonic: p for p in catalogue(m, "table1", procs=[1], min_accesses=1 << 14)}
+    line = m.geometry.levels[-1].line_bytes
+    for name, t in (("p1.s256.b1.LE", 0), ("p1.s256.b1.SE", 1)):
+        p = by[name]
+        assert p.stride_bytes >= FAR_LINES * line
+        # One processor, below the banks: the kernel's part is accesses x time per access.
+        extra = p.count * p.sweeps * (far[t] - near[t]) / 1e9
+        assert superstep_s(p, m, probed) - superstep_s(p, m, same) == pytest.approx(extra)
+    p = by["p1.s32.b1/8.SE"]  # NEAR_LINES apart: the near time
+    assert p.stride_bytes <= NEAR_LINES * line
+    assert superstep_s(p, m, probed) == pytest.approx(superstep_s(p, m, same))
+    # Cache-resident patterns never take the memory times.
+    p = by["p1.s1.b0.LE"]
+    assert superstep_s(p, m, probed) == pytest.approx(superstep_s(p, m, same))
+    # Scaling the host's speed scales the far times too.
+    assert probed.scaled(2.0).kernel_far_ns == (2 * far[0], 2 * far[1])
+    assert same.scaled(2.0).kernel_far_ns is None
+
+
+@pytest.mark.parametrize("spec", ["L1=48K/12/64,L2=2M/16/64,L3=300M/20/64",
+                                  "L1=32K/8/64,L2=1M/16/64,L3=32M/16/64", SMALL])
+def test_the_probe_sweeps_each_level_as_its_patterns_span_it(spec: str) -> None:
+    m = node(2, spec)
+    spans = _spans(m)
+    levels = m.geometry.levels
+    for i, lv in enumerate(levels):
+        span, stride = spans[f"L{lv.level}"]
+        want = lv.size_bytes // 2 if i == 0 else max(2 * levels[i - 1].size_bytes,
+                                                     min(lv.size_bytes // 2, PROBE_MEM_BYTES))
+        assert span == want
+        # A table1 pattern of the level spans half of it: the probe spans as much, unless
+        # the cap (or, for a small level, twice the level above) says otherwise.
+        pat = next(p for p in catalogue(m, "table1", procs=[1], min_accesses=1 << 12)
+                   if p.level == f"L{lv.level}" and p.op == "load")
+        assert (span == pytest.approx(pat.span_bytes, rel=0.01)
+                or span in (PROBE_MEM_BYTES, 2 * levels[i - 1].size_bytes))
+        assert stride == (1 if i == 0 else levels[0].line_bytes // 8)
+    mem_span, mem_stride = spans["mem"]
+    assert mem_span == min(2 * levels[-1].size_bytes, PROBE_MEM_BYTES)
+    assert mem_stride * 8 == NEAR_LINES * levels[0].line_bytes
