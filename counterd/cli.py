@@ -238,19 +238,40 @@ def _record(args: argparse.Namespace) -> int:
     from counterd.records import INFO_FLAGS
 
     flagged = sum(1 for r in result.records if r.flags - INFO_FLAGS)
+    # A command killed by signal N (exit_code -N) ends the recorder as a shell reports it, and
+    # so does a recording stopped by one while the command ran a second time (callgrind).
+    code = 128 - result.exit_code if result.exit_code < 0 else result.exit_code
+    if result.stopped_by is not None and result.exit_code >= 0:
+        code = 128 + result.stopped_by
     summary = {"out": str(result.out), "records": len(result.records), "backend": result.backend,
-               "flagged": flagged, "exit_code": result.exit_code}
+               "flagged": flagged, "exit_code": result.exit_code, "status": code,
+               "stopped_by": None if result.stopped_by is None else _signal_name(result.stopped_by)}
     # On stderr, as perf stat does: stdout is the recorded command's own.
     if args.json:
         import json
 
         print(json.dumps(summary), file=sys.stderr)
     else:
+        if result.exit_code < 0:
+            ended = f"command killed by {_signal_name(-result.exit_code)} (exit {code})"
+        else:
+            ended = f"command exited {result.exit_code}"
+            if result.stopped_by is not None:
+                ended += (f"; its count under callgrind stopped by "
+                          f"{_signal_name(result.stopped_by)} (exit {code}): supersteps it did "
+                          "not reach are flagged counters_missing")
         print(f"counterd: {summary['records']} records ({flagged} flagged) from backend "
-              f"{result.backend} -> {result.out}; command exited {result.exit_code}",
-              file=sys.stderr)
-    # A command killed by signal N (exit_code -N) ends the recorder as a shell reports it.
-    return 128 - result.exit_code if result.exit_code < 0 else result.exit_code
+              f"{result.backend} -> {result.out}; {ended}", file=sys.stderr)
+    return code
+
+
+def _signal_name(sig: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -345,6 +345,13 @@ def _merge_counted(timed: list[SuperstepRecord], counted: Mapping[tuple[int, int
         unsupported = {k: v for k, v in {**twin.unsupported, **rec.unsupported}.items()
                        if k not in counters}
         flags |= {f for f in twin.flags if f in ("incomplete", "unsupported_counters")}
+        if "exception" in twin.flags and "exception" not in rec.flags:
+            # Raised under callgrind alone (Ctrl-C stopping the counted run): the counts end
+            # where it was raised, short of the superstep the timed run measured.
+            flags.add("incomplete")
+            unsupported.setdefault("*", "the counted run raised an exception inside this "
+                                        "superstep (the timed run did not): its counts stop "
+                                        "there")
         if not unsupported:
             flags.discard("unsupported_counters")
         out.append(replace(rec, counters=counters, unsupported=unsupported,
@@ -448,7 +455,16 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
 
     if hide:
         records = [replace(r, flags=r.flags | {"cpu_features_hidden"}) for r in records]
-    if chosen == "callgrind":
+    stopped_by = None
+    if chosen == "callgrind" and _stopping_signal(code) is not None:
+        # Ctrl-C or kill stopped the command: it is not run again, 20-100x slower.
+        stopped_by = _stopping_signal(code)
+        if progress is not None:
+            progress(f"not counting under callgrind: the command was stopped by "
+                     f"{_signal_name(stopped_by)}")
+        records = _uncounted(records, f"not counted: the command was stopped by "
+                                      f"{_signal_name(stopped_by)} before its run under callgrind")
+    elif chosen == "callgrind":
         if progress is not None:
             progress("counting under callgrind: the command runs a second time, 20-100x "
                      "slower, its output not shown again")
@@ -458,9 +474,52 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
             records = _merge_whole(records[0], counted)
         else:
             records = _merge_counted(records, counted.supersteps)
+        stopped_by = counted.stopped_by
+        if stopped_by is not None:
+            why = f"counting under callgrind was stopped by {_signal_name(stopped_by)}"
+            records = _uncounted(records, why + " before this superstep's end")
+            if len(records) == 1 and "whole_command" in records[0].flags:
+                rec = records[0]
+                records = [replace(rec, flags=rec.flags | {"incomplete"},
+                                   unsupported={**rec.unsupported,
+                                                "*": why + ": the counts cover part of the "
+                                                           "command"})]
     if events:
         records = limit_to(records, events)
     records.sort(key=lambda r: (r.index, r.rank, r.pid))
     if out is not None:
         write_jsonl(records, Path(out))
-    return RecordResult(code, tuple(records), chosen, Path(out) if out else None)
+    return RecordResult(code, tuple(records), chosen, Path(out) if out else None, stopped_by)
+
+
+# What a command stopped by a signal exits with: killed by it (-N), or, for a shell script
+# whose command was, 128 + N. The signals the recorder outlives (launch.outlive_signals).
+def _stopping_signal(code: int) -> int | None:
+    import signal
+
+    stops = {int(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
+    sig = -code if code < 0 else code - 128
+    return sig if sig in stops else None
+
+
+def _signal_name(sig: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _uncounted(records: Sequence[SuperstepRecord], why: str) -> list[SuperstepRecord]:
+    """``records`` with ``counters_missing`` and ``why`` (``unsupported["*"]``) on those the
+    counted run gave no counters; the others as they are."""
+    from dataclasses import replace
+
+    out = []
+    for rec in records:
+        if "counters_missing" in rec.flags or "counters_from_separate_run" not in rec.flags:
+            rec = replace(rec, flags=rec.flags | {"counters_missing"},
+                          unsupported={**rec.unsupported, "*": rec.unsupported.get("*", why)})
+        out.append(rec)
+    return out

@@ -371,6 +371,10 @@ class RecordResult:
     records: tuple[SuperstepRecord, ...]
     backend: str
     out: Path | None
+    # The signal (SIGINT, SIGTERM...) that stopped the recording after the command's timed run
+    # (backend callgrind: while counting it, or before): records left uncounted carry
+    # ``counters_missing`` and say why in ``unsupported["*"]``. None: not stopped.
+    stopped_by: int | None = None
 
 
 def write_jsonl(records: Iterable[SuperstepRecord], path: Path) -> int:

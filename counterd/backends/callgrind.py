@@ -532,6 +532,10 @@ class CallgrindRun:
     # pid -> why its dumps could not be read (still being written by a process that outlived
     # the command, or truncated)
     unreadable: Mapping[int, str] = field(default_factory=dict)
+    # The first signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT) this process received during the run
+    # and passed on to valgrind's session (None: none): the run was stopped, its dumps are
+    # the supersteps it finished.
+    stopped_by: int | None = None
 
     @property
     def adjustments(self) -> tuple[CacheAdjustment, ...]:
@@ -553,6 +557,52 @@ def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
 
 def valgrind_path() -> str | None:
     return shutil.which("valgrind")
+
+
+# Signals that stop a run: valgrind runs in its own session (so that a timeout can kill its
+# whole process tree), where the terminal's Ctrl-C and Ctrl-\ never reach it, and a kill of
+# this process alone would leave it running. Each is passed on to the session while it runs.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+class _PassOn:
+    """Until :meth:`restore`: every signal of :data:`STOP_SIGNALS` this process receives is
+    sent to the process group ``pgid`` (once :meth:`started` names it; one received before
+    that is sent then), and the first is remembered (``received``). A no-op outside the main
+    thread, where signals are not set."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.pgid: int | None = None
+        self.old: list[tuple[int, Any]] = []
+        try:
+            for sig in STOP_SIGNALS:
+                self.old.append((sig, signal.signal(sig, self._handle)))
+        except ValueError:  # not the main thread
+            pass
+
+    def _send(self, sig: int) -> None:
+        if self.pgid is None:
+            return
+        try:
+            os.killpg(self.pgid, sig)
+        except ProcessLookupError:  # it has ended: the wait returns
+            pass
+
+    def _handle(self, sig: int, frame: object) -> None:
+        if self.received is None:
+            self.received = sig
+        self._send(sig)
+
+    def started(self, pgid: int) -> None:
+        self.pgid = pgid
+        if self.received is not None:
+            self._send(self.received)
+
+    def restore(self) -> None:
+        for sig, handler in self.old:
+            signal.signal(sig, handler)
+        self.old = []
 
 
 def run(cmd: Sequence[str], geometry: CallgrindGeometry | None = None,
@@ -585,22 +635,30 @@ def run(cmd: Sequence[str], geometry: CallgrindGeometry | None = None,
         raise BadInput(f"{out} already holds callgrind dumps (pids {sorted(stale)})",
                        "give run() an empty directory")
     argv = valgrind_argv(cmd, geo, out, valgrind=exe)
+    # Ctrl-C, kill and a closed terminal stop the run as they stop a command run natively:
+    # passed on to valgrind's session, which ends as its command does (a process it counts
+    # dies of the signal, valgrind with it), leaving the dumps of the supersteps it finished.
+    passing = _PassOn()
     try:
-        proc = subprocess.Popen(argv, env=dict(env) if env is not None else None,
-                                start_new_session=True,
-                                stdout=None if show_stdout else subprocess.DEVNULL)
-    except OSError as exc:
-        raise CallgrindError(f"cannot start valgrind: {exc.strerror}", INSTALL_FIX) from exc
-    try:
-        code = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_tree(proc)
-        raise CallgrindError(f"the command did not finish within {timeout} s under callgrind",
-                             "raise the timeout (callgrind runs 50-100x slower), or shrink the "
-                             "input") from None
-    except BaseException:  # KeyboardInterrupt: the session does not get the terminal's SIGINT
-        _kill_tree(proc)
-        raise
+        try:
+            proc = subprocess.Popen(argv, env=dict(env) if env is not None else None,
+                                    start_new_session=True,
+                                    stdout=None if show_stdout else subprocess.DEVNULL)
+        except OSError as exc:
+            raise CallgrindError(f"cannot start valgrind: {exc.strerror}", INSTALL_FIX) from exc
+        passing.started(proc.pid)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_tree(proc)
+            raise CallgrindError(f"the command did not finish within {timeout} s under "
+                                 "callgrind", "raise the timeout (callgrind runs 50-100x "
+                                 "slower), or shrink the input") from None
+        except BaseException:  # an exception from elsewhere: the session is not left running
+            _kill_tree(proc)
+            raise
+    finally:
+        passing.restore()
     dumps: dict[int, tuple[Dump, ...]] = {}
     unreadable: dict[int, str] = {}
     for pid in sorted(dump_files(out)):
@@ -610,12 +668,12 @@ def run(cmd: Sequence[str], geometry: CallgrindGeometry | None = None,
             dumps[pid] = tuple(dumps_for_pid(out, pid))
         except CallgrindError as exc:
             unreadable[pid] = str(exc)
-    if not dumps and code != 0:
+    if not dumps and code != 0 and passing.received is None:
         log = "".join((out / name).read_text(errors="replace")
                       for name in sorted(os.listdir(out)) if name.startswith("valgrind."))
         raise CallgrindError(f"valgrind exited with {code} and wrote no dump",
                              "see its log: " + (log.strip().splitlines() or ["(empty)"])[-1])
-    return CallgrindRun(code, out, tuple(argv), geo, dumps, unreadable)
+    return CallgrindRun(code, out, tuple(argv), geo, dumps, unreadable, passing.received)
 
 
 # --------------------------------------------------------------------------------------------
@@ -678,7 +736,8 @@ def boundary_calls_from_spool(
     The marker API writes a ``begin`` line just before its begin call and a ``record`` line
     just after its end call, so for a single-threaded process the line order is the call
     order. A record without ``end_ns`` (closed at exit) made no call; an ``unmatched_end``
-    record made one, for no superstep (index -1).
+    record made one, for no superstep (index -1). A begin line whose superstep raised gets
+    ``"raised": True`` (the ``record`` line's flag ``exception``).
     """
     from counterd.spool import read_events
 
@@ -692,6 +751,8 @@ def boundary_calls_from_spool(
         elif d.get("ev") == "record" and d.get("end_ns") is not None:
             unmatched = "unmatched_end" in d.get("flags", ())
             calls.append((-1 if unmatched else index, END))
+            if not unmatched and "exception" in d.get("flags", ()) and index in begins:
+                begins[index]["raised"] = True
     return calls, begins
 
 
@@ -705,6 +766,8 @@ class CountedRun:
     unsupported: Mapping[str, str]
     exit_code: int
     adjustments: tuple[CacheAdjustment, ...]
+    # The signal that stopped the run (:attr:`CallgrindRun.stopped_by`), or None.
+    stopped_by: int | None = None
 
 
 # Valgrind runs a process's threads one at a time, so the spin-waiting worker threads of
@@ -784,7 +847,7 @@ def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
             except ValueError:
                 continue
             calls, begins = boundary_calls_from_spool(path)
-            if pid in result.unreadable:
+            if pid in result.unreadable and result.stopped_by is None:
                 raise CallgrindError(result.unreadable[pid], "re-run the recording")
             dumps = result.dumps.get(pid, ())
             for sc in supersteps_from_dumps(dumps, calls, geo.last_level, pid):
@@ -794,6 +857,8 @@ def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
                 if not sc.complete:
                     flags.add("incomplete")
                     why["*"] = sc.problem
+                if b.get("raised"):
+                    flags.add("exception")
                 rec = SuperstepRecord(
                     run_id=run_id, index=sc.index, name=str(b.get("name", "")),
                     rank=int(b.get("rank", 0)), pid=pid, cpu=int(b.get("cpu", -1)),
@@ -809,7 +874,8 @@ def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
             + " were unreadable (a process outlived the command): not counted"
     whole = to_canonical(_sum_totals(d for dumps in result.dumps.values() for d in dumps),
                          geo.last_level)
-    return CountedRun(out, whole, whole_unsupported, result.exit_code, geo.adjustments)
+    return CountedRun(out, whole, whole_unsupported, result.exit_code, geo.adjustments,
+                      result.stopped_by)
 
 
 def count_supersteps(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],

@@ -321,4 +321,18 @@ def test_a_signal_stops_the_command_and_its_supersteps_are_still_written(tmp_pat
     recs = sorted(read_jsonl(out), key=lambda r: r.index)
     assert [(r.name, r.params, "incomplete" in r.flags) for r in recs] == [
         ("done", {"n": 1}, False), ("interrupted", {"n": 2}, True)]
-    assert f"command exited -{int(sig)}" in err
+    assert f"command killed by {sig.name} (exit {128 + sig})" in err
+
+
+def test_the_last_line_names_the_signal_that_killed_the_command(tmp_path: Path) -> None:
+    """Issue 34: "command exited -9" said nothing to a user; the line names the signal and the
+    status the recorder ends with, as a shell reports it."""
+    out = tmp_path / "k.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "counterd.cli", "record", "--backend", "none",
+                           "--out", str(out), "--", sys.executable, "-c",
+                           "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 137, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.endswith("; command killed by SIGKILL (exit 137)"), last
+    assert "-9" not in last
