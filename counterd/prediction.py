@@ -95,8 +95,9 @@ NO_PREDICTION_REASONS = {
                           "only): record the program with `counterd record --backend callgrind "
                           "-- CMD`, or declare its address streams with step.feed() under the "
                           "sim backend",
-    "no_model_variant": "no model variant of the profile fits the superstep's counters: "
-                        "re-calibrate (predict calibrate) to fit every variant",
+    "no_model_variant": "no model of the profile uses only the superstep's counters: "
+                        "calibrate a profile of this host (predict calibrate), which fits a "
+                        "model to each counter source",
     "incomplete": "the superstep did not end on every processor",
     "error": "the predictor failed (the daemon's log says why)",
 }

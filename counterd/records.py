@@ -161,10 +161,8 @@ class SuperstepRecord:
         if not isinstance(d, Mapping):
             raise BadInput(f"a superstep record is a JSON object, not {type(d).__name__}",
                            _NOT_RECORDS)
-        fmt = d.get("format")
-        if fmt != RECORD_FORMAT:
-            raise BadInput(f"record format {fmt!r} is not {RECORD_FORMAT}",
-                           "re-record with this version of counterd")
+        if d.get("format") != RECORD_FORMAT:
+            raise not_a_record(d)
         try:
             end = d.get("end_ns")
             return cls(
@@ -182,6 +180,47 @@ class SuperstepRecord:
 
 
 _NOT_RECORDS = "the file is not counterd record output or is damaged"
+
+_RECORD_FIX = "give the records `counterd record --out FILE` writes"
+
+# The other files of this project a user may pass where records are read: "format" -> what it
+# is, what to do with it.
+_OTHER_FILES = {
+    "counterd-microbench": ("a microbench results file (microbench run --out), not superstep "
+                            "records", "summarise it with `microbench show FILE`"),
+    "counterd-machine-profile": ("a machine profile (predict calibrate --out), not superstep "
+                                 "records", "give it as --profile; " + _RECORD_FIX),
+    "counterd-memlogp": ("microbench memlogp measurements, not superstep records",
+                         "give them to `predict memlogp`; " + _RECORD_FIX),
+    "microbench-transfer": ("a microbench transfer results file, not superstep records",
+                            "summarise it with `microbench show FILE`; " + _RECORD_FIX),
+    "counterd-perf-plan": ("counterd's saved perf plan, not superstep records", _RECORD_FIX),
+    "counterd-machine": ("a machine file (give it as --machine), not superstep records",
+                         _RECORD_FIX),
+}
+
+
+def not_a_record(d: Mapping[str, Any]) -> BadInput:
+    """What a JSON object read where a superstep record was expected is, and what to do, as one
+    BadInput: another file of this project (by its ``format``), ``counterd report --json``'s
+    output, records of a newer or unknown format, or a file of another tool."""
+    fmt = d.get("format")
+    if isinstance(fmt, str) and fmt in _OTHER_FILES:
+        what, fix = _OTHER_FILES[fmt]
+        return BadInput(f"this is {what}", fix)
+    if fmt == 2 and "rows" in d and "runs" in d:
+        return BadInput("this is a report (counterd report --json), not superstep records",
+                        _RECORD_FIX)
+    if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > RECORD_FORMAT:
+        return BadInput(f"record format {fmt} is newer than this counterd reads "
+                        f"({RECORD_FORMAT})", "upgrade counterd to read it, or re-record with "
+                        "this version")
+    if "format" not in d:
+        keys = ", ".join(sorted(str(k) for k in d)[:5]) or "none"
+        return BadInput(f"not counterd records: a JSON object without \"format\": "
+                        f"{RECORD_FORMAT} (keys: {keys}), written by another tool", _RECORD_FIX)
+    return BadInput(f"not a counterd superstep record (format {fmt!r:.40}; counterd's records "
+                    f"are format {RECORD_FORMAT})", _RECORD_FIX)
 
 
 # -- field checks of from_json (and of the daemon's frames): types as to_json writes them -------

@@ -52,22 +52,35 @@ class NoVariant(BadInput):
     """No model variant of the profile can predict a superstep from the counters it has."""
 
     def __init__(self, where: str, have: tuple[str, ...], closest: str,
-                 missing: tuple[str, ...], memory: bool) -> None:
+                 missing: tuple[str, ...], memory: bool, profile: str = "",
+                 builtin: bool = False) -> None:
         self.where = where
         self.have = have
         self.closest = closest
         self.missing = missing
         self.memory = memory
+        self.profile = profile
+        self.builtin = builtin
         if not memory:
             what = (f"{where} has no memory-hierarchy counters (it has "
                     f"{', '.join(have) or 'none'}), and time is never predicted from time")
             fix = MEMORY_COUNTER_ACTION
         else:
+            # The superstep has memory counters (Callgrind's L1 and last level, say): what is
+            # missing is a model of the profile for that counter set, not a way to record.
             more = f" (and {', '.join(missing[1:])})" if len(missing) > 1 else ""
-            what = (f"{where}: counter {missing[0]!r} is missing{more}: no model variant of "
-                    f"the profile fits its counters (the closest is {closest})")
-            fix = ("re-calibrate (predict calibrate) to fit every variant, or "
-                   + MEMORY_COUNTER_ACTION)
+            of = f"profile {profile}" if profile else "the profile"
+            what = (f"{where}: counter {missing[0]!r} is missing{more}: no model of {of} "
+                    f"uses only the counters recorded (the closest, {closest}, needs it)")
+            if builtin:
+                fix = (f"{profile} is built in, a published machine's models of every cache "
+                       "level; calibrate a profile of this host, which fits a model to each "
+                       "counter source (microbench run --out R.json; predict calibrate "
+                       "--results R.json --out P.toml), and give it as --profile")
+            else:
+                fix = ("calibrate the profile again (predict calibrate fits a model to each "
+                       "counter source the results allow), or record with a backend that "
+                       f"counts {missing[0]} (counterd probe lists them)")
         super().__init__(what, fix)
 
 

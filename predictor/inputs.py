@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 from counterd.errors import BadInput as CounterdBadInput
 from counterd.events import NAMES
 from counterd.fsutil import bounded_lines
-from counterd.records import span_ns
+from counterd.records import RECORD_FORMAT, not_a_record, span_ns
 from predictor.errors import BadCounterValue, BadInput, UnknownCounter
 
 Array = NDArray[np.float64]
@@ -387,6 +387,10 @@ def _records_steps(lines: Iterable[str | bytes], path: str) -> Iterator[Step]:
         except Malformed as exc:
             raise BadInput(f"{where} is not JSON ({exc})",
                            "give the JSON lines written by `counterd record`") from None
+        if isinstance(d, dict) and (d.get("format") not in (None, RECORD_FORMAT)
+                                    or "index" not in d or "counters" not in d):
+            err = not_a_record(d)  # another file of this project, or of another tool
+            raise BadInput(f"{where}: {err.what}", err.fix)
         if not isinstance(d, dict) or "index" not in d or not isinstance(d.get("counters"),
                                                                           dict):
             raise BadInput(f"{where} is not a superstep record (no index or counters)",

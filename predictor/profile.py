@@ -127,7 +127,8 @@ class MachineProfile:
                 closest, missing = name, lacking
         have = tuple(sorted(counters))
         memory = any(c in MEMORY_COUNTERS for c in counters)
-        raise NoVariant(where, have, closest, missing, memory)
+        builtin = self.name in BUILTIN and self.created == BUILTIN[self.name]().created
+        raise NoVariant(where, have, closest, missing, memory, self.name, builtin)
 
     def accuracy(self, name: str) -> Mapping[str, Any]:
         """A model's accuracy as calibration measured it (empty for older profiles)."""

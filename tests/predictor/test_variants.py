@@ -82,3 +82,26 @@ def test_counter_sets_are_what_their_sources_give() -> None:
     assert BY_NAME["l1_llc"].counters(LEVELS) <= set(CALLGRIND)
     assert BY_NAME["misses"].counters(LEVELS) <= set(ZEN)
     assert BY_NAME["full"].counters(LEVELS) == set(EVERY)
+
+
+def test_callgrind_counters_on_the_built_in_profile_say_what_is_missing() -> None:
+    """Issue 34: Callgrind's records on the built-in profile were told to re-calibrate the
+    built-in profile or to record with Callgrind, which they were. The counters are there; the
+    profile has no model of them: the fix is a profile of this host."""
+    from predictor.profile import sgi_power_challenge
+
+    with pytest.raises(NoVariant) as err:
+        sgi_power_challenge().select_model(CALLGRIND)
+    msg = str(err.value)
+    assert err.value.memory and err.value.builtin
+    assert "no model of profile sgi-power-challenge uses only the counters recorded" in msg
+    assert "predict calibrate --results R.json --out P.toml" in msg
+    assert "--backend callgrind" not in msg and "re-calibrate" not in msg
+    assert "\n" not in msg
+
+
+def test_a_calibrated_profile_without_the_variant_is_not_called_built_in(profile) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(NoVariant) as err:
+        profile.select_model(("loads", "stores"))
+    assert not err.value.builtin and "calibrate the profile again" in str(err.value)
+    assert "counterd probe" in str(err.value)

@@ -106,3 +106,34 @@ def test_hostile_file_exits_2_with_one_line(command: str, variant: str,
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "Traceback" not in err, err[:2000]
     assert str(f) in err, err[:500]
+
+
+# Issue 34: a file of another kind given as records said "record format None is not 1:
+# re-record with this version of counterd" or "record format 'counterd-microbench' is not 1".
+@pytest.mark.parametrize("kind", ["other tool", "microbench results", "newer records"])
+@pytest.mark.parametrize("command", ["counterd report --records F", "predict --counters F"])
+def test_a_file_of_another_kind_is_named_with_what_to_do(kind: str, command: str,
+                                                         seeds: dict[str, bytes | Path],
+                                                         tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    first = json.loads(seeds["jsonl"].splitlines()[0])  # type: ignore[union-attr]
+    content, said = {
+        "other tool": (b'{"ts": 1, "level": "info", "msg": "hello"}\n',
+                       'not counterd records: a JSON object without "format": 1 (keys: level, '
+                       'msg, ts), written by another tool: give the records `counterd record '
+                       '--out FILE` writes'),
+        "microbench results": (seeds["results"] + b"\n",
+                               "this is a microbench results file (microbench run --out), not "
+                               "superstep records: summarise it with `microbench show FILE`"),
+        "newer records": (json.dumps({**first, "format": 7}).encode() + b"\n",
+                          "record format 7 is newer than this counterd reads (1): upgrade "
+                          "counterd to read it, or re-record with this version"),
+    }[kind]
+    f = tmp_path / "given"
+    f.write_bytes(content)  # type: ignore[arg-type]
+    main, args = COMMANDS[command][1](str(f), seeds)
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"{f}:1: {said}"), err
+    assert "\n" not in err and "is not 1" not in err
