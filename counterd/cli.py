@@ -280,37 +280,56 @@ def _run(args: argparse.Namespace) -> int:
     return run(args.config)
 
 
+class NoDaemon(CounterdError):
+    """Neither a daemon nor a store to read: nothing was recorded through a daemon here, or
+    not by this user. Exit status 1 (the query failed, its arguments were fine), as
+    ``docker ps`` without a daemon; an empty store is an answer, exit 0."""
+
+    exit_code = 1
+
+
 def _from_daemon_or_store(args: argparse.Namespace, from_daemon: Callable[[Path], _T],
-                          from_store: Callable[[Path], _T]) -> _T:
+                          from_store: Callable[[Path], _T]) -> tuple[_T, str]:
     """``--store PATH``: read that file (who may: root, the daemon's user). Otherwise ask the
     daemon, which shows users their own runs (the store file is private); with no daemon
-    running, read the configured store if this user can."""
+    running, read the configured store if this user can, saying so on stderr, else NoDaemon.
+    Returns the answer and what gave it ("the store PATH", "the store of the daemon at
+    SOCKET")."""
     if args.store is not None:
-        return from_store(args.store)
+        return from_store(args.store), f"the store {args.store}"
     from counterd.daemon.config import load
     from counterd.daemon.query import DaemonUnreachable
 
     cfg = load(args.config)
     try:
-        return from_daemon(cfg.socket_path)
-    except DaemonUnreachable:
+        return from_daemon(cfg.socket_path), f"the store of the daemon at {cfg.socket_path}"
+    except DaemonUnreachable as exc:
+        unreachable = exc.what.removeprefix("cannot reach counterd at ")
         if os.access(cfg.store_path, os.R_OK):
-            return from_store(cfg.store_path)
-        raise
+            print(f"counterd {args.command}: no daemon answers at {unreachable}: read its store "
+                  f"{cfg.store_path} directly", file=sys.stderr)
+            return from_store(cfg.store_path), f"the store {cfg.store_path}"
+        there = ("there is no store at" if not os.path.exists(cfg.store_path)
+                 else "this user may not read the store")
+        raise NoDaemon(f"no daemon answers at {unreachable} and {there} {cfg.store_path}",
+                       "start the daemon (counterd run, or its systemd unit) and record through "
+                       "it, or give --store PATH (--config FILE names a daemon's socket and "
+                       "store); counterd report --records FILE reads a recording") from None
 
 
 def _runs(args: argparse.Namespace) -> int:
     from counterd.daemon import query
     from counterd.report import render_runs
 
-    rows = _from_daemon_or_store(args, lambda sock: query.runs_via_daemon(sock, args.uid),
-                                 lambda path: query.runs_from_store(path, args.uid))
+    rows, source = _from_daemon_or_store(
+        args, lambda sock: query.runs_via_daemon(sock, args.uid),
+        lambda path: query.runs_from_store(path, args.uid))
     if args.json:
         import json
 
         print(json.dumps([r.__dict__ for r in rows], indent=2))
     else:
-        print(render_runs(rows))
+        print(render_runs(rows, source))
     return 0
 
 
@@ -360,7 +379,7 @@ def _report(args: argparse.Namespace) -> int:
     else:
         from counterd.daemon import query
 
-        records, source = _from_daemon_or_store(
+        (records, source), _ = _from_daemon_or_store(
             args, lambda sock: query.records_via_daemon(sock, args.run, args.uid),
             lambda path: query.records_from_store(path, args.run, args.uid))
     rep = report.build(records, predict=predict, prediction_note=why, source=source)

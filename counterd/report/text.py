@@ -159,11 +159,12 @@ def render_csv(rep: Report) -> str:
     return buf.getvalue()
 
 
-def render_runs(rows: Sequence[RunRow]) -> str:
+def render_runs(rows: Sequence[RunRow], source: str = "the store") -> str:
+    """The runs as a table; ``source`` names what listed them (empty: "no runs in <it>")."""
     from counterd.daemon.sampling import user_name
 
     if not rows:
-        return "no runs in the store"
+        return f"no runs in {source}"
     out = [f"{'run':<24} {'job':<20} {'user':<10} {'first seen (UTC)':<19} {'records':>8} "
            f"{'supersteps':>10} {'incomplete':>10}"]
     for r in rows:

@@ -317,3 +317,32 @@ class _nothing:
 
     def __exit__(self, *exc: object) -> bool:
         return False
+
+
+def test_runs_without_a_daemon_says_what_it_read_and_exits_1_with_nothing_to_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """Issue 34: with no daemon, ``counterd runs`` printed "no runs in the store" (status 0),
+    having read /var/lib/counterd silently. It names the socket nobody answers at and the
+    store it read; with no store either it says so and exits 1 (nothing to answer from, the
+    arguments being fine); an empty store is an answer (0)."""
+    for var in ("COUNTERD_SOCKET", "COUNTERD_STORE"):
+        monkeypatch.delenv(var, raising=False)
+    sock, db = tmp_path / "none.sock", tmp_path / "s.db"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[socket]\npath = "{sock}"\n[store]\npath = "{db}"\n[metrics]\nlisten = ""\n')
+    for command in (["runs"], ["report"]):
+        assert cli.main([*command, "--config", str(cfg)]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"no daemon answers at {sock}" in err, err
+        assert f"there is no store at {db}" in err and "counterd run" in err
+    store_records(db, [])
+    assert cli.main(["runs", "--config", str(cfg)]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"no runs in the store {db}\n"
+    assert err == f"counterd runs: no daemon answers at {sock} (No such file or directory): " \
+                  f"read its store {db} directly\n"
+    store_records(db, records(), job="bsp")
+    assert cli.main(["runs", "--config", str(cfg)]) == 0
+    out, err = capsys.readouterr()
+    assert "rep" in out and f"read its store {db} directly" in err
