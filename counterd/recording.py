@@ -475,6 +475,13 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
         else:
             records = _merge_counted(records, counted.supersteps)
         stopped_by = counted.stopped_by
+        if stopped_by is None and counted.exit_code != code and progress is not None:
+            # Its messages are not repeated (the timed run showed them), unless it ended
+            # otherwise: then its counts may be of other work.
+            progress(f"the run under callgrind exited {counted.exit_code}, the timed run "
+                     f"{code}: its counts may be of other work"
+                     + (f"; its last error line: {counted.stderr_tail}"
+                        if counted.stderr_tail else ""))
         if stopped_by is not None:
             why = f"counting under callgrind was stopped by {_signal_name(stopped_by)}"
             records = _uncounted(records, why + " before this superstep's end")

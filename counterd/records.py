@@ -19,7 +19,9 @@ from counterd.events import CounterValue, Source
 
 # Format history:
 #   1 - first version (run_id, index, name, rank, pid, cpu, begin/end ns, counters with source,
-#       ratio and raw, params, flags, unsupported, backend, host).
+#       ratio and raw, params, flags, unsupported, backend, host). Optional keys added since,
+#       absent when unset so that older readers and records are unchanged: marker_ns;
+#       exception ("ValueError: bad input", with the flag exception; issue 34).
 RECORD_FORMAT = 1
 
 # Flags a record can carry. Every irregularity is a flag on a record, never a dropped record.
@@ -83,6 +85,9 @@ class SuperstepRecord:
     # The cost of one begin + end marker pair in the process that recorded this, in ns,
     # calibrated when its first superstep began (None: not measured, e.g. an older recorder).
     marker_ns: int | None = None
+    # What the superstep's body raised, "<type>: <message>" (flag "exception"; None: not
+    # kept, e.g. an older recorder or the daemon's wire, which does not carry it).
+    exception: str | None = None
 
     def __post_init__(self) -> None:
         # Ranges as the store and the wire hold them (SQLite and struct: 64-bit signed
@@ -110,6 +115,10 @@ class SuperstepRecord:
             raise ValueError("a record without end_ns must carry the flag 'incomplete'")
         if self.marker_ns is not None and not 0 <= self.marker_ns <= INT64_MAX:
             raise ValueError(f"marker_ns {self.marker_ns} outside [0, 2^63)")
+        if self.exception is not None and ("exception" not in self.flags
+                                           or len(self.exception) > MAX_VALUE_CHARS):
+            raise ValueError(f"exception text needs the flag 'exception' and at most "
+                             f"{MAX_VALUE_CHARS} characters")
         for name, cv in self.counters.items():
             if not 0.0 <= cv.value < math.inf:  # False for NaN too
                 raise ValueError(f"counter {name} is not a finite count >= 0: {cv.value}")
@@ -151,6 +160,8 @@ class SuperstepRecord:
         }
         if self.marker_ns is not None:  # absent when not measured: records of before unchanged
             out["marker_ns"] = self.marker_ns
+        if self.exception is not None:  # likewise
+            out["exception"] = self.exception
         return out
 
     @classmethod
@@ -174,12 +185,24 @@ class SuperstepRecord:
                 unsupported=_str_map(d.get("unsupported", {}), "unsupported"),
                 backend=_str(d, "backend", "none"), host=_str(d, "host", ""),
                 marker_ns=None if d.get("marker_ns") is None else _int(d, "marker_ns"),
+                exception=None if d.get("exception") is None else _str(d, "exception"),
             )
         except (KeyError, TypeError, ValueError, OverflowError) as exc:  # 10**400: float()
             raise BadInput(f"malformed superstep record ({exc})", _NOT_RECORDS) from None
 
 
 _NOT_RECORDS = "the file is not counterd record output or is damaged"
+
+
+def exception_text(exc: BaseException) -> str:
+    """``SuperstepRecord.exception`` for ``exc``: its type (qualified outside builtins) and its
+    message, on one line, cut to :data:`MAX_VALUE_CHARS`."""
+    kind = type(exc)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else \
+        f"{kind.__module__}.{kind.__qualname__}"
+    text = f"{name}: {exc}" if str(exc) else name
+    text = text.replace("\r", "\\r").replace("\n", "\\n")
+    return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS - 3] + "..."
 
 _RECORD_FIX = "give the records `counterd record --out FILE` writes"
 

@@ -541,6 +541,15 @@ class CallgrindRun:
     def adjustments(self) -> tuple[CacheAdjustment, ...]:
         return self.geometry.adjustments
 
+    def stderr_tail(self, lines: int = 1) -> str:
+        """The last ``lines`` non-blank lines the command wrote to its standard error, when
+        :func:`run` kept it (``show_stdout=False``); "" otherwise."""
+        path = self.outdir / STDERR_FILE
+        if not path.exists():
+            return ""
+        text = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+        return "\n".join(text[-lines:])
+
     def log(self, pid: int) -> str:
         """Valgrind's own messages for ``pid`` ("" when absent)."""
         path = self.outdir / f"valgrind.{pid}.log"
@@ -557,6 +566,11 @@ def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
 
 def valgrind_path() -> str | None:
     return shutil.which("valgrind")
+
+
+# Where run(show_stdout=False) keeps the command's standard error (in its outdir): a second
+# run of a command repeats the first one's messages (a traceback printed twice, issue 34).
+STDERR_FILE = "command.stderr"
 
 
 # Signals that stop a run: valgrind runs in its own session (so that a timeout can kill its
@@ -609,7 +623,9 @@ def run(cmd: Sequence[str], geometry: CallgrindGeometry | None = None,
         outdir: str | Path | None = None, env: Mapping[str, str] | None = None,
         timeout: float | None = None, *, show_stdout: bool = True) -> CallgrindRun:
     """Run ``cmd`` under Callgrind and read every dump it leaves in ``outdir``
-    (``show_stdout=False``: the command's standard output is discarded, its errors are not).
+    (``show_stdout=False``: the command's standard output is discarded and its standard error
+    kept in ``outdir``, :meth:`CallgrindRun.stderr_tail`; valgrind's own messages are in its
+    logs either way, :meth:`CallgrindRun.log`).
 
     ``geometry`` defaults to the machine's (:meth:`CallgrindGeometry.from_machine`).
     ``outdir`` defaults to a new temporary directory, left in place for the caller (it holds
@@ -641,9 +657,11 @@ def run(cmd: Sequence[str], geometry: CallgrindGeometry | None = None,
     passing = _PassOn()
     try:
         try:
-            proc = subprocess.Popen(argv, env=dict(env) if env is not None else None,
-                                    start_new_session=True,
-                                    stdout=None if show_stdout else subprocess.DEVNULL)
+            with open(os.devnull if show_stdout else out / STDERR_FILE, "wb") as errors:
+                proc = subprocess.Popen(argv, env=dict(env) if env is not None else None,
+                                        start_new_session=True,
+                                        stdout=None if show_stdout else subprocess.DEVNULL,
+                                        stderr=None if show_stdout else errors)
         except OSError as exc:
             raise CallgrindError(f"cannot start valgrind: {exc.strerror}", INSTALL_FIX) from exc
         passing.started(proc.pid)
@@ -768,6 +786,9 @@ class CountedRun:
     adjustments: tuple[CacheAdjustment, ...]
     # The signal that stopped the run (:attr:`CallgrindRun.stopped_by`), or None.
     stopped_by: int | None = None
+    # The last line the command wrote to its standard error in this run ("" for none): the
+    # timed run showed its messages, this run's are not repeated.
+    stderr_tail: str = ""
 
 
 # Valgrind runs a process's threads one at a time, so the spin-waiting worker threads of
@@ -868,6 +889,7 @@ def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
                     flags=frozenset(flags), unsupported=why, backend=NAME,
                     host=str(b.get("host", "")))
                 out[(rec.rank, rec.index)] = rec
+        tail = result.stderr_tail()  # read before the directory goes
     whole_unsupported = dict(unsupported)
     if result.unreadable:
         whole_unsupported["*"] = "dumps of pids " + ", ".join(map(str, sorted(result.unreadable))) \
@@ -875,7 +897,7 @@ def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
     whole = to_canonical(_sum_totals(d for dumps in result.dumps.values() for d in dumps),
                          geo.last_level)
     return CountedRun(out, whole, whole_unsupported, result.exit_code, geo.adjustments,
-                      result.stopped_by)
+                      result.stopped_by, tail)
 
 
 def count_supersteps(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],

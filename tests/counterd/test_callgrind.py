@@ -596,3 +596,24 @@ def test_a_signal_stops_the_counted_run_and_what_it_counted_is_kept(tmp_path: Pa
     assert "loads" in done.counters and "counters_missing" not in done.flags
     assert {"incomplete", "counters_missing"} & waits.flags and waits.unsupported["*"]
     assert f"its count under callgrind stopped by {sig.name} (exit {128 + sig})" in err
+
+
+@pytest.mark.callgrind
+@needs_valgrind
+def test_the_counted_run_does_not_repeat_the_commands_messages(tmp_path: Path) -> None:
+    """Issue 34: the command's traceback was printed twice, by the timed run and again by the
+    run under callgrind. The second run's standard error is kept, not shown; the exception is
+    still flagged on the record."""
+    script = tmp_path / "raises.py"
+    script.write_text("import counterd\nwith counterd.superstep('bad'):\n"
+                      "    raise ValueError('bad input 42')\n")
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "counterd.cli", "record", "--backend",
+                           "callgrind", "--out", str(out), "--", sys.executable, str(script)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.count("ValueError: bad input 42") == 1, proc.stderr
+    assert proc.stderr.count("Traceback") == 1 and "the run under callgrind exited" not in \
+        proc.stderr
+    [rec] = read_jsonl(out)
+    assert "exception" in rec.flags

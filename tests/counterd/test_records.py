@@ -123,3 +123,29 @@ def test_atomic_write_respects_the_umask(tmp_path: Path, mask: int, mode: int) -
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "out.txt").stat().st_mode) == mode
+
+
+def test_an_exception_text_is_kept_and_older_records_still_read(tmp_path: Path) -> None:
+    """Issue 34: a superstep that raised was flagged without what it raised. The record keeps
+    "<type>: <message>" on one line; a record without it (every recorder before) reads as
+    before, and the key is absent when unset, so older readers read new records unchanged."""
+    from counterd.records import exception_text
+
+    try:
+        raise ValueError("bad input 42\nsecond line")
+    except ValueError as exc:
+        text = exception_text(exc)
+    assert text == "ValueError: bad input 42\\nsecond line"
+    raised = _rec(flags=frozenset({"exception"}), exception=text)
+    plain = _rec(index=1)
+    f = tmp_path / "r.jsonl"
+    write_jsonl([raised, plain], f)
+    assert list(read_jsonl(f)) == [raised, plain]
+    lines = [json.loads(x) for x in f.read_text().splitlines()]
+    assert lines[0]["exception"] == text and "exception" not in lines[1]
+    with pytest.raises(ValueError, match="needs the flag 'exception'"):
+        _rec(exception=text)
+    old = {k: v for k, v in raised.to_json().items() if k != "exception"}
+    assert SuperstepRecord.from_json(old).exception is None
+    with pytest.raises(BadInput, match="exception is int"):
+        SuperstepRecord.from_json({**raised.to_json(), "exception": 3})
