@@ -360,8 +360,11 @@ class Server:
         are handled first, then the supersteps still begun become incomplete records."""
         unsent = session.unsent()
         if unsent:
-            log.info("%s: its connection ended with %d bytes unsent in its black box: read "
-                     "from there", session.describe(), len(unsent))
+            # An ordinary end (a client exits with its last batch unsent, or is killed): nothing
+            # is lost, it is read from there. A loss is a warning (Session.unsent, the
+            # truncated-frame violation below).
+            log.debug("%s: its connection ended with %d bytes unsent in its black box: read "
+                      "from there", session.describe(), len(unsent))
             if not self._feed(session, unsent):
                 return
         if session.decoder.pending:

@@ -202,12 +202,20 @@ class Session:
         ``socket.max_bytes_per_client`` of it."""
         if self.box is None:
             return b""
+        limit = self.shared.limits.max_bytes_per_client
         try:
-            return spool.read_box(self.box, self.received,
-                                  self.shared.limits.max_bytes_per_client, self.box_serves)
+            data = spool.read_box(self.box, self.received, limit + 1, self.box_serves)
         except OSError as exc:
-            log.info("%s: its black box cannot be read (%s)", self.describe(), exc)
+            log.warning("%s: its black box cannot be read (%s): what it had not sent is lost",
+                        self.describe(), exc)
             return b""
+        if len(data) > limit:  # a warning: supersteps are lost (an ordinary end is DEBUG)
+            self.shared.log.warning(
+                "%s: its black box held more than socket.max_bytes_per_client (%d bytes) "
+                "beyond what it sent: the first %d bytes are read, the rest is lost; raise "
+                "the limit", self.describe(), limit, limit)
+            data = data[:limit]
+        return data
 
     def close(self, *, incomplete: bool) -> None:
         """End the session; with ``incomplete``, the supersteps still begun are stored as
