@@ -23,7 +23,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -109,6 +109,17 @@ class Shared:
     queries: Queries = field(default_factory=Queries)
 
 
+# Backends whose counts come from outside the program and never through a daemon: a record
+# of one that reaches the daemon counted nothing, and says why (flag unsupported_counters,
+# unsupported["*"]).
+OUTSIDE_ONLY = {
+    "callgrind": "callgrind counts a program only when `counterd record --backend callgrind -- "
+                 "CMD` runs it under valgrind; through the daemon nothing counted these "
+                 "supersteps: unset COUNTERD_BACKEND (the daemon counts on the program's "
+                 "behalf) or set it to perf",
+}
+
+
 class Opened(NamedTuple):
     """A superstep begun by an OPEN: the frame, and the CONTEXT it named (run_id, pid, host,
     backend)."""
@@ -136,6 +147,7 @@ class Session:
         self.hello = False
         self.job = "unknown"
         self.last_seq = 0
+        self._said_uncounted = False  # the OUTSIDE_ONLY warning, once per connection
         self.begins: dict[tuple[str, int], Begun] = {}  # (run_id, index) -> begun superstep
         self.contexts: dict[int, protocol.Context] = {}
         self._sizes: dict[tuple[str, int], int] = {}  # wire bytes of each begun superstep
@@ -447,7 +459,7 @@ class Session:
             return
         if self.info is None:
             self.info = RunInfo(self.job, self.uid)
-        self.shared.writer.put(Item(self.cid, seq, rec, self.info))
+        self.shared.writer.put(Item(self.cid, seq, self._uncounted(rec), self.info))
 
     def _record(self, seq: int, payload: Mapping[str, Any]) -> None:
         try:
@@ -459,7 +471,22 @@ class Session:
         key = (rec.run_id, rec.index)
         self._end_begun(key)
         rec = self.counters.finish(key, rec, self.describe())
-        self.shared.writer.put(Item(self.cid, seq, rec, RunInfo(self.job, self.uid)))
+        self.shared.writer.put(Item(self.cid, seq, self._uncounted(rec),
+                                    RunInfo(self.job, self.uid)))
+
+    def _uncounted(self, rec: SuperstepRecord) -> SuperstepRecord:
+        """``rec``, refused its counters with the reason when its backend cannot count through
+        a daemon (:data:`OUTSIDE_ONLY`): it had none, and nothing said why (issue 34). Logged
+        once per connection."""
+        why = OUTSIDE_ONLY.get(rec.backend)
+        if why is None or rec.counters:
+            return rec
+        if not self._said_uncounted:
+            self._said_uncounted = True
+            self.shared.log.warning("%s: COUNTERD_BACKEND=%s: %s", self.describe(), rec.backend,
+                                    why)
+        return replace(rec, flags=rec.flags | {"unsupported_counters"},
+                       unsupported={**rec.unsupported, "*": rec.unsupported.get("*", why)})
 
     def _read(self, seq: int, payload: Mapping[str, Any]) -> None:
         """READ: cumulative counters of a process the client may read, since its first READ."""

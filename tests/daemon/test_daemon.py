@@ -515,3 +515,27 @@ def test_a_daemon_that_stops_answering_costs_the_calibration_half_a_second(
         daemon.proc.send_signal(signal.SIGCONT)
         rec.sink.close()
     assert took < 2 * Recorder.SCRATCH_WAIT_S + 0.5, took
+
+
+def test_callgrind_through_the_daemon_is_refused_with_the_reason(daemon: DaemonProc) -> None:
+    """Issue 34: COUNTERD_BACKEND=callgrind through the daemon gave records with no counters
+    and no flag (callgrind counts only a run under valgrind, which counterd record makes).
+    Each record says why it has none; the daemon's log says it once for the connection."""
+    out = run_py("""
+        import counterd
+        from counterd.markers.api import recorder
+        for i in range(3):
+            with counterd.superstep("step", i=i):
+                sum(range(1000))
+        assert recorder().sink.flush(10), "not acknowledged"
+    """, daemon.env(COUNTERD_RUN_ID="cg-run", COUNTERD_BACKEND="callgrind"))
+    assert out.returncode == 0, out.stderr
+    recs = stored(daemon, "cg-run")
+    assert len(recs) == 3
+    for r in recs:
+        assert r.backend == "callgrind" and not r.counters
+        assert "unsupported_counters" in r.flags
+        assert "counterd record --backend callgrind" in r.unsupported["*"]
+        assert "unset COUNTERD_BACKEND" in r.unsupported["*"]
+    said = [x for x in daemon.log_text().splitlines() if "COUNTERD_BACKEND=callgrind" in x]
+    assert len(said) == 1 and "WARNING" in said[0], said
