@@ -17,9 +17,13 @@ unless ``export_pids`` is set.
 Families (``<c>`` is a canonical counter with its unit, e.g. ``loads``, ``task_clock_seconds``):
 
 * ``counterd_superstep_<c>_total{workload,superstep,source}``  summed over committed records
-* ``counterd_superstep_duration_seconds{workload,superstep}``   summary of each processor's own
-  time (one observation per record: its end minus its begin; not the span)
-* ``counterd_supersteps_flagged_total{workload,flag}``
+* ``counterd_superstep_duration_seconds{workload,superstep}``   histogram of each processor's
+  own time (one observation per record that ended: its end minus its begin; not the span),
+  buckets :data:`DURATION_BUCKETS_S` (10 us to 10 s, 1-2.5-5 per decade), so that quantiles
+  (``histogram_quantile(0.99, ...)``) aggregate across nodes. A summary without quantiles
+  until issue 34: ``_count`` and ``_sum`` keep their names; ``_count`` no longer counts records
+  that never ended (``counterd_supersteps_flagged_total{flag="incomplete"}`` does)
+* ``counterd_supersteps_flagged_total{workload,flag}``          every record flag, 0 until seen
 * ``counterd_last_superstep_seconds{workload}``                 span of the job's last superstep
   (max end - min begin over its processors: the work plus at most the start skew)
 * ``counterd_last_superstep_work_seconds{workload}``            work of the job's last superstep
@@ -38,7 +42,9 @@ Families (``<c>`` is a canonical counter with its unit, e.g. ``loads``, ``task_c
 * ``counterd_event_multiplex_ratio{workload,counter,origin}`` last time_running/time_enabled
 * ``counterd_watched_threads{workload}``, ``counterd_clients``, ``counterd_records_stored_total``,
   ``counterd_records_refused_total{reason}``, ``counterd_protocol_errors_total{reason}``,
-  ``counterd_store_commit_seconds`` (summary), ``counterd_sample_errors_total{reason}``
+  ``counterd_store_commit_seconds`` (summary), ``counterd_sample_errors_total{reason}``; the
+  reasons of these three are exported at 0 before their first increment
+  (:data:`KNOWN_REASONS`), so that ``rate()`` and alerts see a series from the start
 """
 
 from __future__ import annotations
@@ -47,13 +53,20 @@ import logging
 import socket
 import threading
 import time
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    SummaryMetricFamily,
+)
 from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.utils import floatToGoString
 
 from counterd.events import BY_NAME
 from counterd.prediction import (
@@ -63,7 +76,7 @@ from counterd.prediction import (
     PredictFn,
     Prediction,
 )
-from counterd.records import Superstep, SuperstepRecord
+from counterd.records import FLAGS, Superstep, SuperstepRecord
 from counterd.units import NS_PER_S, is_time
 
 _T = TypeVar("_T")
@@ -72,6 +85,30 @@ log = logging.getLogger("counterd.daemon.exporter")
 
 OTHER = "_other"
 MAX_LAST_PROCESSORS = 4096  # records kept for the last superstep of a job (for predictions)
+
+# Upper bounds (seconds) of counterd_superstep_duration_seconds's buckets: supersteps from
+# 10 us (a marker pair costs a few us) to 10 s, 1-2.5-5 per decade as client_python's default
+# buckets are spaced (19 buckets and +Inf: a quantile within a factor of 2.5).
+DURATION_BUCKETS_S = tuple(m * 10.0 ** e for e in range(-5, 1) for m in (1.0, 2.5, 5.0)
+                           ) + (10.0,)
+_BUCKET_LE = tuple(floatToGoString(b) for b in DURATION_BUCKETS_S)
+
+# The label values of the labelled counters that exist before their first increment: exported
+# at 0 (a counter that appears only once non-zero hides its first increase from rate()).
+KNOWN_REASONS: dict[str, tuple[str, ...]] = {
+    "refused": ("malformed", "store"),
+    # ProtocolError codes and the daemon's own violations (session, server)
+    "protocol_errors": (
+        "bad_begin", "bad_buffer", "bad_close", "bad_context", "bad_frame", "bad_json",
+        "bad_order", "bad_query", "bad_read", "bad_record", "bad_reply", "bad_seq",
+        "bad_type", "forbidden", "idle", "internal", "no_file_descriptors", "no_hello",
+        "no_such_process", "no_such_run", "oversized", "refused", "slow_reader", "stalled",
+        "too_many_clients", "too_many_contexts", "too_many_open", "too_much_held",
+        "truncated", "unavailable", "unknown_begin", "unknown_context", "version"),
+    # a failed read, or the error that kept a watched thread from being counted (sampling)
+    "sample_errors": ("read", "BackendUnavailable", "CounterAccessDenied",
+                      "EventNotSupported"),
+}
 
 
 def metric_fragment(counter: str) -> tuple[str, float]:
@@ -94,9 +131,11 @@ def _help(counter: str) -> str:
 
 @dataclass
 class _StepStats:
-    count: int = 0
+    count: int = 0  # records
     duration_sum_s: float = 0.0
     counters: dict[tuple[str, str], float] = field(default_factory=dict)  # (counter, source)
+    # records that ended, per bucket of DURATION_BUCKETS_S (not cumulative; the last: +Inf)
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(DURATION_BUCKETS_S) + 1))
 
 
 @dataclass
@@ -185,7 +224,9 @@ class MetricsState:
                 step = self._step(stats, rec.name)
                 step.count += 1
                 if rec.duration_ns is not None:
-                    step.duration_sum_s += rec.duration_ns / NS_PER_S
+                    d = rec.duration_ns / NS_PER_S
+                    step.duration_sum_s += d
+                    step.buckets[bisect_left(DURATION_BUCKETS_S, d)] += 1  # le: d <= bound
                 for name, cv in rec.counters.items():
                     key = (name, cv.source.value)
                     step.counters[key] = step.counters.get(key, 0.0) + cv.value
@@ -282,18 +323,23 @@ class CounterdCollector(Collector):
                 last.no_prediction = why
                 last.predicted = True
 
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | SummaryMetricFamily]:
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | SummaryMetricFamily
+                                  | HistogramMetricFamily]:
         self._predictions()
         st = self.state
         with st.lock:
             jobs = {job: (dict(s.steps), dict(s.flags), dict(s.ratios), s.last,
                           dict(s.sampled), dict(s.sampled_by_pid), s.threads)
                     for job, s in st.jobs.items()}
-            steps_copy = {job: {n: (v.count, v.duration_sum_s, dict(v.counters))
+            steps_copy = {job: {n: (list(v.buckets), v.duration_sum_s, dict(v.counters))
                                 for n, v in j[0].items()} for job, j in jobs.items()}
             available = dict(st.available)
-            refused, perrors = dict(st.refused), dict(st.protocol_errors)
-            serrors = dict(st.sample_errors)
+
+            def known(table: str) -> dict[str, int]:
+                return {**dict.fromkeys(KNOWN_REASONS[table], 0), **getattr(st, table)}
+
+            refused, perrors = known("refused"), known("protocol_errors")
+            serrors = known("sample_errors")
             scalars = (st.clients, st.records_stored, st.commit_count, st.commit_sum_s)
         yield from self._superstep_families(steps_copy)
         flagged = CounterMetricFamily("counterd_supersteps_flagged",
@@ -337,7 +383,7 @@ class CounterdCollector(Collector):
                                     "threads sampled for the job", labels=["workload"])
         sampled: dict[str, CounterMetricFamily] = {}
         for job, (_, flags, ratios, last, samp, by_pid, nthreads) in sorted(jobs.items()):
-            for flag, n in sorted(flags.items()):
+            for flag, n in sorted({**dict.fromkeys(FLAGS, 0), **flags}.items()):
                 flagged.add_metric([job, flag], n)
             for (counter, origin), r in sorted(ratios.items()):
                 ratio.add_metric([job, counter, origin], r)
@@ -407,17 +453,22 @@ class CounterdCollector(Collector):
 
     @staticmethod
     def _superstep_families(
-            steps: Mapping[str, Mapping[str, tuple[int, float, Mapping[tuple[str, str], float]]]],
-    ) -> Iterator[CounterMetricFamily | SummaryMetricFamily]:
-        duration = SummaryMetricFamily("counterd_superstep_duration_seconds",
-                                       "each processor's own time in the superstep, one "
-                                       "observation per record: its end minus its begin, not "
-                                       "the span over processors (seconds)",
-                                       labels=["workload", "superstep"])
+            steps: Mapping[str, Mapping[str, tuple[Sequence[int], float,
+                                                   Mapping[tuple[str, str], float]]]],
+    ) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
+        duration = HistogramMetricFamily("counterd_superstep_duration_seconds",
+                                         "each processor's own time in the superstep, one "
+                                         "observation per record that ended: its end minus "
+                                         "its begin, not the span over processors (seconds)",
+                                         labels=["workload", "superstep"])
         fams: dict[str, CounterMetricFamily] = {}
         for job, by_name in sorted(steps.items()):
-            for name, (count, dsum, counters) in sorted(by_name.items()):
-                duration.add_metric([job, name], count, dsum)
+            for name, (buckets, dsum, counters) in sorted(by_name.items()):
+                cumulative, total = [], 0
+                for le, n in zip((*_BUCKET_LE, "+Inf"), buckets, strict=True):
+                    total += n
+                    cumulative.append((le, float(total)))
+                duration.add_metric([job, name], cumulative, dsum)
                 for (counter, source), value in sorted(counters.items()):
                     fam = fams.get(counter)
                     if fam is None:

@@ -202,3 +202,54 @@ def test_every_seconds_metric_says_seconds_in_its_help() -> None:
     assert "# HELP counterd_sampled_task_clock_seconds_total watched processes: CPU time of " \
            "the target (kernel task clock) (seconds)" in text
     assert fams["counterd_sampled_task_clock_seconds"].samples[0].value == 3.0
+
+
+def test_superstep_durations_are_a_histogram_with_buckets_from_10us_to_10s() -> None:
+    """Issue 34: a summary without quantiles gave dashboards no p99 and does not aggregate
+    across nodes. Each record that ended is one observation in the bucket of its own time
+    (le inclusive); one that never ended is not observed."""
+    from counterd.daemon.exporter import DURATION_BUCKETS_S
+
+    assert DURATION_BUCKETS_S[0] == pytest.approx(1e-5) and DURATION_BUCKETS_S[-1] == 10.0
+    assert all(b / a <= 2.5 + 1e-9 for a, b in zip(DURATION_BUCKETS_S[:-1], DURATION_BUCKETS_S[1:],
+                                                   strict=True))
+    st = MetricsState()
+    ends = (10_000, 12_000, 1_000_000, 3_000_000, 20_000_000_000)  # 10 us ... 20 s, begin 0
+    st.observe_records([(rec("r", i, 0, 0, e), "bsp") for i, e in enumerate(ends)], 0.0)
+    st.observe_records([(SuperstepRecord(run_id="r", index=9, name="s", rank=0, pid=1, cpu=0,
+                                         begin_ns=0, end_ns=None,
+                                         flags=frozenset({"incomplete"})), "bsp")], 0.0)
+    got = samples(st)
+    w = (("superstep", "s"), ("workload", "bsp"))
+
+    def le(bound: str) -> float:
+        return got[("counterd_superstep_duration_seconds_bucket", (("le", bound),) + w)]
+
+    assert le("1e-05") == 1 and le("2.5e-05") == 2 and le("0.001") == 3
+    assert le("0.0025") == 3 and le("0.005") == 4 and le("10.0") == 4 and le("+Inf") == 5
+    assert got[("counterd_superstep_duration_seconds_count", w)] == 5
+    assert got[("counterd_superstep_duration_seconds_sum", w)] == pytest.approx(
+        sum(ends) / 1e9)
+    text = generate_latest(registry(st, process_metrics=False)).decode()
+    assert "# TYPE counterd_superstep_duration_seconds histogram" in text
+
+
+def test_labelled_counters_are_exported_at_zero_before_their_first_increment() -> None:
+    """Issue 34: labelled counters appeared only once non-zero, hiding their first increase
+    from rate(). Every known reason, and every record flag of a workload, is there at 0."""
+    from counterd.daemon.exporter import KNOWN_REASONS
+    from counterd.records import FLAGS
+
+    st = MetricsState()
+    st.observe_records([(rec("r", 0, 0, 0, 10), "bsp")], 0.0)
+    st.count("protocol_errors", "bad_seq", 2)
+    got = samples(st)
+    for family, table in (("counterd_records_refused_total", "refused"),
+                          ("counterd_protocol_errors_total", "protocol_errors"),
+                          ("counterd_sample_errors_total", "sample_errors")):
+        for reason in KNOWN_REASONS[table]:
+            value = got[(family, (("reason", reason),))]
+            assert value == (2 if reason == "bad_seq" else 0), (family, reason)
+    for flag in FLAGS:
+        assert got[("counterd_supersteps_flagged_total",
+                    (("flag", flag), ("workload", "bsp")))] == 0
