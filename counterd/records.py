@@ -231,7 +231,7 @@ def not_a_record(d: Mapping[str, Any]) -> BadInput:
     if isinstance(fmt, str) and fmt in _OTHER_FILES:
         what, fix = _OTHER_FILES[fmt]
         return BadInput(f"this is {what}", fix)
-    if fmt == 2 and "rows" in d and "runs" in d:
+    if fmt == 2 and "supersteps" in d and "runs" in d:
         return BadInput("this is a report (counterd report --json), not superstep records",
                         _RECORD_FIX)
     if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > RECORD_FORMAT:
@@ -465,6 +465,10 @@ def read_jsonl(path: Path) -> Iterator[SuperstepRecord]:
         try:
             yield SuperstepRecord.from_json(loads(line))
         except Malformed as exc:
+            if lineno == 1 and line.strip() in ("{", "[", b"{", b"["):  # a report --json, say
+                raise BadInput(f"{path}: one JSON document over several lines (a counterd "
+                               "report --json output?), not the records counterd record "
+                               "writes, one per line", _RECORD_FIX) from None
             raise BadInput(f"{path}:{lineno}: not a JSON record ({exc})", fix) from None
         except BadInput as exc:
             raise BadInput(f"{path}:{lineno}: {exc.what}", exc.fix) from None

@@ -110,6 +110,17 @@ def test_hostile_file_exits_2_with_one_line(command: str, variant: str,
 
 # Issue 34: a file of another kind given as records said "record format None is not 1:
 # re-record with this version of counterd" or "record format 'counterd-microbench' is not 1".
+def test_a_report_given_as_records_is_named(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "report.json"
+    f.write_text('{\n  "format": 2,\n  "supersteps": []\n}\n')
+    assert counterd_cli.main(["report", "--records", str(f)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"counterd report: {f}: one JSON document over several lines (a counterd "
+                   "report --json output?), not the records counterd record writes, one per "
+                   "line: give the records `counterd record --out FILE` writes"), err
+
+
 @pytest.mark.parametrize("kind", ["other tool", "microbench results", "newer records"])
 @pytest.mark.parametrize("command", ["counterd report --records F", "predict --counters F"])
 def test_a_file_of_another_kind_is_named_with_what_to_do(kind: str, command: str,
