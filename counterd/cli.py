@@ -121,6 +121,9 @@ def _report_options(p: argparse.ArgumentParser) -> None:
                    help="output format (default: text, or from the --out suffix)")
     p.add_argument("--out", type=Path, default=None, help="write here instead of stdout")
     p.add_argument("--json", action="store_true", help="same as --format json")
+    p.add_argument("--verbose", "-v", action="store_true",
+                   help="text and HTML: show every flag of a row, also those that only say "
+                   "where its numbers come from (the JSON and CSV always have them)")
 
 
 _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
@@ -383,7 +386,7 @@ def _report(args: argparse.Namespace) -> int:
             args, lambda sock: query.records_via_daemon(sock, args.run, args.uid),
             lambda path: query.records_from_store(path, args.run, args.uid))
     rep = report.build(records, predict=predict, prediction_note=why, source=source)
-    text = report.render(rep, fmt)
+    text = report.render(rep, fmt, verbose=args.verbose)
     if args.out is not None:
         atomic_write_text(args.out, text)
         print(f"counterd report: wrote {args.out} ({fmt})", file=sys.stderr)

@@ -49,9 +49,12 @@ FLAGS = {
 
 _KNOWN_FLAGS = frozenset(FLAGS)
 
-# Flags that describe provenance rather than a problem with the superstep.
+# Flags that describe provenance rather than a reason to doubt the superstep's numbers: not
+# counted as flagged by counterd record, shown by counterd report's text and HTML only with
+# --verbose (always in its JSON and CSV). A processor that migrated between CPUs took its
+# counters with it (they follow the thread), so "migrated" is one of them (issue 34).
 INFO_FLAGS = frozenset({"unsupported_counters", "whole_command", "counters_from_separate_run",
-                        "cpu_features_hidden", "sampled"})
+                        "cpu_features_hidden", "sampled", "migrated"})
 
 Param = int | float | str | bool
 

@@ -16,9 +16,14 @@ from counterd.report.model import (
 from counterd.report.text import render_csv, render_json, render_runs, render_text
 
 
-def render(report: Report, fmt: str) -> str:
-    renderers = {"text": render_text, "json": render_json, "csv": render_csv,
-                 "html": render_html}
+def render(report: Report, fmt: str, *, verbose: bool = False) -> str:
+    """``report`` in format ``fmt``. ``verbose``: the text and HTML show every flag of a row,
+    not only those that change what to believe about it (JSON and CSV always have all)."""
+    if fmt == "text":
+        return render_text(report, verbose=verbose)
+    if fmt == "html":
+        return render_html(report, verbose=verbose)
+    renderers = {"json": render_json, "csv": render_csv}
     if fmt not in renderers:
         raise BadInput(f"unknown report format {fmt!r}", "choose text, json, csv or html")
     return renderers[fmt](report)

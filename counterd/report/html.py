@@ -9,14 +9,14 @@ import re
 from counterd import units
 from counterd.events import BY_NAME
 from counterd.prediction import TERM_MEANING, TERMS
-from counterd.records import INFO_FLAGS
 from counterd.report.model import (
-    REPORT_FLAGS,
     SKEW_FLOOR_NS,
     SKEW_SHARE,
     START_SKEW,
     Report,
     StepRow,
+    flag_meaning,
+    flags_legend,
 )
 from counterd.report.svg import (
     _FONT,
@@ -99,7 +99,7 @@ def _step_cells(r: StepRow) -> list[str]:
     return [_td(str(r.index)), _td(_esc(r.name), "l name")]
 
 
-def _steps_table(rep: Report) -> str:
+def _steps_table(rep: Report, verbose: bool = False) -> str:
     head = [_th("#"), _th("superstep", cls="l"), _th("p", "processors"),
             _th("work", "s, slowest processor", title="the slowest processor's own time: "
                 "what F predicts"),
@@ -138,8 +138,8 @@ def _steps_table(rep: Report) -> str:
             cells.append(_td("-" if share is None else f"{share:.1%}",
                              "flag" if rep.markers_over(r) else ""))
         cells.append(_td(", ".join(
-            f'<span title="{_esc(REPORT_FLAGS[f])}">{_esc(f)}</span>' if f in REPORT_FLAGS
-            else _esc(f) for f in sorted(r.all_flags - INFO_FLAGS)), "l flag"))
+            f'<span title="{_esc(flag_meaning(f))}">{_esc(f)}</span>'
+            for f in r.shown_flags(verbose)), "l flag"))
         body.append(cells)
     return _table(head, body)
 
@@ -207,7 +207,19 @@ def _banner(rep: Report) -> str:
             f'Times are measured.</div>')
 
 
-def render_html(rep: Report) -> str:
+def _flags_legend(rep: Report, verbose: bool) -> str:
+    """The flags the table shows, each in plain words, and those it leaves out."""
+    legend, hidden = flags_legend(rep.rows, verbose)
+    items = "".join(f"<dt><code>{_esc(f)}</code></dt><dd>{_esc(m)}</dd>" for f, m in legend)
+    out = f'<dl class="note">{items}</dl>' if items else ""
+    if hidden:
+        out += (f'<p class="note">Not shown, as they say where the numbers come from '
+                f'(<code>counterd report --verbose</code> shows and explains them; the JSON '
+                f'always has them): {_esc(", ".join(hidden))}.</p>')
+    return out
+
+
+def render_html(rep: Report, *, verbose: bool = False) -> str:
     rows = rep.rows
     times = [r.time_ns for r in rows if r.time_ns is not None]
     summary, worst, rated = rep.error_summary(), rep.worst_error(), rep.error_summary(rated=True)
@@ -286,7 +298,8 @@ F2: the bus shared by all processors; F3: the busiest memory bank (Amato et al.,
 performance on SMPs"). The full-colour bar is the term that sets F = max(F1, F2, F3).</p>
 </section>
 <section><h2>Supersteps</h2>
-{_steps_table(rep)}
+{_steps_table(rep, verbose)}
+{_flags_legend(rep, verbose)}
 <p class="note">Work: the slowest processor's own time; span: max end minus min begin over the
 processors (the work plus at most the start skew); start skew: the last processor's begin minus
 the first one's, in orange where it is flagged <code>{START_SKEW}</code> (over

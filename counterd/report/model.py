@@ -49,7 +49,7 @@ from counterd import units
 from counterd.errors import BadInput
 from counterd.events import NAMES, CounterValue, Source
 from counterd.prediction import NO_PREDICTION_REASONS, PredictFn, Prediction, error_ratio
-from counterd.records import SuperstepRecord
+from counterd.records import FLAGS, INFO_FLAGS, SuperstepRecord
 
 # A superstep's start skew is flagged when it is over this share of the superstep's work ...
 SKEW_SHARE = 0.25
@@ -64,6 +64,26 @@ REPORT_FLAGS = {
                 "holds up to that much waiting for the late ones, which is not the superstep's "
                 "cost; E compares F with the work",
 }
+
+
+def flag_meaning(flag: str) -> str:
+    """A flag in plain words (the records' :data:`counterd.records.FLAGS`, the report's
+    :data:`REPORT_FLAGS`)."""
+    return REPORT_FLAGS.get(flag) or FLAGS.get(flag) or flag
+
+
+def flags_legend(rows: Iterable[StepRow], verbose: bool = False
+                 ) -> tuple[list[tuple[str, str]], list[str]]:
+    """(flag, meaning) of each flag the rows show (:meth:`StepRow.shown_flags`), and the
+    flags left out without ``verbose`` (with the number of rows that carry each)."""
+    shown: set[str] = set()
+    hidden: dict[str, int] = defaultdict(int)
+    for r in rows:
+        shown.update(r.shown_flags(verbose))
+        for f in r.all_flags - set(r.shown_flags(verbose)):
+            hidden[f] += 1
+    return ([(f, flag_meaning(f)) for f in sorted(shown)],
+            [f"{f} ({n})" for f, n in sorted(hidden.items())])
 
 
 @dataclass(frozen=True)
@@ -110,6 +130,12 @@ class StepRow:
     def all_flags(self) -> frozenset[str]:
         """The records' flags and the report's own (:data:`REPORT_FLAGS`)."""
         return (self.flags | {START_SKEW}) if self.skewed else self.flags
+
+    def shown_flags(self, verbose: bool = False) -> list[str]:
+        """The flags a reader of the text or HTML report sees on this row: those that change
+        what to believe about it; with ``verbose``, every one (:data:`INFO_FLAGS` describe
+        where the numbers come from, the legend says how)."""
+        return sorted(self.all_flags if verbose else self.all_flags - INFO_FLAGS)
 
     @property
     def marker_share(self) -> float | None:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from counterd.prediction import BOUNDS, TERMS
-from counterd.report.model import Report, StepRow
+from counterd.report.model import Report, StepRow, flags_legend
 from counterd.units import NS_PER_S, count, counter_text, seconds, si_name, si_value
 
 if TYPE_CHECKING:
@@ -43,7 +43,9 @@ def _marker_share(rep: Report, r: StepRow) -> str:
     return "-" if share is None else f"{share:.1%}" + (" !" if rep.markers_over(r) else "  ")
 
 
-def render_text(rep: Report) -> str:
+def render_text(rep: Report, *, verbose: bool = False) -> str:
+    """The report as text; a row's flags are those that change what to believe about it (all
+    of them with ``verbose``), explained below the table."""
     out = [f"counterd report: {rep.source}",
            f"runs {', '.join(rep.runs)}; hosts {', '.join(rep.hosts) or '-'}; "
            f"backends {', '.join(rep.backends)}; {len(rep.rows)} supersteps",
@@ -66,7 +68,14 @@ def render_text(rep: Report) -> str:
             + " ".join(f"{_time(p.terms_s[t] if p else None):>9}" for t in TERMS)
             + f" {_ratio(r.time_imbalance):>6}"
             + (f" {_marker_share(rep, r):>8}" if shares else "")
-            + f"  {','.join(sorted(r.all_flags))}")
+            + f"  {','.join(r.shown_flags(verbose))}")
+    legend, hidden = flags_legend(rep.rows, verbose)
+    if legend:
+        out.append("flags:")
+        out += [f"  {flag}: {meaning}" for flag, meaning in legend]
+    if hidden:
+        out.append("not shown, as they say where the numbers come from (--verbose shows and "
+                   "explains them): " + ", ".join(hidden))
     if note := rep.error_note():
         out.append(note)
     out.append("times: " + rep.TIMES)

@@ -346,3 +346,45 @@ def test_runs_without_a_daemon_says_what_it_read_and_exits_1_with_nothing_to_rea
     assert cli.main(["runs", "--config", str(cfg)]) == 0
     out, err = capsys.readouterr()
     assert "rep" in out and f"read its store {db} directly" in err
+
+
+def test_flags_shown_are_those_that_change_what_to_believe(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]
+                                                           ) -> None:
+    """Issue 34: every row of a Callgrind recording said
+    counters_from_separate_run,cpu_features_hidden,unsupported_counters, which says nothing to
+    a user. The text and HTML show a row's flags that change what to believe about it, each
+    explained in a legend; the rest are counted below it, shown with --verbose, and always in
+    the JSON and CSV."""
+    from dataclasses import replace
+
+    provenance = frozenset({"counters_from_separate_run", "cpu_features_hidden",
+                            "unsupported_counters", "migrated"})
+    recs = [replace(r, flags=provenance | ({"exception"} if r.index == 1 else set()))
+            for r in records()]
+    f = tmp_path / "run.jsonl"
+    write_jsonl(recs, f)
+    assert cli.main(["report", "--records", str(f)]) == 0
+    text = capsys.readouterr().out
+    rows = [line for line in text.splitlines() if line[:4].strip().isdigit()][:3]  # steps
+    assert [line.rstrip().endswith("exception") for line in rows] == [False, True, False]
+    assert not any(p in line for line in rows for p in provenance)
+    assert "  exception: the superstep's body raised an exception" in text
+    assert ("(--verbose shows and explains them): counters_from_separate_run (3), "
+            "cpu_features_hidden (3), migrated (3), unsupported_counters (3)") in text
+    assert cli.main(["report", "--records", str(f), "--verbose"]) == 0
+    verbose = capsys.readouterr().out
+    rows = [line for line in verbose.splitlines() if line[:4].strip().isdigit()][:3]
+    assert all(line.rstrip().endswith("counters_from_separate_run,cpu_features_hidden,migrated,"
+                                      "unsupported_counters") for line in rows[::2])
+    assert "  counters_from_separate_run: time from a timed run, counters from a separate " \
+           "counted run" in verbose and "--verbose shows" not in verbose
+    assert cli.main(["report", "--records", str(f), "--json"]) == 0
+    rows_json = json.loads(capsys.readouterr().out)["supersteps"]
+    assert all(provenance <= set(r["flags"]) for r in rows_json)
+    html = tmp_path / "r.html"
+    assert cli.main(["report", "--records", str(f), "--out", str(html)]) == 0
+    page = html.read_text()
+    assert "<dt><code>exception</code></dt><dd>the superstep&#x27;s body raised an " \
+           "exception</dd>" in page or "<dt><code>exception</code></dt>" in page
+    assert ">cpu_features_hidden<" not in page and "cpu_features_hidden (3)" in page
