@@ -696,6 +696,13 @@ def _forecast(a: argparse.Namespace) -> tuple[Any, str]:
             "assumptions": assumed}, "\n".join(lines)
 
 
+def _asks_pilot_help(args: Sequence[str]) -> bool:
+    """``predict --pilot --help`` (as ``predict --help`` says): argparse would take --help
+    for the command --pilot expects and fail (issue 34)."""
+    at = args.index("--pilot") if "--pilot" in args else -1
+    return at >= 0 and list(args[at + 1:at + 2]) in (["-h"], ["--help"])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--version"]:
@@ -712,6 +719,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             _forecast_parser().print_help(sys.stdout if args else sys.stderr)
             return 0 if args else 2
         elif any(x == "--pilot" or x.startswith("--pilot=") for x in args):
+            if _asks_pilot_help(args):
+                _pilot_parser().print_help(sys.stdout)
+                return 0
             a = _pilot_parser().parse_args(args)
             run = _pilot
         else:

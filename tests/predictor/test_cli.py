@@ -119,3 +119,22 @@ def test_bad_input(results, tmp_path, capsys):
 def test_profile_command(capsys):
     assert main(["profile", "sgi-power-challenge", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["machine"]["processors"] == 8
+
+
+def test_the_help_pointer_to_the_pilot_help_works(capsys):
+    """Issue 34: ``predict --help`` pointed to ``predict --pilot --help``, which failed with
+    "argument --pilot: expected one argument (see predict --pilot --help)"."""
+    assert main(["--help"]) == 0
+    pointer = re.search(r"\(([^()]*--pilot --help)\)", capsys.readouterr().out.replace("\n", " "))
+    assert pointer is not None
+    argv = pointer.group(1).split()[1:]
+    assert argv == ["--pilot", "--help"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("usage: predict --pilot") and "--sizes" in out and "--target" in out
+    assert err == ""
+    assert main(["--pilot", "-h"]) == 0
+    assert capsys.readouterr().out.startswith("usage: predict --pilot")
+    # --pilot without its command is still a usage error, pointing to the help that works
+    assert main(["--pilot"]) == 2
+    assert "expected one argument" in capsys.readouterr().err
