@@ -455,10 +455,9 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
 
     if hide:
         records = [replace(r, flags=r.flags | {"cpu_features_hidden"}) for r in records]
-    stopped_by = None
-    if chosen == "callgrind" and _stopping_signal(code) is not None:
+    stopped_by = _stopping_signal(code) if chosen == "callgrind" else None
+    if stopped_by is not None:
         # Ctrl-C or kill stopped the command: it is not run again, 20-100x slower.
-        stopped_by = _stopping_signal(code)
         if progress is not None:
             progress(f"not counting under callgrind: the command was stopped by "
                      f"{_signal_name(stopped_by)}")

@@ -617,3 +617,26 @@ def test_the_counted_run_does_not_repeat_the_commands_messages(tmp_path: Path) -
         proc.stderr
     [rec] = read_jsonl(out)
     assert "exception" in rec.flags
+
+
+@pytest.mark.callgrind
+@needs_valgrind
+def test_a_command_stopped_in_its_timed_run_is_not_run_again_under_callgrind(
+        tmp_path: Path) -> None:
+    """Stopped by a signal in the timed run, the command is not run a second time, 20-100x
+    slower: its records say they were not counted, and the recorder ends 128 + N."""
+    script = tmp_path / "stops.py"
+    script.write_text("import os, signal, counterd\nwith counterd.superstep('done'):\n"
+                      "    pass\nos.kill(os.getpid(), signal.SIGTERM)\n")
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "counterd.cli", "record", "--backend",
+                           "callgrind", "--out", str(out), "--", sys.executable, str(script)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 143, proc.stderr
+    assert "not counting under callgrind: the command was stopped by SIGTERM" in proc.stderr
+    assert "counting under callgrind: the command runs a second time" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        "; command killed by SIGTERM (exit 143)")
+    [done] = read_jsonl(out)
+    assert "counters_missing" in done.flags and "before its run under callgrind" in \
+        done.unsupported["*"]
