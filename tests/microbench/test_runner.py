@@ -158,7 +158,8 @@ def test_ranks_are_pinned_in_the_numa_layouts_order() -> None:
 
     a, b = sorted(os.sched_getaffinity(0))[:2]
     here = machine.current()
-    layout = dataclasses.replace(here.memory, nodes=machine.Sourced(
+    # (a machine file's [bank_map], under COUNTERD_MACHINE, would replace the derived one)
+    layout = dataclasses.replace(here.memory, declared_banks=None, nodes=machine.Sourced(
         (machine.NumaNode(0, (b,)), machine.NumaNode(1, (a,))), "declared", "test"))
     with machine.using(dataclasses.replace(here, memory=layout)):
         m = host_machine()
