@@ -28,8 +28,9 @@ Assumptions, said again in every :class:`Estimate`:
 * the run's processes share the CPUs with the other processes' work (the load average; none
   on a planned node): n of them beside a load of L on C CPUs go max(1, (L + n) / C) times
   slower, and the simulations of a chunk, one per CPU, slow each other down no further;
-* callgrind runs the compute program (a Python's start with numpy, the kernels)
-  :data:`CALLGRIND_SLOWDOWN` times slower than it runs natively.
+* callgrind runs the compute program's start (a Python with numpy and counterd, and what
+  the counted run adds besides the kernels) :data:`CALLGRIND_START` times slower than a
+  Python's start here, and its kernels :data:`CALLGRIND_WORK` times slower than natively.
 
 The estimate is for this host's speed: for a machine file describing another node
 (``microbench list --machine FILE``), the file's CPUs, caches and banks with this host's
@@ -61,11 +62,19 @@ from microbench.runner import RunConfig, WorkerPlan, WorkerPool
 ComputeBackend = Literal["none", "perf", "papi", "callgrind"]
 COMPUTE_BACKENDS: tuple[str, ...] = ("none", "perf", "papi", "callgrind")
 
-# Callgrind runs the compute program (Python, numpy and the kernels) this many times slower
-# than natively: fitted to its counted runs on the 2-CPU test host (Intel family 6 model 207,
-# valgrind 3.19, load average 3): 54 s for the quick set and 166 s for the full one, against
-# 0.21 s and 0.46 s natively (a Python's start with numpy, preparing, two repetitions).
-CALLGRIND_SLOWDOWN = 300.0
+# Callgrind's counted run of the compute program, in two parts that it slows down unequally
+# (measured on the 2-CPU test host, Intel family 6 model 207, valgrind 3.19, with the
+# backend's options: cache, write-back and branch simulation, a dump per superstep):
+# * the program's start, priced per second of a Python's start here (0.09-0.14 s with numpy
+#   and counterd): importing numpy and counterd under it took 19.9 s, the program's own
+#   imports 27.4 s, and its whole counted run with only the empty kernel 41.7 s (imports,
+#   the dumps, the record reading them): about 400 times the start;
+# * the kernels (preparing the inputs, two repetitions): the full set's counted run took
+#   141 s and the quick one's 55 s, their kernels natively 0.28 s and 0.04 s: (141 - 55) /
+#   0.24 = 358 times. One factor of 300 for both priced the full set at 123 s against 141 s
+#   real; the quick set at 77 s against 55-62 s, its kernels probed cold (one repetition).
+CALLGRIND_START = 400.0
+CALLGRIND_WORK = 360.0
 # Repetitions of the compute patterns' timed run (microbench.compute.measure's default).
 COMPUTE_REPS = 11
 # The probe's memory span: twice the last level where that is smaller. Memory patterns span
@@ -364,7 +373,7 @@ def compute_cost(backend: str, quick: bool, speeds: Speeds) -> float:
     timed = speeds.python_start_s + prepare + COMPUTE_REPS * rep
     if backend != "callgrind":
         return timed
-    return timed + CALLGRIND_SLOWDOWN * (speeds.python_start_s + prepare + 2 * rep)
+    return timed + CALLGRIND_START * speeds.python_start_s + CALLGRIND_WORK * (prepare + 2 * rep)
 
 
 ASSUMPTIONS = (
@@ -374,7 +383,8 @@ ASSUMPTIONS = (
     "this host's load average per CPU says (not at all on a planned node)",
     "the run's processes share the CPUs with the load average's other work (none on a "
     "planned node); a chunk's simulations run one per CPU",
-    f"callgrind runs the compute program {CALLGRIND_SLOWDOWN:g} times slower than natively",
+    f"callgrind runs the compute program's start {CALLGRIND_START:g} times slower than a "
+    f"Python's start here, its kernels {CALLGRIND_WORK:g} times slower than natively",
 )
 
 
@@ -565,9 +575,9 @@ def _pool_times(machine: Machine) -> tuple[float, float, float]:
 
 def _python_start_s() -> float:
     """Starting a Python that imports numpy and counterd, as the compute program does (the
-    better of two: callgrind multiplies it by CALLGRIND_SLOWDOWN)."""
+    best of three: callgrind's estimate multiplies it by CALLGRIND_START)."""
     best = math.inf
-    for _ in range(2):
+    for _ in range(3):
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-c", "import numpy, counterd"], check=False,
                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -578,7 +588,8 @@ def _python_start_s() -> float:
 
 def _compute_times() -> tuple[float, float, float]:
     """(one quick repetition, one full repetition, preparing the quick inputs) of the compute
-    kernels, in this process; the full set scaled by its sizes."""
+    kernels, in this process; the full set scaled by its sizes. A repetition is the faster of
+    two (one cold repetition alone read 0.017-0.051 s for the quick set on the test host)."""
     from microbench import compute
 
     rng = np.random.default_rng(0)
@@ -588,12 +599,15 @@ def _compute_times() -> tuple[float, float, float]:
         t0 = time.perf_counter()
         states = [spec.prepare(n, rng) for n in sizes]
         t1 = time.perf_counter()
-        for st in states:
-            spec.run(st)
-        t2 = time.perf_counter()
+        best = math.inf
+        for _ in range(2):
+            t2 = time.perf_counter()
+            for st in states:
+                spec.run(st)
+            best = min(best, time.perf_counter() - t2)
         prepare += t1 - t0
-        quick += t2 - t1
-        full += (t2 - t1) * sum(compute.sizes(spec, False)) / sum(sizes)
+        quick += best
+        full += best * sum(compute.sizes(spec, False)) / sum(sizes)
     return quick, full, prepare
 
 
@@ -669,7 +683,8 @@ def totals_by(est: Estimate, key: Iterable[str]) -> dict[str, float]:
     return out
 
 
-__all__ = ["ASSUMPTIONS", "CALLGRIND_SLOWDOWN", "COMPUTE_BACKENDS", "COMPUTE_REPS", "Estimate",
+__all__ = ["ASSUMPTIONS", "CALLGRIND_START", "CALLGRIND_WORK", "COMPUTE_BACKENDS", "COMPUTE_REPS",
+           "Estimate",
            "PatternCost", "Speeds", "chunks", "compute_cost", "describe", "estimate",
            "run_order",
            "fmt_duration", "level_keys", "probe", "process_age_s", "simulation_cost",

@@ -24,12 +24,16 @@ from microbench.counters import (
     translation_period,
 )
 from microbench.estimate import (
+    CALLGRIND_START,
+    CALLGRIND_WORK,
+    COMPUTE_REPS,
     FAR_LINES,
     NEAR_LINES,
     PROBE_MEM_BYTES,
     Speeds,
     _spans,
     chunks,
+    compute_cost,
     estimate,
     level_keys,
     probe,
@@ -258,6 +262,27 @@ def test_compute_patterns_by_backend() -> None:
     assert by["none"] == 0 < by["perf"] < by["callgrind"]
     full = estimate(pats, m, sp, cfg=NORMAL, compute_backend="perf").compute_s
     assert full > by["perf"]
+
+
+def test_callgrind_prices_the_start_and_the_kernels_apart() -> None:
+    sp = speeds(node(2, SMALL))
+    base = compute_cost("callgrind", True, sp)
+    # A second more of a Python's start: the timed run's start, and CALLGRIND_START under
+    # callgrind.
+    slower_start = dataclasses.replace(sp, python_start_s=sp.python_start_s + 1.0)
+    assert compute_cost("callgrind", True, slower_start) - base == pytest.approx(
+        1.0 + CALLGRIND_START)
+    # A second more of one quick repetition: COMPUTE_REPS of them timed, two counted under
+    # callgrind.
+    slower = dataclasses.replace(sp, compute_quick_s=sp.compute_quick_s + 1.0)
+    want = COMPUTE_REPS + 2 * CALLGRIND_WORK
+    assert compute_cost("callgrind", True, slower) - base == pytest.approx(want)
+    # A second more of preparing the inputs: once timed, once counted.
+    prep = dataclasses.replace(sp, compute_prepare_s=sp.compute_prepare_s + 1.0)
+    assert compute_cost("callgrind", True, prep) - base == pytest.approx(1 + CALLGRIND_WORK)
+    # The full set at its own repetition time, the start the same.
+    assert compute_cost("callgrind", False, sp) > base
+    assert CALLGRIND_START > 1 and CALLGRIND_WORK > 1
 
 
 def test_probe_measures_this_host() -> None:
