@@ -75,6 +75,11 @@ def main() -> int:
     print(host_line())
     if os.environ.get("PYTHONDONTWRITEBYTECODE"):
         print("PYTHONDONTWRITEBYTECODE is set: every module a process imports is compiled anew")
+    # This tree's bytecode compiled as the revision's is (export_revision): with
+    # PYTHONDONTWRITEBYTECODE a module edited since its last compile is compiled again in every
+    # spawned worker, before its first barrier, and only on this tree's side.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "counterd")],
+                   check=True, stdout=subprocess.DEVNULL)
     base = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERD_")}
     base["COUNTERD_SOCKET"] = "off"
     hows = [h for h in a.how.split(",") if h != "mpi" or MPIEXEC.exists()]
