@@ -42,9 +42,25 @@ def _perf_usable() -> str | None:
     return None if res.backend is not None else res.reason
 
 
+# Where the recorded programs keep their bytecode (set once per module): a process imports
+# counterd compiled, as from an installed copy. With PYTHONDONTWRITEBYTECODE in the test's
+# environment a module edited since its last compile was compiled anew in every spawned worker
+# before its first barrier (tens of milliseconds of CPU that a loaded host's scheduler then
+# charges at the barrier's release).
+_PYCACHE: list[Path] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _bytecode(tmp_path_factory: pytest.TempPathFactory) -> None:
+    _PYCACHE[:] = [tmp_path_factory.mktemp("pycache")]
+
+
 def _record(cmd: list[str], out: Path, env_init: str | None = None) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERD_")}
     env["COUNTERD_SOCKET"] = "off"
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if _PYCACHE:
+        env["PYTHONPYCACHEPREFIX"] = str(_PYCACHE[0])
     if env_init is not None:
         env["COUNTERD_INIT"] = env_init
     subprocess.run([sys.executable, "-m", "counterd.cli", "record", "--backend", "perf",
