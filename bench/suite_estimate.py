@@ -37,6 +37,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from _host import guarded, host_line  # noqa: E402
 
+from microbench.estimate import expected_attempts  # noqa: E402
+
 BIN = Path(sys.executable).parent
 MACHINES = ROOT / "bench" / "machines"
 NODE16_RESULTS = ROOT.parent / "shared" / "data" / "node16" / "microbench-all-quick.json"
@@ -126,7 +128,7 @@ def compare(label: str, args: list[str], work: Path) -> dict[str, Any]:
         print(f"   {name:26} {_fmt(e):>10} {_fmt(r):>10} {_err(e, r):>7}")
     attempts = [p["load"]["attempts"] for p in doc["patterns"]]
     print(f"   attempts per pattern: mean {sum(attempts) / len(attempts):.2f} (estimated "
-          f"{1 + 2 * listed['speeds']['disturbed']:.2f})")
+          f"{expected_attempts(2, listed['speeds']['disturbed']):.2f})")
     by_group(doc)
     return {"label": label, "estimate_s": listed["estimate"]["total_s"],
             "run_estimate_s": own["total_s"], "real_s": real}

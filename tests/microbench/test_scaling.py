@@ -35,6 +35,7 @@ from microbench.estimate import (
     chunks,
     compute_cost,
     estimate,
+    expected_attempts,
     level_keys,
     probe,
     run_order,
@@ -479,3 +480,15 @@ def test_the_probe_sweeps_each_level_as_its_patterns_span_it(spec: str) -> None:
     mem_span, mem_stride = spans["mem"]
     assert mem_span == min(2 * levels[-1].size_bytes, PROBE_MEM_BYTES)
     assert mem_stride * 8 == NEAR_LINES * levels[0].line_bytes
+
+
+@pytest.mark.parametrize("d", [0.0, 0.2, 0.5, 0.9, 1.0])
+def test_retries_come_only_after_disturbed_attempts(d: float) -> None:
+    # run_settled measures again only while every attempt so far was disturbed.
+    assert expected_attempts(0, d) == 1
+    assert expected_attempts(2, d) == pytest.approx(1 + d + d * d)
+    assert 1 <= expected_attempts(2, d) <= 1 + 2 * d
+    m = node(2, SMALL)
+    p = catalogue(m, "table1", procs=[1], min_accesses=1 << 12)[0]
+    cfg = dataclasses.replace(QUICK, retries=2)
+    assert timing_cost(p, m, speeds(m, disturbed=d), cfg)[1] == pytest.approx(1 + d + d * d)
