@@ -492,3 +492,22 @@ def test_retries_come_only_after_disturbed_attempts(d: float) -> None:
     p = catalogue(m, "table1", procs=[1], min_accesses=1 << 12)[0]
     cfg = dataclasses.replace(QUICK, retries=2)
     assert timing_cost(p, m, speeds(m, disturbed=d), cfg)[1] == pytest.approx(1 + d + d * d)
+
+
+def test_the_load_disturbs_a_share_of_the_measurements(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    m = host_machine(Geometry.from_spec(SMALL))
+    cpus = os.cpu_count() or 1
+    shares = {}
+    for load in (0.0, cpus / 2, float(cpus), 4.0 * cpus):
+        monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
+        sp = probe(m, compute=False)
+        assert sp.others == load
+        shares[load] = sp.disturbed
+    assert shares[0.0] == 0.0
+    assert shares[float(cpus)] == pytest.approx(1 - math.exp(-1))
+    assert list(shares.values()) == sorted(shares.values())
+    assert shares[4.0 * cpus] < 1.0
+    # A planned node is not this host: its load says nothing.
+    assert probe(m, compute=False, planned=True).disturbed == 0.0
