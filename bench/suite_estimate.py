@@ -4,9 +4,12 @@ On this host: ``microbench list`` is asked for its estimate, then the same selec
 with ``microbench run`` (which probes again and keeps its own estimate in the results file,
 beside what each step took; kept in out/suite-estimate/), and the table shows the estimates,
 the real wall time of the command and the relative error ``(estimate - real) / real``; the
-steps (start-up, timing, simulation, compute patterns) are compared the same way. Runs: the
-quick suite, and a subset of the full one (``--full-procs``: the full suite on these
-processor counts; ``all`` runs it whole, about ten minutes on 2 CPUs).
+steps (start-up, timing, simulation, compute patterns) are compared the same way, and per
+group of patterns (level, processors, coherent simulation) the run's own per-pattern
+estimate against what each pattern's timing and simulation took. Runs, for each of
+``--compute-backends`` (default auto, as ``make demo`` runs it): the quick suite, and a
+subset of the full one (``--full-procs``: the full suite on these processor counts; ``all``
+runs it whole, about 13 minutes on 2 CPUs; ``none``: no full run).
 
 Then, from machine files (bench/machines: the 16-CPU node of issue 35, a 2-socket 64-CPU
 node, a 128-CPU node), the estimates of the quick and the full suite on each node at this
