@@ -330,6 +330,22 @@ def test_an_extra_that_grows_with_n_is_extrapolated_and_said():
     assert any("grows with n" in note and "0:x" in note for note in fc.notes)
 
 
+def test_an_extra_growing_faster_than_the_work_is_capped_at_the_works_growth():
+    """Medians that a cubic fits (1, 8, 27, 64 us at n = 1..4e5) while the work grows 2.5x
+    from the largest pilot to the target: the extra is extrapolated (it grows), but no
+    faster than the work, and says so; without the work's growth the cubic stands."""
+    sizes = [1e5, 2e5, 3e5, 4e5]
+    ns = [n for n in sizes for _ in range(5)]
+    xs = [(n / 1e5) ** 3 * 1e-6 * (1 + 0.01 * k) for n in sizes for k in range(5)]
+    free, grows = pilot.extrapolate_extra(ns, xs, 1e6)
+    assert grows and free.value > 10 * 64e-6  # the cubic: about 1000 us at 1e6
+    capped, grows = pilot.extrapolate_extra(ns, xs, 1e6, work_growth=2.5)
+    median_at_largest = float(np.median(xs[-5:]))
+    assert grows and capped.value == pytest.approx(median_at_largest * 2.5)
+    assert capped.lower <= capped.value <= capped.upper
+    assert "grows no faster than the work" in capped.how
+
+
 def test_a_trend_in_the_tails_alone_does_not_scale_the_extra():
     """Every pilot size has the same median extra (1 ms) while its low and high runs move up
     with n: Kendall's tau sees a trend, but no growth model of the medians grows, so the extra
