@@ -150,14 +150,23 @@ def format_cpulist(cpus: Iterable[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
+# The largest CPU id a cpu list may name: Linux's NR_CPUS is at most 8192 today. A list beyond
+# it is garbage, and expanding "0-4000000000" would take the memory of four billion ints.
+MAX_CPU_ID = 65535
+
+
 def parse_cpulist(cpulist: str) -> tuple[int, ...]:
-    """sysfs cpu list ``"0-3,8"`` -> (0, 1, 2, 3, 8)."""
+    """sysfs cpu list ``"0-3,8"`` -> (0, 1, 2, 3, 8). ValueError for anything else, for a range
+    running backwards and for a CPU id over :data:`MAX_CPU_ID`."""
     cpus: list[int] = []
     for part in cpulist.strip().split(","):
         if not part:
             continue
-        lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
+        lo_text, dash, hi_text = part.partition("-")
+        lo, hi = int(lo_text), int(hi_text if dash else lo_text)
+        if not 0 <= lo <= hi <= MAX_CPU_ID:
+            raise ValueError(f"CPU range {part!r} is not within 0-{MAX_CPU_ID}")
+        cpus.extend(range(lo, hi + 1))
     return tuple(cpus)
 
 
@@ -950,7 +959,7 @@ def _numa_nodes(v: Any) -> tuple[NumaNode, ...]:
         elif isinstance(item, list) and all(isinstance(x, int) and not isinstance(x, bool)
                                             for x in item):
             cpus = tuple(item)
-        if cpus is None or any(c < 0 for c in cpus):
+        if cpus is None or any(not 0 <= c <= MAX_CPU_ID for c in cpus):
             raise _FileError(f"memory.numa_nodes: node {k} = {item!r:.60} is not a CPU list", fix)
         if not cpus:
             raise _FileError(f"memory.numa_nodes: node {k} has no CPUs",

@@ -270,6 +270,12 @@ BAD = {
                     "cpus_online = 6"),
     "nodes_type": (HEAD2 + HOST4 + "\n[memory]\nnuma_nodes = [4]\n",
                    "memory.numa_nodes: node 0 = 4 is not a CPU list", 'numa_nodes = ["0-31"'),
+    # a range that would expand to four billion CPUs: refused, not a MemoryError
+    "nodes_huge": (HEAD2 + HOST4 + '\n[memory]\nnuma_nodes = ["0-4000000000"]\n',
+                   "memory.numa_nodes: node 0 = '0-4000000000' is not a CPU list",
+                   'numa_nodes = ["0-31"'),
+    "nodes_huge_ids": (HEAD2 + HOST4 + "\n[memory]\nnuma_nodes = [[0, 1, 2, 99999999]]\n",
+                       "is not a CPU list", 'numa_nodes = ["0-31"'),
     "nodes_empty": (HEAD2 + HOST4 + '\n[memory]\nnuma_nodes = ["0-3", ""]\n',
                     "memory.numa_nodes: node 1 has no CPUs", "list only the NUMA nodes"),
     "banks_twice": (HEAD2 + "\n[memory]\nchannels_per_node = 8\n"
@@ -477,3 +483,10 @@ def test_probe_says_what_was_read_declared_and_assumed(tmp_path: Path) -> None:
 def test_cpulist_round_trip() -> None:
     for text in ("0", "0-3,8", "0-1,4-5,7", "2,4,6"):
         assert machine.format_cpulist(machine.parse_cpulist(text)) == text
+
+
+@pytest.mark.parametrize("text", ["0-4000000000", "3-1", "-1", f"0-{machine.MAX_CPU_ID + 1}",
+                                  "x", "0-"])
+def test_a_cpulist_beyond_any_machine_or_malformed_is_a_value_error(text: str) -> None:
+    with pytest.raises(ValueError):
+        machine.parse_cpulist(text)
