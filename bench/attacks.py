@@ -1371,7 +1371,8 @@ def _valid_inputs(lab: Lab) -> None:
            "--out", str(files["profile.toml"]), "--force"])
     files["resume.json"] = lab.tmp / "resume.json"
     _make(["-m", "microbench.cli", "run", "--quick", "--backend", "sim", "--procs", "1",
-           "--strides", "1", "--suite", "table1", "--out", str(files["resume.json"])])
+           "--strides", "1", "--suite", "table1", "--compute-backend", "none", "--out",
+           str(files["resume.json"])])
     t = 10_000
     recs = [SuperstepRecord(run_id="files", index=i, name="s", rank=r, pid=100 + r, cpu=r,
                             begin_ns=t * i, end_ns=t * i + 5000,
@@ -1500,7 +1501,8 @@ def _commands(lab: Lab) -> dict[str, tuple[str, list[str], frozenset[str]]]:
         "microbench show": ("resume", [*m, "show", "FILE"], frozenset()),
         "microbench run --resume": ("resume", [*m, "run", "--quick", "--backend", "sim",
                                                "--procs", "1", "--strides", "1", "--suite",
-                                               "table1", "--resume", "--out", "FILE"],
+                                               "table1", "--compute-backend", "none",
+                                               "--resume", "--out", "FILE"],
                                     frozenset({"empty"})),
         "predict --profile": ("profile", [*p, "--profile", "FILE", "--counters",
                                           str(f["records.jsonl"])], frozenset()),

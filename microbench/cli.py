@@ -11,6 +11,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from counterd.cliutil import VersionAction, closed_pipe
@@ -28,7 +29,7 @@ from microbench.patterns import (
     planned_machine,
 )
 from microbench.runner import NORMAL, QUICK
-from microbench.suite import BACKENDS, run_suite
+from microbench.suite import BACKENDS, prior_document, run_suite
 
 QUICK_MIN_ACCESSES = 1 << 19
 
@@ -310,6 +311,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     pats = _patterns(args, machine)
     if not pats:
         raise BadInput("no pattern matches the selection", "see microbench list")
+    # the output file is checked before the estimate probes this host (seconds)
+    prior_document(Path(args.out), machine, suite=args.suite, force=args.force,
+                   resume=args.resume)
     t0 = time.monotonic()
     est, speeds = _estimate(args, machine, pats)
     doc = run_suite(machine, pats, args.out, suite=args.suite, cfg=QUICK if args.quick else NORMAL,

@@ -162,6 +162,27 @@ def _record(p: Pattern, machine: Machine, timing: PatternTiming,
         load=load, sim=sim_meta, wall_s=timing.wall_ns / 1e9)
 
 
+def prior_document(out: Path, machine: Machine, *, suite: str, force: bool, resume: bool
+                   ) -> dict[str, Any] | None:
+    """The finished part of ``out`` to resume from, or None to start afresh; BadInput for an
+    ``out`` that cannot be written or resumed. Cheap, so that a command checks it before any
+    measuring (a bad --resume file is refused at once, not after the run's estimate)."""
+    if out.is_dir():
+        raise BadInput(f"{out} is a directory", "give a file name for --out")
+    if out.exists() and resume:
+        doc = results.load(out)
+        if doc.get("suite") != suite or doc["geometry"]["spec"] != machine.geometry.spec():
+            raise BadInput(f"{out} holds suite {doc.get('suite')!r} on "
+                           f"{doc['geometry']['spec']}, not {suite!r} on "
+                           f"{machine.geometry.spec()}",
+                           "resume with the same --suite and geometry, or use --force")
+        return doc
+    if out.exists() and not force:
+        raise BadInput(f"{out} exists", "use --force to overwrite it, --resume to continue "
+                       "an interrupted run, or choose another --out")
+    return None
+
+
 def run_suite(machine: Machine, patterns: Sequence[Pattern], out: str | Path, *,
               suite: str, cfg: RunConfig = NORMAL, backend: str = "auto", force: bool = False,
               resume: bool = False, quick: bool = False, compute_backend: str = "auto",
@@ -185,22 +206,11 @@ def run_suite(machine: Machine, patterns: Sequence[Pattern], out: str | Path, *,
         raise BadInput(f"--compute-backend {compute_backend!r}",
                        "choose " + ", ".join(compute.BACKENDS))
     out = Path(out)
-    if out.is_dir():
-        raise BadInput(f"{out} is a directory", "give a file name for --out")
     t_start = time.monotonic()
     plan = resolve_backend(backend)
-    doc: dict[str, Any]
-    if out.exists() and resume:
-        doc = results.load(out)
-        if doc.get("suite") != suite or doc["geometry"]["spec"] != machine.geometry.spec():
-            raise BadInput(f"{out} holds suite {doc.get('suite')!r} on "
-                           f"{doc['geometry']['spec']}, not {suite!r} on "
-                           f"{machine.geometry.spec()}",
-                           "resume with the same --suite and geometry, or use --force")
-    elif out.exists() and not force:
-        raise BadInput(f"{out} exists", "use --force to overwrite it, --resume to continue "
-                       "an interrupted run, or choose another --out")
-    else:
+    doc: dict[str, Any] | None = prior_document(out, machine, suite=suite, force=force,
+                                                resume=resume)
+    if doc is None:
         config = {**asdict(cfg), "quick": quick, "counter_plan": asdict(plan)}
         notes = list(SIM_NOTES)
         host = host_metadata(machine.cpus)

@@ -47,6 +47,7 @@ Choices, each stated where a forecast is printed:
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -754,56 +755,61 @@ def pilot_run(n: float, counted: Sequence[Step], timed: Sequence[Sequence[Timing
     return PilotRun(float(n), steps, f"the run at {what}", spans, work)
 
 
+# Counting sources whose counts a run beside it cannot change: Callgrind simulates the
+# caches of its own process, sim those of the streams a superstep feeds, none counts nothing.
+# Their counted runs run side by side; perf's and PAPI's (a shared L3, one PMU) one at a time.
+SIDE_BY_SIDE = frozenset({"callgrind", "sim", "none"})
+
+
 def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
                  backend: str = "callgrind", workdir: Any, cpu_features: str = "native",
-                 progress: md.Progress = md.no_progress) -> list[PilotRun]:
+                 progress: md.Progress = md.no_progress, parallel: int | None = None
+                 ) -> list[PilotRun]:
     """At every size: ``repeat`` timed runs (markers only, ``--backend none``, run with
     ``cpu_features``, :data:`TIMING_FEATURES`) and one counted run (``backend``,
     :func:`counting_features`); records under ``workdir``. Progress says what runs and the
-    time left."""
+    time left.
+
+    The timed runs go first, one at a time (they are the times). The counted runs follow, up to
+    ``parallel`` at once (default: the CPUs this process may use) where ``backend`` is in
+    :data:`SIDE_BY_SIDE`, else one at a time: under Callgrind each takes 20-100 times the
+    program's time, and nothing of theirs is timed."""
     import time
+    from concurrent.futures import ThreadPoolExecutor
     from pathlib import Path
 
     if repeat < 1:
         raise BadInput(f"--repeat {repeat}", "give 1 or more")
     counting = counting_features(cpu_features)
     work = Path(workdir)
-    runs = []
-    spent = {"timed": [0.0, 0], "counted": [0.0, 0]}  # seconds, runs
-
-    def left(i: int, timed_done: int) -> str:
-        """Time left: each kind of run at its mean so far, scaled by size (runs grow with n;
-        linear scaling is the cautious guess)."""
-        est = 0.0
-        for kind, count in (("timed", repeat), ("counted", 1)):
-            s_, k_ = spent[kind]
-            if not k_:
-                return ""
-            per_n = s_ / k_ / float(np.mean(sizes[:i + 1]))
-            todo = [(m, count) for m in sizes[i + 1:]]
-            if kind == "timed":
-                todo.append((sizes[i], repeat - timed_done))
-            est += sum(per_n * m * c for m, c in todo)
-        return f", about {est:.0f} s left"
-
+    timed: list[list[list[Timing]]] = []
+    t0, sized = time.monotonic(), 0.0  # seconds over the sizes run: runs grow with n
     for i, n in enumerate(sizes):
-        timed = []
+        timed.append([])
         for r in range(repeat):
-            progress(f"n = {_size_text(n)}: timed run {r + 1}/{repeat}{left(i, r)}")
-            t1 = time.monotonic()
-            timed.append(record_timed(template, n, record_path(work, "timed", n, r),
-                                      what=f"timed pilot run {r + 1}",
-                                      cpu_features=cpu_features))
-            spent["timed"][0] += time.monotonic() - t1
-            spent["timed"][1] += 1
-        progress(f"n = {_size_text(n)}: counted run ({backend}){left(i, repeat)}")
-        t1 = time.monotonic()
-        counted = record_run(template, n, backend, record_path(work, "counted", n),
-                             what=f"counted pilot run ({backend})", cpu_features=counting)
-        spent["counted"][0] += time.monotonic() - t1
-        spent["counted"][1] += 1
-        runs.append(pilot_run(n, counted, timed))
-    return runs
+            rest = n * (repeat - r) + repeat * sum(sizes[i + 1:])
+            left = (f", about {(time.monotonic() - t0) / sized * rest:.0f} s left of the "
+                    "timed runs") if sized else ""
+            progress(f"n = {_size_text(n)}: timed run {r + 1}/{repeat}{left}")
+            timed[i].append(record_timed(template, n, record_path(work, "timed", n, r),
+                                         what=f"timed pilot run {r + 1}",
+                                         cpu_features=cpu_features))
+            sized += n
+    width = 1
+    if backend in SIDE_BY_SIDE:
+        width = max(1, min(len(sizes), parallel or len(os.sched_getaffinity(0))))
+    progress(f"counted runs ({backend}) at n = {', '.join(map(_size_text, sizes))}"
+             + (f", {width} at a time" if width > 1 else ""))
+
+    def counted(n: float) -> list[Step]:
+        steps = record_run(template, n, backend, record_path(work, "counted", n),
+                           what=f"counted pilot run ({backend})", cpu_features=counting)
+        progress(f"n = {_size_text(n)}: counted run ({backend}) done")
+        return steps
+
+    with ThreadPoolExecutor(max_workers=width) as pool:
+        counts = list(pool.map(counted, sizes))
+    return [pilot_run(n, c, t) for n, c, t in zip(sizes, counts, timed, strict=True)]
 
 
 def measure_target(template: str, target: float, *, repeat: int, workdir: Any,

@@ -103,6 +103,32 @@ def test_interrupted_run_keeps_finished_patterns_and_resumes(tmp_path: Path) -> 
     assert doc["patterns"][0] == partial["patterns"][0]  # kept, not rerun
 
 
+@pytest.mark.parametrize("content, resume, message", [
+    ("", True, "not usable JSON"),
+    ('{"format": "counterd-records"}', True, "microbench"),
+    ("{}", False, "exists"),
+])
+def test_cli_refuses_its_out_file_before_probing_the_host(
+        content: str, resume: bool, message: str, tmp_path: Path, monkeypatch: Any,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An --out that cannot be resumed or overwritten is one line and exit 2 at once: the
+    run's estimate (seconds of probing this host) is never started for it."""
+    import microbench.cli as cli
+
+    def no_probe(*a: Any, **k: Any) -> Any:
+        raise AssertionError("the host was probed before --out was checked")
+
+    monkeypatch.setattr(cli, "probe", no_probe)
+    out = tmp_path / "r.json"
+    out.write_text(content)
+    argv = ["run", "--quick", "--backend", "sim", "--procs", "1", "--strides", "1",
+            "--suite", "table1", "--compute-backend", "none", "--out", str(out)]
+    assert main([*argv, *(["--resume"] if resume else [])]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert out.read_text() == content  # nothing lost
+
+
 @pytest.mark.parametrize("argv,message", [
     (["list", "--suite", "bogus"], "invalid choice"),
     (["run", "--procs", "1,999", "--out", "X"], "999 processors"),

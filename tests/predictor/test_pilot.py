@@ -690,9 +690,12 @@ def test_cli_pilot_times_natively_unless_told_and_says_which(tmp_path, capsys, m
     assert rc == 0, out.err
     assert json.loads(out.out)["cpu_features"] == timed
     kinds = [_features(c) for c in seen]
-    # per size a timed run then a counted run; then the checking run at the target
-    assert kinds == [("none", timed), ("callgrind", counted)] * 3 + [("none", timed)]
-    assert [c[-1] for c in seen] == ["2000", "2000", "4000", "4000", "8000", "8000", "16000"]
+    # the timed run at each size; the counted runs (side by side: in any order); then the
+    # checking run at the target
+    assert kinds == [("none", timed)] * 3 + [("callgrind", counted)] * 3 + [("none", timed)]
+    sizes = [c[-1] for c in seen]
+    assert sizes[:3] == ["2000", "4000", "8000"] and sorted(sizes[3:6]) == sizes[:3]
+    assert sizes[6:] == ["16000"]
 
 
 @pytest.mark.parametrize("mode, says", [
@@ -733,8 +736,46 @@ def test_pilot_timed_and_counted_features_without_callgrind(tmp_path, monkeypatc
         (tmp_path / mode).mkdir()
         pilot.run_campaign(prog, [2000, 4000, 8000], repeat=1, backend="none",
                            workdir=tmp_path / mode, cpu_features=mode)
-    kinds = [_features(c)[1] for c in seen]
-    assert kinds == ["native", "auto"] * 3 + ["as-counted", "as-counted"] * 3
+    kinds = [_features(c)[1] for c in seen]  # the timed runs first, then the counted ones
+    assert kinds == ["native"] * 3 + ["auto"] * 3 + ["as-counted"] * 6
+
+
+@pytest.mark.parametrize("backend, width", [("callgrind", 3), ("sim", 3), ("perf", 1),
+                                            ("papi", 1)])
+def test_counted_runs_go_side_by_side_where_no_run_can_change_anothers_counts(
+        tmp_path, monkeypatch, backend, width):
+    """Every timed run ends before the first counted one starts; Callgrind's and sim's counted
+    runs (simulated caches of their own) run together, perf's and PAPI's (a shared L3, one
+    PMU) one at a time."""
+    import threading
+    import time
+
+    events: list[tuple[str, float]] = []
+    running, most, lock = [0], [0], threading.Lock()
+
+    def timed(template, n, out, **kw):
+        events.append(("timed", n))
+        return [pilot.Timing(0, "s", 1000, 1000, 0)]
+
+    def counted(template, n, b, out, **kw):
+        assert b == backend
+        with lock:
+            events.append(("counted", n))
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.2)  # long enough for the others to start, if they may
+        with lock:
+            running[0] -= 1
+        return [Step("0:s", {}, (0,), time_ns=1e6)]
+
+    monkeypatch.setattr(pilot, "record_timed", timed)
+    monkeypatch.setattr(pilot, "record_run", counted)
+    runs = pilot.run_campaign("prog {n}", [1, 2, 3], repeat=2, backend=backend,
+                              workdir=tmp_path, parallel=4)
+    assert [n for kind, n in events if kind == "timed"] == [1, 1, 2, 2, 3, 3]
+    assert [e[0] for e in events] == ["timed"] * 6 + ["counted"] * 3
+    assert most[0] == width
+    assert [r.size for r in runs] == [1, 2, 3]
 
 
 def test_pilot_bad_cpu_features_exit_2_before_anything_runs(tmp_path, capsys, monkeypatch):
