@@ -76,12 +76,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
+from prometheus_client import exposition
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     SummaryMetricFamily,
 )
+from prometheus_client.openmetrics import exposition as om
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
@@ -555,6 +557,52 @@ def registry(state: MetricsState, *, process_metrics: bool = True) -> CollectorR
     return reg
 
 
+MAX_ACCEPT_CHARS = 8192  # a longer Accept header is not read: the text format
+
+
+@dataclass(frozen=True)
+class ExpositionFormat:
+    """A rendering /metrics serves: its name, Content-Type and encoder (prometheus-client's)."""
+
+    name: str
+    content_type: str
+    encode: Callable[[Collector], bytes]
+
+
+TEXT = ExpositionFormat("text", exposition.CONTENT_TYPE_PLAIN_0_0_4, exposition.generate_latest)
+OPENMETRICS = ExpositionFormat("openmetrics", om.CONTENT_TYPE_LATEST, om.generate_latest)
+
+
+def negotiate(accept: str | None) -> ExpositionFormat:
+    """The format for a scrape's ``Accept`` header, as prometheus-client's ``choose_encoder``
+    decides: OpenMetrics where the scraper asks for it (Prometheus sends ``Accept:
+    application/openmetrics-text;version=1.0.0,...``), else the text format 0.0.4. Bounded to
+    these two renderings, each cached (:class:`ExpositionCache`): OpenMetrics is served as
+    version 1.0.0 whatever version >= 1.0.0 was asked (its Content-Type says so; the version
+    ``choose_encoder`` would echo is the client's text), and text/plain as 0.0.4 (the same
+    exposition for our names, which need no escaping). An Accept header longer than
+    :data:`MAX_ACCEPT_CHARS`, or one ``choose_encoder`` cannot read (a version such as ``1.x``
+    makes it compare text with numbers: TypeError), gets the text format."""
+    if not accept or len(accept) > MAX_ACCEPT_CHARS:
+        return TEXT
+    try:
+        _, content_type = exposition.choose_encoder(accept)
+    except Exception:  # prometheus-client's parsing of a hostile header: not the scrape's end
+        return TEXT
+    return OPENMETRICS if content_type.startswith("application/openmetrics-text") else TEXT
+
+
+class _Collected(Collector):
+    """The families of one collection, encoded in every format wanted (one collection, so
+    every format shows the same state)."""
+
+    def __init__(self, families: Sequence[Any]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Any]:
+        return iter(self.families)
+
+
 class ExpositionCache:
     """The rendered exposition, refreshed in the background, so a scrape costs a copy.
 
@@ -564,7 +612,8 @@ class ExpositionCache:
     changed, at most every ``min_interval_s`` (``metrics.refresh_s``) and only while someone
     scrapes (none for ``idle_s``: no rendering at all). A scrape therefore sees data at most
     ``min_interval_s`` plus one rendering old; a rendering older than ``max_age_s`` (and the
-    first) is redone inside the scrape.
+    first) is redone inside the scrape. Each :class:`ExpositionFormat` scraped within
+    ``idle_s`` is encoded from the same collection, plain and gzipped.
     """
 
     def __init__(self, reg: CollectorRegistry, state: MetricsState, *,
@@ -577,8 +626,8 @@ class ExpositionCache:
         self.max_age_s = max_age_s
         self._lock = threading.Lock()
         self._render_lock = threading.Lock()
-        self._body: bytes | None = None
-        self._gzip: bytes | None = None
+        self._bodies: dict[str, tuple[bytes, bytes]] = {}  # format name -> (plain, gzipped)
+        self._scraped: dict[str, tuple[ExpositionFormat, float]] = {}  # name -> (format, when)
         self._version = -1
         self._rendered_at = 0.0
         self._last_scrape = 0.0
@@ -590,29 +639,36 @@ class ExpositionCache:
     def _render(self) -> None:
         import gzip
 
-        from prometheus_client import generate_latest
-
         with self._render_lock:
             version = self.state.version
-            body = generate_latest(self.registry)
-            packed = gzip.compress(body, compresslevel=1)
+            now = time.monotonic()
             with self._lock:
-                self._body, self._gzip, self._version = body, packed, version
+                formats = [f for f, when in self._scraped.values() if now - when < self.idle_s]
+            collected = _Collected(list(self.registry.collect()))
+            bodies = {}
+            for fmt in formats:
+                body = fmt.encode(collected)
+                bodies[fmt.name] = (body, gzip.compress(body, compresslevel=1))
+            with self._lock:
+                self._bodies, self._version = bodies, version
                 self._rendered_at = time.monotonic()
 
-    def body(self, gzip_ok: bool = False) -> bytes:
+    def body(self, gzip_ok: bool = False, fmt: ExpositionFormat = TEXT) -> bytes:
         now = self._last_scrape = time.monotonic()
-        if self._body is None or now - self._rendered_at > self.max_age_s:
-            self._render()
         with self._lock:
-            body, packed = self._body, self._gzip
-        assert body is not None and packed is not None
-        return packed if gzip_ok else body
+            self._scraped[fmt.name] = (fmt, now)
+            have = self._bodies.get(fmt.name)
+        if have is None or now - self._rendered_at > self.max_age_s:
+            self._render()
+            with self._lock:
+                have = self._bodies.get(fmt.name)
+        assert have is not None
+        return have[1] if gzip_ok else have[0]
 
     def _loop(self) -> None:
         while not self._stop.wait(min(0.25, self.min_interval_s / 4)):
             now = time.monotonic()
-            if (self._body is not None and self.state.version != self._version
+            if (self._bodies and self.state.version != self._version
                     and now - self._last_scrape < self.idle_s
                     and now - self._rendered_at >= self.min_interval_s):
                 try:
@@ -630,22 +686,22 @@ def serve(cache: ExpositionCache, host: str, port: int) -> Any:
     (``shutdown()``, ``server_close()``, ``server_port``)."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from prometheus_client import CONTENT_TYPE_LATEST
-
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             if self.path.split("?")[0] not in ("/metrics", "/"):
                 self.send_error(404, "only /metrics is served")
                 return
-            gz = "gzip" in self.headers.get("Accept-Encoding", "")
+            fmt = negotiate(self.headers.get("Accept"))
+            gz = exposition.gzip_accepted(self.headers.get("Accept-Encoding", ""))
             try:
-                data = cache.body(gzip_ok=gz)
+                data = cache.body(gzip_ok=gz, fmt=fmt)
             except Exception as exc:
                 log.exception("scrape failed")
                 self.send_error(500, str(exc))
                 return
             self.send_response(200)
-            self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+            self.send_header("Content-Type", fmt.content_type)
+            self.send_header("Vary", "Accept, Accept-Encoding")
             if gz:
                 self.send_header("Content-Encoding", "gzip")
             self.send_header("Content-Length", str(len(data)))
