@@ -38,7 +38,7 @@ from typing import NamedTuple
 log = logging.getLogger("counterd.daemon")
 
 # SO_PEERGROUPS (Linux >= 4.13): the peer's supplementary groups as saved at connect(). Python's
-# socket module does not export it (checked on 3.11 and 3.12: `socket.SO_PEERGROUPS` is
+# socket module does not export it (checked on 3.11.7: `socket.SO_PEERGROUPS` is
 # missing), so the value comes from the kernel's headers: 59 in asm-generic/socket.h (x86, arm,
 # arm64, riscv, powerpc, s390, mips, alpha); sparc (0x003d) and parisc (0x4034) number their
 # socket options apart.
