@@ -38,10 +38,9 @@ from typing import NamedTuple
 log = logging.getLogger("counterd.daemon")
 
 # SO_PEERGROUPS (Linux >= 4.13): the peer's supplementary groups as saved at connect(). Python's
-# socket module does not export it (checked on 3.11.7: `socket.SO_PEERGROUPS` is
-# missing), so the value comes from the kernel's headers: 59 in asm-generic/socket.h (x86, arm,
-# arm64, riscv, powerpc, s390, mips, alpha); sparc (0x003d) and parisc (0x4034) number their
-# socket options apart.
+# socket module does not export it (checked on 3.11.7: `socket.SO_PEERGROUPS` is missing),
+# so the value comes from the kernel's headers: 59 in asm-generic/socket.h, which x86, arm,
+# arm64 and riscv use; sparc (0x003d) and parisc (0x4034) number their socket options apart.
 SO_PEERGROUPS: int = getattr(socket, "SO_PEERGROUPS", None) or (
     0x003D if platform.machine().startswith("sparc")
     else 0x4034 if platform.machine().startswith("parisc") else 59)
