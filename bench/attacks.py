@@ -18,15 +18,17 @@ Prints one line per check (category, name, ok/FAILED/skipped, why), then the tal
 exits 1 if anything failed. ``--quick`` scales the floods down and skips the slowloris (30 s).
 
 Attacks that need a second user (run id squat, reading others' runs, counting on behalf of a
-setuid program, idle connections from one user) fork and ``setuid`` to uids 65534 and 65533;
-run as root for them (they are reported as skipped otherwise). Disk full needs root too (a
-small tmpfs).
+setuid program, idle connections from one user, a client's pid reused by a member of
+``socket.allowed_group``, another user's workload labels) fork and ``setuid`` to uids 65534
+and 65533; run as root for them (they are reported as skipped otherwise). Disk full needs
+root too (a small tmpfs).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -77,7 +79,8 @@ class LiveDaemon:
     daemon's doing). ``nofile`` lowers RLIMIT_NOFILE of the daemon."""
 
     def __init__(self, directory: Path, *, src: Path = ROOT, extra: str = "",
-                 nofile: int | None = None, store_dir: Path | None = None) -> None:
+                 nofile: int | None = None, store_dir: Path | None = None,
+                 socket_extra: str = "") -> None:
         directory.mkdir(parents=True, exist_ok=True)
         os.chmod(directory, 0o755)
         self.dir = directory
@@ -88,6 +91,7 @@ class LiveDaemon:
         self.port = free_port()
         self.nofile = nofile
         self.extra = extra
+        self.socket_extra = socket_extra  # more keys of [socket] (e.g. allowed_group)
         self.src = src
         self.write_config()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -95,7 +99,8 @@ class LiveDaemon:
     def write_config(self, extra: str | None = None) -> None:
         self.config.write_text(
             f'log_level = "info"\n[metrics]\nlisten = "127.0.0.1:{self.port}"\nrefresh_s = 0.2\n'
-            f'[socket]\npath = "{self.socket}"\n[store]\npath = "{self.store}"\n'
+            f'[socket]\npath = "{self.socket}"\n{self.socket_extra}'
+            f'[store]\npath = "{self.store}"\n'
             f'[sampling]\ninterval_s = 1.0\n' + (self.extra if extra is None else extra))
 
     def start(self, timeout_s: float = 20.0) -> LiveDaemon:
@@ -1128,6 +1133,289 @@ def others_runs(lab: Lab) -> list[Check]:
         if "Traceback" in p["err"] or p["code"] not in (0, 2):
             why.append(f"exit {p['code']}: {p['err'].strip().splitlines()[-1:]}")
         checks.append(Check(f"counterd {cmd[0]}", "; ".join(why) or None))
+    return checks
+
+
+# -- authorisation bound at connect; workload labels of one's own (issue 29 items 2 and 4) -----
+ALLOWED_GID = 4242  # socket.allowed_group of the pid-reuse attack's daemon (a gid: no group file)
+
+
+def _reuse_reader(chan: _Chan, sock: str) -> dict[str, Any]:
+    """Connect, hand the connection to a child and exit, so this pid can go to a member of
+    the allowed group; the child then asks for every user's runs and READs the member's
+    process (the pid that connected)."""
+    c = Conn(Path(sock), job="reuse")
+    me = os.getpid()
+    if os.fork() == 0:  # the child keeps the connection
+        go = chan.recv(60)  # the pid now names a process of a group member
+        c.send(protocol.encode(F.QUERY, {"s": 1, "what": "runs"}))
+        c.wait(lambda: any(t is F.RESULT or t is F.ERROR for t, _ in c.frames))
+        answer = next((p for t, p in c.frames if t in (F.RESULT, F.ERROR)), None)
+        c.send(protocol.encode(F.READ, {"s": 2, "pid": me, "count": []}))
+        read = c.outcome(2)
+        chan.send({"result": {"go": go, "query": answer, "read": read}})
+        os._exit(0)
+    return {"pid": me}
+
+
+def _victim_records(chan: _Chan, sock: str, run_id: str, job: str, end_ns: int = 2_000_000,
+                    n: int = 1) -> dict[str, Any]:
+    """``n`` records of ``run_id`` under ``job`` (each ``end_ns`` long), acknowledged."""
+    sink = SocketSink(sock, job=job, timeout_s=REPLY_TIMEOUT_S)
+    for i in range(n):
+        rec = make_record(run_id, i)
+        sink.record(dataclasses.replace(rec, end_ns=rec.begin_ns + end_ns))
+    ok = sink.flush(10)
+    sink.close(1)
+    return {"flushed": ok}
+
+
+@attack("authorisation", "pid reuse: a client's pid taken by a member of allowed_group")
+def groups_pid_reuse(lab: Lab) -> list[Check]:
+    """Issue 29 item 2: a client connects and exits, its child keeps the connection, and the
+    pid goes to a process of a member of ``socket.allowed_group``. Membership read from
+    /proc/<pid>/status at query time made the attacker privileged: QUERY runs answered every
+    user's runs, READ of the member's process was allowed. Bound at connect, neither is."""
+    if not as_root() or not os.access("/proc/sys/kernel/ns_last_pid", os.W_OK):
+        return [Check("", "needs root and a writable /proc/sys/kernel/ns_last_pid", True)]
+    d = lab.special("peergroups", socket_extra=f'allowed_group = "{ALLOWED_GID}"\n').start()
+    try:
+        victim_run = new_run("victimrun")
+        Child(_victim_records, str(d.socket), victim_run, "victimjob", uid=OTHER).result(30)
+        if len(stored(d.store, victim_run)) != 1:
+            return [Check("", "the victim's record was not stored", True)]
+        child = Child(_reuse_reader, str(d.socket), uid=NOBODY)
+        msg = child.recv(30)
+        if not msg or "result" not in msg:
+            return [Check("", f"the client did not start: {msg}", True)]
+        pid = msg["result"]["pid"]
+        child.reap()  # its pid is free now; its child holds the connection
+        member = None
+        for _ in range(50):  # other processes and threads take pids too: try until it lands
+            with open("/proc/sys/kernel/ns_last_pid", "w") as fh:
+                fh.write(str(pid - 1))
+            p = subprocess.Popen(["sleep", "60"], user=OTHER, group=OTHER,
+                                 extra_groups=[ALLOWED_GID])
+            if p.pid == pid:
+                member = p
+                break
+            p.kill()
+            p.wait()
+        if member is None:
+            child.send({"go": False})
+            return [Check("", f"could not give pid {pid} to a group member's process", True)]
+        try:
+            child.send({"go": True})
+            res = child.recv(60)
+        finally:
+            member.kill()
+            member.wait()
+        if not res or "result" not in res:
+            return one("", f"the client's child did not report: {res}")
+        answer = res["result"]["query"] or {}
+        items = [json.loads(i) if isinstance(i, str) else i for i in answer.get("items", [])]
+        theirs = [i for i in items if i.get("uid") != NOBODY or victim_run in i.get("run_id", "")]
+        query_why = None
+        if theirs:
+            query_why = (f"QUERY runs from pid {pid} (now uid {OTHER}'s, in group "
+                         f"{ALLOWED_GID}) read {len(theirs)} runs of other users, e.g. "
+                         f"uid {theirs[0].get('uid')} {theirs[0].get('run_id')}")
+        elif "items" not in answer:
+            query_why = f"QUERY runs not answered with a RESULT: {answer}"
+        read_why = expect(res["result"]["read"], ("error forbidden",),
+                          f"READ of the member's process {pid}")
+        return [Check(f"QUERY runs: {len(items)} runs", query_why),
+                Check(f"READ: {res['result']['read']}", read_why)]
+    finally:
+        d.stop()
+
+
+def metric_samples(d: LiveDaemon) -> list[tuple[str, dict[str, str], float]]:
+    """Every sample of ``/metrics`` (the text format)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(d.url, timeout=5) as r:
+        text = r.read().decode()
+    return [(s.name, dict(s.labels), s.value) for f in text_string_to_metric_families(text)
+            for s in f.samples]
+
+
+def _series_of(samples: list[tuple[str, dict[str, str], float]], uid: int, job: str
+               ) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The series of ``uid``'s workload ``job`` (a daemon without a uid label: every series of
+    that workload name, which is what the victim's dashboards read there)."""
+    return {(n, tuple(sorted(labels.items()))): v for n, labels, v in samples
+            if labels.get("workload") == job and labels.get("uid", str(uid)) == str(uid)}
+
+
+def _settled(d: LiveDaemon, records: float, timeout_s: float = 10.0
+             ) -> list[tuple[str, dict[str, str], float]]:
+    """/metrics once it counts at least ``records`` stored records (the rendering caught up)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = metric_samples(d)
+        stored_n = sum(v for n, _, v in got if n == "counterd_records_stored_total")
+        if stored_n >= records or time.monotonic() > deadline:
+            return got
+        time.sleep(0.1)
+
+
+def _stored_total(d: LiveDaemon) -> float:
+    return sum(v for n, _, v in metric_samples(d) if n == "counterd_records_stored_total")
+
+
+@attack("authorisation", 'HELLO job="victimjob" and a record of 3600 s')
+def label_gauge(lab: Lab) -> list[Check]:
+    """Issue 29 item 4: an attacker's HELLO with the victim's job name and one record ending
+    3.6e12 ns after it began set the victim's ``counterd_last_superstep_seconds`` from 0.002 to
+    3600. Its series are its own: the victim's are untouched."""
+    if not as_root():
+        return [Check("", "not root: needs two other uids", True)]
+    d = lab.daemon
+    before = _stored_total(d)
+    Child(_victim_records, str(d.socket), new_run("victim"), "victimjob", uid=OTHER).result(30)
+    victim = _series_of(_settled(d, before + 1), OTHER, "victimjob")
+    if not victim:
+        return [Check("", "the victim's job has no series before the attack", True)]
+    Child(_victim_records, str(d.socket), new_run("liar"), "victimjob",
+          end_ns=3_600_000_000_000, uid=NOBODY).result(30)
+    after = _series_of(_settled(d, before + 2), OTHER, "victimjob")
+    changed = sorted(k for k in set(victim) | set(after) if victim.get(k) != after.get(k))
+    why = None
+    if changed:
+        name, labels = changed[0]
+        why = (f"{len(changed)} of the victim's series changed, e.g. {name}"
+               f"{{{','.join(f'{k}={v!r}' for k, v in labels)}}} {victim.get(changed[0])} -> "
+               f"{after.get(changed[0])}")
+    return one(f"{len(victim)} series of the victim's", why)
+
+
+def _many_jobs(chan: _Chan, sock: str, run_id: str, n: int) -> list[str]:
+    """One record under each of ``n`` job names (a connection per name: HELLO names it)."""
+    out = []
+    for j in range(n):
+        c = Conn(Path(sock), job=f"squat{j:02d}")
+        c.send(jframe(F.RECORD, record_text(f"{run_id}-{j}")))
+        out.append(c.outcome(1, sync=2))
+        c.close()
+    return out
+
+
+@attack("authorisation", "40 job names from one user, then another's job")
+def label_slots(lab: Lab) -> list[Check]:
+    """Issue 29 item 4: 40 job names of uid 65534 took the 32 shared workload slots, and the
+    victim's job was exported as ``_other`` until restart. Slots per uid: the victim's job
+    keeps its name."""
+    if not as_root():
+        return [Check("", "not root: needs two other uids", True)]
+    d = lab.daemon
+    before = _stored_total(d)
+    outs = Child(_many_jobs, str(d.socket), new_run("squat"), 40, uid=NOBODY).result(60)
+    acked = sum(1 for o in outs if o == "ack")
+    Child(_victim_records, str(d.socket), new_run("victim"), "victimjob2", uid=OTHER).result(30)
+    got = _settled(d, before + acked + 1)
+    mine = _series_of(got, OTHER, "victimjob2")
+    last = [v for (n, _), v in mine.items() if n == "counterd_last_superstep_seconds"]
+    why = None
+    if not last:
+        others = sorted({labels.get("workload", "") for n, labels, _ in got
+                         if n == "counterd_last_superstep_seconds"
+                         and labels.get("uid", str(OTHER)) == str(OTHER)})
+        why = (f"the victim's job has no series of its own (workloads of uid {OTHER}: "
+               f"{', '.join(others)[:160]})")
+    elif abs(last[0] - 0.002) > 1e-9:
+        why = f"the victim's last superstep reads {last[0]} s, not 0.002"
+    return one(f"{acked} of 40 job names recorded, then the victim's", why)
+
+
+OM_001 = "application/openmetrics-text;version=0.0.1"  # a version choose_encoder skips
+HOSTILE_ACCEPT = {
+    "garbage": "\x01\x7f;;;,,,=;=,q=;version==;",
+    "openmetrics version 1.x (TypeError in choose_encoder)":
+        "application/openmetrics-text; version=1.x",
+    "openmetrics version x": "application/openmetrics-text;version=x;escaping=bogus",
+    "openmetrics version 9.9.9 with trailing text":
+        "application/openmetrics-text; version=9.9.9 evil; charset=utf-8",
+    "190 media ranges (8 KB, read)": ",".join([OM_001] * 190),
+    "1,000 media ranges (43 KB, not read)": ",".join([OM_001] * 1000),
+    "60 KB of one token": "a" * 60_000,
+    "over the header line limit (70 KB)": "a" * 70_000,
+}
+HOSTILE_ENCODING = {
+    "garbage": "\x01;;,,q=x,gzip;q=;",
+    "gzip;q=0 (refused, still gzipped: gzip_accepted reads no q)": "gzip;q=0",
+    "60 KB": "x," * 30_000,
+    "deflate, br": "deflate, br",
+}
+
+
+def _raw_get(port: int, headers: dict[str, str], timeout_s: float = REPLY_TIMEOUT_S
+             ) -> tuple[int, dict[str, str], bytes]:
+    """GET /metrics with ``headers`` as written (bytes urllib would refuse), read to the end."""
+    req = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + "".join(
+        f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+        s.sendall(req.encode("latin-1"))
+        data = bytearray()
+        while chunk := s.recv(1 << 16):
+            data += chunk
+    head, _, body = bytes(data).partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    first = lines[0].split()
+    if len(first) < 2 or not first[1].isdigit():
+        raise ConnectionError(f"closed without an HTTP answer ({bytes(data[:40])!r})")
+    status = int(first[1])
+    hdrs = {k.lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+    return status, hdrs, body
+
+
+def _valid_body(status: int, hdrs: dict[str, str], body: bytes) -> str | None:
+    """Why a /metrics answer is not a valid exposition in the Content-Type it names."""
+    import gzip as gz
+
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om
+    from prometheus_client.parser import text_string_to_metric_families as text
+
+    if status != 200:
+        return f"HTTP {status}"
+    if hdrs.get("content-encoding") == "gzip":
+        body = gz.decompress(body)
+    ctype = hdrs.get("content-type", "")
+    if not ctype.startswith(("text/plain", "application/openmetrics-text")):
+        return f"Content-Type {ctype[:80]!r}"
+    try:
+        fams = list((om if ctype.startswith("application/openmetrics") else text)(
+            body.decode()))
+    except Exception as exc:
+        return f"{ctype.split(';')[0]} does not parse: {exc}"
+    return None if fams else "no metrics"
+
+
+@attack("protocol and floods", "/metrics with hostile Accept and Accept-Encoding headers")
+def metrics_negotiation(lab: Lab) -> list[Check]:
+    """Content negotiation through prometheus-client (issue 34 item 4) on hostile headers: each
+    answered within seconds with a valid exposition in the Content-Type it names (or 431 for a
+    header line over http.server's limit), nothing of the header echoed, the server serving on."""
+    d = lab.daemon
+    checks = []
+    cases = [("Accept", k, v) for k, v in HOSTILE_ACCEPT.items()] + \
+        [("Accept-Encoding", k, v) for k, v in HOSTILE_ENCODING.items()] + \
+        [("Accept", "obs-fold continuation (header injection)",
+          "application/openmetrics-text; version=2.0.0\r\n X-Injected: 1")]
+    for header, kind, value in cases:
+        t0 = time.monotonic()
+        try:
+            status, hdrs, body = _raw_get(d.port, {header: value})
+        except OSError as exc:
+            checks.append(Check(f"{header}: {kind}", f"no answer ({exc})"))
+            continue
+        took = time.monotonic() - t0
+        why = [] if status == 431 and len(value) > 65_000 else [_valid_body(status, hdrs, body)]
+        if took > 2.0:
+            why.append(f"answered in {took:.1f} s")
+        if "x-injected" in hdrs or any("evil" in v for v in hdrs.values()):
+            why.append("the header's text was echoed into the response headers")
+        checks.append(Check(f"{header}: {kind}", "; ".join(w for w in why if w) or None))
     return checks
 
 

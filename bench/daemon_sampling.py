@@ -46,7 +46,7 @@ def main() -> int:
                 while time.monotonic() < deadline:
                     for line in urllib.request.urlopen(d.url, timeout=5).read().decode() \
                             .splitlines():
-                        if line.startswith('counterd_watched_threads{workload="bench"}'):
+                        if line.startswith('counterd_watched_threads{uid="",workload="bench"}'):
                             threads = float(line.split()[-1])
                     if threads >= args.threads:
                         break

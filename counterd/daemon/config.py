@@ -6,7 +6,9 @@ default (``counterd run`` with no file is a working, loopback-only daemon)::
     [metrics]
     listen = "127.0.0.1:9464"     # COUNTERD_METRICS_LISTEN; "" disables /metrics
     export_pids = false           # COUNTERD_EXPORT_PIDS: a pid label on sampled series
-    max_jobs = 32                 # COUNTERD_MAX_JOBS: job label values beyond -> "_other"
+    max_jobs = 32                 # COUNTERD_MAX_JOBS: workload label values per uid, beyond ->
+                                  # "_other" (each uid its own slots: exporter.py's docstring)
+    max_uids = 16                 # COUNTERD_MAX_UIDS: uid label values, beyond -> "_other"
     max_superstep_names = 32      # COUNTERD_MAX_SUPERSTEP_NAMES: per job, beyond -> "_other"
     refresh_s = 1.0               # COUNTERD_METRICS_REFRESH: /metrics is at most this (plus one
                                   # rendering) old; a scrape never waits for a rendering
@@ -112,6 +114,7 @@ class Config:
     metrics_listen: str = "127.0.0.1:9464"
     export_pids: bool = False
     max_jobs: int = 32
+    max_uids: int = 16
     max_superstep_names: int = 32
     metrics_refresh_s: float = 1.0
     socket_path: Path = field(default_factory=default_socket_path)
@@ -155,8 +158,8 @@ class Config:
                self.max_bytes_per_client, "at least socket.max_frame_bytes")
         _check(self.max_bytes_per_uid >= self.max_bytes_per_client, "socket.max_bytes_per_uid",
                self.max_bytes_per_uid, "at least socket.max_bytes_per_client")
-        _check(self.max_jobs >= 1 and self.max_superstep_names >= 1, "metrics.max_jobs",
-               self.max_jobs, ">= 1")
+        for key in ("max_jobs", "max_uids", "max_superstep_names"):
+            _check(getattr(self, key) >= 1, f"metrics.{key}", getattr(self, key), ">= 1")
         _check(0.05 <= self.metrics_refresh_s <= 3600, "metrics.refresh_s",
                self.metrics_refresh_s, "seconds between 0.05 and 3600")
         _check(self.retention_days >= 0, "store.retention_days", self.retention_days, ">= 0")
@@ -235,6 +238,7 @@ _KEYS: dict[tuple[str, str], tuple[str, str, Any]] = {
     ("metrics", "listen"): ("metrics_listen", "COUNTERD_METRICS_LISTEN", str),
     ("metrics", "export_pids"): ("export_pids", "COUNTERD_EXPORT_PIDS", _bool),
     ("metrics", "max_jobs"): ("max_jobs", "COUNTERD_MAX_JOBS", int),
+    ("metrics", "max_uids"): ("max_uids", "COUNTERD_MAX_UIDS", int),
     ("metrics", "max_superstep_names"): ("max_superstep_names",
                                          "COUNTERD_MAX_SUPERSTEP_NAMES", int),
     ("metrics", "refresh_s"): ("metrics_refresh_s", "COUNTERD_METRICS_REFRESH", float),

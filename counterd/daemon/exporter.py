@@ -6,15 +6,32 @@ yields fewer samples (its availability says 0 and why), never a failed scrape.
 
 Names carry units and ``_total`` (``counterd_superstep_task_clock_seconds_total``); counts of
 things are named for the thing (``..._l1d_misses_total``); writebacks say their unit, cache
-lines (seed 004 counted quadwords). Labels are bounded: ``workload`` (the client's job name
-(``COUNTERD_JOB``) or the watch rule's ``job``; at most ``max_jobs`` values, then ``_other``;
-not called ``job`` because Prometheus sets ``job`` to the scrape job and would rename ours),
-``superstep`` (the superstep name; at most ``max_superstep_names`` per workload, then
-``_other``), ``counter``, ``source``,
-``origin``, ``term``, ``flag`` and ``reason`` from fixed sets. Raw pids are never labels
-unless ``export_pids`` is set.
+lines (seed 004 counted quadwords). Labels are bounded.
 
-Families (``<c>`` is a canonical counter with its unit, e.g. ``loads``, ``task_clock_seconds``):
+**Whose workload: ``uid`` and ``workload`` together.** Every per-workload series carries both:
+``uid`` is the uid of the client that sent it, as the kernel said at connect (SO_PEERCRED;
+``""`` for a watch rule of the daemon's config, which the operator named), ``workload`` the
+name that client gave (HELLO's ``job``: ``COUNTERD_JOB``; the watch rule's ``job``). A name
+is therefore the user's own: another user's HELLO with the same ``job`` makes
+``{uid="65534",workload="victimjob"}``, a different series, and never writes into the
+victim's (the Reliability issue: an attacker's record of end_ns 3.6e12 set the victim's
+``counterd_last_superstep_seconds`` to 3600). Slots are per uid: each uid has ``max_jobs``
+workload values (the last of them ``_other``, for its later names), so no user's names push
+another's into ``_other`` (40 names of an attacker once took all 32 shared slots); at most
+``max_uids`` uid values (the last ``_other``, shared by the users beyond; the config's ``""``
+is not counted). Each overflow is logged once. The uid is a number, not a user name: no
+name-service lookup (NSS, LDAP) in the daemon, and the same number the kernel checked;
+``sum without (uid) (...)`` aggregates a workload name over users, and Grafana's value
+mappings or a ``group_left`` join can show names. Series of workloads are bounded per node by
+(max_uids x max_jobs + watch rules) x max_superstep_names x counters. ``workload`` is not
+called ``job`` because Prometheus sets ``job`` to the scrape job and would rename ours.
+
+Other labels: ``superstep`` (the superstep name; at most ``max_superstep_names`` per
+workload, then ``_other``), ``counter``, ``source``, ``origin``, ``term``, ``flag`` and
+``reason`` from fixed sets. Raw pids are never labels unless ``export_pids`` is set.
+
+Families (``<c>`` is a canonical counter with its unit, e.g. ``loads``, ``task_clock_seconds``;
+``workload`` stands for the pair ``uid, workload``):
 
 * ``counterd_superstep_<c>_total{workload,superstep,source}``  summed over committed records
 * ``counterd_superstep_duration_seconds{workload,superstep}``   histogram of each processor's
@@ -57,14 +74,16 @@ from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
+from prometheus_client import exposition
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     SummaryMetricFamily,
 )
+from prometheus_client.openmetrics import exposition as om
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
@@ -84,6 +103,17 @@ _T = TypeVar("_T")
 log = logging.getLogger("counterd.daemon.exporter")
 
 OTHER = "_other"
+CONFIG_UID = ""  # the uid label of a watch rule's workload: the operator named it, no client
+WORKLOAD = ("uid", "workload")  # the labels that say whose workload a series is
+
+
+class Workload(NamedTuple):
+    """Whose workload a series is: ``uid``, the uid of the client that named it (SO_PEERCRED
+    at connect; None for a watch rule of the daemon's config) and ``name``, the name it gave
+    (HELLO's ``job``, ``COUNTERD_JOB``; the watch rule's ``job``)."""
+
+    uid: int | None
+    name: str
 MAX_LAST_PROCESSORS = 4096  # records kept for the last superstep of a job (for predictions)
 
 # Upper bounds (seconds) of counterd_superstep_duration_seconds's buckets: supersteps from
@@ -184,12 +214,15 @@ class MetricsState:
     """Everything /metrics shows, updated by the daemon's threads under one lock."""
 
     def __init__(self, *, max_jobs: int = 32, max_superstep_names: int = 32,
-                 export_pids: bool = False) -> None:
+                 max_uids: int = 16, export_pids: bool = False) -> None:
         self.max_jobs = max_jobs
         self.max_names = max_superstep_names
         self.export_pids = export_pids
         self.lock = threading.Lock()
-        self.jobs: dict[str, _JobStats] = {}
+        self.max_uids = max_uids
+        # (uid label, workload) -> stats; every key's uid label is in self.users
+        self.jobs: dict[tuple[str, str], _JobStats] = {}
+        self.users: dict[str, set[str]] = {}  # uid label -> its workload labels
         self.available: dict[tuple[str, str], tuple[bool, str]] = {}  # (counter, origin)
         self.clients = 0
         self.records_stored = 0
@@ -204,16 +237,46 @@ class MetricsState:
         self.version = 0  # bumped by every update: the exposition cache re-renders on change
 
     # -- label bounding ----------------------------------------------------------------------
-    def _job(self, job: str) -> _JobStats:
-        return _bounded(self.jobs, job, self.max_jobs, _JobStats)
+    def _job(self, w: Workload) -> _JobStats:
+        """The stats of workload ``w`` in its uid's own slots (under the lock). A uid beyond
+        ``max_uids`` uids, or a workload beyond its uid's ``max_jobs``, is ``_other`` (said once
+        in the log): one user's names never take another's slots or series."""
+        user = CONFIG_UID if w.uid is None else str(w.uid)
+        names = self.users.get(user)
+        if names is None:
+            if user != CONFIG_UID and sum(1 for u in self.users if u != CONFIG_UID) >= \
+                    self.max_uids - (0 if OTHER in self.users else 1):
+                self._note_once(f"uids {w.uid}", "uid %s: more than %d users have workloads "
+                                "(metrics.max_uids): its series are exported as uid=\"_other\"",
+                                w.uid, self.max_uids)
+                user = OTHER
+            names = self.users.setdefault(user, set())
+        key = (user, w.name)
+        stats = self.jobs.get(key)
+        if stats is None:
+            if w.name not in names and len(names) >= self.max_jobs - (0 if OTHER in names
+                                                                      else 1):
+                self._note_once(f"jobs {user}", "uid %s: more than %d workloads "
+                                "(metrics.max_jobs, per uid): later ones are exported as "
+                                "workload=\"_other\"", user, self.max_jobs)
+                key = (user, OTHER)
+            names.add(key[1])
+            stats = self.jobs.setdefault(key, _JobStats())
+        return stats
+
+    def _note_once(self, key: str, msg: str, *args: object) -> None:
+        """:meth:`log_once` for a caller that holds the lock."""
+        if key not in self._logged:
+            self._logged.add(key)
+            log.warning(msg, *args)
 
     def _step(self, stats: _JobStats, name: str) -> _StepStats:
         return _bounded(stats.steps, name, self.max_names, _StepStats)
 
     # -- updates -------------------------------------------------------------------------------
-    def observe_records(self, records: Sequence[tuple[SuperstepRecord, str]],
+    def observe_records(self, records: Sequence[tuple[SuperstepRecord, Workload]],
                         commit_s: float) -> None:
-        """Records just committed to the store, each with its job name."""
+        """Records just committed to the store, each with its workload (sender's uid, job)."""
         with self.lock:
             self.version += 1
             self.commit_count += 1
@@ -243,7 +306,7 @@ class MetricsState:
                     last.records.append(rec)
                     last.predicted = False
 
-    def observe_samples(self, job: str, totals: Mapping[str, float],
+    def observe_samples(self, job: Workload, totals: Mapping[str, float],
                         ratios: Mapping[str, float], threads: int,
                         by_pid: Mapping[tuple[int, str], float] | None = None) -> None:
         with self.lock:
@@ -303,7 +366,8 @@ class CounterdCollector(Collector):
         st = self.state
         with st.lock:
             fn = st.predict
-            todo = [s.last for s in st.jobs.values() if s.last is not None and not s.last.predicted]
+            todo = [s.last for s in st.jobs.values()
+                    if s.last is not None and not s.last.predicted]
             work = [(last, list(last.records)) for last in todo]
         for last, records in work:
             pred, why = None, ""
@@ -344,80 +408,80 @@ class CounterdCollector(Collector):
         yield from self._superstep_families(steps_copy)
         flagged = CounterMetricFamily("counterd_supersteps_flagged",
                                       "superstep records carrying a flag",
-                                      labels=["workload", "flag"])
+                                      labels=[*WORKLOAD, "flag"])
         last_s = GaugeMetricFamily("counterd_last_superstep_seconds",
                                    "span of the job's last superstep: max end - min begin over "
                                    "its processors, which holds their start skew and waiting "
                                    "(seconds; its work is counterd_last_superstep_work_seconds)",
-                                   labels=["workload"])
+                                   labels=WORKLOAD)
         work_s = GaugeMetricFamily("counterd_last_superstep_work_seconds",
                                    "work of the job's last superstep: its slowest processor's "
                                    "own time, end minus begin, without start skew (seconds; "
                                    "what counterd_last_superstep_predicted_seconds predicts)",
-                                   labels=["workload"])
+                                   labels=WORKLOAD)
         skew_s = GaugeMetricFamily("counterd_last_superstep_skew_seconds",
                                    "start skew of the job's last superstep: its last "
                                    "processor's begin minus its first one's (seconds)",
-                                   labels=["workload"])
+                                   labels=WORKLOAD)
         pred_s = GaugeMetricFamily("counterd_last_superstep_predicted_seconds",
                                    "predicted time F = max(F1, F2, F3) of the job's last "
                                    "superstep, to compare with its work "
                                    "counterd_last_superstep_work_seconds (Amato et al., "
                                    "Predicting performance on SMPs; seconds)",
-                                   labels=["workload"])
+                                   labels=WORKLOAD)
         term_s = GaugeMetricFamily("counterd_last_superstep_term_seconds",
                                    "F1 (hierarchy), F2 (bus), F3 (bank) of the job's last "
-                                   "superstep (seconds)", labels=["workload", "term"])
+                                   "superstep (seconds)", labels=[*WORKLOAD, "term"])
         unpred = GaugeMetricFamily(
             "counterd_last_superstep_unpredicted",
             "1 when the job's last superstep has no prediction, by reason: "
             + "; ".join(f"{k}: {v}" for k, v in NO_PREDICTION_REASONS.items()),
-            labels=["workload", "reason"])
+            labels=[*WORKLOAD, "reason"])
         dom = GaugeMetricFamily("counterd_last_superstep_dominating",
                                 "1 for the term that dominates the job's last superstep",
-                                labels=["workload", "term"])
+                                labels=[*WORKLOAD, "term"])
         ratio = GaugeMetricFamily("counterd_event_multiplex_ratio",
                                   "time_running/time_enabled of the counter's last reading",
-                                  labels=["workload", "counter", "origin"])
+                                  labels=[*WORKLOAD, "counter", "origin"])
         threads = GaugeMetricFamily("counterd_watched_threads",
-                                    "threads sampled for the job", labels=["workload"])
+                                    "threads sampled for the job", labels=WORKLOAD)
         sampled: dict[str, CounterMetricFamily] = {}
         for job, (_, flags, ratios, last, samp, by_pid, nthreads) in sorted(jobs.items()):
             for flag, n in sorted({**dict.fromkeys(FLAGS, 0), **flags}.items()):
-                flagged.add_metric([job, flag], n)
+                flagged.add_metric([*job, flag], n)
             for (counter, origin), r in sorted(ratios.items()):
-                ratio.add_metric([job, counter, origin], r)
+                ratio.add_metric([*job, counter, origin], r)
             if last is not None:
                 span, work, skew = last.times_s()
                 if span is not None:
-                    last_s.add_metric([job], span)
+                    last_s.add_metric([*job], span)
                 if work is not None:
-                    work_s.add_metric([job], work)
-                skew_s.add_metric([job], skew)
+                    work_s.add_metric([*job], work)
+                skew_s.add_metric([*job], skew)
                 if last.no_prediction:
-                    unpred.add_metric([job, last.no_prediction], 1.0)
+                    unpred.add_metric([*job, last.no_prediction], 1.0)
                 if last.prediction is not None:
                     p = last.prediction
-                    pred_s.add_metric([job], p.total_s)
+                    pred_s.add_metric([*job], p.total_s)
                     for term in TERMS:
-                        term_s.add_metric([job, term], p.terms_s[term])
-                        dom.add_metric([job, term], 1.0 if term == p.dominating else 0.0)
+                        term_s.add_metric([*job, term], p.terms_s[term])
+                        dom.add_metric([*job, term], 1.0 if term == p.dominating else 0.0)
             if samp or nthreads:
-                threads.add_metric([job], nthreads)
+                threads.add_metric([*job], nthreads)
             for counter, value in sorted(samp.items()):
                 frag, scale = metric_fragment(counter)
                 fam = sampled.get(counter)
                 if fam is None:
-                    labels = ["workload", "pid"] if st.export_pids else ["workload"]
+                    labels = [*WORKLOAD, "pid"] if st.export_pids else list(WORKLOAD)
                     fam = sampled[counter] = CounterMetricFamily(
                         f"counterd_sampled_{frag}", f"watched processes: {_help(counter)}",
                         labels=labels)
                 if st.export_pids:
                     for (pid, c), v in sorted(by_pid.items()):
                         if c == counter:
-                            fam.add_metric([job, str(pid)], v * scale)
+                            fam.add_metric([*job, str(pid)], v * scale)
                 else:
-                    fam.add_metric([job], value * scale)
+                    fam.add_metric([*job], value * scale)
         yield flagged
         yield last_s
         yield work_s
@@ -453,14 +517,14 @@ class CounterdCollector(Collector):
 
     @staticmethod
     def _superstep_families(
-            steps: Mapping[str, Mapping[str, tuple[Sequence[int], float,
+            steps: Mapping[tuple[str, str], Mapping[str, tuple[Sequence[int], float,
                                                    Mapping[tuple[str, str], float]]]],
     ) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
         duration = HistogramMetricFamily("counterd_superstep_duration_seconds",
                                          "each processor's own time in the superstep, one "
                                          "observation per record that ended: its end minus "
                                          "its begin, not the span over processors (seconds)",
-                                         labels=["workload", "superstep"])
+                                         labels=[*WORKLOAD, "superstep"])
         fams: dict[str, CounterMetricFamily] = {}
         for job, by_name in sorted(steps.items()):
             for name, (buckets, dsum, counters) in sorted(by_name.items()):
@@ -468,15 +532,15 @@ class CounterdCollector(Collector):
                 for le, n in zip((*_BUCKET_LE, "+Inf"), buckets, strict=True):
                     total += n
                     cumulative.append((le, float(total)))
-                duration.add_metric([job, name], cumulative, dsum)
+                duration.add_metric([*job, name], cumulative, dsum)
                 for (counter, source), value in sorted(counters.items()):
                     fam = fams.get(counter)
                     if fam is None:
                         frag, _ = metric_fragment(counter)
                         fam = fams[counter] = CounterMetricFamily(
                             f"counterd_superstep_{frag}", f"supersteps: {_help(counter)}",
-                            labels=["workload", "superstep", "source"])
-                    fam.add_metric([job, name, source], value * metric_fragment(counter)[1])
+                            labels=[*WORKLOAD, "superstep", "source"])
+                    fam.add_metric([*job, name, source], value * metric_fragment(counter)[1])
         yield duration
         yield from fams.values()
 
@@ -493,6 +557,52 @@ def registry(state: MetricsState, *, process_metrics: bool = True) -> CollectorR
     return reg
 
 
+MAX_ACCEPT_CHARS = 8192  # a longer Accept header is not read: the text format
+
+
+@dataclass(frozen=True)
+class ExpositionFormat:
+    """A rendering /metrics serves: its name, Content-Type and encoder (prometheus-client's)."""
+
+    name: str
+    content_type: str
+    encode: Callable[[Collector], bytes]
+
+
+TEXT = ExpositionFormat("text", exposition.CONTENT_TYPE_PLAIN_0_0_4, exposition.generate_latest)
+OPENMETRICS = ExpositionFormat("openmetrics", om.CONTENT_TYPE_LATEST, om.generate_latest)
+
+
+def negotiate(accept: str | None) -> ExpositionFormat:
+    """The format for a scrape's ``Accept`` header, as prometheus-client's ``choose_encoder``
+    decides: OpenMetrics where the scraper asks for it (Prometheus sends ``Accept:
+    application/openmetrics-text;version=1.0.0,...``), else the text format 0.0.4. Bounded to
+    these two renderings, each cached (:class:`ExpositionCache`): OpenMetrics is served as
+    version 1.0.0 whatever version >= 1.0.0 was asked (its Content-Type says so; the version
+    ``choose_encoder`` would echo is the client's text), and text/plain as 0.0.4 (the same
+    exposition for our names, which need no escaping). An Accept header longer than
+    :data:`MAX_ACCEPT_CHARS`, or one ``choose_encoder`` cannot read (a version such as ``1.x``
+    makes it compare text with numbers: TypeError), gets the text format."""
+    if not accept or len(accept) > MAX_ACCEPT_CHARS:
+        return TEXT
+    try:
+        _, content_type = exposition.choose_encoder(accept)
+    except Exception:  # prometheus-client's parsing of a hostile header: not the scrape's end
+        return TEXT
+    return OPENMETRICS if content_type.startswith("application/openmetrics-text") else TEXT
+
+
+class _Collected(Collector):
+    """The families of one collection, encoded in every format wanted (one collection, so
+    every format shows the same state)."""
+
+    def __init__(self, families: Sequence[Any]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Any]:
+        return iter(self.families)
+
+
 class ExpositionCache:
     """The rendered exposition, refreshed in the background, so a scrape costs a copy.
 
@@ -502,7 +612,8 @@ class ExpositionCache:
     changed, at most every ``min_interval_s`` (``metrics.refresh_s``) and only while someone
     scrapes (none for ``idle_s``: no rendering at all). A scrape therefore sees data at most
     ``min_interval_s`` plus one rendering old; a rendering older than ``max_age_s`` (and the
-    first) is redone inside the scrape.
+    first) is redone inside the scrape. Each :class:`ExpositionFormat` scraped within
+    ``idle_s`` is encoded from the same collection, plain and gzipped.
     """
 
     def __init__(self, reg: CollectorRegistry, state: MetricsState, *,
@@ -515,8 +626,8 @@ class ExpositionCache:
         self.max_age_s = max_age_s
         self._lock = threading.Lock()
         self._render_lock = threading.Lock()
-        self._body: bytes | None = None
-        self._gzip: bytes | None = None
+        self._bodies: dict[str, tuple[bytes, bytes]] = {}  # format name -> (plain, gzipped)
+        self._scraped: dict[str, tuple[ExpositionFormat, float]] = {}  # name -> (format, when)
         self._version = -1
         self._rendered_at = 0.0
         self._last_scrape = 0.0
@@ -528,29 +639,36 @@ class ExpositionCache:
     def _render(self) -> None:
         import gzip
 
-        from prometheus_client import generate_latest
-
         with self._render_lock:
             version = self.state.version
-            body = generate_latest(self.registry)
-            packed = gzip.compress(body, compresslevel=1)
+            now = time.monotonic()
             with self._lock:
-                self._body, self._gzip, self._version = body, packed, version
+                formats = [f for f, when in self._scraped.values() if now - when < self.idle_s]
+            collected = _Collected(list(self.registry.collect()))
+            bodies = {}
+            for fmt in formats:
+                body = fmt.encode(collected)
+                bodies[fmt.name] = (body, gzip.compress(body, compresslevel=1))
+            with self._lock:
+                self._bodies, self._version = bodies, version
                 self._rendered_at = time.monotonic()
 
-    def body(self, gzip_ok: bool = False) -> bytes:
+    def body(self, gzip_ok: bool = False, fmt: ExpositionFormat = TEXT) -> bytes:
         now = self._last_scrape = time.monotonic()
-        if self._body is None or now - self._rendered_at > self.max_age_s:
-            self._render()
         with self._lock:
-            body, packed = self._body, self._gzip
-        assert body is not None and packed is not None
-        return packed if gzip_ok else body
+            self._scraped[fmt.name] = (fmt, now)
+            have = self._bodies.get(fmt.name)
+        if have is None or now - self._rendered_at > self.max_age_s:
+            self._render()
+            with self._lock:
+                have = self._bodies.get(fmt.name)
+        assert have is not None
+        return have[1] if gzip_ok else have[0]
 
     def _loop(self) -> None:
         while not self._stop.wait(min(0.25, self.min_interval_s / 4)):
             now = time.monotonic()
-            if (self._body is not None and self.state.version != self._version
+            if (self._bodies and self.state.version != self._version
                     and now - self._last_scrape < self.idle_s
                     and now - self._rendered_at >= self.min_interval_s):
                 try:
@@ -568,22 +686,22 @@ def serve(cache: ExpositionCache, host: str, port: int) -> Any:
     (``shutdown()``, ``server_close()``, ``server_port``)."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from prometheus_client import CONTENT_TYPE_LATEST
-
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             if self.path.split("?")[0] not in ("/metrics", "/"):
                 self.send_error(404, "only /metrics is served")
                 return
-            gz = "gzip" in self.headers.get("Accept-Encoding", "")
+            fmt = negotiate(self.headers.get("Accept"))
+            gz = exposition.gzip_accepted(self.headers.get("Accept-Encoding", ""))
             try:
-                data = cache.body(gzip_ok=gz)
+                data = cache.body(gzip_ok=gz, fmt=fmt)
             except Exception as exc:
                 log.exception("scrape failed")
                 self.send_error(500, str(exc))
                 return
             self.send_response(200)
-            self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+            self.send_header("Content-Type", fmt.content_type)
+            self.send_header("Vary", "Accept, Accept-Encoding")
             if gz:
                 self.send_header("Content-Encoding", "gzip")
             self.send_header("Content-Length", str(len(data)))

@@ -1,9 +1,10 @@
 """Sampling of watched processes: per-thread counter groups, aggregated per job.
 
 Targets are the processes matched by the config's watch rules plus the processes connected to
-the marker socket (job = the client's job name). Every thread of a target gets its own perf
-group (counting a thread needs no inheritance, so values are exact and grouped); at each
-interval every group is read once and the values are summed per job. A thread that exits is
+the marker socket (workload = the client's uid and job name, :class:`exporter.Workload`).
+Every thread of a target gets its own perf group (counting a thread needs no inheritance, so
+values are exact and grouped); at each interval every group is read once and the values are
+summed per job. A thread that exits is
 read one last time and its final counts are kept in the job's retired total, so the per-job
 series stays monotonic (a Prometheus counter) however many threads come and go; label
 cardinality is the number of jobs, not of threads.
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from counterd.backends.base import Target
 from counterd.daemon.config import Config, WatchRule
+from counterd.daemon.exporter import Workload
 from counterd.daemon.store import Sample
 from counterd.errors import CounterdError, NoSuchTarget
 
@@ -117,19 +119,21 @@ class Sampler:
         self.open_group = open_group
         self.procfs = procfs
         self.on_error = on_error or (lambda reason: None)
-        self.jobs: dict[str, _Job] = {}
+        self.jobs: dict[Workload, _Job] = {}
         self._failed: set[tuple[int, int]] = set()  # threads we could not open (logged once)
         self.unsupported: dict[str, str] = {}
 
-    def discover(self, rules: Iterable[WatchRule], clients: Mapping[int, str]) -> dict[int, str]:
-        """pid -> job for every target now: watch-rule matches, then marker clients."""
-        targets: dict[int, str] = {}
+    def discover(self, rules: Iterable[WatchRule], clients: Mapping[int, Workload]
+                 ) -> dict[int, Workload]:
+        """pid -> workload for every target now: watch-rule matches (the config's: uid None),
+        then marker clients (their uid and job)."""
+        targets: dict[int, Workload] = {}
         rules = list(rules)
         for rule in rules:  # pid-only rules need no scan of /proc
             if rule.pids and not (rule.comm or rule.user is not None or rule.cgroup):
                 for pid in rule.pids:
                     if pid not in targets and (self.procfs / str(pid)).exists():
-                        targets[pid] = rule.job
+                        targets[pid] = Workload(None, rule.job)
         rules = [r for r in rules if r.comm or r.user is not None or r.cgroup]
         if rules:
             for entry in os.scandir(self.procfs):
@@ -143,7 +147,7 @@ class Sampler:
                     continue
                 for rule in rules:
                     if pid not in targets and matches(rule, info):
-                        targets[pid] = rule.job
+                        targets[pid] = Workload(None, rule.job)
                         break
         for pid, job in clients.items():
             targets.setdefault(pid, job)
@@ -155,10 +159,10 @@ class Sampler:
         except OSError:
             return []
 
-    def sample(self, targets: Mapping[int, str]) -> dict[str, tuple[dict[str, float],
-                                                                    dict[str, float], int]]:
+    def sample(self, targets: Mapping[int, Workload]
+               ) -> dict[Workload, tuple[dict[str, float], dict[str, float], int]]:
         """Read every thread of every target; returns job -> (totals, min ratios, threads)."""
-        live: set[tuple[str, int, int]] = set()
+        live: set[tuple[Workload, int, int]] = set()
         for pid, job in targets.items():
             jstate = self.jobs.setdefault(job, _Job())
             for tid in self._tids(pid):
@@ -172,10 +176,11 @@ class Sampler:
                 except CounterdError as exc:
                     self._failed.add((pid, tid))
                     self.on_error(type(exc).__name__)
-                    log.warning("cannot sample pid %d tid %d (job %s): %s", pid, tid, job, exc)
+                    log.warning("cannot sample pid %d tid %d (job %s): %s", pid, tid, job.name,
+                                exc)
                     continue
                 jstate.threads[(pid, tid)] = _Thread(group)
-        out: dict[str, tuple[dict[str, float], dict[str, float], int]] = {}
+        out: dict[Workload, tuple[dict[str, float], dict[str, float], int]] = {}
         for job, jstate in self.jobs.items():
             totals = dict(jstate.retired)
             ratios: dict[str, float] = {}
@@ -202,7 +207,7 @@ class Sampler:
                         if (self.procfs / str(p) / "task" / str(t)).exists()}
         return out
 
-    def by_pid(self, job: str) -> dict[tuple[int, str], float]:
+    def by_pid(self, job: Workload) -> dict[tuple[int, str], float]:
         """(pid, counter) -> value for the live threads of ``job`` (export_pids only)."""
         out: dict[tuple[int, str], float] = {}
         for (pid, _), th in self.jobs.get(job, _Job()).threads.items():
@@ -219,7 +224,7 @@ class Sampler:
 
 # -- the daemon's sampler thread ----------------------------------------------------------------
 def sample_forever(stop: threading.Event, settings: Callable[[], tuple[Config, Counting]],
-                   clients: Callable[[], Mapping[int, str]], state: MetricsState,
+                   clients: Callable[[], Mapping[int, Workload]], state: MetricsState,
                    emit: Callable[[list[Sample]], None]) -> None:
     """Every ``sampling.interval_s`` until ``stop``: sample the watched processes and the
     marker ``clients`` (pid -> job), export the totals to ``state`` and ``emit`` them as rows
@@ -248,7 +253,7 @@ def sample_forever(stop: threading.Event, settings: Callable[[], tuple[Config, C
         sampler.close()
 
 
-def _sample_once(sampler: Sampler, cfg: Config, clients: Mapping[int, str],
+def _sample_once(sampler: Sampler, cfg: Config, clients: Mapping[int, Workload],
                  state: MetricsState, emit: Callable[[list[Sample]], None]) -> None:
     targets = sampler.discover(cfg.watch, clients)
     result = sampler.sample(targets)
@@ -257,7 +262,7 @@ def _sample_once(sampler: Sampler, cfg: Config, clients: Mapping[int, str],
     for job, (totals, ratios, threads) in result.items():
         state.observe_samples(job, totals, ratios, threads,
                               sampler.by_pid(job) if cfg.export_pids else None)
-        rows.extend(Sample(now, job, c, v, ratios.get(c, 1.0)) for c, v in totals.items())
+        rows.extend(Sample(now, job.name, c, v, ratios.get(c, 1.0)) for c, v in totals.items())
     if sampler.unsupported:
         state.set_available("sampled", dict.fromkeys(sampler.events) | {
             k: v for k, v in sampler.unsupported.items()})

@@ -45,7 +45,7 @@ from counterd.daemon import config as config_mod
 from counterd.daemon.auth import Authority, peer_credentials
 from counterd.daemon.behalf import Counting, resolve_backend
 from counterd.daemon.config import Config, Limits
-from counterd.daemon.exporter import MetricsState, registry
+from counterd.daemon.exporter import MetricsState, Workload, registry
 from counterd.daemon.query import Queries
 from counterd.daemon.sampling import sample_forever
 from counterd.daemon.server import Server
@@ -102,7 +102,7 @@ class Daemon:
                  predict: prediction.PredictFn | None = None) -> None:
         self.config = config
         self.config_path = config_path
-        self.state = MetricsState(max_jobs=config.max_jobs,
+        self.state = MetricsState(max_jobs=config.max_jobs, max_uids=config.max_uids,
                                   max_superstep_names=config.max_superstep_names,
                                   export_pids=config.export_pids)
         self._injected_predict = predict
@@ -221,6 +221,7 @@ class Daemon:
         st = self.state
         with st.lock:
             st.max_jobs = cfg.max_jobs
+            st.max_uids = cfg.max_uids
             st.max_names = cfg.max_superstep_names
             st.export_pids = cfg.export_pids
         logging.getLogger("counterd").setLevel(cfg.log_level.upper())
@@ -281,7 +282,7 @@ class Daemon:
         sd_notify("READY=1")
 
     # -- introspection (tests, bench) ----------------------------------------------------------
-    def client_pids(self) -> Mapping[int, str]:
+    def client_pids(self) -> Mapping[int, Workload]:
         return self._clients.snapshot()
 
 

@@ -31,6 +31,7 @@ from counterd import protocol, spool
 from counterd.daemon.auth import Authority, Peer
 from counterd.daemon.behalf import ClientCounters, Counting
 from counterd.daemon.config import Limits
+from counterd.daemon.exporter import Workload
 from counterd.daemon.query import Queries
 from counterd.daemon.sampling import owner_uids
 from counterd.daemon.store import RunInfo
@@ -74,14 +75,14 @@ class ThrottledLog:
 
 
 class Clients:
-    """pid -> job of the connected marker clients (the sampler samples them as jobs).
-    Written by the loop's thread, read by the sampler's."""
+    """pid -> workload (the client's uid and job) of the connected marker clients (the sampler
+    samples them as workloads). Written by the loop's thread, read by the sampler's."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._jobs: dict[int, str] = {}
+        self._jobs: dict[int, Workload] = {}
 
-    def add(self, pid: int, job: str) -> None:
+    def add(self, pid: int, job: Workload) -> None:
         with self._lock:
             self._jobs[pid] = job
 
@@ -89,7 +90,7 @@ class Clients:
         with self._lock:
             self._jobs.pop(pid, None)
 
-    def snapshot(self) -> dict[int, str]:
+    def snapshot(self) -> dict[int, Workload]:
         with self._lock:
             return dict(self._jobs)
 
@@ -315,7 +316,7 @@ class Session:
     def _hello(self, hello: protocol.Hello) -> None:
         self.hello = True
         self.job = (hello.job or "unknown")[:128]
-        self.shared.clients.add(self.pid, self.job)
+        self.shared.clients.add(self.pid, Workload(self.uid, self.job))
         self.send(protocol.Welcome(version=self.version, max_frame=self.decoder.max_frame,
                                    uid=self.uid, pid=self.pid,
                                    buffer=self.version >= 2,

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from counterd.daemon.exporter import Workload
 from counterd.daemon.store import RunInfo, Sample, Store, StoreError
 from counterd.records import SuperstepRecord
 
@@ -150,7 +151,8 @@ class Writer:
             committed = self._commit_each(store, batch, samples)
         elapsed = time.perf_counter() - t0
         try:
-            self.state.observe_records([(it.record, it.info.job) for it in committed
+            self.state.observe_records([(it.record, Workload(it.info.uid, it.info.job))
+                                        for it in committed
                                         if it.record is not None and it.info is not None],
                                        elapsed)
         except Exception:

@@ -74,7 +74,8 @@ def test_marker_api_goes_to_the_daemon(daemon: DaemonProc) -> None:
                for r in recs)
     assert "task_clock_ns" in recs[0].counters  # in-process perf (software events)
     wait_for(lambda: 'counterd_superstep_duration_seconds_count{superstep="phase",'
-             'workload="apijob"} 20.0' in daemon.metrics(), what="the series")
+             f'uid="{os.getuid()}",workload="apijob"}} 20.0' in daemon.metrics(),
+             what="the series")
 
 
 def test_sampled_supersteps_reach_the_store_as_sampled(daemon: DaemonProc) -> None:
@@ -295,9 +296,10 @@ def test_sighup_reloads_watch_rules_and_samples_them(daemon: DaemonProc) -> None
         assert 'workload="watched"' not in daemon.metrics()
         daemon.write_config(f'[[watch]]\njob = "watched"\npids = [{sleeper.pid}]\n')
         daemon.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
-        wait_for(lambda: 'counterd_watched_threads{workload="watched"} 4.0' in daemon.metrics(),
-                 what="the watched job's 4 threads")
-        assert 'counterd_sampled_task_clock_seconds_total{workload="watched"}' in daemon.metrics()
+        wait_for(lambda: 'counterd_watched_threads{uid="",workload="watched"} 4.0'
+                 in daemon.metrics(), what="the watched job's 4 threads")  # uid "": the config's
+        assert 'counterd_sampled_task_clock_seconds_total{uid="",workload="watched"}' \
+            in daemon.metrics()
         assert "configuration reloaded" in daemon.log_text()
         samples = open_readonly(daemon.store).samples("watched")
         assert samples and {s.counter for s in samples} >= {"task_clock_ns"}

@@ -12,12 +12,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from counterd.backends.base import CounterValue, Reading, Target
 from counterd.daemon.config import WatchRule
-from counterd.daemon.exporter import CounterdCollector, MetricsState, registry
+from counterd.daemon.exporter import CounterdCollector, MetricsState, Workload, registry
 from counterd.daemon.sampling import Sampler
 from counterd.errors import CounterAccessDenied
 from counterd.events import Source
 from counterd.prediction import Prediction
 from counterd.records import SuperstepRecord
+
+BSP = Workload(1000, "bsp")  # uid 1000's job "bsp"
+W1 = (("uid", "1000"), ("workload", "bsp"))  # its labels
 
 
 def rec(run: str, index: int, rank: int, begin: int, end: int, name: str = "s",
@@ -45,29 +48,29 @@ def fake_predict(records: Sequence[SuperstepRecord]) -> Prediction:
 def test_units_totals_last_superstep_and_prediction() -> None:
     st = MetricsState()
     st.set_predictor(fake_predict, "fake")
-    st.observe_records([(rec("r", 0, 0, 0, 10), "bsp"),
-                        (rec("r", 1, 0, 100, 1_000_100, loads=1500.0), "bsp"),
-                        (rec("r", 1, 1, 200, 2_000_300, loads=1500.0), "bsp")], 0.001)
+    st.observe_records([(rec("r", 0, 0, 0, 10), BSP),
+                        (rec("r", 1, 0, 100, 1_000_100, loads=1500.0), BSP),
+                        (rec("r", 1, 1, 200, 2_000_300, loads=1500.0), BSP)], 0.001)
     got = samples(st)
-    w = (("superstep", "s"), ("workload", "bsp"))
+    w = (("superstep", "s"), ("uid", "1000"), ("workload", "bsp"))
     assert got[("counterd_superstep_loads_total", (("source", "simulated"),) + w)] == 3100.0
     assert got[("counterd_superstep_task_clock_seconds_total",
                 (("source", "measured"),) + w)] == 6.0  # ns -> seconds
     assert got[("counterd_superstep_duration_seconds_count", w)] == 3
     # last superstep: span max end - min begin over its two processors; work the slowest
     # processor's own time (rank 1: 2_000_100 ns); skew the later begin minus the earlier
-    assert abs(got[("counterd_last_superstep_seconds", (("workload", "bsp"),))]
+    assert abs(got[("counterd_last_superstep_seconds", W1)]
                - 2_000_200e-9) < 1e-12
-    assert abs(got[("counterd_last_superstep_work_seconds", (("workload", "bsp"),))]
+    assert abs(got[("counterd_last_superstep_work_seconds", W1)]
                - 2_000_100e-9) < 1e-12
-    assert abs(got[("counterd_last_superstep_skew_seconds", (("workload", "bsp"),))]
+    assert abs(got[("counterd_last_superstep_skew_seconds", W1)]
                - 100e-9) < 1e-12
-    assert got[("counterd_last_superstep_predicted_seconds", (("workload", "bsp"),))] == 3e-3
-    assert got[("counterd_last_superstep_dominating", (("term", "F2"), ("workload", "bsp")))] == 1
-    assert got[("counterd_last_superstep_dominating", (("term", "F1"), ("workload", "bsp")))] == 0
+    assert got[("counterd_last_superstep_predicted_seconds", W1)] == 3e-3
+    assert got[("counterd_last_superstep_dominating", (("term", "F2"), *W1))] == 1
+    assert got[("counterd_last_superstep_dominating", (("term", "F1"), *W1))] == 0
     assert got[("counterd_event_multiplex_ratio", (("counter", "task_clock_ns"),
                                                    ("origin", "superstep"),
-                                                   ("workload", "bsp")))] == 0.5
+                                                   ("uid", "1000"), ("workload", "bsp")))] == 0.5
 
 
 def test_last_superstep_says_span_and_work_apart() -> None:
@@ -76,8 +79,8 @@ def test_last_superstep_says_span_and_work_apart() -> None:
     which is what the prediction is for; the skew gauge says 50 ms."""
     st = MetricsState()
     st.set_predictor(fake_predict, "fake")
-    st.observe_records([(rec("r", 0, 0, 0, 1_000_000), "bsp"),
-                        (rec("r", 0, 1, 50_000_000, 50_900_000), "bsp")], 0.001)
+    st.observe_records([(rec("r", 0, 0, 0, 1_000_000), BSP),
+                        (rec("r", 0, 1, 50_000_000, 50_900_000), BSP)], 0.001)
     text = generate_latest(registry(st, process_metrics=False)).decode()
     fams = {f.name: f for f in text_string_to_metric_families(text)}
     span, work, skew, pred = (fams[f"counterd_last_superstep{n}_seconds"] for n in (
@@ -89,14 +92,14 @@ def test_last_superstep_says_span_and_work_apart() -> None:
     assert "counterd_last_superstep_work_seconds" in pred.documentation
     assert "not the span" in fams["counterd_superstep_duration_seconds"].documentation
     # An unfinished superstep has neither span nor work, only its skew so far.
-    st.observe_records([(rec("r", 1, 0, 60_000_000, 61_000_000), "bsp")], 0.001)
+    st.observe_records([(rec("r", 1, 0, 60_000_000, 61_000_000), BSP)], 0.001)
     st.observe_records([(SuperstepRecord(
         run_id="r", index=1, name="s", rank=1, pid=11, cpu=0, begin_ns=60_500_000, end_ns=None,
-        flags=frozenset({"incomplete"})), "bsp")], 0.001)
+        flags=frozenset({"incomplete"})), BSP)], 0.001)
     got = samples(st)
-    assert ("counterd_last_superstep_seconds", (("workload", "bsp"),)) not in got
-    assert ("counterd_last_superstep_work_seconds", (("workload", "bsp"),)) not in got
-    assert got[("counterd_last_superstep_skew_seconds", (("workload", "bsp"),))] == 0.0005
+    assert ("counterd_last_superstep_seconds", W1) not in got
+    assert ("counterd_last_superstep_work_seconds", W1) not in got
+    assert got[("counterd_last_superstep_skew_seconds", W1)] == 0.0005
 
 
 def test_failing_predictor_and_failing_event_give_fewer_samples_not_a_failed_scrape() -> None:
@@ -106,7 +109,7 @@ def test_failing_predictor_and_failing_event_give_fewer_samples_not_a_failed_scr
         raise RuntimeError("model needs l2_misses")
 
     st.set_predictor(broken, "broken")
-    st.observe_records([(rec("r", 0, 0, 0, 10), "bsp")], 0.001)
+    st.observe_records([(rec("r", 0, 0, 0, 10), BSP)], 0.001)
     st.set_available("sampled", {"loads": "no PMU", "task_clock_ns": None})
     got = samples(st)
     assert not any(name.startswith("counterd_last_superstep_predicted") for name, _ in got)
@@ -117,7 +120,7 @@ def test_failing_predictor_and_failing_event_give_fewer_samples_not_a_failed_scr
 
 def test_labels_are_bounded() -> None:
     st = MetricsState(max_jobs=3, max_superstep_names=4)
-    recs = [(rec(f"r{j}", i, 0, 0, 10, name=f"step{i}"), f"job{j}")
+    recs = [(rec(f"r{j}", i, 0, 0, 10, name=f"step{i}"), Workload(1000, f"job{j}"))
             for j in range(10) for i in range(20)]
     st.observe_records(recs, 0.0)
     got = samples(st)
@@ -131,6 +134,48 @@ def test_labels_are_bounded() -> None:
     total = sum(v for (name, _), v in got.items()
                 if name == "counterd_superstep_duration_seconds_count")
     assert total == 200
+
+
+def _series(got: dict[tuple[str, tuple[tuple[str, str], ...]], float], uid: str
+            ) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {k: v for k, v in got.items() if ("uid", uid) in k[1]}
+
+
+def test_each_uid_has_its_own_slots_and_series() -> None:
+    """Issue 29 item 4: one user's 40 job names fold into its own ``_other`` and leave
+    another user's job its name; the same job name from two users is two series, so an
+    attacker's record of end 3600 s leaves the victim's last-superstep gauges as they were."""
+    st = MetricsState(max_jobs=32)
+    victim = Workload(65533, "victimjob")
+    st.observe_records([(rec("v", 0, 0, 0, 2_000_000), victim)], 0.0)
+    before = _series(samples(st), "65533")
+    assert before[("counterd_last_superstep_seconds",
+                   (("uid", "65533"), ("workload", "victimjob")))] == 0.002
+    st.observe_records([(rec(f"a{j}", 0, 0, 0, 10), Workload(65534, f"job{j}"))
+                        for j in range(40)], 0.0)
+    st.observe_records([(rec("a", 0, 0, 0, 3_600_000_000_000), Workload(65534, "victimjob"))],
+                       0.0)
+    got = samples(st)
+    assert _series(got, "65533") == before
+    attacker = {dict(labels)["workload"] for _, labels in _series(got, "65534")}
+    assert len(attacker) == 32 and "_other" in attacker and "victimjob" not in attacker
+    st.observe_records([(rec("v", 1, 0, 0, 1_000_000), Workload(65533, "secondjob"))], 0.0)
+    assert ("counterd_last_superstep_seconds",
+            (("uid", "65533"), ("workload", "secondjob"))) in samples(st)
+
+
+def test_uids_are_bounded_and_the_config_is_not_counted() -> None:
+    """At most ``max_uids`` uid label values (the last ``_other``); watch rules (uid "") come
+    on top, whenever they first appear."""
+    st = MetricsState(max_uids=3)
+    st.observe_records([(rec(f"r{u}", 0, 0, 0, 10), Workload(u, "j")) for u in range(1000, 1010)],
+                       0.0)
+    st.observe_samples(Workload(None, "web"), {"loads": 1.0}, {}, threads=1)
+    got = samples(st)
+    uids = {dict(labels)["uid"] for _, labels in got if "uid" in dict(labels)}
+    assert uids == {"1000", "1001", "_other", ""}
+    assert got[("counterd_superstep_duration_seconds_count",
+                (("superstep", "s"), ("uid", "_other"), ("workload", "j")))] == 8
 
 
 class _Group:
@@ -164,16 +209,17 @@ def test_sampler_aggregates_threads_per_job_and_survives_failures(tmp_path: Path
         return _Group({"loads": 10.0 * target.tid}, fail=target.pid == 300)
 
     sampler = Sampler(("loads",), open_group, procfs=proc, on_error=errors.append)
-    targets = sampler.discover([WatchRule(job="w", comm="^worker$")], {os.getpid(): "me"})
-    assert targets == {100: "w", 300: "w", os.getpid(): "me"}
-    out = sampler.sample({100: "w", 300: "w"})
-    totals, ratios, threads = out["w"]
+    me, w = Workload(1000, "me"), Workload(None, "w")
+    targets = sampler.discover([WatchRule(job="w", comm="^worker$")], {os.getpid(): me})
+    assert targets == {100: w, 300: w, os.getpid(): me}
+    out = sampler.sample({100: w, 300: w})
+    totals, ratios, threads = out[w]
     assert totals == {"loads": 1000.0 + 1010.0}  # tid 102 refused, pid 300 unreadable
     assert ratios == {"loads": 0.8} and threads == 3
     assert sorted(set(errors)) == ["CounterAccessDenied", "read"]
     # thread 101 exits: its final count stays in the job's total (monotonic counter)
     (proc / "100" / "task" / "101").rmdir()
-    totals, _, threads = sampler.sample({100: "w", 300: "w"})["w"]
+    totals, _, threads = sampler.sample({100: w, 300: w})[w]
     assert totals == {"loads": 2010.0} and threads == 2
 
 
@@ -185,8 +231,8 @@ def test_every_seconds_metric_says_seconds_in_its_help() -> None:
     """A ..._seconds(_total) family holds seconds and its HELP says so, never "ns"."""
     st = MetricsState()
     st.set_predictor(fake_predict, "fake")
-    st.observe_records([(rec("r", 0, 0, 0, 1_000_000), "bsp")], 0.001)
-    st.observe_samples("bsp", {"task_clock_ns": 3e9, "loads": 5.0},
+    st.observe_records([(rec("r", 0, 0, 0, 1_000_000), BSP)], 0.001)
+    st.observe_samples(BSP, {"task_clock_ns": 3e9, "loads": 5.0},
                        {"task_clock_ns": 1.0, "loads": 1.0}, threads=1)
     text = generate_latest(registry(st, process_metrics=False)).decode()
     fams = {f.name: f for f in text_string_to_metric_families(text)}
@@ -215,12 +261,12 @@ def test_superstep_durations_are_a_histogram_with_buckets_from_10us_to_10s() -> 
                                                    strict=True))
     st = MetricsState()
     ends = (10_000, 12_000, 1_000_000, 3_000_000, 20_000_000_000)  # 10 us ... 20 s, begin 0
-    st.observe_records([(rec("r", i, 0, 0, e), "bsp") for i, e in enumerate(ends)], 0.0)
+    st.observe_records([(rec("r", i, 0, 0, e), BSP) for i, e in enumerate(ends)], 0.0)
     st.observe_records([(SuperstepRecord(run_id="r", index=9, name="s", rank=0, pid=1, cpu=0,
                                          begin_ns=0, end_ns=None,
-                                         flags=frozenset({"incomplete"})), "bsp")], 0.0)
+                                         flags=frozenset({"incomplete"})), BSP)], 0.0)
     got = samples(st)
-    w = (("superstep", "s"), ("workload", "bsp"))
+    w = (("superstep", "s"), ("uid", "1000"), ("workload", "bsp"))
 
     def le(bound: str) -> float:
         return got[("counterd_superstep_duration_seconds_bucket", (("le", bound),) + w)]
@@ -241,7 +287,7 @@ def test_labelled_counters_are_exported_at_zero_before_their_first_increment() -
     from counterd.records import FLAGS
 
     st = MetricsState()
-    st.observe_records([(rec("r", 0, 0, 0, 10), "bsp")], 0.0)
+    st.observe_records([(rec("r", 0, 0, 0, 10), BSP)], 0.0)
     st.count("protocol_errors", "bad_seq", 2)
     got = samples(st)
     for family, table in (("counterd_records_refused_total", "refused"),
@@ -252,4 +298,4 @@ def test_labelled_counters_are_exported_at_zero_before_their_first_increment() -
             assert value == (2 if reason == "bad_seq" else 0), (family, reason)
     for flag in FLAGS:
         assert got[("counterd_supersteps_flagged_total",
-                    (("flag", flag), ("workload", "bsp")))] == 0
+                    (("flag", flag), ("uid", "1000"), ("workload", "bsp")))] == 0

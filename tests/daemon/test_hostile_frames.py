@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from counterd import protocol
 from counterd.daemon.auth import Authority, Peer
 from counterd.daemon.config import Limits
-from counterd.daemon.exporter import MetricsState, registry
+from counterd.daemon.exporter import MetricsState, Workload, registry
 from counterd.daemon.session import Clients, Session, Shared
 from counterd.daemon.store import Store
 from counterd.daemon.writer import Item, Writer
@@ -119,7 +119,7 @@ class Harness:
             assert SuperstepRecord.from_json(json.loads(json.dumps(
                 rec.to_json(), allow_nan=False).encode("utf-8"))) == rec
         self.store.commit(records, [])
-        self.state.observe_records([(r, i.job) for r, i in records], 0.0)
+        self.state.observe_records([(r, Workload(i.uid, i.job)) for r, i in records], 0.0)
         return [r for r, _ in records]
 
     def close(self) -> None:

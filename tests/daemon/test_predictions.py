@@ -3,6 +3,7 @@ one with software events only says why, once, with the action that supplies them
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -73,11 +74,12 @@ def test_declared_streams_are_predicted_and_software_events_say_why(
     """, d, "software")
     predicted = _wait(lambda: _samples(d, "counterd_last_superstep_predicted_seconds"),
                       "a predicted superstep")
-    assert predicted[(("workload", "streams"),)] > 0
-    assert (("workload", "software"),) not in predicted
+    me = ("uid", str(os.getuid()))
+    assert predicted[(me, ("workload", "streams"))] > 0
+    assert (me, ("workload", "software")) not in predicted
     unpredicted = _wait(lambda: _samples(d, "counterd_last_superstep_unpredicted"),
                         "the reason for the missing prediction")
-    assert unpredicted == {(("reason", "no_memory_counters"), ("workload", "software")): 1.0}
+    assert unpredicted == {(("reason", "no_memory_counters"), me, ("workload", "software")): 1.0}
     # Said once in the log, with the action that supplies memory counters.
     log = d.log_text()
     assert log.count("has no memory-hierarchy counters") == 1
