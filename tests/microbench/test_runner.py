@@ -46,13 +46,14 @@ def test_two_processors_run_in_parallel_and_barriers_hold() -> None:
         reps = begin.shape[0]
         assert reps >= CFG.warmup + CFG.min_reps and begin.shape[1] == 2
         assert (end > begin).all()
-        # In parallel: the two kernels' [begin, end] intervals overlap in (nearly) every
-        # superstep (workers run one after the other would overlap in none).
+        # In parallel: the two kernels' [begin, end] intervals overlap in most supersteps
+        # (workers run one after the other would overlap in none; a host busy with other work
+        # preempts a worker in some: 0.69 was seen under four other test runs).
         overlap = np.minimum(end[:, 0], end[:, 1]) - np.maximum(begin[:, 0], begin[:, 1])
         shares.append(float((overlap > 0).mean()))
-        if shares[-1] >= 0.8:
+        if shares[-1] > 0.5:
             break
-    assert shares[-1] >= 0.8, f"share of repetitions run in parallel: {shares}"
+    assert shares[-1] > 0.5, f"share of repetitions run in parallel: {shares}"
     # Barriers: nobody begins superstep k+1 before everybody ended superstep k.
     assert (begin[1:].min(axis=1) >= end[:-1].max(axis=1)).all()
     # Superstep time = max end - min begin, and covers each processor's own time.
