@@ -24,15 +24,27 @@ setup: $(STAMP)
 bytecode: $(STAMP)
 	$(PY) -m compileall -q counterd predictor microbench
 
+# About 45 s on the 2-CPU test host (the calibration's estimate is printed as it starts).
+# The quick calibration times the memory patterns only: the example's records carry the sim
+# backend's memory counters, which the compute patterns (instructions counted under Callgrind,
+# 40 s more here) do not price; `microbench run` without --compute-backend none counts them.
+DEMO_PILOT := '$(PY) examples/bsp_sum.py {n}' --sizes 500000,1000000,2000000 --target 4000000
+
 demo: bytecode
+	@echo "make demo: about 45 s: probe this host, calibrate F on it (quick), record and report examples/bsp_sum.py, forecast it from small runs and check the forecast"
 	mkdir -p $(OUT)
 	$(VENV)/bin/counterd probe
-	$(VENV)/bin/microbench run --quick --out $(OUT)/quick.json --force
+	$(VENV)/bin/microbench run --quick --compute-backend none --out $(OUT)/quick.json --force
 	$(VENV)/bin/predict calibrate --results $(OUT)/quick.json --out $(OUT)/node.toml --force
 	$(VENV)/bin/counterd record --backend sim --out $(OUT)/example.jsonl -- $(PY) examples/bsp_sum.py
 	$(VENV)/bin/counterd report --records $(OUT)/example.jsonl --profile $(OUT)/node.toml
 	$(VENV)/bin/counterd report --records $(OUT)/example.jsonl --profile $(OUT)/node.toml \
 		--out $(OUT)/example.html
+	$(VENV)/bin/counterd report --records $(OUT)/example.jsonl --profile $(OUT)/node.toml \
+		--format json --out $(OUT)/example.json
+	$(VENV)/bin/predict --pilot $(DEMO_PILOT) --backend sim --profile $(OUT)/node.toml \
+		--check --json > $(OUT)/pilot.json
+	$(PY) scripts/demo_summary.py $(OUT)/example.json $(OUT)/pilot.json
 
 test: lint bytecode
 	$(PY) -m pytest -q $(PYTEST_ARGS)
@@ -51,7 +63,7 @@ test-machines: lint bytecode
 
 # Style, types and the layering contracts (pyproject.toml [tool.importlinter]); part of `make test`.
 lint: $(STAMP)
-	$(VENV)/bin/ruff check counterd predictor microbench tests bench examples
+	$(VENV)/bin/ruff check counterd predictor microbench tests bench examples scripts
 	$(VENV)/bin/mypy counterd predictor microbench
 	$(VENV)/bin/lint-imports
 
