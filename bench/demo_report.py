@@ -1,11 +1,12 @@
 """The demo's own report, repeated: what `make demo` says about its supersteps, run after run.
 
-Each round runs the commands of `make demo` (the Makefile's demo target) into a directory of its
-own: the quick calibration (``microbench run --quick`` then ``predict calibrate``), the shipped
-example recorded under the sim backend, and ``counterd report --json`` with that profile. It
-prints per round every superstep's work, F and E, the report's average and maximum E, and how
-long the round took (the install is not part of it). ``--calibrate once`` calibrates in the
-first round only and records the example again in the others: the example's spread alone.
+Each round runs `make demo OUT=DIR` (the Makefile's demo target, the very commands a newcomer
+runs, install excluded: the venv must exist) into a directory of its own, and reads what it
+wrote: the report's JSON (``example.json``) and the pilot forecast's (``pilot.json``). It prints
+per round every superstep's work, F and E, the report's average and maximum E, the forecast's
+E at the target, and how long the round took. ``--calibrate once`` runs the whole demo in the
+first round only, and in the others records and reports the example again with that profile:
+the example's spread alone.
 
     python bench/demo_report.py [--rounds 3] [--calibrate each|once] [--keep DIR]
 
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _host import guarded, host_line  # noqa: E402
@@ -39,19 +41,20 @@ def _run(*cmd: str) -> str:
     return proc.stdout
 
 
-def round_(out: Path, calibrate: bool) -> tuple[dict[str, object], float]:
+def round_(out: Path, calibrate: bool) -> tuple[dict[str, Any], dict[str, Any] | None, float]:
+    """(report JSON, pilot JSON or None, seconds) of one round into ``out``."""
     t0 = time.monotonic()
     if calibrate:
-        _run(str(BIN / "microbench"), "run", "--quick", "--out", str(out / "quick.json"),
-             "--force")
-        _run(str(BIN / "predict"), "calibrate", "--results", str(out / "quick.json"), "--out",
-             str(out / "node.toml"), "--force")
-    _run(str(BIN / "counterd"), "record", "--backend", "sim", "--out",
-         str(out / "example.jsonl"), "--", sys.executable, "examples/bsp_sum.py")
-    report = json.loads(_run(str(BIN / "counterd"), "report", "--records",
-                             str(out / "example.jsonl"), "--profile", str(out / "node.toml"),
-                             "--json"))
-    return report, time.monotonic() - t0
+        _run("make", "-s", "demo", f"OUT={out}")
+        pilot = json.loads((out / "pilot.json").read_text())
+    else:  # the demo's record and report commands, with the first round's profile
+        _run(str(BIN / "counterd"), "record", "--backend", "sim", "--out",
+             str(out / "example.jsonl"), "--", sys.executable, "examples/bsp_sum.py")
+        _run(str(BIN / "counterd"), "report", "--records", str(out / "example.jsonl"),
+             "--profile", str(out / "node.toml"), "--format", "json", "--out",
+             str(out / "example.json"))
+        pilot = None
+    return json.loads((out / "example.json").read_text()), pilot, time.monotonic() - t0
 
 
 def main() -> int:
@@ -70,7 +73,7 @@ def main() -> int:
         for r in range(a.rounds):
             out = Path(tmp) / ("r0" if a.calibrate == "once" else f"r{r}")
             out.mkdir(parents=True, exist_ok=True)
-            rep, took = round_(out, a.calibrate == "each" or r == 0)
+            rep, pilot, took = round_(out, a.calibrate == "each" or r == 0)
             steps = rep["supersteps"]
             rows = []
             for s in steps:
@@ -82,8 +85,10 @@ def main() -> int:
             unpredicted = sum(s["prediction"] is None for s in steps)
             averages.append(er["average"])
             maxima.append(er["maximum"])
+            fc = "" if pilot is None else \
+                f"  forecast E {pilot['total']['check']['work']['E']:.2f}"
             print(f"round {r + 1}: {took:5.1f} s  avg E {er['average']:.2f} max "
-                  f"{er['maximum']:.2f}  unpredicted {unpredicted}  | " + "; ".join(rows))
+                  f"{er['maximum']:.2f}  unpredicted {unpredicted}{fc}  | " + "; ".join(rows))
     print(f"over {a.rounds} rounds: average E median {statistics.median(averages):.2f} "
           f"(range {min(averages):.2f}-{max(averages):.2f}), maximum E median "
           f"{statistics.median(maxima):.2f} (range {min(maxima):.2f}-{max(maxima):.2f}); "
