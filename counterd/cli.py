@@ -55,8 +55,8 @@ def _record_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpu-features", default="auto", choices=CPU_FEATURES,
                    help="as-counted: hide from the command's run-time code dispatch (numpy, "
                    "OpenBLAS, glibc) the CPU features valgrind lacks (AVX-512), so that it "
-                   "runs the code Callgrind counts; native: hide nothing (default auto: "
-                   "as-counted with --backend callgrind)")
+                   "runs the code Callgrind counts; native (and the default, auto): hide "
+                   "nothing, time the program as it runs without counterd")
     p.add_argument("--sample", metavar="DURATION:K", default=None,
                    help="read the counters of only 1 in K supersteps shorter than DURATION "
                    "(e.g. 50us:10), per superstep name and processor; the others' counters "

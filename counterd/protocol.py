@@ -180,7 +180,7 @@ _HEAD_PREFIX = struct.Struct("!QHQ")  # seq, ctx, index: how both OPEN_HEAD and 
 FLAG_BITS = ("incomplete", "unmatched_end", "nested", "exception", "multiplexed", "migrated",
              "unsupported_counters", "whole_command", "counters_from_separate_run",
              "counters_missing", "target_changed", "dropped_params", "cpu_features_hidden",
-             "sampled")
+             "sampled", "counted_other_code")
 FLAG_BIT = {name: 1 << i for i, name in enumerate(FLAG_BITS)}
 SOURCES = ("measured", "simulated", "extrapolated", "assumed",  # counterd.events.Source values
            "sampled")

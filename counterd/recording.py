@@ -388,9 +388,11 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
 
     ``cpu_features``: ``as-counted`` hides from the command's run-time code dispatch the CPU
     features valgrind lacks (:func:`counterd.backends.callgrind.as_counted_env`), so that a
-    timed run executes the code a Callgrind run counts; ``native`` hides nothing; ``auto`` is
-    ``as-counted`` with ``backend="callgrind"``, else ``native``. Records of a run that hid
-    features carry the flag ``cpu_features_hidden``. ``progress`` hears when the command runs
+    timed run executes the code a Callgrind run counts; ``native`` and ``auto`` hide nothing:
+    the times are the program's as it runs without counterd (as ``predict --pilot`` times it).
+    Records of a run that hid features carry the flag ``cpu_features_hidden``; records timed
+    natively and counted under Callgrind on a CPU with features valgrind lacks carry
+    ``counted_other_code``. ``progress`` hears when the command runs
     a second time (under callgrind). ``sample``: ``"<duration>:<k>"``, the command's markers
     read the counters of 1 in k supersteps shorter than the duration
     (:mod:`counterd.markers.sampling`); None: as ``COUNTERD_SAMPLE`` says, else off.
@@ -440,11 +442,15 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
     run_id = run_id or time.strftime("%Y%m%dT%H%M%S") + "-" + os.urandom(3).hex()
     host = os.uname().nodename
     hide: dict[str, str] = {}
-    if cpu_features == "as-counted" or (cpu_features == "auto" and chosen == "callgrind"):
+    lacked: tuple[str, ...] = ()  # the CPU's features the timed run has and valgrind lacks
+    if cpu_features == "as-counted" or chosen == "callgrind":
         from counterd.backends import callgrind as cg
         from counterd.host import cpu_flags
 
-        hide = cg.as_counted_env(os.environ, cpu_flags())
+        if cpu_features == "as-counted":
+            hide = cg.as_counted_env(os.environ, cpu_flags())
+        else:
+            lacked = cg.hidden_features(cpu_flags())
     sampling = {} if sample is None else {ENV_SAMPLE: sample}
     code, records = _run_timed(argv, run_id, chosen, events, host, {**hide, **sampling},
                                caps.get("perf"), plan)
@@ -466,13 +472,20 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
     elif chosen == "callgrind":
         if progress is not None:
             progress("counting under callgrind: the command runs a second time, 20-100x "
-                     "slower, its output not shown again")
+                     "slower, its output not shown again"
+                     + (f"; valgrind's CPU lacks {', '.join(lacked)}, which the timed run "
+                        "had: where the program dispatches on them the counts are of other "
+                        "code (--cpu-features as-counted times the code counted)"
+                        if lacked else ""))
         counted = callgrind.count_command(argv, run_id=run_id, geometry=geometry, env={
             **_env(run_id, ".", "callgrind", events), **hide})
         if len(records) == 1 and "whole_command" in records[0].flags:
             records = _merge_whole(records[0], counted)
         else:
             records = _merge_counted(records, counted.supersteps)
+        if lacked:
+            records = [replace(r, flags=r.flags | {"counted_other_code"})
+                       if "counters_from_separate_run" in r.flags else r for r in records]
         stopped_by = counted.stopped_by
         if stopped_by is None and counted.exit_code != code and progress is not None:
             # Its messages are not repeated (the timed run showed them), unless it ended

@@ -37,6 +37,10 @@ FLAGS = {
     "counters_from_separate_run": "time from a timed run, counters from a separate counted run",
     "cpu_features_hidden": "the timed run hid the CPU features valgrind lacks (AVX-512) from "
                            "run-time code dispatch, so that it ran the code Callgrind counted",
+    "counted_other_code": "timed as the program runs natively, counted under valgrind, whose "
+                          "CPU lacks features this one has (AVX-512): where the program "
+                          "dispatches on them (numpy, BLAS, glibc) the counts are of other code "
+                          "(--cpu-features as-counted times the counted code)",
     "counters_missing": "the counted run produced no counters for this superstep",
     "target_changed": "the process the daemon counted for the client exec'd, changed owner or "
     "was replaced (reused pid): its counts were dropped (see unsupported)",
@@ -54,7 +58,7 @@ _KNOWN_FLAGS = frozenset(FLAGS)
 # --verbose (always in its JSON and CSV). A processor that migrated between CPUs took its
 # counters with it (they follow the thread), so "migrated" is one of them (issue 34).
 INFO_FLAGS = frozenset({"unsupported_counters", "whole_command", "counters_from_separate_run",
-                        "cpu_features_hidden", "sampled", "migrated"})
+                        "cpu_features_hidden", "counted_other_code", "sampled", "migrated"})
 
 Param = int | float | str | bool
 

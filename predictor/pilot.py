@@ -669,7 +669,8 @@ def _timing_features(cpu_features: str) -> str:
 def counting_features(cpu_features: str) -> str:
     """``counterd record --cpu-features`` for the counted runs beside timed runs run with
     ``cpu_features``: as-counted when the timed runs hide features (whatever the backend),
-    else record's own default (auto: as-counted with Callgrind, which cannot run AVX-512)."""
+    else record's own default (auto: the run under valgrind, which cannot run AVX-512, counts
+    the code it dispatches to; only its counts are used)."""
     return "as-counted" if _timing_features(cpu_features) == "as-counted" else "auto"
 
 

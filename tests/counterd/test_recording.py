@@ -193,15 +193,36 @@ def test_cpu_features_as_counted_hides_what_valgrind_lacks(
         assert "cpu_features_hidden" not in rec.flags
 
 
-def test_cpu_features_auto_hides_only_beside_callgrind(tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    import counterd.host
+@pytest.mark.parametrize("flags, lacked", [({"avx2", "avx512f"}, True), ({"avx2"}, False)])
+def test_cpu_features_auto_times_natively_and_says_when_callgrind_counts_other_code(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        flags: set[str], lacked: bool) -> None:
+    """The default hides nothing, beside Callgrind too (the times are the program's as it
+    runs without counterd, as predict --pilot times it); where valgrind's CPU lacks features
+    this one has, the records counted under it carry counted_other_code and the recorder says
+    so once. The counted run is stubbed (its own tests run valgrind)."""
+    import shutil
 
-    monkeypatch.setattr(counterd.host, "cpu_flags", lambda procfs="/proc": frozenset({"avx512f"}))
+    import counterd.host
+    from counterd.backends import callgrind as cg
+
+    if shutil.which("valgrind") is None:
+        pytest.skip("valgrind is not on PATH: the callgrind backend is not chosen")
+    monkeypatch.setattr(counterd.host, "cpu_flags", lambda procfs="/proc": frozenset(flags))
     monkeypatch.delenv("NPY_DISABLE_CPU_FEATURES", raising=False)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.setattr(cg, "count_command", lambda argv, **kw: cg.CountedRun(
+        supersteps={}, whole={}, unsupported={}, exit_code=0, adjustments=()))
     seen = tmp_path / "env.json"
-    record(_env_probe(seen), out=None, backend="none")
-    assert json.loads(seen.read_text())["NPY_DISABLE_CPU_FEATURES"] is None
+    said: list[str] = []
+    result = record(_env_probe(seen), out=None, backend="callgrind", progress=said.append)
+    assert result.exit_code == 0 and result.backend == "callgrind"
+    env = json.loads(seen.read_text())
+    assert env["NPY_DISABLE_CPU_FEATURES"] is None and env["GLIBC_TUNABLES"] is None
+    (rec,) = result.records
+    assert "cpu_features_hidden" not in rec.flags
+    assert ("counted_other_code" in rec.flags) == lacked
+    assert any("counts are of other code" in m and "avx512f" in m for m in said) == lacked
     with pytest.raises(BadInput, match="cpu-features"):
         record(["true"], out=None, backend="none", cpu_features="avx2")
 

@@ -678,7 +678,8 @@ def test_cli_pilot_times_natively_unless_told_and_says_which(tmp_path, capsys, m
                                                              given, timed, counted):
     """The timed runs (pilots and checking runs) carry --cpu-features native by default and
     as-counted when asked; the counted runs (Callgrind) are left to record's default (auto:
-    as-counted under valgrind), or as-counted with the timed ones; --json says which."""
+    only their counts, of the code valgrind runs, are used), or as-counted with the timed ones;
+    --json says which."""
     import json
 
     from predictor.cli import main
