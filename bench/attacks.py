@@ -993,6 +993,20 @@ def behalf_setuid_exec(lab: Lab) -> list[Check]:
     return one(f"RECORD: {res['record']}", why)
 
 
+def take_pid(pid: int, argv: list[str], **popen: Any) -> subprocess.Popen[bytes] | None:
+    """Start ``argv`` as process ``pid`` (a pid just freed; root: ns_last_pid), or None after 50
+    tries (other processes and threads take pids too)."""
+    for _ in range(50):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as fh:
+            fh.write(str(pid - 1))
+        p = subprocess.Popen(argv, **popen)
+        if p.pid == pid:
+            return p
+        p.kill()
+        p.wait()
+    return None
+
+
 def _reuse_client(chan: _Chan, sock: str, run_id: str) -> dict[str, Any]:
     """Connect, hand the connection to a child and exit, so this pid can go to a root process;
     the child then asks the daemon to count "its" process (the pid that connected)."""
@@ -1026,16 +1040,7 @@ def behalf_pid_reuse(lab: Lab) -> list[Check]:
         return [Check("", f"the client did not start: {msg}", True)]
     pid = msg["result"]["pid"]
     child.reap()  # its pid is free now; its child holds the connection
-    spinner = None
-    for _ in range(50):  # other processes and threads take pids too: try until it lands
-        with open("/proc/sys/kernel/ns_last_pid", "w") as fh:
-            fh.write(str(pid - 1))
-        p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        if p.pid == pid:
-            spinner = p
-            break
-        p.kill()
-        p.wait()
+    spinner = take_pid(pid, [sys.executable, "-c", "while True: pass"])
     if spinner is None:
         child.send({"go": False})
         return [Check("", f"could not give pid {pid} to a root process", True)]
@@ -1190,17 +1195,8 @@ def groups_pid_reuse(lab: Lab) -> list[Check]:
             return [Check("", f"the client did not start: {msg}", True)]
         pid = msg["result"]["pid"]
         child.reap()  # its pid is free now; its child holds the connection
-        member = None
-        for _ in range(50):  # other processes and threads take pids too: try until it lands
-            with open("/proc/sys/kernel/ns_last_pid", "w") as fh:
-                fh.write(str(pid - 1))
-            p = subprocess.Popen(["sleep", "60"], user=OTHER, group=OTHER,
-                                 extra_groups=[ALLOWED_GID])
-            if p.pid == pid:
-                member = p
-                break
-            p.kill()
-            p.wait()
+        member = take_pid(pid, ["sleep", "60"], user=OTHER, group=OTHER,
+                          extra_groups=[ALLOWED_GID])
         if member is None:
             child.send({"go": False})
             return [Check("", f"could not give pid {pid} to a group member's process", True)]

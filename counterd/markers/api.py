@@ -200,9 +200,14 @@ def records() -> list[SuperstepRecord]:
     return list(sink.records) if isinstance(sink, MemorySink) else []
 
 
+_exited_pid = 0  # the process whose _at_exit has run (atexit and a finalizer both call it)
+
+
 def _at_exit() -> None:
+    global _exited_pid
     rec = _recorder
-    if rec is not None and rec.pid == identity.pid:
+    if rec is not None and rec.pid == identity.pid and _exited_pid != identity.pid:
+        _exited_pid = identity.pid
         rec.close_open_steps()
         if is_socket_sink(rec.sink):
             try:
@@ -213,13 +218,22 @@ def _at_exit() -> None:
 
 
 _at_exit_registered = False
+_finalizer_pid = 0  # the process whose multiprocessing finalizer calls _at_exit
 
 
 def _register_at_exit() -> None:
     """Close open supersteps and flush to the daemon at interpreter exit (once per process;
-    called with the lock held when a recorder is created)."""
-    global _at_exit_registered
+    called with the lock held when a recorder is created). A multiprocessing worker ends
+    without the interpreter's exit handlers (a forked one by os._exit), after running
+    multiprocessing's own finalizers: one of them does it there (a Finalize is called in the
+    process that made it only), where the program uses multiprocessing (not imported for
+    programs that do not: it costs milliseconds of start-up)."""
+    global _at_exit_registered, _finalizer_pid
     if not _at_exit_registered:
         atexit.register(_at_exit)
         os.register_at_fork(after_in_child=_after_fork_in_child)
         _at_exit_registered = True
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None and _finalizer_pid != os.getpid():
+        mp_util.Finalize(None, _at_exit, exitpriority=10)  # before its children are joined
+        _finalizer_pid = os.getpid()

@@ -142,6 +142,47 @@ def test_no_daemon_at_start_spills_at_exit_and_import_sends_it(tmp_path: Path) -
     d.stop()
 
 
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_multiprocessing_workers_with_no_daemon_spill_their_records(tmp_path: Path,
+                                                                    method: str) -> None:
+    """A multiprocessing worker ends without the interpreter's exit handlers (a forked one by
+    os._exit): its records, unsent for want of a daemon, were lost without a word. They are
+    spilled at the worker's end as a single process's are at its exit, and imported."""
+    d = DaemonProc(tmp_path / "d")  # configured, not started: the socket is not there
+    spill = tmp_path / "spill"
+    code = textwrap.dedent(f"""
+        import multiprocessing as mp
+        import counterd
+
+        def work(rank):
+            counterd.set_rank(rank)
+            for i in range(5):
+                with counterd.superstep("s", i=i):
+                    pass
+
+        if __name__ == "__main__":
+            ctx = mp.get_context("{method}")
+            procs = [ctx.Process(target=work, args=(r,)) for r in range(2)]
+            [p.start() for p in procs]
+            [p.join() for p in procs]
+            assert all(p.exitcode == 0 for p in procs)
+    """)
+    prog = tmp_path / "prog.py"
+    prog.write_text(code)
+    out = subprocess.run([sys.executable, str(prog)], text=True, capture_output=True,
+                         timeout=60, env=d.env(COUNTERD_RUN_ID="workers", COUNTERD_BACKEND="none",
+                                                COUNTERD_SPILL=str(spill)))
+    assert out.returncode == 0, out.stderr
+    said = [ln for ln in out.stderr.splitlines() if "counterd import" in ln]
+    assert len(said) == 2 and all("5 records" in ln for ln in said), out.stderr
+    d.start()
+    assert cli_main(["import", str(spill), "--socket", str(d.socket)]) == 0
+    got = stored(d, "workers")
+    assert sorted((r.rank, r.params["i"]) for r in got) == [(r, i) for r in (0, 1)
+                                                             for i in range(5)]
+    d.stop()
+
+
 def test_import_keeps_a_file_the_daemon_does_not_take_whole(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spill = SpillFile(tmp_path / "spill")
