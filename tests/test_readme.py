@@ -77,7 +77,8 @@ def test_first_program_records_and_reports(tmp_path: Path) -> None:
     recs = [json.loads(line) for line in records_file.read_text().splitlines()]
     assert sorted((r["name"], r["rank"]) for r in recs) == [
         ("neighbour sum", 0), ("neighbour sum", 1), ("scale", 0), ("scale", 1)]
-    assert not any(r.get("flags") for r in recs), [r.get("flags") for r in recs]
+    broken = {"incomplete", "exception", "nested", "unmatched_end"}  # not `migrated`: load
+    assert not [f for r in recs for f in r.get("flags") or () if f in broken], recs
     shown = run(report).stdout
     assert re.search(r"^\s*0 scale\s+2 ", shown, re.M), shown
     assert re.search(r"^\s*1 neighbour sum\s+2 ", shown, re.M), shown
