@@ -9,7 +9,9 @@ str}]}}, "markers": str}``. A counter's backend is the first, in :data:`PREFEREN
 that can give it; measured sources come before simulated ones. ``auto`` is
 :func:`counterd.backends.resolve`'s answer for every purpose; ``machine`` is
 :meth:`counterd.machine.Machine.to_json`; ``markers`` says whether the markers' begin and end
-run compiled or in Python, and why.
+run compiled or in Python, and why; ``noise`` is pyperf's system checks (CPU scaling
+governor, Turbo Boost, isolated CPUs, ASLR, ...: :mod:`counterd.noise`), ``[{"check": str,
+"status": "noise"|"ok"|"unknown", "state": str, "fix": str|null}]``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from counterd.events import BY_NAME, NAMES
 from counterd.host import HostInfo, host_info, no_pmu_reason
 from counterd.machine import Machine, format_cpulist
 from counterd.machine import current as current_machine
+from counterd.noise import NoiseCheck, noise_checks, render_lines
 
 PREFERENCE = ("perf", "papi", "callgrind", "sim")
 
@@ -46,6 +49,8 @@ class ProbeResult:
     machine: Machine | None = None
     # How the markers run: their compiled hot path, or Python and why.
     markers: str = ""
+    # pyperf's system checks: what would add timing noise here.
+    noise: tuple[NoiseCheck, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,6 +63,7 @@ class ProbeResult:
                          for n, s in self.counters.items()},
             "auto": {p: r.to_json() for p, r in self.auto.items()},
             "markers": self.markers,
+            "noise": [c.to_json() for c in self.noise],
         }
 
 
@@ -80,7 +86,7 @@ def probe() -> ProbeResult:
     auto: dict[str, Resolution] = {p: backends.resolve("auto", p, caps)
                                    for p in backends.PURPOSES}
     return ProbeResult(host_info(machine=described), caps, counters, auto, described,
-                       markers_path())
+                       markers_path(), tuple(noise_checks()))
 
 
 def markers_path() -> str:
@@ -168,7 +174,10 @@ def render_text(result: ProbeResult) -> str:
             f"page {m.page_bytes} B; {tlb}; from {m.source}",
             *memory_lines(m),
         ]
-    lines += ["", f"hot path  the markers run {result.markers}", "", "auto picks, per purpose"]
+    lines += ["", f"hot path  the markers run {result.markers}"]
+    if result.noise:
+        lines += ["", *render_lines(list(result.noise))]
+    lines += ["", "auto picks, per purpose"]
     for purpose, res in result.auto.items():
         lines.append(f"  {purpose:<10} {res.backend or '-':<10} {res.reason}")
     lines += ["", "counters"]

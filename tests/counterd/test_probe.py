@@ -19,3 +19,10 @@ def test_probe_labels_sources_and_explains_missing_hardware() -> None:
             assert st[name].available and st[name].source == "simulated", name
     text = render_text(result)
     assert "task_clock_ns" in text and "backends" in text
+    # pyperf's system checks: a list in the JSON, a section in the text (what they find
+    # depends on the host: tests/counterd/test_noise.py checks them on a fake /sys).
+    noise = result.to_json()["noise"]
+    assert noise and all(c["status"] in ("noise", "ok", "unknown") and c["check"]
+                         for c in noise)
+    assert all(c["fix"] for c in noise if c["status"] == "noise")
+    assert "\nnoise     what would add timing noise here" in text
