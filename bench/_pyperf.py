@@ -84,6 +84,8 @@ class PyperfOut:
 
         if name in self._names:
             raise ValueError(f"benchmark {name!r} added twice")
+        if "," in name or ":" in name:
+            raise ValueError(f"benchmark {name!r}: no commas or colons in a name")
         values = list(seconds)
         if not values:
             return

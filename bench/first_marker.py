@@ -13,7 +13,11 @@ tests/counterd/skew_program.py starts them; the table gives, per path and backen
 over processes of the first, second and last superstep's costs, in microseconds.
 
     python bench/first_marker.py [--procs 2] [--rounds 5] [--how fork,spawn,mpi]
-                                 [--backend perf,sim] [--steps 10]
+                                 [--backend perf,sim] [--steps 10] [--pyperf FILE]
+
+With ``--pyperf FILE`` every process's first, second and last begin, enter and end are also
+written as pyperf JSON (bench/_pyperf.py), ``first_marker/BACKEND/HOW/Np/first begin`` and so
+on: ``python -m pyperf compare_to OLD NEW`` compares two runs.
 """
 
 from __future__ import annotations
@@ -105,6 +109,7 @@ def main() -> int:
         return _program(how, int(n), int(rounds), int(steps), out)
     sys.path.insert(0, str(ROOT / "bench"))
     from _host import host_line
+    from _pyperf import PyperfOut, add_option
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--procs", type=int, default=2)
@@ -112,8 +117,11 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--how", default="fork,spawn,mpi")
     ap.add_argument("--backend", default="perf,sim")
+    add_option(ap)
     a = ap.parse_args()
-    print(host_line())
+    host = host_line()
+    print(host)
+    pp = PyperfOut(a.pyperf, host)
     print(f"load average {os.getloadavg()[0]:.2f}; per process: median over processes, us "
           "(begin = to the step's begin_ns; enter = to the body; end = body to after)")
     hows = [h for h in a.how.split(",") if h != "mpi" or MPIEXEC.exists()]
@@ -126,8 +134,12 @@ def main() -> int:
                     med = [statistics.median(p[k][i] for p in per) / 1e3
                            for k in (0, 1, a.steps - 1)]
                     cells.append(f"{what} {med[0]:7.1f} {med[1]:6.1f} {med[2]:6.1f}")
+                    for k, which in ((0, "first"), (1, "second"), (a.steps - 1, "last")):
+                        pp.add(f"first_marker/{backend}/{how}/{a.procs}p/{which} {what}",
+                                [p[k][i] / 1e9 for p in per], backend=backend)
                 print(f"  {backend:<5} {how:<6} ({len(per)} processes)  first/second/last: "
                       + "   ".join(cells), flush=True)
+    pp.dump()
     return 0
 
 

@@ -22,6 +22,11 @@ counters of 1 in 10 pairs and estimate the others' (flagged ``sampled``): their 
 mean cost of a pair over all of them. The floors beside them: two ``read(2)`` of the perf group
 leader per pair, from Python and from C (bench/perf_read_floor.c, with nothing else in the
 loop).
+
+With ``--pyperf FILE`` each batch's time per pair is also written as pyperf JSON
+(bench/_pyperf.py), one benchmark per row (``marker_cost/in-process/no counters/memory
+sink/compiled``, ...; the floor from C is a summary, not written): ``python -m pyperf
+compare_to OLD NEW`` compares two runs.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _daemon import Daemon  # noqa: E402
 from _host import host_line  # noqa: E402
+from _pyperf import PyperfOut, add_option  # noqa: E402
 
 import counterd  # noqa: E402
 from counterd import _native  # noqa: E402
@@ -96,8 +102,11 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=2000)
     ap.add_argument("--batches", type=int, default=15)
+    add_option(ap)
     args = ap.parse_args()
-    print(host_line())
+    host = host_line()
+    print(host)
+    out = PyperfOut(args.pyperf, host)
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "spool").mkdir()
         d = Daemon(Path(tmp))
@@ -154,6 +163,8 @@ def main() -> int:
                             acked += f" (degraded: {sink.degraded})"
                     print(f"{label + ', ' + engine:<72} {statistics.median(got):>15.2f} "
                           f"{min(got):>8.2f} {max(got):>8.2f}  {acked}", flush=True)
+                    out.add(_bench_name(label, engine), [us / 1e6 for us in got],
+                            loops=args.pairs, backend=str(kw.get("backend")))
                     lane = last[engine]._state().lane if engine == "compiled" else None
                     if lane is not None and kw.get("backend") == "perf":
                         how = ("in user space (rdpmc)" if lane.user_read_off is None
@@ -178,6 +189,8 @@ def main() -> int:
                 print(f"{'floor: two perf group read(2) from Python per pair':<72} "
                       f"{statistics.median(floor):>15.2f} {min(floor):>8.2f} "
                       f"{max(floor):>8.2f}")
+                out.add("marker_cost/floor/two perf group read(2) from Python",
+                        [us / 1e6 for us in floor], loops=args.pairs, backend="perf")
             c_floor = _c_floor(Path(tmp), args.pairs, args.batches)
             if c_floor is not None:
                 print(f"{'floor: two perf group read(2) from C per pair (perf_read_floor.c)':<72} "
@@ -187,7 +200,13 @@ def main() -> int:
             configure(backend="none", socket="off")
         finally:
             d.stop()
+    out.dump()
     return 0
+
+
+def _bench_name(label: str, engine: str) -> str:
+    """A row's pyperf name: its label's parts as a path, without commas or colons."""
+    return "marker_cost/" + label.replace(", ", "/").replace("1ms:10", "1ms 1 in 10") + "/" + engine
 
 
 if __name__ == "__main__":

@@ -32,6 +32,13 @@ comparison in one run.
 
     .venv/bin/python bench/record_overhead.py [--pairs 9] [--seconds 1.0] [--backend perf]
                                               [--hosts idle,held] [--against REV]
+                                              [--pyperf FILE]
+
+With ``--pyperf FILE`` every timed command's wall time is also written as pyperf JSON
+(bench/_pyperf.py): ``record_overhead/HOST/PROGRAM/perf stat``, ``.../counterd record
+BACKEND`` (and ``... at REV``), ``record_overhead/to first instruction/...``; ``python -m
+pyperf compare_to OLD NEW`` compares two runs (the ratios are not written: they are not
+timings).
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._host import host_line  # noqa: E402
+from bench._pyperf import PyperfOut, add_option  # noqa: E402
 
 PROGRAM = """
 import sys, time
@@ -84,7 +92,8 @@ int main(void) {
 """
 
 
-def start_latency(stat: list[str], rec: list[str], tmp: Path, pairs: int) -> None:
+def start_latency(stat: list[str], rec: list[str], tmp: Path, pairs: int,
+                  out: PyperfOut) -> None:
     """How long each tool takes from its own start to its command's first instruction: the
     command prints CLOCK_MONOTONIC as it starts (a C program: nothing runs before it)."""
     cc = shutil.which("cc") or shutil.which("gcc")
@@ -111,6 +120,7 @@ def start_latency(stat: list[str], rec: list[str], tmp: Path, pairs: int) -> Non
         q = statistics.quantiles(got)
         print(f"  {name:<30} median {statistics.median(got):6.2f} ms  (quartiles {q[0]:.2f}, "
               f"{q[2]:.2f})")
+        out.add(f"record_overhead/to first instruction/{name}", [ms / 1e3 for ms in got])
 
 
 def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
@@ -146,13 +156,16 @@ def main() -> int:
     ap.add_argument("--against", metavar="REV", default=None,
                     help="also run counterd record from this revision of the repository, "
                     "alternating, and print this tree's difference to it")
+    add_option(ap)
     a = ap.parse_args()
     perf = shutil.which("perf")
     if perf is None:
         raise SystemExit("perf is not installed: apt install linux-perf (or linux-tools)")
     py = sys.executable
     counterd_bin = str(Path(py).parent / "counterd")
-    print(host_line())
+    host = host_line()
+    print(host)
+    out = PyperfOut(a.pyperf, host)
     # The package's bytecode compiled once, as an installed package has it (pip compiles at
     # install; an editable install writes .pyc at first import unless PYTHONDONTWRITEBYTECODE
     # is set, as it is in some shells, which would charge every recording ~30 ms of compiling
@@ -177,16 +190,19 @@ def main() -> int:
                                                                     str(a.seconds)],
                     f"sleep {a.seconds:.2f} (CPUs idle)": ["sleep", str(a.seconds)],
                     SHORT: [py, "-c", "import numpy"]}
-        for host, (label, job) in [(h, p) for h in a.hosts.split(",")
-                                   for p in programs.items()]:
-            if host not in ("idle", "held"):
-                raise SystemExit(f"--hosts: {host!r} is neither idle nor held")
+        # The programs' names in the pyperf file (no commas or colons).
+        short = dict(zip(programs, (f"numpy job {a.seconds:.2f} s", f"sleep {a.seconds:.2f} s",
+                                    "import numpy"), strict=True))
+        for host_of, (label, job) in [(h, p) for h in a.hosts.split(",")
+                                      for p in programs.items()]:
+            if host_of not in ("idle", "held"):
+                raise SystemExit(f"--hosts: {host_of!r} is neither idle nor held")
             stat = [perf, "stat", "-e", "task-clock", "-x,", "-o", str(Path(tmp) / "stat.txt"),
                     "--", *job]
             rec = [counterd_bin, "record", "--backend", a.backend, "--out",
                    str(Path(tmp) / "rec.jsonl"), "--", *job]
             holder = None
-            if host == "held":  # one task event open on the host for the whole measurement
+            if host_of == "held":  # one task event open on the host for the whole measurement
                 holder = subprocess.Popen([perf, "stat", "-e", "task-clock", "-x,", "-o",
                                            os.devnull, "--", "sleep", "3600"],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -211,7 +227,7 @@ def main() -> int:
             ms, mr = statistics.median(ts), statistics.median(tr)
             ratio = statistics.median(r / s for s, r in zip(ts, tr, strict=True))
             extra = statistics.median(r - s for s, r in zip(ts, tr, strict=True))
-            where = "idle host" if host == "idle" else "a perf event held open elsewhere"
+            where = "idle host" if host_of == "idle" else "a perf event held open elsewhere"
             print(f"{label}, {where}:")
             print(f"  perf stat -e task-clock        median {ms:.3f} s  (min {min(ts):.3f}, "
                   f"max {max(ts):.3f})")
@@ -221,6 +237,10 @@ def main() -> int:
                   f"ratio of the medians {mr / ms:.3f}); "
                   + ("no target" if label == SHORT else
                      "target <= 1.02: " + ("met" if ratio <= 1.02 else "MISSED")))
+            stem = f"record_overhead/{host_of}/{short[label]}"
+            out.add(f"{stem}/perf stat", ts)
+            out.add(f"{stem}/counterd record {a.backend}", tr, backend=a.backend)
+            out.add(f"{stem}/counterd record {a.backend} at {a.against}", tb, backend=a.backend)
             if tb:
                 diff = statistics.median(r - b for r, b in zip(tr, tb, strict=True))
                 print(f"  counterd record at {a.against:<14} median {statistics.median(tb):.3f}"
@@ -229,7 +249,8 @@ def main() -> int:
         start_latency([perf, "stat", "-e", "task-clock", "-x,", "-o",
                        str(Path(tmp) / "stat.txt"), "--"],
                       [counterd_bin, "record", "--backend", a.backend, "--out",
-                       str(Path(tmp) / "rec.jsonl"), "--"], Path(tmp), a.pairs)
+                       str(Path(tmp) / "rec.jsonl"), "--"], Path(tmp), a.pairs, out)
+    out.dump()
     return 0
 
 

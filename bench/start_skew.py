@@ -7,10 +7,13 @@ opened, the marker pair calibrated, the spool file made) as start skew; the skew
 (tests/counterd/test_start_skew.py) asks for the first within 3x the second + 0.5 ms.
 
     python bench/start_skew.py [--rounds 10] [--procs 2,4] [--how fork,spawn,mpi]
-                               [--backend perf,sim] [--against REV]
+                               [--backend perf,sim] [--against REV] [--pyperf FILE]
 
 With ``--against REV`` every configuration is also recorded by that revision's counterd
-(alternating with this tree's, in one run), and the table shows both.
+(alternating with this tree's, in one run), and the table shows both. With ``--pyperf FILE``
+the skews are also written as pyperf JSON (bench/_pyperf.py), ``start_skew/BACKEND/HOW/Np/first``
+and ``.../second`` (``... at REV`` for the revision's): ``python -m pyperf compare_to OLD NEW``
+compares two runs.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from _host import guarded, host_line  # noqa: E402
+from _pyperf import PyperfOut, add_option  # noqa: E402
 from record_overhead import export_revision  # noqa: E402
 
 from counterd.records import read_jsonl  # noqa: E402
@@ -71,8 +75,11 @@ def main() -> int:
     ap.add_argument("--backend", default="perf,sim")
     ap.add_argument("--against", metavar="REV", default=None,
                     help="also record with this revision of the repository, alternating")
+    add_option(ap)
     a = ap.parse_args()
-    print(host_line())
+    host = host_line()
+    print(host)
+    out = PyperfOut(a.pyperf, host)
     if os.environ.get("PYTHONDONTWRITEBYTECODE"):
         print("PYTHONDONTWRITEBYTECODE is set: every module a process imports is compiled anew")
     # This tree's bytecode compiled as the revision's is (export_revision): with
@@ -99,6 +106,11 @@ def main() -> int:
                         pairs = _record(env, backend, how, n, a.rounds,
                                         Path(tmp) / f"{backend}-{how}-{n}-{len(label)}")
                         print(_row(label, pairs), flush=True)
+                        at = "" if label == "this tree" else f" at {a.against}"
+                        for k, which in ((0, "first"), (1, "second")):
+                            out.add(f"start_skew/{backend}/{how}/{n}p/{which}{at}",
+                                    [p[k] / 1e9 for p in pairs], backend=backend)
+    out.dump()
     return 0
 
 

@@ -66,6 +66,8 @@ def test_no_file_no_work_and_bad_samples_refused(tmp_path: Path) -> None:
     out.add("x", [1e-3])
     with pytest.raises(ValueError, match="twice"):
         out.add("x", [1e-3])
+    with pytest.raises(ValueError, match="commas or colons"):
+        out.add("in-process, memory sink", [1e-3])
 
 
 @pytest.mark.parametrize("name", ["out.txt", "no/such/dir/out.json"])
