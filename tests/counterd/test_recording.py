@@ -84,9 +84,10 @@ def test_probe_json_shape() -> None:
     proc = _cli("probe", "--json")
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)
-    # issue 2's shape, plus the machine description, what auto picks per purpose and how the
-    # markers run
-    assert set(d) == {"host", "backends", "counters", "machine", "auto", "markers"}
+    # issue 2's shape, plus the machine description, what auto picks per purpose, how the
+    # markers run and pyperf's noise checks
+    assert set(d) == {"host", "backends", "counters", "machine", "auto", "markers", "noise"}
+    assert all(n["status"] in ("noise", "ok", "unknown") for n in d["noise"])
     from counterd import _native
 
     assert d["markers"].startswith("compiled" if _native.hotpath() is not None else "in Python")
