@@ -127,31 +127,55 @@ def remove_spool_dir(path: str) -> None:
     except (AttributeError, OSError):
         blocked = None
     try:
-        _remove_tree(path)
         fd = _locks.pop(path, None)
-        if fd is not None:
-            os.close(fd)
+        try:
+            _remove_tree(path, fd)
+        finally:
+            if fd is not None:
+                os.close(fd)
     finally:
         if blocked is not None:
             _signal.pthread_sigmask(_signal.SIG_SETMASK, blocked)
 
 
-def _remove_tree(path: str) -> None:
+def _remove_tree(path: str, held: int | None = None) -> None:
+    """Empty and remove directory ``path``; ``held``: a descriptor of the directory this
+    process made there. Never through a link: where ``path`` is no longer that directory (the
+    recorded program, whose spool it was, moved it and put a link or another directory in its
+    place), the directory is emptied through ``held`` and ``path`` left alone."""
     try:
-        with os.scandir(path) as entries:
-            for entry in entries:
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        import shutil
+        fd: int | None = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                                 | os.O_CLOEXEC)
+    except OSError:
+        fd = None
+    try:
+        if fd is not None and held is not None:
+            a, b = os.fstat(fd), os.fstat(held)
+            if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+                os.close(fd)
+                fd = None
+        where = fd if fd is not None else held
+        if where is None:
+            return
+        with os.scandir(where) as it:
+            entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+        for name, is_dir in entries:
+            try:
+                if is_dir:
+                    import shutil
 
-                        shutil.rmtree(entry.path, ignore_errors=True)
-                    else:
-                        os.unlink(entry.path)
-                except OSError:
-                    pass
-        os.rmdir(path)
+                    shutil.rmtree(name, dir_fd=where, ignore_errors=True)
+                else:
+                    os.unlink(name, dir_fd=where)
+            except OSError:
+                pass
+        if fd is not None:
+            os.rmdir(path)
     except OSError:
         pass
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def remove_stale_spool_dirs(base: str | None = None, prefix: str = SPOOL_PREFIX,
@@ -166,7 +190,7 @@ def remove_stale_spool_dirs(base: str | None = None, prefix: str = SPOOL_PREFIX,
     import time
 
     base = base or _spool_base()
-    removed = []
+    removed: list[str] = []
     now = time.time()
     uid = os.geteuid()
     try:
@@ -194,7 +218,7 @@ def remove_stale_spool_dirs(base: str | None = None, prefix: str = SPOOL_PREFIX,
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:  # held: its recorder lives (or flock is not there: left to age)
                 continue
-            _remove_tree(entry.path)
+            _remove_tree(entry.path, fd)
             removed.append(entry.path)
         finally:
             os.close(fd)

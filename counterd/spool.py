@@ -673,14 +673,14 @@ def collect(directory: Path, report: Report | None = None, owner: int | None = N
                     continue
                 ended.add(key)
                 yield record
-    for key, (d, path) in begins.items():
+    for key, (d, where) in begins.items():
         if key not in ended:
             try:
                 rec = incomplete_record(d)
             except (KeyError, TypeError, ValueError):  # a damaged begin line: no record
                 continue
-            if path in cut:
+            if where in cut:
                 why = f"its end may lie in what was not read of spool file " \
-                      f"{Path(path).name}: {cut[path]}"
+                      f"{os.path.basename(where)}: {cut[where]}"
                 rec = replace(rec, unsupported={**rec.unsupported, "*": why[:MAX_VALUE_CHARS]})
             yield rec
