@@ -442,9 +442,11 @@ def _decoded(dec: protocol.Decoder) -> Iterator[protocol.Frame]:
 Note = Callable[[str], None]  # hears what of one file was not read, in a few words
 
 
-def _frames(fd: int, cap: int, note: Note) -> Iterator[protocol.Frame]:
-    """The committed frames of a mapped spool file, typed, read in chunks: a frame that does
-    not decode is skipped, and the rest of a file whose framing broke is dropped (noted)."""
+def _frames(fd: int, st: os.stat_result, cap: int, note: Note) -> Iterator[protocol.Frame]:
+    """The committed frames of a mapped spool file, typed, read in chunks up to the file's
+    size when opened (a process still writing does not keep the reader going): a frame that
+    does not decode is skipped, and the rest of a file whose framing broke is dropped
+    (noted)."""
     head = os.pread(fd, HEAD_BYTES, 0)
     if len(head) < _HEAD.size:
         return
@@ -456,7 +458,8 @@ def _frames(fd: int, cap: int, note: Note) -> Iterator[protocol.Frame]:
         note(f"its head claims {committed} bytes of frames, more than a spool file holds "
              f"({_size(MAX_FRAMES_BYTES)}): nothing read")
         return
-    end = HEAD_BYTES + min(committed, max(cap - HEAD_BYTES, 0))
+    have = max(st.st_size - HEAD_BYTES, 0)
+    end = HEAD_BYTES + min(committed, max(cap - HEAD_BYTES, 0), have)
     dec = protocol.Decoder(max_frame=protocol.MAX_FRAME_BYTES,
                            versions=protocol.ACCEPTED_VERSIONS)
     at = HEAD_BYTES
@@ -473,7 +476,10 @@ def _frames(fd: int, cap: int, note: Note) -> Iterator[protocol.Frame]:
             note(f"its frames break at byte {at - dec.pending} (of "
                  f"{_size(HEAD_BYTES + committed)} its head claims): the rest is not read")
             return
-    if committed > cap - HEAD_BYTES:
+    if committed > have and have <= cap - HEAD_BYTES:
+        note(f"it ends at byte {st.st_size}, its head says {HEAD_BYTES + committed}: the "
+             f"frames beyond are lost")
+    elif committed > cap - HEAD_BYTES:
         note(_cut(cap, HEAD_BYTES + committed))
 
 
@@ -482,14 +488,15 @@ def _cut(cap: int, size: int) -> str:
             f"hold ({ENV_MAX_FILE_BYTES} sets it)")
 
 
-def _frame_events(fd: int, cap: int, note: Note) -> Iterator[dict[str, Any]]:
+def _frame_events(fd: int, st: os.stat_result, cap: int, note: Note
+                  ) -> Iterator[dict[str, Any]]:
     """A mapped spool file's events as :func:`read_lines` gives them: begin lines and
     record objects."""
     contexts: dict[int, protocol.Context] = {}
     # By run and index, as the daemon holds them: a CLOSE names the context of its counters,
     # which need not be its OPEN's.
     opened: dict[tuple[str, int], protocol.Open] = {}
-    for f in _frames(fd, cap, note):
+    for f in _frames(fd, st, cap, note):
         if isinstance(f, protocol.Context):
             contexts[f.c] = f
         elif isinstance(f, protocol.Open):
@@ -550,7 +557,7 @@ def _events(path: Path, frames: bool, report: Report | None, owner: int | None,
     cap = max_file_bytes() if cap is None else cap
     try:
         if frames:
-            yield from _frame_events(fd, cap, notes.append)
+            yield from _frame_events(fd, st, cap, notes.append)
         else:
             yield from _line_events(fd, st, cap, notes.append)
     finally:
@@ -570,15 +577,17 @@ def _next_data(fd: int, at: int) -> int | None:
 
 
 def _lines(fd: int, st: os.stat_result, cap: int, note: Note) -> Iterator[bytes]:
-    """The lines of a file (the last one without its newline, if so written) whose first
-    byte lies within the first ``cap`` bytes, each shorter than :data:`MAX_LINE_BYTES`: a
-    longer one is skipped to its end, over holes without reading them (noted)."""
+    """The lines of a file (the last one without its newline, if so written) within its
+    first ``cap`` bytes and its size when opened (a process still writing does not keep the
+    reader going), each shorter than :data:`MAX_LINE_BYTES`: a longer one is skipped to its
+    end, over holes without reading them (noted)."""
     at = 0  # the file offset read up to
     pending = b""  # the start of a line whose end is not read yet
     skipping = False  # inside a line too long to keep
     long_lines = 0
-    while at < cap:
-        chunk = os.pread(fd, min(READ_CHUNK, cap - at), at)
+    limit = min(cap, st.st_size)
+    while at < limit:
+        chunk = os.pread(fd, min(READ_CHUNK, limit - at), at)
         if not chunk:
             break
         at += len(chunk)
@@ -587,7 +596,6 @@ def _lines(fd: int, st: os.stat_result, cap: int, note: Note) -> Iterator[bytes]
             if nl < 0:
                 nxt = _next_data(fd, at)
                 if nxt is None:  # a hole to the end: no newline, the line goes on to EOF
-                    at = st.st_size if at < st.st_size <= cap else at
                     break
                 at = nxt
                 continue
@@ -606,9 +614,9 @@ def _lines(fd: int, st: os.stat_result, cap: int, note: Note) -> Iterator[bytes]
     if long_lines:
         note(f"{long_lines} line{'s' if long_lines > 1 else ''} of {_size(MAX_LINE_BYTES)} or "
              f"more (damage, or a hole of zero bytes) skipped")
-    if at >= cap and max(st.st_size, at) > cap:
+    if at >= cap and st.st_size > cap:
         # The line across the cap is not whole: dropped with what follows.
-        note(_cut(cap, max(st.st_size, at)))
+        note(_cut(cap, st.st_size))
         return
     if pending and not skipping:
         yield pending  # a last line without its newline (a torn one does not decode)

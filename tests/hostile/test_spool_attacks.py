@@ -251,6 +251,45 @@ def test_a_file_truncated_while_read_ends_where_it_ends(
         assert told and told[0].why.startswith("it ends at byte 6000, its head says")
 
 
+def test_a_file_growing_while_read_is_read_up_to_its_size_when_opened(
+        spool_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process of the command still appending (a 1 GB/s writer would keep a reader going
+    to the cap): what it adds after the open is not read."""
+    monkeypatch.setattr(spool, "READ_CHUNK", 4096)
+    path = spool_dir / "1.jsonl"
+    path.write_bytes(b"".join(_record_line(i) for i in range(40)))
+    real = os.pread
+
+    def growing(fd: int, n: int, at: int) -> bytes:
+        with path.open("ab") as f:
+            f.write(b"".join(_record_line(i) for i in range(1000, 1040)))
+        return real(fd, n, at)
+
+    monkeypatch.setattr(spool.os, "pread", growing)
+    recs, told, _ = _collect(spool_dir)
+    assert sorted(r.index for r in recs if r.run_id == "r") == list(range(40))
+    assert told == []
+
+
+def test_frames_shorter_than_their_head_says_are_read_to_the_end_and_said(
+        spool_dir: Path) -> None:
+    path = spool_dir / "1.frames"
+    w = spool.MappedWriter(path)
+    w.append(spool.protocol.encode(spool.protocol.FrameType.RECORD, {
+        "s": 1, "rec": SuperstepRecord.from_json(_json(_record_line(5))).to_json()}))
+    size = spool.HEAD_BYTES + w.committed
+    w.close()
+    with path.open("r+b") as f:
+        f.truncate(size)
+        f.seek(8)
+        f.write(struct.pack("<Q", size - spool.HEAD_BYTES + 1000))  # more than it holds
+    recs, told, _ = _collect(spool_dir)
+    assert ("r", 5) in {(r.run_id, r.index) for r in recs}
+    assert told == [spool.Skipped(str(path), f"it ends at byte {size}, its head says "
+                                             f"{size + 1000}: the frames beyond are lost",
+                                  part=True)]
+
+
 def _json(line: bytes) -> dict[str, object]:
     import json
 
