@@ -1909,7 +1909,7 @@ RECORDER_GUARD_S = 60.0  # a recorder still running then is killed (a blocked on
 RECORDER_AS_BYTES = 3 << 30  # RLIMIT_AS of the recorder: a tree that reads it all fails early
 HOSTILE_SPOOL = Path(__file__).resolve().parent / "_hostile_spool.py"
 # Full sizes (the issue's): a 20 GB sparse 1.jsonl; 256 MiB of junk lines truncated under
-# the reader; 64 MiB of junk for the recorder to read when a signal comes.
+# the reader; 256 MiB of junk for the recorder to read when a signal comes.
 FULL_SPARSE_JSONL = 20 * 10**9
 # kind -> what the recorder's stderr must say of it
 RECORDER_SAYS = {
@@ -2058,14 +2058,14 @@ def _read_or_empty(path: Path) -> str:
 
 @attack("recorder", "stopped while it reads the spool")
 def recorder_signals(lab: Lab) -> list[Check]:
-    """The command leaves 64 MiB of junk lines (a second's reading) and has the recorder
+    """The command leaves 256 MiB of junk lines (seconds of reading) and has the recorder
     signalled (SIGTERM, SIGHUP, SIGINT) 0.4 s after its end: the recorder ends (stopped,
     exit 128+N, or done first, exit 0) within 5 s, and its spool directory is gone either
     way."""
     checks = []
     for name in ("SIGTERM", "SIGHUP", "SIGINT"):
         sig = int(getattr(signal, name))
-        r = record_hostile(lab.src, lab.tmp, f"signal {name}", lab.scale(64 << 20, 16 << 20))
+        r = record_hostile(lab.src, lab.tmp, f"signal {name}", lab.scale(256 << 20, 64 << 20))
         how = "stopped" if r.code == 128 + sig else "finished first" if r.code == 0 else ""
         why = judge_recorded(r, "", codes=(0, 128 + sig))
         checks.append(Check(f"{name}: {how}, {_figures(r)}", why))
