@@ -608,7 +608,7 @@ def _lines(fd: int, st: os.stat_result, cap: int, note: Note) -> Iterator[bytes]
                 yield line
             else:
                 long_lines += 1
-        if len(pending) >= MAX_LINE_BYTES:
+        if len(pending) > MAX_LINE_BYTES:
             pending, skipping = b"", True
             long_lines += 1
     if long_lines:

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import _hostile_spool as hostile
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from counterd import launch, recording, spool
 from counterd.errors import BadInput
@@ -288,6 +290,53 @@ def test_frames_shorter_than_their_head_says_are_read_to_the_end_and_said(
     assert told == [spool.Skipped(str(path), f"it ends at byte {size}, its head says "
                                              f"{size + 1000}: the frames beyond are lost",
                                   part=True)]
+
+
+def _readline_events(path: Path) -> list[dict[str, object]]:
+    """The events as the reader before issue 29 gave them (buffered readline of the whole
+    file): what the chunked reader must still give for any file a program writes."""
+    from counterd.strictjson import Malformed, loads
+
+    out = []
+    with path.open("rb") as fh:
+        while line := fh.readline(spool.MAX_LINE_BYTES + 1):
+            if len(line) > spool.MAX_LINE_BYTES:
+                while line and not line.endswith(b"\n"):
+                    line = fh.readline(spool.MAX_LINE_BYTES)
+                continue
+            try:
+                d = loads(line)
+            except Malformed:
+                continue
+            if isinstance(d, dict) and isinstance(d.get("ev"), str) and (
+                    "index" not in d or (isinstance(d["index"], int)
+                                         and not isinstance(d["index"], bool))):
+                out.append(d)
+    return out
+
+
+_PIECES = st.sampled_from([b'{"ev":"begin","index":1}', b'{"ev":"record","index":2}',
+                           b'{"ev":"x"}', b"", b"junk", b"\x00" * 40, b'{"ev":"begin","in',
+                           b"b" * 200, b"[1,2]",
+                           # events of 63, 64 and 65 bytes: about MAX_LINE_BYTES (64 here)
+                           *(b'{"ev":"' + b"a" * n + b'"}' for n in (54, 55, 56))])
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pieces=st.lists(st.tuples(_PIECES, st.booleans()), max_size=12),
+       chunk=st.sampled_from([1, 7, 16, 64, 1 << 20]))
+def test_the_chunked_reader_gives_what_readline_gave(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     pieces: list[tuple[bytes, bool]],
+                                                     chunk: int) -> None:
+    """Property: for any file of lines (long ones, torn ones, junk, zero bytes, with or
+    without a last newline) and any chunk size, the same events as the readline reader."""
+    monkeypatch.setattr(spool, "MAX_LINE_BYTES", 64)
+    monkeypatch.setattr(spool, "READ_CHUNK", chunk)
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b"".join(p + (b"\n" if nl else b"") for p, nl in pieces))
+    assert list(spool.read_lines(path)) == _readline_events(path)
 
 
 def _json(line: bytes) -> dict[str, object]:
