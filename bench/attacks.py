@@ -2003,7 +2003,8 @@ def judge_recorded(r: Recorded, says: str, *, codes: tuple[int, ...] = (0,)) -> 
     if r.code == -999:
         why.append(f"still running {RECORDER_GUARD_S:g} s later (killed)")
     elif r.code not in codes:
-        why.append(f"exit {r.code}: {_exception_line(r.stderr) or r.stderr.strip()[-200:]}")
+        said = _exception_line(r.stderr) if "Traceback" in r.stderr else ""
+        why.append(f"exit {r.code}: {said or r.stderr.strip()[-200:] or 'nothing said'}")
     if r.late_s > RECORDER_LATE_S:
         why.append(f"ended {r.late_s:.1f} s after its command (> {RECORDER_LATE_S:g} s)")
     if r.rss_mb > RECORDER_RSS_MB:
