@@ -53,6 +53,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _hostile_spool  # noqa: E402
 from _daemon import free_port  # noqa: E402
 from _host import host_line  # noqa: E402
 
@@ -67,7 +68,7 @@ HOST = socket.gethostname()
 NOBODY = 65534  # the hostile user
 OTHER = 65533  # a second unprivileged user (the victim of a squat)
 CATEGORIES = ("protocol and floods", "authorisation", "durability", "bad files", "signals",
-              "marker misuse")
+              "marker misuse", "recorder")
 REPLY_TIMEOUT_S = 5.0
 F = protocol.FrameType
 
@@ -1896,6 +1897,235 @@ def bad_files(lab: Lab) -> list[Check]:
                         None if "another host" in p.stderr
                         else f"no warning (exit {p.returncode})"))
     return checks
+
+
+# -- recorder: a recorded program's hostile spool ----------------------------------------------
+# `counterd record` reads what its command's processes left in the spool directory. The issue's
+# target: on each hostile spool the recorder finishes within 5 s of its command, with a peak RSS
+# under 100 MB, says what it skipped, and leaves no spool directory.
+RECORDER_LATE_S = 5.0
+RECORDER_RSS_MB = 100.0
+RECORDER_GUARD_S = 60.0  # a recorder still running then is killed (a blocked one would stay)
+RECORDER_AS_BYTES = 3 << 30  # RLIMIT_AS of the recorder: a tree that reads it all fails early
+HOSTILE_SPOOL = Path(__file__).resolve().parent / "_hostile_spool.py"
+# Full sizes (the issue's): a 20 GB sparse 1.jsonl; 256 MiB of junk lines truncated under
+# the reader; 256 MiB of junk for the recorder to read when a signal comes.
+FULL_SPARSE_JSONL = 20 * 10**9
+# kind -> what the recorder's stderr must say of it
+RECORDER_SAYS = {
+    "fifo": "a FIFO",
+    "link to /dev/zero": "a symbolic link",
+    "link to another user's file": "a symbolic link",
+    "another user's file": "owned by uid 65534",
+    "directory": "a directory",
+    "socket": "a socket",
+    "character device": "a character device",
+    "block device": "a block device",
+    "sparse frames": "its frames break",
+    "sparse jsonl": "skipped",
+    "truncated while read": "",  # what it says depends on when it reads: nothing required
+}
+
+
+@dataclass
+class Recorded:
+    """One ``counterd record`` of a hostile command, measured from outside."""
+
+    code: int  # the recorder's exit status (-N: killed by signal N; -999: killed by the guard)
+    stderr: str
+    late_s: float  # from the command's end (its ENDFILE) to the recorder's exit
+    rss_mb: float  # peak RSS of the recorder and its waited-for children (wait4's ru_maxrss)
+    left: list[str]  # spool directories left in its TMPDIR
+    out: Path
+
+
+def record_hostile(src: Path, tmp: Path, kind: str, size: int = 0, target: str = "",
+                   signal_at: Callable[[subprocess.Popen[bytes]], None] | None = None
+                   ) -> Recorded:
+    """``counterd record --backend none`` of :mod:`_hostile_spool` planting ``kind``, with
+    TMPDIR a fresh directory (its spool directory's parent); ``signal_at`` runs once the
+    recorder started (for the signal attacks)."""
+    import resource
+
+    work = tmp / ("rec-" + kind.replace(" ", "-").replace("/", "") + "-" + uuid.uuid4().hex[:6])
+    work.mkdir(parents=True)
+    endfile = work / "end"
+    out = work / "r.jsonl"
+    env = {**_env(src), "TMPDIR": str(work)}
+    argv = [PY, "-m", "counterd.cli", "record", "--backend", "none", "--out", str(out), "--",
+            PY, str(HOSTILE_SPOOL), kind, str(size), target, str(endfile)]
+
+    def guard() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (RECORDER_AS_BYTES, RECORDER_AS_BYTES))
+
+    proc = subprocess.Popen(argv, env=env, cwd=src, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, preexec_fn=guard)
+    if signal_at is not None:
+        signal_at(proc)
+    err = b""
+    assert proc.stderr is not None
+    os.set_blocking(proc.stderr.fileno(), False)
+    deadline = time.monotonic() + RECORDER_GUARD_S
+    status = rusage = None
+    while True:
+        try:
+            err += proc.stderr.read() or b""
+        except (BlockingIOError, TypeError):
+            pass
+        pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:
+            proc.kill()
+            _, status, rusage = os.wait4(proc.pid, 0)
+            status = None
+            break
+        time.sleep(0.005)
+    ended = time.monotonic()
+    proc.returncode = 0  # reaped here, not by Popen
+    with contextlib.suppress(BlockingIOError, TypeError):
+        err += proc.stderr.read() or b""
+    proc.stderr.close()
+    try:
+        cmd_end = float(endfile.read_text())
+    except (OSError, ValueError):
+        cmd_end = ended
+    code = -999 if status is None else os.waitstatus_to_exitcode(status)
+    left = [p.name for p in work.iterdir() if p.name.startswith(("counterd-record-",
+                                                                  "counterd-spool-"))]
+    return Recorded(code, err.decode(errors="replace"), ended - cmd_end,
+                    rusage.ru_maxrss / 1024 if rusage is not None else float("nan"), left, out)
+
+
+def judge_recorded(r: Recorded, says: str, *, codes: tuple[int, ...] = (0,)) -> str | None:
+    """Why the recording missed the target, or None."""
+    why = []
+    if r.code == -999:
+        why.append(f"still running {RECORDER_GUARD_S:g} s later (killed)")
+    elif r.code not in codes:
+        said = _exception_line(r.stderr) if "Traceback" in r.stderr else ""
+        why.append(f"exit {r.code}: {said or r.stderr.strip()[-200:] or 'nothing said'}")
+    if r.late_s > RECORDER_LATE_S:
+        why.append(f"ended {r.late_s:.1f} s after its command (> {RECORDER_LATE_S:g} s)")
+    if r.rss_mb > RECORDER_RSS_MB:
+        why.append(f"peak RSS {r.rss_mb:.0f} MB (> {RECORDER_RSS_MB:g} MB)")
+    if "Traceback" in r.stderr:
+        why.append("a traceback: " + _exception_line(r.stderr))
+    if says and says not in r.stderr:
+        why.append(f"did not say {says!r} on stderr")
+    if r.left:
+        why.append(f"left its spool directory ({', '.join(r.left)})")
+    return "; ".join(why) or None
+
+
+def _figures(r: Recorded) -> str:
+    return f"+{r.late_s:.2f} s, {r.rss_mb:.0f} MB"
+
+
+@attack("recorder", "hostile spools x record (s after cmd, peak RSS)")
+def hostile_spools(lab: Lab) -> list[Check]:
+    """Each kind of :mod:`_hostile_spool` at full size (``--quick``: the sparse .jsonl 2 GB,
+    the truncated one 32 MiB): finished within 5 s of the command, peak RSS under 100 MB,
+    the file said, no spool directory left, nothing of another user's file recorded."""
+    checks = []
+    root = as_root()
+    other = lab.tmp / "other-user-file"
+    if not other.exists():
+        other.write_bytes(_hostile_spool.record_line())
+        if root:
+            os.chown(other, NOBODY, NOBODY)
+    for kind, (_what, needs_root) in _hostile_spool.KINDS.items():
+        if needs_root and not root:
+            checks.append(Check(kind, "needs root (mknod, chown)", skipped=True))
+            continue
+        size = {"sparse jsonl": lab.scale(FULL_SPARSE_JSONL, 2 * 10**9),
+                "truncated while read": lab.scale(256 << 20, 32 << 20)}.get(kind, 0)
+        target = str(other) if root else "/etc/passwd"
+        r = record_hostile(lab.src, lab.tmp, kind, size, target)
+        why = judge_recorded(r, RECORDER_SAYS[kind])
+        if why is None and _hostile_spool.STOLEN_RUN in _read_or_empty(r.out):
+            why = "recorded a record of another user's file"
+        checks.append(Check(f"{kind}: {_figures(r)}", why))
+        shutil.rmtree(r.out.parent, ignore_errors=True)
+    return checks
+
+
+def _read_or_empty(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+@attack("recorder", "stopped while it reads the spool")
+def recorder_signals(lab: Lab) -> list[Check]:
+    """The command leaves 256 MiB of junk lines (seconds of reading) and has the recorder
+    signalled (SIGTERM, SIGHUP, SIGINT) 0.4 s after its end: the recorder ends (stopped,
+    exit 128+N, or done first, exit 0) within 5 s, and its spool directory is gone either
+    way."""
+    checks = []
+    for name in ("SIGTERM", "SIGHUP", "SIGINT"):
+        sig = int(getattr(signal, name))
+        r = record_hostile(lab.src, lab.tmp, f"signal {name}", lab.scale(256 << 20, 64 << 20))
+        how = "stopped" if r.code == 128 + sig else "finished first" if r.code == 0 else ""
+        why = judge_recorded(r, "", codes=(0, 128 + sig))
+        checks.append(Check(f"{name}: {how}, {_figures(r)}", why))
+        shutil.rmtree(r.out.parent, ignore_errors=True)
+    return checks
+
+
+@attack("recorder", "spool directory of a recorder killed by SIGKILL")
+def recorder_sigkill(lab: Lab) -> list[Check]:
+    """A recorder killed with SIGKILL while its command runs leaves its spool directory (no
+    handler runs); the next recording of the same user removes it once it is a minute old
+    (aged here with utime) and no process holds its lock. A directory of a live recorder, of
+    another name, and one not the user's are left."""
+    work = lab.tmp / f"rec-sigkill-{uuid.uuid4().hex[:6]}"
+    work.mkdir()
+    env = {**_env(lab.src), "TMPDIR": str(work)}
+    sleeper = [PY, "-c", "import time; time.sleep(1.5)"]
+    rec = subprocess.Popen([PY, "-m", "counterd.cli", "record", "--backend", "none", "--out",
+                            str(work / "a.jsonl"), "--", *sleeper], env=env, cwd=lab.src,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not list(work.glob("counterd-record-*")):
+        time.sleep(0.02)
+    time.sleep(0.3)
+    rec.kill()
+    rec.wait()
+    left = [p for p in work.glob("counterd-record-*")]
+    if not left:
+        return one("", "no spool directory appeared (or it was not left by SIGKILL)")
+    time.sleep(1.6)  # its command ends
+    old = time.time() - 600
+    for p in left:
+        os.utime(p, (old, old))
+    alien = work / "counterd-spool-0123456789abcdef"  # an older recorder's name: not taken
+    alien.mkdir(mode=0o700)
+    os.utime(alien, (old, old))
+    # Another live recorder's: it is locked by a process that lives on through the check.
+    holder = subprocess.Popen([PY, "-c", "import sys, time\nfrom counterd import launch\n"
+                               "print(launch.make_spool_dir(), flush=True)\ntime.sleep(30)"],
+                              env=env, cwd=lab.src, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None
+    live = Path(holder.stdout.readline().strip())
+    os.utime(live, (old, old))
+    p = subprocess.run([PY, "-m", "counterd.cli", "record", "--backend", "none", "--out",
+                        str(work / "b.jsonl"), "--", "true"], env=env, cwd=lab.src,
+                       capture_output=True, text=True, timeout=120)
+    holder.kill()
+    holder.wait()
+    why = []
+    if p.returncode != 0:
+        why.append(f"the next recording exited {p.returncode}: {p.stderr.strip()[-200:]}")
+    if any(q.exists() for q in left):
+        why.append("the next recording left the SIGKILLed recorder's spool directory")
+    if not alien.exists():
+        why.append("removed a directory of another name (an older recorder's)")
+    if not live.exists():
+        why.append("removed the spool directory of a live recorder")
+    shutil.rmtree(work, ignore_errors=True)
+    return one("", *why)
 
 
 # -- the run -----------------------------------------------------------------------------------

@@ -234,10 +234,17 @@ def _record(args: argparse.Namespace) -> int:
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     events = [e.strip() for e in args.events.split(",") if e.strip()]
-    result = record(cmd, out=args.out, backend=args.backend, events=events,
-                    cpu_features=args.cpu_features, sample=args.sample,
-                    progress=lambda m: print(f"counterd record: {m}", file=sys.stderr,
-                                             flush=True))
+    from counterd.launch import Stopped
+
+    try:
+        result = record(cmd, out=args.out, backend=args.backend, events=events,
+                        cpu_features=args.cpu_features, sample=args.sample,
+                        progress=lambda m: print(f"counterd record: {m}", file=sys.stderr,
+                                                 flush=True))
+    except Stopped as stop:  # after the command, before its records were written
+        print(f"counterd record: stopped by {_signal_name(stop.sig)} before writing the "
+              f"records; its spool removed, {args.out} not written", file=sys.stderr)
+        return 128 + stop.sig
     from counterd.records import INFO_FLAGS
 
     flagged = sum(1 for r in result.records if r.flags - INFO_FLAGS)
@@ -248,7 +255,8 @@ def _record(args: argparse.Namespace) -> int:
         code = 128 + result.stopped_by
     summary = {"out": str(result.out), "records": len(result.records), "backend": result.backend,
                "flagged": flagged, "exit_code": result.exit_code, "status": code,
-               "stopped_by": None if result.stopped_by is None else _signal_name(result.stopped_by)}
+               "stopped_by": None if result.stopped_by is None else _signal_name(result.stopped_by),
+               "skipped": list(result.skipped)}
     # On stderr, as perf stat does: stdout is the recorded command's own.
     if args.json:
         import json

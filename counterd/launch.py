@@ -55,19 +55,53 @@ def which(exe: str) -> str | None:
     return None
 
 
-def make_spool_dir(prefix: str = "counterd-spool-") -> str:
+# The name of a recorder's spool directory (its versions before the lock below named them
+# counterd-spool-*: those are never taken for stale, they are not known to be locked).
+SPOOL_PREFIX = "counterd-record-"
+# A spool directory is locked (flock on its descriptor) by the recorder that made it, for as
+# long as it lives: the lock goes with the process, however it ends, SIGKILL included.
+_locks: dict[str, int] = {}
+# A spool directory no recorder holds, left by one killed with SIGKILL, is removed by the next
+# recording of the same user once it is this old (the age covers the moment between a new
+# directory's mkdir and its lock).
+STALE_SPOOL_S = 60.0
+
+
+def _spool_base() -> str:
+    return os.environ.get("TMPDIR") or "/tmp"
+
+
+def make_spool_dir(prefix: str = SPOOL_PREFIX) -> str:
     """A new private directory (mode 0700, a name nobody could have guessed) under $TMPDIR or
     /tmp, as ``tempfile.mkdtemp`` makes it (tempfile loads shutil and random, 3-4 ms on the
-    way to the exec); the caller removes it."""
-    base = os.environ.get("TMPDIR") or "/tmp"
+    way to the exec), locked by this process until :func:`remove_spool_dir` (so that
+    :func:`remove_stale_spool_dirs` of another recording leaves it); the caller removes it."""
+    base = _spool_base()
     for _ in range(100):
         path = os.path.join(base, prefix + os.urandom(8).hex())
         try:
             os.mkdir(path, 0o700)
-            return os.path.abspath(path)
         except FileExistsError:
             continue
+        path = os.path.abspath(path)
+        _lock(path)
+        return path
     raise FileExistsError(f"no free name for a spool directory in {base}")
+
+
+def _lock(path: str) -> None:
+    import fcntl  # a C module, well under a millisecond
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # a file system without flock: the directory only ages
+        os.close(fd)
+        return
+    _locks[path] = fd
 
 
 def spool_written(path: str) -> bool:
@@ -80,25 +114,144 @@ def spool_written(path: str) -> bool:
         return False
 
 
+_STOPS = (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGINT)
+
+
 def remove_spool_dir(path: str) -> None:
     """Remove a spool directory and what it holds (the markers write files only: a directory
     something else made there goes through shutil.rmtree, not loaded otherwise); what cannot
-    be removed is left."""
+    be removed is left. SIGTERM, SIGHUP and SIGINT wait until it is done (a handler that
+    ends the recorder, :func:`stop_on_signals`, would stop it half way)."""
     try:
-        with os.scandir(path) as entries:
-            for entry in entries:
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        import shutil
+        blocked = _signal.pthread_sigmask(_signal.SIG_BLOCK, _STOPS)
+    except (AttributeError, OSError):
+        blocked = None
+    try:
+        fd = _locks.pop(path, None)
+        try:
+            _remove_tree(path, fd)
+        finally:
+            if fd is not None:
+                os.close(fd)
+    finally:
+        if blocked is not None:
+            _signal.pthread_sigmask(_signal.SIG_SETMASK, blocked)
 
-                        shutil.rmtree(entry.path, ignore_errors=True)
-                    else:
-                        os.unlink(entry.path)
-                except OSError:
-                    pass
-        os.rmdir(path)
+
+def _remove_tree(path: str, held: int | None = None) -> None:
+    """Empty and remove directory ``path``; ``held``: a descriptor of the directory this
+    process made there. Never through a link: where ``path`` is no longer that directory (the
+    recorded program, whose spool it was, moved it and put a link or another directory in its
+    place), the directory is emptied through ``held`` and ``path`` left alone."""
+    try:
+        fd: int | None = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                                 | os.O_CLOEXEC)
+    except OSError:
+        fd = None
+    try:
+        if fd is not None and held is not None:
+            a, b = os.fstat(fd), os.fstat(held)
+            if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino):
+                os.close(fd)
+                fd = None
+        where = fd if fd is not None else held
+        if where is None:
+            return
+        with os.scandir(where) as it:
+            entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+        for name, is_dir in entries:
+            try:
+                if is_dir:
+                    import shutil
+
+                    shutil.rmtree(name, dir_fd=where, ignore_errors=True)
+                else:
+                    os.unlink(name, dir_fd=where)
+            except OSError:
+                pass
+        if fd is not None:
+            os.rmdir(path)
     except OSError:
         pass
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def remove_stale_spool_dirs(base: str | None = None, prefix: str = SPOOL_PREFIX,
+                            min_age_s: float = STALE_SPOOL_S) -> list[str]:
+    """Remove the spool directories in ``base`` ($TMPDIR or /tmp) that a recorder killed
+    with SIGKILL left: named ``prefix``..., a directory (not a link), this user's, mode 0700,
+    unchanged for ``min_age_s``, and locked by no process (a live recorder holds its lock).
+    Returns those removed. Another user's directory is never touched (/tmp is sticky: only
+    its owner or root can rename or replace it, so what lstat saw stays what is removed)."""
+    import fcntl
+    import stat
+    import time
+
+    base = base or _spool_base()
+    removed: list[str] = []
+    now = time.time()
+    uid = os.geteuid()
+    try:
+        with os.scandir(base) as it:
+            entries = [e for e in it if e.name.startswith(prefix)]
+    except OSError:
+        return removed
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if (not stat.S_ISDIR(st.st_mode) or st.st_uid != uid
+                or stat.S_IMODE(st.st_mode) != 0o700 or now - st.st_mtime < min_age_s
+                or entry.path in _locks):
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if (os.fstat(fd).st_ino, os.fstat(fd).st_dev) != (st.st_ino, st.st_dev):
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # held: its recorder lives (or flock is not there: left to age)
+                continue
+            _remove_tree(entry.path, fd)
+            removed.append(entry.path)
+        finally:
+            os.close(fd)
+    return removed
+
+
+class Stopped(BaseException):
+    """The recorder was told to stop (SIGTERM, SIGHUP, SIGINT) after its command ended: what
+    it was doing is abandoned, its spool directory removed on the way out."""
+
+    def __init__(self, sig: int) -> None:
+        super().__init__(sig)
+        self.sig = sig
+
+
+def stop_on_signals() -> Callable[[], None]:
+    """Until the returned function restores them: SIGTERM, SIGHUP and SIGINT raise
+    :class:`Stopped` here, so that ``finally`` blocks (the spool directory's removal) run
+    before the recorder ends (their default ends it at once, leaving the directory). A
+    no-op outside the main thread, where signals are not set."""
+
+    def stop(sig: int, frame: object) -> None:
+        raise Stopped(sig)
+
+    try:
+        old = [(sig, _signal.signal(sig, stop)) for sig in _STOPS]
+    except ValueError:  # not the main thread
+        return lambda: None
+
+    def restore() -> None:
+        for sig, handler in old:
+            _signal.signal(sig, handler)
+    return restore
 
 
 def fork_waiting(cmd: Sequence[str], env: Mapping[str, str]) -> tuple[int, int]:

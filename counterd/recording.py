@@ -215,11 +215,15 @@ def _open_plan(plan: launch.PerfPlan, saved: bool, events: Sequence[str]
 
 def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
                host: str, extra_env: Mapping[str, str], perf: Capability | None = None,
-               plan: launch.PerfPlan | None = None) -> tuple[int, list[SuperstepRecord]]:
+               plan: launch.PerfPlan | None = None,
+               skipped: Callable[[str], None] | None = None
+               ) -> tuple[int, list[SuperstepRecord]]:
     """Run the command once for real; records from its markers, or one whole-command record.
     ``extra_env``: variables added to the command's environment; ``perf``: what a probe of
     perf already said (None: probe); ``plan``: the perf plan saved for this host (None: the
-    perf backend works it out, and it is saved for the next recording)."""
+    perf backend works it out, and it is saved for the next recording); ``skipped`` hears
+    what of the spool was not read. Raises :class:`counterd.launch.Stopped` when the
+    recorder is told to stop after the command (its spool removed)."""
     # Markers in the timed run count with perf (measured) or nothing; callgrind counts later.
     marker_backend = backend if backend in ("perf", "papi", "sim", "none") else "perf"
     saved = plan
@@ -235,6 +239,10 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
     # What the plan counts is what the command's markers open: they need not probe again
     # (every process of the command would, before its first superstep).
     marker_events = tuple(events) or (plan.events if plan is not None else ())
+    # SIGTERM, SIGHUP or SIGINT while the recorder works (not while the command runs: those
+    # pass on to it, launch.outlive_signals) end it by an exception, its spool removed in the
+    # finally below (their default ends the process at once, leaving the directory).
+    unstop = launch.stop_on_signals()
     spool = launch.make_spool_dir()
     fds: list[int] = []  # the plan's counters, open until read (closed in the finally)
     try:
@@ -292,11 +300,17 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
         stop = papi.read() if papi is not None else None
         if papi is not None:
             papi.close()
-        records = _collect_spool(spool)
+        records = _collect_spool(spool, skipped)
     finally:
-        for fd in fds:
-            os.close(fd)
-        launch.remove_spool_dir(spool)
+        try:
+            for fd in fds:
+                os.close(fd)
+            launch.remove_spool_dir(spool)
+            # Those a recorder killed by SIGKILL left (no other signal leaves one): after the
+            # command, off its way to the exec and its run.
+            launch.remove_stale_spool_dirs()
+        finally:
+            unstop()
     if not records and code != 127:
         # perf's counters start at the exec (enable_on_exec); PAPI's were read before it.
         if plan is not None and counted is not None:
@@ -317,16 +331,20 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
     return code, records
 
 
-def _collect_spool(spool: str) -> list[SuperstepRecord]:
+def _collect_spool(spool: str, skipped: Callable[[str], None] | None = None
+                   ) -> list[SuperstepRecord]:
     """The records the command's markers left in the spool; none, without loading its
-    reader, where they wrote nothing."""
+    reader, where they wrote nothing. What of it was not read (a file that is not a regular
+    file of this user, one beyond its cap: counterd.spool.read_events) is told to
+    ``skipped``, one line per file."""
     if not launch.spool_written(spool):
         return []
     from pathlib import Path
 
     from counterd.spool import collect
 
-    return list(collect(Path(spool)))
+    return list(collect(Path(spool), None if skipped is None else lambda s: skipped(s.line()),
+                        owner=os.geteuid()))
 
 
 def _merge_counted(timed: list[SuperstepRecord], counted: Mapping[tuple[int, int], SuperstepRecord],
@@ -413,6 +431,10 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
         check_names(tuple(events))
     if out is not None:
         _check_writable(os.fspath(out))
+    if os.environ.get("COUNTERD_SPOOL_MAX_BYTES"):  # spool.ENV_MAX_FILE_BYTES, checked now
+        from counterd import spool
+
+        spool.max_file_bytes()  # BadInput before the command runs
     # Every counter perf has, perf asked for by name or picked by auto on its capability
     # alone: the plan saved by an earlier recording says what perf counts here, and the
     # backends need not be loaded before the exec.
@@ -452,8 +474,15 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
         else:
             lacked = cg.hidden_features(cpu_flags())
     sampling = {} if sample is None else {ENV_SAMPLE: sample}
+    skipped: list[str] = []
+
+    def skip(line: str) -> None:
+        skipped.append(line)
+        if progress is not None:
+            progress(line)
+
     code, records = _run_timed(argv, run_id, chosen, events, host, {**hide, **sampling},
-                               caps.get("perf"), plan)
+                               caps.get("perf"), plan, skip)
     from dataclasses import replace
     from pathlib import Path
 
@@ -508,7 +537,8 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
     records.sort(key=lambda r: (r.index, r.rank, r.pid))
     if out is not None:
         write_jsonl(records, Path(out))
-    return RecordResult(code, tuple(records), chosen, Path(out) if out else None, stopped_by)
+    return RecordResult(code, tuple(records), chosen, Path(out) if out else None, stopped_by,
+                        tuple(skipped))
 
 
 # What a command stopped by a signal exits with: killed by it (-N), or, for a shell script

@@ -444,6 +444,8 @@ class RecordResult:
     # (backend callgrind: while counting it, or before): records left uncounted carry
     # ``counters_missing`` and say why in ``unsupported["*"]``. None: not stopped.
     stopped_by: int | None = None
+    # What of the command's spool was not read (counterd.spool.Skipped.line), one per file.
+    skipped: tuple[str, ...] = ()
 
 
 def write_jsonl(records: Iterable[SuperstepRecord], path: Path) -> int:

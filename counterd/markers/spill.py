@@ -144,8 +144,11 @@ def spill_files(paths: Sequence[Path]) -> list[Path]:
 
 
 def read_spill(path: Path) -> Iterator[SuperstepRecord | str]:
-    """The records of a spill file in write order; a line that is not a record yields why."""
-    for d in spool.read_events(path):
+    """The records of a spill file in write order; a line that is not a record yields why,
+    and so does what of the file was not read (:func:`counterd.spool.read_events`: not a
+    regular file, a link, beyond the cap on one spool file, damage), after its records."""
+    skipped: list[spool.Skipped] = []
+    for d in spool.read_events(path, skipped.append):
         if d.get("ev") != spool.RECORD:
             yield f"a {d.get('ev')!r} line is not a spilled record"
             continue
@@ -153,6 +156,11 @@ def read_spill(path: Path) -> Iterator[SuperstepRecord | str]:
             yield SuperstepRecord.from_json(d)
         except BadInput as exc:
             yield str(exc)
+    for s in skipped:
+        yield _UNREAD[0 if s.part else 1] + s.why
+
+
+_UNREAD = ("read in part: ", "not read: ")  # read_spill's words for what it did not read
 
 
 def import_files(paths: Sequence[Path], *, socket: Path | None = None,
@@ -226,6 +234,8 @@ def _import_one(path: Path, sink: object, store: Path | None, timeout_s: float, 
             return why
     if pending and (why := send()) is not None:
         return why
-    if bad:
-        return f"{len(bad)} lines are not records ({bad[0]})"
-    return None
+    unread = [b for b in bad if b.startswith(_UNREAD)]
+    lines = [b for b in bad if not b.startswith(_UNREAD)]
+    if lines:
+        unread.append(f"{len(lines)} lines are not records ({lines[0]})")
+    return "; ".join(unread) or None

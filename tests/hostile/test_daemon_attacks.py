@@ -37,6 +37,8 @@ NEEDS_FILES = {"disk full (8 MB tmpfs)", "file commands x hostile files"}
 def _params() -> list[object]:
     out: list[object] = []
     for category, name, fn in attacks.ATTACKS:
+        if category == "recorder":  # no daemon in them: test_spool_attacks.py, at small scale
+            continue
         marks = [pytest.mark.slow] if name in SLOW else []
         out.append(pytest.param(name, fn, id=f"{category}: {name}", marks=marks))
     return out
