@@ -21,8 +21,11 @@ so each processor is simulated alone, its share of the shared levels' ways given
 
 What the simulation cannot see (said in the results): line flushes of the coherence set-up
 (so the ``clean`` and ``shared`` variants start from the preparer's copy still dirty), the
-timing of the interleaving (a fixed round-robin, not a race), prefetching, and hashed set
-indexing of real last-level caches.
+timing of the interleaving (a fixed round-robin, not a race), prefetching, hashed set
+indexing of real last-level caches, and (with the default ``exclusive="split"``) that exclusive
+processors whose lines fall in different sets do not compete for the shared level's ways
+(``exclusive="shared"`` simulates them in one shared level; predictor/NOTES.md, "Finding 2
+followed").
 """
 
 from __future__ import annotations
