@@ -171,18 +171,69 @@ def parse_cpulist(cpulist: str) -> tuple[int, ...]:
 
 
 
+# How a cache level maps a line number to a set (CacheLevel.index, set_index()):
+# * modulo: line % sets (what textbooks and pycachesim do; the default);
+# * hashed: mix64(line) % sets: every set equally likely for any line, whatever the stride;
+# * sliced: the last levels of Intel (and AMD) server parts: the sets are divided into slices
+#   of `slice_sets` sets (the largest power of two dividing the sets, at most SLICE_SETS_MAX);
+#   within a slice the set is the line's low bits, and the slice is a hash of the bits above
+#   them: set = (mix64(line // slice_sets) % slices) * slice_sets + line % slice_sets.
+#   Intel's slice hash is undocumented (reverse-engineered ones are XORs of address bits for
+#   power-of-two slice counts, non-linear otherwise); any well-mixed hash spreads lines over
+#   slices alike, so mix64 stands for it. A power-of-two stride then still aliases within a
+#   slice (as on hardware) but reaches every slice.
+# mix64 is the 64-bit finaliser of MurmurHash3 (fmix64), the same in cachesim.c.
+SET_INDEXES = ("modulo", "hashed", "sliced")
+SLICE_SETS_MAX = 2048  # Intel server L3 slices: 1024-4096 sets (1.25-5 MB, 12-20 ways)
+
+
+def mix64(x: int) -> int:
+    """MurmurHash3's fmix64 of a 64-bit value (cachesim.c's mix64)."""
+    m = (1 << 64) - 1
+    x ^= x >> 33
+    x = (x * 0xFF51AFD7ED558CCD) & m
+    x ^= x >> 33
+    x = (x * 0xC4CEB9FE1A85EC53) & m
+    x ^= x >> 33
+    return x
+
+
+def hash_low(level: CacheLevel) -> int:
+    """The index's split point: 0 for modulo, 1 for hashed (every bit hashed), the slice's
+    sets for sliced (the low bits kept, the rest hashed)."""
+    if level.index == "modulo":
+        return 0
+    if level.index == "hashed":
+        return 1
+    sets = level.sets
+    return min(sets & -sets, SLICE_SETS_MAX)
+
+
+def set_index(sets: int, low: int, line: int) -> int:
+    """The set of ``line`` in a level of ``sets`` sets indexed with :func:`hash_low` ``low``
+    (cachesim.c's set_of)."""
+    if low == 0:
+        return line % sets
+    return (mix64(line // low) % (sets // low)) * low + line % low
+
+
 @dataclass(frozen=True)
 class CacheLevel:
     """One data (or unified) cache level. ``shared_cpus``: the CPUs sharing it (sysfs
-    ``shared_cpu_list``), empty when unknown."""
+    ``shared_cpu_list``), empty when unknown. ``index``: how a line picks its set
+    (:data:`SET_INDEXES`; the simulator's :func:`set_index`)."""
 
     level: int
     size_bytes: int
     ways: int
     line_bytes: int
     shared_cpus: tuple[int, ...] = ()
+    index: str = "modulo"
 
     def __post_init__(self) -> None:
+        if self.index not in SET_INDEXES:
+            raise BadInput(f"L{self.level}: unknown set index {self.index!r}",
+                           "use " + ", ".join(SET_INDEXES))
         if self.level < 1 or self.size_bytes <= 0 or self.ways <= 0:
             raise BadInput(f"invalid cache level {self}", "level >= 1, size and ways > 0")
         if not _is_pow2(self.line_bytes) or self.line_bytes < 2:

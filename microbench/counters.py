@@ -21,8 +21,11 @@ so each processor is simulated alone, its share of the shared levels' ways given
 
 What the simulation cannot see (said in the results): line flushes of the coherence set-up
 (so the ``clean`` and ``shared`` variants start from the preparer's copy still dirty), the
-timing of the interleaving (a fixed round-robin, not a race), prefetching, and hashed set
-indexing of real last-level caches.
+timing of the interleaving (a fixed round-robin, not a race), prefetching, hashed set
+indexing of real last-level caches, and (with the default ``exclusive="split"``) that exclusive
+processors whose lines fall in different sets do not compete for the shared level's ways
+(``exclusive="shared"`` simulates them in one shared level; predictor/NOTES.md, "Finding 2
+followed").
 """
 
 from __future__ import annotations
@@ -69,6 +72,9 @@ def _streams(calls: Sequence[Call]) -> list[Stream]:
     return [s for s in (c.stream() for c in calls) if s is not None]
 
 
+ExclusivePolicy = Literal["split", "shared"]
+
+
 def uses_coherence(pattern: Pattern) -> bool:
     """Whether the pattern's processors share data, so it is simulated as a coherent system."""
     return pattern.mode == "concurrent" or pattern.coherence is not None
@@ -107,11 +113,11 @@ def _simulate_plan(plan: WorkerPlan, warmup: int, geometry: Geometry, bank_map: 
 @lru_cache(maxsize=64)
 def _simulate_system(plans_: tuple[WorkerPlan, ...], warmup: int, geometry: Geometry,
                      bank_map: BankMap, engine: Literal["auto", "native", "python"],
-                     chunk: int) -> tuple[SimulatedSuperstep, ...]:
+                     chunk: int, snoop: bool = True) -> tuple[SimulatedSuperstep, ...]:
     """Every participant in one coherent simulation, phase by phase as the runner's barriers
     separate them; per timed processor, the delta across the first measured main kernel.
     Memoised on the plans (e.g. coherence variants that differ only in timing repeat)."""
-    sim = CoherentSim(geometry, len(plans_), bank_map, engine, chunk=chunk)
+    sim = CoherentSim(geometry, len(plans_), bank_map, engine, chunk=chunk, snoop=snoop)
     sim.feed([_streams(p.prefault) for p in plans_])
     steps = max((len(p.setup) for p in plans_), default=0)
     main = [_streams([p.main]) if p.main is not None else [] for p in plans_]
@@ -136,7 +142,11 @@ def translation_period(geometry: Geometry, bank_map: BankMap, page_bytes: int) -
     and bank cycle. Such a shift moves every line to another set of each cache and TLB by the
     same rotation of set numbers, and every address to the same bank, so the caches see the
     same sequence of hits, misses and writebacks (tests/microbench: every rank of every
-    exclusive pattern gives equal counts shifted or not)."""
+    exclusive pattern gives equal counts shifted or not). A level whose set index is hashed
+    (``CacheLevel.index`` not modulo) has no such shift: then the period is 2**62 (no shift;
+    only identical plans share a simulation)."""
+    if any(lv.index != "modulo" for lv in geometry.levels):
+        return 1 << 62
     return math.lcm(page_bytes, geometry.page_bytes, bank_map.banks * bank_map.interleave_bytes,
                     *(lv.line_bytes for lv in geometry.levels))
 
@@ -171,17 +181,25 @@ def plan_key(plan: WorkerPlan, period: int) -> WorkerPlan:
 def simulate_pattern(pattern: Pattern, geometry: Geometry, bank_map: BankMap, *, warmup: int,
                      page_bytes: int = 4096,
                      engine: Literal["auto", "native", "python"] = "auto",
-                     chunk: int = DEFAULT_CHUNK, coherent: bool | None = None
+                     chunk: int = DEFAULT_CHUNK, coherent: bool | None = None,
+                     exclusive: ExclusivePolicy = "split"
                      ) -> tuple[SimulatedSuperstep, ...]:
     """Per timed processor (rank order): simulated counters of one measured superstep after
     the pre-fault and ``warmup`` warm-up supersteps the runner executes. Patterns that share
     data (:func:`uses_coherence`) are simulated coherently, interleaved in turns of ``chunk``
     accesses. ``coherent=False`` forces the independent per-processor simulation (each
     concurrent processor with the whole shared levels, as if alone: where its accesses would
-    be served without sharing); None: :func:`uses_coherence`."""
+    be served without sharing); None: :func:`uses_coherence`. ``exclusive``: how the
+    processors of a pattern that shares no data meet in the shared levels: ``split`` (each
+    alone with its share of the ways) or ``shared`` (one cache, the processors interleaved as
+    in a coherent system but without snooping: processors whose lines fall in different sets
+    do not compete at all, as on hardware)."""
     if uses_coherence(pattern) if coherent is None else coherent:
         return _simulate_system(plans(pattern, page_bytes), warmup, geometry, bank_map, engine,
                                 chunk)
+    if exclusive == "shared" and pattern.mode == "exclusive" and pattern.procs > 1:
+        return _simulate_system(plans(pattern, page_bytes), warmup, geometry, bank_map, engine,
+                                chunk, snoop=False)
     g = geometry if pattern.mode == "concurrent" else geometry.split_shared(pattern.procs)
     period = translation_period(g, bank_map, page_bytes)
     out = []
@@ -209,6 +227,6 @@ def clear_cache() -> None:
     _simulate_system.cache_clear()
 
 
-__all__ = ["SIM_COUNTERS", "SimulatedSuperstep", "clear_cache", "plan_key", "shared_policy",
-           "sim_geometry", "simulate_pattern", "simulations", "translation_period",
-           "uses_coherence"]
+__all__ = ["SIM_COUNTERS", "ExclusivePolicy", "SimulatedSuperstep", "clear_cache", "plan_key",
+           "shared_policy", "sim_geometry", "simulate_pattern", "simulations",
+           "translation_period", "uses_coherence"]

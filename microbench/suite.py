@@ -56,9 +56,11 @@ SIM_NOTES = (
     "sim.coherence). Not modelled: E state, forwarding of clean lines, upgrade misses, the "
     "race timing of the interleaving, and the coherence set-up's line flushes (clean/shared "
     "variants start from the preparer's dirty copy)",
-    "the simulator indexes sets by address modulo sets; real last-level caches hash their "
-    "index, so strided memory patterns whose distinct lines fit the last level may partly hit "
-    "there on hardware (flag llc_may_hold)",
+    "exclusive processors are simulated each with its share of the shared last level's ways "
+    "(sets indexed by address modulo sets); on hardware processors whose lines fall in "
+    "different sets do not compete, and a guest may get less than the nominal size, so "
+    "strided memory patterns whose distinct lines fit the last level may partly hit there "
+    "(flag llc_may_hold)",
     "bank counts LM(b), WB(b) are per the declared bank map (see bank_map.provenance)",
 )
 

@@ -39,6 +39,7 @@ typedef struct {
     uint64_t sets;
     uint64_t ways;
     uint64_t line_bytes;
+    uint64_t hash_low; /* set index: 0 = line % sets, else slice hash (set_of) */
     uint64_t *tags;   /* sets*ways; 0 = invalid way, else line number + 1 */
     uint64_t *stamps; /* sets*ways; last-use stamp */
     uint8_t *dirty;   /* sets*ways */
@@ -68,6 +69,27 @@ typedef struct cs_state_s {
 
 static void access_level(cs_state *st, int64_t k, uint64_t addr, int op);
 
+/* MurmurHash3's fmix64 (counterd/machine.py mix64). */
+static inline uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+/* The set of a line (counterd/machine.py set_index): modulo when hash_low is 0, else the low
+ * hash_low-sized part of the line number kept and the part above hashed to a slice. */
+static inline uint64_t set_of(const cs_level *lv, uint64_t line)
+{
+    uint64_t low = lv->hash_low;
+    if (low == 0)
+        return line % lv->sets;
+    return (mix64(line / low) % (lv->sets / low)) * low + line % low;
+}
+
 static void memory_access(cs_state *st, uint64_t addr, int op)
 {
     uint64_t bank = (addr / st->interleave) % st->banks;
@@ -91,7 +113,7 @@ static void access_level(cs_state *st, int64_t k, uint64_t addr, int op)
     }
     cs_level *lv = &st->level[k];
     uint64_t line = addr / lv->line_bytes;
-    uint64_t base = (line % lv->sets) * lv->ways;
+    uint64_t base = set_of(lv, line) * lv->ways;
     uint64_t tag = line + 1;
     uint64_t *tags = lv->tags + base;
     uint64_t *stamps = lv->stamps + base;
@@ -182,7 +204,7 @@ static int snoop(cs_state *st, uint64_t addr, int store)
         for (int64_t k = 0; k < o->npriv; k++) {
             cs_level *lv = &o->level[k];
             uint64_t line = addr / lv->line_bytes;
-            uint64_t base = (line % lv->sets) * lv->ways;
+            uint64_t base = set_of(lv, line) * lv->ways;
             for (uint64_t w = 0; w < lv->ways; w++) {
                 if (lv->tags[base + w] == line + 1) {
                     any = 1;

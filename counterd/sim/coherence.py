@@ -119,11 +119,16 @@ class CoherentSim:
     """``processors`` processors with private levels kept coherent by invalidation and shared
     levels that are one cache (module doc, "Several processors, coherent"). :meth:`feed` runs
     one phase (the streams between two barriers), interleaving the processors round-robin in
-    turns of ``chunk`` accesses. ``engine`` as for :class:`CacheSim`."""
+    turns of ``chunk`` accesses. ``engine`` as for :class:`CacheSim`.
+
+    ``snoop=False``: the shared levels are still one cache, but no processor snoops another's
+    private levels (no invalidations, no transfers): exact, and cheaper by a factor growing
+    with the processors, where they touch disjoint lines (exclusive patterns), whose only
+    interaction is competition for the shared levels' sets."""
 
     def __init__(self, geometry: Geometry, processors: int, bankmap: BankMap = SGI_BANKS,
                  engine: Literal["auto", "native", "python"] = "auto", *,
-                 chunk: int = DEFAULT_CHUNK) -> None:
+                 chunk: int = DEFAULT_CHUNK, snoop: bool = True) -> None:
         if processors < 1 or chunk < 1:
             raise BadInput(f"{processors} processors interleaved in turns of {chunk} accesses",
                            "give at least one processor and chunk >= 1")
@@ -137,15 +142,17 @@ class CoherentSim:
             self._py = [first] + [_PythonEngine(geometry, bankmap, coherent=True,
                                                 shared_from=first)
                                   for _ in range(processors - 1)]
-            for e in self._py:
-                e.peers = self._py
+            if snoop:
+                for e in self._py:
+                    e.peers = self._py
         else:
             c0 = _NativeEngine(geometry, bankmap, coherent=True)
             self._c = [c0] + [_NativeEngine(geometry, bankmap, coherent=True, shared_from=c0)
                               for _ in range(processors - 1)]
             self._procs = np.array([e.addr for e in self._c], np.uint64)
-            for c in self._c:
-                c.state.procs, c.state.nprocs = self._procs.ctypes.data, processors
+            if snoop:
+                for c in self._c:
+                    c.state.procs, c.state.nprocs = self._procs.ctypes.data, processors
 
     @property
     def processors(self) -> int:

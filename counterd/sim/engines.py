@@ -14,6 +14,8 @@ Model, per processor (the same in both engines; the Python engine is the specifi
   ``wb_misses``. Canonical ``lN_misses`` count both kinds of miss, as pycachesim does;
 * an access touches the line that holds its first byte (the kernels' naturally aligned words
   never straddle lines); ``rmw`` is a load and then a store to the same address;
+* a line's set is ``counterd.machine.set_index`` of its level's ``index`` (modulo by
+  default; hashed or sliced like a real last level);
 * a data TLB: LRU set-associative over page numbers, looked up by every load and store;
 * cache state persists across streams (warm caches), as on hardware; ``flush()`` writes every
   dirty line back (counted) and leaves the lines valid and clean;
@@ -31,7 +33,7 @@ from typing import Literal
 import numpy as np
 
 from counterd import _native
-from counterd.machine import MAX_LEVELS, BankMap, Geometry
+from counterd.machine import MAX_LEVELS, BankMap, Geometry, hash_low, set_index
 from counterd.sim.counts import BankCounts, LevelCounts, ProcessorCounts
 from counterd.sim.streams import KIND_CODES, Stream, StridedStream
 
@@ -53,6 +55,7 @@ class _PythonEngine:
         self.g = geometry
         self.bankmap = bankmap
         self.sets: list[dict[int, list[list[int]]]] = [{} for _ in geometry.levels]
+        self.low = [hash_low(lv) for lv in geometry.levels]  # set index (machine.set_index)
         # Coherence (coherence module doc): a system's processors share the sets of levels
         # npriv.. and list each other in peers; an independent processor is its own only peer.
         self.npriv = len(geometry.levels)
@@ -88,7 +91,8 @@ class _PythonEngine:
         level = self.g.levels[k]
         counts = self.counts[k]
         line = addr // level.line_bytes
-        ways = self.sets[k].setdefault(line % level.sets, [])  # entries [line, dirty], MRU first
+        ways = self.sets[k].setdefault(set_index(level.sets, self.low[k], line),
+                                       [])  # entries [line, dirty], MRU first
         for i, entry in enumerate(ways):
             if entry[0] == line:
                 if op == _WB:
@@ -134,7 +138,7 @@ class _PythonEngine:
             for k in range(o.npriv):
                 level = o.g.levels[k]
                 line = addr // level.line_bytes
-                ways = o.sets[k].get(line % level.sets, [])
+                ways = o.sets[k].get(set_index(level.sets, o.low[k], line), [])
                 for i, entry in enumerate(ways):
                     if entry[0] == line:
                         held = True
@@ -197,7 +201,8 @@ class _PythonEngine:
 
 class _CLevel(ctypes.Structure):
     _fields_ = [("sets", ctypes.c_uint64), ("ways", ctypes.c_uint64),
-                ("line_bytes", ctypes.c_uint64), ("tags", ctypes.c_void_p),
+                ("line_bytes", ctypes.c_uint64), ("hash_low", ctypes.c_uint64),
+                ("tags", ctypes.c_void_p),
                 ("stamps", ctypes.c_void_p), ("dirty", ctypes.c_void_p),
                 ("counts", ctypes.c_void_p)]
 
@@ -266,7 +271,7 @@ class _NativeEngine:
             if shared_from is not None and i >= st.npriv:
                 self._share_level(st.level[i], shared_from, i)
             else:
-                self._fill_level(st.level[i], lv.sets, lv.ways, lv.line_bytes)
+                self._fill_level(st.level[i], lv.sets, lv.ways, lv.line_bytes, hash_low(lv))
         self._fill_level(st.tlb, geometry.tlb_sets, geometry.tlb_ways, geometry.page_bytes)
         st.banks, st.interleave = bankmap.banks, bankmap.interleave_bytes
         self.lm = np.zeros(bankmap.banks, np.uint64)
@@ -275,13 +280,14 @@ class _NativeEngine:
         self.state = st
         self.addr = ctypes.addressof(st)
 
-    def _fill_level(self, cl: _CLevel, sets: int, ways: int, line_bytes: int) -> None:
+    def _fill_level(self, cl: _CLevel, sets: int, ways: int, line_bytes: int,
+                    low: int = 0) -> None:
         tags = np.zeros(sets * ways, np.uint64)  # calloc'ed: untouched sets cost no memory
         stamps = np.zeros(sets * ways, np.uint64)
         dirty = np.zeros(sets * ways, np.uint8)
         counts = np.zeros(len(LEVEL_FIELDS), np.uint64)
         self._keep += [tags, stamps, dirty, counts]
-        cl.sets, cl.ways, cl.line_bytes = sets, ways, line_bytes
+        cl.sets, cl.ways, cl.line_bytes, cl.hash_low = sets, ways, line_bytes, low
         cl.tags, cl.stamps, cl.dirty = tags.ctypes.data, stamps.ctypes.data, dirty.ctypes.data
         cl.counts = counts.ctypes.data
 
@@ -290,7 +296,8 @@ class _NativeEngine:
         counts = np.zeros(len(LEVEL_FIELDS), np.uint64)  # each processor counts its own
         self._keep += [tags, stamps, dirty, counts]
         src = other.state.level[i]
-        cl.sets, cl.ways, cl.line_bytes = src.sets, src.ways, src.line_bytes
+        cl.sets, cl.ways, cl.line_bytes, cl.hash_low = (src.sets, src.ways, src.line_bytes,
+                                                         src.hash_low)
         cl.tags, cl.stamps, cl.dirty = src.tags, src.stamps, src.dirty
         cl.counts = counts.ctypes.data
 

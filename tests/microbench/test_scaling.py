@@ -511,3 +511,21 @@ def test_the_load_disturbs_a_share_of_the_measurements(monkeypatch: pytest.Monke
     assert shares[4.0 * cpus] < 1.0
     # A planned node is not this host: its load says nothing.
     assert probe(m, compute=False, planned=True).disturbed == 0.0
+
+
+# -- exclusive processors in one shared last level (simulate_pattern exclusive="shared") ------
+
+def test_shared_last_level_counts_what_the_coherent_system_counts() -> None:
+    # Exclusive processors share no line, so the unsnooped shared simulation must count
+    # exactly what the coherent one (snooping every access) does.
+    m = node(4, SMALL)
+    pats = [p for p in catalogue(m, "table1", procs=[4], min_accesses=1024)
+            if p.mode == "exclusive" and p.level == "mem"][:3]
+    assert pats
+    for p in pats:
+        kw = {"warmup": 1, "page_bytes": m.page_bytes}
+        shared = simulate_pattern(p, m.geometry, m.bank_map, exclusive="shared", **kw)
+        coherent = simulate_pattern(p, m.geometry, m.bank_map, coherent=True, **kw)
+        assert [s.counters for s in shared] == [s.counters for s in coherent], p.mnemonic
+        assert [(s.lm, s.wb) for s in shared] == [(s.lm, s.wb) for s in coherent]
+    clear_cache()
