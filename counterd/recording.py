@@ -367,9 +367,10 @@ def _merge_counted(timed: list[SuperstepRecord], counted: Mapping[tuple[int, int
             # Raised under callgrind alone (Ctrl-C stopping the counted run): the counts end
             # where it was raised, short of the superstep the timed run measured.
             flags.add("incomplete")
-            unsupported.setdefault("*", "the counted run raised an exception inside this "
-                                        "superstep (the timed run did not): its counts stop "
-                                        "there")
+            raised = f" ({twin.exception})" if twin.exception else ""
+            unsupported.setdefault("*", f"the counted run raised an exception{raised} inside "
+                                        "this superstep (the timed run did not): its counts "
+                                        "stop there")
         if not unsupported:
             flags.discard("unsupported_counters")
         out.append(replace(rec, counters=counters, unsupported=unsupported,

@@ -71,6 +71,7 @@ MAX_ID_CHARS = 256  # run_id, host, backend
 MAX_NAME_CHARS = 1024  # a superstep's name, a param's name
 MAX_VALUE_CHARS = 4096  # a string param, an unsupported counter's reason
 MAX_PARAMS = 256  # params (and unsupported counters) of one record
+MAX_EXCEPTION_CHARS = 200  # a superstep's exception: its type and message, one line
 
 
 @dataclass(frozen=True)
@@ -92,8 +93,8 @@ class SuperstepRecord:
     # The cost of one begin + end marker pair in the process that recorded this, in ns,
     # calibrated when its first superstep began (None: not measured, e.g. an older recorder).
     marker_ns: int | None = None
-    # What the superstep's body raised, "<type>: <message>" (flag "exception"; None: not
-    # kept, e.g. an older recorder or the daemon's wire, which does not carry it).
+    # What the superstep's body raised, "<type>: <message>" on one line, at most
+    # MAX_EXCEPTION_CHARS (flag "exception"; None: not kept, e.g. an older recorder).
     exception: str | None = None
 
     def __post_init__(self) -> None:
@@ -122,10 +123,11 @@ class SuperstepRecord:
             raise ValueError("a record without end_ns must carry the flag 'incomplete'")
         if self.marker_ns is not None and not 0 <= self.marker_ns <= INT64_MAX:
             raise ValueError(f"marker_ns {self.marker_ns} outside [0, 2^63)")
-        if self.exception is not None and ("exception" not in self.flags
-                                           or len(self.exception) > MAX_VALUE_CHARS):
+        if self.exception is not None and (
+                "exception" not in self.flags or len(self.exception) > MAX_EXCEPTION_CHARS
+                or not self.exception.isprintable()):
             raise ValueError(f"exception text needs the flag 'exception' and at most "
-                             f"{MAX_VALUE_CHARS} characters")
+                             f"{MAX_EXCEPTION_CHARS} printable characters on one line")
         for name, cv in self.counters.items():
             if not 0.0 <= cv.value < math.inf:  # False for NaN too
                 raise ValueError(f"counter {name} is not a finite count >= 0: {cv.value}")
@@ -201,15 +203,25 @@ class SuperstepRecord:
 _NOT_RECORDS = "the file is not counterd record output or is damaged"
 
 
-def exception_text(exc: BaseException) -> str:
-    """``SuperstepRecord.exception`` for ``exc``: its type (qualified outside builtins) and its
-    message, on one line, cut to :data:`MAX_VALUE_CHARS`."""
-    kind = type(exc)
+def exception_text(exc: BaseException | type[BaseException]) -> str:
+    """``SuperstepRecord.exception`` for ``exc`` (an exception, or its type where a context
+    manager's ``__exit__`` was given none): its type (qualified outside builtins) and its
+    message, never its traceback; one line of printable characters (a newline, a tab or a
+    terminal escape written as ``\\n``, ``\\t``, ``\\x1b``), cut to
+    :data:`MAX_EXCEPTION_CHARS` with ``...``. A message that cannot be made (its ``__str__``
+    raised) is said so."""
+    kind = exc if isinstance(exc, type) else type(exc)
     name = kind.__qualname__ if kind.__module__ == "builtins" else \
         f"{kind.__module__}.{kind.__qualname__}"
-    text = f"{name}: {exc}" if str(exc) else name
-    text = text.replace("\r", "\\r").replace("\n", "\\n")
-    return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS - 3] + "..."
+    try:
+        message = "" if isinstance(exc, type) else str(exc)
+    except Exception:  # noqa: BLE001 - the program's own __str__: anything can fail
+        message = "<its message could not be made>"
+    text = f"{name}: {message}" if message else name
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= MAX_EXCEPTION_CHARS else \
+        text[:MAX_EXCEPTION_CHARS - 3] + "..."
 
 _RECORD_FIX = "give the records `counterd record --out FILE` writes"
 

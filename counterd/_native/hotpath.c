@@ -732,11 +732,14 @@ typedef struct {
     char sampled; /* counters not read: raw holds the estimate's basis (values, time) */
     NameState *state; /* a measured step's sampling state, updated at its end */
     PyObject *unsupported_obj; /* set by the Python path's end (Step.unsupported) */
+    PyObject *exception; /* what its body raised (records.exception_text), or NULL: a step
+                          * with one ends the Python way (a RECORD carries the text) */
     uint64_t raw[1]; /* start (enabled, running, values...) then stop, 2 + n each */
 } HotStep;
 
 static PyTypeObject LaneType, HotStepType;
 static PyObject *flags_of_fn = NULL; /* protocol.bit_flags, given by setup() */
+static PyObject *exception_text_fn = NULL; /* records.exception_text, given by setup() */
 
 static int read_group(Lane *lane, uint64_t *out, PyObject **fallback)
 {
@@ -1025,7 +1028,7 @@ static int write_close(Lane *lane, HotStep *st)
     if (!mf_usable(lane->writer) || st->sent != (int64_t)lane->writer->gen
         || st->dropped != Py_None
         || !(st->sampled || lane->fd < 0 || (st->has_start && st->has_stop))
-        || st->end_ns < st->begin_ns || st->unsupported_obj != NULL)
+        || st->end_ns < st->begin_ns || st->unsupported_obj != NULL || st->exception != NULL)
         return 0;
     double factor, ratio;
     uint32_t flags = close_flags(lane, st, &factor, &ratio);
@@ -1176,6 +1179,7 @@ static PyObject *lane_begin(Lane *lane, PyObject *name, PyObject *params_in)
     st->plain = (char)plain;
     st->state = NULL;
     st->unsupported_obj = NULL;
+    st->exception = NULL;
     if (lane->sample_every > 1 && lane->n > 0) {
         NameState *ns = (NameState *)PyDict_GetItemWithError(lane->sampling, st->name);
         if (ns == NULL && PyErr_Occurred()) {
@@ -1883,6 +1887,10 @@ static PyObject *HotStep_get_recorder(HotStep *st, void *c)
 static PyObject *HotStep_get_streams(HotStep *st, void *c) { return PyList_New(0); }
 static PyObject *HotStep_get_sample_state(HotStep *st, void *c) { Py_RETURN_NONE; }
 static PyObject *HotStep_get_lane(HotStep *st, void *c) { return Py_NewRef(st->lane); }
+static PyObject *HotStep_get_exception(HotStep *st, void *c)
+{
+    return Py_NewRef(st->exception != NULL ? st->exception : Py_None);
+}
 
 /* sampling.Basis(values, time_ns, unsupported) of a step whose counters were not read. */
 static PyObject *basis_type = NULL;
@@ -1939,6 +1947,8 @@ static PyGetSetDef HotStep_getset[] = {
     {"delta", (getter)HotStep_get_delta, NULL, NULL, NULL},
     {"dropped", (getter)HotStep_get_dropped, NULL, NULL, NULL},
     {"basis", (getter)HotStep_get_basis, NULL, NULL, NULL},
+    {"exception", (getter)HotStep_get_exception, NULL,
+     "what its body raised, '<type>: <message>' (None: nothing)", NULL},
     {NULL}};
 
 static PyObject *HotStep_record(HotStep *st, PyObject *unused)
@@ -1960,8 +1970,16 @@ static PyObject *HotStep_enter(HotStep *st, PyObject *unused) { return Py_NewRef
 
 static PyObject *HotStep_exit(HotStep *st, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs > 0 && args[0] != Py_None)
+    if (nargs > 0 && args[0] != Py_None) {
         st->flags |= K.exception;
+        /* The text the Python path keeps (Step.__exit__): the exception, else its type. */
+        PyObject *exc = nargs > 1 && args[1] != Py_None ? args[1] : args[0];
+        if (st->exception == NULL && exception_text_fn != NULL) {
+            st->exception = PyObject_CallOneArg(exception_text_fn, exc);
+            if (st->exception == NULL)
+                return NULL;
+        }
+    }
     PyObject *r = lane_end(st->lane, st, NULL);
     if (r == NULL)
         return NULL;
@@ -1986,6 +2004,7 @@ static int HotStep_traverse(HotStep *st, visitproc visit, void *arg)
     Py_VISIT(st->start_obj);
     Py_VISIT(st->stop_obj);
     Py_VISIT(st->unsupported_obj);
+    Py_VISIT(st->exception);
     return 0;
 }
 
@@ -2000,6 +2019,7 @@ static int HotStep_clear(HotStep *st)
     Py_CLEAR(st->stop_obj);
     Py_CLEAR(st->state);
     Py_CLEAR(st->unsupported_obj);
+    Py_CLEAR(st->exception);
     return 0;
 }
 
@@ -2029,15 +2049,17 @@ static PyObject *hot_setup(PyObject *mod, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"version", "open_type", "close_type", "nested", "exception",
                             "multiplexed", "migrated", "sampled", "sampled_source", "max_name",
-                            "max_params", "max_value", "flags_of", "basis", "max_names", NULL};
-    PyObject *flags_of, *basis;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiiIIIIIinnnOOn", names, &K.version, &K.open_type,
-                                     &K.close_type, &K.nested, &K.exception, &K.multiplexed,
-                                     &K.migrated, &K.sampled, &K.sampled_source, &K.max_name,
-                                     &K.max_params, &K.max_value, &flags_of, &basis,
-                                     &K.max_names))
+                            "max_params", "max_value", "flags_of", "basis", "max_names",
+                            "exception_text", NULL};
+    PyObject *flags_of, *basis, *exception_text;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiiIIIIIinnnOOnO", names, &K.version,
+                                     &K.open_type, &K.close_type, &K.nested, &K.exception,
+                                     &K.multiplexed, &K.migrated, &K.sampled, &K.sampled_source,
+                                     &K.max_name, &K.max_params, &K.max_value, &flags_of, &basis,
+                                     &K.max_names, &exception_text))
         return NULL;
     Py_XSETREF(flags_of_fn, Py_NewRef(flags_of));
+    Py_XSETREF(exception_text_fn, Py_NewRef(exception_text));
     Py_XSETREF(basis_type, Py_NewRef(basis));
     K.ready = 1;
     Py_RETURN_NONE;

@@ -755,7 +755,8 @@ def boundary_calls_from_spool(
     just after its end call, so for a single-threaded process the line order is the call
     order. A record without ``end_ns`` (closed at exit) made no call; an ``unmatched_end``
     record made one, for no superstep (index -1). A begin line whose superstep raised gets
-    ``"raised": True`` (the ``record`` line's flag ``exception``).
+    ``"raised"``: the ``record`` line's ``exception`` text, or True where it has none (the flag
+    ``exception`` alone, of an older recorder).
     """
     from counterd.spool import read_events
 
@@ -770,8 +771,18 @@ def boundary_calls_from_spool(
             unmatched = "unmatched_end" in d.get("flags", ())
             calls.append((-1 if unmatched else index, END))
             if not unmatched and "exception" in d.get("flags", ()) and index in begins:
-                begins[index]["raised"] = True
+                begins[index]["raised"] = _exception_of(d) or True
     return calls, begins
+
+
+def _exception_of(line: dict[str, Any]) -> str | None:
+    """A spool ``record`` line's exception text where it is one a record may hold."""
+    from counterd.records import MAX_EXCEPTION_CHARS
+
+    text = line.get("exception")
+    if isinstance(text, str) and 0 < len(text) <= MAX_EXCEPTION_CHARS and text.isprintable():
+        return text
+    return None
 
 
 @dataclass(frozen=True)
@@ -878,7 +889,8 @@ def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
                 if not sc.complete:
                     flags.add("incomplete")
                     why["*"] = sc.problem
-                if b.get("raised"):
+                raised = b.get("raised")
+                if raised:
                     flags.add("exception")
                 rec = SuperstepRecord(
                     run_id=run_id, index=sc.index, name=str(b.get("name", "")),
@@ -887,7 +899,8 @@ def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
                     end_ns=None if not sc.complete else int(b.get("begin_ns", 0)),
                     counters=dict(sc.counters), params=b.get("params", {}),
                     flags=frozenset(flags), unsupported=why, backend=NAME,
-                    host=str(b.get("host", "")))
+                    host=str(b.get("host", "")),
+                    exception=raised if isinstance(raised, str) else None)
                 out[(rec.rank, rec.index)] = rec
         tail = result.stderr_tail()  # read before the directory goes
     whole_unsupported = dict(unsupported)

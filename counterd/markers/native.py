@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from counterd import _native, protocol
 from counterd.markers import sampling
 from counterd.markers.sinks import MemorySink, SpoolSink, is_socket_sink
-from counterd.records import MAX_NAME_CHARS, MAX_PARAMS, MAX_VALUE_CHARS
+from counterd.records import MAX_NAME_CHARS, MAX_PARAMS, MAX_VALUE_CHARS, exception_text
 
 if TYPE_CHECKING:
     from counterd.markers.recorder import Recorder, _ThreadState
@@ -60,7 +60,8 @@ def _setup(hot: Any) -> None:
               migrated=bit["migrated"], sampled=bit["sampled"],
               sampled_source=protocol.SOURCE_INDEX["sampled"], max_name=MAX_NAME_CHARS,
               max_params=MAX_PARAMS, max_value=MAX_VALUE_CHARS, flags_of=protocol.bit_flags,
-              basis=sampling.Basis, max_names=sampling.MAX_NAMES)
+              basis=sampling.Basis, max_names=sampling.MAX_NAMES,
+              exception_text=exception_text)
     _ready = True
 
 

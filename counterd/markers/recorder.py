@@ -10,7 +10,8 @@ One :class:`~counterd.records.SuperstepRecord` is produced per processor (thread
 that marks supersteps) per superstep, with CLOCK_MONOTONIC begin/end, the CPU, counter deltas
 with their sources, params and flags. Nothing is lost silently:
 
-* an exception inside the body gives a record flagged ``exception``;
+* an exception inside the body gives a record flagged ``exception``, its type and message
+  (one line, at most 200 characters, no traceback) in the record's ``exception``;
 * a superstep begun inside another gives a record flagged ``nested``;
 * ``end()`` without ``begin()`` gives a record flagged ``unmatched_end``;
 * a process that exits inside a superstep gets a record flagged ``incomplete`` (at exit), and
@@ -92,6 +93,7 @@ from counterd.records import (
     MAX_VALUE_CHARS,
     Param,
     SuperstepRecord,
+    exception_text,
 )
 
 MARKER_BACKENDS = POLICIES["markers"].names  # what counterd.backends.resolve accepts
@@ -119,7 +121,8 @@ class Step:
 
     __slots__ = ("recorder", "index", "name", "rank", "cpu", "begin_ns", "params", "start",
                  "flags", "closed", "streams", "end_ns", "stop", "end_cpu", "unsupported",
-                 "sent", "_record", "delta", "dropped", "basis", "sample_state", "state")
+                 "sent", "_record", "delta", "dropped", "basis", "sample_state", "state",
+                 "exception")
 
     def __init__(self, recorder: Recorder, index: int, name: str, rank: int, cpu: int,
                  begin_ns: int, params: dict[str, Param], start: Any,
@@ -147,6 +150,7 @@ class Step:
         self.basis: sampling.Basis | None = None
         self.sample_state: sampling.NameState | None = None
         self.state: _ThreadState | None = None  # the thread state it began in
+        self.exception: str | None = None  # what its body raised (records.exception_text)
         # Turns (start, stop) into (counter values, unsupported): the group's raw decoder.
         self.delta: Callable[[Any, Any], tuple[dict[str, CounterValue], Mapping[str, str]]] \
             = _reading_delta
@@ -171,6 +175,8 @@ class Step:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is not None:
             self.flags = self.flags | {"exception"}
+            if self.exception is None:  # its text: type and message, never the traceback
+                self.exception = exception_text(exc if exc is not None else exc_type)
         self.recorder._end(self, None)
 
 
@@ -610,7 +616,7 @@ class Recorder:
             pid=self.pid, cpu=step.cpu, begin_ns=step.begin_ns, end_ns=step.end_ns,
             counters=counters, params=step.params, flags=flags,
             unsupported=unsupported, backend=self._ctx[3], host=self.host,
-            marker_ns=self._ctx[4])
+            marker_ns=self._ctx[4], exception=step.exception)
 
     def _unmatched_end(self, name: str, end_ns: int) -> SuperstepRecord:
         name, _, dropped = clean_marker(name, {})

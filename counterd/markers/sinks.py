@@ -60,8 +60,10 @@ def close_frame(step: Step, context_id: Callable[[identity.Ctx, tuple[str, ...]]
                 next_seq: Callable[[], int]) -> bytes | None:
     """The CLOSE frame of an ended ``step``, its counters named by the context
     ``context_id`` gives (declaring it if new), numbered ``next_seq()``; None when it does not
-    fit one (an unknown flag or source, a value out of range, no context)."""
-    if step.end_ns is None:
+    fit one (an unknown flag or source, a value out of range, no context, the text of an
+    exception: a CLOSE has no room for it, the RECORD sent instead carries it; the compiled
+    lane hands such a step to the Python path alike)."""
+    if step.end_ns is None or step.exception is not None:
         return None
     counters, flags, unsupported = step.recorder._parts(step)
     bits = protocol.flag_bits(flags)

@@ -138,7 +138,7 @@ def _steps_table(rep: Report, verbose: bool = False) -> str:
             cells.append(_td("-" if share is None else f"{share:.1%}",
                              "flag" if rep.markers_over(r) else ""))
         cells.append(_td(", ".join(
-            f'<span title="{_esc(flag_meaning(f))}">{_esc(f)}</span>'
+            f'<span title="{_esc(flag_meaning(f))}">{_esc(f)}</span>' + _raised(r, f)
             for f in r.shown_flags(verbose)), "l flag"))
         body.append(cells)
     return _table(head, body)
@@ -195,6 +195,15 @@ def _missing(rep: Report) -> str:
                                            for i in steps))
         items.append(f"<li>{_esc(which)}: {_text(why)}</li>")
     return f'<ul class="why">{"".join(items)}</ul>' if items else ""
+
+
+def _raised(r: StepRow, flag: str) -> str:
+    """After the flag exception, what was raised: short, the whole text as its title."""
+    note = r.exception_note()
+    if flag != "exception" or not note:
+        return ""
+    return (f' <span class="raised" title="{_esc(r.exception_note(short=False))}">'
+            f'({_esc(note)})</span>')
 
 
 def _banner(rep: Report) -> str:

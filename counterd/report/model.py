@@ -110,6 +110,29 @@ class StepRow:
     marker_ns: int | None = None
     # The last processor's begin minus the first one's (Superstep.skew_ns).
     skew_ns: int = 0
+    # rank -> what its body raised (SuperstepRecord.exception; the flag exception), if kept.
+    exceptions: dict[int, str] = field(default_factory=dict)
+
+    # The longest exception text the text and HTML tables show in a row (the legend of the
+    # HTML has it whole; the JSON and CSV always).
+    SHORT_EXCEPTION = 60
+
+    def exception_note(self, short: bool = True) -> str:
+        """What the row's body raised, for the flag ``exception`` in the text and HTML: the
+        lowest rank's text (cut to :data:`SHORT_EXCEPTION` with ``short``), and which ranks
+        raised where the superstep has several processors; "" when none was kept."""
+        if not self.exceptions:
+            return ""
+        first = min(self.exceptions)
+        text = self.exceptions[first]
+        if short and len(text) > self.SHORT_EXCEPTION:
+            text = text[:self.SHORT_EXCEPTION - 3] + "..."
+        if self.processors > 1:
+            ranks = sorted(self.exceptions)
+            others = len(set(self.exceptions.values())) > 1
+            text += f" (rank{'s' if len(ranks) > 1 else ''} " + ", ".join(map(str, ranks)) \
+                + (f"; rank {first}'s" if others else "") + ")"
+        return text
 
     @property
     def slowest_work_ns(self) -> int | None:
@@ -355,7 +378,7 @@ class _Step:
     two agree on random record sets."""
 
     __slots__ = ("run_id", "ranks", "complete", "flags", "sources", "marker_ns",
-                 "last_begin_ns")
+                 "last_begin_ns", "exceptions")
 
     def __init__(self, run_id: str, begin_ns: int) -> None:
         self.run_id = run_id
@@ -365,6 +388,7 @@ class _Step:
         self.flags: frozenset[str] = frozenset()
         self.sources: dict[str, str] = {}
         self.marker_ns: int | None = None
+        self.exceptions: dict[int, str] | None = None  # rank -> what it raised, if any did
 
 
 class _Steps:
@@ -404,6 +428,10 @@ class _Steps:
             step.flags = self._intern(step.flags | r.flags)
         if r.marker_ns is not None and (step.marker_ns is None or r.marker_ns > step.marker_ns):
             step.marker_ns = r.marker_ns
+        if r.exception is not None:  # a rank's threads: the first one kept
+            if step.exceptions is None:
+                step.exceptions = {}
+            step.exceptions.setdefault(r.rank, r.exception)
         for k, cv in r.counters.items():
             slot = self.names.setdefault(k, len(self.names))
             if slot >= len(row.counters):
@@ -471,7 +499,7 @@ def build(records: Iterable[SuperstepRecord], *, predict: PredictFn | None = Non
                 why = "the predictor gave none"
         rows.append(StepRow(index, name, len(step.ranks), time_ns, work, counters,
                             step.flags, pred, why, step.marker_ns,
-                            step.last_begin_ns - first_begin))
+                            step.last_begin_ns - first_begin, dict(step.exceptions or {})))
     present = tuple(sorted({k for row in rows for k in row.counters}, key=_counter_order))
     note = prediction_note if predict is None else (
         prediction_note or "predictions from the configured profile")

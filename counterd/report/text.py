@@ -43,6 +43,15 @@ def _marker_share(rep: Report, r: StepRow) -> str:
     return "-" if share is None else f"{share:.1%}" + (" !" if rep.markers_over(r) else "  ")
 
 
+def _flags(r: StepRow, verbose: bool) -> str:
+    """A row's flags, the flag exception followed by what was raised (short)."""
+    flags = r.shown_flags(verbose)
+    note = r.exception_note()
+    if note and "exception" in flags:
+        flags[flags.index("exception")] = f"exception ({note})"
+    return ",".join(flags)
+
+
 def render_text(rep: Report, *, verbose: bool = False) -> str:
     """The report as text; a row's flags are those that change what to believe about it (all
     of them with ``verbose``), explained below the table."""
@@ -68,7 +77,7 @@ def render_text(rep: Report, *, verbose: bool = False) -> str:
             + " ".join(f"{_time(p.terms_s[t] if p else None):>9}" for t in TERMS)
             + f" {_ratio(r.time_imbalance):>6}"
             + (f" {_marker_share(rep, r):>8}" if shares else "")
-            + f"  {','.join(r.shown_flags(verbose))}")
+            + f"  {_flags(r, verbose)}")
     legend, hidden = flags_legend(rep.rows, verbose)
     if legend:
         out.append("flags:")
@@ -114,6 +123,8 @@ def to_json(rep: Report) -> dict[str, Any]:
                 "accuracy": dict(p.accuracy)},
             "error_ratio": r.error_ratio,
             "flags": sorted(r.all_flags),
+            # rank -> what its body raised (the flag exception), where the records kept it
+            "exceptions": {str(k): v for k, v in sorted(r.exceptions.items())},
             "marker_s": None if r.marker_ns is None else r.marker_ns / NS_PER_S,
             "marker_share": r.marker_share,
         }
@@ -147,7 +158,7 @@ def render_csv(rep: Report) -> str:
                 *[f"{b}_{m}_s" for b in bounds for m in ("min", "max")], "dominating",
                 "error_ratio", "time_imbalance",
                 *[f"{si_name(c)}_{s}" for c in rep.counters for s in ("max", "sum", "imbalance")],
-                "flags", "marker_s"])
+                "flags", "marker_s", "exceptions"])
     for r in rep.rows:
         p = r.prediction
         w.writerow([
@@ -164,7 +175,10 @@ def render_csv(rep: Report) -> str:
                  "" if r.counters[c].imbalance is None else repr(r.counters[c].imbalance))
                 if c in r.counters else ("", "", ""))],
             ";".join(sorted(r.all_flags)),
-            "" if r.marker_ns is None else repr(r.marker_ns / NS_PER_S)])
+            "" if r.marker_ns is None else repr(r.marker_ns / NS_PER_S),
+            # rank -> what it raised, as a JSON object (the texts are one line each)
+            json.dumps({str(k): v for k, v in sorted(r.exceptions.items())})
+            if r.exceptions else ""])
     return buf.getvalue()
 
 

@@ -212,6 +212,23 @@ def test_boundary_calls_from_spool_order(tmp_path: Path) -> None:
     assert sorted(begins) == [0, 2] and begins[2]["name"] == "b"
 
 
+def test_a_counted_superstep_that_raised_keeps_its_text(tmp_path: Path) -> None:
+    """Issue 34: the counted run's record of a superstep that raised carries the spool
+    record's exception text; a text no record may hold (too long, several lines, not text) is
+    left out, the flag kept."""
+    lines = [{"ev": "begin", "index": 0, "name": "a"},
+             {"ev": "record", "index": 0, "end_ns": 5, "flags": ["exception"],
+              "exception": "ValueError: bad row 7"}]
+    for i, bad in enumerate(["x" * 201, "a\nb", 3], start=1):
+        lines += [{"ev": "begin", "index": i, "name": "b"},
+                  {"ev": "record", "index": i, "end_ns": 5, "flags": ["exception"],
+                   "exception": bad}]
+    path = tmp_path / "77.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    _, begins = cg.boundary_calls_from_spool(path)
+    assert [begins[i]["raised"] for i in range(4)] == ["ValueError: bad row 7", True, True, True]
+
+
 def test_backend_open_refuses_and_points_to_record() -> None:
     with pytest.raises(BackendUnavailable, match="whole commands") as info:
         cg.CallgrindBackend().open(["loads"])
@@ -619,6 +636,7 @@ def test_the_counted_run_does_not_repeat_the_commands_messages(tmp_path: Path) -
         proc.stderr
     [rec] = read_jsonl(out)
     assert "exception" in rec.flags
+    assert rec.exception == "ValueError: bad input 42"  # what it raised, kept (issue 34)
 
 
 @pytest.mark.callgrind

@@ -95,7 +95,7 @@ def _comparable(r: SuperstepRecord) -> tuple[Any, ...]:
     """Everything but the times and the CPU (each path takes its own)."""
     return (r.index, r.name, r.rank, r.pid, r.params, r.flags - {"migrated"}, r.unsupported,
             {k: (v.value, v.source, v.ratio, v.raw) for k, v in r.counters.items()},
-            r.backend, r.end_ns is None)
+            r.backend, r.end_ns is None, r.exception)
 
 
 # Readings per marker (enabled, running, values[, ids]): plain, multiplexed, never on the
@@ -124,7 +124,7 @@ def _play(rec: Recorder, pc: PipeCounters) -> list[Any]:
     pc.push(3, 3, (2, 2))
     try:
         with inner:
-            raise ZeroDivisionError
+            raise ZeroDivisionError("no rows\nin\tpart 2")
     except ZeroDivisionError:
         pass
     pc.push(4, 4, (3, 3))
@@ -173,6 +173,8 @@ def test_lane_records_equal_the_python_paths_in_memory() -> None:
     assert "dropped_params" in by_name["step3"].flags
     assert "param:nan" in by_name["step3"].unsupported
     assert {"exception", "nested"} <= by_name["inner"].flags
+    assert by_name["inner"].exception == "ZeroDivisionError: no rows\\nin\\tpart 2"
+    assert [r.exception is None for r in compiled].count(False) == 1
     assert "incomplete" in by_name["left open"].flags
     assert sum("unmatched_end" in r.flags for r in compiled) == 2
     assert all(r.rank == 3 for r in compiled)
@@ -188,11 +190,31 @@ def test_lane_records_equal_the_python_paths_through_the_spool(tmp_path: Path) -
     compiled = _records(True, tmp_path / "c", steps)
     assert [_comparable(r) for r in compiled] == [_comparable(r) for r in python]
     assert len(compiled) == 9
+    assert {r.name: r.exception for r in compiled if r.exception} == {
+        "inner": "ZeroDivisionError: no rows\\nin\\tpart 2"}
+    # The superstep that raised ends with a RECORD on both paths, which carries its exception
+    # (a CLOSE has no room for it): the same frame but for the times each path took.
+    frames = {}
+    for side in ("p", "c"):
+        (path,) = spool.files(tmp_path / side)
+        frames[side] = [_timeless(body) for ftype, _frame, body in _raw_frames(path)
+                        if ftype == protocol.FrameType.RECORD]
+    assert frames["c"] == frames["p"]
+    (raised,) = [body for body in frames["c"] if body["rec"].get("exception")]
+    assert raised["rec"]["name"] == "inner" and "exception" in raised["rec"]["flags"]
     # The times the frames carry are the lane's own.
     times = {r.index: (r.begin_ns, r.end_ns) for r in compiled}
     for step in steps:
         if not isinstance(step, SuperstepRecord):
             assert times[step.index] == (step.begin_ns, step.end_ns)
+
+
+def _timeless(body: bytes) -> dict[str, Any]:
+    """A RECORD frame's payload without the times and the CPU each path took."""
+    payload = protocol.strictjson.loads(body)
+    for key in ("begin_ns", "end_ns", "duration_ns", "cpu"):
+        payload["rec"].pop(key, None)
+    return payload  # type: ignore[no-any-return]
 
 
 def _raw_frames(path: Path) -> Iterator[tuple[int, bytes, bytes]]:

@@ -298,6 +298,34 @@ def test_record_samples_short_supersteps_when_asked(tmp_path: Path) -> None:
                for i, r in enumerate(recs))
 
 
+_RAISES = """
+import counterd
+try:
+    with counterd.superstep('parse', n=1):
+        raise ValueError('bad row 7\\n' + 'x' * 500)
+except ValueError:
+    pass
+with counterd.superstep('ok'):
+    pass
+"""
+
+
+@pytest.mark.parametrize("native", ["0", "1"])
+def test_a_superstep_that_raised_keeps_what_it_raised_in_the_spool(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str) -> None:
+    """Issue 34: the record of a superstep whose body raised says what it raised (type and
+    message on one line, cut to 200 characters, no traceback), on the Python path and the
+    compiled lane alike, through the spool of counterd record."""
+    monkeypatch.setenv("COUNTERD_NATIVE", native)
+    out = tmp_path / "r.jsonl"
+    assert record([sys.executable, "-c", _RAISES], out=out, backend="none").exit_code == 0
+    parse, ok = sorted(read_jsonl(out), key=lambda r: r.index)
+    assert "exception" in parse.flags and ok.exception is None
+    assert parse.exception is not None and len(parse.exception) == 200
+    assert parse.exception.startswith("ValueError: bad row 7\\nxxx")
+    assert parse.exception.endswith("x...") and "Traceback" not in parse.exception
+
+
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_a_signal_stops_the_command_and_its_supersteps_are_still_written(tmp_path: Path,
                                                                           how: str) -> None:

@@ -179,7 +179,7 @@ def test_random_json_frames_are_refused_or_stored(harness: Harness, ftype: Frame
 @SETTINGS
 @given(field=st.sampled_from(["run_id", "index", "name", "rank", "pid", "cpu", "begin_ns",
                               "end_ns", "counters", "params", "flags", "unsupported",
-                              "backend", "host"]),
+                              "backend", "host", "exception"]),
        token=st.sampled_from(_EVIL_TOKENS), ftype=st.sampled_from([FrameType.RECORD,
                                                                    FrameType.BEGIN]))
 def test_a_record_field_replaced_by_any_token(harness: Harness, field: str, token: str,
@@ -275,6 +275,41 @@ def test_the_reported_attacks_are_protocol_errors(harness: Harness) -> None:
     from prometheus_client import generate_latest
 
     assert b"counterd_" in generate_latest(registry(harness.state))
+
+
+def test_an_exception_text_beyond_its_bounds_is_refused(harness: Harness) -> None:
+    """A RECORD's exception (issue 34) is held to what the markers write: text, one line of
+    printable characters, at most MAX_EXCEPTION_CHARS, with the flag exception; anything else
+    is refused as a malformed record, as a name or param beyond its bounds is."""
+    from counterd.records import MAX_EXCEPTION_CHARS
+
+    raised = ["exception"]
+    attacks = {
+        "huge": _valid_record(flags=raised, exception="E" * 200_000),
+        "one beyond": _valid_record(flags=raised, exception="E" * (MAX_EXCEPTION_CHARS + 1)),
+        "a number": _valid_record(flags=raised, exception=3),
+        "a list": _valid_record(flags=raised, exception=["ValueError"]),
+        "an object": _valid_record(flags=raised, exception={"type": "ValueError"}),
+        "a traceback": _valid_record(flags=raised, exception="Traceback:\n  File x\nE: y"),
+        "a terminal escape": _valid_record(flags=raised, exception="E: \x1b[2J"),
+        "without the flag": _valid_record(exception="ValueError: x"),
+    }
+    for name, rec in attacks.items():
+        session = harness.session()
+        before = harness.state.protocol_errors["bad_record"]
+        body = json.dumps({"s": 1, "rec": rec}).encode()
+        assert len(body) < protocol.MAX_FRAME_BYTES
+        harness.feed(session, _json_frame(FrameType.RECORD, body))
+        assert harness.state.protocol_errors["bad_record"] == before + 1, name
+        assert harness.commit_queued() == [], name
+    session = harness.session()  # a lone surrogate, as JSON escapes it
+    harness.feed(session, _json_frame(FrameType.RECORD, json.dumps(
+        {"s": 1, "rec": _valid_record(flags=raised, exception="E: \udc80")}).encode()))
+    assert harness.commit_queued() == []
+    good = _valid_record(flags=raised, exception="E" * MAX_EXCEPTION_CHARS)
+    harness.feed(harness.session(), _json_frame(FrameType.RECORD,
+                                                json.dumps({"s": 1, "rec": good}).encode()))
+    assert [r.exception for r in harness.commit_queued()] == ["E" * MAX_EXCEPTION_CHARS]
 
 
 def test_limits_refuse_what_would_be_held_beyond_them(harness: Harness) -> None:

@@ -36,7 +36,7 @@ with counterd.superstep("outer"):
         pass
 try:
     with counterd.superstep("boom"):
-        raise ValueError
+        raise ValueError("bad input 7")
 except ValueError:
     pass
 sink = recorder().sink
@@ -48,7 +48,7 @@ def shape(r: SuperstepRecord) -> tuple[object, ...]:
     """What both engines must agree on (times, cpu and counter values are the run's own)."""
     return (r.index, r.name, r.rank, r.params, sorted(r.flags - {"migrated"}),
             r.end_ns is None, {k: v.source for k, v in r.counters.items()},
-            dict(r.unsupported), r.backend)
+            dict(r.unsupported), r.backend, r.exception)
 
 
 @pytest.mark.parametrize("backend", ["none", "perf"])
@@ -63,6 +63,9 @@ def test_both_engines_store_the_same_records(daemon: DaemonProc, backend: str) -
         said = json.loads(out.stdout)
         assert said == {"lanes": 1 if native == "1" else 0, "flushed": True}
         got[native] = stored(daemon, run_id)
+        # The superstep that raised keeps what it raised through the socket and the store.
+        assert {r.name: r.exception for r in got[native] if r.exception} == {
+            "boom": "ValueError: bad input 7"}
         # Each process's marker pair, calibrated through a scratch connection to the same
         # daemon (none of whose supersteps is stored: 303 records, the program's own).
         costs = {r.marker_ns for r in got[native]}

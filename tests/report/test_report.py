@@ -388,3 +388,38 @@ def test_flags_shown_are_those_that_change_what_to_believe(tmp_path: Path,
     assert "<dt><code>exception</code></dt><dd>the superstep&#x27;s body raised an " \
            "exception</dd>" in page or "<dt><code>exception</code></dt>" in page
     assert ">cpu_features_hidden<" not in page and "cpu_features_hidden (3)" in page
+
+
+def test_a_row_flagged_exception_shows_what_was_raised(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    """Issue 34: an exception inside a superstep was flagged but its text not kept. The text
+    and HTML show it after the flag, short; the JSON and CSV carry each rank's whole text."""
+    long = "KeyError: 'row 9' " + "x" * 150
+    recs = [replace(r, flags=frozenset({"exception"}), exception=long if r.rank else
+                    "ValueError: bad row 7") if r.index == 1 else r for r in records()]
+    f = tmp_path / "run.jsonl"
+    write_jsonl(recs, f)
+    assert cli.main(["report", "--records", str(f)]) == 0
+    text = capsys.readouterr().out
+    rows = [line.rstrip() for line in text.splitlines() if line[:4].strip().isdigit()][:3]
+    assert rows[1].endswith("  exception (ValueError: bad row 7 (ranks 0, 1; rank 0's))")
+    assert "exception" not in rows[0] + rows[2]
+    assert cli.main(["report", "--records", str(f), "--json"]) == 0
+    rows_json = json.loads(capsys.readouterr().out)["supersteps"]
+    assert [r["exceptions"] for r in rows_json] == [
+        {}, {"0": "ValueError: bad row 7", "1": long}, {}]
+    assert cli.main(["report", "--records", str(f), "--format", "csv"]) == 0
+    table = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [json.loads(r["exceptions"]) if r["exceptions"] else {} for r in table] == \
+        [r["exceptions"] for r in rows_json]
+    html = tmp_path / "r.html"
+    assert cli.main(["report", "--records", str(f), "--out", str(html)]) == 0
+    page = html.read_text()
+    assert ('<span class="raised" title="ValueError: bad row 7 (ranks 0, 1; rank 0&#x27;s)">'
+            "(ValueError: bad row 7 (ranks 0, 1; rank 0&#x27;s))</span>") in page
+    # One rank's long text, cut in the row (the JSON above has it whole).
+    one = [replace(r, flags=frozenset({"exception"}), exception=long) for r in records()
+           if r.rank == 1]
+    row = report.build(one).rows[0]
+    assert row.exception_note() == long[:57] + "..." and row.exception_note(short=False) == long
