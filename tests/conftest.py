@@ -57,6 +57,30 @@ def described_machine(request: pytest.FixtureRequest,
         yield m
 
 
+@pytest.fixture(scope="session")
+def _package_bytecode() -> None:
+    """The packages' bytecode, written once, as the Makefile's ``bytecode`` target writes it
+    for ``make test``: where PYTHONDONTWRITEBYTECODE is set (this host, the CI hosts) and the
+    suite is run by pytest directly, every Python started under valgrind compiled each
+    counterd module it imports from source, at a hundred times the native cost (the counted
+    run of tests/counterd/test_callgrind.py's signal test reached its second superstep after
+    32 s instead of 17 s). Up to date, it costs a few ms."""
+    import compileall
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for package in ("counterd", "predictor", "microbench"):
+        compileall.compile_dir(root / package, quiet=1)
+
+
+@pytest.fixture(autouse=True)
+def _bytecode_under_valgrind(request: pytest.FixtureRequest) -> None:
+    """Tests that run commands under valgrind (marked ``callgrind``) find the packages'
+    bytecode written (:func:`_package_bytecode`)."""
+    if request.node.get_closest_marker("callgrind") is not None:
+        request.getfixturevalue("_package_bytecode")
+
+
 @pytest.fixture(autouse=True)
 def _fresh_recorder() -> Iterator[None]:
     """Each test starts without a process-wide marker recorder."""

@@ -14,6 +14,7 @@ from counterd.cli import main
 from counterd.errors import BadInput
 from counterd.recording import record
 from counterd.records import read_jsonl
+from tests._signals import HOWS, signal_of, stop_when_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "bsp_sum.py"
@@ -326,17 +327,14 @@ def test_a_superstep_that_raised_keeps_what_it_raised_in_the_spool(
     assert parse.exception.endswith("x...") and "Traceback" not in parse.exception
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("how", HOWS)
 def test_a_signal_stops_the_command_and_its_supersteps_are_still_written(tmp_path: Path,
                                                                           how: str) -> None:
     """Ctrl-C reaches the whole foreground process group; ``kill`` or ``timeout`` signal the
     recorder alone, which passes SIGTERM on. Either way the command dies of it, the recorder
     does not, and writes the supersteps the command finished and the one it was inside
     (incomplete); the recorder ends as a shell reports the signal (128 + N)."""
-    import signal
-    import time
-
-    sig = signal.SIGINT if how == "ctrl-c" else signal.SIGTERM
+    sig = signal_of(how)
     ready = tmp_path / "ready"
     program = (
         "import pathlib, time, counterd\n"
@@ -346,28 +344,9 @@ def test_a_signal_stops_the_command_and_its_supersteps_are_still_written(tmp_pat
         f"pathlib.Path({str(ready)!r}).write_text('x')\n"
         "time.sleep(60)\n")
     out = tmp_path / "r.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "counterd.cli", "record", "--backend", "none",
-                             "--out", str(out), "--", sys.executable, "-c", program],
-                            cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            # as from a terminal: a shell's background job (as a CI runner
-                            # may start the suite) ignores SIGINT, and so would its children
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        deadline = time.monotonic() + 60
-        while not ready.exists() and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-        assert ready.exists(), proc.communicate(timeout=10)
-        if how == "ctrl-c":
-            os.killpg(proc.pid, sig)  # as the terminal sends it: to the whole group
-        else:
-            os.kill(proc.pid, sig)  # to the recorder alone
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 128 + sig, err
+    err = stop_when_ready([sys.executable, "-m", "counterd.cli", "record", "--backend", "none",
+                           "--out", str(out), "--", sys.executable, "-c", program], ready, how,
+                          cwd=ROOT, ready_within_s=60, end_within_s=60)
     recs = sorted(read_jsonl(out), key=lambda r: r.index)
     assert [(r.name, r.params, "incomplete" in r.flags) for r in recs] == [
         ("done", {"n": 1}, False), ("interrupted", {"n": 2}, True)]
