@@ -59,8 +59,9 @@ Families (``<c>`` is a canonical counter with its unit, e.g. ``loads``, ``task_c
 * ``counterd_event_multiplex_ratio{workload,counter,origin}`` last time_running/time_enabled
 * ``counterd_watched_threads{workload}``, ``counterd_clients``, ``counterd_records_stored_total``,
   ``counterd_records_refused_total{reason}``, ``counterd_protocol_errors_total{reason}``,
-  ``counterd_store_commit_seconds`` (summary), ``counterd_sample_errors_total{reason}``; the
-  reasons of these three are exported at 0 before their first increment
+  ``counterd_store_commit_seconds`` (summary), ``counterd_sample_errors_total{reason}``,
+  ``counterd_metrics_refused_total{reason}`` (scrapers refused: :mod:`scrape_access`); the
+  reasons of these four are exported at 0 before their first increment
   (:data:`KNOWN_REASONS`), so that ``rate()`` and alerts see a series from the start
 """
 
@@ -74,7 +75,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from prometheus_client import exposition
 from prometheus_client.core import (
@@ -97,6 +98,9 @@ from counterd.prediction import (
 )
 from counterd.records import FLAGS, Superstep, SuperstepRecord
 from counterd.units import NS_PER_S, is_time
+
+if TYPE_CHECKING:
+    from counterd.daemon.scrape_access import ScrapeAccess
 
 _T = TypeVar("_T")
 
@@ -138,6 +142,8 @@ KNOWN_REASONS: dict[str, tuple[str, ...]] = {
     # a failed read, or the error that kept a watched thread from being counted (sampling)
     "sample_errors": ("read", "BackendUnavailable", "CounterAccessDenied",
                       "EventNotSupported"),
+    # scrape connections refused or closed (counterd.daemon.scrape_access)
+    "metrics_refused": ("busy", "not_allowed", "timeout", "tls", "unauthorized"),
 }
 
 
@@ -229,6 +235,7 @@ class MetricsState:
         self.refused: dict[str, int] = defaultdict(int)
         self.protocol_errors: dict[str, int] = defaultdict(int)
         self.sample_errors: dict[str, int] = defaultdict(int)
+        self.metrics_refused: dict[str, int] = defaultdict(int)
         self.commit_count = 0
         self.commit_sum_s = 0.0
         self.predict: PredictFn | None = None
@@ -403,7 +410,7 @@ class CounterdCollector(Collector):
                 return {**dict.fromkeys(KNOWN_REASONS[table], 0), **getattr(st, table)}
 
             refused, perrors = known("refused"), known("protocol_errors")
-            serrors = known("sample_errors")
+            serrors, mrefused = known("sample_errors"), known("metrics_refused")
             scalars = (st.clients, st.records_stored, st.commit_count, st.commit_sum_s)
         yield from self._superstep_families(steps_copy)
         flagged = CounterMetricFamily("counterd_supersteps_flagged",
@@ -509,7 +516,10 @@ class CounterdCollector(Collector):
         for name, doc, table in (
                 ("counterd_records_refused", "records refused", refused),
                 ("counterd_protocol_errors", "malformed or refused frames", perrors),
-                ("counterd_sample_errors", "failed counter reads of watched targets", serrors)):
+                ("counterd_sample_errors", "failed counter reads of watched targets", serrors),
+                ("counterd_metrics_refused", "scrape connections refused or closed: peer not "
+                 "in metrics.allow, too many at once, silent, failed TLS, wrong credentials",
+                 mrefused)):
             fam = CounterMetricFamily(name, doc, labels=["reason"])
             for reason, n in sorted(table.items()):
                 fam.add_metric([reason], n)
@@ -681,13 +691,30 @@ class ExpositionCache:
         self._thread.join(timeout=5)
 
 
-def serve(cache: ExpositionCache, host: str, port: int) -> Any:
-    """An HTTP server for ``/metrics`` (and ``/``) in a daemon thread; returns the server
-    (``shutdown()``, ``server_close()``, ``server_port``)."""
+def serve(cache: ExpositionCache, host: str, port: int, access: ScrapeAccess | None = None
+          ) -> Any:
+    """An HTTP(S) server for ``/metrics`` (and ``/``) in a daemon thread; returns the server
+    (``shutdown()``, ``server_close()``, ``server_port``). ``access`` (default: anyone who
+    reaches the socket, plain HTTP) is enforced as :mod:`counterd.daemon.scrape_access` says:
+    the allow-list and the connection bound in the accepting thread (a refused peer is closed
+    before a byte is read, no thread spawned), TLS and basic auth in the connection's thread.
+    """
+    import ssl
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+    guard = access
+
     class Handler(BaseHTTPRequestHandler):
+        timeout = guard.timeout_s if guard is not None else None
+
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if guard is not None and not guard.authorized(self.headers.get("Authorization")):
+                guard.refused("unauthorized")
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="counterd"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             if self.path.split("?")[0] not in ("/metrics", "/"):
                 self.send_error(404, "only /metrics is served")
                 return
@@ -711,9 +738,65 @@ def serve(cache: ExpositionCache, host: str, port: int) -> Any:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             log.debug("metrics: " + format, *args)
 
+        def log_error(self, format: str, *args: Any) -> None:  # noqa: A002
+            # http.server catches a request line's timeout itself and only says so here
+            if guard is not None and format.startswith("Request timed out"):
+                guard.refused("timeout")
+            log.debug("metrics: " + format, *args)
+
     class Server(ThreadingHTTPServer):
         daemon_threads = True
+        request_queue_size = 128
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+        def verify_request(self, request: Any, client_address: Any) -> bool:
+            """In the accepting thread: False closes the connection at once."""
+            if guard is None:
+                return True
+            if not guard.allows(str(client_address[0])):
+                guard.refused("not_allowed")
+                return False
+            if not guard.slots.acquire(blocking=False):
+                guard.refused("busy")
+                return False
+            return True
+
+        def process_request_thread(self, request: Any, client_address: Any) -> None:
+            try:
+                super().process_request_thread(request, client_address)
+            finally:
+                if guard is not None:
+                    guard.slots.release()
+
+        def finish_request(self, request: Any, client_address: Any) -> None:
+            if guard is None:
+                super().finish_request(request, client_address)
+                return
+            request.settimeout(guard.timeout_s)
+            if guard.tls is None:
+                super().finish_request(request, client_address)
+                return
+            try:
+                conn = guard.tls.wrap_socket(request, server_side=True)
+            except TimeoutError:
+                guard.refused("timeout")
+                return
+            except (ssl.SSLError, OSError):
+                guard.refused("tls")
+                return
+            try:
+                super().finish_request(conn, client_address)
+            finally:
+                conn.close()
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            import sys
+
+            exc = sys.exc_info()[1]
+            if isinstance(exc, TimeoutError) and guard is not None:
+                guard.refused("timeout")
+            elif not isinstance(exc, (ConnectionError, ssl.SSLError)):
+                log.exception("metrics: request from %s failed", client_address)
 
     server = Server((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="counterd-metrics", daemon=True).start()

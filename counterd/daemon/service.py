@@ -115,9 +115,11 @@ class Daemon:
         self._shared = Shared(self.state, self._auth, self._writer, self._clients)
         self._server = Server(self._shared)
         self._threads: list[threading.Thread] = []
-        self._http: Any = None
+        self._http: list[Any] = []  # one /metrics server per metrics.listen address
         self._exposition: Any = None
-        self.metrics_port: int | None = None
+        self._metrics_scheme = "http"
+        self.metrics_port: int | None = None  # the first address's (tests: port 0)
+        self.metrics_ports: list[int] = []
         self._sampler_stop = threading.Event()
 
     # -- start / stop --------------------------------------------------------------------------
@@ -143,27 +145,47 @@ class Daemon:
         self._threads.append(sampler)
         log.info("counterd listening on %s (config: %s), store %s (%s), metrics %s",
                  cfg.socket_path, cfg.source, cfg.store_path, cfg.store_synchronous,
-                 f"http://{cfg.metrics_listen.rpartition(':')[0]}:{self.metrics_port}/metrics"
-                 if self.metrics_port is not None else "off")
+                 self._metrics_urls() or "off")
         sd_notify("READY=1\nSTATUS=serving")
 
     def _sampling_settings(self) -> tuple[Config, Counting]:
         return self.config, self._shared.counting
 
     def _start_metrics(self, listen: str) -> None:
+        """One /metrics server per address of ``listen``, all under one
+        :class:`ScrapeAccess` (allow-list, connection bound, TLS, basic auth)."""
         from counterd.daemon.exporter import ExpositionCache, serve
+        from counterd.daemon.scrape_access import ScrapeAccess
 
-        host, port = config_mod.metrics_address(listen)
+        addresses = config_mod.metrics_addresses(listen)
+        access = ScrapeAccess.from_config(
+            self.config, lambda reason: self.state.count("metrics_refused", reason))
         self._exposition = ExpositionCache(registry(self.state), self.state,
                                            min_interval_s=self.config.metrics_refresh_s)
-        try:
-            server = serve(self._exposition, host, port)
-        except OSError as exc:
-            raise BadInput(f"cannot serve /metrics on {listen}: {exc.strerror}",
-                           "choose a free metrics.listen address (COUNTERD_METRICS_LISTEN)"
-                           ) from exc
-        self._http = server
-        self.metrics_port = int(server.server_port)
+        self._metrics_scheme = "https" if access.tls is not None else "http"
+        for host, port in addresses:
+            try:
+                self._http.append(serve(self._exposition, host, port, access))
+            except OSError as exc:
+                self._stop_metrics()
+                raise BadInput(f"cannot serve /metrics on {host}:{port}: {exc.strerror}",
+                               "choose a free metrics.listen address "
+                               "(COUNTERD_METRICS_LISTEN)") from exc
+        self.metrics_ports = [int(s.server_port) for s in self._http]
+        self.metrics_port = self.metrics_ports[0]
+
+    def _metrics_urls(self) -> str:
+        return ", ".join(
+            f"{self._metrics_scheme}://{f'[{h}]' if ':' in h else h}:{s.server_port}/metrics"
+            for s in self._http for h in (s.server_address[0],))
+
+    def _stop_metrics(self) -> None:
+        for server in self._http:
+            server.shutdown()
+            server.server_close()
+        self._http = []
+        if self._exposition is not None:
+            self._exposition.close()
 
     def request_stop(self) -> None:
         """Signal-safe: ask the loop to shut down."""
@@ -203,10 +225,7 @@ class Daemon:
         for t in self._threads:
             t.join(timeout=60)
         self._server.close_sessions()
-        if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
-            self._exposition.close()
+        self._stop_metrics()
         self._server.close()
         self._shared.queries.close()
         log.info("stopped; %d records stored in this run", self.state.records_stored)
@@ -265,8 +284,10 @@ class Daemon:
             sd_notify("READY=1")
             return
         old = self.config
-        restart = [k for k in ("socket_path", "socket_mode", "metrics_listen", "store_path",
-                               "store_synchronous", "max_frame_bytes")
+        restart = [k for k in ("socket_path", "socket_mode", "metrics_listen", "metrics_allow",
+                               "metrics_max_connections", "metrics_timeout_s", "tls_cert_file",
+                               "tls_key_file", "tls_client_ca_file", "basic_auth_file",
+                               "store_path", "store_synchronous", "max_frame_bytes")
                    if getattr(old, k) != getattr(new, k)]
         if restart:
             log.warning("SIGHUP: %s changed; these take effect at the next restart",
