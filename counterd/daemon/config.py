@@ -28,6 +28,9 @@ default (``counterd run`` with no file is a working, loopback-only daemon)::
                                   # "_other" (each uid its own slots: exporter.py's docstring)
     max_uids = 16                 # COUNTERD_MAX_UIDS: uid label values, beyond -> "_other"
     max_superstep_names = 32      # COUNTERD_MAX_SUPERSTEP_NAMES: per job, beyond -> "_other"
+    grace_s = 60                  # COUNTERD_METRICS_GRACE: a workload with no connected client
+                                  # that nothing updated this long leaves /metrics and frees its
+                                  # slot (60 s: four scrapes at 15 s); > sampling.interval_s
     refresh_s = 1.0               # COUNTERD_METRICS_REFRESH: /metrics is at most this (plus one
                                   # rendering) old; a scrape never waits for a rendering
 
@@ -146,6 +149,7 @@ class Config:
     max_uids: int = 16
     max_superstep_names: int = 32
     metrics_refresh_s: float = 1.0
+    metrics_grace_s: float = 60.0
     socket_path: Path = field(default_factory=default_socket_path)
     socket_mode: int = 0o666
     max_frame_bytes: int = 256 * 1024
@@ -191,6 +195,9 @@ class Config:
             _check(getattr(self, key) >= 1, f"metrics.{key}", getattr(self, key), ">= 1")
         _check(0.05 <= self.metrics_refresh_s <= 3600, "metrics.refresh_s",
                self.metrics_refresh_s, "seconds between 0.05 and 3600")
+        _check(self.sample_interval_s < self.metrics_grace_s <= 7 * 86400, "metrics.grace_s",
+               self.metrics_grace_s, "seconds above sampling.interval_s (watched processes "
+               "are seen once per interval), at most a week")
         _check(self.retention_days >= 0, "store.retention_days", self.retention_days, ">= 0")
         _check(self.log_level.upper() in ("DEBUG", "INFO", "WARNING", "ERROR"), "log_level",
                self.log_level, "debug, info, warning or error")
@@ -332,6 +339,7 @@ _KEYS: dict[tuple[str, str], tuple[str, str, Any]] = {
     ("metrics", "max_superstep_names"): ("max_superstep_names",
                                          "COUNTERD_MAX_SUPERSTEP_NAMES", int),
     ("metrics", "refresh_s"): ("metrics_refresh_s", "COUNTERD_METRICS_REFRESH", float),
+    ("metrics", "grace_s"): ("metrics_grace_s", "COUNTERD_METRICS_GRACE", float),
     ("socket", "path"): ("socket_path", "COUNTERD_SOCKET", Path),
     ("socket", "mode"): ("socket_mode", "COUNTERD_SOCKET_MODE", lambda v: int(str(v), 8)),
     ("socket", "max_frame_bytes"): ("max_frame_bytes", "COUNTERD_MAX_FRAME_BYTES", int),

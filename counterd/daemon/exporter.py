@@ -73,7 +73,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -203,6 +203,7 @@ class _JobStats:
     sampled: dict[str, float] = field(default_factory=dict)
     sampled_by_pid: dict[tuple[int, str], float] = field(default_factory=dict)
     threads: int = 0
+    seen: float = field(default_factory=time.monotonic)  # last update (monotonic seconds)
 
 
 
@@ -220,8 +221,9 @@ class MetricsState:
     """Everything /metrics shows, updated by the daemon's threads under one lock."""
 
     def __init__(self, *, max_jobs: int = 32, max_superstep_names: int = 32,
-                 max_uids: int = 16, export_pids: bool = False) -> None:
+                 max_uids: int = 16, export_pids: bool = False, grace_s: float = 60.0) -> None:
         self.max_jobs = max_jobs
+        self.grace_s = grace_s
         self.max_names = max_superstep_names
         self.export_pids = export_pids
         self.lock = threading.Lock()
@@ -241,6 +243,11 @@ class MetricsState:
         self.predict: PredictFn | None = None
         self.predict_reason = "no machine profile configured"
         self._logged: set[str] = set()
+        # label values folded into _other, per bucket: ("uid",), ("workload", uid label),
+        # ("superstep", uid label, workload label); counted once each while the bucket lives
+        self._folded: dict[tuple[str, ...], set[str]] = {}
+        self.series_dropped: dict[str, int] = defaultdict(int)  # label -> values folded
+        self.series_expired = 0  # workloads whose series left /metrics after the grace period
         self.version = 0  # bumped by every update: the exposition cache re-renders on change
 
     # -- label bounding ----------------------------------------------------------------------
@@ -256,6 +263,7 @@ class MetricsState:
                 self._note_once(f"uids {w.uid}", "uid %s: more than %d users have workloads "
                                 "(metrics.max_uids): its series are exported as uid=\"_other\"",
                                 w.uid, self.max_uids)
+                self._fold(("uid",), user, "uid")
                 user = OTHER
             names = self.users.setdefault(user, set())
         key = (user, w.name)
@@ -266,10 +274,63 @@ class MetricsState:
                 self._note_once(f"jobs {user}", "uid %s: more than %d workloads "
                                 "(metrics.max_jobs, per uid): later ones are exported as "
                                 "workload=\"_other\"", user, self.max_jobs)
+                self._fold(("workload", user), w.name, "workload")
                 key = (user, OTHER)
             names.add(key[1])
             stats = self.jobs.setdefault(key, _JobStats())
+        stats.seen = time.monotonic()
         return stats
+
+    MAX_FOLDED = 4096  # distinct values remembered per _other bucket; beyond, each fold counts
+
+    def _fold(self, bucket: tuple[str, ...], value: str, label: str) -> None:
+        """Count ``value`` of ``label`` folded into ``_other`` (once per value while its
+        bucket lives: counterd_series_dropped_total)."""
+        seen = self._folded.setdefault(bucket, set())
+        if value in seen:
+            return
+        if len(seen) < self.MAX_FOLDED:
+            seen.add(value)
+        self.series_dropped[label] += 1
+
+    def _live_key(self, w: Workload) -> tuple[str, str] | None:
+        """The key ``w``'s series are under now, without creating one (None: none yet)."""
+        user = CONFIG_UID if w.uid is None else str(w.uid)
+        if user not in self.users:
+            user = OTHER
+        for key in ((user, w.name), (user, OTHER)):
+            if key in self.jobs:
+                return key
+        return None
+
+    def expire(self, live: Iterable[Workload], now: float | None = None) -> int:
+        """Drop the series of every workload that no live client or watch target has
+        (``live``) and that nothing updated for ``grace_s``: a finished run's series leave
+        /metrics (after at least two scrapes at the default), and its slot is free again, so
+        ``_other`` holds only workloads beyond ``max_jobs`` live at once. Returns how many
+        were dropped. A workload that comes back starts its counters at 0 (a counter reset,
+        which ``rate()`` and ``increase()`` handle)."""
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            keep = {k for k in map(self._live_key, live) if k is not None}
+            gone = [k for k, st in self.jobs.items()
+                    if k not in keep and now - st.seen > self.grace_s]
+            for user, name in gone:
+                del self.jobs[(user, name)]
+                names = self.users.get(user)
+                if names is not None:
+                    names.discard(name)
+                    if not names:
+                        del self.users[user]
+                if name == OTHER:
+                    self._folded.pop(("workload", user), None)
+                self._folded.pop(("superstep", user, name), None)
+                if user == OTHER and not any(u == OTHER for u, _ in self.jobs):
+                    self._folded.pop(("uid",), None)
+            if gone:
+                self.version += 1
+                self.series_expired += len(gone)
+            return len(gone)
 
     def _note_once(self, key: str, msg: str, *args: object) -> None:
         """:meth:`log_once` for a caller that holds the lock."""
@@ -277,8 +338,14 @@ class MetricsState:
             self._logged.add(key)
             log.warning(msg, *args)
 
-    def _step(self, stats: _JobStats, name: str) -> _StepStats:
-        return _bounded(stats.steps, name, self.max_names, _StepStats)
+    def _step(self, stats: _JobStats, name: str, key: tuple[str, str] | None = None
+              ) -> _StepStats:
+        step = stats.steps.get(name)
+        if step is None:
+            step = _bounded(stats.steps, name, self.max_names, _StepStats)
+            if key is not None and step is stats.steps.get(OTHER) and name != OTHER:
+                self._fold(("superstep", *key), name, "superstep")
+        return step
 
     # -- updates -------------------------------------------------------------------------------
     def observe_records(self, records: Sequence[tuple[SuperstepRecord, Workload]],
@@ -291,7 +358,7 @@ class MetricsState:
             self.records_stored += len(records)
             for rec, job in records:
                 stats = self._job(job)
-                step = self._step(stats, rec.name)
+                step = self._step(stats, rec.name, self._live_key(job))
                 step.count += 1
                 if rec.duration_ns is not None:
                     d = rec.duration_ns / NS_PER_S
@@ -411,6 +478,8 @@ class CounterdCollector(Collector):
 
             refused, perrors = known("refused"), known("protocol_errors")
             serrors, mrefused = known("sample_errors"), known("metrics_refused")
+            dropped = {**dict.fromkeys(("uid", "workload", "superstep"), 0), **st.series_dropped}
+            expired = st.series_expired
             scalars = (st.clients, st.records_stored, st.commit_count, st.commit_sum_s)
         yield from self._superstep_families(steps_copy)
         flagged = CounterMetricFamily("counterd_supersteps_flagged",
@@ -524,6 +593,16 @@ class CounterdCollector(Collector):
             for reason, n in sorted(table.items()):
                 fam.add_metric([reason], n)
             yield fam
+        fam = CounterMetricFamily("counterd_series_dropped",
+                                  "label values folded into _other because their limit was "
+                                  "reached (metrics.max_uids, max_jobs, max_superstep_names), "
+                                  "each value once while its _other lives", labels=["label"])
+        for label, n in sorted(dropped.items()):
+            fam.add_metric([label], n)
+        yield fam
+        yield CounterMetricFamily("counterd_workloads_expired",
+                                  "workloads whose series left /metrics: no live client or "
+                                  "target and no update for metrics.grace_s", value=expired)
 
     @staticmethod
     def _superstep_families(

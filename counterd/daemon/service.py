@@ -104,7 +104,8 @@ class Daemon:
         self.config_path = config_path
         self.state = MetricsState(max_jobs=config.max_jobs, max_uids=config.max_uids,
                                   max_superstep_names=config.max_superstep_names,
-                                  export_pids=config.export_pids)
+                                  export_pids=config.export_pids,
+                                  grace_s=config.metrics_grace_s)
         self._injected_predict = predict
         self._stop = threading.Event()
         self._reload = False
@@ -212,6 +213,8 @@ class Daemon:
                 if now >= next_housekeeping:
                     next_housekeeping = now + 1.0
                     self._server.housekeeping(now)
+                    # finished runs' series leave /metrics after metrics.grace_s
+                    self.state.expire(self._clients.snapshot().values())
         finally:
             self._shutdown()
 
@@ -242,6 +245,7 @@ class Daemon:
             st.max_jobs = cfg.max_jobs
             st.max_uids = cfg.max_uids
             st.max_names = cfg.max_superstep_names
+            st.grace_s = cfg.metrics_grace_s
             st.export_pids = cfg.export_pids
         logging.getLogger("counterd").setLevel(cfg.log_level.upper())
         self._auth.allowed_gid = config_mod.allowed_gid(cfg.allowed_group) \
