@@ -26,6 +26,37 @@ mappings or a ``group_left`` join can show names. Series of workloads are bounde
 (max_uids x max_jobs + watch rules) x max_superstep_names x counters. ``workload`` is not
 called ``job`` because Prometheus sets ``job`` to the scrape job and would rename ours.
 
+**Batch job: ``batch_job``.** Every per-workload series also carries ``batch_job``, the
+batch system's job the client runs in (its HELLO's, from ``SLURM_JOB_ID``, ``PBS_JOBID``,
+``LSB_JOBID`` or ``COUNTERD_BATCH_JOB``: :func:`counterd.env.batch_job`; ``""``, which
+Prometheus treats as no label, outside one and for watch rules): a series is keyed by
+``(uid, workload, batch_job)`` and ``max_jobs`` bounds these triples per uid. A label, not an
+info metric ``counterd_run_info`` joined with ``group_left``: counted by
+``bench/series_per_node.py``, 8 live jobs x 16 superstep names x 15 counters are 5,052 series
+on a node either way (the info metric adds one per live run), but two batch jobs of one user
+running the same program on a shared node would share one series set under the info metric
+and make its join many-to-many; with the label they are apart and every job-level rule is a
+plain ``by (batch_job)``.
+
+**Labels live as long as the job.** A workload with no connected client that nothing updated
+for ``metrics.grace_s`` (default 60 s: four scrapes at 15 s, two at 30 s) leaves /metrics and
+frees its slot (:meth:`MetricsState.expire`, from the daemon loop's housekeeping every
+second); so ``_other`` appears only when more than ``max_jobs - 1`` workloads of one uid are
+live at once, and ``counterd_series_dropped_total{label}`` counts each uid, workload or
+superstep value folded into ``_other`` (once per value while its ``_other`` lives). A workload
+that comes back starts its counters at 0: a counter reset, which ``rate()`` handles.
+``counterd_workloads_expired_total`` counts the workloads dropped.
+
+**Cardinality per node** (``bench/series_per_node.py`` counts it): a workload has
+S x (23 + C) superstep series (S names, C counters per source: 20 duration buckets, ``_sum``,
+``_count``) plus 15 flags + C multiplex ratios + 3 last-superstep gauges, + 2C + 1 when it is
+sampled and + 7 with a prediction. With C = 15: 625 series for a job of 16 names, 5,000 for 8
+such jobs live (5,052 with the daemon's own 52); idle, 52. The bound is (max_uids x max_jobs
++ watch rules) x that at S = max_superstep_names: 642,560 at the defaults (512 live
+workloads), far above a batch node's few live jobs; a cluster that wants a tighter guarantee
+sets ``max_uids`` and ``max_jobs`` to the jobs a node may run at once (an exclusive node:
+``max_uids = 2``, ``max_jobs = 2`` bound it at 4 x 1,255 = 5,020).
+
 Other labels: ``superstep`` (the superstep name; at most ``max_superstep_names`` per
 workload, then ``_other``), ``counter``, ``source``, ``origin``, ``term``, ``flag`` and
 ``reason`` from fixed sets. Raw pids are never labels unless ``export_pids`` is set.
@@ -108,16 +139,19 @@ log = logging.getLogger("counterd.daemon.exporter")
 
 OTHER = "_other"
 CONFIG_UID = ""  # the uid label of a watch rule's workload: the operator named it, no client
-WORKLOAD = ("uid", "workload")  # the labels that say whose workload a series is
+WORKLOAD = ("uid", "workload", "batch_job")  # the labels that say whose workload a series is
+_OTHER_SLOT = (OTHER, "")  # (workload, batch_job) of a uid's _other
 
 
 class Workload(NamedTuple):
     """Whose workload a series is: ``uid``, the uid of the client that named it (SO_PEERCRED
-    at connect; None for a watch rule of the daemon's config) and ``name``, the name it gave
-    (HELLO's ``job``, ``COUNTERD_JOB``; the watch rule's ``job``)."""
+    at connect; None for a watch rule of the daemon's config), ``name``, the name it gave
+    (HELLO's ``job``, ``COUNTERD_JOB``; the watch rule's ``job``) and ``batch_job``, the batch
+    system's job it runs in (HELLO's ``batch_job``: counterd.env.batch_job; "" outside one)."""
 
     uid: int | None
     name: str
+    batch_job: str = ""
 MAX_LAST_PROCESSORS = 4096  # records kept for the last superstep of a job (for predictions)
 
 # Upper bounds (seconds) of counterd_superstep_duration_seconds's buckets: supersteps from
@@ -228,9 +262,9 @@ class MetricsState:
         self.export_pids = export_pids
         self.lock = threading.Lock()
         self.max_uids = max_uids
-        # (uid label, workload) -> stats; every key's uid label is in self.users
-        self.jobs: dict[tuple[str, str], _JobStats] = {}
-        self.users: dict[str, set[str]] = {}  # uid label -> its workload labels
+        # (uid, workload, batch_job) labels -> stats; every key's uid label is in self.users
+        self.jobs: dict[tuple[str, str, str], _JobStats] = {}
+        self.users: dict[str, set[tuple[str, str]]] = {}  # uid -> its (workload, batch_job)s
         self.available: dict[tuple[str, str], tuple[bool, str]] = {}  # (counter, origin)
         self.clients = 0
         self.records_stored = 0
@@ -266,17 +300,17 @@ class MetricsState:
                 self._fold(("uid",), user, "uid")
                 user = OTHER
             names = self.users.setdefault(user, set())
-        key = (user, w.name)
+        key = (user, w.name, w.batch_job)
         stats = self.jobs.get(key)
         if stats is None:
-            if w.name not in names and len(names) >= self.max_jobs - (0 if OTHER in names
-                                                                      else 1):
+            if key[1:] not in names and len(names) >= self.max_jobs - (
+                    0 if _OTHER_SLOT in names else 1):
                 self._note_once(f"jobs {user}", "uid %s: more than %d workloads "
                                 "(metrics.max_jobs, per uid): later ones are exported as "
                                 "workload=\"_other\"", user, self.max_jobs)
-                self._fold(("workload", user), w.name, "workload")
-                key = (user, OTHER)
-            names.add(key[1])
+                self._fold(("workload", user), f"{w.name}\0{w.batch_job}", "workload")
+                key = (user, *_OTHER_SLOT)
+            names.add((key[1], key[2]))
             stats = self.jobs.setdefault(key, _JobStats())
         stats.seen = time.monotonic()
         return stats
@@ -293,12 +327,12 @@ class MetricsState:
             seen.add(value)
         self.series_dropped[label] += 1
 
-    def _live_key(self, w: Workload) -> tuple[str, str] | None:
+    def _live_key(self, w: Workload) -> tuple[str, str, str] | None:
         """The key ``w``'s series are under now, without creating one (None: none yet)."""
         user = CONFIG_UID if w.uid is None else str(w.uid)
         if user not in self.users:
             user = OTHER
-        for key in ((user, w.name), (user, OTHER)):
+        for key in ((user, w.name, w.batch_job), (user, *_OTHER_SLOT)):
             if key in self.jobs:
                 return key
         return None
@@ -315,17 +349,17 @@ class MetricsState:
             keep = {k for k in map(self._live_key, live) if k is not None}
             gone = [k for k, st in self.jobs.items()
                     if k not in keep and now - st.seen > self.grace_s]
-            for user, name in gone:
-                del self.jobs[(user, name)]
+            for user, name, batch in gone:
+                del self.jobs[(user, name, batch)]
                 names = self.users.get(user)
                 if names is not None:
-                    names.discard(name)
+                    names.discard((name, batch))
                     if not names:
                         del self.users[user]
-                if name == OTHER:
+                if (name, batch) == _OTHER_SLOT:
                     self._folded.pop(("workload", user), None)
-                self._folded.pop(("superstep", user, name), None)
-                if user == OTHER and not any(u == OTHER for u, _ in self.jobs):
+                self._folded.pop(("superstep", user, name, batch), None)
+                if user == OTHER and not any(u == OTHER for u, _, _ in self.jobs):
                     self._folded.pop(("uid",), None)
             if gone:
                 self.version += 1
@@ -338,7 +372,7 @@ class MetricsState:
             self._logged.add(key)
             log.warning(msg, *args)
 
-    def _step(self, stats: _JobStats, name: str, key: tuple[str, str] | None = None
+    def _step(self, stats: _JobStats, name: str, key: tuple[str, str, str] | None = None
               ) -> _StepStats:
         step = stats.steps.get(name)
         if step is None:
@@ -606,7 +640,7 @@ class CounterdCollector(Collector):
 
     @staticmethod
     def _superstep_families(
-            steps: Mapping[tuple[str, str], Mapping[str, tuple[Sequence[int], float,
+            steps: Mapping[tuple[str, str, str], Mapping[str, tuple[Sequence[int], float,
                                                    Mapping[tuple[str, str], float]]]],
     ) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
         duration = HistogramMetricFamily("counterd_superstep_duration_seconds",

@@ -5,7 +5,9 @@ Driven with an explicit clock: nothing here waits."""
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +104,84 @@ def test_a_grace_period_below_the_sampling_interval_is_refused(grace: str) -> No
     with pytest.raises(BadInput, match="grace_s"):
         config_mod.load(None, env={"COUNTERD_METRICS_GRACE": grace,
                                    "COUNTERD_SAMPLE_INTERVAL": "1"})
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({}, None),
+    ({"SLURM_JOB_ID": "4242"}, "4242"),
+    ({"PBS_JOBID": "17.pbs-server"}, "17.pbs-server"),
+    ({"LSB_JOBID": "99", "LSB_JOBINDEX": "3"}, "99[3]"),
+    ({"LSB_JOBID": "99", "LSB_JOBINDEX": "0"}, "99"),
+    ({"COUNTERD_BATCH_JOB": "mine", "SLURM_JOB_ID": "4242"}, "mine"),
+    ({"SLURM_JOB_ID": "bad\x00id"}, None),
+])
+def test_batch_job_comes_from_the_batch_systems_variables(env: dict[str, str],
+                                                          expected: str | None) -> None:
+    from counterd.env import batch_job
+
+    assert batch_job(env) == expected
+
+
+def test_hello_keeps_only_a_short_printable_batch_job() -> None:
+    from counterd.protocol import MAX_BATCH_JOB, Hello
+
+    assert Hello.decode({"job": "w", "batch_job": "4242"}).batch_job == "4242"
+    for bad in ("x" * (MAX_BATCH_JOB + 1), "a\nb", 4242, "", ["1"]):
+        assert Hello.decode({"job": "w", "batch_job": bad}).batch_job is None
+    assert Hello(job="w", batch_job="7").payload()["batch_job"] == "7"
+
+
+def test_two_batch_jobs_of_one_workload_name_are_two_series_sets() -> None:
+    """Two Slurm jobs of one user running the same program on a shared node: each its own
+    series (an info metric joined on uid and workload could not tell them apart)."""
+    st = MetricsState(max_jobs=4, grace_s=30)
+    _records(st, Workload(UID, "cg", "101"))
+    _records(st, Workload(UID, "cg", "102"))
+    jobs = {(lab["workload"], lab["batch_job"]) for _, lab, _ in _samples(st)
+            if "batch_job" in lab}
+    assert jobs == {("cg", "101"), ("cg", "102")}
+    st.expire([Workload(UID, "cg", "102")], now=_later(st))  # 101 ended, 102 runs on
+    assert {lab["batch_job"] for _, lab, _ in _samples(st) if "batch_job" in lab} == {"102"}
+
+
+def test_the_daemon_labels_the_batch_job_and_drops_a_finished_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end: a marker client inside Slurm job 777 makes batch_job="777" series; once it
+    disconnected and metrics.grace_s passed, the loop's housekeeping drops them."""
+    import threading
+    import urllib.request
+
+    from counterd.daemon.config import Config
+    from counterd.daemon.service import Daemon
+    from counterd.markers.client import SocketSink
+
+    d = Daemon(Config(metrics_listen="127.0.0.1:0", metrics_grace_s=0.3, metrics_refresh_s=0.05,
+                      sample_interval_s=0.1, sample_backend="none", store_synchronous="normal",
+                      socket_path=tmp_path / "s.sock", store_path=tmp_path / "s.db"))
+    d.start()
+    loop = threading.Thread(target=d.serve)
+    loop.start()
+    url = f"http://127.0.0.1:{d.metrics_port}/metrics"
+    scrape = lambda: urllib.request.urlopen(url, timeout=5).read().decode()  # noqa: E731
+    try:
+        monkeypatch.setenv("SLURM_JOB_ID", "777")
+        sink = SocketSink(d.config.socket_path, job="bsp")
+        sink.record(SuperstepRecord(run_id="r", index=0, name="s", rank=0, pid=1, cpu=0,
+                                    begin_ns=0, end_ns=500))
+        assert sink.flush(10)
+        deadline = time.monotonic() + 5
+        while 'batch_job="777"' not in scrape() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert f'batch_job="777",superstep="s",uid="{os.getuid()}",workload="bsp"' in scrape()
+        time.sleep(1.1)  # connected: kept past the grace period and a housekeeping
+        assert 'batch_job="777"' in scrape()
+        sink.close()
+        deadline = time.monotonic() + 5  # housekeeping runs every second
+        while 'batch_job="777"' in scrape() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        text = scrape()
+        assert 'batch_job="777"' not in text
+        assert "counterd_workloads_expired_total 1.0" in text
+    finally:
+        d.request_stop()
+        loop.join(30)
