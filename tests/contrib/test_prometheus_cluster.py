@@ -1,12 +1,15 @@
 """A real Prometheus with contrib/prometheus's configuration: discovers a counterd through the
-file_sd JSON that `counterd cluster targets` wrote, scrapes it over TLS with basic auth, and
-evaluates the recording rules on a batch job's series. Slow (a Prometheus start): < 15 s."""
+file_sd JSON that `counterd cluster targets` wrote, scrapes it over TLS with basic auth,
+evaluates the recording rules on a batch job's series, and every query of the Grafana
+dashboard (contrib/grafana: its panels and its template variables) returns series. Slow (a
+Prometheus start): < 15 s."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import threading
@@ -19,14 +22,18 @@ from typing import Any
 import pytest
 
 from counterd import cli
+from counterd.backends.base import CounterValue
 from counterd.daemon.config import Config
 from counterd.daemon.service import Daemon
+from counterd.events import Source
 from counterd.markers.client import SocketSink
+from counterd.prediction import TERMS, Prediction
 from counterd.records import SuperstepRecord
 
 from ..daemon.conftest import free_port
 
 CONTRIB = Path(__file__).resolve().parents[2] / "contrib" / "prometheus"
+DASHBOARD = CONTRIB.parent / "grafana" / "counterd-cluster.json"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 OPENSSL = shutil.which("openssl")
 
@@ -46,6 +53,29 @@ def _pbkdf2_line(user: str, password: str) -> str:
     return f"{user}:$pbkdf2-sha256$1000${ab64(salt)}${ab64(key)}\n"
 
 
+def _records(first: int) -> list[SuperstepRecord]:
+    """Two processors' supersteps first..first+2, 500 ns and 400 ns, with loads and misses."""
+    return [SuperstepRecord(run_id="r", index=i, name="x", rank=r, pid=1 + r, cpu=r,
+                            begin_ns=1000 * i, end_ns=1000 * i + 500 - 100 * r,
+                            counters={"loads": CounterValue(1000.0, Source.MEASURED),
+                                      "l1d_misses": CounterValue(100.0, Source.MEASURED)})
+            for i in range(first, first + 3) for r in (0, 1)]
+
+
+def _predict(records: Any) -> Prediction:
+    return Prediction(terms_s={t: 2e-7 for t in TERMS}, total_s=6e-7)
+
+
+def _variables(dashboard: dict[str, Any]) -> dict[str, str]:
+    """Each template variable's label_values(METRIC, LABEL) as PromQL: group by (LABEL)."""
+    out = {}
+    for v in dashboard["templating"]["list"]:
+        m = re.fullmatch(r"label_values\((.*), (\w+)\)", v["query"]["query"])
+        assert m, v
+        out[v["name"]] = f"group by ({m.group(2)}) ({m.group(1)})"
+    return out
+
+
 def test_prometheus_discovers_scrapes_over_tls_and_evaluates_the_rules(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     crt, key = tmp_path / "crt.pem", tmp_path / "key.pem"
@@ -60,7 +90,7 @@ def test_prometheus_discovers_scrapes_over_tls_and_evaluates_the_rules(
                       tls_cert_file=str(crt), tls_key_file=str(key),
                       basic_auth_file=str(tmp_path / "users"), sample_backend="none",
                       store_synchronous="normal", socket_path=tmp_path / "s.sock",
-                      store_path=tmp_path / "s.db"))
+                      store_path=tmp_path / "s.db"), predict=_predict)
     d.start()
     loop = threading.Thread(target=d.serve)
     loop.start()
@@ -69,8 +99,8 @@ def test_prometheus_discovers_scrapes_over_tls_and_evaluates_the_rules(
     try:
         monkeypatch.setenv("SLURM_JOB_ID", "31")
         sink = SocketSink(d.config.socket_path, job="cg")
-        sink.record(SuperstepRecord(run_id="r", index=0, name="x", rank=0, pid=1, cpu=0,
-                                    begin_ns=0, end_ns=500))
+        for rec in _records(0):
+            sink.record(rec)
         assert sink.flush(10)
         sd = tmp_path / "file_sd"
         sd.mkdir()
@@ -113,6 +143,27 @@ def test_prometheus_discovers_scrapes_over_tls_and_evaluates_the_rules(
         assert (up["instance"], up["cluster"]) == ("127.0.0.1", "test")
         work = query('batch_job:counterd_last_superstep_work_seconds:max{batch_job="31"}')
         assert float(work[0]["value"][1]) == 500e-9
+        for rec in _records(3):  # more after the first scrape: the rate() rules have a value
+            sink.record(rec)
+        assert sink.flush(10)
+        sink.close()
+        query('counterd_superstep_duration_seconds_count{batch_job="31",superstep="x"} == 12')
+        query('batch_job_superstep:counterd_superstep_duration_seconds:max_mean_rate5m > 0')
+        dashboard = json.loads(DASHBOARD.read_text())
+        assert [i["name"] for i in dashboard["__inputs"]] == ["DS_PROMETHEUS"]
+        chosen = {"cluster": "test", "batch_job": "31", "node": "127.0.0.1", "superstep": "x"}
+
+        def chose(expr: str) -> str:
+            for name, value in chosen.items():
+                expr = expr.replace(f"${name}", value)
+            return expr
+
+        for name, promql in _variables(dashboard).items():
+            values = {next(iter(r["metric"].values())) for r in query(chose(promql))}
+            assert chosen[name] in values, (name, values)
+        for panel in dashboard["panels"]:
+            for target in panel["targets"]:
+                assert query(chose(target["expr"])), panel["title"]  # query() waits for series
         assert d.state.metrics_refused["unauthorized"] == 0
         assert d.state.metrics_refused["tls"] == 0
     finally:
