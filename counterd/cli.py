@@ -126,6 +126,24 @@ def _report_options(p: argparse.ArgumentParser) -> None:
                    "where its numbers come from (the JSON and CSV always have them)")
 
 
+def _cluster_options(p: argparse.ArgumentParser) -> None:
+    from pathlib import Path
+
+    from counterd.cliutil import Parser
+
+    sub = p.add_subparsers(dest="action", required=True, parser_class=Parser)
+    t = sub.add_parser("targets", help="write Prometheus file_sd JSON of every node's counterd")
+    t.add_argument("hostlist", nargs="*",
+                   help="hosts in Slurm's hostlist syntax, e.g. node[001-128],login1")
+    t.add_argument("--file", type=Path, default=None,
+                   help="read hosts from this file (a hostlist per line, # comments)")
+    t.add_argument("--port", type=int, default=9464, help="metrics.listen's port (9464)")
+    t.add_argument("--label", action="append", default=[], metavar="NAME=VALUE",
+                   help="a label on every target, e.g. cluster=hpc1 (repeatable)")
+    t.add_argument("--out", type=Path, default=None,
+                   help="write here (atomically: Prometheus re-reads it) instead of stdout")
+
+
 _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "probe": ("which counters and backends work on this host, and why not", _probe_options),
     "record": ("run a command with superstep markers active", _record_options),
@@ -135,6 +153,8 @@ _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "import": ("send records a program spilled (daemon down or slow) to the daemon, then "
                "remove the files", _import_options),
     "report": ("per-superstep report of a run (store or records file)", _report_options),
+    "cluster": ("the Prometheus side of a cluster: cluster targets writes file_sd JSON",
+                _cluster_options),
 }
 
 
@@ -403,12 +423,35 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster(args: argparse.Namespace) -> int:
+    """``counterd cluster targets``: thin; counterd.cluster does the work."""
+    from counterd import cluster
+    from counterd.fsutil import atomic_write_text
+
+    hosts = cluster.expand_hostlist(",".join(args.hostlist))
+    if args.file is not None:
+        try:
+            text = args.file.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BadInput(f"cannot read {args.file}: {exc}", "give a readable host file"
+                           ) from None
+        hosts = list(dict.fromkeys(hosts + cluster.hosts_from_lines(text.splitlines())))
+    text = cluster.file_sd(hosts, args.port, cluster.parse_labels(args.label))
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        atomic_write_text(args.out, text)
+        print(f"counterd cluster targets: wrote {args.out} ({len(hosts)} targets)",
+              file=sys.stderr)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _plain_record(argv) or _parser(argv[0] if argv else None).parse_args(argv)
     try:
         command = {"probe": _probe, "record": _record, "run": _run, "runs": _runs,
-                   "report": _report, "import": _import}[args.command]
+                   "report": _report, "import": _import, "cluster": _cluster}[args.command]
         if args.command not in ("probe", "record") or (args.command == "record"
                                                         and args.machine is None):
             # record checks COUNTERD_MACHINE itself before the command runs, and loads

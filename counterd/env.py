@@ -19,6 +19,10 @@ ENV_EVENTS = "COUNTERD_EVENTS"  # comma-separated canonical counters
 ENV_RANK = "COUNTERD_RANK"
 ENV_SOCKET = "COUNTERD_SOCKET"  # the daemon's socket; "off" disables the daemon
 ENV_JOB = "COUNTERD_JOB"
+ENV_BATCH_JOB = "COUNTERD_BATCH_JOB"  # the batch job id, where no batch system's variable says it
+# The batch systems' job ids, in the order looked at (Slurm, PBS/Torque/OpenPBS, LSF): the
+# batch_job label on /metrics (counterd/daemon/exporter.py)
+BATCH_JOB_VARS = (ENV_BATCH_JOB, "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID")
 ENV_FLUSH_TIMEOUT = "COUNTERD_FLUSH_TIMEOUT"  # seconds to wait for acks at exit (default 10)
 ENV_SPILL = "COUNTERD_SPILL"  # a directory for records the daemon did not take (0700)
 ENV_SAMPLE = "COUNTERD_SAMPLE"  # "<duration>:<k>": read counters of 1 in k shorter supersteps
@@ -64,3 +68,18 @@ def default_socket_path() -> Path:
 
 def default_store_path() -> Path:
     return state_dir() / "counterd" / "counterd.db"
+
+
+def batch_job(environ: dict[str, str] | None = None) -> str | None:
+    """The batch job this process runs in: the first of :data:`BATCH_JOB_VARS` set, an LSF
+    array element as ``ID[INDEX]`` (as bjobs shows it); None outside a batch job. At most 64
+    printable characters (the daemon drops a longer one)."""
+    env = os.environ if environ is None else environ
+    for var in BATCH_JOB_VARS:
+        value = env.get(var, "").strip()
+        if value:
+            index = env.get("LSB_JOBINDEX", "0") if var == "LSB_JOBID" else "0"
+            if index not in ("", "0"):
+                value = f"{value}[{index}]"
+            return value[:64] if value[:64].isprintable() else None
+    return None

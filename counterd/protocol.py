@@ -17,7 +17,7 @@ separators), except for the binary hot-path frames ``OPEN`` and ``CLOSE`` (versi
 
 Conversation (``c`` = client, ``d`` = daemon)::
 
-    c: HELLO   {"pid", "host", "run_id", "job"}      first frame, exactly once
+    c: HELLO   {"pid", "host", "run_id", "job", "batch_job"}   first frame, exactly once
     d: WELCOME {"version", "max_frame", "uid", "pid", "buffer"?, "scratch"?} what
                                      SO_PEERCRED said about the client ("buffer": it takes
                                      a BUFFER; "scratch": it honours a scratch CONTEXT)
@@ -329,6 +329,9 @@ class JsonFrame(abc.ABC):
         return HEADER.pack(len(body) + 2, version, self.TYPE) + body
 
 
+MAX_BATCH_JOB = 64  # characters of a HELLO batch_job (Slurm "123_4", PBS "123.server")
+
+
 @dataclass(frozen=True, slots=True)
 class Hello(JsonFrame):
     """c: the first frame, exactly once. The daemon takes pid and uid from SO_PEERCRED."""
@@ -338,20 +341,25 @@ class Hello(JsonFrame):
     host: str | None = None
     run_id: str | None = None
     job: str | None = None
+    batch_job: str | None = None  # the batch system's job id (counterd.env.batch_job)
 
     def payload(self) -> dict[str, Any]:
         return {k: v for k, v in (("pid", self.pid), ("host", self.host),
-                                  ("run_id", self.run_id), ("job", self.job)) if v is not None}
+                                  ("run_id", self.run_id), ("job", self.job),
+                                  ("batch_job", self.batch_job)) if v is not None}
 
     @classmethod
     def decode(cls, p: Mapping[str, Any]) -> Hello:
         """Never refuses: a field of the wrong type is None, a job other than an empty value is
-        a string."""
+        a string; a batch_job that is not a short printable string is None."""
         pid, host, run_id, job = p.get("pid"), p.get("host"), p.get("run_id"), p.get("job")
+        batch = p.get("batch_job")
         return cls(pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
                    host if isinstance(host, str) else None,
                    run_id if isinstance(run_id, str) else None,
-                   str(job) if job else None)
+                   str(job) if job else None,
+                   batch if isinstance(batch, str) and 0 < len(batch) <= MAX_BATCH_JOB
+                   and batch.isprintable() else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,8 @@
 #   chromium - the HTML report's layout test loads the report headless (skips without it)
 #   prometheus - the daemon's tests scrape counterd with a real Prometheus (and promtool checks
 #              the exposition); the tests skip with the reason without it
+#   iproute2, curl, openssl - the namespace test cluster (ip netns, curl inside a namespace)
+#              and the /metrics TLS tests (a test certificate); they skip with the reason
 set -euo pipefail
 need=()
 # prometheus without its recommends (no node exporter): the tests run their own instance.
@@ -13,6 +15,9 @@ command -v prometheus >/dev/null 2>&1 || quiet+=(prometheus)
 command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if [ $((${#need[@]} + ${#quiet[@]})) -eq 0 ]; then
   exit 0

@@ -102,3 +102,15 @@ def _private_plan_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _outside_a_batch_job() -> Iterator[None]:
+    """The suite runs as outside a batch job even under Slurm, PBS or LSF (CI in an
+    allocation): their job ids would label every series (batch_job, counterd.env.batch_job)
+    of the programs the tests start. A test that wants one sets it."""
+    from counterd.env import BATCH_JOB_VARS
+
+    saved = {k: os.environ.pop(k) for k in BATCH_JOB_VARS if k in os.environ}
+    yield
+    os.environ.update(saved)

@@ -4,12 +4,33 @@ Precedence: environment > file > defaults. Every key, its environment variable a
 default (``counterd run`` with no file is a working, loopback-only daemon)::
 
     [metrics]
-    listen = "127.0.0.1:9464"     # COUNTERD_METRICS_LISTEN; "" disables /metrics
+    listen = "127.0.0.1:9464"     # COUNTERD_METRICS_LISTEN; "" disables /metrics. Several:
+                                  # a list (env: comma-separated); IPv6 as "[::1]:9464"; "[::]"
+                                  # takes IPv4 too (dual stack)
+    allow = ["127.0.0.0/8", "::1/128"]  # COUNTERD_METRICS_ALLOW (comma-separated): the scrapers'
+                                  # addresses or networks; any other peer is closed at accept,
+                                  # before a byte is read, and counted
+                                  # (counterd_metrics_refused_total{reason="not_allowed"}).
+                                  # Mirror it in systemd's IPAddressAllow= (systemd/*.example)
+    max_connections = 16          # COUNTERD_METRICS_MAX_CONNECTIONS: scrapes served at once;
+                                  # beyond: closed at once, counted (reason="busy")
+    timeout_s = 10                # COUNTERD_METRICS_TIMEOUT: a scrape connection (TLS handshake,
+                                  # request) silent this long is closed (reason="timeout")
+    tls_cert_file = ""            # COUNTERD_METRICS_TLS_CERT: PEM certificate (chain): /metrics
+    tls_key_file = ""             # COUNTERD_METRICS_TLS_KEY   is served over HTTPS (TLS >= 1.2)
+    tls_client_ca_file = ""       # COUNTERD_METRICS_TLS_CLIENT_CA: scrapers must present a
+                                  # certificate signed by these CAs (mutual TLS)
+    basic_auth_file = ""          # COUNTERD_METRICS_BASIC_AUTH: "user:hash" lines (bcrypt as
+                                  # node_exporter's web.config: htpasswd -nBC 10 USER; or
+                                  # $pbkdf2-sha256$ITER$SALT$HASH); wrong or none: 401
     export_pids = false           # COUNTERD_EXPORT_PIDS: a pid label on sampled series
     max_jobs = 32                 # COUNTERD_MAX_JOBS: workload label values per uid, beyond ->
                                   # "_other" (each uid its own slots: exporter.py's docstring)
     max_uids = 16                 # COUNTERD_MAX_UIDS: uid label values, beyond -> "_other"
     max_superstep_names = 32      # COUNTERD_MAX_SUPERSTEP_NAMES: per job, beyond -> "_other"
+    grace_s = 60                  # COUNTERD_METRICS_GRACE: a workload with no connected client
+                                  # that nothing updated this long leaves /metrics and frees its
+                                  # slot (60 s: four scrapes at 15 s); > sampling.interval_s
     refresh_s = 1.0               # COUNTERD_METRICS_REFRESH: /metrics is at most this (plus one
                                   # rendering) old; a scrape never waits for a rendering
 
@@ -61,6 +82,7 @@ dir: ``/var/lib`` for root, else ``$XDG_STATE_HOME`` (or ``~/.local/state``).
 from __future__ import annotations
 
 import grp
+import ipaddress
 import os
 import pwd
 import re
@@ -109,14 +131,25 @@ class Limits:
     max_open_per_client: int = 65536
 
 
+DEFAULT_ALLOW = "127.0.0.0/8,::1/128"
+
+
 @dataclass(frozen=True)
 class Config:
-    metrics_listen: str = "127.0.0.1:9464"
+    metrics_listen: str = "127.0.0.1:9464"  # comma-separated HOST:PORT
+    metrics_allow: str = DEFAULT_ALLOW  # comma-separated addresses or networks
+    metrics_max_connections: int = 16
+    metrics_timeout_s: float = 10.0
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_client_ca_file: str = ""
+    basic_auth_file: str = ""
     export_pids: bool = False
     max_jobs: int = 32
     max_uids: int = 16
     max_superstep_names: int = 32
     metrics_refresh_s: float = 1.0
+    metrics_grace_s: float = 60.0
     socket_path: Path = field(default_factory=default_socket_path)
     socket_mode: int = 0o666
     max_frame_bytes: int = 256 * 1024
@@ -162,11 +195,24 @@ class Config:
             _check(getattr(self, key) >= 1, f"metrics.{key}", getattr(self, key), ">= 1")
         _check(0.05 <= self.metrics_refresh_s <= 3600, "metrics.refresh_s",
                self.metrics_refresh_s, "seconds between 0.05 and 3600")
+        _check(self.sample_interval_s < self.metrics_grace_s <= 7 * 86400, "metrics.grace_s",
+               self.metrics_grace_s, "seconds above sampling.interval_s (watched processes "
+               "are seen once per interval), at most a week")
         _check(self.retention_days >= 0, "store.retention_days", self.retention_days, ">= 0")
         _check(self.log_level.upper() in ("DEBUG", "INFO", "WARNING", "ERROR"), "log_level",
                self.log_level, "debug, info, warning or error")
         if self.metrics_listen:
-            metrics_address(self.metrics_listen)
+            metrics_addresses(self.metrics_listen)
+        allowed_networks(self.metrics_allow)
+        _check(1 <= self.metrics_max_connections <= 1024, "metrics.max_connections",
+               self.metrics_max_connections, "between 1 and 1024")
+        _check(0.1 <= self.metrics_timeout_s <= 600, "metrics.timeout_s",
+               self.metrics_timeout_s, "seconds between 0.1 and 600")
+        _check(bool(self.tls_cert_file) == bool(self.tls_key_file), "metrics.tls_cert_file",
+               self.tls_cert_file, "both tls_cert_file and tls_key_file, or neither")
+        _check(not self.tls_client_ca_file or bool(self.tls_cert_file),
+               "metrics.tls_client_ca_file", self.tls_client_ca_file,
+               "it with tls_cert_file and tls_key_file (client certificates need TLS)")
         if self.allowed_group:
             allowed_gid(self.allowed_group)
 
@@ -187,11 +233,53 @@ def _check(ok: bool, key: str, value: object, expected: str) -> None:
 
 
 def metrics_address(listen: str) -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    """(host, port) of one ``HOST:PORT`` (``[V6]:PORT`` for IPv6; an empty host: loopback)."""
+    host, sep, port = listen.strip().rpartition(":")
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if (not sep or not port.isdigit() or not 0 <= int(port) <= 65535
+            or (":" in bare and bare == host) or "[" in bare or "]" in bare):
         raise BadInput(f"metrics.listen {listen!r} is not HOST:PORT",
-                       "use e.g. 127.0.0.1:9464 (loopback) or \"\" to disable /metrics")
-    return host.strip("[]") or "127.0.0.1", int(port)
+                       "use e.g. 127.0.0.1:9464 (loopback), [::1]:9464 (IPv6), a list of "
+                       "them, or \"\" to disable /metrics")
+    return bare or "127.0.0.1", int(port)
+
+
+def metrics_addresses(listen: str) -> tuple[tuple[str, int], ...]:
+    """Every (host, port) of ``metrics.listen``: comma-separated ``HOST:PORT``."""
+    out = tuple(metrics_address(a) for a in listen.split(",") if a.strip())
+    if len(set(out)) != len(out):
+        raise BadInput(f"metrics.listen {listen!r} names an address twice", "list each once")
+    return out
+
+
+def allowed_networks(allow: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """The networks of ``metrics.allow`` (addresses are /32 or /128 networks)."""
+    nets = []
+    for item in (a.strip() for a in allow.split(",")):
+        if not item:
+            continue
+        try:
+            nets.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise BadInput(f"metrics.allow entry {item!r} is not an IP address or network",
+                           "use e.g. 10.1.0.5, 10.1.0.0/24 or fd00::/64 (0.0.0.0/0 and ::/0 "
+                           "allow any scraper)") from None
+    if not nets:
+        raise BadInput("metrics.allow is empty: no scraper could connect",
+                       "list the Prometheus servers' addresses, or set metrics.listen = \"\" "
+                       "to disable /metrics")
+    return tuple(nets)
+
+
+def _listing(v: object) -> str:
+    """A TOML array of strings, or a comma-separated string, as a comma-separated string."""
+    if isinstance(v, list):
+        if not all(isinstance(x, str) and "," not in x for x in v):
+            raise ValueError("expected strings without commas")
+        return ",".join(v)
+    if not isinstance(v, str):
+        raise ValueError("expected a string or an array of strings")
+    return v
 
 
 def allowed_gid(group: str) -> int:
@@ -235,13 +323,23 @@ def _events(v: object) -> tuple[str, ...]:
 
 
 _KEYS: dict[tuple[str, str], tuple[str, str, Any]] = {
-    ("metrics", "listen"): ("metrics_listen", "COUNTERD_METRICS_LISTEN", str),
+    ("metrics", "listen"): ("metrics_listen", "COUNTERD_METRICS_LISTEN", _listing),
+    ("metrics", "allow"): ("metrics_allow", "COUNTERD_METRICS_ALLOW", _listing),
+    ("metrics", "max_connections"): ("metrics_max_connections",
+                                     "COUNTERD_METRICS_MAX_CONNECTIONS", int),
+    ("metrics", "timeout_s"): ("metrics_timeout_s", "COUNTERD_METRICS_TIMEOUT", float),
+    ("metrics", "tls_cert_file"): ("tls_cert_file", "COUNTERD_METRICS_TLS_CERT", str),
+    ("metrics", "tls_key_file"): ("tls_key_file", "COUNTERD_METRICS_TLS_KEY", str),
+    ("metrics", "tls_client_ca_file"): ("tls_client_ca_file", "COUNTERD_METRICS_TLS_CLIENT_CA",
+                                        str),
+    ("metrics", "basic_auth_file"): ("basic_auth_file", "COUNTERD_METRICS_BASIC_AUTH", str),
     ("metrics", "export_pids"): ("export_pids", "COUNTERD_EXPORT_PIDS", _bool),
     ("metrics", "max_jobs"): ("max_jobs", "COUNTERD_MAX_JOBS", int),
     ("metrics", "max_uids"): ("max_uids", "COUNTERD_MAX_UIDS", int),
     ("metrics", "max_superstep_names"): ("max_superstep_names",
                                          "COUNTERD_MAX_SUPERSTEP_NAMES", int),
     ("metrics", "refresh_s"): ("metrics_refresh_s", "COUNTERD_METRICS_REFRESH", float),
+    ("metrics", "grace_s"): ("metrics_grace_s", "COUNTERD_METRICS_GRACE", float),
     ("socket", "path"): ("socket_path", "COUNTERD_SOCKET", Path),
     ("socket", "mode"): ("socket_mode", "COUNTERD_SOCKET_MODE", lambda v: int(str(v), 8)),
     ("socket", "max_frame_bytes"): ("max_frame_bytes", "COUNTERD_MAX_FRAME_BYTES", int),

@@ -26,6 +26,37 @@ mappings or a ``group_left`` join can show names. Series of workloads are bounde
 (max_uids x max_jobs + watch rules) x max_superstep_names x counters. ``workload`` is not
 called ``job`` because Prometheus sets ``job`` to the scrape job and would rename ours.
 
+**Batch job: ``batch_job``.** Every per-workload series also carries ``batch_job``, the
+batch system's job the client runs in (its HELLO's, from ``SLURM_JOB_ID``, ``PBS_JOBID``,
+``LSB_JOBID`` or ``COUNTERD_BATCH_JOB``: :func:`counterd.env.batch_job`; ``""``, which
+Prometheus treats as no label, outside one and for watch rules): a series is keyed by
+``(uid, workload, batch_job)`` and ``max_jobs`` bounds these triples per uid. A label, not an
+info metric ``counterd_run_info`` joined with ``group_left``: counted by
+``bench/series_per_node.py``, 8 live jobs x 16 superstep names x 15 counters are 5,052 series
+on a node either way (the info metric adds one per live run), but two batch jobs of one user
+running the same program on a shared node would share one series set under the info metric
+and make its join many-to-many; with the label they are apart and every job-level rule is a
+plain ``by (batch_job)``.
+
+**Labels live as long as the job.** A workload with no connected client that nothing updated
+for ``metrics.grace_s`` (default 60 s: four scrapes at 15 s, two at 30 s) leaves /metrics and
+frees its slot (:meth:`MetricsState.expire`, from the daemon loop's housekeeping every
+second); so ``_other`` appears only when more than ``max_jobs - 1`` workloads of one uid are
+live at once, and ``counterd_series_dropped_total{label}`` counts each uid, workload or
+superstep value folded into ``_other`` (once per value while its ``_other`` lives). A workload
+that comes back starts its counters at 0: a counter reset, which ``rate()`` handles.
+``counterd_workloads_expired_total`` counts the workloads dropped.
+
+**Cardinality per node** (``bench/series_per_node.py`` counts it): a workload has
+S x (23 + C) superstep series (S names, C counters per source: 20 duration buckets, ``_sum``,
+``_count``) plus 15 flags + C multiplex ratios + 3 last-superstep gauges, + 2C + 1 when it is
+sampled and + 7 with a prediction. With C = 15: 625 series for a job of 16 names, 5,000 for 8
+such jobs live (5,052 with the daemon's own 52); idle, 52. The bound is (max_uids x max_jobs
++ watch rules) x that at S = max_superstep_names: 642,560 at the defaults (512 live
+workloads), far above a batch node's few live jobs; a cluster that wants a tighter guarantee
+sets ``max_uids`` and ``max_jobs`` to the jobs a node may run at once (an exclusive node:
+``max_uids = 2``, ``max_jobs = 2`` bound it at 4 x 1,255 = 5,020).
+
 Other labels: ``superstep`` (the superstep name; at most ``max_superstep_names`` per
 workload, then ``_other``), ``counter``, ``source``, ``origin``, ``term``, ``flag`` and
 ``reason`` from fixed sets. Raw pids are never labels unless ``export_pids`` is set.
@@ -59,8 +90,9 @@ Families (``<c>`` is a canonical counter with its unit, e.g. ``loads``, ``task_c
 * ``counterd_event_multiplex_ratio{workload,counter,origin}`` last time_running/time_enabled
 * ``counterd_watched_threads{workload}``, ``counterd_clients``, ``counterd_records_stored_total``,
   ``counterd_records_refused_total{reason}``, ``counterd_protocol_errors_total{reason}``,
-  ``counterd_store_commit_seconds`` (summary), ``counterd_sample_errors_total{reason}``; the
-  reasons of these three are exported at 0 before their first increment
+  ``counterd_store_commit_seconds`` (summary), ``counterd_sample_errors_total{reason}``,
+  ``counterd_metrics_refused_total{reason}`` (scrapers refused: :mod:`scrape_access`); the
+  reasons of these four are exported at 0 before their first increment
   (:data:`KNOWN_REASONS`), so that ``rate()`` and alerts see a series from the start
 """
 
@@ -72,9 +104,9 @@ import threading
 import time
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from prometheus_client import exposition
 from prometheus_client.core import (
@@ -98,22 +130,28 @@ from counterd.prediction import (
 from counterd.records import FLAGS, Superstep, SuperstepRecord
 from counterd.units import NS_PER_S, is_time
 
+if TYPE_CHECKING:
+    from counterd.daemon.scrape_access import ScrapeAccess
+
 _T = TypeVar("_T")
 
 log = logging.getLogger("counterd.daemon.exporter")
 
 OTHER = "_other"
 CONFIG_UID = ""  # the uid label of a watch rule's workload: the operator named it, no client
-WORKLOAD = ("uid", "workload")  # the labels that say whose workload a series is
+WORKLOAD = ("uid", "workload", "batch_job")  # the labels that say whose workload a series is
+_OTHER_SLOT = (OTHER, "")  # (workload, batch_job) of a uid's _other
 
 
 class Workload(NamedTuple):
     """Whose workload a series is: ``uid``, the uid of the client that named it (SO_PEERCRED
-    at connect; None for a watch rule of the daemon's config) and ``name``, the name it gave
-    (HELLO's ``job``, ``COUNTERD_JOB``; the watch rule's ``job``)."""
+    at connect; None for a watch rule of the daemon's config), ``name``, the name it gave
+    (HELLO's ``job``, ``COUNTERD_JOB``; the watch rule's ``job``) and ``batch_job``, the batch
+    system's job it runs in (HELLO's ``batch_job``: counterd.env.batch_job; "" outside one)."""
 
     uid: int | None
     name: str
+    batch_job: str = ""
 MAX_LAST_PROCESSORS = 4096  # records kept for the last superstep of a job (for predictions)
 
 # Upper bounds (seconds) of counterd_superstep_duration_seconds's buckets: supersteps from
@@ -138,6 +176,8 @@ KNOWN_REASONS: dict[str, tuple[str, ...]] = {
     # a failed read, or the error that kept a watched thread from being counted (sampling)
     "sample_errors": ("read", "BackendUnavailable", "CounterAccessDenied",
                       "EventNotSupported"),
+    # scrape connections refused or closed (counterd.daemon.scrape_access)
+    "metrics_refused": ("busy", "not_allowed", "timeout", "tls", "unauthorized"),
 }
 
 
@@ -197,6 +237,7 @@ class _JobStats:
     sampled: dict[str, float] = field(default_factory=dict)
     sampled_by_pid: dict[tuple[int, str], float] = field(default_factory=dict)
     threads: int = 0
+    seen: float = field(default_factory=time.monotonic)  # last update (monotonic seconds)
 
 
 
@@ -214,26 +255,33 @@ class MetricsState:
     """Everything /metrics shows, updated by the daemon's threads under one lock."""
 
     def __init__(self, *, max_jobs: int = 32, max_superstep_names: int = 32,
-                 max_uids: int = 16, export_pids: bool = False) -> None:
+                 max_uids: int = 16, export_pids: bool = False, grace_s: float = 60.0) -> None:
         self.max_jobs = max_jobs
+        self.grace_s = grace_s
         self.max_names = max_superstep_names
         self.export_pids = export_pids
         self.lock = threading.Lock()
         self.max_uids = max_uids
-        # (uid label, workload) -> stats; every key's uid label is in self.users
-        self.jobs: dict[tuple[str, str], _JobStats] = {}
-        self.users: dict[str, set[str]] = {}  # uid label -> its workload labels
+        # (uid, workload, batch_job) labels -> stats; every key's uid label is in self.users
+        self.jobs: dict[tuple[str, str, str], _JobStats] = {}
+        self.users: dict[str, set[tuple[str, str]]] = {}  # uid -> its (workload, batch_job)s
         self.available: dict[tuple[str, str], tuple[bool, str]] = {}  # (counter, origin)
         self.clients = 0
         self.records_stored = 0
         self.refused: dict[str, int] = defaultdict(int)
         self.protocol_errors: dict[str, int] = defaultdict(int)
         self.sample_errors: dict[str, int] = defaultdict(int)
+        self.metrics_refused: dict[str, int] = defaultdict(int)
         self.commit_count = 0
         self.commit_sum_s = 0.0
         self.predict: PredictFn | None = None
         self.predict_reason = "no machine profile configured"
         self._logged: set[str] = set()
+        # label values folded into _other, per bucket: ("uid",), ("workload", uid label),
+        # ("superstep", uid label, workload label); counted once each while the bucket lives
+        self._folded: dict[tuple[str, ...], set[str]] = {}
+        self.series_dropped: dict[str, int] = defaultdict(int)  # label -> values folded
+        self.series_expired = 0  # workloads whose series left /metrics after the grace period
         self.version = 0  # bumped by every update: the exposition cache re-renders on change
 
     # -- label bounding ----------------------------------------------------------------------
@@ -249,20 +297,74 @@ class MetricsState:
                 self._note_once(f"uids {w.uid}", "uid %s: more than %d users have workloads "
                                 "(metrics.max_uids): its series are exported as uid=\"_other\"",
                                 w.uid, self.max_uids)
+                self._fold(("uid",), user, "uid")
                 user = OTHER
             names = self.users.setdefault(user, set())
-        key = (user, w.name)
+        key = (user, w.name, w.batch_job)
         stats = self.jobs.get(key)
         if stats is None:
-            if w.name not in names and len(names) >= self.max_jobs - (0 if OTHER in names
-                                                                      else 1):
+            if key[1:] not in names and len(names) >= self.max_jobs - (
+                    0 if _OTHER_SLOT in names else 1):
                 self._note_once(f"jobs {user}", "uid %s: more than %d workloads "
                                 "(metrics.max_jobs, per uid): later ones are exported as "
                                 "workload=\"_other\"", user, self.max_jobs)
-                key = (user, OTHER)
-            names.add(key[1])
+                self._fold(("workload", user), f"{w.name}\0{w.batch_job}", "workload")
+                key = (user, *_OTHER_SLOT)
+            names.add((key[1], key[2]))
             stats = self.jobs.setdefault(key, _JobStats())
+        stats.seen = time.monotonic()
         return stats
+
+    MAX_FOLDED = 4096  # distinct values remembered per _other bucket; beyond, each fold counts
+
+    def _fold(self, bucket: tuple[str, ...], value: str, label: str) -> None:
+        """Count ``value`` of ``label`` folded into ``_other`` (once per value while its
+        bucket lives: counterd_series_dropped_total)."""
+        seen = self._folded.setdefault(bucket, set())
+        if value in seen:
+            return
+        if len(seen) < self.MAX_FOLDED:
+            seen.add(value)
+        self.series_dropped[label] += 1
+
+    def _live_key(self, w: Workload) -> tuple[str, str, str] | None:
+        """The key ``w``'s series are under now, without creating one (None: none yet)."""
+        user = CONFIG_UID if w.uid is None else str(w.uid)
+        if user not in self.users:
+            user = OTHER
+        for key in ((user, w.name, w.batch_job), (user, *_OTHER_SLOT)):
+            if key in self.jobs:
+                return key
+        return None
+
+    def expire(self, live: Iterable[Workload], now: float | None = None) -> int:
+        """Drop the series of every workload that no live client or watch target has
+        (``live``) and that nothing updated for ``grace_s``: a finished run's series leave
+        /metrics (after at least two scrapes at the default), and its slot is free again, so
+        ``_other`` holds only workloads beyond ``max_jobs`` live at once. Returns how many
+        were dropped. A workload that comes back starts its counters at 0 (a counter reset,
+        which ``rate()`` and ``increase()`` handle)."""
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            keep = {k for k in map(self._live_key, live) if k is not None}
+            gone = [k for k, st in self.jobs.items()
+                    if k not in keep and now - st.seen > self.grace_s]
+            for user, name, batch in gone:
+                del self.jobs[(user, name, batch)]
+                names = self.users.get(user)
+                if names is not None:
+                    names.discard((name, batch))
+                    if not names:
+                        del self.users[user]
+                if (name, batch) == _OTHER_SLOT:
+                    self._folded.pop(("workload", user), None)
+                self._folded.pop(("superstep", user, name, batch), None)
+                if user == OTHER and not any(u == OTHER for u, _, _ in self.jobs):
+                    self._folded.pop(("uid",), None)
+            if gone:
+                self.version += 1
+                self.series_expired += len(gone)
+            return len(gone)
 
     def _note_once(self, key: str, msg: str, *args: object) -> None:
         """:meth:`log_once` for a caller that holds the lock."""
@@ -270,8 +372,14 @@ class MetricsState:
             self._logged.add(key)
             log.warning(msg, *args)
 
-    def _step(self, stats: _JobStats, name: str) -> _StepStats:
-        return _bounded(stats.steps, name, self.max_names, _StepStats)
+    def _step(self, stats: _JobStats, name: str, key: tuple[str, str, str] | None = None
+              ) -> _StepStats:
+        step = stats.steps.get(name)
+        if step is None:
+            step = _bounded(stats.steps, name, self.max_names, _StepStats)
+            if key is not None and step is stats.steps.get(OTHER) and name != OTHER:
+                self._fold(("superstep", *key), name, "superstep")
+        return step
 
     # -- updates -------------------------------------------------------------------------------
     def observe_records(self, records: Sequence[tuple[SuperstepRecord, Workload]],
@@ -284,7 +392,7 @@ class MetricsState:
             self.records_stored += len(records)
             for rec, job in records:
                 stats = self._job(job)
-                step = self._step(stats, rec.name)
+                step = self._step(stats, rec.name, self._live_key(job))
                 step.count += 1
                 if rec.duration_ns is not None:
                     d = rec.duration_ns / NS_PER_S
@@ -403,7 +511,9 @@ class CounterdCollector(Collector):
                 return {**dict.fromkeys(KNOWN_REASONS[table], 0), **getattr(st, table)}
 
             refused, perrors = known("refused"), known("protocol_errors")
-            serrors = known("sample_errors")
+            serrors, mrefused = known("sample_errors"), known("metrics_refused")
+            dropped = {**dict.fromkeys(("uid", "workload", "superstep"), 0), **st.series_dropped}
+            expired = st.series_expired
             scalars = (st.clients, st.records_stored, st.commit_count, st.commit_sum_s)
         yield from self._superstep_families(steps_copy)
         flagged = CounterMetricFamily("counterd_supersteps_flagged",
@@ -509,15 +619,28 @@ class CounterdCollector(Collector):
         for name, doc, table in (
                 ("counterd_records_refused", "records refused", refused),
                 ("counterd_protocol_errors", "malformed or refused frames", perrors),
-                ("counterd_sample_errors", "failed counter reads of watched targets", serrors)):
+                ("counterd_sample_errors", "failed counter reads of watched targets", serrors),
+                ("counterd_metrics_refused", "scrape connections refused or closed: peer not "
+                 "in metrics.allow, too many at once, silent, failed TLS, wrong credentials",
+                 mrefused)):
             fam = CounterMetricFamily(name, doc, labels=["reason"])
             for reason, n in sorted(table.items()):
                 fam.add_metric([reason], n)
             yield fam
+        fam = CounterMetricFamily("counterd_series_dropped",
+                                  "label values folded into _other because their limit was "
+                                  "reached (metrics.max_uids, max_jobs, max_superstep_names), "
+                                  "each value once while its _other lives", labels=["label"])
+        for label, n in sorted(dropped.items()):
+            fam.add_metric([label], n)
+        yield fam
+        yield CounterMetricFamily("counterd_workloads_expired",
+                                  "workloads whose series left /metrics: no live client or "
+                                  "target and no update for metrics.grace_s", value=expired)
 
     @staticmethod
     def _superstep_families(
-            steps: Mapping[tuple[str, str], Mapping[str, tuple[Sequence[int], float,
+            steps: Mapping[tuple[str, str, str], Mapping[str, tuple[Sequence[int], float,
                                                    Mapping[tuple[str, str], float]]]],
     ) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
         duration = HistogramMetricFamily("counterd_superstep_duration_seconds",
@@ -681,13 +804,30 @@ class ExpositionCache:
         self._thread.join(timeout=5)
 
 
-def serve(cache: ExpositionCache, host: str, port: int) -> Any:
-    """An HTTP server for ``/metrics`` (and ``/``) in a daemon thread; returns the server
-    (``shutdown()``, ``server_close()``, ``server_port``)."""
+def serve(cache: ExpositionCache, host: str, port: int, access: ScrapeAccess | None = None
+          ) -> Any:
+    """An HTTP(S) server for ``/metrics`` (and ``/``) in a daemon thread; returns the server
+    (``shutdown()``, ``server_close()``, ``server_port``). ``access`` (default: anyone who
+    reaches the socket, plain HTTP) is enforced as :mod:`counterd.daemon.scrape_access` says:
+    the allow-list and the connection bound in the accepting thread (a refused peer is closed
+    before a byte is read, no thread spawned), TLS and basic auth in the connection's thread.
+    """
+    import ssl
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+    guard = access
+
     class Handler(BaseHTTPRequestHandler):
+        timeout = guard.timeout_s if guard is not None else None
+
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if guard is not None and not guard.authorized(self.headers.get("Authorization")):
+                guard.refused("unauthorized")
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="counterd"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             if self.path.split("?")[0] not in ("/metrics", "/"):
                 self.send_error(404, "only /metrics is served")
                 return
@@ -711,9 +851,65 @@ def serve(cache: ExpositionCache, host: str, port: int) -> Any:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             log.debug("metrics: " + format, *args)
 
+        def log_error(self, format: str, *args: Any) -> None:  # noqa: A002
+            # http.server catches a request line's timeout itself and only says so here
+            if guard is not None and format.startswith("Request timed out"):
+                guard.refused("timeout")
+            log.debug("metrics: " + format, *args)
+
     class Server(ThreadingHTTPServer):
         daemon_threads = True
+        request_queue_size = 128
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+        def verify_request(self, request: Any, client_address: Any) -> bool:
+            """In the accepting thread: False closes the connection at once."""
+            if guard is None:
+                return True
+            if not guard.allows(str(client_address[0])):
+                guard.refused("not_allowed")
+                return False
+            if not guard.slots.acquire(blocking=False):
+                guard.refused("busy")
+                return False
+            return True
+
+        def process_request_thread(self, request: Any, client_address: Any) -> None:
+            try:
+                super().process_request_thread(request, client_address)
+            finally:
+                if guard is not None:
+                    guard.slots.release()
+
+        def finish_request(self, request: Any, client_address: Any) -> None:
+            if guard is None:
+                super().finish_request(request, client_address)
+                return
+            request.settimeout(guard.timeout_s)
+            if guard.tls is None:
+                super().finish_request(request, client_address)
+                return
+            try:
+                conn = guard.tls.wrap_socket(request, server_side=True)
+            except TimeoutError:
+                guard.refused("timeout")
+                return
+            except (ssl.SSLError, OSError):
+                guard.refused("tls")
+                return
+            try:
+                super().finish_request(conn, client_address)
+            finally:
+                conn.close()
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            import sys
+
+            exc = sys.exc_info()[1]
+            if isinstance(exc, TimeoutError) and guard is not None:
+                guard.refused("timeout")
+            elif not isinstance(exc, (ConnectionError, ssl.SSLError)):
+                log.exception("metrics: request from %s failed", client_address)
 
     server = Server((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="counterd-metrics", daemon=True).start()

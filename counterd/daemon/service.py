@@ -104,7 +104,8 @@ class Daemon:
         self.config_path = config_path
         self.state = MetricsState(max_jobs=config.max_jobs, max_uids=config.max_uids,
                                   max_superstep_names=config.max_superstep_names,
-                                  export_pids=config.export_pids)
+                                  export_pids=config.export_pids,
+                                  grace_s=config.metrics_grace_s)
         self._injected_predict = predict
         self._stop = threading.Event()
         self._reload = False
@@ -115,9 +116,11 @@ class Daemon:
         self._shared = Shared(self.state, self._auth, self._writer, self._clients)
         self._server = Server(self._shared)
         self._threads: list[threading.Thread] = []
-        self._http: Any = None
+        self._http: list[Any] = []  # one /metrics server per metrics.listen address
         self._exposition: Any = None
-        self.metrics_port: int | None = None
+        self._metrics_scheme = "http"
+        self.metrics_port: int | None = None  # the first address's (tests: port 0)
+        self.metrics_ports: list[int] = []
         self._sampler_stop = threading.Event()
 
     # -- start / stop --------------------------------------------------------------------------
@@ -143,27 +146,47 @@ class Daemon:
         self._threads.append(sampler)
         log.info("counterd listening on %s (config: %s), store %s (%s), metrics %s",
                  cfg.socket_path, cfg.source, cfg.store_path, cfg.store_synchronous,
-                 f"http://{cfg.metrics_listen.rpartition(':')[0]}:{self.metrics_port}/metrics"
-                 if self.metrics_port is not None else "off")
+                 self._metrics_urls() or "off")
         sd_notify("READY=1\nSTATUS=serving")
 
     def _sampling_settings(self) -> tuple[Config, Counting]:
         return self.config, self._shared.counting
 
     def _start_metrics(self, listen: str) -> None:
+        """One /metrics server per address of ``listen``, all under one
+        :class:`ScrapeAccess` (allow-list, connection bound, TLS, basic auth)."""
         from counterd.daemon.exporter import ExpositionCache, serve
+        from counterd.daemon.scrape_access import ScrapeAccess
 
-        host, port = config_mod.metrics_address(listen)
+        addresses = config_mod.metrics_addresses(listen)
+        access = ScrapeAccess.from_config(
+            self.config, lambda reason: self.state.count("metrics_refused", reason))
         self._exposition = ExpositionCache(registry(self.state), self.state,
                                            min_interval_s=self.config.metrics_refresh_s)
-        try:
-            server = serve(self._exposition, host, port)
-        except OSError as exc:
-            raise BadInput(f"cannot serve /metrics on {listen}: {exc.strerror}",
-                           "choose a free metrics.listen address (COUNTERD_METRICS_LISTEN)"
-                           ) from exc
-        self._http = server
-        self.metrics_port = int(server.server_port)
+        self._metrics_scheme = "https" if access.tls is not None else "http"
+        for host, port in addresses:
+            try:
+                self._http.append(serve(self._exposition, host, port, access))
+            except OSError as exc:
+                self._stop_metrics()
+                raise BadInput(f"cannot serve /metrics on {host}:{port}: {exc.strerror}",
+                               "choose a free metrics.listen address "
+                               "(COUNTERD_METRICS_LISTEN)") from exc
+        self.metrics_ports = [int(s.server_port) for s in self._http]
+        self.metrics_port = self.metrics_ports[0]
+
+    def _metrics_urls(self) -> str:
+        return ", ".join(
+            f"{self._metrics_scheme}://{f'[{h}]' if ':' in h else h}:{s.server_port}/metrics"
+            for s in self._http for h in (s.server_address[0],))
+
+    def _stop_metrics(self) -> None:
+        for server in self._http:
+            server.shutdown()
+            server.server_close()
+        self._http = []
+        if self._exposition is not None:
+            self._exposition.close()
 
     def request_stop(self) -> None:
         """Signal-safe: ask the loop to shut down."""
@@ -190,6 +213,8 @@ class Daemon:
                 if now >= next_housekeeping:
                     next_housekeeping = now + 1.0
                     self._server.housekeeping(now)
+                    # finished runs' series leave /metrics after metrics.grace_s
+                    self.state.expire(self._clients.snapshot().values())
         finally:
             self._shutdown()
 
@@ -203,10 +228,7 @@ class Daemon:
         for t in self._threads:
             t.join(timeout=60)
         self._server.close_sessions()
-        if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
-            self._exposition.close()
+        self._stop_metrics()
         self._server.close()
         self._shared.queries.close()
         log.info("stopped; %d records stored in this run", self.state.records_stored)
@@ -223,6 +245,7 @@ class Daemon:
             st.max_jobs = cfg.max_jobs
             st.max_uids = cfg.max_uids
             st.max_names = cfg.max_superstep_names
+            st.grace_s = cfg.metrics_grace_s
             st.export_pids = cfg.export_pids
         logging.getLogger("counterd").setLevel(cfg.log_level.upper())
         self._auth.allowed_gid = config_mod.allowed_gid(cfg.allowed_group) \
@@ -265,8 +288,10 @@ class Daemon:
             sd_notify("READY=1")
             return
         old = self.config
-        restart = [k for k in ("socket_path", "socket_mode", "metrics_listen", "store_path",
-                               "store_synchronous", "max_frame_bytes")
+        restart = [k for k in ("socket_path", "socket_mode", "metrics_listen", "metrics_allow",
+                               "metrics_max_connections", "metrics_timeout_s", "tls_cert_file",
+                               "tls_key_file", "tls_client_ca_file", "basic_auth_file",
+                               "store_path", "store_synchronous", "max_frame_bytes")
                    if getattr(old, k) != getattr(new, k)]
         if restart:
             log.warning("SIGHUP: %s changed; these take effect at the next restart",

@@ -147,6 +147,7 @@ class Session:
         self._on_close = on_close
         self.hello = False
         self.job = "unknown"
+        self.batch_job = ""
         self.last_seq = 0
         self._said_uncounted = False  # the OUTSIDE_ONLY warning, once per connection
         self.begins: dict[tuple[str, int], Begun] = {}  # (run_id, index) -> begun superstep
@@ -241,7 +242,7 @@ class Session:
                 os.close(fd)
         self.box = self._box_sent = None
         if incomplete and self.begins:
-            info = RunInfo(self.job, self.uid)
+            info = RunInfo(self.job, self.uid, self.batch_job)
             for line in self.begins.values():
                 if isinstance(line, Opened) and line.context.scratch:
                     continue  # a calibration's superstep: never kept
@@ -316,7 +317,8 @@ class Session:
     def _hello(self, hello: protocol.Hello) -> None:
         self.hello = True
         self.job = (hello.job or "unknown")[:128]
-        self.shared.clients.add(self.pid, Workload(self.uid, self.job))
+        self.batch_job = hello.batch_job or ""
+        self.shared.clients.add(self.pid, Workload(self.uid, self.job, self.batch_job))
         self.send(protocol.Welcome(version=self.version, max_frame=self.decoder.max_frame,
                                    uid=self.uid, pid=self.pid,
                                    buffer=self.version >= 2,
@@ -459,7 +461,7 @@ class Session:
             self.shared.writer.put(Item(self.cid, seq, None, None))
             return
         if self.info is None:
-            self.info = RunInfo(self.job, self.uid)
+            self.info = RunInfo(self.job, self.uid, self.batch_job)
         self.shared.writer.put(Item(self.cid, seq, self._uncounted(rec), self.info))
 
     def _record(self, seq: int, payload: Mapping[str, Any]) -> None:
@@ -473,7 +475,7 @@ class Session:
         self._end_begun(key)
         rec = self.counters.finish(key, rec, self.describe())
         self.shared.writer.put(Item(self.cid, seq, self._uncounted(rec),
-                                    RunInfo(self.job, self.uid)))
+                                    RunInfo(self.job, self.uid, self.batch_job)))
 
     def _uncounted(self, rec: SuperstepRecord) -> SuperstepRecord:
         """``rec``, refused its counters with the reason when its backend cannot count through

@@ -172,6 +172,7 @@ class RunInfo:
 
     job: str
     uid: int
+    batch_job: str = ""  # HELLO's (the /metrics label; not stored)
 
 
 @dataclass(frozen=True)

@@ -151,7 +151,8 @@ class Writer:
             committed = self._commit_each(store, batch, samples)
         elapsed = time.perf_counter() - t0
         try:
-            self.state.observe_records([(it.record, Workload(it.info.uid, it.info.job))
+            self.state.observe_records([(it.record, Workload(it.info.uid, it.info.job,
+                                                             it.info.batch_job))
                                         for it in committed
                                         if it.record is not None and it.info is not None],
                                        elapsed)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from counterd.env import ENV_JOB
+from counterd.env import ENV_JOB, batch_job
 from counterd.markers import identity
 from counterd.markers.sinks import (
     MemorySink,
@@ -190,7 +190,8 @@ class SocketSink:
             sock.settimeout(wait_s)
             sock.connect(str(self.path))
             hello = p.encode(p.FrameType.HELLO, {
-                "pid": os.getpid(), "host": _socket.gethostname(), "job": self.job})
+                "pid": os.getpid(), "host": _socket.gethostname(), "job": self.job,
+                **({"batch_job": b} if (b := batch_job()) else {})})
             sock.sendall(hello)
             # Blocking without a timeout from here on: sends use MSG_DONTWAIT, receives look
             # with select first (a Python socket timeout would turn each into a wait).

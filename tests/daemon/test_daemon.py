@@ -73,7 +73,7 @@ def test_marker_api_goes_to_the_daemon(daemon: DaemonProc) -> None:
     assert all(r.rank == 3 and r.end_ns is not None and not r.flags - {"migrated"}
                for r in recs)
     assert "task_clock_ns" in recs[0].counters  # in-process perf (software events)
-    wait_for(lambda: 'counterd_superstep_duration_seconds_count{superstep="phase",'
+    wait_for(lambda: 'counterd_superstep_duration_seconds_count{batch_job="",superstep="phase",'
              f'uid="{os.getuid()}",workload="apijob"}} 20.0' in daemon.metrics(),
              what="the series")
 
@@ -296,9 +296,10 @@ def test_sighup_reloads_watch_rules_and_samples_them(daemon: DaemonProc) -> None
         assert 'workload="watched"' not in daemon.metrics()
         daemon.write_config(f'[[watch]]\njob = "watched"\npids = [{sleeper.pid}]\n')
         daemon.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
-        wait_for(lambda: 'counterd_watched_threads{uid="",workload="watched"} 4.0'
+        wait_for(lambda: 'counterd_watched_threads{batch_job="",uid="",workload="watched"} 4.0'
                  in daemon.metrics(), what="the watched job's 4 threads")  # uid "": the config's
-        assert 'counterd_sampled_task_clock_seconds_total{uid="",workload="watched"}' \
+        assert ('counterd_sampled_task_clock_seconds_total{batch_job="",uid="",'
+                'workload="watched"}') \
             in daemon.metrics()
         assert "configuration reloaded" in daemon.log_text()
         samples = open_readonly(daemon.store).samples("watched")

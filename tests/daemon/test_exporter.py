@@ -36,7 +36,9 @@ def samples(state: MetricsState) -> dict[tuple[str, tuple[tuple[str, str], ...]]
     out = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+            # batch_job="" is no label to Prometheus: keyed without it
+            out[(s.name, tuple(sorted((k, v) for k, v in s.labels.items()
+                                      if (k, v) != ("batch_job", ""))))] = s.value
     return out
 
 

@@ -38,7 +38,8 @@ def _samples(d: DaemonProc, name: str) -> dict[tuple[tuple[str, str], ...], floa
     for fam in text_string_to_metric_families(d.metrics()):
         for s in fam.samples:
             if s.name == name:
-                out[tuple(sorted(s.labels.items()))] = s.value
+                out[tuple(sorted((k, v) for k, v in s.labels.items()
+                                 if (k, v) != ("batch_job", "")))] = s.value
     return out
 
 
