@@ -987,8 +987,9 @@ class Decoder:
     def feed(self, data: bytes) -> None:
         self._buf += data
 
-    def frames(self) -> Iterator[tuple[FrameType, Any]]:
-        """(type, payload): a dict, or ``bytes`` for the binary types (OPEN, CLOSE)."""
+    def frames(self, skip: frozenset[int] = frozenset()) -> Iterator[tuple[FrameType, Any]]:
+        """(type, payload): a dict, or ``bytes`` for the binary types (OPEN, CLOSE). Frames
+        of the types in ``skip`` are taken off the stream unread (not yielded)."""
         buf = self._buf
         while not self.broken and len(buf) >= _LENGTH_PREFIX:
             length = int.from_bytes(buf[:_LENGTH_PREFIX], "big")
@@ -1013,6 +1014,8 @@ class Decoder:
             if ftype not in (_KNOWN_TYPES if version >= 2 else _V1_TYPES):
                 raise ProtocolError("bad_type", f"unknown frame type {ftype} in version "
                                     f"{version}")
+            if ftype in skip:
+                continue
             if ftype in BINARY_TYPES:
                 yield FrameType(ftype), body
                 continue

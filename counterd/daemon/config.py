@@ -57,6 +57,15 @@ default (``counterd run`` with no file is a working, loopback-only daemon)::
     path = "<state dir>/counterd/counterd.db"       # COUNTERD_STORE
     synchronous = "full"          # COUNTERD_STORE_SYNCHRONOUS: full (power-loss safe) | normal
     retention_days = 30           # COUNTERD_RETENTION_DAYS; 0 keeps everything
+    # What one user may make the daemon keep (root is exempt); a record refused for either
+    # is answered with an ERROR (code "quota") that the markers log, naming the key:
+    max_bytes_per_uid = 1073741824  # COUNTERD_STORE_MAX_BYTES_PER_UID: bytes of records (their
+                                  # JSON) one uid keeps in the store; 0: no quota
+    reserve_bytes = 67108864      # COUNTERD_STORE_RESERVE_BYTES: free space kept for the users
+                                  # who keep less than the average (at most a quarter of the
+                                  # store's file system): below it, a uid keeping at least the
+                                  # average of what the store's users keep is refused, so one
+                                  # user filling the disk does not stop the others; 0: none
 
     [sampling]
     interval_s = 1.0              # COUNTERD_SAMPLE_INTERVAL
@@ -129,6 +138,8 @@ class Limits:
     max_bytes_per_uid: int = 64 * 1024 * 1024
     max_contexts_per_client: int = 256
     max_open_per_client: int = 65536
+    max_store_bytes_per_uid: int = 1 << 30
+    store_reserve_bytes: int = 64 << 20
 
 
 DEFAULT_ALLOW = "127.0.0.0/8,::1/128"
@@ -164,6 +175,8 @@ class Config:
     store_path: Path = field(default_factory=default_store_path)
     store_synchronous: str = "full"
     retention_days: float = 30.0
+    store_max_bytes_per_uid: int = 1 << 30
+    store_reserve_bytes: int = 64 << 20
     sample_interval_s: float = 1.0
     sample_backend: str = "auto"
     sample_events: tuple[str, ...] = ()
@@ -199,6 +212,10 @@ class Config:
                self.metrics_grace_s, "seconds above sampling.interval_s (watched processes "
                "are seen once per interval), at most a week")
         _check(self.retention_days >= 0, "store.retention_days", self.retention_days, ">= 0")
+        _check(self.store_max_bytes_per_uid >= 0, "store.max_bytes_per_uid",
+               self.store_max_bytes_per_uid, "bytes >= 0 (0: no quota)")
+        _check(self.store_reserve_bytes >= 0, "store.reserve_bytes", self.store_reserve_bytes,
+               "bytes >= 0 (0: no reserve)")
         _check(self.log_level.upper() in ("DEBUG", "INFO", "WARNING", "ERROR"), "log_level",
                self.log_level, "debug, info, warning or error")
         if self.metrics_listen:
@@ -220,7 +237,8 @@ class Config:
     def limits(self) -> Limits:
         return Limits(self.max_clients, self.max_clients_per_uid, self.max_frame_bytes,
                       self.idle_timeout_s, self.max_bytes_per_client, self.max_bytes_per_uid,
-                      self.max_contexts_per_client, self.max_open_per_client)
+                      self.max_contexts_per_client, self.max_open_per_client,
+                      self.store_max_bytes_per_uid, self.store_reserve_bytes)
 
     @property
     def retention_ns(self) -> int | None:
@@ -357,6 +375,9 @@ _KEYS: dict[tuple[str, str], tuple[str, str, Any]] = {
     ("store", "path"): ("store_path", "COUNTERD_STORE", Path),
     ("store", "synchronous"): ("store_synchronous", "COUNTERD_STORE_SYNCHRONOUS", str),
     ("store", "retention_days"): ("retention_days", "COUNTERD_RETENTION_DAYS", float),
+    ("store", "max_bytes_per_uid"): ("store_max_bytes_per_uid",
+                                     "COUNTERD_STORE_MAX_BYTES_PER_UID", int),
+    ("store", "reserve_bytes"): ("store_reserve_bytes", "COUNTERD_STORE_RESERVE_BYTES", int),
     ("sampling", "interval_s"): ("sample_interval_s", "COUNTERD_SAMPLE_INTERVAL", float),
     ("sampling", "backend"): ("sample_backend", "COUNTERD_SAMPLE_BACKEND", str),
     ("sampling", "events"): ("sample_events", "COUNTERD_SAMPLE_EVENTS", _events),

@@ -164,14 +164,14 @@ _BUCKET_LE = tuple(floatToGoString(b) for b in DURATION_BUCKETS_S)
 # The label values of the labelled counters that exist before their first increment: exported
 # at 0 (a counter that appears only once non-zero hides its first increase from rate()).
 KNOWN_REASONS: dict[str, tuple[str, ...]] = {
-    "refused": ("malformed", "store"),
+    "refused": ("malformed", "quota", "store"),
     # ProtocolError codes and the daemon's own violations (session, server)
     "protocol_errors": (
         "bad_begin", "bad_buffer", "bad_close", "bad_context", "bad_frame", "bad_json",
         "bad_order", "bad_query", "bad_read", "bad_record", "bad_reply", "bad_seq",
         "bad_type", "forbidden", "idle", "internal", "no_file_descriptors", "no_hello",
-        "no_such_process", "no_such_run", "oversized", "refused", "slow_reader", "stalled",
-        "too_many_clients", "too_many_contexts", "too_many_open", "too_much_held",
+        "no_such_process", "no_such_run", "oversized", "quota", "refused", "slow_reader",
+        "stalled", "too_many_clients", "too_many_contexts", "too_many_open", "too_much_held",
         "truncated", "unavailable", "unknown_begin", "unknown_context", "version"),
     # a failed read, or the error that kept a watched thread from being counted (sampling)
     "sample_errors": ("read", "BackendUnavailable", "CounterAccessDenied",

@@ -3,11 +3,14 @@
 The store is private to the daemon's user (:mod:`counterd.daemon.store`), so ``counterd runs``
 and ``counterd report`` of a user who cannot read it ask the daemon over the marker socket
 (:class:`counterd.protocol.Query`). The daemon answers from a read-only connection of its own
-(:class:`Queries`, in the loop's thread), with the asking client's runs only, as SO_PEERCRED
-says who it is, unless it is privileged (root, ``socket.allowed_group``), who may name any uid
-or list everyone's runs. Each answer is one RESULT of at most a frame's worth of items and a
-cursor; the client asks again from the cursor (:func:`ask`), so a large run streams through a
-bounded buffer on both sides and the daemon keeps no state between pages.
+(:class:`Queries`, in a thread of its own: :class:`QueryWorker`), with the asking client's
+runs only, as SO_PEERCRED says who it is, unless it is privileged (root,
+``socket.allowed_group``), who may name any uid or list everyone's runs. Each answer is one
+RESULT of at most a frame's worth of items and a cursor; the client asks again from the cursor
+(:func:`ask`), so a large run streams through a bounded buffer on both sides and the daemon
+keeps no state between pages. A page is a range of an index (keyset pagination: the cursor is
+the last key sent), so a page costs the same wherever it starts, and a cursor past the end
+costs one index probe.
 
 Who can read the store file (root, the daemon's user) may pass ``--store`` and read it directly
 (:func:`runs_from_store`, :func:`records_from_store`).
@@ -17,16 +20,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import socket
-from collections.abc import Iterator, Mapping
-from itertools import islice
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from counterd import protocol
 from counterd.daemon.auth import Peer
-from counterd.daemon.store import RunRow, Store, StoreError, open_readonly
+from counterd.daemon.store import RunKey, RunRow, Store, StoreError, open_readonly
 from counterd.errors import BadInput, CounterdError
 from counterd.protocol import FrameType, ProtocolError
 from counterd.records import SuperstepRecord
@@ -34,6 +39,9 @@ from counterd.records import SuperstepRecord
 PAGE_SLACK_BYTES = 1024  # a RESULT's own fields, beside its items
 PAGE_BYTES = 256 * 1024  # a RESULT's items at most (and max_frame): one page in a reply buffer
 MAX_RESULT_BYTES = 64 * 1024 * 1024 + PAGE_SLACK_BYTES  # config's largest max_frame_bytes
+log = logging.getLogger("counterd.daemon")
+
+RUNS_PER_SELECT = 256  # runs read per SELECT of a runs page (keyset: an index range each)
 _RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunRow))
 
 
@@ -83,21 +91,30 @@ class Queries:
     def _runs(store: Store, query: protocol.Query, peer: Peer, privileged: bool, budget: int,
               version: int) -> bytes:
         uid = query.uid if query.uid is not None or privileged else peer.uid
-        start = query.after[0] if query.after else 0
-        if not isinstance(start, int) or start < 0:
-            raise ProtocolError("bad_query", "a runs cursor is one offset")
+        after: RunKey | None = None
+        if query.after is not None:
+            first, run_id, owner = (*query.after, None, None, None)[:3]
+            if len(query.after) != 3 or not (isinstance(first, int) and isinstance(run_id, str)
+                                             and isinstance(owner, int)):
+                raise ProtocolError("bad_query", "a runs cursor is [first_seen_ns, run_id, "
+                                    "uid], as the previous RESULT gave it")
+            after = (first, run_id, owner)
         items: list[str] = []
         size = 0
-        rows = store.runs(uid)
-        for row in islice(rows, start, None):
-            text = protocol.dumps_payload(dataclasses.asdict(row))
-            if items and size + len(text) + 1 > budget:
-                break
-            items.append(text)
-            size += len(text) + 1
-        end = start + len(items)
-        return protocol.encode_result(query.s, items, [end] if end < len(rows) else None,
-                                      version=version)
+        last: RunKey | None = None
+        while True:  # pages of RUNS_PER_SELECT rows until the frame is full or no run is left
+            rows = store.runs(uid, after, RUNS_PER_SELECT)
+            for row in rows:
+                text = protocol.dumps_payload(dataclasses.asdict(row))
+                if items and size + len(text) + 1 > budget:
+                    return protocol.encode_result(query.s, items, list(last) if last else None,
+                                                  version=version)
+                items.append(text)
+                size += len(text) + 1
+                last = row.key()
+            if len(rows) < RUNS_PER_SELECT:
+                return protocol.encode_result(query.s, items, None, version=version)
+            after = last
 
     @staticmethod
     def _records(store: Store, query: protocol.Query, peer: Peer, privileged: bool,
@@ -137,6 +154,94 @@ class Queries:
                 last = key
         return protocol.encode_result(query.s, items, list(last) if more and last else None,
                                       owner, run_id, version)
+
+
+class QueryWorker:
+    """Answers QUERY frames off the loop's thread: a QUERY reads the store (a page may count a
+    large run's records), and the loop must not wait for it. ``submit`` queues one for a
+    connection (the session waits for its answer before it handles the next frame: one query
+    in flight per connection); the worker answers them round-robin between uids (one uid's
+    connections cannot queue ahead of another's), then hands each answer back
+    (:meth:`take_answers`) after waking the loop (``wake``)."""
+
+    def __init__(self, queries: Queries, wake: Callable[[], None]) -> None:
+        self.queries = queries
+        self._wake = wake
+        self._cond = threading.Condition()
+        self._waiting: dict[int, deque[_Asked]] = {}  # uid -> queries, in the uids' turn
+        self._answers: list[tuple[int, bytes]] = []
+        self._stop = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="counterd-queries", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self.queries.close()
+
+    def submit(self, cid: int, payload: Mapping[str, Any], peer: Peer, privileged: bool,
+               version: int, max_frame: int) -> None:
+        with self._cond:
+            self._waiting.setdefault(peer.uid, deque()).append(
+                _Asked(cid, payload, peer, privileged, version, max_frame))
+            self._cond.notify()
+
+    def take_answers(self) -> list[tuple[int, bytes]]:
+        """(connection id, RESULT or ERROR frame) answered since the last call."""
+        with self._cond:
+            answers, self._answers = self._answers, []
+        return answers
+
+    def next_query(self) -> _Asked | None:
+        """The next query to answer (None: none waits): the first of the uid whose turn it
+        is, that uid's turn then going to the back."""
+        with self._cond:
+            for uid in self._waiting:
+                queue = self._waiting.pop(uid)
+                asked = queue.popleft()
+                if queue:
+                    self._waiting[uid] = queue  # back of the line
+                return asked
+        return None
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._waiting and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+            asked = self.next_query()
+            if asked is None:
+                continue
+            try:
+                answer = self.queries.answer(asked.payload, asked.peer, asked.privileged,
+                                             asked.version, asked.max_frame)
+            except Exception as exc:  # a bug: that query fails, the worker goes on
+                log.exception("answering a QUERY of uid %d", asked.peer.uid)
+                answer = protocol.Error("unavailable", f"the daemon could not answer ({exc})",
+                                        asked.payload.get("s") if isinstance(
+                                            asked.payload.get("s"), int) else None
+                                        ).encode(asked.version)
+            with self._cond:
+                self._answers.append((asked.cid, answer))
+            self._wake()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Asked:
+    cid: int
+    payload: Mapping[str, Any]
+    peer: Peer
+    privileged: bool
+    version: int
+    max_frame: int
 
 
 # -- the client side: counterd runs / counterd report -------------------------------------------

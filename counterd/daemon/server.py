@@ -9,10 +9,23 @@ When ``accept`` fails for want of file descriptors (EMFILE, ENFILE), the listene
 of the selector for :data:`ACCEPT_BACKOFF_S` (doubling to :data:`ACCEPT_BACKOFF_MAX_S`) and the
 failure is logged once per pause, instead of a busy loop on a socket that stays readable.
 
+Fair service: no user's frames take the loop for long. A connection's socket is read (one
+``recv`` of :data:`_RECV_BYTES` at most) only when what it sent before has been handled; a
+connection with frames to handle waits in its uid's queue (:class:`RoundRobin`), and each turn
+of the loop serves one connection of each uid, in turn, for at most :data:`SLICE_FRAMES`
+frames, :data:`SLICE_BYTES` bytes and :data:`SLICE_S` seconds: a uid with 256 connections gets
+the same share as one with a single connection. A uid with too much queued for the writer
+(:meth:`counterd.daemon.quota.Usage.congested`) is not served until the writer catches up, so a
+flood waits in its own sockets. The black box of a connection that ended is read a slice per
+turn too (frames that keep nothing, such as SYNC, skipped unread). QUERY frames are answered
+off the loop (:class:`counterd.daemon.query.QueryWorker`), one in flight per connection.
+
 Acknowledgements come from the writer's thread once records are committed: the writer wakes
 the loop (:meth:`Server.wake`, a socket pair in the selector, also used by signals) and the
-server sends each client one ACK carrying its latest sequence number. A client must say HELLO
-within :data:`HELLO_TIMEOUT_S` and finish a frame within :data:`PARTIAL_FRAME_TIMEOUT_S`.
+server sends each client one ACK carrying its latest sequence number (a SYNC, or a scratch
+CLOSE, with nothing of its connection in flight is acknowledged at once, without the writer).
+A client must say HELLO within :data:`HELLO_TIMEOUT_S` and finish a frame within
+:data:`PARTIAL_FRAME_TIMEOUT_S`.
 """
 
 from __future__ import annotations
@@ -27,6 +40,8 @@ import socket
 import stat
 import struct
 import time
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from counterd import protocol
@@ -41,7 +56,15 @@ HELLO_TIMEOUT_S = 10.0  # a connection must say HELLO within this
 PARTIAL_FRAME_TIMEOUT_S = 30.0  # a frame begun must be complete within this
 ACCEPT_BACKOFF_S = 0.1  # first pause of accepting after EMFILE
 ACCEPT_BACKOFF_MAX_S = 5.0
-_RECV_BYTES = 262144
+_RECV_BYTES = 65536  # one read of a connection's socket (its frames are then handled first)
+SLICE_FRAMES = 64  # frames of one connection handled per turn of the loop, at most
+SLICE_BYTES = 65536  # their bytes (at least one frame); also a black box's chunk per turn
+SLICE_S = 0.005  # and the time they take
+# Frames that keep nothing, skipped unread in a black box after its connection ended: no one
+# is left to answer them.
+_NOTHING_TO_KEEP = frozenset({protocol.FrameType.SYNC, protocol.FrameType.READ,
+                              protocol.FrameType.QUERY, protocol.FrameType.HELLO,
+                              protocol.FrameType.BUFFER})
 _NO_FDS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
@@ -95,6 +118,51 @@ def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
     return data, fds
 
 
+class RoundRobin:
+    """The sessions with frames to handle, one queue per uid: :meth:`turn` takes the first of
+    each uid's queue, uids in turn (round-robin between users, not connections)."""
+
+    def __init__(self) -> None:
+        self._queues: dict[int, deque[Session]] = {}  # uid -> sessions; uids in turn order
+
+    def add(self, session: Session) -> None:
+        if not session.queued:
+            session.queued = True
+            self._queues.setdefault(session.uid, deque()).append(session)
+
+    def discard(self, session: Session) -> None:
+        if session.queued:
+            session.queued = False
+            queue = self._queues.get(session.uid)
+            if queue is not None:
+                with contextlib.suppress(ValueError):
+                    queue.remove(session)
+                if not queue:
+                    del self._queues[session.uid]
+
+    def turn(self, skip: Callable[[int], bool]) -> list[Session]:
+        """One session of each uid with work (but those ``skip`` says to leave waiting), taken
+        off its queue; each uid served goes to the back of the line."""
+        out: list[Session] = []
+        for uid in list(self._queues):
+            if skip(uid):
+                continue
+            queue = self._queues.pop(uid)
+            session = queue.popleft()
+            session.queued = False
+            if queue:
+                self._queues[uid] = queue
+            out.append(session)
+        return out
+
+    def ready(self, skip: Callable[[int], bool]) -> bool:
+        """Whether some uid (not skipped) has work."""
+        return any(not skip(uid) for uid in self._queues)
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+
 class Server:
     """The sessions of one daemon. ``listen()`` binds, ``poll()`` serves once, ``drain()``,
     ``close_sessions()`` and ``close()`` shut down; the limits are ``shared.limits`` (a reload
@@ -115,6 +183,7 @@ class Server:
         self._listener: socket.socket | None = None
         self._path: Path | None = None
         self._stopping = False  # the writer has stopped: nothing more can be stored
+        self._ready = RoundRobin()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def listen(self, path: Path, mode: int) -> None:
@@ -140,9 +209,18 @@ class Server:
                 os.unlink(self._path)
 
     def drain(self) -> None:
-        """Read and handle what every client already sent (at shutdown)."""
+        """Read and handle what every client already sent (at shutdown), with no slices: its
+        buffered frames, its socket until it would block, the black box of one that ended."""
         for session in list(self._sessions.values()):
-            self._on_readable(session, drain_only=True)
+            while not session.closed:
+                status = self._handle(session, 1 << 62, 1 << 62, float("inf"), park=False)
+                if status is _CLOSED:
+                    break
+                if session.eof:
+                    self._box_step(session, 1 << 30)
+                    continue
+                if not self._receive(session):
+                    break
 
     def close_sessions(self) -> None:
         """After the writer's last commit: acknowledge, send what is pending (waiting up to a
@@ -165,8 +243,10 @@ class Server:
 
     # -- the loop ----------------------------------------------------------------------------
     def poll(self, timeout: float) -> None:
-        """Wait up to ``timeout`` seconds and serve what is ready."""
-        for key, events in self._sel.select(timeout=timeout):
+        """Wait up to ``timeout`` seconds (none while frames wait to be handled), read what is
+        ready, then serve one turn (:meth:`turn`)."""
+        busy = self._ready.ready(self._congested)
+        for key, events in self._sel.select(timeout=0 if busy else timeout):
             if key.data == "listen":
                 self._accept()
             elif key.data == "wake":
@@ -174,15 +254,31 @@ class Server:
             else:
                 session = key.data
                 if events & selectors.EVENT_READ and not session.closed:
-                    self._on_readable(session)
+                    self._read(session)
                 if events & selectors.EVENT_WRITE and not session.closed:
                     self._flush(session)
+        self.turn()
+
+    def _congested(self, uid: int) -> bool:
+        return self.shared.writer.usage.congested(uid)
+
+    def turn(self) -> None:
+        """Serve one connection of each uid with frames to handle, a slice each."""
+        for session in self._ready.turn(self._congested):
+            if session.closed:
+                continue
+            if self._serve(session):
+                self._ready.add(session)
+            if not session.closed:
+                self._flush(session)
 
     def housekeeping(self, now: float) -> None:
         """Drop clients that do not say HELLO in time, leave a frame half-sent, or stay idle
         with nothing open; resume accepting after an EMFILE pause."""
         idle_s = self.shared.limits.idle_timeout_s
         for session in list(self._sessions.values()):
+            if session.eof or session.queued or session.parked:
+                continue  # ending, or frames of it wait for the loop: not the client's doing
             if not session.hello and now - session.opened > HELLO_TIMEOUT_S:
                 session.violation("no_hello", f"no HELLO within {HELLO_TIMEOUT_S:.0f} s")
                 session.close(incomplete=False)
@@ -193,7 +289,7 @@ class Server:
                 session.close(incomplete=True)
             elif not session.begins and now - session.last_frame > idle_s \
                     and session.ack_sent >= session.ack_wanted and not session.outbuf \
-                    and not session.unsent():  # frames waiting in its black box: not idle
+                    and not session.box_waiting():  # frames in its black box: not idle
                 session.violation("idle", f"nothing sent for {idle_s:g} s with no superstep "
                                   "open (socket.idle_timeout_s); reconnect when needed")
                 session.close(incomplete=False)
@@ -245,6 +341,7 @@ class Server:
             self._sessions[session.cid] = session
             self._per_uid[peer.uid] = self._per_uid.get(peer.uid, 0) + 1
             self._sel.register(sock, selectors.EVENT_READ, session)
+            session.registered = selectors.EVENT_READ
             state.set_clients(len(self._sessions))
 
     def _pause_accepting(self, exc: OSError) -> None:
@@ -269,6 +366,8 @@ class Server:
         """A session closes: out of the selector, the table and the sampled clients."""
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(session.sock)
+        session.registered = 0
+        self._ready.discard(session)
         if self._sessions.pop(session.cid, None) is not None:
             left = self._per_uid.get(session.uid, 1) - 1
             if left:
@@ -279,100 +378,124 @@ class Server:
             self.shared.clients.discard(session.pid)
         self.shared.state.set_clients(len(self._sessions))
 
-    def _on_readable(self, session: Session, drain_only: bool = False) -> None:
-        for _ in range(16 if not drain_only else 1 << 20):
-            try:
-                data, fds = _receive(session.sock)
-            except (BlockingIOError, InterruptedError):
-                break
-            except ConnectionResetError:
-                # A client that exits with acknowledgements still unread makes the kernel
-                # reset the connection instead of closing it: an end like any other.
-                data, fds = b"", []
-            except OSError as exc:
-                log.info("%s: receive failed (%s)", session.describe(), exc)
-                self._end(session)
-                return
-            for fd in fds:
-                session.descriptor(fd)
-            if not data:
-                self._end(session)
-                return
+    def _receive(self, session: Session) -> bool:
+        """One read of the client's socket into its decoder (EOF or a failure: the connection
+        ended, ``session.eof``); False if nothing was there to read."""
+        try:
+            data, fds = _receive(session.sock)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except ConnectionResetError:
+            # A client that exits with acknowledgements still unread makes the kernel reset
+            # the connection instead of closing it: an end like any other.
+            data, fds = b"", []
+        except OSError as exc:
+            log.info("%s: receive failed (%s)", session.describe(), exc)
+            data, fds = b"", []
+        for fd in fds:
+            session.descriptor(fd)
+        if not data:
+            session.eof = True
+        else:
             session.received += len(data)
-            if not self._feed(session, data):
-                return
-            if len(data) < _RECV_BYTES:
-                break
-        if not session.closed:
-            self._flush(session)
+            session.decoder.feed(data)
+        return True
 
-    def _feed(self, session: Session, data: bytes) -> bool:
-        """Decode and handle ``data`` of the client's stream; False when the session closed."""
+    def _read(self, session: Session) -> None:
+        """The socket is readable: read once, then stop reading it until its frames are
+        handled (the kernel's buffer holds the rest: the client waits, not the daemon)."""
+        if not self._receive(session):
+            return
+        session.reading = False
+        self._interest(session)
+        self._ready.add(session)
+
+    def _serve(self, session: Session) -> bool:
+        """A slice of work for ``session``; True if it has more to do at once."""
+        if session.parked:
+            return False  # its QUERY's answer brings it back (_on_wake)
+        status = self._handle(session, SLICE_FRAMES, SLICE_BYTES,
+                              time.monotonic() + SLICE_S)
+        if status is _MORE:
+            return True
+        if status is not _DRAINED:  # closed, or waiting for a QUERY's answer
+            return False
+        if session.eof:
+            return self._box_step(session, SLICE_BYTES)
         decoder = session.decoder
-        decoder.feed(data)
+        session.partial_since = (session.partial_since or time.monotonic()) \
+            if decoder.pending else None
+        session.reading = True
+        self._interest(session)
+        return False
+
+    def _handle(self, session: Session, max_frames: int, max_bytes: int, deadline: float,
+                park: bool = True) -> object:
+        """Handle the frames buffered for ``session``, at most ``max_frames`` of them (frames
+        refused count too), ``max_bytes`` bytes (at least one frame) and until ``deadline``.
+        Returns _CLOSED, _PARKED (a QUERY's answer is awaited), _MORE (the slice is used up)
+        or _DRAINED (no complete frame is left)."""
+        decoder = session.decoder
+        skip = _NOTHING_TO_KEEP if session.eof else frozenset()
+        frames = decoder.frames(skip)
+        n = size = 0
         while True:
+            if n and (n >= max_frames or size >= max_bytes or time.monotonic() >= deadline):
+                return _MORE
+            n += 1
             try:
-                for ftype, payload in decoder.frames():
-                    session.handle(ftype, payload)
-                    if session.closed:
-                        return False
-                break
+                item = next(frames, None)
+                if item is None:
+                    return _DRAINED
+                size += decoder.last_size
+                session.handle(*item)
             except ProtocolError as exc:  # that frame refused: go on with the next
                 session.violation(exc.code, exc.message)
                 if decoder.broken or not session.hello:
                     session.close(incomplete=True)
-                    return False
+                    return _CLOSED
+                frames = decoder.frames(skip)
+                continue
             except Exception:  # a bug the frame reached: this client goes, the daemon stays
                 log.exception("%s: internal error handling a frame", session.describe())
                 session.violation("internal", "the daemon could not handle a frame; reconnect")
                 session.close(incomplete=True)
-                return False
-        session.partial_since = (session.partial_since or time.monotonic()) \
-            if decoder.pending else None
-        return True
+                return _CLOSED
+            if session.closed:
+                return _CLOSED
+            if session.parked and park:
+                return _PARKED
+
+    def _box_step(self, session: Session, size: int) -> bool:
+        """The connection ended and its buffered frames are handled: the next chunk of what
+        the client wrote to its black box but never sent (True: more to handle), or, when
+        none is left, the end: the supersteps still begun become incomplete records."""
+        chunk = session.box_chunk(size)
+        if chunk:
+            session.decoder.feed(chunk)
+            return True
+        if session.decoder.pending:
+            session.violation("truncated", "connection closed inside a frame "
+                              f"({session.decoder.pending} bytes of it received)", reply=False)
+        session.close(incomplete=True)
+        return False
 
     def _gone(self, session: Session) -> None:
         """A reply could not be sent (EPIPE, ECONNRESET): the client is gone, but what it sent
-        before is still to be read, then its black box (:meth:`_end`); at shutdown, after the
-        writer's last commit, nothing more can be stored."""
+        before is still to be read, then its black box (reading goes on until EOF); at
+        shutdown, after the writer's last commit, nothing more can be stored."""
         if self._stopping:
             log.info("%s: gone while the daemon stops: what it had not sent is not read",
                      session.describe())
             session.close(incomplete=False)
             return
-        while not session.closed:
-            try:
-                data, fds = _receive(session.sock)
-            except (BlockingIOError, InterruptedError, OSError):
-                break
-            for fd in fds:
-                session.descriptor(fd)
-            if not data:
-                break
-            session.received += len(data)
-            if not self._feed(session, data):
-                return
-        if not session.closed:
-            self._end(session)
-
-    def _end(self, session: Session) -> None:
-        """The connection ended: the frames the client wrote to its black box but never sent
-        are handled first, then the supersteps still begun become incomplete records."""
-        unsent = session.unsent()
-        if unsent:
-            # An ordinary end (a client exits with its last batch unsent, or is killed): nothing
-            # is lost, it is read from there. A loss is a warning (Session.unsent, the
-            # truncated-frame violation below).
-            log.debug("%s: its connection ended with %d bytes unsent in its black box: read "
-                      "from there", session.describe(), len(unsent))
-            if not self._feed(session, unsent):
-                return
-        if session.decoder.pending:
-            session.violation("truncated", "connection closed inside a frame "
-                              f"({session.decoder.pending} bytes of it received)", reply=False)
-        session.close(incomplete=True)
+        session.gone = True
+        session.outbuf.clear()
+        self._interest(session)
 
     def _flush(self, session: Session) -> None:
+        if session.gone:
+            return
         if session.ack_wanted > session.ack_sent:  # acks are coalesced: only the latest matters
             session.outbuf += protocol.Ack(session.ack_wanted).encode(session.version)
             session.ack_sent = session.ack_wanted
@@ -385,10 +508,24 @@ class Server:
             except OSError:  # the client is gone: what it sent and its black box first
                 self._gone(session)
                 return
-        want = selectors.EVENT_READ | (selectors.EVENT_WRITE if session.outbuf else 0)
-        if session.writing != bool(session.outbuf):
-            session.writing = bool(session.outbuf)
+        self._interest(session)
+
+    def _interest(self, session: Session) -> None:
+        """Watch the socket for what the session waits for: reading (when its frames are
+        handled and it has not ended), writing (replies wait)."""
+        if session.closed:
+            return
+        want = (selectors.EVENT_READ if session.reading and not session.eof else 0) \
+            | (selectors.EVENT_WRITE if session.outbuf and not session.gone else 0)
+        if want == session.registered:
+            return
+        if not want:
+            self._sel.unregister(session.sock)
+        elif not session.registered:
+            self._sel.register(session.sock, want, session)
+        else:
             self._sel.modify(session.sock, want, session)
+        session.registered = want
 
     def _on_wake(self) -> None:
         with contextlib.suppress(OSError):
@@ -401,6 +538,18 @@ class Server:
                     session.violation("refused", reason, seq)
         for cid, seq in self.shared.writer.take_acks().items():
             session = self._sessions.get(cid)
-            if session is not None and not session.closed and seq > session.ack_wanted:
-                session.ack_wanted = seq
+            if session is not None and not session.closed:
+                session.committed_to(seq)
                 self._flush(session)
+        worker = self.shared.query_worker
+        for cid, answer in worker.take_answers() if worker is not None else ():
+            session = self._sessions.get(cid)
+            if session is not None and not session.closed:
+                session.parked = False
+                session.send(answer)
+                if not session.closed:
+                    self._ready.add(session)  # its next frames, or its socket again
+                    self._flush(session)
+
+
+_CLOSED, _PARKED, _MORE, _DRAINED = object(), object(), object(), object()

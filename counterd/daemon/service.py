@@ -46,7 +46,7 @@ from counterd.daemon.auth import Authority, peer_credentials
 from counterd.daemon.behalf import Counting, resolve_backend
 from counterd.daemon.config import Config, Limits
 from counterd.daemon.exporter import MetricsState, Workload, registry
-from counterd.daemon.query import Queries
+from counterd.daemon.query import Queries, QueryWorker
 from counterd.daemon.sampling import sample_forever
 from counterd.daemon.server import Server
 from counterd.daemon.session import Clients, Shared
@@ -129,6 +129,7 @@ class Daemon:
         self._apply(cfg)  # first: a config refused here (an unusable profile) leaves no store
         self._store = Store(cfg.store_path, synchronous=cfg.store_synchronous)
         self._shared.queries = Queries(cfg.store_path)
+        self._shared.query_worker = QueryWorker(self._shared.queries, self._wake)
         self._server.listen(cfg.socket_path, cfg.socket_mode)
         if cfg.metrics_listen:  # before any thread: a port in use leaves no socket file
             try:
@@ -138,6 +139,7 @@ class Daemon:
                 self._store.close()
                 raise
         self._threads.append(self._writer.start(self._store))
+        self._shared.query_worker.start()
         sampler = threading.Thread(
             target=sample_forever, name="counterd-sampler", daemon=True,
             args=(self._sampler_stop, self._sampling_settings, self._clients.snapshot,
@@ -230,6 +232,8 @@ class Daemon:
         self._server.close_sessions()
         self._stop_metrics()
         self._server.close()
+        if self._shared.query_worker is not None:
+            self._shared.query_worker.stop()  # closes the queries' store
         self._shared.queries.close()
         log.info("stopped; %d records stored in this run", self.state.records_stored)
 

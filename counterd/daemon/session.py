@@ -32,7 +32,7 @@ from counterd.daemon.auth import Authority, Peer
 from counterd.daemon.behalf import ClientCounters, Counting
 from counterd.daemon.config import Limits
 from counterd.daemon.exporter import Workload
-from counterd.daemon.query import Queries
+from counterd.daemon.query import Queries, QueryWorker
 from counterd.daemon.sampling import owner_uids
 from counterd.daemon.store import RunInfo
 from counterd.daemon.writer import Item, Writer
@@ -108,6 +108,7 @@ class Shared:
     held: dict[int, int] = field(default_factory=dict)  # uid -> bytes its connections hold
     log: ThrottledLog = field(default_factory=ThrottledLog)
     queries: Queries = field(default_factory=Queries)
+    query_worker: QueryWorker | None = None  # None: QUERY answered in the loop (tests)
 
 
 # Backends whose counts come from outside the program and never through a daemon: a record
@@ -161,12 +162,27 @@ class Session:
         self.ack_wanted = 0
         self.ack_sent = 0
         self.partial_since: float | None = None
-        self.writing = False
+        self.registered = 0  # the selector events watched for it (the server's)
         self.closed = False
         self.received = 0  # bytes read from the connection (the client's stream offset)
         self.box: int | None = None  # the client's black box (a BUFFER's descriptor)
         self.box_serves = 0  # the connection its head must name (the BUFFER's "box")
         self._box_sent: int | None = None  # a descriptor received, for the next BUFFER
+        self.box_read = 0  # bytes of the box read after the connection ended
+        # The server's scheduling (server.Server): in its queue of sessions with work, reading
+        # its socket, the connection ended (its box and the frames buffered still to handle),
+        # a QUERY's answer awaited (nothing more is handled until it comes), replies
+        # undeliverable (the client is gone: what it sent is still read).
+        self.queued = False
+        self.reading = True
+        self.eof = False
+        self.parked = False
+        self.gone = False
+        # Acknowledgements: the last frame handed to the writer, the last the writer
+        # committed, and a SYNC (or scratch CLOSE) to acknowledge once both meet.
+        self.put_seq = 0
+        self.committed = 0
+        self.deferred = 0
 
     @property
     def pid(self) -> int:
@@ -210,26 +226,46 @@ class Session:
         else:
             os.close(fd)
 
-    def unsent(self) -> bytes:
-        """What the client's black box holds beyond the bytes received (the connection has
-        ended: the client died, or closed with frames it had not sent), at most
-        ``socket.max_bytes_per_client`` of it."""
+    def box_chunk(self, size: int) -> bytes:
+        """The next ``size`` bytes at most of what the client's black box holds beyond the
+        bytes received (the connection has ended: the client died, or closed with frames it
+        had not sent), up to ``socket.max_bytes_per_client`` in all; read a chunk per turn of
+        the loop (server.Server), not at once."""
         if self.box is None:
             return b""
         limit = self.shared.limits.max_bytes_per_client
+        left = limit - self.box_read
         try:
-            data = spool.read_box(self.box, self.received, limit + 1, self.box_serves)
+            if left <= 0:
+                if spool.read_box(self.box, self.received + self.box_read, 1,
+                                  self.box_serves):  # a warning: supersteps are lost
+                    self.shared.log.warning(
+                        "%s: its black box held more than socket.max_bytes_per_client (%d "
+                        "bytes) beyond what it sent: the first %d bytes are read, the rest is "
+                        "lost; raise the limit", self.describe(), limit, limit)
+                os.close(self.box)
+                self.box = None
+                return b""
+            data = spool.read_box(self.box, self.received + self.box_read, min(size, left),
+                                  self.box_serves)
         except OSError as exc:
             log.warning("%s: its black box cannot be read (%s): what it had not sent is lost",
                         self.describe(), exc)
             return b""
-        if len(data) > limit:  # a warning: supersteps are lost (an ordinary end is DEBUG)
-            self.shared.log.warning(
-                "%s: its black box held more than socket.max_bytes_per_client (%d bytes) "
-                "beyond what it sent: the first %d bytes are read, the rest is lost; raise "
-                "the limit", self.describe(), limit, limit)
-            data = data[:limit]
+        if data and not self.box_read:  # an ordinary end (a loss is a warning, above)
+            log.debug("%s: its connection ended with frames unsent in its black box: read "
+                      "from there", self.describe())
+        self.box_read += len(data)
         return data
+
+    def box_waiting(self) -> bool:
+        """Frames wait in the black box beyond what was received (the client is not idle)."""
+        if self.box is None:
+            return False
+        try:
+            return bool(spool.read_box(self.box, self.received, 1, self.box_serves))
+        except OSError:
+            return False
 
     def close(self, *, incomplete: bool) -> None:
         """End the session; with ``incomplete``, the supersteps still begun are stored as
@@ -251,9 +287,16 @@ class Session:
                 except (KeyError, TypeError, ValueError) as exc:
                     log.warning("%s: unusable begin line %r: %s", self.describe(), line, exc)
                     continue
+                why = self._refusal(0)
+                if why is not None:
+                    self.shared.log.warning("%s: its incomplete superstep %d of run %s is not "
+                                            "kept: %s", self.describe(), rec.index,
+                                            rec.run_id, why)
+                    continue
                 log.info("%s: died inside superstep %d (%s) of run %s: stored as incomplete",
                          self.describe(), rec.index, rec.name, rec.run_id)
-                self.shared.writer.put(Item(0, 0, rec, info))
+                self.shared.writer.put(Item(0, 0, rec, info, self._sizes.get(
+                    (rec.run_id, rec.index), 0)))
         self.begins.clear()
         self._sizes.clear()
         self.contexts.clear()
@@ -298,13 +341,19 @@ class Session:
         elif ftype is FrameType.READ:
             self._read(seq, payload)
         elif ftype is FrameType.SYNC:
-            self.shared.writer.put(Item(self.cid, protocol.Sync.decode(payload).s, None, None))
+            self.sync(protocol.Sync.decode(payload).s)
         elif ftype is FrameType.BUFFER:
             self._buffer(seq, payload)
         elif ftype is FrameType.QUERY:
-            self.send(self.shared.queries.answer(payload, self.peer,
-                                                 self.shared.auth.privileged(self.peer),
-                                                 self.version, self.decoder.max_frame))
+            privileged = self.shared.auth.privileged(self.peer)
+            worker = self.shared.query_worker
+            if worker is None:
+                self.send(self.shared.queries.answer(payload, self.peer, privileged,
+                                                     self.version, self.decoder.max_frame))
+            else:  # answered off the loop; this connection waits for it (one in flight)
+                self.parked = True
+                worker.submit(self.cid, payload, self.peer, privileged, self.version,
+                              self.decoder.max_frame)
 
     def _follow(self, seq: object) -> int:
         """``seq`` if it follows the last sequence number (ProtocolError ``bad_seq`` if not)."""
@@ -458,11 +507,11 @@ class Session:
             return
         self._end_begun((ctx.run_id, index))
         if ctx.scratch:  # decoded and acknowledged as any, kept nowhere (protocol: scratch)
-            self.shared.writer.put(Item(self.cid, seq, None, None))
+            self.sync(seq)  # and never reaches the writer
             return
         if self.info is None:
             self.info = RunInfo(self.job, self.uid, self.batch_job)
-        self.shared.writer.put(Item(self.cid, seq, self._uncounted(rec), self.info))
+        self._put(Item(self.cid, seq, self._uncounted(rec), self.info, self.decoder.last_size))
 
     def _record(self, seq: int, payload: Mapping[str, Any]) -> None:
         try:
@@ -474,8 +523,46 @@ class Session:
         key = (rec.run_id, rec.index)
         self._end_begun(key)
         rec = self.counters.finish(key, rec, self.describe())
-        self.shared.writer.put(Item(self.cid, seq, self._uncounted(rec),
-                                    RunInfo(self.job, self.uid, self.batch_job)))
+        self._put(Item(self.cid, seq, self._uncounted(rec),
+                       RunInfo(self.job, self.uid, self.batch_job), self.decoder.last_size))
+
+    # -- the writer, acknowledgements, quotas ---------------------------------------------------
+    def _refusal(self, size: int) -> str | None:
+        """Why this uid may not have a record of ``size`` bytes more kept (the store quota,
+        the disk reserve: :class:`~counterd.daemon.quota.Usage`), or None."""
+        limits = self.shared.limits
+        return self.shared.writer.usage.refusal(self.uid, size, limits.max_store_bytes_per_uid,
+                                                limits.store_reserve_bytes)
+
+    def _put(self, item: Item) -> None:
+        """Hand a record to the writer (acknowledged once committed), or refuse it with an
+        ERROR naming the quota it would break."""
+        why = self._refusal(item.size)
+        if why is not None:
+            self.violation("quota", why, item.seq)
+            self.shared.state.count("refused", "quota")
+            self.sync(item.seq)  # answered: the ACK that follows covers the ERROR
+            return
+        self.shared.writer.put(item)
+        self.put_seq = item.seq
+
+    def sync(self, seq: int) -> None:
+        """Acknowledge frame ``seq`` (a SYNC, a scratch CLOSE: nothing to keep) as soon as
+        everything handed to the writer before it is committed: at once if nothing is in
+        flight, else with the writer's acknowledgement (:meth:`committed_to`). Neither costs
+        the writer anything."""
+        if self.put_seq <= self.committed:
+            self.ack_wanted = max(self.ack_wanted, seq)
+        else:
+            self.deferred = max(self.deferred, seq)
+
+    def committed_to(self, seq: int) -> None:
+        """The writer committed this connection's frames up to ``seq``."""
+        self.committed = max(self.committed, seq)
+        self.ack_wanted = max(self.ack_wanted, seq)
+        if self.deferred and self.committed >= self.put_seq:
+            self.ack_wanted = max(self.ack_wanted, self.deferred)
+            self.deferred = 0
 
     def _uncounted(self, rec: SuperstepRecord) -> SuperstepRecord:
         """``rec``, refused its counters with the reason when its backend cannot count through

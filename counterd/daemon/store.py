@@ -33,7 +33,7 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +51,9 @@ log = logging.getLogger("counterd.daemon")
 #       run id made another user's records of that id refused): runs are keyed on (uid,
 #       run_id), records on (uid, run_id, host, pid, idx), the view groups by uid too.
 #       Existing runs keep the uid they were recorded with.
+#   4 - the supersteps view gains work_ns and skew_ns.
+#   5 - usage (records and bytes per uid, kept by triggers: the store quota) and the run
+#       listing's indices (keyset pages).
 MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE runs (
@@ -162,6 +165,35 @@ MIGRATIONS: tuple[str, ...] = (
                SUM(end_ns IS NULL) AS incomplete
         FROM records GROUP BY uid, run_id, idx, name;
     """,
+    """
+    -- 5: what each uid keeps (the per-uid store quota, counterd.daemon.quota): its records
+    -- and their bytes (the JSON bodies), kept by triggers in the transaction that changes
+    -- them; and the indices of the keyset-paged run listing (Store.runs: one page is an
+    -- index range, however many runs there are).
+    CREATE TABLE usage (
+        uid     INTEGER PRIMARY KEY,
+        records INTEGER NOT NULL,
+        bytes   INTEGER NOT NULL
+    );
+    INSERT INTO usage SELECT uid, COUNT(*), SUM(length(CAST(body AS BLOB))) FROM records
+        GROUP BY uid;
+    CREATE TRIGGER usage_insert AFTER INSERT ON records BEGIN
+        INSERT INTO usage VALUES (NEW.uid, 1, length(CAST(NEW.body AS BLOB)))
+        ON CONFLICT (uid) DO UPDATE SET records = records + 1,
+                                        bytes = bytes + excluded.bytes;
+    END;
+    CREATE TRIGGER usage_update AFTER UPDATE OF body ON records BEGIN
+        UPDATE usage SET bytes = bytes - length(CAST(OLD.body AS BLOB))
+                                       + length(CAST(NEW.body AS BLOB))
+        WHERE uid = NEW.uid;
+    END;
+    CREATE TRIGGER usage_delete AFTER DELETE ON records BEGIN
+        UPDATE usage SET records = records - 1, bytes = bytes - length(CAST(OLD.body AS BLOB))
+        WHERE uid = OLD.uid;
+    END;
+    CREATE INDEX runs_by_uid ON runs(uid, first_seen_ns, run_id);
+    CREATE INDEX runs_by_time ON runs(first_seen_ns, run_id, uid);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -186,6 +218,14 @@ class RunRow:
     records: int
     supersteps: int
     incomplete: int
+
+
+    def key(self) -> RunKey:
+        """Where the run listing goes on after this run (a QUERY's ``after``)."""
+        return (self.first_seen_ns, self.run_id, self.uid)
+
+
+RunKey = tuple[int, str, int]  # (first_seen_ns, run_id, uid): the run listing's order
 
 
 @dataclass(frozen=True)
@@ -259,6 +299,20 @@ def schema_version(conn: sqlite3.Connection) -> int:
     return int(got or 0)
 
 
+def _statements(script: str) -> Iterator[str]:
+    """The statements of ``script``, split at the semicolons that end one (a trigger's body
+    holds semicolons of its own: :func:`sqlite3.complete_statement` says where it ends)."""
+    statement = ""
+    for piece in script.split(";"):
+        statement += piece + ";"
+        if sqlite3.complete_statement(statement):
+            if statement.strip(" \n;"):
+                yield statement
+            statement = ""
+    if statement.strip(" \n;"):
+        yield statement
+
+
 def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
     """Apply the missing migrations up to ``target``; returns the version reached."""
     current = schema_version(conn)
@@ -270,9 +324,8 @@ def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
         try:
             conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL,"
                          " applied_ns INTEGER NOT NULL)")
-            for statement in MIGRATIONS[version - 1].split(";"):
-                if statement.strip():
-                    conn.execute(statement)
+            for statement in _statements(MIGRATIONS[version - 1]):
+                conn.execute(statement)
             conn.execute("INSERT INTO schema_version VALUES (?, ?)", (version, time.time_ns()))
             conn.execute("COMMIT")
         except BaseException:
@@ -392,16 +445,45 @@ class Store:
     # -- reading (reports, and the daemon's answers to QUERY) -----------------------------------
     # ``uid`` None reads every user's runs: for those who may read the file (root, the daemon
     # user); the daemon passes the asking client's uid unless it is privileged.
-    def runs(self, uid: int | None = None) -> list[RunRow]:
-        where, args = ("WHERE r.uid = ? ", (uid,)) if uid is not None else ("", ())
+    def runs(self, uid: int | None = None, after: RunKey | None = None,
+             limit: int | None = None) -> list[RunRow]:
+        """The runs (of ``uid``; None: everyone's) in listing order (first seen, run id, uid),
+        from after the key ``after`` (:meth:`RunRow.key`), at most ``limit`` of them: a page
+        is a range of an index (runs_by_uid, runs_by_time) and its counts are counted for its
+        own runs only, so a page costs the same however many runs come before it."""
+        where: list[str] = []
+        args: list[object] = []
+        if uid is not None:
+            where.append("uid = ?")
+            args.append(uid)
+        if after is not None:
+            where.append("(first_seen_ns, run_id, uid) > (?, ?, ?)")
+            args.extend(after)
+        sql = ("SELECT uid, run_id, host, job, first_seen_ns, last_seen_ns FROM runs "
+               + (f"WHERE {' AND '.join(where)} " if where else "")
+               + "ORDER BY first_seen_ns, run_id, uid")
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit)
         rows = self._conn.execute(
             "SELECT r.uid, r.run_id, r.host, r.job, r.first_seen_ns, r.last_seen_ns, "
             "(SELECT COUNT(*) FROM records x WHERE x.uid = r.uid AND x.run_id = r.run_id), "
             "(SELECT COUNT(*) FROM supersteps s WHERE s.uid = r.uid AND s.run_id = r.run_id), "
             "(SELECT COUNT(*) FROM records x WHERE x.uid = r.uid AND x.run_id = r.run_id "
-            "AND x.end_ns IS NULL) "
-            f"FROM runs r {where}ORDER BY r.first_seen_ns, r.run_id, r.uid", args).fetchall()
+            f"AND x.end_ns IS NULL) FROM ({sql}) r ORDER BY r.first_seen_ns, r.run_id, r.uid",
+            args).fetchall()
         return [RunRow(*row) for row in rows]
+
+    def usage(self, uids: Iterable[int] | None = None) -> dict[int, int]:
+        """uid -> bytes of records it keeps in the store (of ``uids``; None: every uid's)."""
+        if uids is None:
+            rows = self._conn.execute("SELECT uid, bytes FROM usage WHERE records > 0")
+        else:
+            wanted = sorted(set(uids))
+            rows = self._conn.execute(
+                f"SELECT uid, bytes FROM usage WHERE uid IN ({','.join('?' * len(wanted))})",
+                wanted)
+        return {int(u): int(b) for u, b in rows}
 
     def latest(self, uid: int | None = None) -> tuple[int, str] | None:
         """(uid, run id) of the run seen last (of ``uid``'s runs, if given)."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from counterd.daemon.exporter import Workload
+from counterd.daemon.quota import Usage
 from counterd.daemon.store import RunInfo, Sample, Store, StoreError
 from counterd.records import SuperstepRecord
 
@@ -33,18 +34,22 @@ if TYPE_CHECKING:
 log = logging.getLogger("counterd.daemon")
 
 WRITER_BATCH = 4096  # records per transaction at most
+WRITER_BATCH_BYTES = 16 << 20  # and their wire bytes (at least one record)
 PRUNE_EVERY_S = 3600.0
 
 
 @dataclass
 class Item:
     """A processed frame: the record to commit (None for a SYNC) and the sequence number to
-    acknowledge on connection ``cid`` once it is committed (cid 0: nobody to acknowledge)."""
+    acknowledge on connection ``cid`` once it is committed (cid 0: nobody to acknowledge);
+    ``size``: its wire bytes (what it costs in flight, :class:`~counterd.daemon.quota.Usage`).
+    """
 
     cid: int
     seq: int
     record: SuperstepRecord | None
     info: RunInfo | None
+    size: int = 0
 
 
 _STOP = object()
@@ -65,11 +70,14 @@ class Writer:
         self._refusals: dict[int, list[tuple[int, str]]] = {}
         self._acks_lock = threading.Lock()
         self._retention: tuple[int | None, float] = (None, 0.0)  # ns (None: keep), days
+        self.usage = Usage()
 
     def set_retention(self, retention_ns: int | None, retention_days: float) -> None:
         self._retention = (retention_ns, retention_days)
 
     def put(self, item: Item) -> None:
+        if item.info is not None:
+            self.usage.queued(item.info.uid, item.size)
         self._queue.put(item)
 
     def put_samples(self, rows: list[Sample]) -> None:
@@ -92,6 +100,8 @@ class Writer:
         return refusals
 
     def start(self, store: Store) -> threading.Thread:
+        self.usage.load(store.usage())
+        self.usage.stat(store.path.parent)
         thread = threading.Thread(target=self._run, args=(store,), name="counterd-writer",
                                   daemon=True)
         thread.start()
@@ -108,14 +118,16 @@ class Writer:
             batch: list[Item] = []
             samples: list[Sample] = []
             item: Any = first
+            size = 0
             while item is not None:
                 if item is _STOP:
                     stopping = True
                 elif isinstance(item, Item):
                     batch.append(item)
+                    size += item.size
                 else:
                     samples.extend(item)
-                if len(batch) >= WRITER_BATCH:
+                if len(batch) >= WRITER_BATCH or size >= WRITER_BATCH_BYTES:
                     break
                 try:
                     item = self._queue.get_nowait()
@@ -135,6 +147,7 @@ class Writer:
                     if n:
                         log.info("retention: deleted %d rows older than %g days", n,
                                  retention_days)
+                        self.usage.load(store.usage())
                 except Exception as exc:
                     log.error("retention failed: %s", exc)
         store.close()
@@ -144,6 +157,7 @@ class Writer:
         try:
             committed = self._commit_retrying(store, batch, samples)
         except _GaveUp:
+            self._settled(store, batch)
             return
         except Exception as exc:  # some record the store cannot hold: find it, keep the rest
             log.warning("the store refused a batch (%s: %s); committing its records one by "
@@ -166,7 +180,23 @@ class Writer:
             with self._acks_lock:
                 for cid, seq in acks.items():
                     self._acks[cid] = max(seq, self._acks.get(cid, 0))
-            self._wake()
+        self._settled(store, batch)
+        self._wake()  # acknowledgements, and uids no longer congested (Usage.congested)
+
+    def _settled(self, store: Store, batch: list[Item]) -> None:
+        """The batch's records are no longer in flight: the store's bytes of their uids and
+        its free space are read again (:class:`~counterd.daemon.quota.Usage`)."""
+        uids = set()
+        for it in batch:
+            if it.info is not None:
+                self.usage.done(it.info.uid, it.size)
+                uids.add(it.info.uid)
+        if uids:
+            try:
+                self.usage.committed(store.usage(uids))
+            except Exception as exc:  # the quota goes on from the last counts
+                log.warning("cannot read the store's usage: %s", exc)
+        self.usage.stat(store.path.parent)
 
     def _commit_retrying(self, store: Store, batch: list[Item], samples: list[Sample]
                          ) -> list[Item]:
