@@ -68,7 +68,7 @@ HOST = socket.gethostname()
 NOBODY = 65534  # the hostile user
 OTHER = 65533  # a second unprivileged user (the victim of a squat)
 CATEGORIES = ("protocol and floods", "authorisation", "durability", "bad files", "signals",
-              "marker misuse", "recorder")
+              "marker misuse", "recorder", "fairness and quotas")
 REPLY_TIMEOUT_S = 5.0
 F = protocol.FrameType
 
@@ -2126,6 +2126,433 @@ def recorder_sigkill(lab: Lab) -> list[Check]:
         why.append("removed the spool directory of a live recorder")
     shutil.rmtree(work, ignore_errors=True)
     return one("", *why)
+
+# -- fairness and quotas (the Reliability issue's items 1 and 3) --------------------------------
+# Each flood comes from uid NOBODY while a victim of uid OTHER connects afresh, again and again,
+# sends HELLO, one RECORD and a SYNC, and waits for the ACK: the issue's target is the victim's
+# worst acknowledgement (connect to ACK) <= 1 s, and its records stored. --quick scales the
+# floods down and allows 2.5 s (a test host is shared; the markers' flush gives up after 5 s).
+VICTIM_TARGET_S = 1.0
+VICTIM_QUICK_S = 2.5
+VICTIM_WAIT_S = 30.0  # a victim waiting longer is counted as not acknowledged
+FLOOD_RSS_MB = 64  # the daemon's RSS may grow by this much under a flood, at most
+
+
+def _victim_once(sock: str, run_id: str, index: int) -> str:
+    """One fresh connection: HELLO, RECORD ``index`` of ``run_id``, SYNC; "ack" or why not."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(VICTIM_WAIT_S)
+    dec = protocol.Decoder(1 << 24, protocol.ACCEPTED_VERSIONS)
+    try:
+        s.connect(sock)
+        s.sendall(protocol.encode(F.HELLO, {"pid": os.getpid(), "host": HOST, "job": "victim"})
+                  + protocol.encode(F.RECORD, {"s": 1, "rec": make_record(run_id, index)
+                                               .to_json()})
+                  + protocol.encode(F.SYNC, {"s": 2}))
+        while True:
+            data = s.recv(65536)
+            if not data:
+                return "closed"
+            dec.feed(data)
+            for ftype, p in dec.frames():
+                if ftype is F.ERROR:
+                    return f"error {p.get('code')}: {str(p.get('message'))[:120]}"
+                if ftype is F.ACK and int(p.get("s", 0)) >= 2:
+                    return "ack"
+    except TimeoutError:
+        return f"no ACK in {VICTIM_WAIT_S:.0f} s"
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        s.close()
+
+
+def _victim(chan: _Chan, sock: str, run_id: str, seconds: float, pace_s: float = 0.1
+            ) -> dict[str, Any]:
+    """The victim's round trips for ``seconds`` (at least 3): their times and failures."""
+    times: list[float] = []
+    failures: list[str] = []
+    deadline = time.monotonic() + seconds
+    i = 0
+    while i < 3 or time.monotonic() < deadline:
+        t0 = time.monotonic()
+        out = _victim_once(sock, run_id, i)
+        times.append(time.monotonic() - t0)
+        if out != "ack":
+            failures.append(out)
+        i += 1
+        time.sleep(pace_s)
+    times.sort()
+    return {"n": i, "acked": i - len(failures), "worst": times[-1],
+            "median": times[len(times) // 2], "failures": failures[:3]}
+
+
+def _watch_victim(lab: Lab, d: LiveDaemon, seconds: float, run_id: str
+                  ) -> tuple[dict[str, Any], float]:
+    """Run the victim (uid OTHER) for ``seconds`` while sampling the daemon's RSS: its
+    result and the RSS peak (bytes)."""
+    victim = Child(_victim, str(d.socket), run_id, seconds, uid=OTHER)
+    peak = 0
+    deadline = time.monotonic() + seconds + VICTIM_WAIT_S * 3 + 60
+    while True:
+        with contextlib.suppress(OSError):
+            peak = max(peak, d.rss_bytes())
+        msg = victim.recv(0.2)
+        if msg is None:
+            if time.monotonic() > deadline:
+                victim.kill()
+                raise RuntimeError("the victim did not finish")
+            continue
+        victim.reap()
+        if "error" in msg:
+            raise RuntimeError(f"the victim failed: {msg['error']}")
+        return msg["result"], peak
+
+
+def _victim_check(lab: Lab, d: LiveDaemon, res: dict[str, Any], run_id: str) -> Check:
+    bound = VICTIM_QUICK_S if lab.quick else VICTIM_TARGET_S
+    got = len(stored(d.store, run_id))
+    why = []
+    if res["worst"] > bound:
+        why.append(f"worst acknowledgement {res['worst']:.2f} s (target {bound:g} s)")
+    if res["failures"]:
+        why.append(f"{res['n'] - res['acked']} of {res['n']} not acknowledged "
+                   f"({res['failures'][0]})")
+    if got < res["acked"]:
+        why.append(f"{got} of its {res['acked']} acknowledged records stored")
+    return Check(f"victim uid {OTHER}: worst ack {res['worst']:.2f} s, median "
+                 f"{res['median'] * 1000:.0f} ms, {got} of {res['n']} records stored",
+                 "; ".join(why) or None)
+
+
+def _rss_check(before: int, peak: int) -> Check:
+    grown = (peak - before) / 2**20
+    return Check(f"daemon RSS {before / 2**20:.0f} -> peak {peak / 2**20:.0f} MB",
+                 f"RSS grew {grown:.0f} MB (bound {FLOOD_RSS_MB})" if grown > FLOOD_RSS_MB
+                 else None)
+
+
+def _connect(sock: str, job: str) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sock)
+    s.sendall(protocol.encode(F.HELLO, {"pid": os.getpid(), "host": HOST, "job": job}))
+    s.setblocking(False)
+    return s
+
+
+class _Stream:
+    """One flooding connection: the frames it sends next (``chunk()`` makes more), the
+    replies it reads and drops (counting ERROR codes)."""
+
+    def __init__(self, sock: socket.socket, chunk: Callable[[], bytes]) -> None:
+        self.sock = sock
+        self.chunk = chunk
+        self.out = b""
+        self.decoder = protocol.Decoder(1 << 24, protocol.ACCEPTED_VERSIONS)
+        self.closed = False
+
+    def pump(self, errors: dict[str, int]) -> int:
+        """Send what the socket takes now; read what came back. Returns bytes sent."""
+        sent = 0
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            while True:
+                data = self.sock.recv(1 << 20)
+                if not data:
+                    self.closed = True
+                    return 0
+                self.decoder.feed(data)
+                with contextlib.suppress(protocol.ProtocolError):
+                    for ftype, p in self.decoder.frames():
+                        if ftype is F.ERROR:
+                            code = str(p.get("code"))
+                            errors[code] = errors.get(code, 0) + 1
+        try:
+            while True:
+                if not self.out:
+                    self.out = self.chunk()
+                n = self.sock.send(self.out)
+                sent += n
+                self.out = self.out[n:]
+                if self.out:
+                    return sent
+        except (BlockingIOError, InterruptedError):
+            return sent
+        except OSError:
+            self.closed = True
+            return sent
+
+
+def _flood(chan: _Chan, sock: str, kind: str, conns: int, seconds: float) -> dict[str, Any]:
+    """``conns`` connections of this uid sending ``kind`` frames (sync, record, scratch, fat)
+    as fast as the daemon takes them, until the parent says stop or ``seconds`` pass."""
+    import select
+
+    streams = []
+    tag = uuid.uuid4().hex[:8]
+    for k in range(conns):
+        try:
+            s = _connect(sock, f"flood-{kind}")
+        except OSError:
+            break
+        streams.append(_Stream(s, _chunks(kind, f"{kind}-{tag}-{k}", s)))
+    chan.send({"flooding": len(streams)})
+    errors: dict[str, int] = {}
+    sent = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        live = [st for st in streams if not st.closed]
+        if not live:
+            break
+        r, w, _ = select.select([chan.r, *[st.sock for st in live]],
+                                [st.sock for st in live], [], 0.1)
+        if chan.r in r:
+            break
+        for st in live:
+            if st.sock in w or st.sock in r:
+                sent += st.pump(errors)
+    closed = sum(1 for st in streams if st.closed)
+    for st in streams:
+        st.sock.close()
+    return {"conns": len(streams), "sent": sent, "errors": errors, "closed": closed}
+
+
+def _chunks(kind: str, run_id: str, s: socket.socket) -> Callable[[], bytes]:
+    """The frame maker of one flooding connection (the first call may send a CONTEXT)."""
+    seq = [1]
+
+    def nxt() -> int:
+        seq[0] += 1
+        return seq[0]
+
+    if kind == "sync":
+        return lambda: b"".join(jframe(F.SYNC, f'{{"s":{nxt()}}}') for _ in range(2000))
+    if kind in ("record", "fat"):
+        body = make_record(run_id, 0).to_json()
+        if kind == "fat":  # 250 params of 950 characters: ~240 KB a record
+            body["params"] = {f"p{i}": chr(97 + i % 26) * 950 for i in range(250)}
+        text = json.dumps({"s": 777777777, "rec": {**body, "index": 888888888}},
+                          separators=(",", ":"))
+        head, rest = text.split("777777777")
+        mid, tail = rest.split("888888888")
+        per = 1 if kind == "fat" else 100
+
+        def records() -> bytes:
+            out = []
+            for _ in range(per):
+                n = nxt()
+                out.append(jframe(F.RECORD, f"{head}{n}{mid}{n}{tail}"))
+            return b"".join(out)
+        return records
+    if kind == "scratch":
+        ctx = protocol.encode(F.CONTEXT, {"s": nxt(), "c": 1, "run_id": run_id,
+                                          "pid": os.getpid(), "host": HOST,
+                                          "backend": "none", "counters": [], "scratch": True})
+        first = [ctx]
+
+        def pairs() -> bytes:
+            out = first[:]
+            first.clear()
+            t = time.monotonic_ns()
+            for _ in range(1000):
+                n = nxt()
+                out.append(protocol.encode_open(n, 1, n, t, 0, 0, "cal"))
+                out.append(protocol.encode_close(nxt(), 1, n, t, t + 10, 0))
+            return b"".join(out)
+        return pairs
+    raise ValueError(kind)
+
+
+def _flood_attack(lab: Lab, kind: str, conns: int, d: LiveDaemon | None = None
+                  ) -> tuple[list[Check], dict[str, Any]]:
+    """Flood ``kind`` from ``conns`` connections of uid NOBODY while the victim measures: the
+    victim's check, the RSS check, and what the flood saw (its ERROR codes)."""
+    if not as_root():
+        return [Check("", f"not root: needs uids {NOBODY} and {OTHER}", True)], {}
+    d = d or lab.daemon
+    seconds = lab.scale(20, 3)
+    before = d.rss_bytes()
+    attacker = Child(_flood, str(d.socket), kind, conns, seconds + VICTIM_WAIT_S + 60,
+                     uid=NOBODY)
+    started = attacker.recv(60)
+    if not started or "flooding" not in started:
+        attacker.kill()
+        return one("", f"the flood did not start: {started}"), {}
+    time.sleep(min(2.0, seconds / 3))  # the flood under way
+    victim_run = new_run(f"victim-{kind}")
+    res, peak = _watch_victim(lab, d, seconds, victim_run)
+    attacker.send({"stop": True})
+    flood = attacker.result(120)
+    note = (f"uid {NOBODY}: {flood['conns']} connections, {flood['sent'] / 2**20:.0f} MiB sent"
+            + (f", ERRORs {flood['errors']}" if flood["errors"] else ""))
+    victim = _victim_check(lab, d, res, victim_run)
+    victim.name = f"{note}; {victim.name}"
+    return [victim, _rss_check(before, peak)], flood
+
+
+@attack("fairness and quotas", "SYNC flood (64 connections of one uid)")
+def sync_flood(lab: Lab) -> list[Check]:
+    return _flood_attack(lab, "sync", 64)[0]
+
+
+@attack("fairness and quotas", "RECORD flood (64 connections of one uid)")
+def record_flood(lab: Lab) -> list[Check]:
+    return _flood_attack(lab, "record", 64)[0]
+
+
+@attack("fairness and quotas", "scratch OPEN/CLOSE flood (250 connections of one uid)")
+def scratch_flood(lab: Lab) -> list[Check]:
+    return _flood_attack(lab, "scratch", lab.scale(250, 64))[0]
+
+
+@attack("fairness and quotas", "fat RECORDs filling a 48 MB store file system")
+def fat_records(lab: Lab) -> list[Check]:
+    if not as_root():
+        return [Check("", "not root: needs a tmpfs and two other uids", True)]
+    mnt = lab.tmp / "fat"
+    mnt.mkdir(exist_ok=True)
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mnt)],
+                       check=True, capture_output=True)
+    except (subprocess.CalledProcessError, OSError) as exc:
+        return [Check("", f"cannot mount a tmpfs ({exc})", True)]
+    d = lab.special("fat", store_dir=mnt / "state")
+    try:
+        d.start()
+        checks, flood = _flood_attack(lab, "fat", 4, d)
+        log = d.log_text()
+        quota = flood.get("errors", {}).get("quota", 0)
+        checks.append(Check(f"uid {NOBODY} refused with ERROR quota ({quota} records)",
+                            None if quota else "never refused: the file system filled"))
+        checks.append(Check("no 'disk full' for the others",
+                            "the daemon logged disk full" if "disk full" in log.lower()
+                            else None))
+        checks.extend(Check("daemon after the fat records", w) for w in health(d))
+        return checks
+    finally:
+        d.kill9()
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def _box_ends(chan: _Chan, sock: str, conns: int, box_bytes: int) -> dict[str, Any]:
+    """One memory file holding ``box_bytes`` of SYNC frames, handed as the black box of
+    ``conns`` connections (each BUFFER names box 7, the head covers the bytes each sent),
+    which then all close: the daemon reads each box at each end."""
+    hello = protocol.encode(F.HELLO, {"pid": os.getpid(), "host": HOST, "job": "box"})
+    buffer = protocol.encode(F.BUFFER, {"s": 1, "box": 7})
+    frames, n, size = [], 2, 0
+    while size < box_bytes:
+        f = jframe(F.SYNC, f'{{"s":{n}}}')
+        frames.append(f)
+        size += len(f)
+        n += 1
+    data = b"".join(frames)
+    from counterd.spool import BOX_MAGIC, HEAD_BYTES
+
+    fd = os.memfd_create("attack-box", os.MFD_CLOEXEC)
+    os.write(fd, struct.pack("<8sQQQ", BOX_MAGIC, len(data), len(hello) + len(buffer), 7)
+             .ljust(HEAD_BYTES, b"\0") + data)
+    socks = []
+    for _ in range(conns):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(sock)
+            s.sendall(hello)
+            s.sendmsg([buffer], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fd))])
+        except OSError:
+            s.close()
+            break
+        socks.append(s)
+    time.sleep(0.5)  # every BUFFER taken
+    for s in socks:
+        s.close()
+    os.close(fd)
+    return {"conns": len(socks), "box": len(data)}
+
+
+def _box_attack(lab: Lab, conns: int) -> list[Check]:
+    if not as_root():
+        return [Check("", f"not root: needs uids {NOBODY} and {OTHER}", True)]
+    d = lab.special(f"box{conns}").start()  # left busy with the boxes: killed after
+    try:
+        before = d.rss_bytes()
+        box = lab.scale(8 << 20, 1 << 20)
+        ends = Child(_box_ends, str(d.socket), conns, box, uid=NOBODY).result(300)
+        victim_run = new_run("victim-box")
+        res, peak = _watch_victim(lab, d, lab.scale(20, 3), victim_run)
+        victim = _victim_check(lab, d, res, victim_run)
+        victim.name = (f"{ends['conns']} ends of a {ends['box'] / 2**20:.0f} MiB box of SYNCs; "
+                       + victim.name)
+        return [victim, _rss_check(before, peak), *[Check("daemon after the box ends", w)
+                                                    for w in health(d)]]
+    finally:
+        d.kill9()
+
+
+@attack("fairness and quotas", "an 8 MiB black box handed to 20 connections that close")
+def box_20(lab: Lab) -> list[Check]:
+    return _box_attack(lab, 20)
+
+
+@attack("fairness and quotas", "an 8 MiB black box handed to 256 connections of one uid")
+def box_256(lab: Lab) -> list[Check]:
+    return _box_attack(lab, lab.scale(256, 64))
+
+
+def _query_flood(chan: _Chan, sock: str, runs: int, queries: int) -> dict[str, Any]:
+    """``runs`` runs of this uid (one record each), then ``queries`` QUERY runs frames in one
+    write, alternately with a cursor past the end and from the start (a full page each),
+    reading the answers."""
+    c = Conn(Path(sock), job="queries")
+    tag = uuid.uuid4().hex[:8]
+    seq = 0
+    for start in range(0, runs, 500):
+        batch = []
+        for i in range(start, min(start + 500, runs)):
+            seq += 1
+            batch.append(protocol.encode(F.RECORD, {"s": seq, "rec": make_record(
+                f"q-{tag}-{i}").to_json()}))
+        c.send(b"".join(batch))
+        c.wait(lambda s=seq: c.acked() >= s or bool(c.errors()), 300)
+    chan.send({"runs": runs, "acked": c.acked() >= seq})
+    chan.recv(60)
+    past = [2**62, "~", 2**31]
+    frames = []
+    for q in range(queries):
+        seq += 1
+        payload: dict[str, Any] = {"s": seq, "what": "runs"}
+        if q % 2 == 0:
+            payload["after"] = past
+        frames.append(protocol.encode(F.QUERY, payload))
+    t0 = time.monotonic()
+    c.send(b"".join(frames))
+    got = c.wait(lambda: sum(1 for t, _ in c.frames if t in (F.RESULT, F.ERROR)) >= queries,
+                 600)
+    answered = sum(1 for t, _ in c.frames if t in (F.RESULT, F.ERROR))
+    c.close()
+    return {"answered": answered, "took": time.monotonic() - t0, "all": got is True}
+
+
+@attack("fairness and quotas", "2,000 pipelined QUERY runs after 20,000 own runs")
+def query_flood(lab: Lab) -> list[Check]:
+    if not as_root():
+        return [Check("", f"not root: needs uids {NOBODY} and {OTHER}", True)]
+    d = lab.daemon
+    runs, queries = lab.scale(20_000, 2_000), lab.scale(2_000, 200)
+    attacker = Child(_query_flood, str(d.socket), runs, queries, uid=NOBODY)
+    made = attacker.recv(600)
+    if not made or not made.get("acked"):
+        attacker.kill()
+        return one("", f"the attacker's runs were not stored: {made}")
+    before = d.rss_bytes()
+    attacker.send({"go": True})
+    time.sleep(0.3)
+    victim_run = new_run("victim-query")
+    res, peak = _watch_victim(lab, d, lab.scale(20, 3), victim_run)
+    flood = attacker.result(900)
+    victim = _victim_check(lab, d, res, victim_run)
+    victim.name = (f"{runs} runs, {flood['answered']} of {queries} QUERYs answered in "
+                   f"{flood['took']:.1f} s; " + victim.name)
+    return [victim, _rss_check(before, peak)]
 
 
 # -- the run -----------------------------------------------------------------------------------

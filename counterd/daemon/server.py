@@ -45,7 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from counterd import protocol
-from counterd.daemon.auth import peer_credentials
+from counterd.daemon.auth import Peer, peer_credentials
 from counterd.daemon.session import Session, Shared
 from counterd.errors import BadInput
 from counterd.protocol import Decoder, ProtocolError
@@ -180,6 +180,7 @@ class Server:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
         self._listener: socket.socket | None = None
         self._path: Path | None = None
         self._stopping = False  # the writer has stopped: nothing more can be stored
@@ -190,7 +191,6 @@ class Server:
         self._listener = bind(path, mode)
         self._path = path
         self._sel.register(self._listener, selectors.EVENT_READ, "listen")
-        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
 
     def wake(self) -> None:
         """Signal- and thread-safe: interrupt :meth:`poll` (acks ready, stop, reload)."""
@@ -333,16 +333,22 @@ class Server:
                     sock.send(protocol.Error("too_many_clients", refusal).encode())
                 sock.close()
                 continue
-            sock.setblocking(False)
-            session = Session(self._next_cid, sock, peer,
-                              Decoder(limits.max_frame_bytes, protocol.ACCEPTED_VERSIONS),
-                              time.monotonic(), self.shared, self._forget)
-            self._next_cid += 1
-            self._sessions[session.cid] = session
-            self._per_uid[peer.uid] = self._per_uid.get(peer.uid, 0) + 1
-            self._sel.register(sock, selectors.EVENT_READ, session)
-            session.registered = selectors.EVENT_READ
-            state.set_clients(len(self._sessions))
+            self.adopt(sock, peer)
+
+    def adopt(self, sock: socket.socket, peer: Peer) -> Session:
+        """A connection accepted (of ``peer``): its session, served from now on."""
+        sock.setblocking(False)
+        session = Session(self._next_cid, sock, peer,
+                          Decoder(self.shared.limits.max_frame_bytes,
+                                  protocol.ACCEPTED_VERSIONS),
+                          time.monotonic(), self.shared, self._forget)
+        self._next_cid += 1
+        self._sessions[session.cid] = session
+        self._per_uid[peer.uid] = self._per_uid.get(peer.uid, 0) + 1
+        self._sel.register(sock, selectors.EVENT_READ, session)
+        session.registered = selectors.EVENT_READ
+        self.shared.state.set_clients(len(self._sessions))
+        return session
 
     def _pause_accepting(self, exc: OSError) -> None:
         """Out of file descriptors: stop watching the listener for a while (it stays readable,

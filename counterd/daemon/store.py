@@ -465,10 +465,13 @@ class Store:
         if limit is not None:
             sql += " LIMIT ?"
             args.append(limit)
+        # Each count is a range of the records' primary key (the supersteps view's groups,
+        # (idx, name), counted directly: through the view SQLite built the whole view per run).
         rows = self._conn.execute(
             "SELECT r.uid, r.run_id, r.host, r.job, r.first_seen_ns, r.last_seen_ns, "
             "(SELECT COUNT(*) FROM records x WHERE x.uid = r.uid AND x.run_id = r.run_id), "
-            "(SELECT COUNT(*) FROM supersteps s WHERE s.uid = r.uid AND s.run_id = r.run_id), "
+            "(SELECT COUNT(DISTINCT x.idx || '/' || x.name) FROM records x "
+            "WHERE x.uid = r.uid AND x.run_id = r.run_id), "
             "(SELECT COUNT(*) FROM records x WHERE x.uid = r.uid AND x.run_id = r.run_id "
             f"AND x.end_ns IS NULL) FROM ({sql}) r ORDER BY r.first_seen_ns, r.run_id, r.uid",
             args).fetchall()
