@@ -30,6 +30,7 @@ SLOW = {
     "200 SIGHUPs under load",
     "first superstep open while the daemon restarts",
     "file commands x hostile files",
+    "2,000 pipelined QUERY runs after 20,000 own runs",
 }
 NEEDS_FILES = {"disk full (8 MB tmpfs)", "file commands x hostile files"}
 
