@@ -26,8 +26,11 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-INFLIGHT_RECORDS = 4096  # records of one uid queued for the writer, beyond: not served
-INFLIGHT_BYTES = 4 << 20  # their wire bytes, likewise
+# Records of one uid queued for the writer, and their wire bytes, beyond which its connections
+# wait: two of the writer's batches (writer.WRITER_BATCH), so that the loop fills the next
+# while the writer commits one.
+INFLIGHT_RECORDS = 8192
+INFLIGHT_BYTES = 8 << 20
 
 
 class Usage:
