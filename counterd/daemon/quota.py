@@ -29,7 +29,7 @@ from pathlib import Path
 # Records of one uid queued for the writer, and their wire bytes, beyond which its connections
 # wait: two of the writer's batches (writer.WRITER_BATCH), so that the loop fills the next
 # while the writer commits one.
-INFLIGHT_RECORDS = 8192
+INFLIGHT_RECORDS = 4096
 INFLIGHT_BYTES = 8 << 20
 
 

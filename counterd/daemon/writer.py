@@ -4,7 +4,9 @@ The loop queues what it processed (:meth:`Writer.put`: a record, or nothing for 
 the connection and sequence number to acknowledge) and the sampler its samples; the writer
 takes whatever is queued, up to :data:`WRITER_BATCH` records, commits it in one transaction,
 and only then hands the sequence numbers back (:meth:`Writer.take_acks`, after waking the
-loop), which acknowledges them to the clients: acknowledged means durable. A commit that fails
+loop), which acknowledges them to the clients: acknowledged means durable. A transaction takes
+the users' records in turn (:func:`fair_batch`): one user's backlog does not delay another's
+records by more than a transaction. A commit that fails
 (e.g. disk full) is retried and nothing is acknowledged meanwhile. A record the store cannot
 hold (any other error of its transaction) is found by committing the batch's records one by
 one and refused to its client (:meth:`Writer.take_refusals`), with the reason; the others are
@@ -19,6 +21,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("counterd.daemon")
 
-WRITER_BATCH = 4096  # records per transaction at most
+WRITER_BATCH = 2048  # records per transaction at most
 WRITER_BATCH_BYTES = 16 << 20  # and their wire bytes (at least one record)
 PRUNE_EVERY_S = 3600.0
 
@@ -110,29 +113,27 @@ class Writer:
     def _run(self, store: Store) -> None:
         next_prune = 0.0
         stopping = False
-        while not stopping:
-            try:
-                first = self._queue.get(timeout=0.5)
-            except queue.Empty:
-                first = None
-            batch: list[Item] = []
+        pending: dict[int, deque[Item]] = {}  # uid -> its items queued, in order
+        while not stopping or pending:
             samples: list[Sample] = []
-            item: Any = first
-            size = 0
-            while item is not None:
+            try:
+                item: Any = self._queue.get_nowait() if pending else \
+                    self._queue.get(timeout=0.5)
+            except queue.Empty:
+                item = None
+            while item is not None:  # all that is queued (Usage bounds it per uid)
                 if item is _STOP:
                     stopping = True
                 elif isinstance(item, Item):
-                    batch.append(item)
-                    size += item.size
+                    pending.setdefault(item.info.uid if item.info is not None else -1,
+                                       deque()).append(item)
                 else:
                     samples.extend(item)
-                if len(batch) >= WRITER_BATCH or size >= WRITER_BATCH_BYTES:
-                    break
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     item = None
+            batch = fair_batch(pending)
             if batch or samples:
                 try:
                     self._commit(store, batch, samples)
@@ -244,6 +245,27 @@ class Writer:
                 for cid, rows_ in refused.items():
                     self._refusals.setdefault(cid, []).extend(rows_)
         return committed
+
+
+def fair_batch(pending: dict[int, deque[Item]], max_items: int = WRITER_BATCH,
+               max_bytes: int = WRITER_BATCH_BYTES) -> list[Item]:
+    """The next transaction's items, taken off ``pending`` (uid -> items in order): one of
+    each uid in turn, up to ``max_items`` and ``max_bytes`` (at least one item). A record of
+    a user who sends few goes into the next transaction, however many another has queued;
+    each uid's (so each connection's) items keep their order."""
+    batch: list[Item] = []
+    size = 0
+    while pending:
+        for uid in list(pending):
+            items = pending[uid]
+            it = items.popleft()
+            batch.append(it)
+            size += it.size
+            if not items:
+                del pending[uid]
+            if len(batch) >= max_items or size >= max_bytes:
+                return batch
+    return batch
 
 
 class _GaveUp(Exception):

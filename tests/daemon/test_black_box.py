@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import array
 import os
+import re
 import signal
 import socket
 import struct
@@ -115,10 +116,14 @@ class BoxClient:
 
 
 def served(d: DaemonProc, run_id: str) -> None:
-    """The daemon is alive and a new client's record is acknowledged and stored. The daemon's
-    one loop saw every connection closed before this one connected, so their ends (and what
-    their black boxes gave) are handled, and queued before this record, once it is acked."""
+    """The daemon is alive and a new client's record is acknowledged and stored. It connects
+    once the daemon has no connection left (``counterd_clients`` 0): the ends of those closed
+    before (and what their black boxes gave, read a slice per turn of the loop) are handled,
+    and queued before this record (the same uid's records keep their order), once it is
+    acked."""
     assert d.alive()
+    wait_for(lambda: re.search(r"^counterd_clients 0(\.0)?$", d.metrics(), re.M) is not None,
+             what="every connection closed before handled")
     c = BoxClient(d)
     c.still_serves(d, run_id)
     c.close()

@@ -410,3 +410,22 @@ def test_store_quota_keys_are_configured(tmp_path: Path) -> None:
     with pytest.raises(config.BadInput, match="store.max_bytes_per_uid"):
         config.load(path, {})
     assert json.dumps(cfg.store_reserve_bytes) == "0"
+
+
+def test_a_transaction_takes_the_users_records_in_turn() -> None:
+    """fair_batch: one of each uid in turn, each uid's items in order, up to the caps: uid
+    1001's single record goes into the next transaction behind uid 1000's thousands."""
+    from collections import deque
+
+    from counterd.daemon.writer import fair_batch
+
+    def item(uid: int, seq: int, size: int = 10) -> Item:
+        return Item(uid, seq, rec(seq), RunInfo("j", uid), size)
+
+    pending = {1000: deque(item(1000, s) for s in range(1, 5001)), 1001: deque([item(1001, 1)])}
+    batch = fair_batch(pending, max_items=100)
+    assert len(batch) == 100 and [it.cid for it in batch[:2]] == [1000, 1001]
+    assert [it.seq for it in batch if it.cid == 1000] == list(range(1, 100))
+    assert 1001 not in pending and len(pending[1000]) == 5000 - 99
+    assert len(fair_batch(pending, max_items=10_000, max_bytes=55)) == 6  # the bytes cap
+    assert len(fair_batch({1: deque([item(1, 1, 10**9)])}, max_bytes=5)) == 1  # one at least
