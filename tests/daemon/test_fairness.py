@@ -8,7 +8,6 @@ turns the loop itself); the floods themselves are bench/attacks.py's "fairness a
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import struct
@@ -409,7 +408,6 @@ def test_store_quota_keys_are_configured(tmp_path: Path) -> None:
     path.write_text("[store]\nmax_bytes_per_uid = -1\n")
     with pytest.raises(config.BadInput, match="store.max_bytes_per_uid"):
         config.load(path, {})
-    assert json.dumps(cfg.store_reserve_bytes) == "0"
 
 
 def test_a_transaction_takes_the_users_records_in_turn() -> None:
@@ -429,3 +427,24 @@ def test_a_transaction_takes_the_users_records_in_turn() -> None:
     assert 1001 not in pending and len(pending[1000]) == 5000 - 99
     assert len(fair_batch(pending, max_items=10_000, max_bytes=55)) == 6  # the bytes cap
     assert len(fair_batch({1: deque([item(1, 1, 10**9)])}, max_bytes=5)) == 1  # one at least
+
+
+def test_schema_5_counts_what_an_older_store_holds(tmp_path: Path) -> None:
+    """A store of schema 4 with records: migrating to 5 fills usage from them."""
+    import sqlite3
+
+    from counterd.daemon.store import migrate
+
+    path = tmp_path / "old.db"
+    store = Store(path)
+    store.commit([(rec(i), RunInfo("j", 1000)) for i in range(3)])
+    store.close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript("DROP TRIGGER usage_insert; DROP TRIGGER usage_update; "
+                       "DROP TRIGGER usage_delete; DROP TABLE usage; DROP INDEX runs_by_uid; "
+                       "DROP INDEX runs_by_time; DELETE FROM schema_version WHERE version = 5;")
+    assert migrate(conn) == 5
+    conn.close()
+    store = Store(path)
+    assert store.usage() == _bytes(store) and store.usage()[1000] > 0
+    store.close()
