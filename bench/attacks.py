@@ -4,10 +4,10 @@
 
 Starts ``counterd run --config FILE`` on temp paths (as bench/_daemon.py does), then runs every
 attack of the issue, grouped in its categories: protocol and floods, authorisation,
-durability, bad files, signals, marker misuse, fairness and quotas (floods by uid 65534 while a
-victim of uid 65533 connects afresh, sends RECORD and SYNC and times the ACK: its worst
-acknowledgement must be <= 1 s, 2.5 s with --quick, and its records stored; the daemon's RSS
-may grow 64 MB at most). After each attack it checks what the issue's
+durability, bad files, signals, marker misuse, recorder, fairness and quotas (floods by uid
+65534 while a victim of uid 65533 connects afresh, sends RECORD and SYNC and times the ACK:
+its worst acknowledgement must be <= 1 s, 2.5 s with --quick, and its records stored; the
+daemon's RSS may grow 64 MB at most). After each attack it checks what the issue's
 target names: the daemon process is alive, ``/metrics`` answers 200, and a canary (a fresh
 :class:`counterd.markers.client.SocketSink` sending 5 records) gets ``flush() == True`` and
 its 5 records are in the store (read with SQLite in read-only mode). An attack FAILS when one
@@ -2129,6 +2129,7 @@ def recorder_sigkill(lab: Lab) -> list[Check]:
         why.append("removed the spool directory of a live recorder")
     shutil.rmtree(work, ignore_errors=True)
     return one("", *why)
+
 
 # -- fairness and quotas (the Reliability issue's items 1 and 3) --------------------------------
 # Each flood comes from uid NOBODY while a victim of uid OTHER connects afresh, again and again,
