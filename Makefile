@@ -24,14 +24,15 @@ setup: $(STAMP)
 bytecode: $(STAMP)
 	$(PY) -m compileall -q counterd predictor microbench
 
-# About 45 s on the 2-CPU test host (the calibration's estimate is printed as it starts).
+# About a minute on the 2-CPU test host (58 s from a fresh clone, quiet, 2026-11-27; the
+# calibration's own estimate is printed as it starts).
 # The quick calibration times the memory patterns only: the example's records carry the sim
 # backend's memory counters, which the compute patterns (instructions counted under Callgrind,
 # 40 s more here) do not price; `microbench run` without --compute-backend none counts them.
 DEMO_PILOT := '$(PY) examples/bsp_sum.py {n}' --sizes 500000,1000000,2000000 --target 4000000
 
 demo: bytecode
-	@echo "make demo: about 45 s: probe this host, calibrate F on it (quick), record and report examples/bsp_sum.py, forecast it from small runs and check the forecast"
+	@echo "make demo: about a minute: probe this host, calibrate F on it (quick), record and report examples/bsp_sum.py, forecast it from small runs and check the forecast"
 	mkdir -p $(OUT)
 	$(VENV)/bin/counterd probe
 	$(VENV)/bin/microbench run --quick --compute-backend none --out $(OUT)/quick.json --force
