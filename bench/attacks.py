@@ -459,6 +459,25 @@ def as_root() -> bool:
     return os.geteuid() == 0
 
 
+def _mount_tmpfs(lab: Lab, name: str, size: str) -> Path | Check:
+    """A small tmpfs at ``lab.tmp/name`` (a full disk on demand), or the check that skips the
+    attack and says why (not root, no tmpfs). Unmount it with :func:`_umount`."""
+    if not as_root():
+        return Check("", "not root: cannot mount a tmpfs", True)
+    mnt = lab.tmp / name
+    mnt.mkdir(exist_ok=True)
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
+                       check=True, capture_output=True)
+    except (subprocess.CalledProcessError, OSError) as exc:
+        return Check("", f"cannot mount a tmpfs ({exc})", True)
+    return mnt
+
+
+def _umount(mnt: Path) -> None:
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
 # -- marker programs (forked; each its own recorder, as a user's program) -----------------------
 def marker_program(chan: _Chan, sock: str, run_id: str, *, steps: int = 0,
                    until: float = 0.0, backend: str = "none", pace_s: float = 0.0,
@@ -1451,15 +1470,9 @@ def unacked_bounded(lab: Lab) -> list[Check]:
 
 @attack("durability", "disk full (8 MB tmpfs)")
 def disk_full(lab: Lab) -> list[Check]:
-    if not as_root():
-        return [Check("", "not root: cannot mount a tmpfs", True)]
-    mnt = lab.tmp / "full"
-    mnt.mkdir(exist_ok=True)
-    try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)],
-                       check=True, capture_output=True)
-    except (subprocess.CalledProcessError, OSError) as exc:
-        return [Check("", f"cannot mount a tmpfs ({exc})", True)]
+    mnt = _mount_tmpfs(lab, "full", "8m")
+    if isinstance(mnt, Check):
+        return [mnt]
     d = lab.special("diskfull", store_dir=mnt / "state")
     try:
         d.start()
@@ -1503,7 +1516,7 @@ def disk_full(lab: Lab) -> list[Check]:
         return checks
     finally:
         d.stop()
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+        _umount(mnt)
 
 
 # -- signals ------------------------------------------------------------------------------------
@@ -2425,15 +2438,9 @@ def scratch_flood(lab: Lab) -> list[Check]:
 
 @attack("fairness and quotas", "fat RECORDs filling a 48 MB store file system")
 def fat_records(lab: Lab) -> list[Check]:
-    if not as_root():
-        return [Check("", "not root: needs a tmpfs and two other uids", True)]
-    mnt = lab.tmp / "fat"
-    mnt.mkdir(exist_ok=True)
-    try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mnt)],
-                       check=True, capture_output=True)
-    except (subprocess.CalledProcessError, OSError) as exc:
-        return [Check("", f"cannot mount a tmpfs ({exc})", True)]
+    mnt = _mount_tmpfs(lab, "fat", "48m")
+    if isinstance(mnt, Check):
+        return [mnt]
     d = lab.special("fat", store_dir=mnt / "state")
     try:
         d.start()
@@ -2448,7 +2455,7 @@ def fat_records(lab: Lab) -> list[Check]:
         return checks
     finally:
         d.kill9()
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+        _umount(mnt)
 
 
 def _box_ends(chan: _Chan, sock: str, conns: int, box_bytes: int) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from counterd.daemon.writer import Item, Writer
 from counterd.protocol import FrameType
 from counterd.records import SuperstepRecord
 from counterd.spool import BOX_MAGIC, HEAD_BYTES
+from tests.daemon import _queries
 
 F = FrameType
 
@@ -280,38 +281,20 @@ def many_runs(tmp_path: Path) -> Path:
     return tmp_path / "s.db"
 
 
-def _pages(queries: Queries, peer: Peer, max_frame: int, after: list | None = None
-           ) -> list[protocol.Result]:
-    pages = []
-    for s in range(1, 1000):
-        payload: dict = {"s": s, "what": "runs"}
-        if after is not None:
-            payload["after"] = after
-        dec = protocol.Decoder(1 << 26)
-        dec.feed(queries.answer(payload, peer, False, 2, max_frame))
-        [(ftype, p)] = list(dec.frames())
-        assert ftype is F.RESULT, p
-        page = protocol.Result.decode(p)
-        pages.append(page)
-        if page.after is None:
-            return pages
-        after = list(page.after)
-    raise AssertionError("no last page")
-
-
 def test_runs_come_in_keyset_pages_each_run_once(many_runs: Path) -> None:
     """The run listing in pages of a frame each: every run of the user once, in order; the
     cursor is the last run's key; a cursor past the end is an empty last page; a cursor of
     another shape is refused."""
     queries = Queries(many_runs)
-    pages = _pages(queries, Peer(1, 1000, 1000), 8192)
+    pages = _queries.pages(queries, "runs", Peer(1, 1000, 1000), max_frame=8192)
     assert len(pages) > 5
     got = [i["run_id"] for p in pages for i in p.items]
     assert got == [f"run{i:04d}" for i in range(700)]
     for p in pages[:-1]:
         last = p.items[-1]
         assert list(p.after or ()) == [last["first_seen_ns"], last["run_id"], last["uid"]]
-    [end] = _pages(queries, Peer(1, 1000, 1000), 8192, after=[2**62, "~", 2**31])
+    [end] = _queries.pages(queries, "runs", Peer(1, 1000, 1000), max_frame=8192,
+                           after=[2**62, "~", 2**31])
     assert not end.items and end.after is None
     dec = protocol.Decoder(1 << 26)
     dec.feed(queries.answer({"s": 1, "what": "runs", "after": [5]}, Peer(1, 1000, 1000),

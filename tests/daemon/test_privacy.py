@@ -35,6 +35,7 @@ from counterd.daemon.store import (
 )
 from counterd.protocol import FrameType, ProtocolError
 from counterd.records import SuperstepRecord
+from tests.daemon import _queries
 
 from .conftest import DaemonProc
 
@@ -150,32 +151,6 @@ def test_a_full_file_system_says_disk_full(tmp_path: Path) -> None:
 
 
 # -- queries -----------------------------------------------------------------------------------
-def _answer(queries: Queries, payload: dict[str, Any], peer: Peer, privileged: bool = False,
-            max_frame: int = 262144) -> tuple[FrameType, Any]:
-    dec = protocol.Decoder(1 << 26)
-    dec.feed(queries.answer(payload, peer, privileged, 2, max_frame))
-    [frame] = list(dec.frames())
-    return frame
-
-
-def _pages(queries: Queries, what: str, peer: Peer, privileged: bool = False,
-           max_frame: int = 262144, **fields: Any) -> list[protocol.Result]:
-    pages: list[protocol.Result] = []
-    after: list[Any] | None = None
-    for s in range(1, 10_000):
-        payload = {"s": s, "what": what, **fields}
-        if after is not None:
-            payload["after"] = after
-        ftype, p = _answer(queries, payload, peer, privileged, max_frame)
-        assert ftype is FrameType.RESULT, p
-        page = protocol.Result.decode(p)
-        pages.append(page)
-        if page.after is None:
-            return pages
-        after = list(page.after)
-    raise AssertionError("no last page")
-
-
 ALICE, BOB = Peer(10, 1000, 1000), Peer(11, 1001, 1001)
 
 
@@ -192,17 +167,18 @@ def two_users_store(tmp_path: Path) -> Path:
 
 def test_a_user_is_answered_with_their_own_runs_only(two_users_store: Path) -> None:
     queries = Queries(two_users_store)
-    [page] = _pages(queries, "runs", ALICE)
+    [page] = _queries.pages(queries, "runs", ALICE)
     assert [(i["uid"], i["run_id"]) for i in page.items] == [(1000, "r")]
-    [page] = _pages(queries, "runs", BOB)
+    [page] = _queries.pages(queries, "runs", BOB)
     assert sorted((i["uid"], i["run_id"]) for i in page.items) == [(1001, "bobs"), (1001, "r")]
-    [page] = _pages(queries, "runs", BOB, privileged=True)  # root, allowed group: everyone's
+    # root, or a member of the allowed group: everyone's
+    [page] = _queries.pages(queries, "runs", BOB, privileged=True)
     assert len(page.items) == 3
-    records = [i for p in _pages(queries, "records", BOB, run_id="r") for i in p.items]
+    records = [i for p in _queries.pages(queries, "records", BOB, run_id="r") for i in p.items]
     assert [r["name"] for r in records] == ["bob"]
-    ftype, p = _answer(queries, {"s": 1, "what": "records", "uid": 1000}, BOB)
+    ftype, p = _queries.answer(queries, {"s": 1, "what": "records", "uid": 1000}, BOB)
     assert ftype is FrameType.ERROR and p["code"] == "forbidden" and p["s"] == 1
-    ftype, p = _answer(queries, {"s": 2, "what": "records", "run_id": "bobs"}, ALICE)
+    ftype, p = _queries.answer(queries, {"s": 2, "what": "records", "run_id": "bobs"}, ALICE)
     assert ftype is FrameType.ERROR and p["code"] == "no_such_run"
     queries.close()
 
@@ -210,7 +186,7 @@ def test_a_user_is_answered_with_their_own_runs_only(two_users_store: Path) -> N
 def test_records_come_in_pages_under_the_frame_limit_each_exactly_once(
         two_users_store: Path) -> None:
     queries = Queries(two_users_store)
-    pages = _pages(queries, "records", ALICE, max_frame=4096, run_id="r")
+    pages = _queries.pages(queries, "records", ALICE, max_frame=4096, run_id="r")
     assert len(pages) > 10
     got = [(i["pid"], i["index"]) for p in pages for i in p.items]
     assert sorted(got) == [(p, i) for p in (1, 2) for i in range(300)]
