@@ -32,6 +32,7 @@ import sys
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see counterd/__init__)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
+    from typing import Any
 
 PLAN_FORMAT = "counterd-perf-plan"
 PLAN_VERSION = 1
@@ -243,8 +244,15 @@ def stop_on_signals() -> Callable[[], None]:
     def stop(sig: int, frame: object) -> None:
         raise Stopped(sig)
 
+    return _handle({sig: stop for sig in _STOPS})
+
+
+def _handle(handlers: Mapping[int, Any]) -> Callable[[], None]:
+    """Install ``handlers`` (signal -> handler, or SIG_IGN) and return the function that
+    restores the ones they replaced; a no-op outside the main thread, where signals are not
+    set."""
     try:
-        old = [(sig, _signal.signal(sig, stop)) for sig in _STOPS]
+        old = [(sig, _signal.signal(sig, handler)) for sig, handler in handlers.items()]
     except ValueError:  # not the main thread
         return lambda: None
 
@@ -327,17 +335,8 @@ def outlive_signals(pid: int) -> Callable[[], None]:
         except ProcessLookupError:  # it has ended: the recorder's wait returns
             pass
 
-    try:
-        old = [(sig, _signal.signal(sig, _signal.SIG_IGN))
-               for sig in (_signal.SIGINT, _signal.SIGQUIT)]
-        old += [(sig, _signal.signal(sig, pass_on)) for sig in (_signal.SIGTERM, _signal.SIGHUP)]
-    except ValueError:  # not the main thread
-        return lambda: None
-
-    def restore() -> None:
-        for sig, handler in old:
-            _signal.signal(sig, handler)
-    return restore
+    return _handle({_signal.SIGINT: _signal.SIG_IGN, _signal.SIGQUIT: _signal.SIG_IGN,
+                    _signal.SIGTERM: pass_on, _signal.SIGHUP: pass_on})
 
 
 def wait_exit(pid: int, timeout_s: float) -> bool:
