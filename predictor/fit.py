@@ -413,7 +413,9 @@ class ImprovedFit:
     as seed 003 does (t-tests at 95%) or by k-fold cross-validation.
 
     Keyword settings: ``levels``, ``processors``, ``banks`` (the machine), ``optional_terms``
-    (None: :func:`default_optional_terms`), ``folds``, ``tol`` (under cross-validation, a term
+    (None: :func:`default_optional_terms`), ``base_terms`` (F1's terms that are always kept;
+    None: :func:`base_f1_terms`, accesses and each level's misses and writebacks), ``folds``,
+    ``tol`` (under cross-validation, a term
     stays when it reduces the cross-validated relative error, MRE - 1, by more than this
     fraction), ``max_iter``, ``seed``, ``select``: ``"brewer"`` (the default: a term stays if
     its coefficient is significant at 95%; cross-validation where the patterns are too few for
@@ -433,7 +435,8 @@ class ImprovedFit:
                  optional_terms: Sequence[str | tm.Term] | None = None, folds: int = 5,
                  tol: float = 0.02, max_iter: int = 30, seed: int = 0,
                  select: str | None = "brewer", counters: Collection[str] | None = None,
-                 name: str = "improved") -> None:
+                 name: str = "improved", base_terms: Sequence[str | tm.Term] | None = None
+                 ) -> None:
         self.counters = None if counters is None else frozenset(counters)
         self.name = name
         self.levels = tuple(levels)
@@ -445,6 +448,7 @@ class ImprovedFit:
         self.max_iter = max_iter
         self.seed = seed
         self.select = select
+        self.base_terms = base_terms
 
     def _init_assign(self, steps: Sequence[Step]) -> NDArray[np.int64]:
         """Start from the paper's classes: all-processor exclusive memory patterns go to F2
@@ -497,7 +501,8 @@ class ImprovedFit:
         t = _times(steps, "improved fit") if times is None else np.asarray(times, float)
         if len(steps) < 4:
             raise InsufficientPatterns("the improved F", "four or more timed patterns")
-        base = usable(base_f1_terms(self.levels), self.counters)
+        base = usable(base_f1_terms(self.levels) if self.base_terms is None
+                      else tm.parse_all(self.base_terms), self.counters)
         candidates = (tm.parse_all(self.optional_terms) if self.optional_terms is not None
                       else default_optional_terms(self.levels))
         optional = [x for x in usable(candidates, self.counters) if x not in base]

@@ -19,6 +19,9 @@ import numpy as np
 from predictor.errors import BadInput
 from predictor.fit import split_suites
 from predictor.inputs import Results, Step
+from predictor.model import proc_features
+from predictor.modeling import relative_nnls
+from predictor.terms import Term, needs, parse_all
 
 
 def _trimmed(x: np.ndarray) -> float:
@@ -122,3 +125,94 @@ def for_validation(results: Results, second: Results | None = None) -> Floor | N
         return within_run(results)
     except BadInput:
         return None
+
+
+# -- what counts can explain ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Explained:
+    """E of the best nonnegative sum of ``terms`` fitted on the very steps it is judged on."""
+
+    terms: tuple[str, ...]
+    costs: tuple[float, ...]  # per event, the steps' time unit
+    names: tuple[str, ...]
+    e: tuple[float, ...]
+    converged: bool
+
+    @property
+    def average(self) -> float:
+        return float(np.mean(self.e))
+
+    @property
+    def maximum(self) -> float:
+        return float(np.max(self.e))
+
+    def worst(self, k: int = 3) -> list[tuple[str, float]]:
+        order = np.argsort(self.e)[::-1][:k]
+        return [(self.names[i], self.e[i]) for i in order]
+
+
+def _ratios(X: list[np.ndarray], t: np.ndarray, c: np.ndarray
+            ) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Per step: prediction / time with F1's form (the slowest processor's sum), and the
+    feature row of that processor divided by the time."""
+    r, rows = np.empty(len(t)), []
+    for i, x in enumerate(X):
+        v = c @ x
+        j = int(np.argmax(v))
+        r[i] = v[j] / t[i]
+        rows.append(x[:, j] / t[i])
+    return r, rows
+
+
+def explained(steps: Sequence[Step], terms: Sequence[str | Term]) -> Explained:
+    """The least average E that F1's form -- per processor a nonnegative sum of ``terms``,
+    the slowest processor's sum the prediction -- reaches on ``steps`` when its costs are
+    fitted on those same steps: what these counts can explain of these times at best.
+
+    A diagnostic, never a model: it sees the times it is judged on. Where it is above a
+    target, no F1 on these terms meets the target on these steps, whatever the fitting
+    patterns. The mean of E = max(P/T, T/P) is convex in the costs when every processor of a
+    step has the same counts (the optimum is then global); otherwise it is the lowest found
+    from the relative least-squares fit (the toolkit's ``relative_nnls``) and a flat start.
+    BadInput when a step lacks a time or a counter a term needs."""
+    from scipy.optimize import minimize
+
+    ts = parse_all(terms)
+    if not steps or not ts:
+        raise BadInput("nothing to explain: no steps or no terms", "give steps and terms")
+    for s in steps:
+        miss = s.missing(needs(ts))
+        if miss or not (s.time_ns or 0) > 0:
+            raise BadInput(f"step {s.name} has no {', '.join(miss) or 'time'}",
+                           "give timed steps with every counter the terms need")
+    t = np.array([float(s.time_ns or 0.0) for s in steps])
+    X = [proc_features(s, ts) for s in steps]
+    top = np.max([x.max(axis=1) for x in X], axis=0)  # each term's largest value
+    scale = np.where(top > 0, top / np.median(t), 1.0)
+    Xs = [x / scale[:, None] for x in X]
+
+    def mean_e(c: np.ndarray) -> tuple[float, np.ndarray]:
+        r, rows = _ratios(Xs, t, c)
+        r = np.maximum(r, 1e-9)
+        g = np.zeros_like(c)
+        for ri, row in zip(r, rows, strict=True):
+            g += row if ri >= 1 else -row / ri ** 2
+        return float(np.mean(np.maximum(r, 1 / r))), g / len(t)
+
+    # starts: the relative least-squares fit on the busiest processor, and equal costs
+    busiest = np.array([x[:, int(np.argmax(x.sum(axis=0)))] for x in Xs])
+    starts = [relative_nnls(busiest, t) + 1e-6, np.ones(len(ts))]
+    best = None
+    for c0 in starts:
+        c0 = c0 * np.median(t / np.maximum(busiest @ c0, 1e-300))
+        res = minimize(mean_e, c0, jac=True, method="L-BFGS-B",
+                       bounds=[(0.0, None)] * len(ts))
+        if best is None or res.fun < best.fun:
+            best = res
+    assert best is not None
+    r, _ = _ratios(Xs, t, best.x)
+    return Explained(tuple(str(x) for x in ts),
+                     tuple(map(float, np.where(top > 0, best.x / scale, 0.0))),
+                     tuple(s.name for s in steps), tuple(map(float, np.maximum(r, 1 / r))),
+                     bool(best.success))

@@ -97,3 +97,17 @@ def test_node16_validation_error_of_the_improved_fit_is_bounded():
     e = cf.error_ratio(t, m.predict(val))
     assert len(val) == 42
     assert e.mean() < 1.70 and e.max() < 5.0
+
+
+def test_the_improved_fit_takes_other_base_terms_when_given():
+    # F1 without writebacks (writebacks as bandwidth only, F2 and F3): the fit keeps exactly
+    # the terms given, and the default is unchanged
+    r = results_from_json(make_results(reference_model(processors=2), processors=2))
+    fit, _ = split_suites(r.patterns)
+    base = ["acc", "l1d_misses", "l2_misses"]
+    f = ImprovedFit(levels=r.levels, processors=2, banks=8, base_terms=base,
+                    optional_terms=["rfo:l1d_misses"], select=None).fit(fit)
+    assert [str(t) for t in f.terms_] == [*base, "rfo:l1d_misses"]
+    assert not any("writebacks" in str(t) for t in f.model_.f1)
+    d = ImprovedFit(levels=r.levels, processors=2, banks=8, optional_terms=[]).fit(fit)
+    assert "l1d_writebacks" in {str(t) for t in d.terms_}

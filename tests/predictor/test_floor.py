@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 
 from predictor import floor
 from predictor.errors import BadInput
-from predictor.inputs import results_from_json
+from predictor.inputs import Step, results_from_json
 from predictor.synthetic import make_results, reference_model
 
 DOC = make_results(reference_model(processors=2), processors=2)
@@ -99,3 +100,35 @@ def test_the_floor_beside_an_accuracy_table(tmp_path, capsys):
     one.write_text(json.dumps(DOC))
     assert main(["validate", "--results", str(one), "--profile", str(prof), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["noise_floor"] is None
+
+
+# -- what counts can explain (floor.explained) ------------------------------------------------
+
+def _step(name, loads, misses, time_ns, procs=1):
+    return Step(name, {"loads": np.full(procs, float(loads)),
+                       "l1d_misses": np.full(procs, float(misses))}, time_ns=float(time_ns))
+
+
+def test_times_that_are_a_sum_of_the_counts_are_explained_exactly():
+    # T = 2 ns per load + 30 ns per miss: the in-sample fit finds it (E 1 everywhere)
+    steps = [_step(f"s{i}", n, m, 2 * n + 30 * m)
+             for i, (n, m) in enumerate([(100, 0), (100, 10), (50, 50), (200, 5)])]
+    x = floor.explained(steps, ["loads", "l1d_misses"])
+    assert x.maximum == pytest.approx(1.0, abs=1e-3)
+    assert x.costs == pytest.approx((2.0, 30.0), rel=1e-2) and x.converged
+
+
+def test_the_same_counts_at_two_times_cannot_be_explained_better_than_their_geometric_mean():
+    # identical counts measured at T and 2T: any prediction P gives max(P/T, T/P) and
+    # max(P/2T, 2T/P), whose mean is least (sqrt 2) at P = sqrt(2) T
+    steps = [_step("a", 100, 10, 1000), _step("b", 100, 10, 2000, procs=2)]
+    x = floor.explained(steps, ["loads", "l1d_misses"])
+    assert x.average == pytest.approx(2 ** 0.5, rel=1e-3)
+    assert x.worst(1)[0][1] == pytest.approx(2 ** 0.5, rel=1e-3)
+
+
+def test_explained_refuses_steps_without_a_counter_or_time():
+    with pytest.raises(BadInput, match="l2_misses"):
+        floor.explained([_step("a", 1, 1, 5)], ["l2_misses"])
+    with pytest.raises(BadInput, match="time"):
+        floor.explained([_step("a", 1, 1, 0)], ["loads"])
