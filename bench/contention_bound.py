@@ -3,7 +3,7 @@ beside the floor, candidate terms for coherence and contention fitted on the fit
 only, and what the counts can explain at best (predictor/floor.py ``explained``: F1's form
 fitted on the very patterns it is judged on, a diagnostic, never a model).
 
-    .venv/bin/python bench/contention_bound.py [--results FILE ...] [--host2 FILE]
+    .venv/bin/python bench/contention_bound.py [--results FILE ...] [--host2 FILE] [--no-loo]
 
 --results: microbench results of a many-core node, .json or .json.gz, one or more (e.g. the
 16-CPU node's file and its re-simulations by bench/resimulate_node16.py); default the trimmed
@@ -33,7 +33,7 @@ from bench._host import guarded, host_line  # noqa: E402
 from predictor import costfuncs as cf  # noqa: E402
 from predictor import floor  # noqa: E402
 from predictor.errors import BadInput  # noqa: E402
-from predictor.fit import ImprovedFit, base_f1_terms, split_suites  # noqa: E402
+from predictor.fit import ImprovedFit, base_f1_terms, default_optional_terms, split_suites  # noqa: E402
 from predictor.inputs import Results, Step, miss_counter, results_from_json  # noqa: E402
 from predictor.model import FModel  # noqa: E402
 
@@ -94,7 +94,8 @@ def _no_writebacks(levels: Sequence[int]) -> list[str]:
     return [str(x) for x in base_f1_terms(levels) if "writebacks" not in str(x)]
 
 
-def judge(path: Path, r: Results, steps: list[Step], have_coh: bool) -> None:
+def judge(path: Path, r: Results, steps: list[Step], have_coh: bool, loo: bool = True
+          ) -> None:
     fit, val = split_suites(steps)
     if not val:
         raise BadInput(f"{path}: no validation patterns", "give results of --suite all")
@@ -119,7 +120,8 @@ def judge(path: Path, r: Results, steps: list[Step], have_coh: bool) -> None:
     if fl:
         _row("noise floor (halves of one run, predictor/floor.py)", None,
              np.array(fl.e), fl.worst(1)[0][0])
-    print("  candidates, every one fitted on the fitting patterns only (all kept):")
+    print("  candidates fitted on the fitting patterns only (all kept, unless a toolkit "
+          "choice); last, the\n  others' read-modify-writes added to the fitting patterns:")
     rfo = [f"rfo:{m}" for m in miss]
     stream = [f"stream:{m}" for m in miss]
     nowb = _no_writebacks(lv)
@@ -140,6 +142,23 @@ def judge(path: Path, r: Results, steps: list[Step], have_coh: bool) -> None:
         ]
     for label, opt, base in rows:
         fitted("  " + label, opt, None, base)
+    offered = [str(x) for x in default_optional_terms(lv)] + [
+        "max(loads,stores)", *rfo, *(["coh", "inv", "coh*p", "coh*sharers"] if have_coh else [])]
+    for how in ("brewer", "cv"):
+        fitted(f"  toolkit's choice ({'t-tests' if how == 'brewer' else 'cross-validation'}:"
+               " defaults and these)", offered, how)
+    # What fitting patterns that mix loads and stores would buy: each validation pattern
+    # predicted by a fit on the fitting patterns and the other validation patterns.
+    loo_terms = ["max(loads,stores)", *rfo, f"stream:{miss[-1]}"]
+    t = np.array([float(s.time_ns or 0) for s in val])
+    for label, opt in (("today's terms and stream", [f"stream:{miss[-1]}"]),
+                       ("with overlap and rfo", loo_terms)) if loo else ():
+        pred = [ImprovedFit(levels=lv, processors=P, banks=banks, optional_terms=opt,
+                            select=None).fit([*fit, *val[:i], *val[i + 1:]]).model_.predict(
+                                [val[i]])[0] for i in range(len(val))]
+        ve = np.asarray(cf.error_ratio(t, np.array(pred)))
+        _row(f"  leave one validation pattern out, {label}", None, ve,
+             val[int(np.argmax(ve))].name)
 
     today = [str(x) for x in base_f1_terms(lv)]
     wb_last = f"{miss[-1].removesuffix('_misses')}_writebacks"
@@ -163,6 +182,8 @@ def main() -> int:
                          "repeatable (default: the trimmed 16-CPU node copy)")
     ap.add_argument("--host2", type=Path, help="a 2-CPU host's results with validation "
                     "patterns, judged the same way")
+    ap.add_argument("--no-loo", action="store_true", help="leave out the leave-one-out rows "
+                    "(a fit per validation pattern: minutes where there are hundreds)")
     a = ap.parse_args()
     files = [*(a.results or [NODE16]), *([a.host2] if a.host2 else [])]
     docs = [(p, _doc(p)) for p in files]  # bad input said before any work
@@ -170,7 +191,7 @@ def main() -> int:
     for path, doc in docs:
         r = results_from_json(doc, str(path))
         steps, have = _with_sim_counts(r, doc)
-        judge(path, r, steps, have)
+        judge(path, r, steps, have, loo=not a.no_loo)
     return 0
 
 
