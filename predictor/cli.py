@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import textwrap
 import warnings
@@ -179,8 +180,38 @@ def _pilot_parser() -> argparse.ArgumentParser:
                    "(counterd record --cpu-features)")
     p.add_argument("--keep", type=Path, default=None,
                    help="keep the runs' records in this directory (default: a temporary one)")
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="choose the pilot sizes so that the campaign (timed, counted and, "
+                   "with --check, checking runs) takes about this long: --sizes scaled, "
+                   "after one timed run at its smallest and largest size to measure the "
+                   "program's time")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return p
+
+
+def _budget(a: argparse.Namespace, sizes: list[float], work: Path,
+            progress: Callable[[str], None]) -> tuple[list[float], dict[str, Any]]:
+    """``--budget``: one timed run at the smallest and the largest of ``sizes``, then the
+    sizes within the budget (:func:`predictor.pilot.budget_sizes`)."""
+    import time
+
+    from predictor import pilot
+
+    probes = []
+    for n in (sizes[0], sizes[-1]):
+        progress(f"--budget: timing one run at n = {n:g}")
+        t0 = time.monotonic()
+        pilot.record_timed(a.pilot, n, work / f"probe-{n:g}.jsonl", what="timing run",
+                           cpu_features=a.cpu_features)
+        probes.append((n, time.monotonic() - t0))
+    width = len(os.sched_getaffinity(0)) if a.backend in pilot.SIDE_BY_SIDE else 1
+    chosen, cost = pilot.budget_sizes(sizes, a.budget, probes, repeat=a.repeat,
+                                      backend=a.backend, target=a.target, check=a.check,
+                                      width=min(width, len(sizes)))
+    progress(f"--budget {a.budget:g} s: pilot sizes {', '.join(f'{x:g}' for x in chosen)} "
+             f"(about {cost:.0f} s in all)")
+    return list(chosen), {"budget_s": a.budget, "estimated_s": cost, "given_sizes": sizes,
+                          "probes": [{"n": n, "seconds": t} for n, t in probes]}
 
 
 def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
@@ -199,6 +230,9 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
                        "write e.g. --sizes 1e5,2e5,3e5")
     if not 0 < a.level < 1:
         raise BadInput(f"--level {a.level} is not a fraction", "give e.g. --level 0.9")
+    if a.budget is not None and not (math.isfinite(a.budget) and a.budget > 0):
+        raise BadInput(f"--budget {a.budget:g} is not a time > 0",
+                       "give the campaign's time in seconds, e.g. --budget 120")
     pilot.command_for(a.pilot, sizes[0])  # the {n} check before anything runs
     prof = load_profile(a.profile) if a.profile else None
     if prof is not None:
@@ -216,15 +250,23 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
     with tempfile.TemporaryDirectory(prefix="counterd-pilot-") as tmp:
         work = a.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
+        budget = None
+        if a.budget is not None:
+            sizes, budget = _budget(a, sizes, work, progress)
+        eta = pilot.Eta(a.backend)
         runs = pilot.run_campaign(a.pilot, sizes, repeat=a.repeat, backend=a.backend,
                                   workdir=work, cpu_features=a.cpu_features,
-                                  progress=progress)
+                                  progress=progress, eta=eta,
+                                  checking=[a.target] * a.repeat if a.check else [])
         fc = pilot.forecast(runs, a.target, prof, level=a.level)
+        for w in fc.advice.warnings if fc.advice else ():
+            progress(f"warning: {w}")
         measured = (pilot.measure_target(a.pilot, a.target, repeat=a.repeat, workdir=work,
-                                         cpu_features=a.cpu_features, progress=progress)
+                                         cpu_features=a.cpu_features, progress=progress,
+                                         eta=eta)
                     if a.check else {})
     per, whole = fc.compare(measured)
-    data = {**fc.to_json(), "cpu_features": a.cpu_features}
+    data = {**fc.to_json(), "cpu_features": a.cpu_features, "budget": budget}
     pct = round(100 * a.level)
     check_head = f" {'measured':>9} {'E':>5} in" if a.check else ""
     lines = [f"forecast at n = {a.target:g} from pilots at {', '.join(f'{x:g}' for x in sizes)}"
@@ -263,6 +305,13 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
         if s.why:
             lines.append(f"{'':<26} no F: {s.why}")
         detail = []
+        if s.choice is not None:
+            detail.append(f"from {s.basis}: {s.choice.why}; {pct}% interval "
+                          f"{_width_text(s.width)} wide (from the held-out errors and the "
+                          f"timing spread, {s.choice.spread * 100:.1f} % a run)")
+        if s.fit is not None:
+            detail.append(f"fit: {seconds(s.fit.value)}, of which fixed cost "
+                          f"{seconds(s.fit.fixed_s)}: {s.fit.how}")
         if s.extra is not None:
             detail.append(f"extra (span less work) {seconds(s.extra.value)}, "
                           f"{seconds(s.extra.lower)} .. {seconds(s.extra.upper)}: "
@@ -289,6 +338,8 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
                  f"{seconds(slo) + ' .. ' + seconds(shi):>21} {'+extra':>6}"
                  + (f" {'':>9} {'':>3} {'':>9} {'':>9}" + checked(whole["span"] if per else None)
                     if a.check else ""))
+    lines.append(f"total work interval {_width_text(hi / lo if lo > 0 else None)} wide "
+                 "(upper / lower)")
     if a.check and per:
         data["total"]["check"] = {k: v.to_json() for k, v in whole.items()}
         lines.append(f"measured in all: work {seconds(whole['work'].measured_s)}, E "
@@ -303,14 +354,15 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
         "extrapolated to the target (summed over processors) and, with a profile, the BSP "
         "bounds on them. F: the profile's cost function on the extrapolated counters; scaled: "
         "the largest pilot's work time per instruction times the instructions extrapolated; "
-        "time-only: the work time extrapolated directly. The work forecast is F where F fits "
-        "the pilot runs' own work times at least as well as the other (F's average E there "
-        "against the other's MRE there), else scaled where instructions were counted, else "
-        "time-only; the interval is the forecast's."
+        "time-only: the work time extrapolated directly; fit: a fixed cost plus the counted "
+        "work (instructions, misses, page faults) fitted on the pilot runs. The work forecast "
+        "printed ('from') is the one that predicted the largest pilot best from the smaller "
+        "ones; its interval comes from those held-out errors and the runs' timing spread."
         + (" measured: the median over the checking runs at the target; E = max(T, P) / "
            "min(T, P), work against work and span against span." if a.check else ""), 100)
     for n in fc.notes:
         lines += textwrap.wrap(f"note: {n}", 100, subsequent_indent="  ")
+    lines += [f"warning: {w}" for w in (fc.advice.warnings if fc.advice else ())]
     if a.cpu_features == "as-counted":
         features = ("note: the timed runs (pilots and checking runs) hid from run-time code "
                     "dispatch (numpy, OpenBLAS, glibc) the CPU features valgrind lacks, so they "
@@ -330,6 +382,10 @@ def _pilot(a: argparse.Namespace) -> tuple[Any, str]:
                        if a.backend == "callgrind" else ""))
     lines += textwrap.wrap(features, 100, subsequent_indent="  ", break_on_hyphens=False)
     return data, "\n".join(lines)
+
+
+def _width_text(w: float | None) -> str:
+    return "unbounded" if w is None or not math.isfinite(w) else f"{w:.2f}x"
 
 
 def _e_text(e: float | None) -> str:

@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from counterd.units import seconds
 from predictor import modeling as md
 from predictor import terms as tm
 from predictor.errors import BadInput, PredictorError
@@ -312,6 +313,249 @@ def extrapolate_extra(ns: Sequence[float], extras: Sequence[float], target: floa
                         f"interval: their {level:.0%} spread"), False
 
 
+# -- fixed cost and work apart; the basis chosen by leave-the-largest-out; intervals from it ------
+
+# The counted work a superstep's time is fitted on beside its fixed cost (:func:`fit_work`),
+# in the order the term search is offered them (a counter that adds nothing to the ones before
+# it on the pilot sizes is not offered).
+FIT_COUNTERS = (WORK, "l1d_misses", "l2_misses", "l3_misses", "page_faults")
+# The work forecasts the pilot runs choose among, in the order a tie goes.
+BASES = ("fit", "scaled", "F", "time")
+BASIS_TEXT = {"fit": "fit (fixed cost + counted work)", "scaled": "scaled", "F": "F",
+              "time": "time-only"}
+# How many held-out errors the timing spread of the pilot runs counts as (:func:`interval_of`):
+# with three or four held-out predictions per superstep, their errors alone are too few to
+# trust, and no forecast is surer than the noise of the times it was fitted on.
+PRIOR_WEIGHT = 2.0
+SHORT_S = 1e-3  # a superstep's work at the largest pilot below this is mostly fixed cost
+
+
+@dataclass(frozen=True)
+class WorkFit:
+    """A superstep's work time as a fixed cost (the intercept) plus the counted work: a model
+    fitted with the toolkit's term search on every timed pilot run, evaluated on the counts
+    extrapolated to the target."""
+
+    value: float  # seconds at the target
+    fixed_s: float  # the intercept: the fixed cost (0 where the search dropped it)
+    how: str
+    counters: tuple[str, ...]  # the counters the model kept
+
+
+def fit_work(times_s: Sequence[float], counts: Mapping[str, Sequence[float]],
+             at: Mapping[str, float], *, where: str = "") -> WorkFit | None:
+    """The work time as ``a + sum_c b_c * count_c`` (a, b >= 0) at the counts ``at``.
+
+    ``times_s``: one work time per timed pilot run; ``counts[c]``: counter c of the counted run
+    at that run's size (summed over processors), one value per timed run as ``times_s``. The
+    candidates are the constant and the :data:`FIT_COUNTERS` that vary over the pilot sizes,
+    each offered only if it is not a linear combination of the ones before it there; the
+    toolkit's Brewer search (t-tests at 95 % on the runs, cross-validation where they are too
+    few) keeps what the times support, with costs >= 0 and relative errors. None where no
+    counter is usable or the fit fails."""
+    y = np.asarray(times_s, dtype=np.float64)
+    cols: list[str] = []
+    for c in FIT_COUNTERS:
+        x = np.asarray(counts.get(c, ()), dtype=np.float64)
+        if len(x) != len(y) or not np.all(np.isfinite(x)) or np.ptp(x) == 0 or c not in at:
+            continue
+        trial = np.column_stack([np.ones(len(y)), *(counts[k] for k in cols), x])
+        if np.linalg.matrix_rank(trial / np.linalg.norm(trial, axis=0), tol=1e-9) \
+                == trial.shape[1]:
+            cols.append(c)
+    if not cols or len(y) < len(cols) + 2:
+        return None
+    try:
+        model = md.fit_model(["1", *cols], {c: np.asarray(counts[c], float) for c in cols}, y,
+                             modeler="brewer", nonnegative=True, where=where or "work fit")
+    except BadInput:
+        return None
+    kept = tuple(str(t) for t in model.terms if not isinstance(t, tm.Const))
+    value = float(model.predict({c: np.array([float(at[c])]) for c in cols})[0])
+    fixed = float(sum(c for t, c in zip(model.terms, model.coef, strict=True)
+                      if isinstance(t, tm.Const)))
+    return WorkFit(value, fixed, f"{model.formula()} (seconds; {model.decided_by})", kept)
+
+
+@dataclass(frozen=True)
+class Holdout:
+    """One work forecast predicting pilot sizes from the smaller ones: at each pilot size from
+    the third on, the forecast from the runs below it (``predicted``, s) against the median work
+    time measured there; the last is the largest pilot left out."""
+
+    basis: str
+    sizes: tuple[float, ...]
+    predicted: tuple[float, ...]
+    measured: tuple[float, ...]
+    leverage: tuple[float, ...]  # :func:`leverage` of each prediction
+
+    @property
+    def errors(self) -> np.ndarray:
+        """log(predicted / measured) of each prediction."""
+        return np.log(np.asarray(self.predicted) / np.asarray(self.measured))
+
+    @property
+    def largest_e(self) -> float:
+        """E at the largest pilot (max(T, P) / min(T, P))."""
+        return float(math.exp(abs(float(self.errors[-1]))))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sizes": list(self.sizes), "predicted_s": list(self.predicted),
+                "measured_s": list(self.measured), "largest_E": self.largest_e}
+
+
+def leverage(sizes: Sequence[float], at: float) -> float:
+    """How far ``at`` lies from ``sizes`` in log n, as a regression's prediction variance
+    grows: 1 + 1/k + (log at - mean log n)^2 / sum (log n - mean log n)^2 (k sizes)."""
+    x = np.log(np.asarray(sizes, dtype=np.float64))
+    sxx = float(np.sum((x - x.mean()) ** 2))
+    return 1 + 1 / len(x) + ((math.log(at) - float(x.mean())) ** 2 / sxx if sxx > 0 else 0.0)
+
+
+def timing_spread(ns: Sequence[float], times: Sequence[float]) -> float:
+    """The spread of one run's time: the standard deviation of log time over the timed runs at
+    each size, pooled over the sizes (0 with one run per size)."""
+    n = np.asarray(ns, dtype=np.float64)
+    t = np.log(np.asarray(times, dtype=np.float64))
+    vs = [(float(np.var(t[n == m], ddof=1)), int(np.sum(n == m)) - 1)
+          for m in sorted(set(n.tolist())) if np.sum(n == m) > 1]
+    dof = sum(d for _, d in vs)
+    return math.sqrt(sum(v * d for v, d in vs) / dof) if dof else 0.0
+
+
+def interval_of(h: Holdout, sizes: Sequence[float], target: float, spread: float,
+                level: float = 0.9) -> float:
+    """The half-width (log scale) of the ``level`` interval of the forecast ``h`` judged.
+
+    Each held-out error e_k is divided by the square root of its :func:`leverage`, so that
+    errors made at different distances are comparable, and the forecast at the target is as far
+    from the pilot sizes as its own leverage says. The variance is the held-out errors' mean
+    square, pooled with the timing spread (a held-out error of pure noise has variance
+    2 * spread^2) weighted as :data:`PRIOR_WEIGHT` errors; the quantile is Student's t with as
+    many degrees of freedom as errors plus that weight."""
+    from scipy import stats
+
+    e = h.errors
+    lev = np.asarray(h.leverage)
+    ss = float(np.sum(e * e / lev)) + PRIOR_WEIGHT * 2 * spread ** 2
+    s2 = ss / (len(e) + PRIOR_WEIGHT)
+    t = float(stats.t.ppf((1 + level) / 2, len(e) + PRIOR_WEIGHT))
+    return t * math.sqrt(s2 * leverage(sizes, target))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Which work forecast a superstep prints, and why: each candidate's held-out predictions
+    (:class:`Holdout`), the one whose prediction of the largest pilot from the smaller ones
+    missed least, and the interval from its held-out errors and the timing spread."""
+
+    basis: str
+    why: str
+    holdouts: Mapping[str, Holdout]
+    spread: float  # :func:`timing_spread` of the work time
+    half: float  # :func:`interval_of`: the interval is the forecast times exp(+-half)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"basis": self.basis, "why": self.why, "timing_spread": self.spread,
+                "interval_half_log": self.half,
+                "holdout": {b: h.to_json() for b, h in self.holdouts.items()}}
+
+
+def choose(holdouts: Mapping[str, Holdout], sizes: Sequence[float], target: float,
+           spread: float, level: float = 0.9) -> Choice | None:
+    """The forecast whose prediction of the largest pilot from the smaller ones missed least
+    (ties in :data:`BASES` order); None if no forecast predicted it."""
+    have = [b for b in BASES if b in holdouts and holdouts[b].sizes
+            and holdouts[b].sizes[-1] == sizes[-1]]
+    if not have:
+        return None
+    best = min(have, key=lambda b: (holdouts[b].largest_e, BASES.index(b)))
+    others = ", ".join(f"{BASIS_TEXT[b]} {_pct(holdouts[b].largest_e)}" for b in have
+                       if b != best)
+    why = (f"{BASIS_TEXT[best]} predicted the largest pilot (n = {sizes[-1]:g}) from the "
+           f"smaller ones within {_pct(holdouts[best].largest_e)}"
+           + (f" (others: {others})" if others else " (the only forecast that could)"))
+    return Choice(best, why, holdouts, spread,
+                  interval_of(holdouts[best], sizes, target, spread, level))
+
+
+def _pct(e: float) -> str:
+    return f"{(e - 1) * 100:.1f} %" if math.isfinite(e) else "inf"
+
+
+def _growth(sizes: Sequence[float], medians: Sequence[float]) -> float:
+    """The exponent b of a power law T ~ n^b through the medians (least squares in log-log)."""
+    return float(np.polyfit(np.log(sizes), np.log(medians), 1)[0])
+
+
+@dataclass(frozen=True)
+class PilotAdvice:
+    """What the pilot runs say of themselves: one line per problem, and pilot sizes that would
+    do (None where none is needed or none below the target would)."""
+
+    warnings: tuple[str, ...]
+    sizes: tuple[float, ...] | None
+
+
+def advise(steps: Sequence[tuple[str, Sequence[float], Sequence[float], float]],
+           sizes: Sequence[float], target: float, total_s: float) -> PilotAdvice:
+    """Warnings for pilots too short or too noisy to extrapolate, and sizes that would do.
+
+    ``steps``: per superstep (name, the size of every timed run, its work time, its forecast
+    at the target). Too short: the median work at the largest pilot under :data:`SHORT_S`
+    (mostly fixed cost there). Too noisy: the 90 % range of one run's time (3.29 times
+    :func:`timing_spread`, log scale) above the change of its median across the pilot sizes,
+    for a superstep carrying 1 % or more of the forecast total. The sizes proposed keep the
+    smallest pilot and the shape of the given sizes, and stretch the largest until every
+    flagged superstep that grows with n (exponent b >= 0.1 over the pilots) reaches
+    :data:`SHORT_S` and a change across the sizes of twice its range."""
+    short, noisy, flat = [], [], []
+    top = float(sizes[-1])
+    need = top
+    for name, ns, times, at_target in steps:
+        n = np.asarray(ns, dtype=np.float64)
+        t = np.asarray(times, dtype=np.float64)
+        med = [float(np.median(t[n == m])) for m in sizes]
+        b = _growth(sizes, med)
+        rng = 3.29 * timing_spread(ns, times)
+        change = abs(math.log(med[-1] / med[0]))
+        flagged = False
+        if med[-1] < SHORT_S:
+            short.append(f"{name} ({seconds(med[-1])})")
+            flagged = True
+            if b >= 0.1:
+                need = max(need, top * (SHORT_S / med[-1]) ** (1 / b))
+        if rng > change and at_target >= 0.01 * total_s:
+            noisy.append(f"{name} (spread {_pct(math.exp(rng))}, change {_pct(math.exp(change))})")
+            flagged = True
+            if b >= 0.1:
+                need = max(need, sizes[0] * math.exp(2 * rng / b))
+        if flagged and b < 0.1:
+            flat.append(name)
+    out = []
+    if short:
+        out.append(f"pilots too short: at n = {top:g} under {seconds(SHORT_S)} of work, "
+                   f"mostly fixed cost: {', '.join(short)}")
+    if noisy:
+        out.append("pilots too noisy to extrapolate (90 % range of a run's time above the "
+                   f"change across the pilot sizes): {', '.join(noisy)}")
+    if flat:
+        out.append(f"not growing with n over the pilots (larger pilots will not help): "
+                   f"{', '.join(flat)}")
+    proposed = None
+    if need > top:
+        lo = float(sizes[0])
+        new = [lo + (need - lo) * (s - lo) / (top - lo) for s in sizes]
+        new = [float(f"{x:.2g}") for x in new]
+        if new[-1] >= target:
+            out.append(f"no pilot sizes below the target would do (the largest would be about "
+                       f"{need:.2g}): forecast with care, or run the target itself")
+        elif len(set(new)) == len(new):
+            proposed = tuple(new)
+            out.append("pilot sizes that would do: --sizes " + ",".join(f"{x:g}" for x in new))
+    return PilotAdvice(tuple(out), proposed)
+
+
 @dataclass(frozen=True)
 class Measured:
     """One superstep at the target as the checking runs measured it: medians over the runs
@@ -369,17 +613,18 @@ class StepForecast:
     scaled: Extrapolated | None = None  # seconds: work time scaled by the counted work
     extra: Extrapolated | None = None  # seconds: the span less the work (None: not measured)
 
+    fit: WorkFit | None = None  # seconds: fixed cost + counted work, fitted on the pilots
+    choice: Choice | None = None  # which forecast is printed, why, and its interval
+
     @property
     def basis(self) -> str:
-        """The work forecast the pilot runs trust most. ``"F"`` when F's average E on the
-        pilot runs' own work times is at most the other forecast's MRE on the pilots (both are
-        1 plus a relative error; the other is scaled where counted, else time-only);
-        else ``"scaled"`` (the work time scaled by the counted instructions) where they were
-        counted, else ``"time"`` (the work time extrapolated directly). Scaling is preferred
-        to time-only without a contest between them: a growth model of a noisy time, fitted
-        over sizes that cross a cache level, extrapolates that crossing's curvature; the
-        counted instructions grow as the algorithm does, and the largest pilot's time per
-        instruction is the one measured nearest the target."""
+        """The work forecast printed: the :attr:`choice` (the one that predicted the largest
+        pilot from the smaller ones best: ``"fit"``, ``"scaled"``, ``"F"`` or ``"time"``).
+        Without a choice (a forecast built by hand), the older rule: ``"F"`` when F's average
+        E on the pilot runs' own work times is at most the other forecast's MRE on the pilots,
+        else ``"scaled"`` where instructions were counted, else ``"time"``."""
+        if self.choice is not None:
+            return self.choice.basis
         other = self.scaled or self.time_only
         if self.f is not None and self.pilot_f_error is not None and (
                 other.pilot_mre is None or self.pilot_f_error <= other.pilot_mre):
@@ -396,17 +641,29 @@ class StepForecast:
     @property
     def predicted_s(self) -> float:
         """The work time forecast by :attr:`basis`."""
+        if self.basis == "fit" and self.fit is not None:
+            return self.fit.value
         e = self._basis()
         return e.value if e is not None else self.f.f * 1e-9 if self.f is not None else 0.0
 
     @property
     def interval_s(self) -> tuple[float, float]:
-        """The interval of :attr:`basis`."""
+        """The interval: with a :attr:`choice`, the forecast times exp(+-half), half from the
+        held-out errors and the timing spread (:func:`interval_of`); else the basis's own."""
+        if self.choice is not None:
+            p = self.predicted_s
+            return p * math.exp(-self.choice.half), p * math.exp(self.choice.half)
         e = self._basis()
         if e is not None or self.f_interval_ns is None:
             e = e or self.time_only
             return e.lower, e.upper
         return self.f_interval_ns[0] * 1e-9, self.f_interval_ns[1] * 1e-9
+
+    @property
+    def width(self) -> float | None:
+        """How wide the interval is: upper / lower (None where lower is 0)."""
+        lo, hi = self.interval_s
+        return hi / lo if lo > 0 else None
 
     @property
     def span_s(self) -> float:
@@ -456,6 +713,12 @@ class StepForecast:
                 "scaled_model": self.scaled.how if self.scaled else None,
                 "scaled_pilot_mre": self.scaled.pilot_mre if self.scaled else None,
                 "pilot_f_error": self.pilot_f_error,
+                "fit_s": self.fit.value if self.fit else None,
+                "fit_fixed_s": self.fit.fixed_s if self.fit else None,
+                "fit_model": self.fit.how if self.fit else None,
+                "fit_counters": list(self.fit.counters) if self.fit else None,
+                "interval_width": self.width,
+                "choice": self.choice.to_json() if self.choice else None,
                 "counters": {k: v.value for k, v in self.counters.items()},
                 "counter_models": {k: v.how for k, v in self.counters.items()},
                 "bsp_s": {k: v * 1e-9 for k, v in self.bsp_ns.items()}}
@@ -468,6 +731,7 @@ class Forecast:
     profile: str | None
     steps: tuple[StepForecast, ...]
     notes: tuple[str, ...] = ()
+    advice: PilotAdvice | None = None  # warnings on the pilots, and sizes that would do
 
     def total(self) -> tuple[float, float, float]:
         """Predicted work in all (seconds), and the interval (the supersteps' bounds
@@ -506,8 +770,14 @@ class Forecast:
                           "F_s": _sum_or_none([s.f_s for s in self.steps]),
                           "scaled_s": _sum_or_none([s.scaled.value if s.scaled else None
                                                     for s in self.steps]),
-                          "time_only_s": sum(s.time_only.value for s in self.steps)},
-                "notes": list(self.notes)}
+                          "time_only_s": sum(s.time_only.value for s in self.steps),
+                          "fit_s": _sum_or_none([s.fit.value if s.fit else None
+                                                 for s in self.steps]),
+                          "interval_width": hi / lo if lo > 0 else None},
+                "notes": list(self.notes),
+                "pilot_warnings": list(self.advice.warnings) if self.advice else [],
+                "proposed_sizes": list(self.advice.sizes) if self.advice and self.advice.sizes
+                else None}
 
 
 def _sum_or_none(values: Sequence[float | None]) -> float | None:
@@ -609,9 +879,97 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
             sf = StepForecast(index, name, time_only, counters, why="no profile given")
         else:
             sf = StepForecast(index, name, time_only, counters, why="no counters recorded")
-        out.append(replace(sf, scaled=scaled, extra=extra))
+        fit = _fit_step(runs, i, {c: e.value for c, e in counters.items()}, where=where)
+        f_model = (profile.f_model(sf.variant) if profile is not None and sf.f is not None
+                   and sf.variant is not None else None)
+        progress(f"{where}: predicting the larger pilots from the smaller ones")
+        holdouts = holdout_forecasts(runs, i, f_model, modeler=modeler,
+                                     names=names if f_model is not None else None)
+        spread = timing_spread([n for n, _, _ in tws], [w for _, w, _ in tws])
+        have = {b for b, ok in (("fit", fit), ("scaled", scaled), ("F", sf.f),
+                                ("time", time_only)) if ok is not None}
+        choice = choose({b: h for b, h in holdouts.items() if b in have}, sizes, target,
+                        spread, level)
+        out.append(replace(sf, scaled=scaled, extra=extra, fit=fit, choice=choice))
+    total = sum(s.predicted_s for s in out)
+    advice = advise([(f"{s.index}:{s.name}", [r.size for r in runs for _ in r.step_work(i)],
+                      [w * 1e-9 for r in runs for w in r.step_work(i)], s.predicted_s)
+                     for i, s in enumerate(out)], sizes, target, total)
     return Forecast(float(target), sizes, profile.name if profile else None, tuple(out),
-                    tuple(notes))
+                    tuple(notes), advice)
+
+
+def _fit_step(runs: Sequence[PilotRun], i: int, at: Mapping[str, float], *, where: str = ""
+              ) -> WorkFit | None:
+    """:func:`fit_work` of superstep ``i`` over every timed run of ``runs``, each with the
+    counts of its size's counted run, at the counts ``at``."""
+    times = [w * 1e-9 for r in runs for w in r.step_work(i)]
+    counts = {c: [float(r.steps[i].counter(c).sum()) for r in runs for _ in r.step_work(i)]
+              for c in FIT_COUNTERS if c in at and all(c in r.steps[i].counters for r in runs)}
+    return fit_work(times, counts, at, where=f"{where}: work fit")
+
+
+def point_forecasts(runs: Sequence[PilotRun], i: int, at: float, fm: Any = None, *,
+                    modeler: str = "single", names: Sequence[str] | None = None
+                    ) -> dict[str, float]:
+    """Each work forecast of superstep ``i`` at size ``at`` from ``runs`` (seconds; a forecast
+    that cannot be made, or is not > 0, is left out): time-only, scaled, the fit of fixed cost
+    and counted work and, with ``fm`` (an F model) and ``names`` (the counters to extrapolate
+    for it), F."""
+    sizes = sorted({r.size for r in runs})
+    tws = [(r.size, w * 1e-9) for r in runs for w in r.step_work(i)]
+    steps = [r.steps[i] for r in runs]
+    ns = [r.size for r in runs]
+    wanted = [c for c in FIT_COUNTERS if all(c in s.counters for s in steps)]
+    wanted += [c for c in names or () if c not in wanted]
+    out: dict[str, float] = {}
+    try:
+        out["time"] = extrapolate([n for n, _ in tws], [w for _, w in tws], at,
+                                  modeler=modeler).value
+        counts = {c: extrapolate(ns, [float(s.counter(c).sum()) for s in steps], at,
+                                 modeler=modeler).value for c in wanted}
+    except PredictorError:
+        return out
+    top = sizes[-1]
+    if counts.get(WORK, 0) > 0:
+        there = float(np.mean([s.counter(WORK).sum() for r, s in zip(runs, steps, strict=True)
+                               if r.size == top]))
+        if there > 0:
+            out["scaled"] = float(np.median([w for n, w in tws if n == top])) \
+                * counts[WORK] / there
+    fit = _fit_step(runs, i, counts)
+    if fit is not None:
+        out["fit"] = fit.value
+    if fm is not None and names:
+        largest = [r.steps[i] for r in runs if r.size == top]
+        try:
+            out["F"] = fm.evaluate(_at_target(steps[-1], {c: counts[c] for c in names},
+                                              _shares(largest, names))).f * 1e-9
+        except PredictorError:
+            pass
+    return {b: v for b, v in out.items() if math.isfinite(v) and v > 0}
+
+
+def holdout_forecasts(runs: Sequence[PilotRun], i: int, fm: Any = None, *,
+                      modeler: str = "single", names: Sequence[str] | None = None
+                      ) -> dict[str, Holdout]:
+    """Each work forecast of superstep ``i`` predicting every pilot size from the third on
+    from the runs below it (:func:`point_forecasts`), against the median work time measured
+    there; the last prediction is the largest pilot left out."""
+    sizes = sorted({r.size for r in runs})
+    got: dict[str, list[tuple[float, float, float, float]]] = {}
+    for k in range(2, len(sizes)):
+        below = [r for r in runs if r.size < sizes[k]]
+        measured = float(np.median([w * 1e-9 for r in runs if r.size == sizes[k]
+                                    for w in r.step_work(i)]))
+        lev = leverage(sizes[:k], sizes[k])
+        if not measured > 0:
+            continue
+        for b, p in point_forecasts(below, i, sizes[k], fm, modeler=modeler,
+                                    names=names).items():
+            got.setdefault(b, []).append((sizes[k], p, measured, lev))
+    return {b: Holdout(b, tuple(x[0] for x in v), tuple(x[1] for x in v),
+                       tuple(x[2] for x in v), tuple(x[3] for x in v)) for b, v in got.items()}
 
 
 # -- running a pilot campaign ---------------------------------------------------------------------
@@ -762,19 +1120,117 @@ def pilot_run(n: float, counted: Sequence[Step], timed: Sequence[Sequence[Timing
 SIDE_BY_SIDE = frozenset({"callgrind", "sim", "none"})
 
 
+# A counted run's time over a timed run's at the same size, until the campaign has measured
+# its own: Callgrind runs a program 50-100 times slower than natively (the middle taken); the
+# other counting sources count as the program runs.
+COUNTED_SLOWDOWN = {"callgrind": 75.0}
+
+
+class Eta:
+    """The time left of a campaign: its timed, counted and checking runs. A timed run at size
+    n takes a + b n seconds (non-negative least squares through the timed runs so far; in
+    proportion to n after the first); a counted run that times the slowdown its backend's
+    first counted run measured (:data:`COUNTED_SLOWDOWN` until then), ``width`` of them at
+    once; a checking run, as a timed one at the target."""
+
+    def __init__(self, backend: str = "none", width: int = 1) -> None:
+        self.backend, self.width = backend, max(1, width)
+        self.timed: list[tuple[float, float]] = []  # (n, seconds)
+        self.counted: list[tuple[float, float]] = []
+
+    def run_s(self, n: float) -> float | None:
+        """A timed run's seconds at size ``n``; None before the first."""
+        if not self.timed:
+            return None
+        ns = np.array([x for x, _ in self.timed])
+        ts = np.array([t for _, t in self.timed])
+        if np.ptp(ns) == 0:
+            return float(np.mean(ts)) * n / float(ns[0])
+        a, b = md.nnls(np.column_stack([np.ones(len(ns)), ns]), ts)
+        return float(a + b * n)
+
+    def slowdown(self) -> float:
+        """A counted run's time over a timed run's: measured where one has ended."""
+        got = [t / r for n, t in self.counted if (r := self.run_s(n))]
+        return (float(np.mean(got)) if got
+                else COUNTED_SLOWDOWN.get(self.backend, 1.0))
+
+    def left(self, timed: Sequence[float] = (), counted: Sequence[float] = (),
+             checking: Sequence[float] = ()) -> float | None:
+        """Seconds left for the runs at these sizes; None before any timed run."""
+        if not self.timed:
+            return None
+        run = self.run_s
+        waves = sorted(counted, reverse=True)[::self.width]  # the longest of each wave
+        return (sum(run(n) or 0.0 for n in [*timed, *checking])
+                + self.slowdown() * sum(run(n) or 0.0 for n in waves))
+
+    @staticmethod
+    def text(left: float | None) -> str:
+        return "" if left is None else f", about {left:.0f} s left"
+
+
+def budget_sizes(sizes: Sequence[float], budget_s: float, probes: Sequence[tuple[float, float]],
+                 *, repeat: int, backend: str, target: float, check: bool,
+                 width: int = 1) -> tuple[tuple[float, ...], float]:
+    """Pilot sizes within ``budget_s`` seconds, and the campaign's estimated time.
+
+    ``probes``: (size, seconds) of timed runs already made (their time counts against the
+    budget). A run at n takes a + b n (:class:`Eta`); the campaign is ``repeat`` timed runs and
+    a counted run (its backend's slowdown, ``width`` at once) per size, plus ``repeat``
+    checking runs at the target with ``check``. The sizes are the given ones times the largest
+    factor that fits, at most the one that puts the largest pilot at half the target (larger
+    pilots extrapolate less, and the pilots must stay below the target); rounded to two
+    significant digits. BadInput where none fits."""
+    if not (math.isfinite(budget_s) and budget_s > 0):
+        raise BadInput(f"--budget {budget_s:g} is not a time > 0", "give seconds, e.g. "
+                       "--budget 120")
+    eta = Eta(backend, width)
+    eta.timed = list(probes)
+    spent = sum(t for _, t in probes)
+    checking = [target] * repeat if check else []
+
+    def cost(f: float) -> float:
+        ns = [n * f for n in sizes]
+        return eta.left([n for n in ns for _ in range(repeat)], ns, checking) or 0.0
+
+    room = budget_s - spent
+    hi = target / 2 / sizes[-1]
+    lo = hi * 1e-6
+    if cost(lo) > room:
+        raise BadInput(f"--budget {budget_s:g}: the campaign needs about {cost(lo) + spent:.0f} "
+                       f"s at any pilot size ({spent:.0f} s spent measuring the program's time; "
+                       f"{repeat} timed runs and a counted run per size"
+                       + (f", {repeat} checking runs at the target" if check else "") + ")",
+                       "give a larger --budget, or a smaller --repeat")
+    if cost(hi) > room:
+        for _ in range(60):  # bisection in log: cost grows with the factor
+            mid = math.sqrt(lo * hi)
+            lo, hi = (mid, hi) if cost(mid) <= room else (lo, mid)
+        hi = lo
+    out = tuple(float(f"{max(1.0, n * hi):.2g}") for n in sizes)
+    if len(set(out)) < 3 or any(b <= a for a, b in zip(out, out[1:], strict=False)):
+        raise BadInput(f"--budget {budget_s:g}: pilot sizes within it are too small to tell "
+                       f"apart ({', '.join(f'{x:g}' for x in out)})",
+                       "give a larger --budget or larger --sizes")
+    return out, cost(hi) + spent
+
+
 def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
                  backend: str = "callgrind", workdir: Any, cpu_features: str = "native",
-                 progress: md.Progress = md.no_progress, parallel: int | None = None
-                 ) -> list[PilotRun]:
+                 progress: md.Progress = md.no_progress, parallel: int | None = None,
+                 eta: Eta | None = None, checking: Sequence[float] = ()) -> list[PilotRun]:
     """At every size: ``repeat`` timed runs (markers only, ``--backend none``, run with
     ``cpu_features``, :data:`TIMING_FEATURES`) and one counted run (``backend``,
     :func:`counting_features`); records under ``workdir``. Progress says what runs and the
-    time left.
+    time left (:class:`Eta`, kept in ``eta`` when given), of the counted runs too and of the
+    ``checking`` runs to come (their sizes).
 
     The timed runs go first, one at a time (they are the times). The counted runs follow, up to
     ``parallel`` at once (default: the CPUs this process may use) where ``backend`` is in
     :data:`SIDE_BY_SIDE`, else one at a time: under Callgrind each takes 20-100 times the
     program's time, and nothing of theirs is timed."""
+    import threading
     import time
     from concurrent.futures import ThreadPoolExecutor
     from pathlib import Path
@@ -783,29 +1239,38 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
         raise BadInput(f"--repeat {repeat}", "give 1 or more")
     counting = counting_features(cpu_features)
     work = Path(workdir)
-    timed: list[list[list[Timing]]] = []
-    t0, sized = time.monotonic(), 0.0  # seconds over the sizes run: runs grow with n
-    for i, n in enumerate(sizes):
-        timed.append([])
-        for r in range(repeat):
-            rest = n * (repeat - r) + repeat * sum(sizes[i + 1:])
-            left = (f", about {(time.monotonic() - t0) / sized * rest:.0f} s left of the "
-                    "timed runs") if sized else ""
-            progress(f"n = {_size_text(n)}: timed run {r + 1}/{repeat}{left}")
-            timed[i].append(record_timed(template, n, record_path(work, "timed", n, r),
-                                         what=f"timed pilot run {r + 1}",
-                                         cpu_features=cpu_features))
-            sized += n
     width = 1
     if backend in SIDE_BY_SIDE:
         width = max(1, min(len(sizes), parallel or len(os.sched_getaffinity(0))))
+    eta = eta if eta is not None else Eta(backend, width)
+    eta.backend, eta.width = backend, width
+    timed: list[list[list[Timing]]] = []
+    for i, n in enumerate(sizes):
+        timed.append([])
+        for r in range(repeat):
+            rest = [n] * (repeat - r) + [m for m in sizes[i + 1:] for _ in range(repeat)]
+            progress(f"n = {_size_text(n)}: timed run {r + 1}/{repeat}"
+                     + Eta.text(eta.left(rest, sizes, checking)))
+            t0 = time.monotonic()
+            timed[i].append(record_timed(template, n, record_path(work, "timed", n, r),
+                                         what=f"timed pilot run {r + 1}",
+                                         cpu_features=cpu_features))
+            eta.timed.append((float(n), time.monotonic() - t0))
     progress(f"counted runs ({backend}) at n = {', '.join(map(_size_text, sizes))}"
-             + (f", {width} at a time" if width > 1 else ""))
+             + (f", {width} at a time" if width > 1 else "")
+             + Eta.text(eta.left((), sizes, checking)))
+    lock = threading.Lock()
+    pending = list(sizes)
 
     def counted(n: float) -> list[Step]:
+        t0 = time.monotonic()
         steps = record_run(template, n, backend, record_path(work, "counted", n),
                            what=f"counted pilot run ({backend})", cpu_features=counting)
-        progress(f"n = {_size_text(n)}: counted run ({backend}) done")
+        with lock:
+            eta.counted.append((float(n), time.monotonic() - t0))
+            pending.remove(n)
+            left = eta.left((), pending, checking)
+        progress(f"n = {_size_text(n)}: counted run ({backend}) done" + Eta.text(left))
         return steps
 
     with ThreadPoolExecutor(max_workers=width) as pool:
@@ -814,19 +1279,26 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
 
 
 def measure_target(template: str, target: float, *, repeat: int, workdir: Any,
-                   cpu_features: str = "native", progress: md.Progress = md.no_progress
-                   ) -> dict[tuple[int, str], Measured]:
+                   cpu_features: str = "native", progress: md.Progress = md.no_progress,
+                   eta: Eta | None = None) -> dict[tuple[int, str], Measured]:
     """``--check``: ``repeat`` timed runs at the target size (``check-R.jsonl`` in
     ``workdir``), run with ``cpu_features`` as the timed pilots were; what they measured
-    (:func:`measured`)."""
+    (:func:`measured`). Progress gives the time left: from ``eta`` (the campaign's) before
+    the first checking run has ended, then from the checking runs' own times."""
+    import time
     from pathlib import Path
 
     _timing_features(cpu_features)
-    timed = []
+    timed: list[list[Timing]] = []
+    took: list[float] = []
     for r in range(repeat):
-        progress(f"n = {_size_text(target)}: checking run {r + 1}/{repeat}")
+        left = (float(np.mean(took)) * (repeat - r) if took
+                else eta.left(checking=[target] * (repeat - r)) if eta is not None else None)
+        progress(f"n = {_size_text(target)}: checking run {r + 1}/{repeat}" + Eta.text(left))
+        t0 = time.monotonic()
         timed.append(record_timed(template, target, Path(workdir) / f"check-{r}.jsonl",
                                   what="checking run", cpu_features=cpu_features))
+        took.append(time.monotonic() - t0)
     return measured(timed)
 
 

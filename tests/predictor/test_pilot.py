@@ -120,10 +120,16 @@ def test_forecast_evaluates_f_on_extrapolated_counters():
 
 
 def test_without_a_profile_the_time_only_forecast_remains():
+    """No profile: no F, and the forecast printed is one of the others, chosen by the held-out
+    largest pilot; time-only is always there."""
     rng = np.random.default_rng(8)
     fc = pilot.forecast([_run(n, rng) for n in SIZES], 1e6, None)
     assert all(s.f is None and s.why == "no profile given" for s in fc.steps)
-    assert all(s.predicted_s == s.time_only.value > 0 for s in fc.steps)
+    for s in fc.steps:
+        assert s.time_only.value > 0 and s.choice is not None and s.basis != "F"
+        assert s.basis in s.choice.holdouts and "F" not in s.choice.holdouts
+        assert s.predicted_s == {"time": s.time_only.value,
+                                 "fit": s.fit.value if s.fit else None}[s.basis]
 
 
 def _step_forecast(f_error, t_mre, w_mre=False):
