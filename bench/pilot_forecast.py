@@ -102,7 +102,7 @@ def other_case(program: str) -> Case:
 SUITES = {"sorts": [sort_case(a) for a in ("radix", "sample", "column")],
           "others": [other_case(p) for p in ("fft", "dense", "sparse", "stats")]}
 EXTRAP_VENV = ROOT / "bench" / ".extrap-venv"
-METHODS = ("F measured", "F extrap", "scaled", "time-only", "forecast", "Extra-P",
+METHODS = ("F measured", "F extrap", "scaled", "fit", "time-only", "forecast", "Extra-P",
            "span")  # all against the measured work but "span", against the measured span
 VENV_BIN = Path(sys.executable).parent
 
@@ -203,6 +203,7 @@ def rows_for(case: Case, work: Path, profile: MachineProfile, repeat: int,
     ex = extrap_forecasts(runs, case.sizes(), work / case.name) if extrap else {}
     group = {n: g for g, sizes in case.targets.items() for n in sizes}
     fm = {}
+    memo: dict[Any, Any] = {}  # the held-out predictions, the same at every target
     rows = []
     for n in case.sizes():
         tdir = work / case.name / "target"
@@ -210,7 +211,7 @@ def rows_for(case: Case, work: Path, profile: MachineProfile, repeat: int,
                  for r in range(target_repeat)]
         counted_path = pilot.record_path(tdir, "counted", n)
         counted = load_counters(counted_path) if counted_path.exists() else None
-        fc = pilot.forecast(runs, n, profile)
+        fc = pilot.forecast(runs, n, profile, memo=memo)
         for i, s in enumerate(fc.steps):
             key = runs[0].steps[i].name  # "index:name", as Extra-P saw it
             ex_at = ex.get(key, {}).get("at", {}).get(f"{n:g}")
@@ -233,6 +234,7 @@ def rows_for(case: Case, work: Path, profile: MachineProfile, repeat: int,
                 "extra_model": s.extra.how if s.extra else None,
                 "E": {"F measured": e_of(t, f_meas), "F extrap": e_of(t, s.f_s),
                       "scaled": e_of(t, s.scaled.value if s.scaled else None),
+                      "fit": e_of(t, s.fit.value if s.fit else None),
                       "time-only": e_of(t, s.time_only.value),
                       "forecast": e_of(t, s.predicted_s),
                       "Extra-P": e_of(t, ex_at),
@@ -244,6 +246,10 @@ def rows_for(case: Case, work: Path, profile: MachineProfile, repeat: int,
                            "F extrap": (s.f_interval_s[0] <= t <= s.f_interval_s[1]
                                         if s.f_interval_s else None),
                            "span": slo <= span <= shi},
+                "width": {"forecast": s.width,
+                          "span": shi / slo if slo > 0 else None},
+                "holdout": ({b: {"errors": h.errors.tolist(), "leverage": list(h.leverage)}
+                             for b, h in s.choice.holdouts.items()} if s.choice else {}),
                 "time_only_model": s.time_only.how,
                 "extrap_model": ex.get(key, {}).get("model")})
     return rows
@@ -251,8 +257,8 @@ def rows_for(case: Case, work: Path, profile: MachineProfile, repeat: int,
 
 def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
     out = [f"{'method':<11} {'steps':>5} {'median E':>8} {'mean E':>7} {'max E':>6} "
-           f"{'<=10%':>6} {'90% int.':>8}   (against the measured work; span: against the "
-           "measured span)"]
+           f"{'<=10%':>6} {'90% int.':>8} {'width':>6}   (against the measured work; span: "
+           "against the measured span; width: the 90 % interval's median upper / lower)"]
     for m in METHODS:
         es = [r["E"][m] for r in rows if r["E"][m] is not None]
         if not es:
@@ -263,6 +269,9 @@ def summary(rows: Sequence[dict[str, Any]]) -> list[str]:
         out.append(f"{m:<11} {len(es):>5} {statistics.median(es):>8.3f} {np.mean(finite):>7.3f} "
                    f"{max(es):>6.2f} {np.mean([e <= 1.1 for e in es]):>6.0%} "
                    + (f"{np.mean(cover):>8.0%}" if cover else f"{'-':>8}")
+                   + (f" {statistics.median(ws):>6.2f}" if (ws := [
+                       r["width"][m] for r in rows
+                       if r.get("width", {}).get(m) is not None]) else "")
                    + (f"  ({len(es) - len(finite)} forecasts <= 0, mean without them)"
                       if len(finite) < len(es) else ""))
     for what, key in (("work", "floor"), ("span", "span_floor")):

@@ -93,20 +93,34 @@ def _holdout(basis, errors, sizes=(3e5, 4e5, 5e5)):
 
 
 def test_the_forecast_that_best_predicts_the_largest_pilot_is_chosen_and_says_why():
-    """Not a fixed rule: whichever forecast missed the largest pilot least (from the smaller
-    ones) is printed, and the reason names every candidate's miss."""
-    hs = {"fit": _holdout("fit", [0.01, 0.02, 0.08]),
-          "scaled": _holdout("scaled", [0.3, 0.2, -0.03]),
+    """Not a fixed rule: the forecast that missed the largest pilot least (from the smaller
+    ones) replaces the standing one (scaled where it could predict it) where it missed less by
+    more than timing noise alone would make a held-out error miss; the reason names every
+    candidate's miss."""
+    hs = {"fit": _holdout("fit", [0.01, 0.02, 0.01]),
+          "scaled": _holdout("scaled", [0.3, 0.2, 0.3]),
           "F": _holdout("F", [0.0, 0.0, 0.2]),
           "time": _holdout("time", [0.05, 0.05, 0.05])}
-    c = pilot.choose(hs, SIZES, 2e6, 0.02)
+    # one run's spread 2 %, 5 runs per size: a held-out error's noise sqrt(pi * 0.02^2 / 5)
+    c = pilot.choose(hs, SIZES, 2e6, 0.02, runs=5)
+    assert c is not None and c.basis == "fit"
+    assert c.noise == pytest.approx(math.sqrt(math.pi * 0.02 ** 2 / 5))
+    assert c.why.startswith("fit (fixed cost + counted work) predicted the largest pilot "
+                            "(n = 500000) from the smaller ones within 1.0 % and missed less "
+                            "than scaled by more than the noise of a held-out prediction, 1.6 %")
+    assert "scaled 35.0 %" in c.why and "F 22.1 %" in c.why and "time-only 5.1 %" in c.why
+    # scaled 3 % against fit's 1 %, with a spread of 5 % (noise 4.0 %): no evidence, kept
+    hs["scaled"] = _holdout("scaled", [0.03, 0.03, 0.03])
+    c = pilot.choose(hs, SIZES, 2e6, 0.05, runs=5)
     assert c is not None and c.basis == "scaled"
-    assert c.why.startswith("scaled predicted the largest pilot (n = 500000) from the smaller "
-                            "ones within 3.0 %")
-    assert "F 22.1 %" in c.why and "time-only 5.1 %" in c.why and "fit (fixed" in c.why
+    assert "kept: fit (fixed cost + counted work) missed less, but by no more than" in c.why
+    # the same misses on quiet pilots (0.5 %): the difference is real
+    assert pilot.choose(hs, SIZES, 2e6, 0.005, runs=5).basis == "fit"
     # a forecast that could not predict the largest pilot is not a candidate
     hs["scaled"] = _holdout("scaled", [0.0, 0.0], sizes=(3e5, 4e5))
-    assert pilot.choose(hs, SIZES, 2e6, 0.02).basis == "time"
+    hs["fit"] = _holdout("fit", [0.0, 0.0], sizes=(3e5, 4e5))
+    c = pilot.choose(hs, SIZES, 2e6, 0.02)
+    assert c is not None and c.basis == "time" and "missed least" in c.why
     assert pilot.choose({}, SIZES, 2e6, 0.02) is None
 
 
@@ -125,8 +139,9 @@ def _coverage(bias: float, reps: int = 300) -> tuple[float, float]:
     noise per run, medians of 5 runs at 5 pilot sizes; the forecast at 4x the largest pilot is
     the fixed cost plus the largest pilot's remainder scaled by n (biased where bias > 0: the
     time per element grows), its held-out errors those of the same forecast at the three
-    larger pilots. The share of campaigns whose 90 % interval holds a fresh run at the target,
-    and the median width (upper / lower)."""
+    larger pilots. The share of campaigns whose 90 % interval holds the time at the target,
+    and the median width (upper / lower). The target is measured as the checking runs measure
+    it: the median of 5 runs."""
     rng = np.random.default_rng(6)
     sizes = np.array(SIZES)
     target = 4 * sizes[-1]
@@ -146,31 +161,39 @@ def _coverage(bias: float, reps: int = 300) -> tuple[float, float]:
         spread = pilot.timing_spread(np.repeat(sizes, 5), runs.ravel())
         half = pilot.interval_of(h, sizes, target, spread)
         p = 2e-3 + (med[-1] - 2e-3) * target / sizes[-1]
-        fresh = law(target) * math.exp(0.05 * rng.standard_normal())
+        # what the checking runs measure: the median of 5 runs
+        fresh = law(target) * float(np.median(np.exp(0.05 * rng.standard_normal(5))))
         inside += p * math.exp(-half) <= fresh <= p * math.exp(half)
         widths.append(math.exp(2 * half))
     return inside / reps, float(np.median(widths))
 
 
 @pytest.mark.parametrize("bias, low, high", [
-    (0.0, 0.90, 1.0),  # measured 0.997: noise only, the interval is wider than it needs
-    (0.1, 0.85, 0.97),  # measured 0.917: a bias the held-out errors see, and cover
+    (0.0, 0.90, 1.0),  # measured 0.993: noise only, the interval is wider than it needs
+    (0.1, 0.85, 0.97),  # measured 0.923: a drift too slow for the held-out errors to show
 ])
 def test_held_out_interval_coverage_is_measured(bias, low, high):
     """The 90 % interval at 4x the largest pilot, 300 campaigns: it covers at least 85 % with
-    and without a bias in the forecast (its errors grow with the distance, and the held-out
-    errors are scaled to the target's distance), and is under 2x wide (1.46 measured)."""
+    and without a drift of the time per element (10 % per e-fold of n, which the held-out
+    errors at the pilots barely show against 5 % noise: the noise is scaled to the target's
+    distance as the errors are), and is under 2x wide (1.42 and 1.43 measured). A drift of
+    20 % per e-fold is covered at 0.55 (measured, not asserted): what the pilots cannot show,
+    the interval does not hold."""
     cover, width = _coverage(bias)
     assert low <= cover <= high, cover
     assert 1.2 < width < 2.0, width
 
 
-def test_timing_spread_pools_the_runs_at_each_size():
+def test_timing_spread_pools_the_runs_at_each_size_robustly():
+    """1.4826 MAD of log time per size, pooled as a root mean square; one run slowed down 3x
+    by a busy host does not move it."""
     ns = [1, 1, 1, 2, 2, 2]
     ts = [1.0, 1.1, 0.9, 2.0, 2.2, 1.8]
     logs = np.log(ts)
-    expect = math.sqrt((np.var(logs[:3], ddof=1) + np.var(logs[3:], ddof=1)) / 2)
-    assert pilot.timing_spread(ns, ts) == pytest.approx(expect)
+    mad = [1.4826 * np.median(np.abs(x - np.median(x))) for x in (logs[:3], logs[3:])]
+    assert pilot.timing_spread(ns, ts) == pytest.approx(math.sqrt(np.mean(np.square(mad))))
+    assert pilot.timing_spread(ns + [1], ts + [3.0]) == pytest.approx(
+        pilot.timing_spread(ns, ts), rel=0.1)
     assert pilot.timing_spread([1, 2, 3], [1.0, 2.0, 3.0]) == 0.0
 
 
@@ -410,3 +433,29 @@ def test_the_checking_runs_are_counterd_records_own_times(tmp_path, monkeypatch)
         assert v.span_ns == np.median([o[k].time_ns for o in own])
         assert v.skew_ns == np.median([o[k].skew_ns for o in own])
         assert 0 < v.work_ns <= v.span_ns
+
+
+def test_cli_text_says_which_forecast_why_how_wide_and_warns_in_one_line_each(monkeypatch,
+                                                                             capsys):
+    """The text: per superstep the forecast chosen and why, the interval's width, the fit
+    with its fixed cost; the total's width; warnings on stderr, one line each, and at the end
+    of the text; --json carries the same."""
+    from predictor.cli import main
+
+    runs = _fixed_cost_runs(np.random.default_rng(7), repeat=3, sizes=[1e3, 2e3, 3e3, 4e3],
+                            fixed=1e-5)
+    monkeypatch.setattr(pilot, "run_campaign", lambda *a, **k: runs)
+    rc = main(["--pilot", "prog {n}", "--sizes", "1000,2000,3000,4000", "--target", "1e6",
+               "--backend", "none"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    text = " ".join(out.out.split())
+    assert "predicted the largest pilot (n = 4000) from the smaller ones within" in text
+    assert "90% interval" in text and "x wide (from the held-out errors" in text
+    assert "fit: " in text and "of which fixed cost" in text
+    assert "total work interval" in text
+    warned = [x for x in out.err.splitlines() if x.startswith("predict: warning: ")]
+    assert any("pilots too short" in x for x in warned)
+    assert any("pilot sizes that would do: --sizes 1000," in x for x in warned)
+    for w in warned:
+        assert w.removeprefix("predict: ") in out.out.splitlines()
