@@ -154,8 +154,11 @@ def _pilot_parser() -> argparse.ArgumentParser:
         "Run a command at small input sizes (timed runs with markers only, and one counted run "
         "per size), fit a growth model in n for every superstep's work time (the slowest "
         "processor's own time) and counters, and forecast each superstep at the target size: "
-        "F on the extrapolated counters (with a profile) beside the work time extrapolated "
-        "directly (Amato et al., 'Predicting performance on SMPs', section 5.4); and its span "
+        "F on the extrapolated counters (with a profile) beside the work time scaled by the "
+        "counted instructions, a fixed cost plus the counted work fitted on the pilots, and the "
+        "work time extrapolated directly (Amato et al., 'Predicting performance on SMPs', "
+        "section 5.4), the one printed chosen by how well each predicts the largest pilot from "
+        "the smaller ones, its interval from those errors; and its span "
         "(last end minus first begin): the work plus the pilot runs' extra over it (start "
         "skew, waiting), which is not scaled with n.", 92),
         formatter_class=argparse.RawDescriptionHelpFormatter)

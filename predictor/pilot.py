@@ -34,14 +34,22 @@ Choices, each stated where a forecast is printed:
   with n (Kendall's tau, one-sided p < :data:`GROWTH_P`), when it is extrapolated with a growth
   model and a note says so. The forecast printed first is the work's; the span's is the
   work's plus the extra, its interval the sum of their bounds.
-- Beside F, two forecasts of the work time itself: *scaled*, the largest pilot's work time per
-  instruction times the instructions extrapolated (:func:`scale_by_work`), and *time-only*, a
-  growth model of the work time (what a user would do without counters). Which one is printed
-  as the forecast: :attr:`StepForecast.basis`. On the BSP sorts (``bench/pilot_forecast.py``)
-  scaling by the counted instructions brought the median E at the paper's targets from 1.23
-  (time-only) to 1.08: pilot sizes that cross a cache level bend the time curve, and a growth
-  model of the time extrapolates the bend, while the counted instructions grow as the
-  algorithm does.
+- Beside F, three forecasts of the work time itself: *scaled*, the largest pilot's work time
+  per instruction times the instructions extrapolated (:func:`scale_by_work`); *fit*, a fixed
+  cost plus the counted work fitted on the pilot runs with the toolkit's term search
+  (:func:`fit_work`); and *time-only*, a growth model of the work time (what a user would do
+  without counters). On the BSP sorts (``bench/pilot_forecast.py``) scaling by the counted
+  instructions brought the median E at the paper's targets from 1.23 (time-only) to 1.08:
+  pilot sizes that cross a cache level bend the time curve, and a growth model of the time
+  extrapolates the bend, while the counted instructions grow as the algorithm does. Scaling
+  is a line through the origin, though, and multiplies a fixed cost with the work: the fit
+  keeps it apart.
+- Which one is printed (:attr:`StepForecast.basis`, :func:`choose`): each predicts the pilot
+  sizes from the third on from the sizes below them (:func:`holdout_forecasts`); the one that
+  missed the largest pilot least replaces the standing one (scaled where counted) where it
+  missed less by more than a held-out error's timing noise. The interval comes from the same
+  held-out errors and the timing spread (:func:`interval_of`); :func:`advise` warns of pilots
+  too short or too noisy and proposes sizes that would do.
 """
 
 from __future__ import annotations
@@ -424,11 +432,13 @@ def timing_spread(ns: Sequence[float], times: Sequence[float]) -> float:
     return math.sqrt(float(np.mean(vs))) if vs else 0.0
 
 
-def holdout_noise(spread: float, runs: float) -> float:
-    """The standard deviation (log scale) that timing noise alone gives a held-out error: two
-    medians of ``runs`` runs each (the prediction's base and the measured one), a median's
-    variance pi/2 * spread^2 / runs."""
-    return math.sqrt(2 * math.pi / 2 * spread ** 2 / max(runs, 1.0))
+def holdout_noise(spread: float) -> float:
+    """The standard deviation (log scale) that timing noise alone gives a held-out error: one
+    run's ``spread`` at each end, sqrt(2) * spread. Not the noise of two medians (spread /
+    sqrt(runs) each): the runs at one size are taken back to back and share the host's state,
+    so their medians move together (on the sorts' records of 2026-11-26 the per-size medians of
+    10 runs lay 20-50 % off a smooth curve, with runs 13-63 % apart within a size)."""
+    return math.sqrt(2) * spread
 
 
 def interval_of(h: Holdout, sizes: Sequence[float], target: float, spread: float,
@@ -448,7 +458,7 @@ def interval_of(h: Holdout, sizes: Sequence[float], target: float, spread: float
 
     e = h.errors
     lev = np.asarray(h.leverage)
-    ss = float(np.sum(e * e / lev)) + PRIOR_WEIGHT * 2 * spread ** 2
+    ss = float(np.sum(e * e / lev)) + PRIOR_WEIGHT * holdout_noise(spread) ** 2
     s2 = ss / (len(e) + PRIOR_WEIGHT)
     t = float(stats.t.ppf((1 + level) / 2, len(e) + PRIOR_WEIGHT))
     return t * math.sqrt(s2 * leverage(sizes, target))
@@ -480,19 +490,19 @@ INCUMBENT = ("scaled", "fit", "time", "F")
 
 
 def choose(holdouts: Mapping[str, Holdout], sizes: Sequence[float], target: float,
-           spread: float, level: float = 0.9, runs: float = 1.0) -> Choice | None:
+           spread: float, level: float = 0.9) -> Choice | None:
     """The forecast printed, by how each predicted the largest pilot from the smaller ones.
 
     The one that missed least replaces the first of :data:`INCUMBENT` that could predict it
-    where it missed less by more than one :func:`holdout_noise` (``spread`` of one run,
-    ``runs`` timed runs per size): a difference timing noise alone would make is not taken for
-    one (on noisy pilots, choosing the least miss outright made the sorts' forecasts worse).
+    where it missed less by more than one :func:`holdout_noise` (``spread``: one run's): a
+    difference timing noise alone would make is not taken for one (on noisy pilots, choosing
+    the least miss outright made the sorts' forecasts worse).
     None if no forecast predicted the largest pilot."""
     have = [b for b in BASES if b in holdouts and holdouts[b].sizes
             and holdouts[b].sizes[-1] == sizes[-1]]
     if not have:
         return None
-    noise = holdout_noise(spread, runs)
+    noise = holdout_noise(spread)
     miss = {b: abs(float(holdouts[b].errors[-1])) for b in have}
     best = min(have, key=lambda b: (miss[b], BASES.index(b)))
     incumbent = next(b for b in INCUMBENT if b in have)
@@ -933,10 +943,8 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
         spread = timing_spread([n for n, _, _ in tws], [w for _, w, _ in tws])
         have = {b for b, ok in (("fit", fit), ("scaled", scaled), ("F", sf.f),
                                 ("time", time_only)) if ok is not None}
-        per_size = float(np.median([sum(len(r.step_work(i)) for r in runs if r.size == m)
-                                    for m in sizes]))
         choice = choose({b: h for b, h in holdouts.items() if b in have}, sizes, target,
-                        spread, level, per_size)
+                        spread, level)
         out.append(replace(sf, scaled=scaled, extra=extra, fit=fit, choice=choice))
     total = sum(s.predicted_s for s in out)
     advice = advise([(f"{s.index}:{s.name}", [r.size for r in runs for _ in r.step_work(i)],
