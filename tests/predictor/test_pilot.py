@@ -630,8 +630,8 @@ def test_cli_pilot_refuses_a_profile_of_another_host(tmp_path, capsys):
 @pytest.mark.skipif(__import__("shutil").which("valgrind") is None, reason="needs valgrind")
 def test_cli_pilot_with_callgrind_forecasts_from_the_counted_work(tmp_path, capsys):
     """End to end with the host's counting source: instructions counted at every pilot size,
-    every superstep's work forecast by scaling with the instructions, every counter
-    extrapolated and labelled."""
+    every superstep's work scaled with the instructions (and printed unless another forecast
+    predicted the largest pilot better), every counter extrapolated and labelled."""
     import json
 
     from predictor.cli import main
@@ -642,11 +642,15 @@ def test_cli_pilot_with_callgrind_forecasts_from_the_counted_work(tmp_path, caps
     assert rc == 0, out.err
     d = json.loads(out.out)
     for s in d["supersteps"]:
-        assert s["basis"] == "scaled" and s["predicted_s"] == s["scaled_s"] > 0
+        # scaled stands unless another forecast predicted the largest pilot better by more
+        # than the timing noise (tests/predictor/test_pilot_choice.py)
+        assert s["scaled_s"] > 0 and s["choice"]["basis"] == s["basis"]
+        assert s["predicted_s"] == {"scaled": s["scaled_s"], "fit": s["fit_s"],
+                                    "time": s["time_only_s"], "F": s["F_s"]}[s["basis"]]
         lo, hi = s["interval_s"]
         assert lo <= s["predicted_s"] <= hi
         assert s["counters"]["instructions"] > 0 and "instructions" in s["scaled_model"]
-    assert d["total"]["scaled_s"] == pytest.approx(d["total"]["predicted_s"])
+    assert d["total"]["scaled_s"] > 0
     assert "counted run (callgrind)" in out.err
 
 
