@@ -117,15 +117,13 @@ Version history:
 from __future__ import annotations
 
 import abc
-import enum
-import json
 import struct
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple, Protocol, TypeGuard
+from typing import Any, ClassVar, NamedTuple, TypeGuard
 
 from counterd import strictjson
-from counterd.errors import BadInput, PicklableError
+from counterd.errors import BadInput
 from counterd.events import CounterValue, Source
 from counterd.records import (
     INT32_MAX,
@@ -135,159 +133,41 @@ from counterd.records import (
     SuperstepRecord,
     params,
 )
+from counterd.wire import (
+    _HEAD_PREFIX,
+    _KNOWN_TYPES,
+    _LENGTH_PREFIX,
+    _V1_TYPES,
+    ACCEPTED_VERSIONS,  # noqa: F401 (re-exported)
+    BINARY_TYPES,
+    CLIENT_TYPES,  # noqa: F401 (re-exported)
+    CLOSE_HEAD,
+    COUNTER,
+    FLAG_BIT,
+    FLAG_BITS,  # noqa: F401 (re-exported)
+    HEADER,
+    HEADER_BYTES,
+    MAX_FRAME_BYTES,
+    NO_RAW,
+    OPEN_HEAD,
+    PROTOCOL_VERSION,
+    SOURCE_INDEX,  # noqa: F401 (re-exported)
+    SOURCES,
+    CounterLike,  # noqa: F401 (re-exported)
+    FrameType,
+    ProtocolError,
+    bit_flags,
+    dumps_payload,
+    encode,  # noqa: F401 (re-exported)
+    encode_close,
+    encode_open,
+    encode_raw,  # noqa: F401 (re-exported)
+    flag_bits,
+)
 
-PROTOCOL_VERSION = 2
-ACCEPTED_VERSIONS = frozenset({1, 2})
-MAX_FRAME_BYTES = 256 * 1024
-HEADER = struct.Struct("!IBB")  # length, version, type
-HEADER_BYTES = HEADER.size  # 6
-_LENGTH_PREFIX = 4
-
-
-class FrameType(enum.IntEnum):
-    HELLO = 1
-    WELCOME = 2
-    BEGIN = 3
-    RECORD = 4
-    READ = 5
-    SYNC = 6
-    CONTEXT = 7
-    OPEN = 8
-    CLOSE = 9
-    QUERY = 10
-    BUFFER = 11
-    ACK = 16
-    STARTED = 17
-    READING = 18
-    RESULT = 19
-    ERROR = 31
-
-
-_KNOWN_TYPES = frozenset(int(t) for t in FrameType)
-CLIENT_TYPES = frozenset({FrameType.HELLO, FrameType.BEGIN, FrameType.RECORD, FrameType.READ,
-                          FrameType.SYNC, FrameType.CONTEXT, FrameType.OPEN, FrameType.CLOSE,
-                          FrameType.QUERY, FrameType.BUFFER})
-BINARY_TYPES = frozenset({int(FrameType.OPEN), int(FrameType.CLOSE)})  # payload is bytes
-_V1_TYPES = _KNOWN_TYPES - {int(FrameType.CONTEXT), int(FrameType.BUFFER)} - BINARY_TYPES
-
-# Version 2 binary layouts (big-endian, no padding).
-OPEN_HEAD = struct.Struct("!QHQQiiH")  # seq, ctx, index, begin_ns, rank, cpu, name bytes
-CLOSE_HEAD = struct.Struct("!QHQQQIH")  # seq, ctx, index, begin_ns, end_ns, flags, unsupported
-COUNTER = struct.Struct("!Bddq")  # source, value, ratio, raw
-NO_RAW = -(1 << 63)  # COUNTER.raw for a counter without a raw count
-_HEAD_PREFIX = struct.Struct("!QHQ")  # seq, ctx, index: how both OPEN_HEAD and CLOSE_HEAD begin
-# Wire constants: appending is compatible, reordering is not.
-FLAG_BITS = ("incomplete", "unmatched_end", "nested", "exception", "multiplexed", "migrated",
-             "unsupported_counters", "whole_command", "counters_from_separate_run",
-             "counters_missing", "target_changed", "dropped_params", "cpu_features_hidden",
-             "sampled", "counted_other_code")
-FLAG_BIT = {name: 1 << i for i, name in enumerate(FLAG_BITS)}
-SOURCES = ("measured", "simulated", "extrapolated", "assumed",  # counterd.events.Source values
-           "sampled")
-SOURCE_INDEX = {source: i for i, source in enumerate(SOURCES)}
+# The framing and the hot-path encoders live in counterd.wire (which the markers import
+# without the typed frames below); every name there is this module's too.
 _SOURCE = {s: Source(s) for s in SOURCES}
-
-
-class ProtocolError(PicklableError):
-    """The peer broke the protocol. ``code`` is a short, bounded reason (a metric label)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        self.code = code
-        self.message = message
-        super().__init__(f"{code}: {message}")
-
-
-dumps_payload = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
-                                 allow_nan=False).encode
-"""A JSON payload as the wire has it (compact separators, UTF-8 kept, NaN refused)."""
-
-
-def encode(ftype: FrameType, payload: Mapping[str, Any], version: int = PROTOCOL_VERSION
-           ) -> bytes:
-    """One frame. Raises ValueError for a payload that is not JSON (NaN included)."""
-    body = dumps_payload(payload).encode()
-    return HEADER.pack(len(body) + 2, version, ftype) + body
-
-
-def encode_raw(ftype: FrameType, body: bytes, version: int = PROTOCOL_VERSION) -> bytes:
-    """One frame around an already encoded body (JSON, or binary for OPEN and CLOSE)."""
-    return HEADER.pack(len(body) + 2, version, ftype) + body
-
-
-def flag_bits(flags: frozenset[str]) -> int | None:
-    """The CLOSE bitmask of ``flags``; None if one has no bit (send a RECORD instead)."""
-    bits = 0
-    for f in flags:
-        bit = FLAG_BIT.get(f)
-        if bit is None:
-            return None
-        bits |= bit
-    return bits
-
-
-def bit_flags(bits: int) -> frozenset[str]:
-    """The flags of a CLOSE bitmask; ProtocolError ``bad_close`` for a bit without a flag."""
-    flags = _FLAGS_OF.get(bits)
-    if flags is None:
-        if bits >> len(FLAG_BITS):
-            raise ProtocolError("bad_close", f"unknown flag bits {bits:#x}")
-        flags = _FLAGS_OF[bits] = frozenset(name for i, name in enumerate(FLAG_BITS)
-                                            if bits >> i & 1)
-    return flags
-
-
-_FLAGS_OF: dict[int, frozenset[str]] = {}  # bit_flags, memoised (2 ** len(FLAG_BITS) at most)
-
-
-# -- the hot path: OPEN and CLOSE without building a dataclass ----------------------------------
-# The frame header and the binary head are packed in one call.
-_OPEN_FRAME = struct.Struct("!IBB" + OPEN_HEAD.format.lstrip("!"))
-_CLOSE_FRAME = struct.Struct("!IBB" + CLOSE_HEAD.format.lstrip("!"))
-_OPEN_LENGTH = 2 + OPEN_HEAD.size  # the length field of an OPEN without name and params
-_CLOSE_LENGTH = 2 + CLOSE_HEAD.size
-_OPEN = int(FrameType.OPEN)
-_CLOSE = int(FrameType.CLOSE)
-_pack_counter = COUNTER.pack
-
-
-class CounterLike(Protocol):
-    """What :func:`encode_close` reads of a counter: a :class:`WireCounter`, or a
-    :class:`counterd.events.CounterValue` (its ``source`` is one of :data:`SOURCES`)."""
-
-    @property
-    def source(self) -> str: ...
-    @property
-    def value(self) -> float: ...
-    @property
-    def ratio(self) -> float: ...
-    @property
-    def raw(self) -> int | None: ...
-
-
-def encode_open(s: int, c: int, index: int, begin_ns: int, rank: int, cpu: int, name: str,
-                params: Mapping[str, Any] | None = None, version: int = PROTOCOL_VERSION
-                ) -> bytes:
-    """An OPEN frame (see :class:`Open`). Raises struct.error for a field beyond its packed
-    range (send a BEGIN instead), ValueError for params that are not JSON."""
-    nb = name.encode()
-    tail = nb + dumps_payload(params).encode() if params else nb
-    return _OPEN_FRAME.pack(_OPEN_LENGTH + len(tail), version, _OPEN, s, c, index, begin_ns,
-                            rank, cpu, len(nb)) + tail
-
-
-def encode_close(s: int, c: int, index: int, begin_ns: int, end_ns: int, flags: int,
-                 counters: Iterable[CounterLike] = (),
-                 unsupported: Mapping[str, str] | None = None,
-                 version: int = PROTOCOL_VERSION) -> bytes:
-    """A CLOSE frame (see :class:`Close`): ``flags`` is the bitmask of :func:`flag_bits`,
-    ``counters`` in the order of the context's ``counters``. Raises KeyError for a source not
-    in :data:`SOURCES`, struct.error for a field beyond its packed range, ValueError for
-    unsupported counters that are not JSON (send a RECORD instead)."""
-    tail = dumps_payload(unsupported).encode() if unsupported else b""
-    packed = b"".join([_pack_counter(SOURCE_INDEX[k.source], k.value, k.ratio,
-                                     NO_RAW if k.raw is None else k.raw) for k in counters])
-    return _CLOSE_FRAME.pack(_CLOSE_LENGTH + len(packed) + len(tail), version, _CLOSE, s, c,
-                             index, begin_ns, end_ns, flags, len(tail)) + packed + tail
 
 
 # -- typed frames -------------------------------------------------------------------------------

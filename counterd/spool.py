@@ -40,12 +40,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from counterd import _native, protocol
+from counterd import _native
 from counterd.errors import BadInput
 from counterd.records import MAX_VALUE_CHARS, SuperstepRecord, incomplete_record
 
 if TYPE_CHECKING:
     import socket
+
+    from counterd import protocol
 
 BEGIN = "begin"
 RECORD = "record"
@@ -427,13 +429,15 @@ def open_regular(path: Path, owner: int | None = None) -> tuple[int, os.stat_res
 
 def _decoded(dec: protocol.Decoder) -> Iterator[protocol.Frame]:
     """The frames ``dec`` holds whole, typed; a frame that does not decode is dropped."""
+    from counterd.wire import ProtocolError
+
     frames = dec.typed_frames()
     while not dec.broken:
         try:
             frame = next(frames)
         except StopIteration:
             return
-        except protocol.ProtocolError:
+        except ProtocolError:
             frames = dec.typed_frames()  # a bad frame is dropped; go on with the next
             continue
         yield frame
@@ -460,6 +464,8 @@ def _frames(fd: int, st: os.stat_result, cap: int, note: Note) -> Iterator[proto
         return
     have = max(st.st_size - HEAD_BYTES, 0)
     end = HEAD_BYTES + min(committed, max(cap - HEAD_BYTES, 0), have)
+    from counterd import protocol  # the typed frames: for readers, not for the markers
+
     dec = protocol.Decoder(max_frame=protocol.MAX_FRAME_BYTES,
                            versions=protocol.ACCEPTED_VERSIONS)
     at = HEAD_BYTES
@@ -492,6 +498,8 @@ def _frame_events(fd: int, st: os.stat_result, cap: int, note: Note
                   ) -> Iterator[dict[str, Any]]:
     """A mapped spool file's events as :func:`read_lines` gives them: begin lines and
     record objects."""
+    from counterd import protocol
+
     contexts: dict[int, protocol.Context] = {}
     # By run and index, as the daemon holds them: a CLOSE names the context of its counters,
     # which need not be its OPEN's.

@@ -31,7 +31,8 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from counterd import _native, protocol
+from counterd import _native
+from counterd import wire as protocol  # the framing, not the typed frames: cheap to import
 from counterd.markers import sampling
 from counterd.markers.sinks import MemorySink, SpoolSink, is_socket_sink
 from counterd.records import MAX_NAME_CHARS, MAX_PARAMS, MAX_VALUE_CHARS, exception_text

@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from counterd import protocol, spool
+from counterd import spool
+from counterd import wire as protocol  # the framing, not the typed frames: cheap to import
 from counterd.env import ENV_SPOOL
 from counterd.errors import BadInput
 from counterd.markers import identity
