@@ -69,6 +69,31 @@ def test_the_spool_reader_is_loaded_only_for_a_command_that_marked(tmp_path: Pat
     assert proc.stdout.rstrip().endswith(f"{name} {marks} {marks}")
 
 
+@pytest.mark.parametrize("backend", ["callgrind", "none"])
+def test_a_recorded_process_writes_frames_without_the_typed_frames(tmp_path: Path,
+                                                                    backend: str) -> None:
+    """A process of a recorded command (the environment counterd record gives it) writes its
+    supersteps' frames to the spool with counterd.wire alone: counterd.protocol's typed frames
+    (17 dataclasses compiled at import) are the readers'. Under Callgrind every counted process
+    paid them (73 M of the 279 M instructions from start-up to its first superstep,
+    bench/callgrind_startup.py)."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    code = ("import sys, counterd\n"
+            "with counterd.superstep('s'):\n    pass\n"
+            "print('counterd.wire' in sys.modules, 'counterd.protocol' in sys.modules)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERD_")}
+    env.update(PYTHONPATH=str(ROOT), COUNTERD_BACKEND=backend, COUNTERD_SPOOL=str(spool),
+               COUNTERD_INIT="import", COUNTERD_RUN_ID="r", COUNTERD_SOCKET="off")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=60, check=True)
+    assert proc.stdout.split() == ["True", "False"]
+    from counterd.spool import read_events
+
+    (path,) = spool.iterdir()
+    assert [e["ev"] for e in read_events(path)] == ["begin", "record"]
+
+
 def _record(tmp_path: Path, *extra: str, env: dict[str, str] | None = None,
             cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "show.py"
