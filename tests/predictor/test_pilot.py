@@ -449,10 +449,27 @@ with counterd.superstep("sort", n=n):
 """
 
 
-def _prog(tmp_path):
+# The same two supersteps in pure Python, for the pilot counted under Callgrind: there each
+# counted run of PROG paid numpy's import (about 280 M of its 590 M instructions, 14 s of its
+# 30 s of CPU on the 2-CPU test host; bench/callgrind_startup.py measures the rest of a
+# start-up), three runs per pilot. These count 260-360 M at 20000-80000 (a permutation of
+# range(n) summed, then sorted: work that grows with n, as PROG's does).
+PURE_PROG = """
+import sys
+import counterd
+n = int(sys.argv[1])
+a = [(i * 7919) % n for i in range(n)]
+with counterd.superstep("sum", n=n):
+    sum(a)
+with counterd.superstep("sort", n=n):
+    sorted(a)
+"""
+
+
+def _prog(tmp_path, prog=PROG):
     import sys
 
-    (tmp_path / "prog.py").write_text(PROG)
+    (tmp_path / "prog.py").write_text(prog)
     return f"{sys.executable} {tmp_path / 'prog.py'} {{n}}"
 
 
@@ -636,8 +653,8 @@ def test_cli_pilot_with_callgrind_forecasts_from_the_counted_work(tmp_path, caps
 
     from predictor.cli import main
 
-    rc = main(["--pilot", _prog(tmp_path), "--sizes", "20000,40000,80000", "--target",
-               "160000", "--backend", "callgrind", "--repeat", "2", "--json"])
+    rc = main(["--pilot", _prog(tmp_path, PURE_PROG), "--sizes", "20000,40000,80000",
+               "--target", "160000", "--backend", "callgrind", "--repeat", "2", "--json"])
     out = capsys.readouterr()
     assert rc == 0, out.err
     d = json.loads(out.out)
