@@ -94,6 +94,22 @@ def test_a_recorded_process_writes_frames_without_the_typed_frames(tmp_path: Pat
     assert [e["ev"] for e in read_events(path)] == ["begin", "record"]
 
 
+def test_a_program_that_feeds_streams_loads_no_simulator() -> None:
+    """``from counterd.sim import StridedStream`` (examples/bsp_sum.py, for the sim backend)
+    loads the streams alone: the simulators and the machine description come with their
+    first use, as every name the package offers does."""
+    code = ("import sys\n"
+            "from counterd.sim import StridedStream\n"
+            "print(' '.join(m for m in ('counterd.sim.coherence', 'counterd.sim.engines',"
+            " 'counterd.machine') if m in sys.modules))\n"
+            "import counterd.sim as sim\n"
+            "print(all(getattr(sim, name) is not None for name in sim.__all__))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60,
+                          check=True)
+    assert proc.stdout.split("\n")[:2] == ["", "True"]
+
+
 def _record(tmp_path: Path, *extra: str, env: dict[str, str] | None = None,
             cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "show.py"
