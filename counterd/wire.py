@@ -8,9 +8,9 @@ layouts of ``OPEN`` and ``CLOSE``, the flag bits and counter sources, and the en
 builds no dataclass at import: the typed frames of :mod:`counterd.protocol` (17 of them, each
 compiled by :mod:`dataclasses` when the module is imported) are for the readers (the daemon,
 spool readers, the client's replies), and loading them cost each recorded process as much
-as the rest of its markers' import together (73 M of 300 M instructions from start-up to the
-first superstep, counted under Callgrind, where every counted process pays them 50-100x
-slower: ``bench/callgrind_startup.py``).
+as the rest of counterd's own modules together: under Callgrind, where every counted process
+runs its start-up 50-100x slower, 279 M instructions from start-up to the first superstep with
+them, 211 M without (``bench/callgrind_startup.py``).
 """
 
 from __future__ import annotations

@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 
 # Each name is loaded from its module on first use (PEP 562): a program that only feeds its
 # supersteps' address streams (``from counterd.sim import StridedStream``) loads the streams,
-# not the simulators and the machine description, which cost every process of it 70 M
-# instructions more under Callgrind (bench/callgrind_startup.py), 15-20 ms natively.
+# not the simulators and the machine description, which cost every process of it about
+# 65 M instructions more (counted under Callgrind, where they run 50-100x slower).
 _MODULE_OF = {
     **dict.fromkeys(("BankMap", "CacheLevel", "Geometry"), "counterd.machine"),
     **dict.fromkeys(("DEFAULT_CHUNK", "CacheSim", "CoherentSim", "PhaseStreams", "simulate"),

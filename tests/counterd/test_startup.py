@@ -75,8 +75,8 @@ def test_a_recorded_process_writes_frames_without_the_typed_frames(tmp_path: Pat
     """A process of a recorded command (the environment counterd record gives it) writes its
     supersteps' frames to the spool with counterd.wire alone: counterd.protocol's typed frames
     (17 dataclasses compiled at import) are the readers'. Under Callgrind every counted process
-    paid them (73 M of the 279 M instructions from start-up to its first superstep,
-    bench/callgrind_startup.py)."""
+    paid them: 68 M of the 279 M instructions from start-up to its first superstep
+    (bench/callgrind_startup.py)."""
     spool = tmp_path / "spool"
     spool.mkdir()
     code = ("import sys, counterd\n"
