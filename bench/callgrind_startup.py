@@ -10,6 +10,8 @@ slower than natively. This runs, alternately:
 * ``python -c "import counterd; with counterd.superstep('s'): pass"`` with the environment
   ``counterd record`` gives its command (``COUNTERD_BACKEND=callgrind``, a spool,
   ``COUNTERD_INIT=import``): start-up, counterd's import and set-up, one empty superstep, exit;
+* the same after ``import numpy`` and ``from counterd.sim import StridedStream``, as
+  ``examples/bsp_sum.py`` begins;
 
 under the backend's own valgrind options and the host's cache geometry, and prints per program
 the instructions Callgrind counted (deterministic: the figure to compare between trees), the
@@ -45,8 +47,11 @@ from counterd.backends import callgrind as cg  # noqa: E402
 from counterd.errors import BadInput  # noqa: E402
 
 MARKED = "import counterd\nwith counterd.superstep('s'):\n    pass\n"
+# As examples/bsp_sum.py begins: numpy, counterd, and the streams it feeds to the sim backend.
+FEEDS = "import numpy\nfrom counterd.sim import StridedStream\n" + MARKED
 PROGRAMS = (("python -c pass", "pass", False),
-            ("import counterd + 1 superstep", MARKED, True))
+            ("import counterd + 1 superstep", MARKED, True),
+            ("+ numpy, counterd.sim streams", FEEDS, True))
 
 
 def _run(env: dict[str, str], code: str, marked: bool, geometry: cg.CallgrindGeometry,
