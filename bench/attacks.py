@@ -9,7 +9,7 @@ durability, bad files, signals, marker misuse, recorder, fairness and quotas (fl
 its worst acknowledgement must be <= 1 s, 2.5 s with --quick, and its records stored; the
 daemon's RSS may grow 64 MB at most). After each attack it checks what the issue's
 target names: the daemon process is alive, ``/metrics`` answers 200, and a canary (a fresh
-:class:`counterd.markers.client.SocketSink` sending 5 records) gets ``flush() == True`` and
+:class:`counterd.markers.sinks.socket.SocketSink` sending 5 records) gets ``flush() == True`` and
 its 5 records are in the store (read with SQLite in read-only mode). An attack FAILS when one
 of these does not hold or when its own expectation does not (the frame was not refused with
 an ERROR, RSS or the log grew beyond a bound, a record of a forbidden run was stored, a file
@@ -62,7 +62,7 @@ from _host import host_line  # noqa: E402
 
 import counterd  # noqa: E402
 from counterd import protocol  # noqa: E402
-from counterd.markers.client import SocketSink  # noqa: E402
+from counterd.markers.sinks.socket import SocketSink  # noqa: E402
 from counterd.records import SuperstepRecord  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -34,7 +34,7 @@ from _daemon import Daemon  # noqa: E402
 from _host import host_line  # noqa: E402
 
 from counterd.daemon.store import open_readonly  # noqa: E402
-from counterd.markers.spill import import_files, read_spill  # noqa: E402
+from counterd.importing import import_files, read_spill  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENT = textwrap.dedent("""

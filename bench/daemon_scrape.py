@@ -26,7 +26,7 @@ from _host import host_line  # noqa: E402
 
 from counterd.backends.base import CounterValue  # noqa: E402
 from counterd.events import Source  # noqa: E402
-from counterd.markers.client import SocketSink  # noqa: E402
+from counterd.markers.sinks.socket import SocketSink  # noqa: E402
 from counterd.records import SuperstepRecord  # noqa: E402
 
 

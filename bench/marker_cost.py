@@ -53,7 +53,7 @@ import counterd  # noqa: E402
 from counterd import _native  # noqa: E402
 from counterd.env import ENV_NATIVE  # noqa: E402
 from counterd.markers.api import configure  # noqa: E402
-from counterd.markers.client import SocketSink  # noqa: E402
+from counterd.markers.sinks.socket import SocketSink  # noqa: E402
 
 SOFTWARE = ("task_clock_ns", "page_faults", "context_switches")
 HARDWARE = ("cycles", "instructions")

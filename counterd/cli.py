@@ -369,7 +369,7 @@ def _import(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from counterd.env import ENV_SOCKET
-    from counterd.markers.spill import import_files
+    from counterd.importing import import_files
 
     sock = args.socket
     if sock is None and args.store is None and os.environ.get(ENV_SOCKET) not in (None, "", "off"):

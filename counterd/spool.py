@@ -76,7 +76,7 @@ def files(directory: Path) -> list[Path]:
 # -- the mapped form ----------------------------------------------------------------------------
 
 MAGIC = b"CDSPOOL1"
-# The same form in a memory file, as the marker client's black box (counterd.markers.client):
+# The same form in a memory file, as the marker client's black box (counterd.markers.sinks.socket):
 # the frames written but not yet sent to the daemon, which reads them if the client dies.
 BOX_MAGIC = b"CDSBOX01"
 _HEAD = struct.Struct("<8sQ")  # magic, bytes of frames committed after the head

@@ -30,9 +30,6 @@ PACKAGES = ("counterd", "predictor", "microbench")
 # (strict: one that is gone fails the run until its line here goes too).
 KNOWN: dict[tuple[str, ...], str] = {
     ("counterd.errors", "counterd.events"): "issue 30: UnknownCounter names events.NAMES",
-    ("counterd.markers.api", "counterd.markers.client", "counterd.markers.native",
-     "counterd.markers.recorder", "counterd.markers.sinks", "counterd.markers.spill"):
-        "issue 30: the markers' six-file circle",
     ("counterd.sim.counts", "counterd.sim.engines"): "issue 30: EngineName",
 }
 

@@ -18,8 +18,8 @@ from typing import Any
 from counterd.env import ENV_FLUSH_TIMEOUT
 from counterd.errors import CounterdError
 from counterd.markers import identity, native
-from counterd.markers.recorder import Recorder, Step
-from counterd.markers.sinks import MemorySink, SpoolSink, is_socket_sink
+from counterd.markers.recorder import Recorder
+from counterd.markers.step import Step
 from counterd.records import Param, SuperstepRecord
 
 _recorder: Recorder | None = None
@@ -63,18 +63,14 @@ def _fork_copy(parent: Recorder) -> Recorder:
     supersteps (the parent's open supersteps are the parent's) and, through the daemon, its
     own connection (the parent's is never used by the child). The marker pair's cost is the
     parent's where the parent measured it: the same code, counters and kind of sink."""
-    spool = parent.sink.directory if isinstance(parent.sink, SpoolSink) else None
-    sock: Path | str = "off"
-    if is_socket_sink(parent.sink):  # even if the parent is disconnected just now
-        sock = parent.sink.path
+    spool, sock = parent.sink.where()  # a daemon's even if disconnected just now
     calibrated = not parent._calibrate and parent._marker_ns is not None
     child = Recorder(run_id=parent.run_id, backend=parent.backend_name,
                      events=parent.events or None, spool=spool, socket=sock,
                      sample=parent.sample or "off", calibrate=not calibrated)
     if calibrated:
         child._marker_ns = parent._marker_ns
-    if isinstance(parent.sink, MemorySink):
-        child.sink = parent.sink  # the child's copy of the parent's list, in the child
+    child.sink = parent.sink.in_child(child.sink)  # memory: the child's copy of the parent's
     return child
 
 
@@ -141,8 +137,7 @@ def configure(*, backend: str | None = None, events: Sequence[str] | None = None
     with _recorder_lock:
         if _recorder is not None:
             _recorder.close_open_steps()
-            if is_socket_sink(_recorder.sink):
-                _recorder.sink.close()
+            _recorder.sink.release()
         prepared = _recorder is not None and _recorder.prepared
         rec = _recorder = Recorder(run_id=run_id, backend=backend, events=events, spool=spool,
                                    socket=socket, sample=sample)
@@ -184,6 +179,9 @@ def superstep(name: str, **params: Param) -> Step:
     return recorder().begin(name, params)
 
 
+# Which recorder is the process's, for native (below this module: it never imports it).
+native.track(lambda: _recorder)
+
 # The compiled form where it is built (counterd.markers.native): it begins through this
 # thread's lane when it has one, and calls _begin (the Python path above) when it has not.
 _compiled = native.module()
@@ -194,10 +192,7 @@ if _compiled is not None:
 
 def records() -> list[SuperstepRecord]:
     """Records kept in memory by this process (empty when they go to a spool)."""
-    sink = recorder().sink
-    if is_socket_sink(sink):
-        sink = sink.fallback
-    return list(sink.records) if isinstance(sink, MemorySink) else []
+    return recorder().sink.kept()
 
 
 _exited_pid = 0  # the process whose _at_exit has run (atexit and a finalizer both call it)
@@ -209,12 +204,11 @@ def _at_exit() -> None:
     if rec is not None and rec.pid == identity.pid and _exited_pid != identity.pid:
         _exited_pid = identity.pid
         rec.close_open_steps()
-        if is_socket_sink(rec.sink):
-            try:
-                timeout = float(os.environ.get(ENV_FLUSH_TIMEOUT, "10"))
-            except ValueError:
-                timeout = 10.0
-            rec.sink.close(timeout)
+        try:
+            timeout = float(os.environ.get(ENV_FLUSH_TIMEOUT, "10"))
+        except ValueError:
+            timeout = 10.0
+        rec.sink.release(timeout)  # the daemon's: flushed, closed, the rest spilled
 
 
 _at_exit_registered = False

@@ -15,9 +15,12 @@ are, while they are on the PMU; with one ``read(2)`` of the leader otherwise (so
 never allow it). ``Lane.user_read_off`` says why a lane reads by ``read(2)`` only, and
 ``counterd probe`` prints it for the markers' counters.
 
-Under the daemon's socket a lane writes its frames into the client's black box
-(:class:`counterd.markers.client.SocketSink`), which leaves in batches; a step it closed goes to
-the sink, held until the daemon acknowledges it.
+What a lane writes into, and where the steps it closed go, its sink says
+(:meth:`counterd.markers.sinks.base.Sink.lane_args`): memory, the spool's mapping, or under the
+daemon's socket the client's black box (:class:`counterd.markers.sinks.socket.SocketSink`),
+which leaves in batches; a step it closed goes to the sink, held until the daemon acknowledges
+it. This module imports the sink interface and :mod:`counterd.markers.step` only: the recorder
+and the API above it are reached through what they pass (``step.Owner``, :func:`track`).
 
 A thread gets no lane, and keeps the Python path, for: the sim, papi and callgrind backends
 (streams to simulate, a library's read, counter dumps), perf groups split over several kernel
@@ -29,16 +32,30 @@ JSON lines.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from counterd import _native
 from counterd import wire as protocol  # the framing, not the typed frames: cheap to import
-from counterd.markers import sampling
-from counterd.markers.sinks import MemorySink, SpoolSink, is_socket_sink
+from counterd.markers import identity, sampling
+from counterd.markers.sinks.base import Sink
+from counterd.markers.step import Owner, ThreadState, clean_marker
 from counterd.records import MAX_NAME_CHARS, MAX_PARAMS, MAX_VALUE_CHARS, exception_text
 
-if TYPE_CHECKING:
-    from counterd.markers.recorder import Recorder, _ThreadState
+
+class LaneOwner(Owner, Protocol):
+    """What a lane reads of its recorder (:class:`counterd.markers.recorder.Recorder`), once,
+    when it is made; the lane calls back ``_end_python``, ``_unmatched_end`` and
+    ``_materialise`` (counterd/_native/hotpath.c)."""
+
+    sink: Sink
+    sample: sampling.Sampling | None
+    backend_name: str
+    _native: Any  # the callgrind client library: its markers are counter dumps, no lane
+    _indices: Any  # the process's superstep numbers (a hot.Counter where lanes may share it)
+    _ctx: identity.Ctx
+
+    def rank(self) -> int: ...
 
 
 def module() -> Any:
@@ -66,7 +83,21 @@ def _setup(hot: Any) -> None:
     _ready = True
 
 
-def set_current(rec: Recorder) -> None:
+def _nobody() -> object:
+    return None
+
+
+_current: Callable[[], object] = _nobody  # the process's recorder, as the API keeps it
+
+
+def track(current: Callable[[], object]) -> None:
+    """``current()`` is the process's recorder (:mod:`counterd.markers.api` gives it, once):
+    only its lanes take ``superstep()``."""
+    global _current
+    _current = current
+
+
+def set_current(rec: object) -> None:
     """``rec`` is now the process's recorder (counterd.markers.api's): only its lanes take
     ``superstep()`` from now on."""
     hot = sys.modules.get("counterd._native._hotpath")
@@ -95,7 +126,7 @@ def indices() -> Any:
     return hot.Counter()
 
 
-def attach(rec: Recorder, st: _ThreadState) -> Any:
+def attach(rec: LaneOwner, st: ThreadState) -> Any:
     """A lane for thread state ``st`` of ``rec`` (its counters opened, its context fixed), or
     None where the Python path must serve it (see the module docstring). A lane of the
     process's recorder becomes the calling thread's current one (``superstep()`` begins
@@ -108,45 +139,14 @@ def attach(rec: Recorder, st: _ThreadState) -> Any:
         return None
     fd, fds, ids, perm, names, decode, group_unsupported = counters
     unsupported = dict(st.unsupported)
-    unsupported.update(group_unsupported)  # as Recorder._parts joins them
-    kw: dict[str, Any] = {}
+    unsupported.update(group_unsupported)  # as step.parts joins them
     sink = rec.sink
-    if isinstance(sink, MemorySink):
-        # The plain sink appends the step; one nobody configured says so at its first record.
-        plain = "closed" not in vars(sink)
-        kw.update(on_closed=sink._items.append if plain else sink.closed, writer=None,
-                  sink_open=None, sink_closed=None, c_open=0, c_close=0)
-    elif isinstance(sink, SpoolSink):
-        writer = sink._writer()
-        if writer is None or writer.native is None:
-            return None  # JSON lines: a write(2) per marker, in Python
-        c_open = sink._context_id(rec._ctx, ())
-        c_close = sink._context_id(rec._ctx, names)
-        if c_open is None or c_close is None:
-            return None
-        kw.update(on_closed=None, writer=writer.native, sink_open=sink.open,
-                  sink_closed=sink.closed, c_open=c_open, c_close=c_close)
-    elif is_socket_sink(sink):
-        # The daemon's socket through the black box: the lane writes the frames there and
-        # hands each step it closed to the sink, which holds it until acknowledged and sends
-        # the batch when due (sink._pump).
-        with sink._lock:
-            box = sink._box if sink._boxed else None
-            if box is None or box.native is None or not sink._mine():
-                return None  # no connection now, or an older daemon: frames one by one
-            c_open = sink._context_id(rec._ctx, ())
-            c_close = sink._context_id(rec._ctx, names)
-        if c_open is None or c_close is None:
-            return None
-        kw.update(on_closed=sink._ended.append, writer=box.native, sink_open=sink.open,
-                  sink_closed=sink.closed, c_open=c_open, c_close=c_close, pump=sink._pump)
-    else:
+    kw = sink.lane_args(rec._ctx, names)  # what the lane writes into, where its steps go
+    if kw is None:
         return None
     tail = protocol.dumps_payload(unsupported).encode() if unsupported else b""
     if len(tail) > 0xFFFF:
         return None
-    from counterd.markers.recorder import clean_marker
-
     sample = rec.sample if names else None  # nothing to sample without counters
     install = _installs(rec)
     lane = hot.Lane(recorder=rec, indices=rec._indices,
@@ -157,23 +157,20 @@ def attach(rec: Recorder, st: _ThreadState) -> Any:
                     install=install, sample_below=sample.below_ns if sample else 0,
                     sample_every=sample.every if sample else 1, names=names,
                     group_unsupported=dict(group_unsupported), fds=fds, **kw)
-    if is_socket_sink(sink):
-        sink._lanes.add(lane)  # its open steps are begun again on a new connection
+    sink.lane_made(lane)  # the daemon's: its open steps are begun again on a new connection
     if install:
         lane.install()
     return lane
 
 
-def _installs(rec: Recorder) -> bool:
+def _installs(rec: LaneOwner) -> bool:
     """Whether ``rec``'s lanes may take ``superstep()``: only the process's own recorder's
     (another Recorder, a scratch one or a forked child's copy of its parent's, is called
     directly)."""
-    from counterd.markers import api, identity
-
-    return api._recorder is rec and rec.pid == identity.pid
+    return _current() is rec and rec.pid == identity.pid
 
 
-def _counters(rec: Recorder, st: _ThreadState
+def _counters(rec: LaneOwner, st: ThreadState
               ) -> tuple[int, tuple[int, ...] | None, tuple[int, ...], tuple[int, ...],
                          tuple[str, ...], Any, dict[str, str]] | None:
     """The lane's view of the thread's counters: the group leader's fd, its members' fds and

@@ -35,14 +35,15 @@ every thread on the Python path.
 Where records go (the sink), first match wins: ``configure(spool=...)`` or
 ``configure(socket=...)``; ``COUNTERD_SPOOL`` (set by ``counterd record``); ``COUNTERD_SOCKET``
 (a path; ``off`` disables the daemon); the daemon's default socket
-(:func:`counterd.env.default_socket_path`) if it exists; else memory. Through
-the daemon (:class:`SocketSink`) every record is kept by the process until the daemon has
-acknowledged it as committed to its store, a daemon that does not answer (yet, or any more) is
-retried for as long as the program runs, and what it has not acknowledged beyond the
-high-water mark or at exit goes to a private spill file for ``counterd import``
-(:mod:`counterd.markers.spill`); ``COUNTERD_JOB`` names the job (default: the program's file
-name). A param that is not JSON (NaN, infinity, an object) is dropped and named in the
-record's ``unsupported`` (``param:<key>``), never raised. Backend ``daemon`` (or perf being
+(:func:`counterd.env.default_socket_path`) if it exists; else memory
+(:func:`counterd.markers.sinks.make_sink`). Through the daemon
+(:class:`~counterd.markers.sinks.socket.SocketSink`) every record is kept by the process until
+the daemon has acknowledged it as committed to its store, a daemon that does not answer (yet,
+or any more) is retried for as long as the program runs, and what it has not acknowledged
+beyond the high-water mark or at exit goes to a private spill file for ``counterd import``
+(:mod:`counterd.markers.sinks.spill`); ``COUNTERD_JOB`` names the job (default: the
+program's file name). A param that is not JSON (NaN, infinity, an object) is dropped and named
+in the record's ``unsupported`` (``param:<key>``), never raised. Backend ``daemon`` (or perf being
 unusable in-process, e.g. ``perf_event_paranoid`` forbidding self-monitoring) asks the daemon
 to count each superstep's thread on the program's behalf.
 
@@ -54,52 +55,40 @@ their counters are reopened for the child's own threads.
 
 from __future__ import annotations
 
-import math
-import numbers
 import os
 import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from counterd.backends import POLICIES
-from counterd.backends.base import CounterGroup, CounterValue, Reading, Target
+from counterd.backends.base import Target
 from counterd.env import (
     ENV_BACKEND,
     ENV_EVENTS,
     ENV_RUN_ID,
     ENV_SAMPLE,
-    ENV_SOCKET,
-    ENV_SPOOL,
     MPI_RANK_VARS,
 )
 from counterd.errors import BadInput, CounterdError
 from counterd.markers import identity, native, sampling
-from counterd.markers.sinks import (
-    MemorySink,
-    SpoolSink,
-    _as_record,
-    begin_line,
-    is_socket_sink,
+from counterd.markers.sinks import Sink, make_sink
+from counterd.markers.sinks.base import as_record, begin_line
+from counterd.markers.step import (
+    NESTED,
+    NO_FLAGS,
+    Context,
+    Step,
+    ThreadState,
+    clean_marker,
+    materialise,
 )
-from counterd.records import (
-    INT64_MAX,
-    INT64_MIN,
-    MAX_NAME_CHARS,
-    MAX_PARAMS,
-    MAX_VALUE_CHARS,
-    Param,
-    SuperstepRecord,
-    exception_text,
-)
+from counterd.records import MAX_NAME_CHARS, Param, SuperstepRecord
 
 MARKER_BACKENDS = POLICIES["markers"].names  # what counterd.backends.resolve accepts
-
-if TYPE_CHECKING:
-    from counterd.markers.client import SocketSink
 
 
 def _export_run_id() -> str:
@@ -109,123 +98,6 @@ def _export_run_id() -> str:
     if not any(var in os.environ for var in MPI_RANK_VARS):
         os.environ[ENV_RUN_ID] = run_id
     return run_id
-
-
-class Step:
-    """An open superstep, returned by ``begin()`` and by ``with superstep(...) as step``.
-
-    Once ended it also holds what its record is built from (``end_ns``, ``stop``, ``end_cpu``,
-    ``unsupported``): sinks keep the closed step and build the record only when it is needed
-    (:meth:`record`), off the marker's hot path.
-    """
-
-    __slots__ = ("recorder", "index", "name", "rank", "cpu", "begin_ns", "params", "start",
-                 "flags", "closed", "streams", "end_ns", "stop", "end_cpu", "unsupported",
-                 "sent", "_record", "delta", "dropped", "basis", "sample_state", "state",
-                 "exception")
-
-    def __init__(self, recorder: Recorder, index: int, name: str, rank: int, cpu: int,
-                 begin_ns: int, params: dict[str, Param], start: Any,
-                 flags: frozenset[str]) -> None:
-        self.recorder = recorder
-        self.index = index
-        self.name = name
-        self.rank = rank
-        self.cpu = cpu
-        self.begin_ns = begin_ns
-        self.params = params
-        self.start = start
-        self.flags = flags
-        self.closed = False
-        self.streams: list[Any] = []
-        self.end_ns: int | None = None
-        self.stop: Any = None  # the group's read at the end (raw tuple or Reading)
-        self.end_cpu = -1
-        self.unsupported: Mapping[str, str] | None = None  # the thread's, at the end
-        self.sent = 0  # SocketSink connection number its OPEN went on (0: none)
-        self.dropped: Mapping[str, str] | None = None  # params (and name) that were not JSON
-        self._record: SuperstepRecord | None = None
-        # Sampling (counterd.markers.sampling): what a superstep whose counters were not read
-        # is estimated from, or the state a measured one updates at its end.
-        self.basis: sampling.Basis | None = None
-        self.sample_state: sampling.NameState | None = None
-        self.state: _ThreadState | None = None  # the thread state it began in
-        self.exception: str | None = None  # what its body raised (records.exception_text)
-        # Turns (start, stop) into (counter values, unsupported): the group's raw decoder.
-        self.delta: Callable[[Any, Any], tuple[dict[str, CounterValue], Mapping[str, str]]] \
-            = _reading_delta
-
-    def record(self) -> SuperstepRecord:
-        """The record of this (ended) superstep, built once."""
-        rec = self._record
-        if rec is None:
-            rec = self._record = self.recorder._materialise(self)
-        return rec
-
-    def feed(self, stream: Any) -> None:
-        """Declare an address stream this superstep executes (used by the ``sim`` backend; a
-        no-op for backends that count real hardware). The stream is simulated when the
-        superstep ends, after its end time is taken: simulation is never part of the time."""
-        if getattr(self.recorder._state().group, "feed", None) is not None:
-            self.streams.append(stream)
-
-    def __enter__(self) -> Step:
-        return self
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is not None:
-            self.flags = self.flags | {"exception"}
-            if self.exception is None:  # its text: type and message, never the traceback
-                self.exception = exception_text(exc if exc is not None else exc_type)
-        self.recorder._end(self, None)
-
-
-def _reading_delta(start: Reading, stop: Reading
-                   ) -> tuple[dict[str, CounterValue], Mapping[str, str]]:
-    return stop.delta(start), stop.unsupported
-
-
-class _ThreadState:
-    """What one thread of one process needs on the marker's hot path, found with one lookup."""
-
-    __slots__ = ("pid", "stack", "group", "unsupported", "rank", "daemon_counts", "read",
-                 "delta", "lane", "sampling", "owner", "__weakref__")
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.stack: list[Step] = []
-        self.group: CounterGroup | None = None
-        self.unsupported: dict[str, str] = {}
-        self.rank: int | None = None
-        self.daemon_counts: bool | None = None  # decided at this thread's first begin
-        # The group's cheapest read and its decoder (perf: raw tuples, decoded lazily).
-        self.read: Callable[[], Any] | None = None
-        self.delta: Callable[[Any, Any], tuple[dict[str, CounterValue], Mapping[str, str]]] \
-            = _reading_delta
-        # The compiled hot path for this thread (counterd.markers.native), or None.
-        self.lane: Any = None
-        self.sampling: dict[str, sampling.NameState] = {}  # superstep name -> its sampling
-        self.owner: Callable[[], Recorder | None] | None = None  # its recorder, weakly
-
-    def __del__(self) -> None:
-        # The thread is gone: its lane's open steps stay for the recorder's at-exit sweep, as
-        # the Python path's do (a weak reference: a replaced recorder is not kept alive).
-        rec = self.owner() if self.owner is not None else None
-        if self.lane is not None:
-            # Its group goes with this state: the lane's pages would keep the counters open.
-            self.lane.unmap()
-            if rec is not None:
-                rec._orphan(self.lane)
-
-
-_NO_FLAGS: frozenset[str] = frozenset()
-_NESTED = frozenset({"nested"})
-_INCOMPLETE = frozenset({"incomplete"})
-_MIGRATED = frozenset({"migrated"})
-_MULTIPLEXED = frozenset({"multiplexed"})
-_UNSUPPORTED = frozenset({"unsupported_counters"})
-_DROPPED = frozenset({"dropped_params"})
-_SAMPLED = frozenset({"sampled"})
 
 
 class Recorder:
@@ -250,10 +122,11 @@ class Recorder:
             sample = sampling.Sampling.parse(text, "sample" if isinstance(sample, str)
                                              else ENV_SAMPLE)
         self.sample: sampling.Sampling | None = sample
-        self.sink: MemorySink | SpoolSink | SocketSink = make_sink(spool, socket)
+        self.sink: Sink = make_sink(spool, socket)
         self.host = os.uname().nodename  # gethostname(2), without loading socket
         self.pid = identity.pid
-        self._ctx: identity.Ctx = (self.run_id, self.pid, self.host, "none", None)
+        self._backend_error: str | None = None
+        self._fix_context("none", None)
         self._calibrate = calibrate  # not yet calibrated (calibrate(): at the first superstep)
         self._calibration_lock = threading.Lock()
         self._marker_ns: int | None = None  # calibrated at this process's first superstep
@@ -267,9 +140,8 @@ class Recorder:
         self._open: dict[int, Step] = {}  # id(step) -> step, for the at-exit sweep
         # The thread states with a lane, for set_rank (weakly: an exited thread's state, its
         # lane and its counters' descriptors go with it; its open steps are kept in _open).
-        self._lanes: weakref.WeakSet[_ThreadState] = weakref.WeakSet()
+        self._lanes: weakref.WeakSet[ThreadState] = weakref.WeakSet()
         self._backend: Any = None
-        self._backend_error: str | None = None
         self.prepared = False  # prepare() has run: a forked child prepares its own at fork
         self._native: Any = None
         if name == "callgrind":
@@ -277,14 +149,22 @@ class Recorder:
 
             self._native = _native.lib()
 
+    def _fix_context(self, label: str, marker_ns: int | None) -> None:
+        """What every record of this recorder shares from now on (step.Context), and the
+        tuple of it the sinks and lanes name it by."""
+        uncounted = self._backend_error if self.backend_name not in ("none", "callgrind") \
+            else None
+        self.context = Context(self.run_id, self.pid, self.host, label, marker_ns, uncounted)
+        self._ctx: identity.Ctx = self.context.key
+
     @property
     def _durable(self) -> bool:
-        return isinstance(self.sink, SpoolSink) or is_socket_sink(self.sink)
+        return self.sink.durable
 
     @property
     def _daemon_counts(self) -> bool:
         """Whether the daemon counts this process's supersteps on its behalf."""
-        if not is_socket_sink(self.sink) or self.sink.degraded is not None:
+        if not self.sink.daemon or self.sink.degraded is not None:
             return False
         if self.backend_name == "daemon":
             return True
@@ -383,14 +263,14 @@ class Recorder:
             self._backend_error = str(exc)
         return self._backend
 
-    def _state(self) -> _ThreadState:
+    def _state(self) -> ThreadState:
         """This thread's state; created (and its counter group opened) on first use in this
         thread of this process — a forked child gets a fresh one."""
-        st: _ThreadState | None = getattr(self._local, "st", None)
+        st: ThreadState | None = getattr(self._local, "st", None)
         pid = identity.pid
         if st is not None and st.pid == pid:
             return st
-        st = _ThreadState(pid)
+        st = ThreadState(pid)
         self._local.st = st
         backend = self._resolve_backend()
         if backend is not None:
@@ -406,7 +286,7 @@ class Recorder:
                     self._calibrate = False
         # What every record of this process shares; the label is fixed once the backend is
         # resolved (the sinks' CONTEXT frames carry it).
-        self._ctx = (self.run_id, self.pid, self.host, self._label(), self._marker_ns)
+        self._fix_context(self._label(), self._marker_ns)
         self._attach_lane(st)
         return st
 
@@ -424,17 +304,13 @@ class Recorder:
             # was its parent's, touches the group's pages (sim, fork: 480 against 30 us).
             st.read()
         sink = self.sink
-        if st.daemon_counts is None and not isinstance(sink, MemorySink):
+        if st.daemon_counts is None and sink.durable:
             st.daemon_counts = self._daemon_counts
-        if isinstance(sink, SpoolSink):
-            sink._context_id(self._ctx, ())  # its file mapped and the context declared
-        elif is_socket_sink(sink) and not st.daemon_counts:
-            with sink._lock:
-                if sink._mine():
-                    sink._context_id(self._ctx, ())
+        if not st.daemon_counts:
+            sink.prepare(self._ctx)  # a file mapped, a connection made, the context declared
         self.prepared = True
 
-    def _attach_lane(self, st: _ThreadState) -> None:
+    def _attach_lane(self, st: ThreadState) -> None:
         st.lane = native.attach(self, st)
         if st.lane is not None:
             self._lanes.add(st)
@@ -446,7 +322,7 @@ class Recorder:
         for step in lane.open_steps():
             self._open[id(step)] = step
 
-    def _open_group(self, st: _ThreadState, backend: Any) -> None:
+    def _open_group(self, st: ThreadState, backend: Any) -> None:
         # The events asked for (counterd record passes what it resolved) are opened as they
         # are; only without them is the backend probed for what it can count (perf: an open of
         # every event, ~20 ms, paid before the program's first superstep).
@@ -483,19 +359,16 @@ class Recorder:
             name, params, dropped = clean_marker(name, params)
         sent = 0
         sink = self.sink
-        if not isinstance(sink, MemorySink):  # the begin is what survives a kill inside it
+        if sink.durable:  # the begin is what survives a kill inside it
             if st.daemon_counts is None:
                 st.daemon_counts = self._daemon_counts
-            if (isinstance(sink, SpoolSink) or is_socket_sink(sink)) and not st.daemon_counts:
+            if not st.daemon_counts:
                 sent = sink.open(self._ctx, index, name, rank, cpu, time.monotonic_ns(), params)
-            else:
+            else:  # the daemon counts this thread: it is told at the begin, and replies
                 line = begin_line(self._ctx, index, name, rank, cpu, time.monotonic_ns(),
                                   params)
-                if is_socket_sink(sink):
-                    line["tid"] = threading.get_native_id()
-                    sink.begin(line, count=self.events)
-                else:
-                    sink.begin(line)
+                line["tid"] = threading.get_native_id()
+                sink.begin(line, count=self.events)
         state = basis = None
         # Sampling skips reads of measured counters; a simulator's (fed streams) is not sampled.
         if self.sample is not None and st.read is not None \
@@ -507,7 +380,7 @@ class Recorder:
                 basis, state = state.basis(), None
         start = st.read() if st.read is not None and basis is None else None
         step = Step(self, index, name, rank, cpu, time.monotonic_ns(), params, start,
-                    _NESTED if st.stack else _NO_FLAGS)
+                    NESTED if st.stack else NO_FLAGS)
         step.basis, step.sample_state, step.state = basis, state, st
         step.delta = st.delta
         step.sent = sent
@@ -519,7 +392,7 @@ class Recorder:
         return step
 
     def end(self, step: Step | None = None, name: str | None = None) -> SuperstepRecord:
-        return _as_record(self._end(step, name))
+        return as_record(self._end(step, name))
 
     def _end(self, step: Step | None, name: str | None) -> SuperstepRecord | Step:
         """End a superstep; the hot path keeps the closed step (its record is built lazily).
@@ -572,51 +445,9 @@ class Recorder:
         self.sink.closed(step)
         return step
 
-    def _parts(self, step: Step) -> tuple[dict[str, CounterValue], frozenset[str],
-                                          dict[str, str]]:
-        """A closed step's counters, flags and unsupported counters (end_ns None: it never
-        ended)."""
-        counters: dict[str, CounterValue] = {}
-        unsupported = dict(step.unsupported) if step.unsupported else {}
-        if step.dropped:
-            unsupported.update(step.dropped)
-            flags_dropped = True
-        else:
-            flags_dropped = False
-        start, stop = step.start, step.stop
-        flags = step.flags
-        if start is not None and stop is not None:
-            counters, group_unsupported = step.delta(start, stop)
-            if group_unsupported:
-                unsupported.update(group_unsupported)
-        elif step.basis is not None and step.end_ns is not None:
-            counters = step.basis.estimate(step.end_ns - step.begin_ns)
-            unsupported.update(step.basis.unsupported)
-            flags = flags | _SAMPLED
-        elif self._backend_error and self.backend_name not in ("none", "callgrind"):
-            unsupported.setdefault("*", self._backend_error)
-        if step.end_ns is None:
-            flags = flags | _INCOMPLETE
-        elif step.end_cpu != step.cpu:
-            flags = flags | _MIGRATED
-        for cv in counters.values():
-            if cv.ratio < 1.0:
-                flags = flags | _MULTIPLEXED
-                break
-        if len(unsupported) > len(step.dropped or ()):
-            flags = flags | _UNSUPPORTED
-        if flags_dropped:
-            flags = flags | _DROPPED
-        return counters, flags, unsupported
-
-    def _materialise(self, step: Step) -> SuperstepRecord:
-        counters, flags, unsupported = self._parts(step)
-        return SuperstepRecord(
-            run_id=self.run_id, index=step.index, name=step.name, rank=step.rank,
-            pid=self.pid, cpu=step.cpu, begin_ns=step.begin_ns, end_ns=step.end_ns,
-            counters=counters, params=step.params, flags=flags,
-            unsupported=unsupported, backend=self._ctx[3], host=self.host,
-            marker_ns=self._ctx[4], exception=step.exception)
+    def _materialise(self, step: Any) -> SuperstepRecord:
+        """A closed step's record (the compiled lane's steps build theirs here)."""
+        return materialise(step, self.context)
 
     def _unmatched_end(self, name: str, end_ns: int) -> SuperstepRecord:
         name, _, dropped = clean_marker(name, {})
@@ -649,7 +480,7 @@ class Recorder:
     # for its acknowledgements.
     SCRATCH_WAIT_S = 0.5
 
-    def calibrate(self, st: _ThreadState | None = None) -> int | None:
+    def calibrate(self, st: ThreadState | None = None) -> int | None:
         """The cost of one begin + end marker pair in this process, in ns: the median of
         :data:`CALIBRATION_PAIRS` pairs (the first few dropped) through a scratch recorder with
         the same backend, counters (``st``'s group, read as the markers read it; else its own)
@@ -659,37 +490,29 @@ class Recorder:
         offer scratch supersteps (older than this client) or counts on the process's behalf
         (a marker then waits for the daemon's reply, which a scratch one cannot have), and
         under Callgrind (a marker there is a counter dump)."""
-        sock = self.sink if is_socket_sink(self.sink) else None
-        if self.backend_name in ("callgrind", "daemon") or (
-                sock is not None and (not sock.takes_scratch or self._daemon_counts)):
+        sink = self.sink
+        if self.backend_name in ("callgrind", "daemon") or not sink.takes_scratch \
+                or self._daemon_counts:
             return None
-        from counterd import launch  # its spool directories: tempfile and shutil load more
-
-        tmp = launch.make_spool_dir("counterd-calibration-") \
-            if isinstance(self.sink, SpoolSink) else None
+        # The same kind of sink, keeping nothing: a spool in a temporary directory, memory, a
+        # second connection to the same daemon (a daemon slow to answer costs the first
+        # superstep SCRATCH_WAIT_S at most); None where the daemon went, or changed, meanwhile.
+        scratch = sink.scratch_sink(self.SCRATCH_WAIT_S)
+        if scratch is None:
+            return None
         probe = None
         try:
             probe = Recorder(run_id=self.run_id, backend=self.backend_name,
-                             events=self.events or None,
-                             spool=Path(tmp) if tmp else None, socket="off", calibrate=False,
+                             events=self.events or None, socket="off", calibrate=False,
                              sample="off")  # every pair read: the cost of a measured one
-            if sock is not None:
-                from counterd.markers.client import SocketSink
-
-                # a daemon slow to answer costs the first superstep SCRATCH_WAIT_S at most
-                probe.sink = SocketSink(sock.path, job=sock.job,
-                                        timeout_s=self.SCRATCH_WAIT_S, scratch=True)
-                if not probe.sink.takes_scratch:  # the daemon went, or changed, meanwhile
-                    return None
-            elif tmp is None:
-                probe.sink = MemorySink()
+            probe.sink = scratch
             if st is not None:  # the same counters, already open: none opened for this
-                shared = _ThreadState(st.pid)
+                shared = ThreadState(st.pid)
                 shared.group, shared.read, shared.delta = st.group, st.read, st.delta
                 shared.unsupported = st.unsupported
                 probe._local.st = shared
                 probe._backend = self._backend
-                probe._ctx = (probe.run_id, probe.pid, probe.host, self._label(), None)
+                probe._fix_context(self._label(), None)
                 probe._attach_lane(shared)
             times = []
             clock = time.monotonic_ns
@@ -713,26 +536,19 @@ class Recorder:
         except (CounterdError, OSError, ValueError):
             return None
         finally:
-            if probe is not None and isinstance(probe.sink, SpoolSink):
-                probe.sink.close()
-            elif probe is not None and is_socket_sink(probe.sink):  # the scratch one
-                # Until the daemon has acknowledged the scratch supersteps (it keeps none):
-                # its handling of them then disturbs none of the program's own.
-                probe.sink.close(timeout_s=self.SCRATCH_WAIT_S, spill=False)
+            scratch.discard(self.SCRATCH_WAIT_S)  # closed (a spool's directory removed)
             own = getattr(probe._local, "st", None) if probe is not None else None
             if own is not None and own.lane is not None:
                 own.lane.unmap()  # its pages would keep the counters open after the close
             if own is not None and own.group is not None and (st is None
                                                               or own.group is not st.group):
                 own.group.close()
-            if tmp is not None:
-                launch.remove_spool_dir(tmp)
 
     def _label(self) -> str:
         if self._backend is not None:
             return str(self._backend.name)
         if self.backend_name == "daemon" or (self.backend_name == "default"
-                                             and is_socket_sink(self.sink)
+                                             and self.sink.daemon
                                              and self._backend_error is not None):
             return "perf"  # the daemon counts with perf
         return "perf" if self.backend_name == "default" else self.backend_name
@@ -752,117 +568,3 @@ class Recorder:
                 out.append(rec)
         self._open.clear()
         return out
-
-
-def make_sink(spool: Path | None, sock: Path | str | None
-               ) -> MemorySink | SpoolSink | SocketSink:
-    """The sink, by the precedence in the module docstring."""
-    env = os.environ
-    if spool:
-        return SpoolSink(spool)
-    if sock is not None and str(sock) not in ("", "off"):
-        return _socket_sink(sock)
-    if env.get(ENV_SPOOL):
-        return SpoolSink(Path(env[ENV_SPOOL]))
-    if sock is None:
-        path = env.get(ENV_SOCKET)
-        if path is None:
-            from counterd.env import default_socket_path
-
-            default = default_socket_path()
-            path = str(default) if default.exists() else None
-            if path is None:
-                return MemorySink(unkept=(
-                    f"no counterd record around this program and no daemon at {default} "
-                    f"({ENV_SOCKET} unset)"))
-        if path and path != "off":
-            return _socket_sink(path)
-    return MemorySink()
-
-
-def _socket_sink(path: Path | str) -> SocketSink:
-    """A daemon that does not answer yet is waited for: the sink holds the records, retries
-    with backoff and spills what exceeds its high-water mark, and at exit what is left (see
-    :class:`SocketSink`). A named socket means a daemon is expected; memory would lose the
-    records at exit."""
-    import logging
-
-    from counterd.markers.client import SocketSink
-
-    sink = SocketSink(path)
-    if sink.degraded is not None:
-        logging.getLogger("counterd.markers").info(
-            "%s; records are held and sent once it answers", sink.degraded)
-    return sink
-
-
-def clean_marker(name: str, params: dict[str, Any]
-                 ) -> tuple[str, dict[str, Param], dict[str, str] | None]:
-    """The name and params of a marker as every sink can encode them (JSON: finite numbers,
-    valid UTF-8), and what was dropped or replaced, for the record's ``unsupported``
-    (``param:<key>`` or ``name`` -> why). A marker never raises for its params: the issue
-    found a NaN param raising ValueError inside the user's program and losing the record."""
-    if name.__class__ is str and name.isascii() and len(name) <= MAX_NAME_CHARS \
-            and len(params) <= MAX_PARAMS:  # the common case, on the marker's path
-        for key, value in params.items():
-            t = value.__class__
-            if not (key.__class__ is str and key.isascii() and len(key) <= MAX_NAME_CHARS and (
-                    (t is int and INT64_MIN <= value <= INT64_MAX) or t is bool
-                    or (t is str and value.isascii() and len(value) <= MAX_VALUE_CHARS)
-                    or (t is float and value - value == 0.0))):  # inf - inf, nan - nan: nan
-                break
-        else:
-            return name, params, None
-    dropped: dict[str, str] = {}
-    if not isinstance(name, str):
-        dropped["name"] = f"a {type(name).__name__}, not a string"
-        name = str(name)
-    if not name.isascii() and not _utf8(name):
-        dropped["name"] = "not valid UTF-8 (lone surrogates replaced)"
-        name = name.encode("utf-8", "replace").decode()
-    if len(name) > MAX_NAME_CHARS:
-        dropped["name"] = f"{len(name)} characters, cut to {MAX_NAME_CHARS}"
-        name = name[:MAX_NAME_CHARS]
-    clean: dict[str, Param] = {}
-    for key, value in params.items():
-        why = None
-        if not isinstance(key, str) or not _utf8(key) or len(key) > MAX_NAME_CHARS:
-            why = f"the key is not valid UTF-8 text of at most {MAX_NAME_CHARS} characters"
-        elif len(clean) >= MAX_PARAMS:
-            why = f"more than {MAX_PARAMS} params"
-        elif isinstance(value, bool):
-            pass
-        elif isinstance(value, str):
-            if not value.isascii() and not _utf8(value):
-                why = "not valid UTF-8 (a lone surrogate)"
-            elif len(value) > MAX_VALUE_CHARS:
-                why = f"a string of {len(value)} characters, more than {MAX_VALUE_CHARS}"
-        elif isinstance(value, int):
-            if not INT64_MIN <= value <= INT64_MAX:
-                why = "an integer beyond 64 bits"
-        elif isinstance(value, float):
-            if not math.isfinite(value):
-                why = f"not finite: {value}"
-        elif isinstance(value, numbers.Integral):
-            value = int(value)
-        elif isinstance(value, numbers.Real) and math.isfinite(float(value)):
-            value = float(value)
-        else:
-            why = f"a {type(value).__name__}, not a finite int, float, str or bool"
-        if why is None:
-            clean[key] = value
-        else:
-            dropped[f"param:{_printable(key)}"] = why
-    return name, clean, dropped or None
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _printable(key: Any) -> str:
-    return str(key).encode("utf-8", "replace").decode()

@@ -26,7 +26,7 @@ from counterd.backends.base import CounterValue
 from counterd.daemon.config import Config
 from counterd.daemon.service import Daemon
 from counterd.events import Source
-from counterd.markers.client import SocketSink
+from counterd.markers.sinks.socket import SocketSink
 from counterd.prediction import TERMS, Prediction
 from counterd.records import SuperstepRecord
 

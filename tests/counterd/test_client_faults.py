@@ -21,10 +21,11 @@ from hypothesis import strategies as st
 
 from counterd import protocol
 from counterd.env import ENV_NATIVE
-from counterd.markers.client import BLOCK_S, SocketSink
+from counterd.importing import read_spill
 from counterd.markers.recorder import Recorder
 from counterd.markers.sinks import MemorySink, SpoolSink
-from counterd.markers.spill import SpillFile, read_spill
+from counterd.markers.sinks.socket import BLOCK_S, SocketSink
+from counterd.markers.sinks.spill import SpillFile
 from counterd.protocol import FrameType
 from counterd.records import SuperstepRecord
 

@@ -205,7 +205,7 @@ def test_the_probe_says_how_the_markers_read_their_counters() -> None:
 def test_a_thread_state_that_goes_unmaps_its_lanes_pages() -> None:
     """A lane's mapped pages keep its counters (and the PMU counters they hold) alive after
     the group's fds close: the state that owns the group unmaps them when it goes."""
-    from counterd.markers.recorder import _ThreadState
+    from counterd.markers.step import ThreadState as _ThreadState
 
     class Lane:
         unmapped = 0

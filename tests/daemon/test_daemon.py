@@ -19,8 +19,8 @@ import pytest
 
 from counterd import protocol
 from counterd.daemon.store import open_readonly
-from counterd.markers.client import SocketSink
 from counterd.markers.sinks import MemorySink
+from counterd.markers.sinks.socket import SocketSink
 from counterd.protocol import FrameType
 from counterd.records import SuperstepRecord
 
@@ -53,7 +53,7 @@ def test_marker_api_goes_to_the_daemon(daemon: DaemonProc) -> None:
     out = run_py("""
         import counterd
         from counterd.markers.api import recorder
-        from counterd.markers.client import SocketSink
+        from counterd.markers.sinks.socket import SocketSink
         counterd.set_rank(3)
         for i in range(20):
             with counterd.superstep("phase", n=i):
@@ -407,7 +407,7 @@ def test_records_the_daemon_stores_equal_the_clients(daemon: DaemonProc) -> None
         import json, counterd
         from counterd.protocol import FrameType
         from counterd.markers.api import recorder
-        from counterd.markers.client import SocketSink
+        from counterd.markers.sinks.socket import SocketSink
         json_frames = []  # a marker pair must go as OPEN + CLOSE, never as BEGIN/RECORD JSON
         send = SocketSink._send
         SocketSink._send = lambda self, t, p, now=False: (json_frames.append(t),

@@ -153,7 +153,7 @@ def test_the_daemon_labels_the_batch_job_and_drops_a_finished_run(
 
     from counterd.daemon.config import Config
     from counterd.daemon.service import Daemon
-    from counterd.markers.client import SocketSink
+    from counterd.markers.sinks.socket import SocketSink
 
     d = Daemon(Config(metrics_listen="127.0.0.1:0", metrics_grace_s=0.3, metrics_refresh_s=0.05,
                       sample_interval_s=0.1, sample_backend="none", store_synchronous="normal",

@@ -16,7 +16,7 @@ import pytest
 from counterd import protocol
 from counterd.daemon import config
 from counterd.errors import BadInput
-from counterd.markers.client import SocketSink
+from counterd.markers.sinks.socket import SocketSink
 from counterd.protocol import FrameType
 from counterd.records import SuperstepRecord
 from tests.daemon.conftest import DaemonProc, RawClient

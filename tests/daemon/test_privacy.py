@@ -254,7 +254,7 @@ def test_users_see_their_own_runs_through_the_daemon_and_cannot_read_the_store(
     store = str(d.store)
 
     def send(job: str, name: str) -> Any:
-        from counterd.markers.client import SocketSink
+        from counterd.markers.sinks.socket import SocketSink
 
         sink = SocketSink(d.socket, job=job)
         sink.record(SuperstepRecord(run_id="same", index=0, name=name, rank=0,

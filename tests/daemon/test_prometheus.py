@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from counterd.markers.client import SocketSink
+from counterd.markers.sinks.socket import SocketSink
 from counterd.records import SuperstepRecord
 
 from .conftest import DaemonProc, free_port

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from counterd.daemon.store import open_readonly
-from counterd.markers.client import SocketSink
+from counterd.markers.sinks.socket import SocketSink
 from counterd.records import SuperstepRecord
 
 from .conftest import DaemonProc

@@ -486,7 +486,7 @@ def test_a_live_recorders_spool_dir_is_locked(tmpdir_env: Path) -> None:
 
 # -- counterd import -----------------------------------------------------------------------------
 def test_counterd_import_keeps_what_it_could_not_read(tmp_path: Path, deadline: None) -> None:
-    from counterd.markers.spill import import_files
+    from counterd.importing import import_files
 
     d = tmp_path / "spill"
     d.mkdir(mode=0o700)

@@ -1,39 +1,87 @@
-"""Where a program's records go when no daemon takes them: memory or a spool file."""
+"""What every sink is: the :class:`Sink` interface, and what the binary-frame sinks share.
+
+A sink is where one process's markers go: :mod:`~counterd.markers.sinks.memory`,
+:mod:`~counterd.markers.sinks.spool` (the spool file ``counterd record`` reads) or
+:mod:`~counterd.markers.sinks.socket` (the daemon's socket).
+:func:`counterd.markers.sinks.make_sink` chooses one, once; the recorder, the API and the
+compiled lane use it through this interface alone, never by its type, as
+prometheus/client_python's metrics use the value class its ``values.get_value_class()`` chose.
+"""
 
 from __future__ import annotations
 
-import atexit
-import collections
-import errno
-import os
 import struct
-import sys
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import Any, Protocol
 
-from counterd import spool
 from counterd import wire as protocol  # the framing, not the typed frames: cheap to import
-from counterd.env import ENV_SPOOL
-from counterd.errors import BadInput
 from counterd.markers import identity
-from counterd.records import SuperstepRecord
-
-if TYPE_CHECKING:
-    from counterd.markers.client import SocketSink
-    from counterd.markers.recorder import Step
+from counterd.markers.step import Step, parts
+from counterd.records import Param, SuperstepRecord
 
 
-def is_socket_sink(sink: object) -> TypeGuard[SocketSink]:
-    """``isinstance(sink, SocketSink)`` without loading the daemon's client (socket, select,
-    logging, the spill file: about 10 ms before a program's first superstep) where no sink of
-    it can exist: a program that has made one has loaded it."""
-    client = sys.modules.get("counterd.markers.client")
-    return client is not None and isinstance(sink, client.SocketSink)
+class Sink(Protocol):
+    """Where a process's supersteps go. What the recorder asks of every sink:
+
+    * at a begin: :meth:`open` (a durable sink: an OPEN frame or a begin line, the record's
+      half that survives a kill; returns what :attr:`Step.sent` holds, 0 if its end must go as
+      a whole record) or :meth:`begin` (a begin line; ``count``: the daemon counts the
+      superstep's thread, and the call waits for its reply);
+    * at an end: :meth:`closed` (the closed step, whose record is built when needed) or
+      :meth:`record` (a record built already: an unmatched end, an incomplete one at exit);
+    * :meth:`flush` (True once all it was given is where it goes), :meth:`close`
+      (its files or connection closed) and :meth:`release` (the process lets go of it: at
+      exit, or when its recorder is replaced);
+    * for the compiled lane (:mod:`counterd.markers.native`): :meth:`lane_args`, what a lane
+      writing into it is given, and :meth:`lane_made`;
+    * :meth:`prepare` (its file or connection and the context declared now, before the
+      program's first barrier), :meth:`kept` (the records it holds in memory),
+      :meth:`where` and :meth:`in_child` (what a forked child's recorder goes to), and
+      :meth:`scratch_sink` (a sink of the same kind that keeps nothing, for the calibration, let go
+      of by :meth:`discard`).
+    """
+
+    durable: bool  # a begin leaves a trace that survives a kill (memory: no)
+    daemon: bool  # records go to the daemon, which can count the process's threads
+    degraded: str | None  # why the daemon is not reachable now; None where connected or no daemon
+
+    @property
+    def takes_scratch(self) -> bool: ...  # scratch_sink() can make one
+
+    def open(self, ctx: identity.Ctx, index: int, name: str, rank: int, cpu: int,
+             begin_ns: int, params: dict[str, Param]) -> int: ...
+
+    def begin(self, line: Mapping[str, Any], count: Sequence[str] | None = None) -> Any: ...
+
+    def closed(self, step: Step) -> None: ...
+
+    def record(self, rec: SuperstepRecord) -> None: ...
+
+    def flush(self, timeout_s: float | None = None) -> bool: ...
+
+    def close(self, timeout_s: float | None = None) -> None: ...
+
+    def release(self, timeout_s: float | None = None) -> None: ...
+
+    def prepare(self, ctx: identity.Ctx) -> None: ...
+
+    def lane_args(self, ctx: identity.Ctx, names: tuple[str, ...]) -> dict[str, Any] | None: ...
+
+    def lane_made(self, lane: Any) -> None: ...
+
+    def kept(self) -> list[SuperstepRecord]: ...
+
+    def where(self) -> tuple[Path | None, Path | str]: ...
+
+    def in_child(self, fresh: Sink) -> Sink: ...
+
+    def scratch_sink(self, wait_s: float) -> Sink | None: ...
+
+    def discard(self, wait_s: float) -> None: ...
 
 
-def _as_record(item: SuperstepRecord | Step) -> SuperstepRecord:
+def as_record(item: SuperstepRecord | Step) -> SuperstepRecord:
     return item if isinstance(item, SuperstepRecord) else item.record()
 
 
@@ -66,260 +114,16 @@ def close_frame(step: Step, context_id: Callable[[identity.Ctx, tuple[str, ...]]
     lane hands such a step to the Python path alike)."""
     if step.end_ns is None or step.exception is not None:
         return None
-    counters, flags, unsupported = step.recorder._parts(step)
+    ctx = step.recorder.context
+    counters, flags, unsupported = parts(step, ctx)
     bits = protocol.flag_bits(flags)
     if bits is None:
         return None
     try:
-        c = context_id(step.recorder._ctx, tuple(counters))
+        c = context_id(ctx.key, tuple(counters))
         if c is None:
             return None
         return protocol.encode_close(next_seq(), c, step.index, step.begin_ns, step.end_ns,
                                      bits, counters.values(), unsupported)
     except (KeyError, struct.error, ValueError):
         return None
-
-
-class MemorySink:
-    """Keeps records in the process (the default when nothing else is configured).
-
-    A superstep ended by the marker is kept as its closed :class:`Step`; the record is built
-    when :attr:`records` is read (building and validating a record costs more than the rest of
-    a marker pair). The records are identical to ones built at the end marker.
-    """
-
-    def __init__(self, unkept: str | None = None) -> None:
-        self._items: list[SuperstepRecord | Step] = []
-        if unkept:  # no sink was configured at all: say so at the first record, on rank 0
-            self.unkept = unkept
-            self.record = self.closed = self._first  # type: ignore[method-assign]
-
-    def _first(self, rec: SuperstepRecord | Step) -> None:
-        """The first record of a sink nobody configured: one line on stderr (from processor
-        0, so once per run), then plain appends. A multiprocessing worker ends with
-        os._exit, so an end-of-run message would never be written. (A compiled lane that took
-        this method before the first record calls it again: it appends then.)"""
-        vars(self).pop("record", None)  # back to the class's plain append
-        vars(self).pop("closed", None)
-        self._items.append(rec)
-        unkept, self.unkept = self.unkept, ""
-        if unkept and getattr(rec, "rank", 0) in (0, None):
-            print(f"counterd: supersteps are kept in this process's memory only and are lost "
-                  f"at exit ({unkept}); run the program under `counterd record --out FILE "
-                  "-- CMD`, or start the daemon, to keep them", file=sys.stderr, flush=True)
-
-    @property
-    def records(self) -> list[SuperstepRecord]:
-        items = self._items
-        n = len(items)  # appended concurrently beyond n: left for the next read
-        for i in range(n):
-            item = items[i]
-            if not isinstance(item, SuperstepRecord):
-                items[i] = item.record()  # assignment of one element is atomic under the GIL
-        return items[:n]  # type: ignore[return-value]
-
-    def begin(self, line: Mapping[str, Any]) -> None:  # begins need no durability in memory
-        pass
-
-    def record(self, rec: SuperstepRecord | Step) -> None:
-        self._items.append(rec)  # list.append is atomic under the GIL
-
-    closed = record
-
-
-class SpoolSink:
-    """Writes this process's markers to its spool file in ``<spool>/`` (:mod:`counterd.spool`).
-
-    The default is ``<pid>.frames``, a shared file mapping of the marker socket's frames: an
-    OPEN at begin, a CLOSE at end, copied into the mapping, no system call per marker, and a
-    process killed at any point leaves every frame before its last marker. Where no mapping
-    can be had (or the disk fills as it grows), the rest goes to ``<pid>.jsonl``: one JSON line
-    per begin and per record, each one ``write(2)`` on an O_APPEND descriptor. A write that
-    fails there (a full disk) never raises into the program: the line waits in a backlog of
-    at most :data:`BACKLOG_LINES` lines, written before the next line once the disk takes it
-    again; lines pushed out of a full backlog are counted in ``lost`` and reported once on
-    stderr. A begin in one form and its end in the other are collected as one record.
-    """
-
-    BACKLOG_LINES = 65536
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = Path(directory)
-        self._fd: int | None = None
-        self._pid = -1
-        self._backlog: collections.deque[bytes] = collections.deque()
-        self.lost = 0
-        self._mapped: spool.MappedWriter | None = None
-        self._mapped_pid = -1
-        self._contexts: dict[tuple[Any, ...], int] = {}  # (ctx, counter names) -> CONTEXT id
-        # Guards creating the writer and numbering contexts (threads of one process share
-        # them); a forked child (one thread) makes its own.
-        self._lock = threading.RLock()
-        self._lock_pid = identity.pid
-
-    # -- the mapped form ---------------------------------------------------------------------
-    def _guard(self) -> threading.RLock:
-        if self._lock_pid != identity.pid:
-            self._lock, self._lock_pid = threading.RLock(), identity.pid
-        return self._lock
-
-    def _writer(self) -> spool.MappedWriter | None:
-        """This process's mapped writer, created on first use (and anew in a forked child);
-        None once mapping has failed in this process."""
-        pid = identity.pid
-        with self._guard():
-            if self._mapped_pid == pid:
-                return self._mapped
-            self._mapped, self._contexts = None, {}
-            try:
-                self._mapped = spool.MappedWriter(spool.path_for(self.directory, pid,
-                                                                 spool.FRAMES))
-            except OSError as exc:
-                self._mapping_failed(exc)
-            self._mapped_pid = pid  # last: other threads wait for the writer above
-            return self._mapped
-
-    def _mapping_failed(self, exc: OSError) -> None:
-        if self._mapped is not None:
-            self._mapped.close()  # what it committed stays in the file
-        self._mapped = None
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):  # a full disk is said by _failed
-            print(f"counterd: cannot map the marker spool in {self.directory} "
-                  f"({exc.strerror}); writing it line by line instead", file=sys.stderr)
-
-    def _append(self, ftype: Any, frame: bytes | None = None,
-                payload: Mapping[str, Any] | None = None) -> bool:
-        """Append a frame (``frame`` bytes, or ``payload`` encoded as a JSON frame of
-        ``ftype``) to the mapped file; False where the mapping is not (or no longer) there."""
-        w = self._mapped if self._mapped_pid == identity.pid else self._writer()
-        if w is None:
-            return False
-        data = frame if frame is not None else protocol.encode(ftype, payload or {})
-        if len(data) - 4 > protocol.MAX_FRAME_BYTES:  # a reader stops at it: a line instead
-            return False
-        try:
-            w.append(data)
-        except OSError as exc:  # the disk is full: the file keeps what it committed
-            self._mapping_failed(exc)
-            return False
-        return True
-
-    def _context_id(self, ctx: identity.Ctx, names: tuple[str, ...]) -> int | None:
-        """The CONTEXT id of ``ctx`` and counter ``names`` in this process's file, declared
-        there first if new; None where it cannot be."""
-        if self._mapped_pid != identity.pid:  # a forked child: its own file, its own contexts
-            self._writer()
-        key = (ctx, names)
-        c = self._contexts.get(key)
-        if c is not None:
-            return c
-        if self._writer() is None:
-            return None
-        with self._guard():  # two threads must not give two contexts one number
-            c = self._contexts.get(key)
-            if c is None:
-                if len(self._contexts) >= 0xFFFF:
-                    return None
-                c = len(self._contexts) + 1
-                if not self._append(protocol.FrameType.CONTEXT,
-                                    payload=context_payload(self._next_seq(), c, ctx, names)):
-                    return None
-                self._contexts[key] = c
-            return c
-
-    def open(self, ctx: identity.Ctx, index: int, name: str, rank: int, cpu: int,
-             begin_ns: int, params: dict[str, Any]) -> int:
-        """A superstep begins: an OPEN frame (a BEGIN where one does not fit, a begin line
-        where there is no mapping). Returns 1 if its end may be a CLOSE, else 0."""
-        c = self._context_id(ctx, ())
-        if c is not None:
-            try:
-                frame = protocol.encode_open(self._next_seq(), c, index, begin_ns, rank, cpu, name,
-                                             params)
-            except (struct.error, ValueError):  # beyond the packed fields, or not JSON
-                frame = None
-            if frame is not None and self._append(protocol.FrameType.OPEN, frame):
-                return 1
-        self.begin(begin_line(ctx, index, name, rank, cpu, begin_ns, params))
-        return 0
-
-    def _next_seq(self) -> int:
-        """The next frame number of this process's mapped file (its writer numbers the frames
-        the markers' hot path writes too); 0 where there is none."""
-        w = self._mapped if self._mapped_pid == identity.pid else self._writer()
-        return w.next_seq() if w is not None else 0  # 0: no mapping, a line (no number)
-
-    def close(self) -> None:
-        """Close this process's files (the spool keeps what they hold)."""
-        if self._mapped is not None and self._mapped_pid == identity.pid:
-            self._mapped.close()
-            self._mapped, self._mapped_pid = None, -1
-        if self._fd is not None and self._pid == identity.pid:
-            os.close(self._fd)
-            self._fd, self._pid = None, -1
-
-    # -- the JSON-lines form -----------------------------------------------------------------
-    def _descriptor(self) -> int:
-        pid = identity.pid
-        if self._fd is None or self._pid != pid:  # first use, or we are a forked child
-            path = spool.path_for(self.directory, pid)
-            try:
-                self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-                                   0o644)
-            except OSError as exc:
-                raise BadInput(f"cannot write the marker spool {path}: {exc.strerror}",
-                               f"make {self.directory} writable or unset {ENV_SPOOL}") from exc
-            self._pid = pid
-        return self._fd
-
-    def _write(self, line: bytes) -> None:
-        fd = self._descriptor()
-        if not self._backlog:
-            try:
-                os.write(fd, line)
-                return
-            except OSError as exc:
-                self._failed(exc)
-        self._backlog.append(line)
-        try:  # oldest first, so the file keeps the program's order
-            while self._backlog:
-                os.write(fd, self._backlog[0])
-                self._backlog.popleft()
-        except OSError:
-            if len(self._backlog) > self.BACKLOG_LINES:
-                self._backlog.popleft()
-                self.lost += 1
-
-    def _failed(self, exc: OSError) -> None:
-        if not self._backlog and self.lost == 0:
-            print(f"counterd: cannot write the marker spool {self.directory}: {exc.strerror}; "
-                  f"keeping up to {self.BACKLOG_LINES} lines in memory until it can",
-                  file=sys.stderr)
-            atexit.register(self._report_loss)
-
-    def _report_loss(self) -> None:
-        if self.lost or self._backlog:
-            print(f"counterd: {self.lost + len(self._backlog)} marker spool lines were not "
-                  f"written to {self.directory} (disk full?): those supersteps have no record",
-                  file=sys.stderr)
-
-    # -- sink interface ----------------------------------------------------------------------
-    def begin(self, line: Mapping[str, Any]) -> None:
-        if not self._append(protocol.FrameType.BEGIN, payload={"s": self._next_seq(),
-                                                               "line": dict(line)}):
-            self._write(spool.encode_line(spool.BEGIN, line))
-
-    def record(self, rec: SuperstepRecord | Step) -> None:
-        r = _as_record(rec)
-        if not self._append(protocol.FrameType.RECORD, payload={"s": self._next_seq(),
-                                                                "rec": r.to_json()}):
-            self._write(spool.encode_line(spool.RECORD, r.to_json()))
-
-    def closed(self, step: Step) -> None:
-        """A superstep ended: a CLOSE if its OPEN went to this process's mapped file, else
-        a RECORD (or a record line)."""
-        if step.sent and self._mapped_pid == identity.pid and self._mapped is not None:
-            frame = close_frame(step, self._context_id, self._next_seq)
-            if frame is not None and self._append(protocol.FrameType.CLOSE, frame):
-                return
-        self.record(step)

@@ -19,19 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 from counterd.env import ENV_JOB, batch_job
 from counterd.markers import identity
-from counterd.markers.sinks import (
-    MemorySink,
-    SpoolSink,
-    _as_record,
-    begin_line,
-    close_frame,
-    context_payload,
-)
-from counterd.markers.spill import SpillFile
+from counterd.markers.sinks.base import as_record, begin_line, close_frame, context_payload
+from counterd.markers.sinks.memory import MemorySink
+from counterd.markers.sinks.spill import SpillFile
 from counterd.records import Param, SuperstepRecord
 
 if TYPE_CHECKING:
-    from counterd.markers.recorder import Step
+    from counterd.markers.sinks.base import Sink
+    from counterd.markers.sinks.spool import SpoolSink
+    from counterd.markers.step import Step
 
 log = logging.getLogger("counterd.markers")
 
@@ -77,7 +73,7 @@ class SocketSink:
     unacknowledged and the begins of supersteps still open. Meanwhile records are held in
     ``unacked``, at most ``high_water`` of them: at the mark the sink waits up to ``BLOCK_S``
     for acknowledgements if the daemon is acknowledging, and appends what still exceeds it to
-    this process's spill file (:mod:`counterd.markers.spill`), which ``counterd import``
+    this process's spill file (:mod:`counterd.markers.sinks.spill`), which ``counterd import``
     sends on. At :meth:`close` (interpreter exit) whatever is still unacknowledged after the
     flush goes there too, and one warning line says where.
 
@@ -295,7 +291,7 @@ class SocketSink:
             for st in lane.open_steps():
                 key = (st.recorder.run_id, st.index)
                 if key not in begun and st.recorder.pid == self._pid:
-                    begun[key] = (st.recorder._ctx, st.index, st.name, st.rank, st.cpu,
+                    begun[key] = (st.recorder.context.key, st.index, st.name, st.rank, st.cpu,
                                   st.begin_ns, st.params)
         for line in begun.values():
             self._seq += 1
@@ -440,9 +436,9 @@ class SocketSink:
             self.unacked.pop(seq, None)
             return
         if not self._send(self._protocol.FrameType.RECORD,
-                          {"s": seq, "rec": _as_record(item).to_json()}):
+                          {"s": seq, "rec": as_record(item).to_json()}):
             self.unacked.pop(seq, None)
-            self._refuse(_as_record(item), "not_encodable: the record is not JSON (NaN or "
+            self._refuse(as_record(item), "not_encodable: the record is not JSON (NaN or "
                          "infinite values, or text that is not UTF-8)")
 
     def _refuse(self, rec: SuperstepRecord | None, message: str) -> None:
@@ -493,7 +489,7 @@ class SocketSink:
                     self._stuck = False
                     self._backoff = BACKOFF_MIN_S  # this connection works
                     if done and self.on_ack is not None:
-                        self.on_ack([_as_record(r) for r in done])
+                        self.on_ack([as_record(r) for r in done])
                 elif ftype is FrameType.WELCOME:
                     self.welcome = payload
                 elif seq is not None and seq in self._awaited:
@@ -502,7 +498,7 @@ class SocketSink:
                     rec = unacked.pop(seq, None) if seq is not None else None
                     message = f"{payload.get('code')}: {payload.get('message')}"
                     if rec is not None:
-                        self._refuse(_as_record(rec), message)
+                        self._refuse(as_record(rec), message)
                     else:
                         log.info("counterd refused a frame: %s", message)
         except (self._protocol.ProtocolError, RecursionError) as exc:  # never into the program
@@ -667,6 +663,62 @@ class SocketSink:
                 else:
                     self._write(frame)
             self._after_record()
+
+    # -- the rest of the sink interface (counterd.markers.sinks.base.Sink) ----------------
+    durable = True
+    daemon = True
+
+    def release(self, timeout_s: float | None = None) -> None:
+        """At exit, or when the recorder is replaced: flushed, closed, the rest spilled."""
+        self.close(timeout_s)
+
+    def prepare(self, ctx: identity.Ctx) -> None:
+        with self._lock:
+            if self._mine():
+                self._context_id(ctx, ())
+
+    def lane_args(self, ctx: identity.Ctx, names: tuple[str, ...]) -> dict[str, Any] | None:
+        """Through the black box: the lane writes the frames there and hands each step it
+        closed to the sink, which holds it until acknowledged and sends the batch when due
+        (:meth:`_pump`). None with no connection now, or an older daemon (frames one by one)."""
+        with self._lock:
+            box = self._box if self._boxed else None
+            if box is None or box.native is None or not self._mine():
+                return None
+            c_open = self._context_id(ctx, ())
+            c_close = self._context_id(ctx, names)
+        if c_open is None or c_close is None:
+            return None
+        return dict(on_closed=self._ended.append, writer=box.native, sink_open=self.open,
+                    sink_closed=self.closed, c_open=c_open, c_close=c_close, pump=self._pump)
+
+    def lane_made(self, lane: Any) -> None:
+        self._lanes.add(lane)  # its open steps are begun again on a new connection
+
+    def kept(self) -> list[SuperstepRecord]:
+        return self.fallback.kept()  # what a forked child that used it anyway kept
+
+    def where(self) -> tuple[Path | None, Path | str]:
+        return None, self.path
+
+    def in_child(self, fresh: Sink) -> Sink:
+        return fresh  # a connection of its own
+
+    def scratch_sink(self, wait_s: float) -> SocketSink | None:
+        """A second connection to the same daemon whose supersteps it keeps none of; None
+        where the daemon does not offer that (or went, or changed, meanwhile)."""
+        if not self.takes_scratch:
+            return None
+        sink = SocketSink(self.path, job=self.job, timeout_s=wait_s, scratch=True)
+        if not sink.takes_scratch:
+            sink.discard(wait_s)
+            return None
+        return sink
+
+    def discard(self, wait_s: float) -> None:
+        """Until the daemon has acknowledged the scratch supersteps (it keeps none): its
+        handling of them then disturbs none of the program's own."""
+        self.close(timeout_s=wait_s, spill=False)
 
     def _after_record(self) -> None:
         """Enforce ``high_water``: wait for acknowledgements if the daemon gives them (a
