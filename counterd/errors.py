@@ -8,6 +8,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see counterd/__init__)
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 
@@ -54,11 +55,14 @@ class BadInput(CounterdError):
 
 
 class UnknownCounter(BadInput):
-    def __init__(self, name: str) -> None:
-        from counterd.events import NAMES
+    """``choices``: the names it could have been (counterd.events.NAMES, given by the raiser:
+    this module is below every other and imports none of them)."""
 
+    def __init__(self, name: str, choices: Sequence[str] = ()) -> None:
         self.name = name
-        super().__init__(f"unknown counter {name!r}", "choose from " + ", ".join(NAMES))
+        super().__init__(f"unknown counter {name!r}",
+                         "choose from " + ", ".join(choices) if choices
+                         else "use a canonical counter name")
 
 
 class UnknownBackend(BadInput):

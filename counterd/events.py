@@ -101,5 +101,5 @@ def check_names(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
 
     for name in names:
         if name not in BY_NAME:
-            raise UnknownCounter(name)
+            raise UnknownCounter(name, NAMES)
     return tuple(names)

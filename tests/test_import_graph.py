@@ -21,17 +21,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("counterd", "predictor", "microbench")
-
-# The circles of today's tree, each an expected failure until the issue named removes it
-# (strict: one that is gone fails the run until its line here goes too).
-KNOWN: dict[tuple[str, ...], str] = {
-    ("counterd.errors", "counterd.events"): "issue 30: UnknownCounter names events.NAMES",
-    ("counterd.sim.counts", "counterd.sim.engines"): "issue 30: EngineName",
-}
 
 
 def _modules() -> dict[str, Path]:
@@ -141,13 +132,7 @@ def test_the_graph_is_read() -> None:
 
 def test_no_import_circle() -> None:
     graph = import_graph()
-    found = [c for c in circles(graph) if tuple(c) not in KNOWN]
+    found = circles(graph)
     assert not found, "import circles (each arrow: importer -> imported, at its first " \
         "import line):\n" + "\n".join(_describe(graph, c) for c in found)
 
-
-@pytest.mark.parametrize("circle", [
-    pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=why), id=c[0])
-    for c, why in sorted(KNOWN.items())])
-def test_known_circle_is_gone(circle: tuple[str, ...]) -> None:
-    assert list(circle) not in circles(import_graph())

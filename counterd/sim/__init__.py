@@ -32,12 +32,13 @@ if TYPE_CHECKING:
     )
     from counterd.sim.counts import (
         BankCounts,
+        EngineName,
         LevelCounts,
         ProcessorCounts,
         SimResult,
         canonical_values,
     )
-    from counterd.sim.engines import EngineName, native_status
+    from counterd.sim.engines import native_status
     from counterd.sim.streams import KIND_CODES, AddressStream, Kind, Stream, StridedStream
 
 # Each name is loaded from its module on first use (PEP 562): a program that only feeds its
@@ -48,9 +49,9 @@ _MODULE_OF = {
     **dict.fromkeys(("BankMap", "CacheLevel", "Geometry"), "counterd.machine"),
     **dict.fromkeys(("DEFAULT_CHUNK", "CacheSim", "CoherentSim", "PhaseStreams", "simulate"),
                     "counterd.sim.coherence"),
-    **dict.fromkeys(("BankCounts", "LevelCounts", "ProcessorCounts", "SimResult",
+    **dict.fromkeys(("BankCounts", "EngineName", "LevelCounts", "ProcessorCounts", "SimResult",
                      "canonical_values"), "counterd.sim.counts"),
-    **dict.fromkeys(("EngineName", "native_status"), "counterd.sim.engines"),
+    **dict.fromkeys(("native_status",), "counterd.sim.engines"),
     **dict.fromkeys(("KIND_CODES", "AddressStream", "Kind", "Stream", "StridedStream"),
                     "counterd.sim.streams"),
 }

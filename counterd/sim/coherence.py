@@ -51,8 +51,8 @@ import numpy as np
 
 from counterd.errors import BadInput
 from counterd.machine import SGI_BANKS, BankMap, Geometry
-from counterd.sim.counts import BankCounts, ProcessorCounts, SimResult
-from counterd.sim.engines import EngineName, _CSeg, _NativeEngine, _PythonEngine, native_status
+from counterd.sim.counts import BankCounts, EngineName, ProcessorCounts, SimResult
+from counterd.sim.engines import _CSeg, _NativeEngine, _PythonEngine, native_status
 from counterd.sim.streams import KIND_CODES, AddressStream, Stream, StridedStream
 
 DEFAULT_CHUNK = 8  # accesses per turn when coherent processors interleave (module doc)

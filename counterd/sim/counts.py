@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Literal
 
 from counterd.events import CounterValue, Source, check_names
 from counterd.machine import BankMap, Geometry
 
-if TYPE_CHECKING:
-    from counterd.sim.engines import EngineName
-
+# Which engine counted (counterd.sim.engines): the compiled one, or the Python reference.
+EngineName = Literal["native", "python"]
 UNSUPPORTED_REASON = "simulation counts memory accesses, not time or instructions"
 _LEVEL_PREFIX = {1: "l1d", 2: "l2", 3: "l3"}
 # Canonical counters simulation gives: per cache level (when the geometry has it) and these.

@@ -28,16 +28,13 @@ Both engines also implement the coherence protocol of :mod:`counterd.sim.coheren
 from __future__ import annotations
 
 import ctypes
-from typing import Literal
 
 import numpy as np
 
 from counterd import _native
 from counterd.machine import MAX_LEVELS, BankMap, Geometry, hash_low, set_index
-from counterd.sim.counts import BankCounts, LevelCounts, ProcessorCounts
+from counterd.sim.counts import BankCounts, EngineName, LevelCounts, ProcessorCounts
 from counterd.sim.streams import KIND_CODES, Stream, StridedStream
-
-EngineName = Literal["native", "python"]
 
 # Per-level counters, in the order of cachesim.c's enum.
 LEVEL_FIELDS = ("hits", "misses", "wb_hits", "wb_misses", "writebacks")

@@ -320,7 +320,7 @@ class PerfBackend:
     def _check_names(events: Sequence[str]) -> tuple[str, ...]:
         for name in events:
             if name not in NAMES and name not in PERF_EXTRA_NAMES:
-                raise UnknownCounter(name)
+                raise UnknownCounter(name, NAMES)
         if len(set(events)) != len(events):
             raise CounterdError(f"counter listed twice in {list(events)}",
                                 "list each counter once")
