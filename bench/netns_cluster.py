@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONTRIB = ROOT / "contrib" / "prometheus"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 IP, UNSHARE, CURL = shutil.which("ip"), shutil.which("unshare"), shutil.which("curl")
+NSENTER = shutil.which("nsenter")
 NET = "10.231.0"  # inside the namespaces only
 PROM_ADDR = f"{NET}.254"
 
@@ -62,6 +63,22 @@ def why_not() -> str | None:
     return None
 
 
+def why_not_timens() -> str | None:
+    """Why hosts with time namespaces cannot be made here (None: they can): those of
+    :func:`why_not` but Prometheus's, and a kernel with time namespaces (Linux 5.6)."""
+    if os.geteuid() != 0:
+        return "network and time namespaces need root (ip netns add, unshare --time)"
+    for tool, name in ((IP, "ip (iproute2)"), (UNSHARE, "unshare (util-linux)"),
+                       (NSENTER, "nsenter (util-linux)")):
+        if tool is None:
+            return f"{name} not installed"
+    probe = subprocess.run([str(UNSHARE), "--net", "--uts", "--time", "--fork", "--monotonic",
+                            "1000", "true"], capture_output=True)
+    if probe.returncode != 0:
+        return f"cannot make time namespaces here: {probe.stderr.decode().strip()}"
+    return None
+
+
 def _ip(*args: str) -> None:
     subprocess.run([str(IP), *args], check=True, capture_output=True, timeout=10)
 
@@ -76,6 +93,7 @@ class Cluster:
         self.made: list[str] = []
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.hosts: list[str] = []
+        self.holders: dict[str, int] = {}  # address -> pid in its UTS and time namespaces
         self.sw = self._ns("sw")
         _ip("-n", self.sw, "link", "add", "br0", "type", "bridge")
         _ip("-n", self.sw, "link", "set", "br0", "up")
@@ -90,6 +108,51 @@ class Cluster:
 
     def ns(self, i: int) -> str:
         return f"{self.tag}-n{i}"
+
+    def clock_host(self, i: int, monotonic_s: int) -> int:
+        """Host ``i`` (address ``NET.i``, hostname ``nodeNNN``) whose CLOCK_MONOTONIC runs
+        ``monotonic_s`` seconds ahead (a time namespace of its own): a process holds its UTS
+        and time namespaces; :meth:`enter` runs commands in them. Returns the holder's pid."""
+        ns = self.host(f"n{i}", f"{NET}.{i}")
+        holder = subprocess.Popen(
+            [str(IP), "netns", "exec", ns, str(UNSHARE), "--uts", "--time", "--fork",
+             "--kill-child", "--monotonic", str(monotonic_s), "sh", "-c",
+             f'hostname node{i:03d} && exec sleep infinity'])
+        self.procs[f"holder-n{i}"] = holder
+        children = Path(f"/proc/{holder.pid}/task/{holder.pid}/children")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # unshare's child: in the new time namespace
+            kids = children.read_text().split() if children.exists() else []
+            if kids and subprocess.run([str(NSENTER), "-t", kids[0], "--uts", "hostname"],
+                                       capture_output=True, text=True
+                                       ).stdout.strip() == f"node{i:03d}":
+                self.hosts.append(f"{NET}.{i}")
+                self.holders[f"{NET}.{i}"] = int(kids[0])
+                return int(kids[0])
+            time.sleep(0.02)
+        raise RuntimeError(f"host n{i}'s namespaces were not made")
+
+    def enter(self, addr: str) -> list[str]:
+        """The argv prefix that runs a command in host ``addr``'s network, UTS and time
+        namespaces (:meth:`clock_host`)."""
+        return [str(NSENTER), "-t", str(self.holders[addr]), "--net", "--uts", "--time", "--"]
+
+    def launcher(self) -> Path:
+        """A launcher for MPI's ``ssh`` bootstrap (``mpiexec -launcher ssh -launcher-exec
+        PATH``): ``PATH [-x ...] HOST COMMAND`` runs COMMAND in HOST's namespaces instead of
+        over ssh."""
+        path = self.tmp / "enter-host.sh"
+        cases = "".join(f"  {addr}) pid={pid} ;;\n" for addr, pid in self.holders.items())
+        path.write_text(
+            "#!/bin/sh\n"
+            'while [ "${1#-}" != "$1" ]; do shift; done\n'  # ssh's options (-x)
+            'host=$1; shift\n'
+            f'case $host in\n{cases}'
+            '  *) echo "enter-host: unknown host $host" >&2; exit 255 ;;\n'
+            'esac\n'
+            f'exec {NSENTER} -t "$pid" --net --uts --time -- sh -c "$*"\n')
+        path.chmod(0o755)
+        return path
 
     def host(self, name: str, addr: str) -> str:
         ns = self._ns(name)

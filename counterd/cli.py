@@ -83,6 +83,9 @@ def _runs_options(p: argparse.ArgumentParser) -> None:
                    help="TOML config (socket.path, store.path)")
     p.add_argument("--uid", type=int, default=None,
                    help="only this user's runs (another's: root and socket.allowed_group)")
+    p.add_argument("--records", type=Path, nargs="+", default=None, metavar="FILE",
+                   help="the runs of records files (counterd record --out; one per node), "
+                   "across nodes, instead of the store")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -106,8 +109,15 @@ def _report_options(p: argparse.ArgumentParser) -> None:
     from pathlib import Path
 
     p.add_argument("run", nargs="?", default=None, help="run id (default: the latest run)")
-    p.add_argument("--records", type=Path, default=None,
-                   help="a records JSONL file (counterd record --out) instead of the store")
+    p.add_argument("--records", type=Path, nargs="+", default=None, metavar="FILE",
+                   help="records JSONL files (counterd record --out) instead of the store; "
+                   "several (one per node): the run across nodes")
+    p.add_argument("--across-nodes", action="store_true",
+                   help="with one --records file: report it across nodes (its records of "
+                   "several hosts, gathered from a shared spool)")
+    p.add_argument("--clock-bound", default=None, metavar="DURATION",
+                   help="across nodes: the site's bound on two nodes' realtime clocks' "
+                   "disagreement (NTP/PTP, e.g. 1ms), for nodes whose kernel stated none")
     p.add_argument("--store", type=Path, default=None,
                    help="read this store file directly (who may read it: root, the daemon's "
                    "user); default: ask the daemon, which gives you your own runs")
@@ -352,6 +362,15 @@ def _runs(args: argparse.Namespace) -> int:
     from counterd.daemon import query
     from counterd.report import render_runs
 
+    if args.records is not None:
+        if args.store is not None or args.uid is not None:
+            raise BadInput("--records reads files; --store or --uid reads the store",
+                           "give one or the other")
+        from counterd.report import nodes
+
+        sys.stdout.write(nodes.render_runs(nodes.build(args.records), args.json))
+        return 0
+
     rows, source = _from_daemon_or_store(
         args, lambda sock: query.runs_via_daemon(sock, args.uid),
         lambda path: query.runs_from_store(path, args.uid))
@@ -387,12 +406,13 @@ def _import(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from counterd import prediction, report
-    from counterd.fsutil import atomic_write_text
 
     fmt = _report_format(args.out, "json" if args.json else args.format)
     if args.records is not None and (args.run or args.store or args.uid is not None):
         raise BadInput("--records reads a file; a RUN, --uid or --store reads the store",
                        "give one or the other")
+    if args.across_nodes and args.records is None:
+        raise BadInput("--across-nodes reads records files", "give --records FILE...")
     profile = args.profile
     if profile is None and (args.config is not None or args.records is None):
         from counterd.daemon.config import load
@@ -402,11 +422,28 @@ def _report(args: argparse.Namespace) -> int:
         profile, warn=lambda m: print(f"counterd report: warning: {m}", file=sys.stderr))
     if args.profile is not None and predict is None:
         raise BadInput(why, "give a profile file (predict calibrate --out) or a built-in name")
+    if args.records is not None and (len(args.records) > 1 or args.across_nodes):
+        from counterd.report import nodes
+        from counterd.units import duration_ns
+
+        try:
+            bound = None if args.clock_bound is None else duration_ns(args.clock_bound)
+        except ValueError as exc:
+            raise BadInput(f"--clock-bound {args.clock_bound!r}: {exc}",
+                           "give a duration such as 1ms or 50us") from None
+        if predict is not None:
+            print("counterd report: predictions are not part of the report across nodes "
+                  "(report each node's file alone for them)", file=sys.stderr)
+        text = nodes.render(nodes.build(args.records, clock_bound_ns=bound), fmt)
+        return _write_report(text, args.out, fmt)
+    if args.clock_bound is not None:
+        raise BadInput("--clock-bound is for reports across nodes",
+                       "give several --records files, or --across-nodes")
     if args.records is not None:
         from counterd.records import SuperstepRecord, read_jsonl
 
-        records: Iterable[SuperstepRecord] = read_jsonl(args.records)  # streamed into build
-        source = str(args.records)
+        records: Iterable[SuperstepRecord] = read_jsonl(args.records[0])  # streamed into build
+        source = str(args.records[0])
     else:
         from counterd.daemon import query
 
@@ -414,10 +451,15 @@ def _report(args: argparse.Namespace) -> int:
             args, lambda sock: query.records_via_daemon(sock, args.run, args.uid),
             lambda path: query.records_from_store(path, args.run, args.uid))
     rep = report.build(records, predict=predict, prediction_note=why, source=source)
-    text = report.render(rep, fmt, verbose=args.verbose)
-    if args.out is not None:
-        atomic_write_text(args.out, text)
-        print(f"counterd report: wrote {args.out} ({fmt})", file=sys.stderr)
+    return _write_report(report.render(rep, fmt, verbose=args.verbose), args.out, fmt)
+
+
+def _write_report(text: str, out: Path | None, fmt: str) -> int:
+    from counterd.fsutil import atomic_write_text
+
+    if out is not None:
+        atomic_write_text(out, text)
+        print(f"counterd report: wrote {out} ({fmt})", file=sys.stderr)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0

@@ -43,6 +43,9 @@ ENV_MACHINE = "COUNTERD_MACHINE"
 SUGGESTION_ORDER = ("perf", "papi", "callgrind", "sim")
 
 
+# How often the recorder anchors its node's clocks while the command runs (counterd.clocks).
+ANCHOR_PERIOD_S = 10.0
+
 # The recorded command's start-up: the recorder's own work waits this long (or for the
 # command's end) before it competes with the command for the CPUs (see _run_timed).
 STARTUP_S = 0.25
@@ -213,17 +216,26 @@ def _open_plan(plan: launch.PerfPlan, saved: bool, events: Sequence[str]
                            {**plan.unsupported, **why}), fds
 
 
+def _read_anchor() -> tuple[int, int, int]:
+    """CLOCK_MONOTONIC, CLOCK_REALTIME, CLOCK_MONOTONIC read in a row: a clock anchor's raw
+    reads (counterd.clocks, not loaded on the way to the command's exec)."""
+    return time.monotonic_ns(), time.time_ns(), time.monotonic_ns()
+
+
 def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
                host: str, extra_env: Mapping[str, str], perf: Capability | None = None,
                plan: launch.PerfPlan | None = None,
-               skipped: Callable[[str], None] | None = None
+               skipped: Callable[[str], None] | None = None,
+               anchors: list[tuple[int, int, int]] | None = None
                ) -> tuple[int, list[SuperstepRecord]]:
     """Run the command once for real; records from its markers, or one whole-command record.
     ``extra_env``: variables added to the command's environment; ``perf``: what a probe of
     perf already said (None: probe); ``plan``: the perf plan saved for this host (None: the
     perf backend works it out, and it is saved for the next recording); ``skipped`` hears
-    what of the spool was not read. Raises :class:`counterd.launch.Stopped` when the
-    recorder is told to stop after the command (its spool removed)."""
+    what of the spool was not read; ``anchors`` gets clock anchor reads (:func:`_read_anchor`)
+    from before the command's start, every ANCHOR_PERIOD_S while it runs, and after its end.
+    Raises :class:`counterd.launch.Stopped` when the recorder is told to stop after the
+    command (its spool removed)."""
     # Markers in the timed run count with perf (measured) or nothing; callgrind counts later.
     marker_backend = backend if backend in ("perf", "papi", "sim", "none") else "perf"
     saved = plan
@@ -243,6 +255,8 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
     # pass on to it, launch.outlive_signals) end it by an exception, its spool removed in the
     # finally below (their default ends the process at once, leaving the directory).
     unstop = launch.stop_on_signals()
+    anchors = [] if anchors is None else anchors
+    anchors.append(_read_anchor())
     spool = launch.make_spool_dir()
     fds: list[int] = []  # the plan's counters, open until read (closed in the finally)
     try:
@@ -291,10 +305,17 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
 
             if plan is not None and plan is not saved and not events:
                 launch.save_plan(plan)  # a plan of every counter: the next recording's
+            while True:  # an anchor every ANCHOR_PERIOD_S while the command runs
+                t0 = time.monotonic()
+                if launch.wait_exit(pid, ANCHOR_PERIOD_S) \
+                        or time.monotonic() - t0 < ANCHOR_PERIOD_S / 2:  # exited; or no pidfd
+                    break
+                anchors.append(_read_anchor())
             code = launch.wait(pid)
         finally:
             restore()
         end_ns = time.monotonic_ns()
+        anchors.append(_read_anchor())
         # the command's counts: its own, and its children's that exited
         counted = launch.read_plan(fds) if plan is not None else None
         stop = papi.read() if papi is not None else None
@@ -460,9 +481,17 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
 
         caps = {**{n: backends.capability(n) for n in backends.NAMES if n not in caps}, **caps}
         check_events(events, chosen, caps, backend)
-    # os.urandom rather than uuid4().hex[:6]: the same six random hex digits, without
-    # importing uuid on the way to the command's exec.
-    run_id = run_id or time.strftime("%Y%m%dT%H%M%S") + "-" + os.urandom(3).hex()
+    # The run id: --run-id; else one the job shares (COUNTERD_RUN_ID given or exported by an
+    # outer recorder; the launcher's or batch system's where this recorder is an MPI rank:
+    # counterd.jobid); else the recorder's own, exported to the command (every rank mpiexec
+    # starts on any node inherits it). os.urandom rather than uuid4().hex[:6]: the same six
+    # random hex digits, without importing uuid on the way to the command's exec.
+    from counterd.jobid import job_run_id
+
+    job = None if run_id else job_run_id()
+    source = "given" if run_id else job[1] if job is not None else "recorder"
+    run_id = run_id or (job[0] if job is not None else
+                        time.strftime("%Y%m%dT%H%M%S") + "-" + os.urandom(3).hex())
     host = os.uname().nodename
     hide: dict[str, str] = {}
     lacked: tuple[str, ...] = ()  # the CPU's features the timed run has and valgrind lacks
@@ -482,8 +511,9 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
         if progress is not None:
             progress(line)
 
+    reads: list[tuple[int, int, int]] = []
     code, records = _run_timed(argv, run_id, chosen, events, host, {**hide, **sampling},
-                               caps.get("perf"), plan, skip)
+                               caps.get("perf"), plan, skip, reads)
     from dataclasses import replace
     from pathlib import Path
 
@@ -536,10 +566,14 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
     if events:
         records = limit_to(records, events)
     records.sort(key=lambda r: (r.index, r.rank, r.pid))
+    from counterd.clocks import Anchor, local_domain
+
+    domain = local_domain(run_id, [Anchor((m1 + m2) // 2, r, m2 - m1 + 1)
+                                   for m1, r, m2 in reads], source, host)
     if out is not None:
-        write_jsonl(records, Path(out))
+        write_jsonl(records, Path(out), header=[domain.to_json()])
     return RecordResult(code, tuple(records), chosen, Path(out) if out else None, stopped_by,
-                        tuple(skipped))
+                        tuple(skipped), domain)
 
 
 # What a command stopped by a signal exits with: killed by it (-N), or, for a shell script

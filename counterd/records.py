@@ -12,10 +12,13 @@ import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from counterd.errors import BadInput
 from counterd.events import CounterValue, Source
+
+if TYPE_CHECKING:
+    from counterd.clocks import ClockDomain
 
 # Format history:
 #   1 - first version (run_id, index, name, rank, pid, cpu, begin/end ns, counters with source,
@@ -458,33 +461,57 @@ class RecordResult:
     stopped_by: int | None = None
     # What of the command's spool was not read (counterd.spool.Skipped.line), one per file.
     skipped: tuple[str, ...] = ()
+    # This node's clock domain for the run, with the recorder's anchors (counterd.clocks).
+    domain: ClockDomain | None = None
 
 
-def write_jsonl(records: Iterable[SuperstepRecord], path: Path) -> int:
-    """Write records as JSON lines atomically (temp file + rename). Returns the count.
+def write_jsonl(records: Iterable[SuperstepRecord], path: Path,
+                header: Iterable[Mapping[str, Any]] = ()) -> int:
+    """Write records as JSON lines atomically (temp file + rename), after the ``header``
+    lines (clock domains: :mod:`counterd.clocks`). Returns the count of records.
 
     On any error the temp file is removed, so no partial file pretends to be complete.
     """
     from counterd.fsutil import atomic_write_text
 
+    head = [json.dumps(dict(h), sort_keys=True) for h in header]
     lines = [json.dumps(r.to_json(), sort_keys=True) for r in records]
-    atomic_write_text(path, "".join(line + "\n" for line in lines))
+    atomic_write_text(path, "".join(line + "\n" for line in head + lines))
     return len(lines)
 
 
-def read_jsonl(path: Path) -> Iterator[SuperstepRecord]:
+# A records file holds at most this many clock-domain lines (a recorder writes one; a file
+# gathered from a shared spool, one per node): a file with more is not counterd's.
+MAX_DOMAINS_PER_FILE = 4096
+
+
+def read_jsonl(path: Path, domains: list[ClockDomain] | None = None
+               ) -> Iterator[SuperstepRecord]:
     """The records of a JSON-lines file, one at a time (a file of any size is read in bounded
     memory). BadInput, naming the line, for a line that is not a strict JSON record
-    (:mod:`counterd.strictjson`, :meth:`SuperstepRecord.from_json`)."""
+    (:mod:`counterd.strictjson`, :meth:`SuperstepRecord.from_json`). Clock-domain lines
+    (:mod:`counterd.clocks`) are checked and appended to ``domains`` (dropped when None)."""
+    from counterd.clocks import CLOCK_FORMAT, ClockDomain
     from counterd.fsutil import bounded_lines
     from counterd.strictjson import Malformed, loads
 
     fix = "pass a file written by counterd record"
+    seen = 0
     for lineno, line in bounded_lines(path, fix):
         if not line.strip():
             continue
         try:
-            yield SuperstepRecord.from_json(loads(line))
+            obj = loads(line)
+            if isinstance(obj, Mapping) and obj.get("format") == CLOCK_FORMAT:
+                seen += 1
+                if seen > MAX_DOMAINS_PER_FILE:
+                    raise BadInput(f"more than {MAX_DOMAINS_PER_FILE} clock-domain lines",
+                                   _RECORD_FIX)
+                domain = ClockDomain.from_json(obj)
+                if domains is not None:
+                    domains.append(domain)
+                continue
+            yield SuperstepRecord.from_json(obj)
         except Malformed as exc:
             if lineno == 1 and line.strip() in ("{", "[", b"{", b"["):  # a report --json, say
                 raise BadInput(f"{path}: one JSON document over several lines (a counterd "

@@ -74,11 +74,20 @@ def default_run_id() -> str:
 
     The id hashes the host, the root's pid and its start time. (The first recorder of a process
     also exports it in ``COUNTERD_RUN_ID``, so subprocesses started after it inherit it.)
+
+    An MPI rank whose launcher or batch system gives every rank something alike takes the
+    job-wide id of :func:`counterd.jobid.job_run_id` instead, the same on every node; the id
+    derived here is node-local (:func:`run_id_source` says which).
     """
     import hashlib  # here: it loads OpenSSL (2-3 ms), and a recorded run is given its id
 
+    from counterd.jobid import job_run_id
+
     host = os.uname().nodename  # gethostname(2), without loading socket
     if any(var in os.environ for var in MPI_RANK_VARS):
+        job = job_run_id()
+        if job is not None:
+            return job[0]
         ppid = os.getppid()
         digest = hashlib.sha1(f"{host}:{ppid}:{_start_time(ppid)}".encode()).hexdigest()
         return "mpi-" + digest[:12]
@@ -86,6 +95,17 @@ def default_run_id() -> str:
     parent = mp.parent_process() if mp is not None else None
     root = parent.pid if parent is not None and parent.pid is not None else os.getpid()
     return hashlib.sha1(f"{host}:{root}:{_start_time(root)}".encode()).hexdigest()[:12]
+
+
+def run_id_source(run_id: str) -> str:
+    """Where this process's ``run_id`` came from: a key of :data:`counterd.jobid.SOURCES`
+    ("node" for the node-local id of :func:`default_run_id`)."""
+    from counterd.jobid import job_run_id
+
+    job = job_run_id()
+    if job is not None and job[0] == run_id:
+        return job[1]
+    return "node" if run_id == default_run_id() else "given"
 
 
 def env_rank() -> int | None:
