@@ -259,6 +259,11 @@ class Cluster:
         raise AssertionError(f"{what} did not happen in {timeout} s: {logs}")
 
     def close(self) -> None:
+        for pid in self.holders.values():  # unshare --fork outlives SIGTERM; its child ends it
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.terminate()

@@ -189,7 +189,8 @@ def test_mpi_ranks_of_one_launch_share_a_run_id(tmp_path: Path) -> None:
     ids = _run_without_recorder([str(mpiexec), "-n", "2", sys.executable,
                                  "examples/bsp_mpi.py", "10000"], tmp_path)
     assert len(ids) == 4
-    assert len(set(ids)) == 1 and ids[0].startswith("mpi-")
+    # hydra's proxies carry mpiexec's --control-port: the job-wide id (counterd.jobid)
+    assert len(set(ids)) == 1 and ids[0].startswith("hydra-")
 
 
 def test_simulation_of_fed_streams_is_not_part_of_the_superstep_time() -> None:
