@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,11 @@ from counterd.units import NS_PER_S, seconds
 
 UNCERTAIN_SHARE = 0.25  # a span whose clock bound is over this share of it is not printed bare
 MAX_FILES = 4096
+# Ranks 0..max count as the run's (MPI numbering: a gap is a missing rank) where the numbering
+# is dense enough: max below 16 x the ranks seen + 64 (a file claiming rank 2^31 alone does not
+# make two billion ranks missing). At most MAX_MISSING_LISTED missing ranks are kept per
+# superstep, with their count.
+MAX_MISSING_LISTED = 64
 REPORT_FORMAT = "counterd-cross-node-report"
 REPORT_VERSION = 1
 
@@ -67,10 +73,11 @@ class CrossStep:
     index: int
     name: str
     nodes: tuple[NodeStep, ...]
-    missing: tuple[int, ...]  # ranks of the run without a record of this superstep
+    missing: tuple[int, ...]  # ranks of the run without a record of it (the first 64)
     span_ns: int | None  # realtime span estimate; None: not every rank ended, or no anchors
     span_err_ns: int | None  # its bound; None: unknown (see span_note)
     span_note: str  # why the span is uncertain or unknown ("" when it is not)
+    missing_count: int = 0  # all of them
 
     @property
     def slowest_work_ns(self) -> int | None:
@@ -158,6 +165,8 @@ def _check_files(paths: Sequence[Path]) -> None:
             st = os.stat(p)
         except OSError as exc:
             raise BadInput(f"cannot read {p}: {exc.strerror}", "check the path") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise BadInput(f"{p} is not a regular file", "give counterd record --out files")
         ident = (st.st_dev, st.st_ino)
         if ident in seen:
             raise BadInput(f"{p} is given twice (also as {seen[ident]})",
@@ -180,6 +189,7 @@ def build(paths: Sequence[Path], *, clock_bound_ns: int | None = None) -> CrossR
             hosts_of_run.setdefault(r.run_id, set()).add(r.host)
             _add(run, r, fi)
         by_key: dict[tuple[str, str], ClockDomain] = {}
+        unused = 0
         for d in domains:
             old = by_key.get((d.run_id, d.host))
             if old is not None and old.key != d.key:
@@ -188,10 +198,12 @@ def build(paths: Sequence[Path], *, clock_bound_ns: int | None = None) -> CrossR
                                "give each node's records in a file of their own")
             by_key[(d.run_id, d.host)] = d
             if d.host not in hosts_of_run.get(d.run_id, set()):
-                notes.append(f"{path}: its clock domain names run {d.run_id} on {d.host}, "
-                             "which has no records in it (ignored)")
+                unused += 1
                 continue
             runs[d.run_id].domains[(d.host, fi)] = d
+        if unused:
+            notes.append(f"{path}: {unused} clock domain(s) name a run or host without records "
+                         "in this file (ignored: a domain anchors its own file's records only)")
     return CrossReport(tuple(str(p) for p in paths),
                        tuple(_finish(rid, acc, paths, clock_bound_ns)
                              for rid, acc in sorted(runs.items())),
@@ -297,8 +309,8 @@ def _finish(run_id: str, acc: _RunAcc, paths: Sequence[Path],
     all_ranks = sorted({rank for nodes_ in acc.steps.values() for a in nodes_.values()
                         for rank in a.ranks})
     expected = set(all_ranks)
-    if all_ranks and all_ranks[0] >= 0:
-        expected |= set(range(all_ranks[-1] + 1))
+    if all_ranks and 0 <= all_ranks[0] and all_ranks[-1] < 16 * len(all_ranks) + 64:
+        expected |= set(range(all_ranks[-1] + 1))  # ranks 0..max: a gap is a missing rank
     steps = []
     outside = False
     for (index, name), per_node in sorted(acc.steps.items()):
@@ -318,8 +330,9 @@ def _finish(run_id: str, acc: _RunAcc, paths: Sequence[Path],
                                  slow, incomplete))
         span, err, note, out_ = _span(per_node, acc, names, one_kernel, clock_bound_ns)
         outside = outside or out_
-        steps.append(CrossStep(index, name, tuple(rows), tuple(sorted(expected - present)),
-                               span, err, note))
+        missing = sorted(expected - present)
+        steps.append(CrossStep(index, name, tuple(rows), tuple(missing[:MAX_MISSING_LISTED]),
+                               span, err, note, len(missing)))
     if outside:
         notes.append("some supersteps lie outside their node's anchors (before the first or "
                      "after the last): a clock step there would go unseen")
@@ -432,7 +445,9 @@ def render_text(rep: CrossReport) -> str:
                            + (f" (rank {n.slowest_rank})" if n.slowest_rank is not None
                               else "") + extra)
             if s.missing:
-                out.append(f"  {'':>4}   missing ranks: {_ranks(s.missing)}")
+                more = s.missing_count - len(s.missing)
+                out.append(f"  {'':>4}   missing ranks: {_ranks(s.missing)}"
+                           + (f" and {more} more" if more else ""))
     if not rep.runs:
         out.append("no records")
     out += ["", "work: a processor's own end minus begin on its node's clock (exact); node imb: "
@@ -462,6 +477,7 @@ def to_json(rep: CrossReport) -> dict[str, Any]:
                 "node_imbalance": s.node_imbalance, "span_s": s_(s.span_ns),
                 "span_bound_s": s_(s.span_err_ns), "span_uncertain": s.span_uncertain,
                 "span_note": s.span_note, "missing_ranks": list(s.missing),
+                "missing_count": s.missing_count,
                 "nodes": [{"node": n.node, "ranks": list(n.ranks),
                            "slowest_work_s": s_(n.slowest_work_ns),
                            "slowest_rank": n.slowest_rank, "incomplete_ranks": list(n.incomplete)}

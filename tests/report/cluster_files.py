@@ -27,8 +27,9 @@ def node_file(path: Path, host: str, ranks: Sequence[int], *, mono0: int,
     recs = []
     for i in range(steps):
         begin = mono0 + i * 100 * MS + skew_ns
-        recs += [SuperstepRecord(run_id, i, "step", r, 1000 + r, 0, begin, begin + works[r],
-                                 host=host) for r in ranks if (i, r) not in drop]
+        recs += [SuperstepRecord(run_id, i, "step", r, 1000 + r % 1000, 0, begin,
+                                 begin + works[r], host=host)
+                 for r in ranks if (i, r) not in drop]
     if anchors is None:
         anchors = [Anchor(mono0 - MS, REAL0 - MS, read_ns),
                    Anchor(mono0 + steps * 100 * MS, REAL0 + steps * 100 * MS, read_ns)]
