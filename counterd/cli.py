@@ -136,6 +136,21 @@ def _report_options(p: argparse.ArgumentParser) -> None:
                    "where its numbers come from (the JSON and CSV always have them)")
 
 
+def _export_options(p: argparse.ArgumentParser) -> None:
+    from pathlib import Path
+
+    p.add_argument("run", nargs="?", default=None, help="run id (default: the latest run)")
+    p.add_argument("--out", type=Path, required=True,
+                   help="the records file (JSON lines, with this node's clock domain)")
+    p.add_argument("--store", type=Path, default=None,
+                   help="read this store file directly (root, the daemon's user); default: "
+                   "ask the daemon")
+    p.add_argument("--uid", type=int, default=None,
+                   help="the run of this user (another's: root and socket.allowed_group)")
+    p.add_argument("--config", type=Path, default=None,
+                   help="TOML config (socket.path, store.path)")
+
+
 def _cluster_options(p: argparse.ArgumentParser) -> None:
     from pathlib import Path
 
@@ -163,6 +178,8 @@ _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "import": ("send records a program spilled (daemon down or slow) to the daemon, then "
                "remove the files", _import_options),
     "report": ("per-superstep report of a run (store or records file)", _report_options),
+    "export": ("a run of this node's daemon as a records file with its clock domain (for "
+               "counterd report --records a b ... across nodes)", _export_options),
     "cluster": ("the Prometheus side of a cluster: cluster targets writes file_sd JSON",
                 _cluster_options),
 }
@@ -383,6 +400,23 @@ def _runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    """``counterd export``: a daemon run as the file convention's records file."""
+    from counterd.daemon import query
+    from counterd.records import write_jsonl
+
+    (records, domains, why), source = _from_daemon_or_store(
+        args, lambda sock: query.export_run(None, sock, args.run, args.uid),
+        lambda path: query.export_run(path, None, args.run, args.uid))
+    write_jsonl(records, args.out, header=[d.to_json() for d in domains])
+    for line in why:
+        print(f"counterd export: no clock domain for {line}: spans across nodes will be "
+              "unknown for it", file=sys.stderr)
+    print(f"counterd export: wrote {args.out} ({len(records)} records of run "
+          f"{records[0].run_id} from {source}, {len(domains)} clock domain(s))", file=sys.stderr)
+    return 0
+
+
 def _import(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
@@ -493,7 +527,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _plain_record(argv) or _parser(argv[0] if argv else None).parse_args(argv)
     try:
         command = {"probe": _probe, "record": _record, "run": _run, "runs": _runs,
-                   "report": _report, "import": _import, "cluster": _cluster}[args.command]
+                   "report": _report, "import": _import, "cluster": _cluster,
+                   "export": _export}[args.command]
         if args.command not in ("probe", "record") or (args.command == "record"
                                                         and args.machine is None):
             # record checks COUNTERD_MACHINE itself before the command runs, and loads

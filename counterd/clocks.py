@@ -95,6 +95,33 @@ def time_namespace() -> str:
         return ""
 
 
+def _monotonic_offset(pid: int | str) -> int | None:
+    """The CLOCK_MONOTONIC offset of ``pid``'s time namespace (/proc/PID/timens_offsets), in
+    ns; None where unreadable."""
+    try:
+        with open(f"/proc/{pid}/timens_offsets") as f:
+            for line in f.read(4096).splitlines():
+                parts = line.split()
+                if len(parts) == 3 and parts[0] in ("monotonic", "1"):
+                    return int(parts[1]) * 1_000_000_000 + int(parts[2])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def process_clock(pid: int) -> tuple[str, int | None]:
+    """(the time namespace of process ``pid``, its CLOCK_MONOTONIC minus this process's in ns:
+    0 in the same namespace; None where it cannot be read, e.g. another user's process)."""
+    try:
+        theirs = os.readlink(f"/proc/{pid}/ns/time")
+    except OSError:
+        return "", None
+    if theirs == time_namespace():
+        return theirs, 0
+    off, mine = _monotonic_offset(pid), _monotonic_offset("self")
+    return theirs, None if off is None or mine is None else off - mine
+
+
 def sync_bound_ns() -> int | None:
     """The kernel's maximum error of CLOCK_REALTIME (adjtimex(2) ``maxerror``, which NTP and
     PTP daemons set and the kernel grows by 500 ppm between their updates), in ns; None when
@@ -219,15 +246,21 @@ class ClockDomain:
 
 def local_domain(run_id: str, anchors: Sequence[Anchor], run_id_source: str = "unknown",
                  host: str | None = None) -> ClockDomain:
-    """This node's domain for ``run_id`` with ``anchors`` (sorted, duplicates of one
-    monotonic time dropped) and the kernel's sync bound now."""
+    """This node's domain for ``run_id`` with ``anchors`` (:func:`kept_anchors`) and the
+    kernel's sync bound now."""
+    return ClockDomain(run_id, host if host is not None else os.uname().nodename, boot_id(),
+                       time_namespace(), kept_anchors(anchors), sync_bound_ns(), run_id_source)
+
+
+def kept_anchors(anchors: Sequence[Anchor]) -> tuple[Anchor, ...]:
+    """``anchors`` sorted by monotonic time, one per time, at most MAX_ANCHORS (the first, the
+    last and an even spread between)."""
     kept: list[Anchor] = []
     for a in sorted(anchors, key=lambda x: x.mono_ns):
         if not kept or a.mono_ns > kept[-1].mono_ns:
             kept.append(a)
-    if len(kept) > MAX_ANCHORS:  # keep the first and last and an even spread between
+    if len(kept) > MAX_ANCHORS:
         step = len(kept) / (MAX_ANCHORS - 1)
         kept = [kept[min(int(i * step), len(kept) - 1)] for i in range(MAX_ANCHORS - 1)] \
             + [kept[-1]]
-    return ClockDomain(run_id, host if host is not None else os.uname().nodename, boot_id(),
-                       time_namespace(), tuple(kept), sync_bound_ns(), run_id_source)
+    return tuple(kept)

@@ -137,3 +137,21 @@ def job_run_id(environ: Mapping[str, str] | None = None, *, rank_only: bool = Tr
         index = env.get("LSB_JOBINDEX", "0").strip()
         return _readable("lsf", lsf + (f"[{index}]" if index not in ("", "0") else "")), "lsf"
     return None
+
+
+_PREFIXES = ("slurm", "pmix", "ompi", "hydra", "pbs", "lsf")
+
+
+def source_of(run_id: str) -> str:
+    """Where a run id most likely came from, by its form, for runs whose source was not
+    written down (the daemon's): a job-wide prefix of this module, the node-local forms of
+    :func:`counterd.markers.identity.default_run_id` (12 hex digits, ``mpi-`` and 12), or
+    "given" (a user's, or counterd record's)."""
+    head, dash, tail = run_id.partition("-")
+    if dash and head in _PREFIXES:
+        return head
+    hexdigits = set("0123456789abcdef")
+    bare = tail if head == "mpi" and dash else run_id
+    if len(bare) == 12 and set(bare) <= hexdigits:
+        return "node"
+    return "given"

@@ -683,14 +683,15 @@ def begin_line(ctx: Context, opened: Open) -> dict[str, Any]:
 # anyone read every run), so ``counterd runs`` and ``counterd report`` ask the daemon, which
 # answers from the asking uid's namespace (SO_PEERCRED) unless the client is privileged:
 #
-#     c: QUERY  {"s", "what": "runs"|"records", "run_id"?, "uid"?, "after"?}
+#     c: QUERY  {"s", "what": "runs"|"records"|"clock", "run_id"?, "uid"?, "after"?}
 #     d: RESULT {"s", "items": [...], "after": cursor|null, "uid"?, "run_id"?}
 #
 # One RESULT per QUERY, at most a frame's worth of items; a client asks again with the
 # RESULT's ``after`` until it is null, so the daemon holds nothing between pages. A refused
 # QUERY is answered with an ERROR. Added in version 2 as new types (an older daemon answers
-# ``bad_type``).
-QUERY_WHATS = ("runs", "records")
+# ``bad_type``). "clock" (issue 32): the run's clock domains (counterd.clocks), one per host of
+# its records, in one RESULT; a daemon before it answers ``bad_query``.
+QUERY_WHATS = ("runs", "records", "clock")
 MAX_QUERY_ID_BYTES = 4096
 _UINT32 = 1 << 32
 _INT64 = 1 << 63

@@ -27,7 +27,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from counterd import protocol
 from counterd.daemon.auth import Peer
@@ -35,6 +35,9 @@ from counterd.daemon.store import RunKey, RunRow, Store, StoreError, open_readon
 from counterd.errors import BadInput, CounterdError
 from counterd.protocol import FrameType, ProtocolError
 from counterd.records import SuperstepRecord
+
+if TYPE_CHECKING:
+    from counterd.clocks import ClockDomain
 
 PAGE_SLACK_BYTES = 1024  # a RESULT's own fields, beside its items
 PAGE_BYTES = 256 * 1024  # a RESULT's items at most (and max_frame): one page in a reply buffer
@@ -73,6 +76,8 @@ class Queries:
             budget = max(min(max_frame, PAGE_BYTES) - PAGE_SLACK_BYTES, 1)
             if query.what == "runs":
                 return self._runs(store, query, peer, privileged, budget, version)
+            if query.what == "clock":
+                return self._clock(store, query, peer, privileged, version)
             return self._records(store, query, peer, privileged, budget, version)
         except ProtocolError as exc:
             return protocol.Error(exc.code, exc.message, seq).encode(version)
@@ -117,22 +122,38 @@ class Queries:
             after = last
 
     @staticmethod
-    def _records(store: Store, query: protocol.Query, peer: Peer, privileged: bool,
-                 budget: int, version: int) -> bytes:
+    def _clock(store: Store, query: protocol.Query, peer: Peer, privileged: bool,
+               version: int) -> bytes:
+        """The run's clock domains, one per host of its records (a handful: one RESULT)."""
+        owner, run_id = Queries._run_of(store, query, peer, privileged)
+        items = []
+        for host in store.run_hosts(run_id, owner)[:64]:
+            domain, _ = store.clock_domain(run_id, owner, host)
+            if domain is not None:
+                items.append(protocol.dumps_payload(domain.to_json()))
+        return protocol.encode_result(query.s, items, None, owner, run_id, version)
+
+    @staticmethod
+    def _run_of(store: Store, query: protocol.Query, peer: Peer, privileged: bool
+                ) -> tuple[int, str]:
+        """(owner uid, run id) a records or clock QUERY names (the latest run if none)."""
         uid = query.uid if query.uid is not None or privileged else peer.uid
         if query.run_id is None:
             latest = store.latest(uid)
             if latest is None:
                 raise ProtocolError("no_such_run", "no runs" + ("" if uid is None
                                                                 else f" of uid {uid}"))
-            owner, run_id = latest
-        else:
-            run_id = query.run_id
-            found = store.run_uid(run_id, uid)
-            if found is None:
-                raise ProtocolError("no_such_run", f"no run {run_id!r}"
-                                    + ("" if uid is None else f" of uid {uid}"))
-            owner = found
+            return latest
+        found = store.run_uid(query.run_id, uid)
+        if found is None:
+            raise ProtocolError("no_such_run", f"no run {query.run_id!r}"
+                                + ("" if uid is None else f" of uid {uid}"))
+        return found, query.run_id
+
+    @staticmethod
+    def _records(store: Store, query: protocol.Query, peer: Peer, privileged: bool,
+                 budget: int, version: int) -> bytes:
+        owner, run_id = Queries._run_of(store, query, peer, privileged)
         after: tuple[str, int, int] | None = None
         if query.after is not None:
             host, pid, index = (*query.after, None, None, None)[:3]
@@ -354,6 +375,51 @@ def records_via_daemon(path: Path, run_id: str | None, uid: int | None = None
         raise BadInput(f"no records in run {run_id!r}", "see counterd runs for the run ids")
     records.sort(key=lambda r: (r.index, r.rank, r.pid))
     return records, source
+
+
+def clock_via_daemon(path: Path, run_id: str, uid: int | None = None
+                     ) -> tuple[list[ClockDomain], str]:
+    """Run ``run_id``'s clock domains as the daemon at ``path`` gives them ([] and why
+    from a daemon before them)."""
+    from counterd.clocks import ClockDomain
+
+    try:
+        pages = list(ask(path, "clock", run_id, uid))
+    except BadInput as exc:
+        if "not one of" in exc.what:
+            return [], "the daemon is older than clock domains (upgrade it)"
+        raise
+    domains = [ClockDomain.from_json(item) for page in pages for item in page.items]
+    return domains, "" if domains else "the daemon took no clock anchors for this run"
+
+
+def export_run(path: Path | None, socket_path: Path | None, run_id: str | None,
+               uid: int | None = None) -> tuple[list[SuperstepRecord], list[ClockDomain],
+                                                list[str]]:
+    """A run's records and clock domains (the file convention of ``counterd report --records
+    a b ...``) from the store file ``path`` or else the daemon at ``socket_path``, and what
+    could not be anchored (one line each)."""
+
+    why: list[str] = []
+    domains: list[ClockDomain] = []
+    if path is not None:
+        records, _ = records_from_store(path, run_id, uid)
+        store = open_readonly(path)
+        try:
+            owner = store.run_uid(records[0].run_id, uid)
+            for host in sorted({r.host for r in records}):
+                d, reason = store.clock_domain(records[0].run_id, owner or 0, host)
+                if d is None:
+                    why.append(f"{host}: {reason}")
+                else:
+                    domains.append(d)
+        finally:
+            store.close()
+        return records, domains, why
+    assert socket_path is not None
+    records, _ = records_via_daemon(socket_path, run_id, uid)
+    domains, reason = clock_via_daemon(socket_path, records[0].run_id, uid)
+    return records, domains, [reason] if reason else []
 
 
 def runs_from_store(path: Path, uid: int | None = None) -> list[RunRow]:

@@ -28,13 +28,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from counterd import protocol, spool
+from counterd.clocks import Anchor, boot_id, process_clock, sync_bound_ns, take_anchor
 from counterd.daemon.auth import Authority, Peer
 from counterd.daemon.behalf import ClientCounters, Counting
 from counterd.daemon.config import Limits
 from counterd.daemon.exporter import Workload
 from counterd.daemon.query import Queries, QueryWorker
 from counterd.daemon.sampling import owner_uids
-from counterd.daemon.store import RunInfo
+from counterd.daemon.store import ClientClock, RunInfo
 from counterd.daemon.writer import Item, Writer
 from counterd.errors import CounterdError, NoSuchTarget
 from counterd.protocol import Decoder, FrameType, ProtocolError
@@ -109,6 +110,7 @@ class Shared:
     log: ThrottledLog = field(default_factory=ThrottledLog)
     queries: Queries = field(default_factory=Queries)
     query_worker: QueryWorker | None = None  # None: QUERY answered in the loop (tests)
+    boot_id: str = field(default_factory=boot_id)  # this kernel's (counterd.clocks)
 
 
 # Backends whose counts come from outside the program and never through a daemon: a record
@@ -153,6 +155,8 @@ class Session:
         self._said_uncounted = False  # the OUTSIDE_ONLY warning, once per connection
         self.begins: dict[tuple[str, int], Begun] = {}  # (run_id, index) -> begun superstep
         self.contexts: dict[int, protocol.Context] = {}
+        self._client_clock: ClientClock | None = None
+        self._hello_anchor: Anchor | None = None
         self._sizes: dict[tuple[str, int], int] = {}  # wire bytes of each begun superstep
         self.held = 0  # bytes of self.begins and self.contexts, as sent (shared.held's part)
         self.last_frame = opened
@@ -299,6 +303,8 @@ class Session:
                     (rec.run_id, rec.index), 0)))
         self.begins.clear()
         self._sizes.clear()
+        for run_id in {c.run_id for c in self.contexts.values() if not c.scratch}:
+            self.shared.writer.anchor(self.uid, run_id, self._clock())  # its end
         self.contexts.clear()
         self._release(self.held)
         self.counters.close()
@@ -365,6 +371,9 @@ class Session:
 
     def _hello(self, hello: protocol.Hello) -> None:
         self.hello = True
+        # the start anchor of the runs this connection declares: before WELCOME, so before
+        # any superstep the client marks through it (its CONTEXTs may come later, batched)
+        self._hello_anchor = take_anchor()
         self.job = (hello.job or "unknown")[:128]
         self.batch_job = hello.batch_job or ""
         self.shared.clients.add(self.pid, Workload(self.uid, self.job, self.batch_job))
@@ -467,7 +476,19 @@ class Session:
                 return
             if not self._hold(seq, self.decoder.last_size, opening=False):
                 return
+            if not ctx.scratch and all(c.run_id != ctx.run_id for c in self.contexts.values()):
+                self.shared.writer.anchor(self.uid, ctx.run_id, self._clock(),  # its start
+                                          self._hello_anchor)
         self.contexts[ctx.c] = ctx
+
+    def _clock(self) -> ClientClock:
+        """The client's clock beside the daemon's (read once per connection): this kernel's
+        boot, the client's time namespace and its monotonic offset (counterd.clocks)."""
+        if self._client_clock is None:
+            timens, offset = process_clock(self.pid)
+            self._client_clock = ClientClock(self.shared.boot_id, timens, offset,
+                                             sync_bound_ns())
+        return self._client_clock
 
     def _open(self, head: protocol.Head, body: bytes) -> None:
         seq = head.s

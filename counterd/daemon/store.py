@@ -38,7 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from counterd import strictjson
+from counterd.clocks import Anchor, ClockDomain, kept_anchors
 from counterd.errors import BadInput, CounterdError
+from counterd.jobid import source_of
 from counterd.records import SuperstepRecord
 
 log = logging.getLogger("counterd.daemon")
@@ -54,6 +56,9 @@ log = logging.getLogger("counterd.daemon")
 #   4 - the supersteps view gains work_ns and skew_ns.
 #   5 - usage (records and bytes per uid, kept by triggers: the store quota) and the run
 #       listing's indices (keyset pages).
+#   6 - clock domains of runs (issue 32): the node's boot id, the client's time namespace and
+#       its CLOCK_MONOTONIC offset from the daemon's, and (monotonic, realtime) anchors the
+#       daemon took at the run's start, periodically and at its clients' ends.
 MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE runs (
@@ -194,8 +199,55 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX runs_by_uid ON runs(uid, first_seen_ns, run_id);
     CREATE INDEX runs_by_time ON runs(first_seen_ns, run_id, uid);
     """,
+    """
+    -- 6: each run's clock domain (counterd.clocks): what its records' CLOCK_MONOTONIC is
+    -- (this kernel's boot, the client's time namespace, offset from the daemon's own by
+    -- mono_offset_ns: NULL where the daemon could not read it) and anchors (monotonic,
+    -- realtime, read interval) on the daemon's clock, taken when a client declared the run
+    -- (CONTEXT), every ANCHOR_PERIOD_S while its records are committed, and when a client of
+    -- it disconnected. Runs with no domain row (recorded before) have none.
+    CREATE TABLE clock_domains (
+        uid            INTEGER NOT NULL,
+        run_id         TEXT NOT NULL,
+        boot_id        TEXT NOT NULL,
+        timens         TEXT NOT NULL,
+        mono_offset_ns INTEGER,
+        sync_bound_ns  INTEGER,
+        PRIMARY KEY (uid, run_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE clock_anchors (
+        uid     INTEGER NOT NULL,
+        run_id  TEXT NOT NULL,
+        mono_ns INTEGER NOT NULL,            -- the daemon's CLOCK_MONOTONIC
+        real_ns INTEGER NOT NULL,            -- CLOCK_REALTIME
+        read_ns INTEGER NOT NULL,
+        PRIMARY KEY (uid, run_id, mono_ns)
+    ) WITHOUT ROWID;
+    CREATE INDEX clock_anchors_time ON clock_anchors(real_ns);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+@dataclass(frozen=True)
+class ClientClock:
+    """What a client's CLOCK_MONOTONIC is beside the daemon's: its time namespace and that
+    namespace's offset from the daemon's (None: not readable), on this kernel's boot."""
+
+    boot_id: str
+    timens: str
+    mono_offset_ns: int | None
+    sync_bound_ns: int | None = None
+
+
+@dataclass(frozen=True)
+class RunAnchor:
+    """An anchor of the daemon's clocks for run ``(uid, run_id)``, and its client's clock."""
+
+    uid: int
+    run_id: str
+    anchor: Anchor
+    clock: ClientClock
 
 
 @dataclass(frozen=True)
@@ -387,10 +439,12 @@ class Store:
 
     # -- writing (the daemon) ------------------------------------------------------------------
     def commit(self, records: Sequence[tuple[SuperstepRecord, RunInfo]],
-               samples: Sequence[Sample] = ()) -> None:
-        """Store ``records`` (each in its sender's uid namespace, ``RunInfo.uid``) and
-        ``samples`` in one transaction; durable when this returns. StoreError names the cause
-        (:func:`_write_failure`); nothing of the batch is kept then."""
+               samples: Sequence[Sample] = (), anchors: Sequence[RunAnchor] = ()) -> None:
+        """Store ``records`` (each in its sender's uid namespace, ``RunInfo.uid``),
+        ``samples`` and clock ``anchors`` in one transaction; durable when this returns.
+        StoreError names the cause (:func:`_write_failure`); nothing of the batch is kept
+        then. A run's clock domain row is its first anchor's client clock (a later one
+        updates its sync bound only)."""
         now = time.time_ns()
         conn = self._conn
         try:
@@ -408,6 +462,16 @@ class Store:
                 conn.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?)",
                                  [(s.ts_ns, s.job, s.counter, s.value, s.ratio)
                                   for s in samples])
+            if anchors:
+                conn.executemany(
+                    "INSERT INTO clock_domains VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT "
+                    "(uid, run_id) DO UPDATE SET sync_bound_ns=excluded.sync_bound_ns",
+                    [(a.uid, a.run_id, a.clock.boot_id, a.clock.timens,
+                      a.clock.mono_offset_ns, a.clock.sync_bound_ns) for a in anchors])
+                conn.executemany(
+                    "INSERT OR IGNORE INTO clock_anchors VALUES (?, ?, ?, ?, ?)",
+                    [(a.uid, a.run_id, a.anchor.mono_ns, a.anchor.real_ns, a.anchor.read_ns)
+                     for a in anchors])
             conn.execute("COMMIT")
         except BaseException as exc:
             # SQLite rolls back by itself when COMMIT fails for lack of space (SQLITE_FULL):
@@ -435,7 +499,12 @@ class Store:
                                         (uid, run_id)).rowcount
                 deleted += conn.execute("DELETE FROM runs WHERE uid = ? AND run_id = ?",
                                         (uid, run_id)).rowcount
+                conn.execute("DELETE FROM clock_domains WHERE uid = ? AND run_id = ?",
+                             (uid, run_id))
             deleted += conn.execute("DELETE FROM samples WHERE ts_ns < ?", (cutoff,)).rowcount
+            # anchors by their own time: also those of runs that never committed a record
+            deleted += conn.execute("DELETE FROM clock_anchors WHERE real_ns < ?",
+                                    (cutoff,)).rowcount
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -541,6 +610,34 @@ class Store:
             "SELECT body FROM records WHERE uid = ? AND run_id = ? ORDER BY idx, rank, pid",
             (owner, run_id))
         return [self._record(body) for (body,) in rows]
+
+    def clock_domain(self, run_id: str, uid: int, host: str) -> tuple[ClockDomain | None, str]:
+        """Run ``(uid, run_id)``'s clock domain on node ``host`` with its anchors moved onto
+        the client's CLOCK_MONOTONIC, or None and why not (a run recorded before schema 6, a
+        client's time namespace the daemon could not read)."""
+        row = self._conn.execute(
+            "SELECT boot_id, timens, mono_offset_ns, sync_bound_ns FROM clock_domains "
+            "WHERE uid = ? AND run_id = ?", (uid, run_id)).fetchone()
+        if row is None:
+            return None, "the daemon took no clock anchors for this run (recorded before)"
+        boot, timens, offset, bound = row
+        if offset is None:
+            return None, (f"the client's time namespace ({timens or 'unknown'}) could not be "
+                          "read by the daemon: its monotonic clock is not known")
+        anchors = [Anchor(int(m) + int(offset), int(r), int(n)) for m, r, n in self._conn.execute(
+            "SELECT mono_ns, real_ns, read_ns FROM clock_anchors WHERE uid = ? AND run_id = ? "
+            "ORDER BY mono_ns", (uid, run_id))]
+        anchors = [a for a in anchors if a.mono_ns >= 0]
+        if not anchors:
+            return None, "its anchors were pruned"
+        return ClockDomain(run_id, host, str(boot), str(timens), kept_anchors(anchors),
+                           None if bound is None else int(bound), source_of(run_id)), ""
+
+    def run_hosts(self, run_id: str, uid: int) -> list[str]:
+        """The hosts of run ``(uid, run_id)``'s records."""
+        return [str(h) for (h,) in self._conn.execute(
+            "SELECT DISTINCT host FROM records WHERE uid = ? AND run_id = ? ORDER BY host",
+            (uid, run_id))]
 
     def all_records(self) -> list[SuperstepRecord]:
         rows = self._conn.execute(

@@ -26,9 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from counterd.clocks import ANCHOR_PERIOD_S, Anchor, take_anchor
 from counterd.daemon.exporter import Workload
 from counterd.daemon.quota import Usage
-from counterd.daemon.store import RunInfo, Sample, Store, StoreError
+from counterd.daemon.store import ClientClock, RunAnchor, RunInfo, Sample, Store, StoreError
 from counterd.records import SuperstepRecord
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ log = logging.getLogger("counterd.daemon")
 WRITER_BATCH = 2048  # records per transaction at most
 WRITER_BATCH_BYTES = 16 << 20  # and their wire bytes (at least one record)
 PRUNE_EVERY_S = 3600.0
+MAX_ANCHORED_RUNS = 65536  # runs whose clocks the writer keeps anchoring (the latest declared)
 
 
 @dataclass
@@ -74,6 +76,9 @@ class Writer:
         self._acks_lock = threading.Lock()
         self._retention: tuple[int | None, float] = (None, 0.0)  # ns (None: keep), days
         self.usage = Usage()
+        # (uid, run id) -> its client's clock and when it was last anchored (monotonic s):
+        # the writer's thread only
+        self._clocks: dict[tuple[int, str], tuple[ClientClock, float]] = {}
 
     def set_retention(self, retention_ns: int | None, retention_days: float) -> None:
         self._retention = (retention_ns, retention_days)
@@ -85,6 +90,13 @@ class Writer:
 
     def put_samples(self, rows: list[Sample]) -> None:
         self._queue.put(rows)
+
+    def anchor(self, uid: int, run_id: str, clock: ClientClock,
+               taken: Anchor | None = None) -> None:
+        """Anchor run ``(uid, run_id)``'s clocks now, or with the anchor ``taken`` (when its
+        client connected), and every ANCHOR_PERIOD_S while its records are committed
+        (counterd.clocks)."""
+        self._queue.put(RunAnchor(uid, run_id, taken or take_anchor(), clock))
 
     def stop(self) -> None:
         self._queue.put(_STOP)
@@ -116,6 +128,7 @@ class Writer:
         pending: dict[int, deque[Item]] = {}  # uid -> its items queued, in order
         while not stopping or pending:
             samples: list[Sample] = []
+            anchors: list[RunAnchor] = []
             try:
                 item: Any = self._queue.get_nowait() if pending else \
                     self._queue.get(timeout=0.5)
@@ -127,6 +140,9 @@ class Writer:
                 elif isinstance(item, Item):
                     pending.setdefault(item.info.uid if item.info is not None else -1,
                                        deque()).append(item)
+                elif isinstance(item, RunAnchor):
+                    anchors.append(item)
+                    self._anchored(item)
                 else:
                     samples.extend(item)
                 try:
@@ -134,9 +150,10 @@ class Writer:
                 except queue.Empty:
                     item = None
             batch = fair_batch(pending)
-            if batch or samples:
+            anchors += self._due(batch)
+            if batch or samples or anchors:
                 try:
-                    self._commit(store, batch, samples)
+                    self._commit(store, batch, samples, anchors)
                 except Exception:  # a bug, not a client's doing: log it, keep the thread
                     log.exception("the writer could not commit %d records and %d samples",
                                   len(batch), len(samples))
@@ -153,17 +170,40 @@ class Writer:
                     log.error("retention failed: %s", exc)
         store.close()
 
-    def _commit(self, store: Store, batch: list[Item], samples: list[Sample]) -> None:
+    def _anchored(self, a: RunAnchor) -> None:
+        key = (a.uid, a.run_id)
+        self._clocks.pop(key, None)  # re-inserted last: the dict's order is the eviction's
+        self._clocks[key] = (a.clock, time.monotonic())
+        while len(self._clocks) > MAX_ANCHORED_RUNS:
+            del self._clocks[next(iter(self._clocks))]
+
+    def _due(self, batch: list[Item]) -> list[RunAnchor]:
+        """Anchors of the batch's runs last anchored ANCHOR_PERIOD_S ago or more."""
+        due: list[RunAnchor] = []
+        now = time.monotonic()
+        for it in batch:
+            if it.record is None or it.info is None:
+                continue
+            known = self._clocks.get((it.info.uid, it.record.run_id))
+            if known is not None and now - known[1] >= ANCHOR_PERIOD_S:
+                a = RunAnchor(it.info.uid, it.record.run_id, take_anchor(), known[0])
+                self._anchored(a)
+                due.append(a)
+        return due
+
+    def _commit(self, store: Store, batch: list[Item], samples: list[Sample],
+                anchors: list[RunAnchor] | None = None) -> None:
         t0 = time.perf_counter()
+        anchors = anchors or []
         try:
-            committed = self._commit_retrying(store, batch, samples)
+            committed = self._commit_retrying(store, batch, samples, anchors)
         except _GaveUp:
             self._settled(store, batch)
             return
         except Exception as exc:  # some record the store cannot hold: find it, keep the rest
             log.warning("the store refused a batch (%s: %s); committing its records one by "
                         "one", type(exc).__name__, exc)
-            committed = self._commit_each(store, batch, samples)
+            committed = self._commit_each(store, batch, samples, anchors)
         elapsed = time.perf_counter() - t0
         try:
             self.state.observe_records([(it.record, Workload(it.info.uid, it.info.job,
@@ -199,8 +239,8 @@ class Writer:
                 log.warning("cannot read the store's usage: %s", exc)
         self.usage.stat(store.path.parent)
 
-    def _commit_retrying(self, store: Store, batch: list[Item], samples: list[Sample]
-                         ) -> list[Item]:
+    def _commit_retrying(self, store: Store, batch: list[Item], samples: list[Sample],
+                         anchors: list[RunAnchor] | None = None) -> list[Item]:
         """Commit everything, retrying a StoreError (disk full); :class:`_GaveUp` at
         shutdown, any other error as the store raised it."""
         records = [(it.record, it.info) for it in batch
@@ -208,7 +248,7 @@ class Writer:
         delay = 0.1
         while True:
             try:
-                store.commit(records, samples)
+                store.commit(records, samples, anchors or ())
                 return batch
             except StoreError as exc:  # e.g. disk full: nothing is acknowledged; retry
                 log.error("%s; retrying in %.1f s (clients are not acknowledged)", exc, delay)
@@ -218,15 +258,15 @@ class Writer:
                 time.sleep(delay)
                 delay = min(delay * 2, 10.0)
 
-    def _commit_each(self, store: Store, batch: list[Item], samples: list[Sample]
-                     ) -> list[Item]:
-        """Commit the samples, then each item alone; refuse the items the store refuses.
-        Returns the items committed (a SYNC is one)."""
+    def _commit_each(self, store: Store, batch: list[Item], samples: list[Sample],
+                     anchors: list[RunAnchor] | None = None) -> list[Item]:
+        """Commit the samples and anchors, then each item alone; refuse the items the store
+        refuses. Returns the items committed (a SYNC is one)."""
         committed: list[Item] = []
         refused: dict[int, list[tuple[int, str]]] = {}
         for items, rows in [([], samples)] + [([it], []) for it in batch]:
             try:
-                self._commit_retrying(store, items, rows)
+                self._commit_retrying(store, items, rows, anchors if not items else None)
                 committed.extend(items)
             except _GaveUp:
                 return committed
