@@ -47,36 +47,32 @@ assert recorder().sink.flush(10)
 """
 
 
-def why_not() -> str | None:
-    """Why namespaces cannot be made here (None: they can)."""
+def _why_not(tools: tuple[tuple[str | None, str], ...], probe: list[str]) -> str | None:
+    """Why namespaces cannot be made here: not root, one of ``tools`` (path, name) missing,
+    or ``unshare`` with the options ``probe`` failing (None: they can)."""
     if os.geteuid() != 0:
-        return "network namespaces need root (ip netns add)"
-    for tool, name in ((IP, "ip (iproute2)"), (UNSHARE, "unshare (util-linux)"),
-                       (CURL, "curl")):
+        return "namespaces need root (ip netns add, unshare)"
+    for tool, name in ((IP, "ip (iproute2)"), (UNSHARE, "unshare (util-linux)"), *tools):
         if tool is None:
             return f"{name} not installed"
-    if not Path(PROMETHEUS).exists():
-        return "prometheus not installed (scripts/system-deps.sh)"
-    probe = subprocess.run([str(UNSHARE), "--net", "--uts", "true"], capture_output=True)
-    if probe.returncode != 0:
-        return f"cannot make namespaces here: {probe.stderr.decode().strip()}"
+    done = subprocess.run([str(UNSHARE), *probe, "true"], capture_output=True)
+    if done.returncode != 0:
+        return f"cannot make namespaces here: {done.stderr.decode().strip()}"
     return None
+
+
+def why_not() -> str | None:
+    """Why the Prometheus cluster cannot be made here (None: it can)."""
+    if not Path(PROMETHEUS).exists() and os.geteuid() == 0:
+        return "prometheus not installed (scripts/system-deps.sh)"
+    return _why_not(((CURL, "curl"),), ["--net", "--uts"])
 
 
 def why_not_timens() -> str | None:
-    """Why hosts with time namespaces cannot be made here (None: they can): those of
-    :func:`why_not` but Prometheus's, and a kernel with time namespaces (Linux 5.6)."""
-    if os.geteuid() != 0:
-        return "network and time namespaces need root (ip netns add, unshare --time)"
-    for tool, name in ((IP, "ip (iproute2)"), (UNSHARE, "unshare (util-linux)"),
-                       (NSENTER, "nsenter (util-linux)")):
-        if tool is None:
-            return f"{name} not installed"
-    probe = subprocess.run([str(UNSHARE), "--net", "--uts", "--time", "--fork", "--monotonic",
-                            "1000", "true"], capture_output=True)
-    if probe.returncode != 0:
-        return f"cannot make time namespaces here: {probe.stderr.decode().strip()}"
-    return None
+    """Why hosts with time namespaces (:meth:`Cluster.clock_host`) cannot be made here (None:
+    they can): also nsenter, and a kernel with time namespaces (Linux 5.6)."""
+    return _why_not(((NSENTER, "nsenter (util-linux)"),),
+                    ["--net", "--uts", "--time", "--fork", "--monotonic", "1000"])
 
 
 def _ip(*args: str) -> None:

@@ -15,7 +15,6 @@ a kernel without time namespaces) or MPI is missing. About 3 s."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,15 +31,6 @@ HOSTS, RANKS, STEPS = 3, 2, 5
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(why_not() is not None,
                                                    reason=str(why_not()))]
 
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    tmp_path.chmod(0o755)
-    c = Cluster(tmp_path)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def test_an_mpi_run_over_hosts_of_different_clocks_is_one_run_with_honest_spans(

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,15 +29,6 @@ HOSTS = 3
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(why_not() is not None,
                                                    reason=str(why_not()))]
 
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    tmp_path.chmod(0o755)
-    c = Cluster(tmp_path)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def test_prometheus_scrapes_a_namespace_cluster_and_fires_counterd_down(
