@@ -254,12 +254,13 @@ def _merge_nodes(run: _RunAcc, names: dict[tuple[str, int], str]) -> None:
 
 def _node_names(run: _RunAcc) -> dict[tuple[str, int], str]:
     """(host, file) -> the node's name: its host, told apart by clock domain where one host
-    name comes with several (two machines of one name, or one rebooted between files)."""
+    name comes with several (two machines of one name, or one rebooted between files; the
+    files of a host without a domain are one node)."""
     keys = {k for nodes in run.steps.values() for k in nodes}
     by_host: dict[str, dict[object, list[tuple[str, int]]]] = {}
     for host, fi in sorted(keys):
         d = run.domains.get((host, fi))
-        by_host.setdefault(host, {}).setdefault(d.key if d else ("file", fi), []).append(
+        by_host.setdefault(host, {}).setdefault(d.key if d else ("no domain", ""), []).append(
             (host, fi))
     names: dict[tuple[str, int], str] = {}
     for host, groups in by_host.items():

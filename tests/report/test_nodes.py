@@ -191,3 +191,14 @@ def test_a_clock_bound_needs_several_files(tmp_path: Path,
     # one file alone is the usual report, its clock domain line skipped
     assert cli.main(["report", "--records", str(a)]) == 0
     assert "3 supersteps" in capsys.readouterr().out
+
+
+def test_files_of_one_host_are_one_node_and_two_boots_of_a_name_are_two(tmp_path: Path) -> None:
+    ranks = [node_file(tmp_path / f"r{r}.jsonl", "node1", [r], mono0=5 * S, domain=False)
+             for r in (0, 1)]
+    (run,) = nodes.build(ranks).runs
+    assert run.nodes == ("node1",) and run.steps[0].nodes[0].ranks == (0, 1)
+    rebooted = node_file(tmp_path / "b.jsonl", "node1", [2], mono0=9 * S, boot="boot-b")
+    (run,) = nodes.build([node_file(tmp_path / "a.jsonl", "node1", [0, 1], mono0=5 * S),
+                          rebooted]).runs
+    assert run.nodes == ("node1#1", "node1#2")
