@@ -181,9 +181,12 @@ class Writer:
         """Anchors of the batch's runs last anchored ANCHOR_PERIOD_S ago or more."""
         due: list[RunAnchor] = []
         now = time.monotonic()
+        seen: set[tuple[int, str]] = set()
         for it in batch:
-            if it.record is None or it.info is None:
+            if it.record is None or it.info is None \
+                    or (it.info.uid, it.record.run_id) in seen:
                 continue
+            seen.add((it.info.uid, it.record.run_id))
             known = self._clocks.get((it.info.uid, it.record.run_id))
             if known is not None and now - known[1] >= ANCHOR_PERIOD_S:
                 a = RunAnchor(it.info.uid, it.record.run_id, take_anchor(), known[0])

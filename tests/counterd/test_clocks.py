@@ -120,3 +120,17 @@ def test_counterd_record_writes_its_nodes_clock_domain_first(tmp_path: Path) -> 
                           env=env, capture_output=True, text=True, timeout=60)
     first = json.loads(out.read_text().splitlines()[0])
     assert (first["run_id"], first["run_id_source"]) == ("job-7", "given")
+
+
+def test_the_recorder_anchors_periodically_while_its_command_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from counterd import recording
+
+    monkeypatch.setattr(recording, "ANCHOR_PERIOD_S", 0.1)
+    monkeypatch.delenv("COUNTERD_RUN_ID", raising=False)
+    result = recording.record([sys.executable, "-c", "import time; time.sleep(0.6)"],
+                              out=tmp_path / "r.jsonl", backend="none")
+    d = result.domain
+    assert d is not None and len(d.anchors) >= 4  # start, some periodic ones, end
+    gaps = [b.mono_ns - a.mono_ns for a, b in zip(d.anchors, d.anchors[1:], strict=False)]
+    assert max(gaps) < 500_000_000  # none missed for long while the command ran

@@ -79,3 +79,13 @@ def test_hydras_proxy_is_found_among_the_ancestors() -> None:
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.stdout.strip() == "vm:4242/3", proc.stderr
     assert hydra_control() is None  # pytest has no hydra proxy above it
+
+
+@pytest.mark.parametrize("run_id,source", [
+    ("slurm-1234.0", "slurm"), ("hydra-0123456789ab", "hydra"), ("pbs-9", "pbs"),
+    ("0123456789ab", "node"), ("mpi-0123456789ab", "node"), ("my-run", "given"),
+    ("20261127T013755-611099", "given")])
+def test_a_run_ids_source_is_known_by_its_form(run_id: str, source: str) -> None:
+    from counterd.jobid import source_of
+
+    assert source_of(run_id) == source

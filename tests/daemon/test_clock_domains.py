@@ -135,3 +135,21 @@ def test_a_client_in_its_own_time_namespace_is_anchored_on_its_clock(
         assert inside and t0 <= real <= time.time_ns(), (real - t0) / 1e9
     raw = json.loads(f.read_text().splitlines()[0])
     assert raw["format"] == "counterd-clock-domain"
+
+
+def test_the_writer_anchors_a_declared_run_again_after_the_period(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from counterd.daemon import writer as w
+    from counterd.daemon.exporter import MetricsState
+
+    writer = w.Writer(MetricsState(), wake=lambda: None, stopping=threading.Event())
+    clock = ClientClock("b", "t", 0)
+    item = w.Item(1, 1, rec("r"), RunInfo("j", 7))
+    assert writer._due([item]) == []  # a run nobody declared: no clock to anchor
+    writer._anchored(RunAnchor(7, "r", Anchor(1, 2, 3), clock))
+    assert writer._due([item]) == []  # anchored just now
+    monkeypatch.setattr(w, "ANCHOR_PERIOD_S", 0.0)
+    (due,) = writer._due([item, item])  # once per run, however many of its records
+    assert (due.uid, due.run_id, due.clock) == (7, "r", clock)

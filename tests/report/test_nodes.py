@@ -202,3 +202,15 @@ def test_files_of_one_host_are_one_node_and_two_boots_of_a_name_are_two(tmp_path
     (run,) = nodes.build([node_file(tmp_path / "a.jsonl", "node1", [0, 1], mono0=5 * S),
                           rebooted]).runs
     assert run.nodes == ("node1#1", "node1#2")
+
+
+def test_one_gathered_file_of_several_hosts_is_reported_across_nodes_when_asked(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = two_nodes(tmp_path)
+    gathered = tmp_path / "all.jsonl"
+    gathered.write_bytes(a.read_bytes() + b.read_bytes())
+    assert cli.main(["report", "--records", str(gathered), "--across-nodes"]) == 0
+    text = capsys.readouterr().out
+    assert "2 nodes (node1, node2)" in text and "6.00 ms +- " in text
+    assert cli.main(["report", "--across-nodes"]) == 2
+    assert "--across-nodes reads records files" in capsys.readouterr().err
