@@ -127,7 +127,7 @@ def main() -> int:
         return 2
     from counterd.report import nodes
 
-    print(host_line())
+    print(host_line(), flush=True)  # before the namespaces' tools write to the same stdout
     with tempfile.TemporaryDirectory(prefix="counterd-clusterrec-") as tmp:
         Path(tmp).chmod(0o755)
         c = Cluster(Path(tmp))
