@@ -79,6 +79,19 @@ default (``counterd run`` with no file is a working, loopback-only daemon)::
     cgroup = "/system.slice/nginx.service"   # cgroup v2 path prefix (optional)
     pids = [1234]                 # explicit pids (optional)
 
+    [central]                     # the central store (docs/cluster.md); off without a dsn
+    dsn = ""                      # COUNTERD_CENTRAL_DSN: libpq connection string of the PostgreSQL
+                                  # database (host=... dbname=...; a password belongs in
+                                  # ~/.pgpass or PGPASSFILE, not here)
+    role = ""                     # COUNTERD_CENTRAL_ROLE: the node's login role (a member of
+                                  # counterd_node); "": the dsn's user
+    batch_size = 1000             # COUNTERD_CENTRAL_BATCH_SIZE: queue entries per transaction
+    max_backlog = 1000000         # COUNTERD_CENTRAL_MAX_BACKLOG: entries queued locally at most;
+                                  # past it the oldest are not shipped (their records stay in
+                                  # the local store), counted in counterd_central_dropped_total
+    timeout_s = 10                # COUNTERD_CENTRAL_TIMEOUT: connecting or one batch, at most
+    retry_max_s = 60              # COUNTERD_CENTRAL_RETRY_MAX: the longest wait between tries
+
     [predictor]
     profile = ""                  # COUNTERD_PROFILE: machine profile (TOML) for predictions
 
@@ -182,6 +195,12 @@ class Config:
     sample_events: tuple[str, ...] = ()
     watch: tuple[WatchRule, ...] = ()
     profile: Path | None = None
+    central_dsn: str = ""
+    central_role: str = ""
+    central_batch_size: int = 1000
+    central_max_backlog: int = 1_000_000
+    central_timeout_s: float = 10.0
+    central_retry_max_s: float = 60.0
     log_level: str = "info"
     source: str = "defaults"  # where it came from, for the log
 
@@ -232,6 +251,16 @@ class Config:
                "it with tls_cert_file and tls_key_file (client certificates need TLS)")
         if self.allowed_group:
             allowed_gid(self.allowed_group)
+        _check(1 <= self.central_batch_size <= 100_000, "central.batch_size",
+               self.central_batch_size, "between 1 and 100000")
+        _check(self.central_max_backlog >= self.central_batch_size, "central.max_backlog",
+               self.central_max_backlog, "at least central.batch_size")
+        _check(1 <= self.central_timeout_s <= 600, "central.timeout_s", self.central_timeout_s,
+               "seconds between 1 and 600")
+        _check(1 <= self.central_retry_max_s <= 3600, "central.retry_max_s",
+               self.central_retry_max_s, "seconds between 1 and 3600")
+        _check(len(self.central_role) <= 63 and "\0" not in self.central_dsn + self.central_role,
+               "central.role", self.central_role, "a PostgreSQL role name (at most 63 bytes)")
 
     @property
     def limits(self) -> Limits:
@@ -383,6 +412,12 @@ _KEYS: dict[tuple[str, str], tuple[str, str, Any]] = {
     ("sampling", "events"): ("sample_events", "COUNTERD_SAMPLE_EVENTS", _events),
     ("predictor", "profile"): ("profile", "COUNTERD_PROFILE",
                                lambda v: Path(v) if str(v) else None),
+    ("central", "dsn"): ("central_dsn", "COUNTERD_CENTRAL_DSN", str),
+    ("central", "role"): ("central_role", "COUNTERD_CENTRAL_ROLE", str),
+    ("central", "batch_size"): ("central_batch_size", "COUNTERD_CENTRAL_BATCH_SIZE", int),
+    ("central", "max_backlog"): ("central_max_backlog", "COUNTERD_CENTRAL_MAX_BACKLOG", int),
+    ("central", "timeout_s"): ("central_timeout_s", "COUNTERD_CENTRAL_TIMEOUT", float),
+    ("central", "retry_max_s"): ("central_retry_max_s", "COUNTERD_CENTRAL_RETRY_MAX", float),
     ("", "log_level"): ("log_level", "COUNTERD_LOG_LEVEL", str),
 }
 

@@ -122,12 +122,23 @@ class Daemon:
         self.metrics_port: int | None = None  # the first address's (tests: port 0)
         self.metrics_ports: list[int] = []
         self._sampler_stop = threading.Event()
+        self._shipper: Any = None  # counterd.central.shipper.Shipper with [central] dsn set
+        self.ship_stats: Any = None
 
     # -- start / stop --------------------------------------------------------------------------
     def start(self) -> None:
         cfg = self.config
         self._apply(cfg)  # first: a config refused here (an unusable profile) leaves no store
         self._store = Store(cfg.store_path, synchronous=cfg.store_synchronous)
+        self._store.set_shipping(bool(cfg.central_dsn))
+        if cfg.central_dsn:
+            from counterd.central.shipper import Shipper, ShipSettings, ShipStats
+
+            self.ship_stats = ShipStats()
+            self._shipper = Shipper(cfg.store_path, ShipSettings(
+                cfg.central_dsn, cfg.central_role, cfg.central_batch_size,
+                cfg.central_max_backlog, cfg.central_timeout_s,
+                retry_max_s=cfg.central_retry_max_s), self.ship_stats)
         self._shared.queries = Queries(cfg.store_path)
         self._shared.query_worker = QueryWorker(self._shared.queries, self._wake)
         self._server.listen(cfg.socket_path, cfg.socket_mode)
@@ -146,6 +157,8 @@ class Daemon:
                   self.state, self._writer.put_samples))
         sampler.start()
         self._threads.append(sampler)
+        if self._shipper is not None:  # its own thread: never waited for by the loop
+            self._shipper.start()
         log.info("counterd listening on %s (config: %s), store %s (%s), metrics %s",
                  cfg.socket_path, cfg.source, cfg.store_path, cfg.store_synchronous,
                  self._metrics_urls() or "off")
@@ -163,7 +176,12 @@ class Daemon:
         addresses = config_mod.metrics_addresses(listen)
         access = ScrapeAccess.from_config(
             self.config, lambda reason: self.state.count("metrics_refused", reason))
-        self._exposition = ExpositionCache(registry(self.state), self.state,
+        reg = registry(self.state)
+        if self.ship_stats is not None:
+            from counterd.central.shipper import ShipperCollector
+
+            reg.register(ShipperCollector(self.ship_stats))  # type: ignore[arg-type]
+        self._exposition = ExpositionCache(reg, self.state,
                                            min_interval_s=self.config.metrics_refresh_s)
         self._metrics_scheme = "https" if access.tls is not None else "http"
         for host, port in addresses:
@@ -229,6 +247,8 @@ class Daemon:
         self._writer.stop()
         for t in self._threads:
             t.join(timeout=60)
+        if self._shipper is not None:  # what is still queued ships after the next start
+            self._shipper.stop()
         self._server.close_sessions()
         self._stop_metrics()
         self._server.close()
@@ -295,7 +315,10 @@ class Daemon:
         restart = [k for k in ("socket_path", "socket_mode", "metrics_listen", "metrics_allow",
                                "metrics_max_connections", "metrics_timeout_s", "tls_cert_file",
                                "tls_key_file", "tls_client_ca_file", "basic_auth_file",
-                               "store_path", "store_synchronous", "max_frame_bytes")
+                               "store_path", "store_synchronous", "max_frame_bytes",
+                               "central_dsn", "central_role", "central_batch_size",
+                               "central_max_backlog", "central_timeout_s",
+                               "central_retry_max_s")
                    if getattr(old, k) != getattr(new, k)]
         if restart:
             log.warning("SIGHUP: %s changed; these take effect at the next restart",

@@ -59,6 +59,7 @@ log = logging.getLogger("counterd.daemon")
 #   6 - clock domains of runs (issue 32): the node's boot id, the client's time namespace and
 #       its CLOCK_MONOTONIC offset from the daemon's, and (monotonic, realtime) anchors the
 #       daemon took at the run's start, periodically and at its clients' ends.
+#   7 - the central shipper's queue and watermark (ship_queue, ship_state; issue 32 item 3).
 MIGRATIONS: tuple[str, ...] = (
     """
     CREATE TABLE runs (
@@ -224,6 +225,48 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (uid, run_id, mono_ns)
     ) WITHOUT ROWID;
     CREATE INDEX clock_anchors_time ON clock_anchors(real_ns);
+    """,
+    """
+    -- 7: the shipper's queue to the central store (counterd.central.shipper). While shipping
+    -- is on (ship_state.enabled, set from [central] at start), triggers queue the key of each
+    -- record committed or completed and of each clock anchor, in the committing transaction:
+    -- what is committed is queued. The shipper ships in seq order and, once the central
+    -- database has committed a batch, deletes it from the queue and moves the watermark
+    -- (shipped_seq) in one local transaction, so a restart resumes after what was shipped.
+    -- Past central.max_backlog the oldest entries leave the queue (dropped counts them); the
+    -- records stay in this store.
+    CREATE TABLE ship_state (
+        one         INTEGER PRIMARY KEY CHECK (one = 1),
+        enabled     INTEGER NOT NULL,
+        shipped_seq INTEGER NOT NULL,        -- the highest seq the central store holds
+        dropped     INTEGER NOT NULL         -- entries dropped past the backlog bound
+    );
+    INSERT INTO ship_state VALUES (1, 0, 0, 0);
+    CREATE TABLE ship_queue (
+        seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind         TEXT NOT NULL,          -- 'r': a record, 'a': a clock anchor
+        uid          INTEGER NOT NULL,
+        run_id       TEXT NOT NULL,
+        host         TEXT NOT NULL,          -- a record's ('' for an anchor)
+        pid          INTEGER NOT NULL,       -- a record's (0 for an anchor)
+        idx          INTEGER NOT NULL,       -- a record's index, an anchor's mono_ns
+        committed_ns INTEGER NOT NULL        -- wall clock of the local commit
+    );
+    CREATE TRIGGER ship_record_insert AFTER INSERT ON records
+    WHEN (SELECT enabled FROM ship_state) BEGIN
+        INSERT INTO ship_queue (kind, uid, run_id, host, pid, idx, committed_ns)
+        VALUES ('r', NEW.uid, NEW.run_id, NEW.host, NEW.pid, NEW.idx, NEW.received_ns);
+    END;
+    CREATE TRIGGER ship_record_update AFTER UPDATE OF body ON records
+    WHEN (SELECT enabled FROM ship_state) BEGIN
+        INSERT INTO ship_queue (kind, uid, run_id, host, pid, idx, committed_ns)
+        VALUES ('r', NEW.uid, NEW.run_id, NEW.host, NEW.pid, NEW.idx, NEW.received_ns);
+    END;
+    CREATE TRIGGER ship_anchor_insert AFTER INSERT ON clock_anchors
+    WHEN (SELECT enabled FROM ship_state) BEGIN
+        INSERT INTO ship_queue (kind, uid, run_id, host, pid, idx, committed_ns)
+        VALUES ('a', NEW.uid, NEW.run_id, '', 0, NEW.mono_ns, NEW.real_ns);
+    END;
     """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -436,6 +479,10 @@ class Store:
 
     def close(self) -> None:
         self._conn.close()
+
+    def set_shipping(self, enabled: bool) -> None:
+        """Queue (or stop queueing) what is committed for the central shipper (schema 7)."""
+        self._conn.execute("UPDATE ship_state SET enabled = ?", (1 if enabled else 0,))
 
     # -- writing (the daemon) ------------------------------------------------------------------
     def commit(self, records: Sequence[tuple[SuperstepRecord, RunInfo]],

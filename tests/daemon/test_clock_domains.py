@@ -52,7 +52,7 @@ def test_schema_6_is_a_migration_and_old_runs_have_no_domain(tmp_path: Path) -> 
     assert migrate(conn, target=5) == 5
     conn.close()
     old = Store(tmp_path / "s.db", synchronous="normal")  # migrates to the current version
-    assert schema_version(old._conn) == SCHEMA_VERSION == 6
+    assert schema_version(old._conn) == SCHEMA_VERSION >= 6
     old.commit([(rec(), RunInfo("j", 0))])
     assert old.clock_domain("r", 0, "h") == (
         None, "the daemon took no clock anchors for this run (recorded before)")

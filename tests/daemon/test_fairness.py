@@ -426,7 +426,9 @@ def test_schema_5_counts_what_an_older_store_holds(tmp_path: Path) -> None:
     conn.executescript("DROP TRIGGER usage_insert; DROP TRIGGER usage_update; "
                        "DROP TRIGGER usage_delete; DROP TABLE usage; DROP INDEX runs_by_uid; "
                        "DROP INDEX runs_by_time; DROP TABLE clock_domains; "
-                       "DROP TABLE clock_anchors; DELETE FROM schema_version WHERE version >= 5;")
+                       "DROP TABLE clock_anchors; DROP TRIGGER ship_record_insert; "
+                       "DROP TRIGGER ship_record_update; DROP TABLE ship_queue; "
+                       "DROP TABLE ship_state; DELETE FROM schema_version WHERE version >= 5;")
     assert migrate(conn, target=5) == 5  # (Store() below takes it on to the current version)
     conn.close()
     store = Store(path)

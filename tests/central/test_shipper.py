@@ -1,0 +1,209 @@
+"""The central store: the shipper (idempotence, resume after restarts of the daemon and the
+database, the backlog bound) and its security (row-level security between two real reader
+roles, a node role that can only insert). One throwaway PostgreSQL for the module
+(tests/_postgres.py); skipped with the reason without PostgreSQL or psycopg."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from counterd.central.shipper import Shipper, ShipSettings
+from counterd.daemon.store import RunInfo, Store
+from counterd.records import SuperstepRecord
+from tests import _postgres
+from tests._postgres import ADMIN, NODE, Cluster, count, truncate
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[Cluster]:
+    with _postgres.cluster() as c:
+        yield _postgres.migrated(c)
+
+
+@pytest.fixture
+def central(pg: Cluster) -> Cluster:
+    truncate(pg)
+    return pg
+
+
+def rec(index: int, run: str = "job-1", host: str = "n1", end: int | None = 6_000,
+        rank: int = 0) -> SuperstepRecord:
+    return SuperstepRecord(run, index, "step", rank, 10 + rank, 0, 5_000, end, host=host,
+                           flags=frozenset() if end is not None else frozenset({"incomplete"}))
+
+
+def local_store(tmp_path: Path) -> Store:
+    store = Store(tmp_path / "local.db", synchronous="normal")
+    store.set_shipping(True)
+    return store
+
+
+def shipper(store: Store, c: Cluster, **kw: object) -> Shipper:
+    settings = ShipSettings(c.dsn(user=NODE), node="node-a", retry_min_s=0.05,
+                            retry_max_s=0.2, poll_s=0.02, timeout_s=5, **kw)  # type: ignore[arg-type]
+    return Shipper(store.path, settings)
+
+
+def drain(s: Shipper) -> int:
+    shipped = 0
+    while n := s.ship_once():
+        shipped += n
+    return shipped
+
+
+def test_the_same_batch_twice_leaves_one_row_each(central: Cluster, tmp_path: Path) -> None:
+    store = local_store(tmp_path)
+    store.commit([(rec(i), RunInfo("j", 1001)) for i in range(3)])
+    queued = sqlite3.connect(store.path).execute("SELECT * FROM ship_queue").fetchall()
+    s = shipper(store, central)
+    assert drain(s) == 3
+    assert count(central) == 3
+    # the daemon killed after the central commit, before dequeueing: the batch again
+    raw = sqlite3.connect(store.path, isolation_level=None)
+    raw.executemany("INSERT INTO ship_queue VALUES (?, ?, ?, ?, ?, ?, ?, ?)", queued)
+    assert drain(s) == 3
+    assert count(central) == 3
+    assert count(central, "uid = 1001 AND run_id = 'job-1' AND node = 'node-a'") == 3
+    assert s.stats.shipped == 6 and s.stats.refused == 0 and s.stats.lag_s is not None
+
+
+def test_a_complete_record_replaces_an_incomplete_one_never_the_reverse(
+        central: Cluster, tmp_path: Path) -> None:
+    store = local_store(tmp_path)
+    s = shipper(store, central)
+    store.commit([(rec(0, end=None), RunInfo("j", 1001))])
+    drain(s)
+    assert count(central, "end_ns IS NULL") == 1
+    store.commit([(rec(0, end=7_000), RunInfo("j", 1001))])
+    drain(s)
+    assert count(central, "end_ns = 7000") == 1
+    # an incomplete copy of it shipped late (an old queue entry) changes nothing
+    import psycopg
+
+    with psycopg.connect(central.dsn(user=NODE), autocommit=True) as conn:
+        conn.execute("SELECT counterd.ship_records(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                     ([1001], ["job-1"], ["n1"], [10], [0], ["x"], ["step"], [0], [5000],
+                      [None], ["{}"], [0]))
+    assert count(central, "end_ns = 7000") == 1 and count(central) == 1
+
+
+def test_a_restarted_shipper_resumes_at_the_watermark(central: Cluster, tmp_path: Path) -> None:
+    store = local_store(tmp_path)
+    store.commit([(rec(i), RunInfo("j", 1001)) for i in range(5)])
+    first = shipper(store, central, batch_size=2)
+    assert first.ship_once() == 2  # then the daemon stops
+    first.stop()
+    shipped_seq, = sqlite3.connect(store.path).execute(
+        "SELECT shipped_seq FROM ship_state").fetchone()
+    assert shipped_seq == 2
+    store.close()
+    store = Store(tmp_path / "local.db", synchronous="normal")  # the daemon again
+    store.set_shipping(True)
+    store.commit([(rec(i), RunInfo("j", 1001)) for i in range(5, 7)])
+    assert drain(shipper(store, central, batch_size=2)) == 5
+    assert count(central) == 7
+
+
+def test_nothing_is_queued_while_shipping_is_off(central: Cluster, tmp_path: Path) -> None:
+    store = Store(tmp_path / "local.db", synchronous="normal")
+    store.set_shipping(False)  # a daemon without [central]
+    store.commit([(rec(0), RunInfo("j", 1001))])
+    assert sqlite3.connect(store.path).execute("SELECT count(*) FROM ship_queue"
+                                               ).fetchone() == (0,)
+
+
+def test_database_down_then_back(central: Cluster, tmp_path: Path) -> None:
+    store = local_store(tmp_path)
+    s = shipper(store, central)
+    s.start()
+    try:
+        central.stop()
+        t0 = time.monotonic()
+        store.commit([(rec(i), RunInfo("j", 1001)) for i in range(4)])  # the node goes on
+        assert time.monotonic() - t0 < 2.0
+        deadline = time.monotonic() + 10
+        while s.stats.failures == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert s.stats.failures > 0 and not s.stats.connected
+        central.start()
+        deadline = time.monotonic() + 15
+        while count(central) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert count(central) == 4
+    finally:
+        s.stop()
+        if not central.running():
+            central.start()
+
+
+def test_the_backlog_bound_drops_the_oldest_queue_entries_never_local_records(
+        central: Cluster, tmp_path: Path) -> None:
+    store = local_store(tmp_path)
+    store.commit([(rec(i), RunInfo("j", 1001)) for i in range(12)])
+    s = shipper(store, central, batch_size=2, max_backlog=5)
+    assert s.bound_backlog() == 5
+    assert s.stats.dropped == 7
+    assert len(store.records("job-1", 1001)) == 12  # all still in the local store
+    drain(s)
+    assert count(central) == 5 and count(central, "idx >= 7") == 5
+
+
+def test_two_readers_see_their_own_runs_the_admin_all(central: Cluster, tmp_path: Path) -> None:
+    import psycopg
+
+    store = local_store(tmp_path)
+    store.commit([(rec(i, run="mine"), RunInfo("j", 1001)) for i in range(3)]
+                 + [(rec(i, run="theirs"), RunInfo("j", 1002)) for i in range(2)]
+                 + [(rec(0, run="nobody's"), RunInfo("j", 1003))])
+    drain(shipper(store, central))
+
+    def seen(role: str, table: str = "records") -> list[tuple[int, str]]:
+        with psycopg.connect(central.dsn(user=role), autocommit=True) as conn:
+            return sorted({(int(u), str(r)) for u, r in conn.execute(
+                f"SELECT uid, run_id FROM counterd.{table}")})
+
+    assert seen("u1001") == [(1001, "mine")]
+    assert seen("u1002") == [(1002, "theirs")]
+    assert seen("u1001", "runs") == [(1001, "mine")]
+    assert seen(ADMIN) == [(1001, "mine"), (1002, "theirs"), (1003, "nobody's")]
+    # the mapping itself: a reader sees its own line only
+    with psycopg.connect(central.dsn(user="u1002"), autocommit=True) as conn:
+        assert conn.execute("SELECT role_name, uid FROM counterd.readers").fetchall() == [
+            ("u1002", 1002)]
+
+
+@pytest.mark.parametrize("statement", [
+    "SELECT * FROM counterd.records",
+    "SELECT * FROM counterd.runs",
+    "UPDATE counterd.records SET body = '{}'",
+    "DELETE FROM counterd.records",
+    "INSERT INTO counterd.records (uid, run_id, host, pid, idx, node, name, rank, begin_ns, "
+    "body, committed_ns, shipped_ns) VALUES (1, 'r', 'h', 1, 1, 'n', 's', 0, 0, '{}', 0, 0)",
+    "TRUNCATE counterd.records",
+    "SELECT * FROM counterd.readers",
+])
+def test_the_node_role_can_only_call_the_ingest_functions(central: Cluster, statement: str
+                                                          ) -> None:
+    import psycopg
+
+    with psycopg.connect(central.dsn(user=NODE), autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(statement)
+
+
+def test_migrating_again_changes_nothing_and_a_newer_schema_is_refused(central: Cluster) -> None:
+    import psycopg
+
+    from counterd.central import schema
+
+    with psycopg.connect(central.dsn()) as conn:
+        assert schema.migrate(conn) == schema.SCHEMA_VERSION
+        with conn.transaction(force_rollback=True):
+            conn.execute("INSERT INTO counterd.schema_version (version) VALUES (99)")
+            with pytest.raises(schema.CentralError, match="newer than this counterd"):
+                schema.migrate(conn)
