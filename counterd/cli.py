@@ -86,6 +86,9 @@ def _runs_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--records", type=Path, nargs="+", default=None, metavar="FILE",
                    help="the runs of records files (counterd record --out; one per node), "
                    "across nodes, instead of the store")
+    p.add_argument("--central", default=None, metavar="DSN",
+                   help="the runs of the central PostgreSQL store that your role may read "
+                   "(a libpq connection string: host=... dbname=... user=YOUR_ROLE)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -112,6 +115,11 @@ def _report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--records", type=Path, nargs="+", default=None, metavar="FILE",
                    help="records JSONL files (counterd record --out) instead of the store; "
                    "several (one per node): the run across nodes")
+    p.add_argument("--central", default=None, metavar="DSN",
+                   help="read the run across nodes from the central PostgreSQL store, "
+                   "through your own role (host=... dbname=... user=YOUR_ROLE)")
+    p.add_argument("--run", dest="run_option", default=None, metavar="RUN",
+                   help="the run id (the same as the positional RUN)")
     p.add_argument("--across-nodes", action="store_true",
                    help="with one --records file: report it across nodes (its records of "
                    "several hosts, gathered from a shared spool)")
@@ -379,6 +387,15 @@ def _runs(args: argparse.Namespace) -> int:
     from counterd.daemon import query
     from counterd.report import render_runs
 
+    if args.central is not None:
+        if args.records is not None or args.store is not None:
+            raise BadInput("--central reads the central store; --records files, --store a "
+                           "local store", "give one of them")
+        from counterd.central import reader
+
+        rows = [r for r in reader.runs(args.central) if args.uid is None or r.uid == args.uid]
+        sys.stdout.write(reader.render_runs(rows, args.json))
+        return 0
     if args.records is not None:
         if args.store is not None or args.uid is not None:
             raise BadInput("--records reads files; --store or --uid reads the store",
@@ -442,6 +459,13 @@ def _report(args: argparse.Namespace) -> int:
     from counterd import prediction, report
 
     fmt = _report_format(args.out, "json" if args.json else args.format)
+    if args.run_option is not None:
+        if args.run is not None and args.run != args.run_option:
+            raise BadInput(f"two run ids: {args.run!r:.80} and --run {args.run_option!r:.80}",
+                           "give one")
+        args.run = args.run_option
+    if args.central is not None:
+        return _report_central(args, fmt)
     if args.records is not None and (args.run or args.store or args.uid is not None):
         raise BadInput("--records reads a file; a RUN, --uid or --store reads the store",
                        "give one or the other")
@@ -486,6 +510,27 @@ def _report(args: argparse.Namespace) -> int:
             lambda path: query.records_from_store(path, args.run, args.uid))
     rep = report.build(records, predict=predict, prediction_note=why, source=source)
     return _write_report(report.render(rep, fmt, verbose=args.verbose), args.out, fmt)
+
+
+def _report_central(args: argparse.Namespace, fmt: str) -> int:
+    """``counterd report --central DSN --run RUN``: the run across nodes, as the reader's
+    role may see it (row-level security)."""
+    from counterd.central import reader
+    from counterd.units import duration_ns
+
+    if args.records is not None or args.store is not None or args.across_nodes:
+        raise BadInput("--central reads the central store; --records files, --store a local "
+                       "store", "give one of them")
+    if not args.run:
+        raise BadInput("--central needs the run", "give --run RUN (counterd runs --central DSN "
+                       "lists them)")
+    try:
+        bound = None if args.clock_bound is None else duration_ns(args.clock_bound)
+    except ValueError as exc:
+        raise BadInput(f"--clock-bound {args.clock_bound!r}: {exc}",
+                       "give a duration such as 1ms or 50us") from None
+    return _write_report(reader.report(args.central, args.run, args.uid, fmt, bound),
+                         args.out, fmt)
 
 
 def _write_report(text: str, out: Path | None, fmt: str) -> int:

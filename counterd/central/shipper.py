@@ -238,8 +238,9 @@ class Shipper:
         if not self.bound_backlog():
             return 0
         conn = self._local_conn()
-        entries = [_Entry(*row[:8], row[8:]) for row in conn.execute(
-            _BATCH, (self.settings.batch_size,))]
+        entries = [_Entry(int(r[0]), str(r[1]), int(r[2]), str(r[3]), str(r[4]), int(r[5]),
+                          int(r[6]), int(r[7]), tuple(r[8:]))
+                   for r in conn.execute(_BATCH, (self.settings.batch_size,))]
         if not entries:
             return 0
         refused = 0

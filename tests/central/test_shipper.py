@@ -5,7 +5,12 @@ roles, a node role that can only insert). One throwaway PostgreSQL for the modul
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -207,3 +212,69 @@ def test_migrating_again_changes_nothing_and_a_newer_schema_is_refused(central: 
             conn.execute("INSERT INTO counterd.schema_version (version) VALUES (99)")
             with pytest.raises(schema.CentralError, match="newer than this counterd"):
                 schema.migrate(conn)
+
+
+PROGRAM = textwrap.dedent("""
+    import counterd
+    from counterd.markers.api import recorder
+    counterd.init()
+    for i in range(5):
+        with counterd.superstep("s"):
+            sum(range(10000))
+    assert recorder().sink.flush(10)
+""")
+
+
+def _wait_rows(c: Cluster, n: int, timeout: float = 15.0) -> int:
+    deadline = time.monotonic() + timeout
+    while (got := count(c)) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return got
+
+
+def test_a_daemon_ships_through_kill9_and_restart_and_its_user_reads_the_run(
+        central: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import psycopg
+
+    from counterd import cli
+    from counterd.central import schema
+    from tests.daemon.conftest import DaemonProc
+
+    def config(dsn: str) -> str:
+        return f'[central]\ndsn = "{dsn}"\nretry_max_s = 1\ntimeout_s = 2\n'
+
+    # first the database is out of reach (a socket directory with no server): the daemon
+    # acknowledges and commits locally, its queue holds the records; then kill -9
+    d = DaemonProc(tmp_path / "d", extra=config(f"host={tmp_path} user={NODE} dbname=x"))
+    d.start()
+    try:
+        out = subprocess.run([sys.executable, "-c", PROGRAM], timeout=60, text=True,
+                             env=d.env(COUNTERD_RUN_ID="e2e"), capture_output=True)
+        assert out.returncode == 0, out.stderr  # acknowledged: flush() returned True
+        d.kill9()
+        queued = sqlite3.connect(d.store).execute("SELECT count(*) FROM ship_queue "
+                                                  "WHERE kind = 'r'").fetchone()
+        assert queued == (5,) and count(central) == 0
+        d.write_config(config(central.dsn(user=NODE)))  # the database reachable again
+        d.start()
+        assert _wait_rows(central, 5) == 5
+        assert "counterd_central_backlog " in d.metrics()
+    finally:
+        d.stop()
+    with psycopg.connect(central.dsn(), autocommit=True) as conn:
+        conn.execute("DO $$ BEGIN CREATE ROLE me LOGIN; "
+                     "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+        schema.add_reader(conn, "me", os.getuid())
+    capsys.readouterr()
+    assert cli.main(["report", "--central", central.dsn(user="me"), "--run", "e2e",
+                     "--format", "json"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert run["run_id"] == "e2e" and run["records"] == 5 and len(run["nodes"]) == 1
+    assert cli.main(["runs", "--central", central.dsn(user="me"), "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert (listed["run_id"], listed["records"], listed["supersteps"]) == ("e2e", 5, 5)
+    # another user's role does not see it, nor can it name it
+    assert cli.main(["report", "--central", central.dsn(user="u1001"), "--run", "e2e"]) == 2
+    assert "no run 'e2e'" in capsys.readouterr().err
+    assert cli.main(["runs", "--central", central.dsn(user="u1001")]) == 0
+    assert "no runs" in capsys.readouterr().out

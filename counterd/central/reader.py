@@ -1,0 +1,177 @@
+"""``counterd report --central DSN --run RUN`` and ``counterd runs --central DSN``: the central
+store read through the reader's own database role, so row-level security gives each user their
+own runs (an administrator's role: everyone's).
+
+A run's records are laid out as the file convention of the report across nodes (one records
+file per node and host, its clock domain in front: :mod:`counterd.report.nodes`) in a private
+temporary directory, and that report is built from them: the same report for files and for
+the central store."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from counterd import strictjson
+from counterd.central import psycopg_module
+from counterd.central.schema import SCHEMA_VERSION, CentralError, schema_version
+from counterd.clocks import Anchor, ClockDomain, kept_anchors
+from counterd.errors import BadInput
+from counterd.jobid import source_of
+from counterd.records import SuperstepRecord, write_jsonl
+
+SOURCE = "central:"  # how the report names a node's part: central:<node>/<host>
+
+
+@dataclass(frozen=True)
+class CentralRun:
+    uid: int
+    run_id: str
+    nodes: int
+    hosts: int
+    records: int
+    supersteps: int
+    first_seen_ns: int
+    last_seen_ns: int
+
+
+def connect(dsn: str) -> Any:
+    """A read-only connection to the central store (BadInput: unreachable, or not one)."""
+    psycopg = psycopg_module()
+    try:
+        conn = psycopg.connect(dsn, connect_timeout=10, autocommit=True,
+                               application_name="counterd-report")
+    except psycopg.Error as exc:
+        raise BadInput(f"cannot connect to the central store: {' '.join(str(exc).split())}",
+                       "check --central DSN (host=... dbname=... user=YOUR_ROLE)") from None
+    try:
+        conn.execute("SET default_transaction_read_only = on")
+        version = schema_version(conn)
+    except psycopg.Error as exc:
+        conn.close()
+        raise BadInput(f"the central store cannot be read: {' '.join(str(exc).split())}",
+                       "ask its administrator to make your role a reader (counterd central "
+                       "reader ROLE UID)") from None
+    if version != SCHEMA_VERSION:
+        conn.close()
+        raise CentralError(f"the central store has schema version {version}, this counterd "
+                           f"reads {SCHEMA_VERSION}",
+                           "run counterd central migrate DSN as its owner, or upgrade counterd")
+    return conn
+
+
+def runs(dsn: str) -> list[CentralRun]:
+    """The runs this role may read, oldest first."""
+    conn = connect(dsn)
+    try:
+        rows = conn.execute(
+            "SELECT r.uid, r.run_id, count(DISTINCT r.node), min(r.first_seen_ns), "
+            "max(r.last_seen_ns), "
+            "(SELECT count(DISTINCT x.host) FROM counterd.records x WHERE x.uid = r.uid AND "
+            " x.run_id = r.run_id), "
+            "(SELECT count(*) FROM counterd.records x WHERE x.uid = r.uid AND "
+            " x.run_id = r.run_id), "
+            "(SELECT count(DISTINCT (x.idx, x.name)) FROM counterd.records x WHERE "
+            " x.uid = r.uid AND x.run_id = r.run_id) "
+            "FROM counterd.runs r GROUP BY r.uid, r.run_id ORDER BY 4, 2, 1").fetchall()
+    finally:
+        conn.close()
+    return [CentralRun(int(u), str(r), int(n), int(h), int(c), int(s), int(f), int(la))
+            for u, r, n, f, la, h, c, s in rows]
+
+
+def render_runs(rows: list[CentralRun], as_json: bool = False) -> str:
+    if as_json:
+        return json.dumps([r.__dict__ for r in rows], indent=2) + "\n"
+    if not rows:
+        return "no runs in the central store that this role may read\n"
+    out = [f"{'run':<28} {'uid':>7} {'nodes':>5} {'hosts':>5} {'supersteps':>10} "
+           f"{'records':>8}"]
+    for r in rows:
+        out.append(f"{r.run_id[:28]:<28} {r.uid:>7} {r.nodes:>5} {r.hosts:>5} "
+                   f"{r.supersteps:>10} {r.records:>8}")
+    return "\n".join(out) + "\n"
+
+
+def _domain(run_id: str, host: str, row: tuple[Any, ...] | None,
+            anchors: list[tuple[int, int, int]]) -> ClockDomain | None:
+    """A node's domain as the local store gives it (anchors moved onto the client's
+    CLOCK_MONOTONIC by its offset; :meth:`counterd.daemon.store.Store.clock_domain`)."""
+    if row is None or row[2] is None:
+        return None
+    boot, timens, offset, bound = row
+    moved = [Anchor(int(m) + int(offset), int(r), int(n)) for m, r, n in anchors]
+    moved = [a for a in moved if a.mono_ns >= 0]
+    if not moved:
+        return None
+    return ClockDomain(run_id, host, str(boot), str(timens), kept_anchors(moved),
+                       None if bound is None else int(bound), source_of(run_id))
+
+
+def run_files(dsn: str, run_id: str, uid: int | None, directory: Path) -> list[Path]:
+    """Run ``run_id``'s records (of ``uid``; None: the one uid this role sees it under) as
+    records files in ``directory``, one per (node, host)."""
+    conn = connect(dsn)
+    try:
+        uids = [int(u) for (u,) in conn.execute(
+            "SELECT DISTINCT uid FROM counterd.runs WHERE run_id = %s"
+            + (" AND uid = %s" if uid is not None else "") + " ORDER BY uid",
+            (run_id, uid) if uid is not None else (run_id,))]
+        if not uids:
+            raise BadInput(f"no run {run_id!r:.80} in the central store that this role may read",
+                           "list them with counterd runs --central DSN")
+        if len(uids) > 1:
+            raise BadInput(f"run {run_id!r:.80} exists for uids {', '.join(map(str, uids))}",
+                           "name the user with --uid")
+        owner = uids[0]
+        parts: dict[tuple[str, str], list[SuperstepRecord]] = defaultdict(list)
+        for node, host, body in conn.execute(
+                "SELECT node, host, body FROM counterd.records WHERE uid = %s AND run_id = %s "
+                "ORDER BY node, host, idx, rank, pid", (owner, run_id)):
+            try:
+                parts[(str(node), str(host))].append(
+                    SuperstepRecord.from_json(strictjson.loads(str(body))))
+            except (strictjson.Malformed, BadInput) as exc:
+                raise BadInput(f"the central store holds a damaged record of run "
+                               f"{run_id!r:.80} from node {node!r:.80} ({exc})",
+                               "ask its administrator to check that node's shipper") from None
+        domains = {str(n): (b, t, o, s) for n, b, t, o, s in conn.execute(
+            "SELECT node, boot_id, timens, mono_offset_ns, sync_bound_ns FROM "
+            "counterd.clock_domains WHERE uid = %s AND run_id = %s", (owner, run_id))}
+        anchors: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+        for n, m, r, d in conn.execute(
+                "SELECT node, mono_ns, real_ns, read_ns FROM counterd.clock_anchors WHERE "
+                "uid = %s AND run_id = %s ORDER BY node, mono_ns", (owner, run_id)):
+            anchors[str(n)].append((int(m), int(r), int(d)))
+    finally:
+        conn.close()
+    paths = []
+    for i, ((node, host), records) in enumerate(sorted(parts.items())):
+        domain = _domain(run_id, host, domains.get(node), anchors.get(node, []))
+        path = directory / f"{i:04d}-{_safe(node)}-{_safe(host)}.jsonl"
+        write_jsonl(records, path, header=[domain.to_json()] if domain is not None else [])
+        paths.append(path)
+    return paths
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isascii() and (c.isalnum() or c in "._") else "_"
+                   for c in name[:40]) or "_"
+
+
+def report(dsn: str, run_id: str, uid: int | None, fmt: str,
+           clock_bound_ns: int | None = None) -> str:
+    """The report across nodes of central run ``run_id`` in ``fmt``."""
+    from counterd.report import nodes
+
+    with tempfile.TemporaryDirectory(prefix="counterd-central-") as tmp:
+        paths = run_files(dsn, run_id, uid, Path(tmp))
+        text = nodes.render(nodes.build(paths, clock_bound_ns=clock_bound_ns), fmt)
+        return text.replace(tmp + "/", SOURCE)
+
+
+__all__ = ["CentralRun", "connect", "render_runs", "report", "run_files", "runs"]
