@@ -393,8 +393,8 @@ def _runs(args: argparse.Namespace) -> int:
                            "local store", "give one of them")
         from counterd.central import reader
 
-        rows = [r for r in reader.runs(args.central) if args.uid is None or r.uid == args.uid]
-        sys.stdout.write(reader.render_runs(rows, args.json))
+        central = [r for r in reader.runs(args.central) if args.uid is None or r.uid == args.uid]
+        sys.stdout.write(reader.render_runs(central, args.json))
         return 0
     if args.records is not None:
         if args.store is not None or args.uid is not None:
