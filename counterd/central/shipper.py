@@ -163,6 +163,8 @@ class Shipper:
         if self._local is None:
             self._local = sqlite3.connect(self.store_path, timeout=30.0, isolation_level=None,
                                           check_same_thread=False)
+            # text that is not UTF-8 (a damaged or forged store) must not stop the queue
+            self._local.text_factory = lambda b: b.decode("utf-8", "replace")
         return self._local
 
     def _run(self) -> None:
@@ -187,6 +189,11 @@ class Shipper:
                 except sqlite3.Error as exc:  # the local store (busy, full): try again later
                     log.warning("shipper: local store: %s", exc)
                     self._stop.wait(self.settings.retry_min_s)
+                    continue
+                except Exception:  # a bug must not end shipping for good: log, back off
+                    log.exception("shipper: unexpected failure; retrying")
+                    self._disconnect()
+                    self._stop.wait(self.settings.retry_max_s)
                     continue
                 delay = self.settings.retry_min_s
                 if not shipped:
@@ -238,19 +245,30 @@ class Shipper:
         if not self.bound_backlog():
             return 0
         conn = self._local_conn()
-        entries = [_Entry(int(r[0]), str(r[1]), int(r[2]), str(r[3]), str(r[4]), int(r[5]),
-                          int(r[6]), int(r[7]), tuple(r[8:]))
-                   for r in conn.execute(_BATCH, (self.settings.batch_size,))]
-        if not entries:
+        rows = conn.execute(_BATCH, (self.settings.batch_size,)).fetchall()
+        if not rows:
             return 0
-        refused = 0
+        entries, bad = [], 0
+        for r in rows:
+            why = _unfit(r)
+            if why:
+                bad += 1
+                log.error("shipper: queue entry %r of run %.80r is not shippable (%s); it stays "
+                          "in the local store only", r[0], r[3], why)
+            else:
+                entries.append(_Entry(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7],
+                                      tuple(r[8:])))
         pg = self._connect()
-        try:
-            self._ship(pg, conn, entries)
-        except _Refused:
-            refused = self._ship_one_by_one(pg, conn, entries)
+        refused = bad
+        if entries:
+            try:
+                self._ship(pg, conn, entries)
+            except _Refused:
+                refused += self._ship_one_by_one(pg, conn, entries)
+        entries_done = len(rows)
+        last_seq = int(rows[-1][0])
         done_ns = time.time_ns()
-        last = entries[-1].seq
+        last = last_seq
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.execute("DELETE FROM ship_queue WHERE seq <= ?", (last,))
@@ -264,15 +282,15 @@ class Shipper:
             st = self.stats
             st.connected = True
             st.last_error = ""
-            st.shipped += len(entries) - refused
+            st.shipped += entries_done - refused
             st.refused += refused
             st.batches += 1
-            st.backlog = max(0, st.backlog - len(entries))
+            st.backlog = max(0, st.backlog - entries_done)
             if lags:
                 st.lag_s = max(lags)
                 if st.keep_lags:
                     st.lags.extend(lags)
-        return len(entries)
+        return entries_done
 
     def _ship_one_by_one(self, pg: Any, conn: sqlite3.Connection,
                          entries: Sequence[_Entry]) -> int:
@@ -362,6 +380,34 @@ class Shipper:
 
 class _Down(Exception):
     """The central database cannot be reached (or refuses this node); args[0]: why."""
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _unfit(r: Sequence[Any]) -> str:
+    """Why queue row ``r`` (the _BATCH columns) cannot be shipped ("" when it can): the local
+    store is SQLite, whose columns take any type, and PostgreSQL's text holds no NUL."""
+    seq, kind, uid, run_id, host, pid, idx, committed = r[:8]
+    name, rank, begin, end, body, real, read = r[8:]
+    ints = [seq, uid, pid, idx, committed]
+    texts = [kind, run_id, host]
+    if kind == "r" and body is not None:
+        ints += [rank, begin] + ([end] if end is not None else [])
+        texts += [name, body]
+    elif kind == "a" and real is not None:
+        ints += [real, read]
+    elif kind not in ("r", "a"):
+        return f"unknown kind {kind!r:.20}"
+    for v in ints:
+        if not isinstance(v, int) or isinstance(v, bool) or not _INT64[0] <= v <= _INT64[1]:
+            return f"{v!r:.40} is not a 64-bit integer"
+    for t in texts:
+        if not isinstance(t, str):
+            return f"{t!r:.40} is not text"
+        if "\0" in t:
+            return "a NUL character in a text"
+    return ""
 
 
 def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> tuple[list[Any], ...]:

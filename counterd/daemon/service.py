@@ -247,8 +247,8 @@ class Daemon:
         self._writer.stop()
         for t in self._threads:
             t.join(timeout=60)
-        if self._shipper is not None:  # what is still queued ships after the next start
-            self._shipper.stop()
+        if self._shipper is not None:  # what is still queued ships after the next start;
+            self._shipper.stop(timeout=0.5)  # a batch cut short is shipped again then
         self._server.close_sessions()
         self._stop_metrics()
         self._server.close()
