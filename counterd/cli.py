@@ -177,6 +177,20 @@ def _cluster_options(p: argparse.ArgumentParser) -> None:
                    help="write here (atomically: Prometheus re-reads it) instead of stdout")
 
 
+def _central_options(p: argparse.ArgumentParser) -> None:
+    c = p.add_subparsers(dest="action", required=True)
+    m = c.add_parser("migrate", help="create or upgrade the central schema, its roles and "
+                     "policies (as the database's owner)")
+    m.add_argument("dsn", help="libpq connection string (host=... dbname=... user=OWNER)")
+    n = c.add_parser("node", help="let a login role ship records (a node's daemon)")
+    n.add_argument("dsn")
+    n.add_argument("role", help="the node's existing login role (central.role)")
+    r = c.add_parser("reader", help="let a database role read one uid's runs")
+    r.add_argument("dsn")
+    r.add_argument("role", help="the user's existing database role")
+    r.add_argument("uid", type=int, help="the uid whose runs the role reads")
+
+
 _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
     "probe": ("which counters and backends work on this host, and why not", _probe_options),
     "record": ("run a command with superstep markers active", _record_options),
@@ -190,6 +204,8 @@ _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {
                "counterd report --records a b ... across nodes)", _export_options),
     "cluster": ("the Prometheus side of a cluster: cluster targets writes file_sd JSON",
                 _cluster_options),
+    "central": ("administer the central PostgreSQL store: migrate, node ROLE, reader ROLE UID",
+                _central_options),
 }
 
 
@@ -533,6 +549,33 @@ def _report_central(args: argparse.Namespace, fmt: str) -> int:
                          args.out, fmt)
 
 
+def _central(args: argparse.Namespace) -> int:
+    """``counterd central migrate|node|reader``: the administrator's side of the central
+    store (docs/cluster.md)."""
+    from counterd.central import psycopg_module, schema
+
+    psycopg = psycopg_module()
+    try:
+        with psycopg.connect(args.dsn, connect_timeout=10) as conn:
+            if args.action == "migrate":
+                before = schema.schema_version(conn)
+                conn.commit()
+                after = schema.migrate(conn)
+                print(f"counterd central: schema version {before} -> {after}", file=sys.stderr)
+            elif args.action == "node":
+                schema.add_node(conn, args.role)
+                print(f"counterd central: {args.role} may ship records", file=sys.stderr)
+            else:
+                schema.add_reader(conn, args.role, args.uid)
+                print(f"counterd central: {args.role} reads uid {args.uid}'s runs",
+                      file=sys.stderr)
+    except psycopg.Error as exc:
+        raise BadInput(f"central {args.action}: {' '.join(str(exc).split())}",
+                       "connect as the database's owner or an administrator; roles named "
+                       "must exist (CREATE ROLE name LOGIN)") from None
+    return 0
+
+
 def _write_report(text: str, out: Path | None, fmt: str) -> int:
     from counterd.fsutil import atomic_write_text
 
@@ -573,7 +616,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         command = {"probe": _probe, "record": _record, "run": _run, "runs": _runs,
                    "report": _report, "import": _import, "cluster": _cluster,
-                   "export": _export}[args.command]
+                   "export": _export, "central": _central}[args.command]
         if args.command not in ("probe", "record") or (args.command == "record"
                                                         and args.machine is None):
             # record checks COUNTERD_MACHINE itself before the command runs, and loads

@@ -7,6 +7,8 @@
 #              the exposition); the tests skip with the reason without it
 #   iproute2, curl, openssl - the namespace test cluster (ip netns, curl inside a namespace)
 #              and the /metrics TLS tests (a test certificate); they skip with the reason
+#   postgresql - the central store's tests start a throwaway cluster with its binaries
+#              (initdb, pg_ctl under /usr/lib/postgresql/*/bin); they skip with the reason
 set -euo pipefail
 need=()
 # prometheus without its recommends (no node exporter): the tests run their own instance.
@@ -18,6 +20,8 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 \
+  || need+=(postgresql)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 if [ $((${#need[@]} + ${#quiet[@]})) -eq 0 ]; then
   exit 0

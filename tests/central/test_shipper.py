@@ -278,3 +278,31 @@ def test_a_daemon_ships_through_kill9_and_restart_and_its_user_reads_the_run(
     assert "no run 'e2e'" in capsys.readouterr().err
     assert cli.main(["runs", "--central", central.dsn(user="u1001")]) == 0
     assert "no runs" in capsys.readouterr().out
+
+
+def test_the_central_admin_commands(central: Cluster, capsys: pytest.CaptureFixture[str]
+                                    ) -> None:
+    from counterd import cli
+
+    assert cli.main(["central", "migrate", central.dsn()]) == 0
+    assert "schema version 1 -> 1" in capsys.readouterr().err
+    assert cli.main(["central", "reader", central.dsn(), "no_such_role", "5"]) == 2
+    assert "must exist" in capsys.readouterr().err
+    # a node's role cannot make itself a reader
+    assert cli.main(["central", "reader", central.dsn(user=NODE), NODE, "1001"]) == 2
+
+
+def test_central_config_keys(tmp_path: Path) -> None:
+    from counterd.daemon import config
+    from counterd.errors import BadInput
+
+    f = tmp_path / "c.toml"
+    f.write_text('[central]\ndsn = "host=/x dbname=c"\nrole = "node7"\nbatch_size = 50\n'
+                 "max_backlog = 500\ntimeout_s = 3\n")
+    cfg = config.load(f, env={})
+    assert (cfg.central_dsn, cfg.central_role, cfg.central_batch_size, cfg.central_max_backlog,
+            cfg.central_timeout_s) == ("host=/x dbname=c", "node7", 50, 500, 3.0)
+    assert config.load(f, env={"COUNTERD_CENTRAL_MAX_BACKLOG": "900"}).central_max_backlog == 900
+    f.write_text("[central]\nbatch_size = 100\nmax_backlog = 10\n")
+    with pytest.raises(BadInput, match="central.max_backlog"):
+        config.load(f, env={})
