@@ -43,7 +43,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +85,12 @@ class ShipStats:
     last_error: str = ""
     lags: list[float] = field(default_factory=list)  # per shipped record, when kept
     keep_lags: bool = False  # the bench keeps every lag
+    # called after a change (outside ``lock``): the daemon's /metrics cache re-renders then
+    changed: Callable[[], None] | None = None
+
+    def notify(self) -> None:
+        if self.changed is not None:
+            self.changed()
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
@@ -180,6 +186,7 @@ class Shipper:
                         self.stats.connected = False
                         first = self.stats.last_error != exc.args[0]
                         self.stats.last_error = exc.args[0]
+                    self.stats.notify()
                     (log.warning if first else log.debug)(
                         "central store unreachable (%s): retrying in %.1f s, records stay "
                         "queued locally", exc.args[0], delay)
@@ -209,9 +216,11 @@ class Shipper:
     def bound_backlog(self) -> int:
         """Apply ``max_backlog`` (drop the oldest entries past it); returns the backlog."""
         conn = self._local_conn()
-        lo, hi, oldest = conn.execute(
+        # fetchall: a statement left unfinished would hold its read snapshot, and the write
+        # transaction below could then not start once the writer has committed since (WAL)
+        (lo, hi, oldest), = conn.execute(
             "SELECT min(seq), max(seq), (SELECT committed_ns FROM ship_queue ORDER BY seq "
-            "LIMIT 1) FROM ship_queue").fetchone()
+            "LIMIT 1) FROM ship_queue").fetchall()
         backlog = 0 if lo is None else hi - lo + 1
         if backlog > self.settings.max_backlog:
             cut = hi - self.settings.max_backlog  # entries with seq <= cut leave the queue
@@ -230,13 +239,16 @@ class Shipper:
             with self.stats.lock:
                 self.stats.dropped += n
             backlog -= n
-            oldest = conn.execute("SELECT committed_ns FROM ship_queue ORDER BY seq LIMIT 1"
-                                  ).fetchone()
-            oldest = oldest[0] if oldest else None
+            first = conn.execute("SELECT committed_ns FROM ship_queue ORDER BY seq LIMIT 1"
+                                 ).fetchall()
+            oldest = first[0][0] if first else None
         with self.stats.lock:
+            moved = self.stats.backlog != backlog
             self.stats.backlog = backlog
             self.stats.oldest_age_s = (max(0.0, (time.time_ns() - oldest) / 1e9)
                                        if oldest is not None else 0.0)
+        if moved:
+            self.stats.notify()
         return backlog
 
     def ship_once(self) -> int:
@@ -290,6 +302,7 @@ class Shipper:
                 st.lag_s = max(lags)
                 if st.keep_lags:
                     st.lags.extend(lags)
+        st.notify()
         return entries_done
 
     def _ship_one_by_one(self, pg: Any, conn: sqlite3.Connection,

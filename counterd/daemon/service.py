@@ -134,7 +134,7 @@ class Daemon:
         if cfg.central_dsn:
             from counterd.central.shipper import Shipper, ShipSettings, ShipStats
 
-            self.ship_stats = ShipStats()
+            self.ship_stats = ShipStats(changed=self._metrics_changed)
             self._shipper = Shipper(cfg.store_path, ShipSettings(
                 cfg.central_dsn, cfg.central_role, cfg.central_batch_size,
                 cfg.central_max_backlog, cfg.central_timeout_s,
@@ -163,6 +163,12 @@ class Daemon:
                  cfg.socket_path, cfg.source, cfg.store_path, cfg.store_synchronous,
                  self._metrics_urls() or "off")
         sd_notify("READY=1\nSTATUS=serving")
+
+    def _metrics_changed(self) -> None:
+        """What /metrics shows changed outside the metrics state (the central shipper's
+        figures): the exposition cache re-renders."""
+        with self.state.lock:
+            self.state.version += 1
 
     def _sampling_settings(self) -> tuple[Config, Counting]:
         return self.config, self._shared.counting

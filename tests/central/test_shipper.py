@@ -258,7 +258,11 @@ def test_a_daemon_ships_through_kill9_and_restart_and_its_user_reads_the_run(
         d.write_config(config(central.dsn(user=NODE)))  # the database reachable again
         d.start()
         assert _wait_rows(central, 5) == 5
-        assert "counterd_central_backlog " in d.metrics()
+        deadline = time.monotonic() + 5  # /metrics: the lag of the batch, an empty backlog
+        while "counterd_central_lag_seconds " not in (text := d.metrics()) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "counterd_central_lag_seconds " in text and "counterd_central_up 1.0" in text
     finally:
         d.stop()
     with psycopg.connect(central.dsn(), autocommit=True) as conn:
