@@ -114,23 +114,21 @@ $$ SELECT (extract(epoch FROM clock_timestamp()) * 1000000000)::bigint $$;
 CREATE FUNCTION counterd.ship_records(
         uids bigint[], run_ids text[], hosts text[], pids bigint[], idxs bigint[], nodes text[],
         names text[], ranks bigint[], begins bigint[], ends bigint[], bodies text[],
-        committed bigint[]) RETURNS bigint
+        committed bigint[]) RETURNS void
     LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS
 $$
-    WITH done AS (
-        INSERT INTO counterd.records AS r
-            (uid, run_id, host, pid, idx, node, name, rank, begin_ns, end_ns, body,
-             committed_ns, shipped_ns)
-        SELECT u.*, counterd.now_ns()
-        FROM unnest(uids, run_ids, hosts, pids, idxs, nodes, names, ranks, begins, ends,
-                    bodies, committed) AS u
-        ON CONFLICT (uid, run_id, host, pid, idx) DO UPDATE SET
-            node = excluded.node, name = excluded.name, rank = excluded.rank,
-            begin_ns = excluded.begin_ns, end_ns = excluded.end_ns, body = excluded.body,
-            committed_ns = excluded.committed_ns, shipped_ns = excluded.shipped_ns
-        WHERE r.end_ns IS NULL AND excluded.end_ns IS NOT NULL
-        RETURNING 1)
-    SELECT count(*) FROM done
+    -- returns nothing: a node learns nothing of what is stored, not even whether a key was
+    INSERT INTO counterd.records AS r
+        (uid, run_id, host, pid, idx, node, name, rank, begin_ns, end_ns, body,
+         committed_ns, shipped_ns)
+    SELECT u.*, counterd.now_ns()
+    FROM unnest(uids, run_ids, hosts, pids, idxs, nodes, names, ranks, begins, ends,
+                bodies, committed) AS u
+    ON CONFLICT (uid, run_id, host, pid, idx) DO UPDATE SET
+        node = excluded.node, name = excluded.name, rank = excluded.rank,
+        begin_ns = excluded.begin_ns, end_ns = excluded.end_ns, body = excluded.body,
+        committed_ns = excluded.committed_ns, shipped_ns = excluded.shipped_ns
+    WHERE r.end_ns IS NULL AND excluded.end_ns IS NOT NULL
 $$;
 
 CREATE FUNCTION counterd.ship_runs(
