@@ -129,6 +129,10 @@ class Daemon:
     def start(self) -> None:
         cfg = self.config
         self._apply(cfg)  # first: a config refused here (an unusable profile) leaves no store
+        if cfg.central_dsn:  # psycopg missing: BadInput before anything is opened
+            from counterd.central import psycopg_module
+
+            psycopg_module()
         self._store = Store(cfg.store_path, synchronous=cfg.store_synchronous)
         self._store.set_shipping(bool(cfg.central_dsn))
         if cfg.central_dsn:
