@@ -66,6 +66,7 @@ sys.path.insert(0, str(ROOT))
 from bench._host import guarded, host_line  # noqa: E402
 from bench.pilot_forecast import e_of, ensure_profile, extrap_forecasts  # noqa: E402
 from predictor import pilot  # noqa: E402
+from predictor.errors import PredictorError  # noqa: E402
 from predictor.profile import MachineProfile  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
@@ -403,20 +404,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[TargetResult] = []
     forecasts: dict[tuple[str, str], dict[str, Any]] = {}
     walls: dict[str, float | None] = {}
+    failed: dict[str, str] = {}
     for p in progs:
         d = a.work / p.name / "c1"
-        first = campaign(p, "4x", d, a.repeat, profile_arg)
-        walls[p.name] = first.get("campaign_s")
-        forecasts[(p.name, "4x")] = first
-        forecasts[(p.name, "16x")] = from_records(p, "16x", d, a.repeat, profile)
-        ex = None if a.no_extrap else extrap_at(p, d, a.repeat)
+        try:
+            first = campaign(p, "4x", d, a.repeat, profile_arg)
+            walls[p.name] = first.get("campaign_s")
+            forecasts[(p.name, "4x")] = first
+            forecasts[(p.name, "16x")] = from_records(p, "16x", d, a.repeat, profile)
+            ex = None if a.no_extrap else extrap_at(p, d, a.repeat)
+        except (subprocess.CalledProcessError, PredictorError) as exc:  # said, not hidden
+            failed[p.name] = str(exc)
+            log(f"{p.name}: failed: {exc}")
+            continue
         for t in TARGETS:
             results.append(target_result(p.name, t, forecasts[(p.name, t)],
                                          ex[t] if ex else None))
     agreements = []
     for name, t in again:
         p = next(q for q in PROGRAMS if q.name == name)
-        second = campaign(p, t, a.work / name / f"c2-{t}", a.repeat, profile_arg)
+        if name in failed:
+            continue
+        try:
+            second = campaign(p, t, a.work / name / f"c2-{t}", a.repeat, profile_arg)
+        except subprocess.CalledProcessError as exc:
+            failed[f"{name} (second campaign)"] = str(exc)
+            continue
         agreements.append(agreement(forecasts[(name, t)], second, name, t))
     elapsed = time.monotonic() - t_start
 
@@ -425,7 +438,11 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"counted run (callgrind); {a.repeat} checking runs at 4P and at 16P; profile "
           f"{profile.name if profile else 'none'}; {LEVEL:.0%} intervals; this run "
           f"{elapsed / 60:.1f} min (campaigns reused from {a.work} are not re-run)")
+    for name, why in failed.items():
+        print(f"  {name}: FAILED ({why})")
     for p in progs:
+        if p.name in failed:
+            continue
         w = walls[p.name]
         print(f"  {p.name}: pilots {', '.join(f'{x:g}' for x in p.pilots)}"
               f"{', 2 processes' if p.parallel else ''}; campaign "
@@ -454,7 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.json:
         a.json.write_text(json.dumps({"host": host_line(), "results": [asdict(r) for r in results],
                                       "agreements": [asdict(g) for g in agreements],
-                                      "campaign_s": walls}, indent=1))
+                                      "campaign_s": walls, "failed": failed}, indent=1))
     return 0
 
 
