@@ -36,7 +36,7 @@ def canned(steps: list[tuple[str, float, float, float, float, float]], target: f
                     "check": {"work": _comparison(p, lo, hi, t),
                               "span": _comparison(p + 1e-3, lo, hi + 1e-3, t + 1e-3)},
                     "measured": {"work_s": t, "span_s": t + 1e-3, "skew_s": 0.0}})
-    total = [sum(s[k] for s in steps) for k in range(1, 5)]
+    total = [sum(float(s[k]) for s in steps) for k in range(1, 5)]
     return {"target": target, "supersteps": out,
             "total": {"predicted_s": total[0], "interval_s": total[1:3],
                       "time_only_s": sum(s[5] for s in steps),
