@@ -115,3 +115,29 @@ def test_the_suite_is_at_least_twelve_programs_two_of_each_parallel_kind() -> No
     for p in suite.PROGRAMS:
         assert all(float(x).is_integer() for x in p.pilots)  # the programs take integers
         assert p.pilots[-1] == p.largest and p.target("16x") == 16 * p.largest
+
+
+def test_main_prints_one_table_from_the_campaigns(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The run's glue on canned campaigns (no program runs): every program at 4x and 16x, the
+    second campaigns, the 1 s campaign's wall time, and a failed program said, not hidden."""
+    def campaign(prog: suite.Program, label: str, d: Path, repeat: int,
+                 profile: str | None) -> dict[str, Any]:
+        if prog.name == "cg":
+            raise suite.subprocess.CalledProcessError(2, ["predict"])
+        return {**canned(STEPS, prog.target(label)), "campaign_s": 90.0 if "c2" in d.name
+                else 60.0}
+
+    monkeypatch.setattr(suite, "campaign", campaign)
+    monkeypatch.setattr(suite, "from_records", lambda p, label, *a: canned(STEPS, p.target(label)))
+    monkeypatch.setattr(suite, "extrap_at", lambda *a: {"4x": [0.011, 0.06, 0.002],
+                                                        "16x": [None, None, None]})
+    assert suite.main(["--quick", "--no-profile", "--work", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "cg: FAILED" in out and out.count("\ngroupby_python  4x ") == 1
+    assert len([x for x in out.splitlines() if x.startswith(("matmul ", "wordcount "))]) == 4
+    assert "groupby_python at 4x: totals 42 ms" in out
+    assert "a campaign of a ~1 s program" not in out  # --quick: the 4x second campaign only
+    assert suite.main(["--only", "histogram_spmd", "--no-profile", "--work", str(tmp_path)]) == 0
+    assert "a campaign of a ~1 s program (histogram_spmd" in capsys.readouterr().out
