@@ -27,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _host import host_line  # noqa: E402
 
+from counterd.clocks import CLOCK_FORMAT  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 GOAL_MB = 200
@@ -38,7 +40,8 @@ def build(directory: Path, target_bytes: int) -> tuple[Path, int]:
     subprocess.run([str(BIN / "counterd"), "record", "--backend", "sim", "--out", str(seed),
                     "--", sys.executable, str(ROOT / "examples" / "bsp_sum.py")],
                    check=True, capture_output=True)
-    base = [json.loads(line) for line in seed.read_text().splitlines() if line.strip()]
+    base = [d for d in (json.loads(line) for line in seed.read_text().splitlines()
+                        if line.strip()) if d.get("format") != CLOCK_FORMAT]  # records only
     steps = max(r["index"] for r in base) + 1
     out = directory / "big.jsonl"
     written = count = 0

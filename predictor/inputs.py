@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from counterd.clocks import CLOCK_FORMAT
 from counterd.errors import BadInput as CounterdBadInput
 from counterd.events import NAMES
 from counterd.fsutil import bounded_lines
@@ -387,6 +388,8 @@ def _records_steps(lines: Iterable[str | bytes], path: str) -> Iterator[Step]:
         except Malformed as exc:
             raise BadInput(f"{where} is not JSON ({exc})",
                            "give the JSON lines written by `counterd record`") from None
+        if isinstance(d, dict) and d.get("format") == CLOCK_FORMAT:
+            continue  # the recorder's clock-domain line (counterd.clocks), not a record
         if isinstance(d, dict) and (d.get("format") not in (None, RECORD_FORMAT)
                                     or "index" not in d or "counters" not in d):
             err = not_a_record(d)  # another file of this project, or of another tool
