@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from counterd import launch, recording, spool
+from counterd import launch, recording, spool, wire
 from counterd.errors import BadInput
 from counterd.records import SuperstepRecord
 
@@ -232,7 +232,7 @@ def test_a_file_truncated_while_read_ends_where_it_ends(
     else:
         w = spool.MappedWriter(path)
         for i in range(100):
-            w.append(spool.protocol.encode(spool.protocol.FrameType.RECORD,
+            w.append(wire.encode(wire.FrameType.RECORD,
                                            {"s": i + 1, "rec": SuperstepRecord.from_json(
                                                _json(_record_line(i))).to_json()}))
         w.close()
@@ -277,7 +277,7 @@ def test_frames_shorter_than_their_head_says_are_read_to_the_end_and_said(
         spool_dir: Path) -> None:
     path = spool_dir / "1.frames"
     w = spool.MappedWriter(path)
-    w.append(spool.protocol.encode(spool.protocol.FrameType.RECORD, {
+    w.append(wire.encode(wire.FrameType.RECORD, {
         "s": 1, "rec": SuperstepRecord.from_json(_json(_record_line(5))).to_json()}))
     size = spool.HEAD_BYTES + w.committed
     w.close()

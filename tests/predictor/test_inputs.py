@@ -22,7 +22,7 @@ def test_canonical_names_match_counterd():
 # import-linter contract in pyproject.toml checks the imports, this checks what is loaded).
 COUNTERD_DATA_MODULES = {"counterd", "counterd.records", "counterd.events", "counterd.errors",
                          "counterd.machine", "counterd.host", "counterd.fsutil",
-                         "counterd.units", "counterd.cliutil"}
+                         "counterd.units", "counterd.cliutil", "counterd.clocks"}
 
 
 def test_predictor_loads_only_counterd_data_modules():
