@@ -38,15 +38,11 @@ SUMMARIES: dict[str, Callable[[np.ndarray], float]] = {
 DISTURBED = frozenset({"unstable", "steal", "preempted"})
 
 
-@dataclass(frozen=True)
-class Floor:
-    """E between two measurements of the same patterns, summarised one way."""
+class _Ratios:
+    """Average, maximum and worst of a set of error ratios ``e`` named by ``names``."""
 
-    summary: str
-    how: str  # "two runs" or "halves of one run"
     names: tuple[str, ...]
     e: tuple[float, ...]
-    disturbed: tuple[bool, ...]  # a measurement flagged unstable, steal or preempted
 
     @property
     def average(self) -> float:
@@ -59,6 +55,17 @@ class Floor:
     def worst(self, k: int = 3) -> list[tuple[str, float]]:
         order = np.argsort(self.e)[::-1][:k]
         return [(self.names[i], self.e[i]) for i in order]
+
+
+@dataclass(frozen=True)
+class Floor(_Ratios):
+    """E between two measurements of the same patterns, summarised one way."""
+
+    summary: str
+    how: str  # "two runs" or "halves of one run"
+    names: tuple[str, ...]
+    e: tuple[float, ...]
+    disturbed: tuple[bool, ...]  # a measurement flagged unstable, steal or preempted
 
     def undisturbed(self) -> Floor:
         """The floor over the patterns neither measurement flagged as disturbed
@@ -130,7 +137,7 @@ def for_validation(results: Results, second: Results | None = None) -> Floor | N
 # -- what counts can explain ------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Explained:
+class Explained(_Ratios):
     """E of the best nonnegative sum of ``terms`` fitted on the very steps it is judged on."""
 
     terms: tuple[str, ...]
@@ -138,18 +145,6 @@ class Explained:
     names: tuple[str, ...]
     e: tuple[float, ...]
     converged: bool
-
-    @property
-    def average(self) -> float:
-        return float(np.mean(self.e))
-
-    @property
-    def maximum(self) -> float:
-        return float(np.max(self.e))
-
-    def worst(self, k: int = 3) -> list[tuple[str, float]]:
-        order = np.argsort(self.e)[::-1][:k]
-        return [(self.names[i], self.e[i]) for i in order]
 
 
 def _ratios(X: list[np.ndarray], t: np.ndarray, c: np.ndarray

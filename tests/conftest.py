@@ -22,7 +22,8 @@ import pytest
 from counterd import machine
 from counterd.errors import BadInput
 from counterd.markers import api as superstep
-from tests import machine_files
+from tests import _postgres, machine_files
+from tests._postgres import Cluster, truncate
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -114,3 +115,18 @@ def _outside_a_batch_job() -> Iterator[None]:
     saved = {k: os.environ.pop(k) for k in BATCH_JOB_VARS if k in os.environ}
     yield
     os.environ.update(saved)
+
+
+# A throwaway PostgreSQL, started once per module that asks for it (the central store's tests
+# and its hostile tests); `central` empties its tables for each test.
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[Cluster]:
+    with _postgres.cluster() as c:
+        yield _postgres.migrated(c)
+
+
+@pytest.fixture
+def central(pg: Cluster) -> Cluster:
+    truncate(pg)
+    return pg

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,20 +19,7 @@ import pytest
 from counterd.central.shipper import Shipper, ShipSettings
 from counterd.daemon.store import RunInfo, Store
 from counterd.records import SuperstepRecord
-from tests import _postgres
-from tests._postgres import ADMIN, NODE, Cluster, count, truncate
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[Cluster]:
-    with _postgres.cluster() as c:
-        yield _postgres.migrated(c)
-
-
-@pytest.fixture
-def central(pg: Cluster) -> Cluster:
-    truncate(pg)
-    return pg
+from tests._postgres import ADMIN, NODE, Cluster, count
 
 
 def rec(index: int, run: str = "job-1", host: str = "n1", end: int | None = 6_000,

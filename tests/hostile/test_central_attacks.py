@@ -22,20 +22,7 @@ import pytest
 from counterd.central.shipper import Shipper, ShipSettings, _Down
 from counterd.daemon.store import RunInfo, Store
 from counterd.records import SuperstepRecord
-from tests import _postgres
-from tests._postgres import NODE, Cluster, count, truncate
-
-
-@pytest.fixture(scope="module")
-def pg() -> Iterator[Cluster]:
-    with _postgres.cluster() as c:
-        yield _postgres.migrated(c)
-
-
-@pytest.fixture
-def central(pg: Cluster) -> Cluster:
-    truncate(pg)
-    return pg
+from tests._postgres import NODE, Cluster, count
 
 
 def rec(index: int, run: str = "r", name: str = "step", host: str = "n1") -> SuperstepRecord:
