@@ -180,6 +180,13 @@ def test_a_user_is_answered_with_their_own_runs_only(two_users_store: Path) -> N
     assert ftype is FrameType.ERROR and p["code"] == "forbidden" and p["s"] == 1
     ftype, p = _queries.answer(queries, {"s": 2, "what": "records", "run_id": "bobs"}, ALICE)
     assert ftype is FrameType.ERROR and p["code"] == "no_such_run"
+    # the clock QUERY (one run across nodes) is scoped the same way
+    ftype, p = _queries.answer(queries, {"s": 3, "what": "clock", "run_id": "bobs"}, ALICE)
+    assert ftype is FrameType.ERROR and p["code"] == "no_such_run"
+    ftype, p = _queries.answer(queries, {"s": 4, "what": "clock", "uid": 1000}, BOB)
+    assert ftype is FrameType.ERROR and p["code"] == "forbidden"
+    ftype, p = _queries.answer(queries, {"s": 5, "what": "clock", "run_id": "bobs"}, BOB)
+    assert ftype is FrameType.RESULT, p
     queries.close()
 
 
