@@ -53,7 +53,19 @@ def summary(report: dict[str, Any], pilot: dict[str, Any]) -> list[str]:
     steps = report["supersteps"]
     rated = [s for s in steps if s.get("error_ratio") is not None]
     e = report["error_ratio"]
-    if rated and e.get("average") is not None:
+    names = report.get("by_name") or []
+    by_name = report.get("name_error_ratio")
+    if by_name and by_name.get("repeated"):
+        # An iterative run: each name is judged by the median of its occurrences (one
+        # occurrence's time varies from one to the next; counterd report says so).
+        runs = sorted({n["occurrences"] for n in names})
+        each = f"{runs[0]}" if len(runs) == 1 else f"{runs[0]}-{runs[-1]}"
+        first = (f"summary: {len(names)} of {len({s['name'] for s in steps})} supersteps "
+                 f"predicted by the F calibrated on this host, each run {each} times: its "
+                 f"median work against F, average E {by_name['average']:.2f}, worst "
+                 f"{by_name['maximum']:.2f} ({by_name['maximum_at']}); one run at a time, "
+                 f"average {e['average']:.2f}, worst {e['maximum']:.2f}; {E_NOTE}")
+    elif rated and e.get("average") is not None:
         worst = steps[e["maximum_at"]]["name"] if e.get("maximum_at") is not None else "?"
         first = (f"summary: {len(rated)} of {len(steps)} supersteps predicted by the F "
                  f"calibrated on this host: average E {e['average']:.2f}, worst "

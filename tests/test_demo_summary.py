@@ -15,7 +15,7 @@ import pytest
 from counterd import report
 from predictor import pilot
 from predictor.inputs import Step
-from tests.report.test_report import predict, records
+from tests.report.test_report import iterated_records, predict, records, two_and_a_half_ms
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "demo_summary.py"
 SIZES = [1e5, 2e5, 4e5]
@@ -105,3 +105,15 @@ def test_files_in_the_wrong_place_or_not_json_are_one_line_and_exit_2(tmp_path, 
         assert p.returncode == 2 and says in p.stderr and p.stderr.count("\n") == 1, p.stderr
         assert p.stdout == ""
 
+
+
+def test_an_iterated_run_is_summarised_by_each_names_median(tmp_path, monkeypatch, capsys):
+    rep = report.build(iterated_records(), predict=two_and_a_half_ms)
+    path = tmp_path / "report.json"
+    path.write_text(report.render(rep, "json"))
+    p = _run(path, _pilot_json(tmp_path, monkeypatch, capsys))
+    assert p.returncode == 0, p.stderr
+    first = next(ln for ln in p.stdout.splitlines() if ln.startswith("summary: "))
+    assert ("2 of 2 supersteps predicted by the F calibrated on this host, each run 4 times: "
+            "its median work against F, average E 1.30, worst 1.60 (swap); one run at a time, "
+            "average 1.87, worst 3.60") in first

@@ -228,6 +228,26 @@ def _flags_legend(rep: Report, verbose: bool) -> str:
     return out
 
 
+def _names_table(rep: Report) -> str:
+    """Each superstep name over its occurrences, where names repeat ("" otherwise)."""
+    if not rep.repeated:
+        return ""
+    body = [[_td(_esc(n.name), "l name"), _td(str(n.first_index), "num"),
+             _td(str(n.occurrences), "num"),
+             _td(_seconds(n.work_ns / 1e9), "num"), _td(_seconds(n.low_ns / 1e9), "num"),
+             _td(_seconds(n.high_ns / 1e9), "num"), _td(_seconds(n.predicted_s), "num"),
+             _td(_ratio(n.error_ratio), "num")] for n in rep.by_name]
+    table = _table([_th("superstep"), _th("first", cls="num"), _th("occurrences", cls="num"),
+                    _th("work", "median", "num"), _th("least", cls="num"),
+                    _th("most", cls="num"), _th("F", "median", "num"), _th("E", cls="num")],
+                   body)
+    return f"""<section><h2>Per superstep name</h2>
+{table}
+<p class="note">{_esc(rep.name_error_note()[:1].upper() + rep.name_error_note()[1:])}.</p>
+</section>
+"""
+
+
 def render_html(rep: Report, *, verbose: bool = False) -> str:
     rows = rep.rows
     times = [r.time_ns for r in rows if r.time_ns is not None]
@@ -247,6 +267,11 @@ def render_html(rep: Report, *, verbose: bool = False) -> str:
     if rated is not None and rated != summary:
         cards.insert(4, (f"{rated[0]:.2f} / {rated[1]:.2f}", "E avg / max without supersteps "
                          f"whose work is under {_seconds(rep.short_ns / 1e9)}"))
+    name_summary = rep.name_error_summary() if rep.repeated else None
+    if name_summary is not None:
+        cards.insert(4, (f"{name_summary[0]:.2f} / {name_summary[1]:.2f}",
+                         "E avg / max per superstep name (median work of its occurrences "
+                         f"against median F); max: {name_summary[2].name}"))
     skewed = rep.skewed()
     if skewed:
         cards.append((f"{len(skewed)}", f"supersteps flagged {START_SKEW}"))
@@ -306,7 +331,7 @@ them at the barrier.{
 F2: the bus shared by all processors; F3: the busiest memory bank (Amato et al., "Predicting
 performance on SMPs"). The full-colour bar is the term that sets F = max(F1, F2, F3).</p>
 </section>
-<section><h2>Supersteps</h2>
+{_names_table(rep)}<section><h2>Supersteps</h2>
 {_steps_table(rep, verbose)}
 {_flags_legend(rep, verbose)}
 <p class="note">Work: the slowest processor's own time; span: max end minus min begin over the

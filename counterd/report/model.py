@@ -38,6 +38,7 @@ F3), the BSP bounds the profile provides, the dominating term and the error rati
 from __future__ import annotations
 
 import math
+import statistics
 from array import array
 from collections import defaultdict
 from collections.abc import Iterable
@@ -347,6 +348,69 @@ class Report:
                      + ("none left" if rated is None else
                         f"average {rated[0]:.2f}, maximum {rated[1]:.2f}"))
         return text
+
+    @cached_property
+    def by_name(self) -> tuple[NameSummary, ...]:
+        """Each superstep name with a predicted occurrence, in the order of first occurrence
+        (:class:`NameSummary`)."""
+        groups: dict[str, list[tuple[int, int, float]]] = {}
+        for r in self.rows:
+            work = r.slowest_work_ns
+            if r.prediction is not None and work is not None:
+                groups.setdefault(r.name, []).append((r.index, work, r.prediction.total_s))
+        return tuple(
+            NameSummary(name, occ[0][0], len(occ), statistics.median(w for _, w, _ in occ),
+                        min(w for _, w, _ in occ), max(w for _, w, _ in occ),
+                        statistics.median(f for _, _, f in occ))
+            for name, occ in groups.items())
+
+    @property
+    def repeated(self) -> bool:
+        """Whether some superstep name has several predicted occurrences (the report then
+        also judges each name by its median: :attr:`by_name`)."""
+        return any(n.occurrences > 1 for n in self.by_name)
+
+    def name_error_summary(self) -> tuple[float, float, NameSummary] | None:
+        """Average and maximum E over :attr:`by_name`, and the name with the maximum."""
+        rated = [(e, n) for n in self.by_name if (e := n.error_ratio) is not None]
+        if not rated:
+            return None
+        worst = max(rated, key=lambda x: x[0])
+        return sum(e for e, _ in rated) / len(rated), worst[0], worst[1]
+
+    def name_error_note(self) -> str:
+        """One line on E per superstep name where names repeat; "" otherwise."""
+        summary = self.name_error_summary()
+        if not self.repeated or summary is None:
+            return ""
+        return (f"per superstep name, the median work of its occurrences against the median "
+                f"F: average E {summary[0]:.2f}, maximum {summary[1]:.2f} "
+                f"({summary[2].name}); one occurrence's work varies from one to the next, "
+                "the median is the superstep's typical time")
+
+
+@dataclass(frozen=True)
+class NameSummary:
+    """One superstep name of the run, over its predicted occurrences (an iterative program
+    runs the same supersteps again and again): the median work against the median F.
+
+    One occurrence's work on a shared or virtual host varies by tens of percent from one
+    occurrence to the next (a neighbour's burst, a late wake-up); the median of several is
+    the superstep's typical time, the figure a prediction is fairly judged against (as
+    pyperf judges a benchmark by many values, not by one)."""
+
+    name: str
+    first_index: int  # the index of its first occurrence
+    occurrences: int  # predicted occurrences with a work time
+    work_ns: float  # the median of their work (the slowest processor's own time)
+    low_ns: int  # the least and the most work of one occurrence
+    high_ns: int
+    predicted_s: float  # the median of their F
+
+    @property
+    def error_ratio(self) -> float | None:
+        """E of the median work against the median F."""
+        return error_ratio(self.work_ns / 1e9, self.predicted_s)
 
 
 _I = TypeVar("_I")

@@ -87,6 +87,17 @@ def render_text(rep: Report, *, verbose: bool = False) -> str:
                    "explains them): " + ", ".join(hidden))
     if note := rep.error_note():
         out.append(note)
+    if rep.repeated:
+        out += ["", "per superstep name: the median work of its occurrences (least - most) "
+                    "against the median F"]
+        out.append(f"{'first':>5} {'superstep':<20} {'n':>4} {'work':>9} {'least':>9} "
+                   f"{'most':>9} {'F':>9} {'E':>6}")
+        for n in rep.by_name:
+            out.append(f"{n.first_index:>5} {n.name[:20]:<20} {n.occurrences:>4} "
+                       f"{_time(n.work_ns / NS_PER_S):>9} {_ns(n.low_ns):>9} "
+                       f"{_ns(n.high_ns):>9} {_time(n.predicted_s):>9} "
+                       f"{_ratio(n.error_ratio):>6}")
+        out.append(rep.name_error_note())
     out.append("times: " + rep.TIMES)
     if note := rep.skew_note():
         out.append(note)
@@ -130,6 +141,7 @@ def to_json(rep: Report) -> dict[str, Any]:
         }
 
     summary, rated, worst = rep.error_summary(), rep.error_summary(rated=True), rep.worst_error()
+    name_summary = rep.name_error_summary()
     # format 2: time_s became span_s beside slowest_work_s and skew_s; E is against the work.
     return {"format": 2, "source": rep.source, "runs": list(rep.runs), "hosts": list(rep.hosts),
             "backends": list(rep.backends), "prediction_note": rep.prediction_note,
@@ -141,7 +153,16 @@ def to_json(rep: Report) -> dict[str, Any]:
                 "rated": None if rated is None else {"average": rated[0], "maximum": rated[1],
                                                      "short_s": rep.short_ns / NS_PER_S}},
             "error_note": rep.error_note(),
-            "supersteps": [row(r) for r in rep.rows]}
+            "supersteps": [row(r) for r in rep.rows],
+            # each name over its predicted occurrences: median work against median F
+            "by_name": [{"name": n.name, "first_index": n.first_index,
+                         "occurrences": n.occurrences, "work_s": n.work_ns / NS_PER_S,
+                         "least_work_s": n.low_ns / NS_PER_S,
+                         "most_work_s": n.high_ns / NS_PER_S, "F_s": n.predicted_s,
+                         "error_ratio": n.error_ratio} for n in rep.by_name],
+            "name_error_ratio": None if name_summary is None else {
+                "average": name_summary[0], "maximum": name_summary[1],
+                "maximum_at": name_summary[2].name, "repeated": rep.repeated}}
 
 
 def render_json(rep: Report) -> str:

@@ -423,3 +423,63 @@ def test_a_row_flagged_exception_shows_what_was_raised(tmp_path: Path,
            if r.rank == 1]
     row = report.build(one).rows[0]
     assert row.exception_note() == long[:57] + "..." and row.exception_note(short=False) == long
+
+
+def iterated_records() -> list[SuperstepRecord]:
+    """Two names run four times each (an iterative program): ``scan``'s work 1, 2, 3 and 9 ms
+    (one occurrence slowed), ``swap``'s 4 ms every time; two processors, rank 1 half rank 0's."""
+    out = []
+    works = {"scan": [1, 2, 3, 9], "swap": [4, 4, 4, 4]}
+    index = 0
+    for it in range(4):
+        for name in ("scan", "swap"):
+            for rank in range(2):
+                dur = works[name][it] * 1_000_000 // (1 + rank)
+                begin = index * 100_000_000
+                out.append(SuperstepRecord(
+                    run_id="it", index=index, name=name, rank=rank, pid=100 + rank, cpu=rank,
+                    begin_ns=begin, end_ns=begin + dur,
+                    counters={"l1d_misses": CounterValue(1_000, Source.SIMULATED)},
+                    backend="sim", host="h"))
+            index += 1
+    return out
+
+
+def two_and_a_half_ms(recs: Sequence[SuperstepRecord]) -> Prediction:
+    terms = {"F1": 2.5e-3, "F2": 1e-3, "F3": 0.0}
+    return Prediction(terms, 2.5e-3, {})
+
+
+def test_repeated_names_are_judged_by_their_median_work() -> None:
+    rep = report.build(iterated_records(), predict=two_and_a_half_ms)
+    assert rep.repeated
+    scan, swap = rep.by_name
+    assert (scan.name, scan.first_index, scan.occurrences) == ("scan", 0, 4)
+    assert scan.work_ns == 2_500_000  # median of 1, 2, 3, 9 ms: the slowed one does not count
+    assert (scan.low_ns, scan.high_ns) == (1_000_000, 9_000_000)
+    assert scan.error_ratio == pytest.approx(1.0)
+    assert swap.work_ns == 4_000_000 and swap.error_ratio == pytest.approx(4 / 2.5)
+    avg, worst, at = rep.name_error_summary() or (0, 0, None)
+    assert avg == pytest.approx((1 + 1.6) / 2) and worst == pytest.approx(1.6) and at is swap
+    # one occurrence at a time, the slowed scan (9 ms against 2.5) is the maximum
+    assert rep.error_summary() is not None and rep.error_summary()[1] == pytest.approx(9 / 2.5)
+    text = report.render(rep, "text")
+    assert "per superstep name" in text
+    assert re.search(r"0 scan\s+4\s+2\.50 ms\s+1\.00 ms\s+9\.00 ms\s+2\.50 ms\s+1\.00", text)
+    assert "average E 1.30, maximum 1.60 (swap)" in text
+    doc = json.loads(report.render(rep, "json"))
+    assert [n["name"] for n in doc["by_name"]] == ["scan", "swap"]
+    assert doc["by_name"][0]["work_s"] == pytest.approx(2.5e-3)
+    assert doc["name_error_ratio"] == {"average": pytest.approx(1.3), "maximum":
+                                       pytest.approx(1.6), "maximum_at": "swap",
+                                       "repeated": True}
+    html = report.render(rep, "html")
+    assert "Per superstep name" in html and "1.30 / 1.60" in html
+
+
+def test_names_that_never_repeat_add_no_per_name_view() -> None:
+    rep = report.build(records(), predict=predict)
+    assert not rep.repeated and len(rep.by_name) == 3
+    assert "per superstep name" not in report.render(rep, "text")
+    assert "Per superstep name" not in report.render(rep, "html")
+    assert json.loads(report.render(rep, "json"))["name_error_ratio"]["repeated"] is False
