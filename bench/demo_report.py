@@ -4,9 +4,11 @@ Each round runs `make demo OUT=DIR` (the Makefile's demo target, the very comman
 runs, install excluded: the venv must exist) into a directory of its own, and reads what it
 wrote: the report's JSON (``example.json``) and the pilot forecast's (``pilot.json``). It prints
 per round every superstep's work, F and E, the report's average and maximum E, the forecast's
-E at the target, and how long the round took. ``--calibrate once`` runs the whole demo in the
-first round only, and in the others records and reports the example again with that profile:
-the example's spread alone.
+E at the target, and how long the round took. Where the example runs its supersteps several
+times (the Makefile's ``DEMO_ITERATIONS``), E is the report's per name: the median work of a
+name's occurrences against its median F (one at a time beside it). ``--calibrate once`` runs
+the whole demo in the first round only, and in the others records and reports the example
+again with that profile: the example's spread alone.
 
     python bench/demo_report.py [--rounds 3] [--calibrate each|once] [--keep DIR]
 
@@ -41,6 +43,15 @@ def _run(*cmd: str) -> str:
     return proc.stdout
 
 
+def _makefile_var(name: str) -> str:
+    """The value of ``name := value`` in the Makefile (the demo's own settings)."""
+    for line in (ROOT / "Makefile").read_text().splitlines():
+        key, sep, value = line.partition(":=")
+        if sep and key.strip() == name:
+            return value.strip()
+    raise SystemExit(f"the Makefile sets no {name}")
+
+
 def round_(out: Path, calibrate: bool) -> tuple[dict[str, Any], dict[str, Any] | None, float]:
     """(report JSON, pilot JSON or None, seconds) of one round into ``out``."""
     t0 = time.monotonic()
@@ -49,7 +60,8 @@ def round_(out: Path, calibrate: bool) -> tuple[dict[str, Any], dict[str, Any] |
         pilot = json.loads((out / "pilot.json").read_text())
     else:  # the demo's record and report commands, with the first round's profile
         _run(str(BIN / "counterd"), "record", "--backend", "sim", "--out",
-             str(out / "example.jsonl"), "--", sys.executable, "examples/bsp_sum.py")
+             str(out / "example.jsonl"), "--", sys.executable, "examples/bsp_sum.py",
+             "4000000", "0", _makefile_var("DEMO_ITERATIONS"))
         _run(str(BIN / "counterd"), "report", "--records", str(out / "example.jsonl"),
              "--profile", str(out / "node.toml"), "--format", "json", "--out",
              str(out / "example.json"))
@@ -75,20 +87,30 @@ def main() -> int:
             out.mkdir(parents=True, exist_ok=True)
             rep, pilot, took = round_(out, a.calibrate == "each" or r == 0)
             steps = rep["supersteps"]
+            er, by_name = rep["error_ratio"], rep.get("name_error_ratio") or {}
             rows = []
-            for s in steps:
-                pred = s["prediction"]
-                f = "-" if pred is None else f"{pred['F_s'] * 1e3:.2f}"
-                e = "-" if s["error_ratio"] is None else f"{s['error_ratio']:.2f}"
-                rows.append(f"{s['name']} {s['slowest_work_s'] * 1e3:.2f}/{f} ms E {e}")
-            er = rep["error_ratio"]
+            if by_name.get("repeated"):  # each name: median work / median F over its runs
+                for n in rep["by_name"]:
+                    e = "-" if n["error_ratio"] is None else f"{n['error_ratio']:.2f}"
+                    rows.append(f"{n['name']} x{n['occurrences']} {n['work_s'] * 1e3:.2f}/"
+                                f"{n['F_s'] * 1e3:.2f} ms E {e}")
+                judged = (by_name["average"], by_name["maximum"])
+                each = f" (one at a time {er['average']:.2f} / {er['maximum']:.2f})"
+            else:
+                for s in steps:
+                    pred = s["prediction"]
+                    f = "-" if pred is None else f"{pred['F_s'] * 1e3:.2f}"
+                    e = "-" if s["error_ratio"] is None else f"{s['error_ratio']:.2f}"
+                    rows.append(f"{s['name']} {s['slowest_work_s'] * 1e3:.2f}/{f} ms E {e}")
+                judged, each = (er["average"], er["maximum"]), ""
             unpredicted = sum(s["prediction"] is None for s in steps)
-            averages.append(er["average"])
-            maxima.append(er["maximum"])
+            averages.append(judged[0])
+            maxima.append(judged[1])
             fc = "" if pilot is None else \
                 f"  forecast E {pilot['total']['check']['work']['E']:.2f}"
-            print(f"round {r + 1}: {took:5.1f} s  avg E {er['average']:.2f} max "
-                  f"{er['maximum']:.2f}  unpredicted {unpredicted}{fc}  | " + "; ".join(rows))
+            print(f"round {r + 1}: {took:5.1f} s  avg E {judged[0]:.2f} max "
+                  f"{judged[1]:.2f}{each}  unpredicted {unpredicted}{fc}  | "
+                  + "; ".join(rows))
     print(f"over {a.rounds} rounds: average E median {statistics.median(averages):.2f} "
           f"(range {min(averages):.2f}-{max(averages):.2f}), maximum E median "
           f"{statistics.median(maxima):.2f} (range {min(maxima):.2f}-{max(maxima):.2f}); "
