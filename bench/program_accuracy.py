@@ -96,6 +96,7 @@ def measure(cs: Sequence[Case], work: Path, repeat: int, features: str) -> None:
             for b in c.backends:
                 out = pilot.record_path(work / c.name, f"counted-{b}", n)
                 if not out.exists():
+                    out.parent.mkdir(parents=True, exist_ok=True)
                     log(f"{c.name} n = {n:g}: counted run ({b})")
                     pilot.record_run(c.template, n, b, out, what=f"counted run ({b})")
 
