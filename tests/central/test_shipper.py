@@ -296,3 +296,22 @@ def test_central_config_keys(tmp_path: Path) -> None:
     f.write_text("[central]\nbatch_size = 100\nmax_backlog = 10\n")
     with pytest.raises(BadInput, match="central.max_backlog"):
         config.load(f, env={})
+
+
+def test_the_central_report_is_the_report_of_its_records_files(central: Cluster,
+                                                                tmp_path: Path) -> None:
+    """The report is built from the central rows in memory; the same rows written as records
+    files (the file convention) give the same report."""
+    from counterd.central import reader
+    from counterd.report import nodes
+
+    store = local_store(tmp_path)
+    store.commit([(rec(i, run="both", host=h, rank=r), RunInfo("j", 1001))
+                  for i in range(3) for r, h in ((0, "n1"), (1, "n2"))])
+    drain(shipper(store, central))
+    dsn = central.dsn(user=ADMIN)
+    files = reader.run_files(dsn, "both", None, tmp_path)
+    assert len(files) == 2
+    from_files = json.loads(nodes.render(nodes.build(files), "json"))
+    in_memory = json.loads(reader.report(dsn, "both", None, "json"))
+    assert in_memory["runs"] == from_files["runs"] and in_memory["runs"][0]["records"] == 6
