@@ -351,3 +351,75 @@ def test_ingest_parameters_go_in_binary_and_awkward_values_land_exactly(
         for r in sorted(recs, key=lambda r: r.index)]
     assert [SuperstepRecord.from_json(json.loads(g[8])) for g in got] == sorted(
         recs, key=lambda r: r.index)
+
+
+def _os_users(c: Cluster) -> list[tuple[str, int, int]]:
+    """Two OS accounts other than root and the PostgreSQL server's (name, uid, gid)."""
+    import pwd
+
+    owner = pwd.getpwnam(c.owner).pw_uid if c.owner else os.getuid()
+    seen: dict[int, tuple[str, int, int]] = {}
+    for p in sorted(pwd.getpwall(), key=lambda p: p.pw_uid):
+        if p.pw_uid not in (0, owner) and p.pw_uid not in seen and p.pw_name.isidentifier():
+            seen[p.pw_uid] = (p.pw_name, p.pw_uid, p.pw_gid)
+    return list(seen.values())[:2]
+
+
+def test_two_real_uids_each_read_only_their_own_rows(central: Cluster, tmp_path: Path) -> None:
+    """Two OS users, authenticated by the kernel (peer authentication on the socket: the
+    server reads the client's uid), each mapped to a reader role for their own uid: each one's
+    query returns their own rows and none of the other's, and neither can log in as the
+    other's role."""
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run queries as two other users")
+    users = _os_users(central)
+    if len(users) < 2:
+        pytest.skip("fewer than two OS accounts besides root and PostgreSQL's")
+    (name_a, uid_a, gid_a), (name_b, uid_b, gid_b) = users
+    import psycopg
+
+    from counterd.central import schema
+
+    store = local_store(tmp_path)
+    store.commit([(rec(i, run="a-run"), RunInfo("j", uid_a)) for i in range(3)]
+                 + [(rec(i, run="b-run"), RunInfo("j", uid_b)) for i in range(2)])
+    drain(shipper(store, central))
+    hba, ident = central.datadir / "pg_hba.conf", central.datadir / "pg_ident.conf"
+    saved = hba.read_text(), ident.read_text()
+    with psycopg.connect(central.dsn(), autocommit=True) as conn:
+        for role, uid in (("os_a", uid_a), ("os_b", uid_b)):
+            conn.execute(f"DO $$ BEGIN CREATE ROLE {role} LOGIN; "
+                         "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+            schema.add_reader(conn, role, uid)
+
+        def reload() -> None:
+            conn.execute("SELECT pg_reload_conf()")
+
+        def query(uid: int, gid: int, role: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+                 str(central.bindir / "psql"), "-X", "-A", "-t", "-h", str(central.sockdir),
+                 "-p", "5432", "-U", role, "-d", "counterd", "-c",
+                 "SELECT uid || ' ' || run_id FROM counterd.records ORDER BY 1"],
+                capture_output=True, text=True, timeout=30, cwd="/")
+
+        try:
+            hba.write_text("local all os_a,os_b peer map=realusers\n" + saved[0])
+            ident.write_text(saved[1] + f"realusers {name_a} os_a\nrealusers {name_b} os_b\n")
+            reload()
+            deadline = time.monotonic() + 10
+            while query(uid_a, gid_a, "os_b").returncode == 0:  # the old rules: trust
+                assert time.monotonic() < deadline, "pg_hba.conf was not reloaded"
+                time.sleep(0.1)
+            a, b = query(uid_a, gid_a, "os_a"), query(uid_b, gid_b, "os_b")
+            assert a.returncode == 0 and b.returncode == 0, (a.stderr, b.stderr)
+            assert a.stdout.split("\n")[:-1] == [f"{uid_a} a-run"] * 3
+            assert b.stdout.split("\n")[:-1] == [f"{uid_b} b-run"] * 2
+            refused = query(uid_b, gid_b, "os_a")
+            assert refused.returncode != 0 and "authentication failed" in refused.stderr
+        finally:
+            hba.write_text(saved[0])
+            ident.write_text(saved[1])
+            reload()
