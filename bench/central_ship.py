@@ -145,10 +145,10 @@ def main() -> int:
     print(host_line(), flush=True)
     net: Any = None
     if args.link_down:
-        from netns_cluster import NET, Cluster, why_not
+        from netns_cluster import NET, Cluster, _why_not
 
-        reason = why_not()
-        if reason and "prometheus" not in reason:
+        reason = _why_not((), ["--net"])  # root, ip, unshare: network namespaces
+        if reason:
             print(f"central_ship: --link-down: {reason}", file=sys.stderr)
             return 2
         nettmp = tempfile.mkdtemp(prefix="counterd-central-net-")
