@@ -24,7 +24,8 @@ Disruptions (each at a third of the run; combine them or run one at a time):
 Lag of a record: the central row's ``shipped_ns`` (the database's wall clock at the insert, in
 the shipping transaction) less its ``committed_ns`` (the node's wall clock at the local commit;
 one machine, one wall clock), for every row; and the shipper's own (local commit to the
-central commit returning) for the processes that were not killed. Reported for all rows and
+central commit returning) for the processes that were not killed, with the CPU its thread
+spent a row. Reported for all rows and
 for the undisturbed nodes' rows. Rows/s: central rows over the time from the first local
 commit to the last central insert. The central rows are checked against every expected
 (node, rank, superstep): missing, and duplicates (rows less distinct keys). All nodes share
@@ -89,7 +90,7 @@ def _node(i: int, dsn: str, ranks: int, steps: int, step_s: float, tmp: str,
     shipper = Shipper(store.path, ShipSettings(dsn, node=f"node{i}", retry_min_s=0.1,
                                                retry_max_s=1.0))
     shipper.stats.keep_lags = True
-    shipper.start()
+    thread = shipper.start()
     while time.time() < start_at:
         time.sleep(0.001)
     first = time.time_ns()
@@ -106,9 +107,19 @@ def _node(i: int, dsn: str, ranks: int, steps: int, step_s: float, tmp: str,
         if time.monotonic() > deadline:
             break
         time.sleep(0.02)
+    cpu = _thread_cpu_s(thread.native_id)
     shipper.stop()
     st = shipper.stats
-    out.put((i, first, time.time_ns(), list(st.lags), st.shipped, st.failures, st.batches))
+    out.put((i, first, time.time_ns(), list(st.lags), st.shipped, st.failures, st.batches, cpu))
+
+
+def _thread_cpu_s(tid: int | None) -> float:
+    """CPU time (user + system) of this process's thread ``tid`` so far (nan: unknown)."""
+    try:
+        fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _quantiles(xs: list[float]) -> str:
@@ -249,6 +260,11 @@ def main() -> int:
                  if args.step_ms else "as fast as the nodes commit")
               + f"); batches {sum(r[6] for r in results)}, failed attempts "
               f"{sum(r[5] for r in results)}")
+        kept = [r for r in results if not (args.kill_node and r[0] == 0)]
+        ship_cpu, ship_rows = sum(r[7] for r in kept), sum(r[4] for r in kept)
+        print(f"shipper thread CPU on the nodes: {ship_cpu / max(ship_rows, 1) * 1e6:.0f} us a "
+              f"row ({ship_cpu:.2f} s for {ship_rows} rows, processes not killed; local queue "
+              "reads and deletes, psycopg, waits)")
         report_s, report_cpu = _time_report(c)
         print(f"counterd report --central (administrator's role, the whole run, text): "
               f"{report_s:.2f} s wall, {report_cpu:.2f} s CPU (user + sys), a new process")
