@@ -1,27 +1,48 @@
-"""Shipping to the central store: lag (local commit to central commit) p50/p99 and rows/s.
+"""Shipping to the central store: lag (local commit to central row) p50/p99 and rows/s,
+through the issue's three disruptions.
 
     .venv/bin/python bench/central_ship.py [--hosts 8] [--ranks 2] [--steps 1000]
-        [--step-ms 10] [--restart-db]
+        [--step-ms 10] [--restart-db] [--kill-node] [--link-down SECONDS]
 
 A throwaway PostgreSQL (tests/_postgres.py: initdb in a temporary directory, a unix socket)
 and ``--hosts`` simulated nodes, each a process with its own local store (counterd's Store,
 synchronous=normal) and the daemon's shipper thread (counterd.central.shipper) logging in as
 the node role. Each node commits its ``--ranks`` records of a superstep in one transaction
-(what the daemon's writer does for a group commit) every ``--step-ms``; the shipper runs as in
-the daemon (poll 0.2 s, batch 1000). The lag of a record is the shipper's: the wall time from
-its local commit to the central transaction's commit, on the node's clock. Rows/s: central
-rows over the time from the first local commit to the last central commit. ``--restart-db``
-restarts PostgreSQL (pg_ctl restart -m fast) half-way through. Afterwards the central row
-count is checked against hosts x ranks x steps (exactly, and no duplicates: the key is the
-primary key). All nodes share this host's CPUs with PostgreSQL: on a 2-CPU machine the figure
-is a floor of what separate nodes reach.
+(what the daemon's writer does for a group commit) every ``--step-ms`` (0: as fast as it
+can); the shipper runs as in the daemon (poll 0.2 s, batch 1000, timeout 10 s).
+
+Disruptions (each at a third of the run; combine them or run one at a time):
+
+* ``--restart-db``: PostgreSQL restarted (pg_ctl stop -m fast, start).
+* ``--kill-node``: node 1's process (its writer and shipper) killed with SIGKILL, and 1 s later
+  started again on the same local store: it resumes committing after the last superstep its
+  store holds and its shipper ships what was committed and not shipped.
+* ``--link-down S`` (root): every node in a network namespace of its own (bench/netns_cluster.py:
+  a veth on a bridge), PostgreSQL in another, reached over TCP; node 1's link
+  (``ip link set eth0 down``) down for S seconds.
+
+Lag of a record: the central row's ``shipped_ns`` (the database's wall clock at the insert, in
+the shipping transaction) less its ``committed_ns`` (the node's wall clock at the local commit;
+one machine, one wall clock), for every row; and the shipper's own (local commit to the
+central commit returning) for the processes that were not killed, with the CPU its thread
+spent a row. Reported for all rows and
+for the undisturbed nodes' rows. Rows/s: central rows over the time from the first local
+commit to the last central insert. The central rows are checked against every expected
+(node, rank, superstep): missing, and duplicates (rows less distinct keys). All nodes share
+this host's CPUs with PostgreSQL: on a 2-CPU machine the figures are a floor of what
+separate nodes reach.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import multiprocessing as mp
+import os
+import signal
+import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,23 +55,46 @@ sys.path.insert(0, str(ROOT))
 
 from _host import guarded, host_line  # noqa: E402
 
+CLONE_NEWNET = 0x40000000
+DB_ADDR = "10.231.0.254"  # PostgreSQL's address with --link-down (inside the namespaces)
+
+
+def _enter_netns(ns: str) -> None:
+    """Move this (single-threaded) process into network namespace ``ns`` (ip netns add)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/var/run/netns/{ns}", os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns {ns}: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
 
 def _node(i: int, dsn: str, ranks: int, steps: int, step_s: float, tmp: str,
-          start_at: float, out: Any) -> None:
+          start_at: float, netns: str, out: Any) -> None:
+    """Node ``i``: commit supersteps from the first its local store lacks (a restart resumes),
+    ship them, and put its shipper's figures on ``out`` once everything is shipped."""
+    if netns:
+        _enter_netns(netns)  # before the shipper's thread: threads inherit the namespace
     from counterd.central.shipper import Shipper, ShipSettings
     from counterd.daemon.store import RunInfo, Store
     from counterd.records import SuperstepRecord
 
-    store = Store(Path(tmp) / f"node{i}.db", synchronous="normal")
+    path = Path(tmp) / f"node{i}.db"
+    store = Store(path, synchronous="normal")
     store.set_shipping(True)
+    with sqlite3.connect(path) as db:
+        (top,), = db.execute("SELECT max(idx) FROM records").fetchall()
+    begin = 0 if top is None else int(top) + 1  # a superstep's records: one transaction
     shipper = Shipper(store.path, ShipSettings(dsn, node=f"node{i}", retry_min_s=0.1,
                                                retry_max_s=1.0))
     shipper.stats.keep_lags = True
-    shipper.start()
+    thread = shipper.start()
     while time.time() < start_at:
         time.sleep(0.001)
     first = time.time_ns()
-    for s in range(steps):
+    for s in range(begin, steps):
         t = time.monotonic_ns()
         store.commit([(SuperstepRecord("bench-run", s, "step", i * ranks + r, 1000 + r, r,
                                        t, t + 1000, host=f"node{i}"), RunInfo("bench", 1000))
@@ -59,13 +103,32 @@ def _node(i: int, dsn: str, ranks: int, steps: int, step_s: float, tmp: str,
         if (wait := due - time.time()) > 0:
             time.sleep(wait)
     deadline = time.monotonic() + 120
-    while shipper.stats.snapshot()["backlog"] or shipper.stats.shipped < steps * ranks:
+    while shipper.stats.snapshot()["backlog"] or shipper.stats.shipped < (steps - begin) * ranks:
         if time.monotonic() > deadline:
             break
         time.sleep(0.02)
+    cpu = _thread_cpu_s(thread.native_id)
     shipper.stop()
     st = shipper.stats
-    out.put((i, first, time.time_ns(), list(st.lags), st.shipped, st.failures, st.batches))
+    out.put((i, first, time.time_ns(), list(st.lags), st.shipped, st.failures, st.batches, cpu))
+
+
+def _thread_cpu_s(tid: int | None) -> float:
+    """CPU time (user + system) of this process's thread ``tid`` so far (nan: unknown)."""
+    try:
+        fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _quantiles(xs: list[float]) -> str:
+    if not xs:
+        return "none"
+    xs = sorted(xs)
+    q = statistics.quantiles(xs, n=100) if len(xs) > 1 else [xs[0]] * 99
+    return (f"p50 {q[49] * 1e3:.0f} ms, p99 {q[98] * 1e3:.0f} ms, max {xs[-1] * 1e3:.0f} ms "
+            f"({len(xs)} records)")
 
 
 def main() -> int:
@@ -75,64 +138,161 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--step-ms", type=float, default=10.0)
     ap.add_argument("--restart-db", action="store_true",
-                    help="restart PostgreSQL half-way through the run")
+                    help="restart PostgreSQL a third of the way through the run")
+    ap.add_argument("--kill-node", action="store_true",
+                    help="kill -9 node 1 a third of the way through and restart it 1 s later")
+    ap.add_argument("--link-down", type=float, default=0.0, metavar="S",
+                    help="node 1's network link down for S seconds a third of the way "
+                         "through (root: network namespaces, PostgreSQL over TCP)")
     args = ap.parse_args()
+    if args.hosts < 1 or args.ranks < 1 or args.steps < 1 or args.step_ms < 0:
+        print("central_ship: --hosts, --ranks, --steps must be >= 1 and --step-ms >= 0",
+              file=sys.stderr)
+        return 2
     import pytest
 
     from tests import _postgres
 
-    print(host_line())
+    print(host_line(), flush=True)
+    net: Any = None
+    if args.link_down:
+        from netns_cluster import NET, Cluster, _why_not
+
+        reason = _why_not((), ["--net"])  # root, ip, unshare: network namespaces
+        if reason:
+            print(f"central_ship: --link-down: {reason}", file=sys.stderr)
+            return 2
+        nettmp = tempfile.mkdtemp(prefix="counterd-central-net-")
+        net = Cluster(Path(nettmp))
+        db_ns = net.host("db", DB_ADDR)
+        for i in range(args.hosts):
+            net.host(f"n{i}", f"{NET}.{i + 1}")
+        _enter_netns(db_ns)  # PostgreSQL, started from here, listens in the db namespace
     try:
-        ctx = _postgres.cluster()
+        ctx = (_postgres.cluster(DB_ADDR, f"{NET}.0/24") if net is not None
+               else _postgres.cluster())
         c = ctx.__enter__()
     except pytest.skip.Exception as exc:
         print(f"central_ship: skipped: {exc}", file=sys.stderr)
+        if net is not None:
+            net.close()
         return 2
     try:
         c = _postgres.migrated(c)
+        node_dsn = (f"host={DB_ADDR} port=5432 user={_postgres.NODE} dbname=counterd"
+                    if net is not None else c.dsn(user=_postgres.NODE))
         mpx = mp.get_context("fork")
         out = mpx.Queue()
+        events: list[str] = []
         with tempfile.TemporaryDirectory(prefix="counterd-central-bench-") as tmp:
             start_at = time.time() + 1.0
-            procs = [mpx.Process(target=_node, args=(
-                i, c.dsn(user=_postgres.NODE), args.ranks, args.steps, args.step_ms / 1e3, tmp,
-                start_at, out)) for i in range(args.hosts)]
-            for p in procs:
+
+            def start(i: int) -> Any:
+                p = mpx.Process(target=_node, args=(
+                    i, node_dsn, args.ranks, args.steps, args.step_ms / 1e3, tmp, start_at,
+                    net.ns(i) if net is not None else "", out))
                 p.start()
+                return p
+
+            procs = [start(i) for i in range(args.hosts)]
+            run_s = args.steps * args.step_ms / 1e3
+            if args.restart_db or args.kill_node or args.link_down:
+                time.sleep(max(0.0, start_at - time.time()) + run_s / 3)
+            if args.kill_node:
+                os.kill(procs[0].pid, signal.SIGKILL)
+                procs[0].join()
+                with sqlite3.connect(Path(tmp) / "node0.db") as db:
+                    (queued,), = db.execute("SELECT count(*) FROM ship_queue").fetchall()
+                    (held,), = db.execute("SELECT count(*) FROM records").fetchall()
+                events.append(f"node0 killed -9 with {held} records in its store, {queued} "
+                              "queue entries not shipped; restarted 1 s later")
+                time.sleep(1.0)
+                procs[0] = start(0)
             if args.restart_db:
-                time.sleep(max(0.0, start_at - time.time()) + args.steps * args.step_ms / 2e3)
                 t0 = time.monotonic()
                 c.stop("fast")
                 c.start()
-                print(f"PostgreSQL restarted half-way ({time.monotonic() - t0:.2f} s down)")
-            results = [out.get(timeout=600) for _ in procs]
+                events.append(f"PostgreSQL restarted ({time.monotonic() - t0:.2f} s down)")
+            if args.link_down:
+                ns = net.ns(0)
+                subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "down"], check=True)
+                time.sleep(args.link_down)
+                subprocess.run(["ip", "-n", ns, "link", "set", "eth0", "up"], check=True)
+                events.append(f"node0's link down for {args.link_down:g} s")
+            results = [out.get(timeout=900) for _ in procs]
             for p in procs:
                 p.join()
-        want = args.hosts * args.ranks * args.steps
-        got = _postgres.count(c)
-        lags = sorted(x for r in results for x in r[3])
-        first = min(r[1] for r in results)
+        for e in events:
+            print(e)
+        want = {(f"node{i}", i * args.ranks + r, s) for i in range(args.hosts)
+                for r in range(args.ranks) for s in range(args.steps)}
         import psycopg
 
         with psycopg.connect(c.dsn(), autocommit=True) as conn:
-            last = conn.execute("SELECT max(shipped_ns) FROM counterd.records").fetchone()[0]
+            rows = conn.execute("SELECT node, rank, idx, committed_ns, shipped_ns "
+                                "FROM counterd.records").fetchall()
             size = conn.execute("SELECT pg_total_relation_size('counterd.records')"
                                 ).fetchone()[0]
-        secs = (int(last) - first) / 1e9
-        q = statistics.quantiles(lags, n=100) if len(lags) > 1 else [lags[0]] * 99
+        got = len(rows)
+        keys = {(str(n), int(r), int(i)) for n, r, i, _, _ in rows}
+        missing, extra, dups = len(want - keys), len(keys - want), got - len(keys)
+        lags = [(int(s) - int(cm)) / 1e9 for _, _, _, cm, s in rows]
+        calm = [(int(s) - int(cm)) / 1e9 for n, _, _, cm, s in rows if n != "node0"]
+        own = [x for r in results if not (args.kill_node and r[0] == 0) for x in r[3]]
+        first = min(r[1] for r in results)
+        secs = (max(int(r[4]) for r in rows) - first) / 1e9
+        what = [w for w, on in (("a PostgreSQL restart", args.restart_db),
+                                ("node0 killed -9 and restarted", args.kill_node),
+                                (f"node0's link down {args.link_down:g} s", args.link_down))
+                if on]
         print(f"{args.hosts} hosts x {args.ranks} ranks x {args.steps} supersteps every "
-              f"{args.step_ms:g} ms{' with a PostgreSQL restart' if args.restart_db else ''}")
-        print(f"central rows {got} of {want} ({'exact' if got == want else 'MISMATCH'}; "
-              f"duplicates impossible: primary key), records table {size / 1e6:.1f} MB "
-              f"({size / max(got, 1):.0f} B/row)")
-        print(f"shipping lag (local commit -> central commit): p50 {q[49] * 1e3:.0f} ms, "
-              f"p99 {q[98] * 1e3:.0f} ms, max {lags[-1] * 1e3:.0f} ms over {len(lags)} records")
+              f"{args.step_ms:g} ms; disruption: {', '.join(what) or 'none'}")
+        ok = got == len(want) and not missing and not extra and not dups
+        print(f"central rows {got}, expected {len(want)} ({'exact' if ok else 'MISMATCH'}); "
+              f"missing {missing}, unexpected {extra}, duplicates {dups}")
+        print(f"records table {size / 1e6:.1f} MB with indexes ({size / max(got, 1):.0f} B/row)")
+        print(f"lag (local commit -> central insert), all rows: {_quantiles(lags)}")
+        print(f"lag, rows of the undisturbed nodes: {_quantiles(calm)}")
+        print(f"lag (local commit -> central commit, the shipper's own, processes not killed): "
+              f"{_quantiles(own)}")
         print(f"rate: {got / secs:.0f} rows/s over {secs:.1f} s (offered "
-              f"{args.hosts * args.ranks * 1e3 / args.step_ms:.0f} rows/s); batches "
-              f"{sum(r[6] for r in results)}, failed attempts {sum(r[5] for r in results)}")
-        return 0 if got == want else 1
+              + (f"{args.hosts * args.ranks * 1e3 / args.step_ms:.0f} rows/s"
+                 if args.step_ms else "as fast as the nodes commit")
+              + f"); batches {sum(r[6] for r in results)}, failed attempts "
+              f"{sum(r[5] for r in results)}")
+        kept = [r for r in results if not (args.kill_node and r[0] == 0)]
+        ship_cpu, ship_rows = sum(r[7] for r in kept), sum(r[4] for r in kept)
+        print(f"shipper thread CPU on the nodes: {ship_cpu / max(ship_rows, 1) * 1e6:.0f} us a "
+              f"row ({ship_cpu:.2f} s for {ship_rows} rows, processes not killed; local queue "
+              "reads and deletes, psycopg, waits)")
+        report_s, report_cpu = _time_report(c)
+        print(f"counterd report --central (administrator's role, the whole run, text): "
+              f"{report_s:.2f} s wall, {report_cpu:.2f} s CPU (user + sys), a new process")
+        return 0 if ok else 1
     finally:
         ctx.__exit__(None, None, None)
+        if net is not None:
+            net.close()
+
+
+def _time_report(c: Any) -> tuple[float, float]:
+    """Wall and CPU time of ``counterd report --central DSN --run bench-run`` as a user runs
+    it (a new process; CPU: its user + system time, PostgreSQL's not counted)."""
+    import resource
+
+    from tests import _postgres
+
+    argv = [sys.executable, "-m", "counterd.cli", "report", "--central",
+            c.dsn(user=_postgres.ADMIN), "--run", "bench-run"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT)
+    took = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        print(f"counterd report --central failed ({done.returncode}): {done.stderr[-500:]}")
+    return took, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 if __name__ == "__main__":

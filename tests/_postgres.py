@@ -37,6 +37,7 @@ class Cluster:
     datadir: Path
     sockdir: Path
     owner: str | None  # the system user it runs as (None: this one)
+    listen: str = ""  # TCP addresses too (bench/central_ship.py --link-down); "": socket only
 
     def dsn(self, user: str = "postgres", dbname: str = "counterd", **extra: object) -> str:
         more = " ".join(f"{k}={v}" for k, v in extra.items())
@@ -53,7 +54,7 @@ class Cluster:
     def start(self) -> None:
         self._run(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-w", "-t", "30",
                   "-l", str(self.sockdir / "log"), "start", "-o",
-                  f"-c listen_addresses='' -c unix_socket_directories={self.sockdir} "
+                  f"-c listen_addresses='{self.listen}' -c unix_socket_directories={self.sockdir} "
                   "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
                   "-c max_connections=40")
 
@@ -79,8 +80,10 @@ def _owner() -> str | None:
 
 
 @contextlib.contextmanager
-def cluster() -> Iterator[Cluster]:
-    """A started cluster with database ``counterd`` (migrated by the caller)."""
+def cluster(listen: str = "", trust_net: str = "") -> Iterator[Cluster]:
+    """A started cluster with database ``counterd`` (migrated by the caller); ``listen``: TCP
+    addresses to listen on as well, ``trust_net``: a network (CIDR) whose TCP clients it
+    trusts like the socket's."""
     pytest.importorskip("psycopg", reason="psycopg 3 is not installed (pip install "
                                            "'counterd[central]')")
     bindir = pg_bin()
@@ -96,10 +99,13 @@ def cluster() -> Iterator[Cluster]:
         os.chown(sockdir, pw.pw_uid, pw.pw_gid)
         datadir.mkdir(mode=0o700)
         os.chown(datadir, pw.pw_uid, pw.pw_gid)
-    c = Cluster(bindir, datadir, sockdir, owner)
+    c = Cluster(bindir, datadir, sockdir, owner, listen)
     try:
         c._run(str(bindir / "initdb"), "-D", str(datadir), "-U", "postgres", "--auth=trust",
                "-E", "UTF8", "--no-sync", "--locale=C")
+        if trust_net:
+            with (datadir / "pg_hba.conf").open("a") as hba:
+                hba.write(f"host all all {trust_net} trust\n")
         c.start()
         import psycopg
 

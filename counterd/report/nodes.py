@@ -179,12 +179,24 @@ def build(paths: Sequence[Path], *, clock_bound_ns: int | None = None) -> CrossR
     declared bound on two nodes' CLOCK_REALTIME disagreement, for nodes whose kernel stated
     none (None: such nodes' spans are unknown)."""
     _check_files(paths)
+
+    def part(path: Path) -> tuple[str, Iterable[SuperstepRecord], list[ClockDomain]]:
+        domains: list[ClockDomain] = []  # filled as its records are read
+        return str(path), read_jsonl(path, domains), domains
+
+    return build_parts([part(p) for p in paths], clock_bound_ns=clock_bound_ns)
+
+
+def build_parts(parts: Sequence[tuple[str, Iterable[SuperstepRecord], list[ClockDomain]]], *,
+                clock_bound_ns: int | None = None) -> CrossReport:
+    """The cross-node report of ``parts`` already read: each (its name, its records, its clock
+    domains), one part as one records file (:func:`build`; the central store's nodes,
+    :mod:`counterd.central.reader`). The domains are read after the records are iterated."""
     runs: dict[str, _RunAcc] = {}
     notes: list[str] = []
-    for fi, path in enumerate(paths):
-        domains: list[ClockDomain] = []
+    for fi, (path, records, domains) in enumerate(parts):
         hosts_of_run: dict[str, set[str]] = {}
-        for r in read_jsonl(path, domains):
+        for r in records:
             run = runs.setdefault(r.run_id, _RunAcc())
             hosts_of_run.setdefault(r.run_id, set()).add(r.host)
             _add(run, r, fi)
@@ -204,8 +216,8 @@ def build(paths: Sequence[Path], *, clock_bound_ns: int | None = None) -> CrossR
         if unused:
             notes.append(f"{path}: {unused} clock domain(s) name a run or host without records "
                          "in this file (ignored: a domain anchors its own file's records only)")
-    return CrossReport(tuple(str(p) for p in paths),
-                       tuple(_finish(rid, acc, paths, clock_bound_ns)
+    return CrossReport(tuple(name for name, _, _ in parts),
+                       tuple(_finish(rid, acc, clock_bound_ns)
                              for rid, acc in sorted(runs.items())),
                        tuple(notes), clock_bound_ns)
 
@@ -270,8 +282,7 @@ def _node_names(run: _RunAcc) -> dict[tuple[str, int], str]:
     return names
 
 
-def _finish(run_id: str, acc: _RunAcc, paths: Sequence[Path],
-            clock_bound_ns: int | None) -> CrossRun:
+def _finish(run_id: str, acc: _RunAcc, clock_bound_ns: int | None) -> CrossRun:
     names = _node_names(acc)
     _merge_nodes(acc, names)
     notes: list[str] = []

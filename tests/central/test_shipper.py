@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -296,3 +297,129 @@ def test_central_config_keys(tmp_path: Path) -> None:
     f.write_text("[central]\nbatch_size = 100\nmax_backlog = 10\n")
     with pytest.raises(BadInput, match="central.max_backlog"):
         config.load(f, env={})
+
+
+def test_the_central_report_is_the_report_of_its_records_files(central: Cluster,
+                                                                tmp_path: Path) -> None:
+    """The report is built from the central rows in memory; the same rows written as records
+    files (the file convention) give the same report."""
+    from counterd.central import reader
+    from counterd.report import nodes
+
+    store = local_store(tmp_path)
+    store.commit([(rec(i, run="both", host=h, rank=r), RunInfo("j", 1001))
+                  for i in range(3) for r, h in ((0, "n1"), (1, "n2"))])
+    drain(shipper(store, central))
+    dsn = central.dsn(user=ADMIN)
+    files = reader.run_files(dsn, "both", None, tmp_path)
+    assert len(files) == 2
+    from_files = json.loads(nodes.render(nodes.build(files), "json"))
+    in_memory = json.loads(reader.report(dsn, "both", None, "json"))
+    assert in_memory["runs"] == from_files["runs"] and in_memory["runs"][0]["records"] == 6
+
+
+def test_ingest_parameters_go_in_binary_and_awkward_values_land_exactly(
+        central: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shipper passes its arrays in binary (psycopg's text arrays cost 12 times the node's
+    CPU: bench/central_ingest.py); quotes, braces, backslashes, commas, non-ASCII and 64-bit
+    extremes arrive as the local store holds them."""
+    import psycopg
+
+    sent: list[str] = []
+    execute = psycopg.Connection.execute
+
+    def spy(self: psycopg.Connection[Any], query: Any, *a: Any, **kw: Any) -> Any:
+        sent.append(str(query))
+        return execute(self, query, *a, **kw)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", spy)
+    store = local_store(tmp_path)
+    odd = 'h\u00e9"{x},\\ y'
+    big = 2**63 - 1
+    recs = [SuperstepRecord("awk'ward\"{run}", big, 'n"a{m}e\\,', -2**31, 2**31 - 1, 0, big - 5,
+                            big, host=odd),
+            rec(0, run="awk'ward\"{run}", host=odd)]
+    store.commit([(r, RunInfo("j", 1001)) for r in recs])
+    drain(shipper(store, central))
+    calls = [q for q in sent if "counterd.ship_" in q]
+    assert calls and all("%b" in q and "%s" not in q for q in calls)
+    with psycopg.connect(central.dsn(), autocommit=True) as conn:
+        got = conn.execute("SELECT run_id, idx, name, rank, pid, begin_ns, end_ns, host, body "
+                           "FROM counterd.records ORDER BY idx").fetchall()
+    assert [(g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]) for g in got] == [
+        (r.run_id, r.index, r.name, r.rank, r.pid, r.begin_ns, r.end_ns, r.host)
+        for r in sorted(recs, key=lambda r: r.index)]
+    assert [SuperstepRecord.from_json(json.loads(g[8])) for g in got] == sorted(
+        recs, key=lambda r: r.index)
+
+
+def _os_users(c: Cluster) -> list[tuple[str, int, int]]:
+    """Two OS accounts other than root and the PostgreSQL server's (name, uid, gid)."""
+    import pwd
+
+    owner = pwd.getpwnam(c.owner).pw_uid if c.owner else os.getuid()
+    seen: dict[int, tuple[str, int, int]] = {}
+    for p in sorted(pwd.getpwall(), key=lambda p: p.pw_uid):
+        if p.pw_uid not in (0, owner) and p.pw_uid not in seen and p.pw_name.isidentifier():
+            seen[p.pw_uid] = (p.pw_name, p.pw_uid, p.pw_gid)
+    return list(seen.values())[:2]
+
+
+def test_two_real_uids_each_read_only_their_own_rows(central: Cluster, tmp_path: Path) -> None:
+    """Two OS users, authenticated by the kernel (peer authentication on the socket: the
+    server reads the client's uid), each mapped to a reader role for their own uid: each one's
+    query returns their own rows and none of the other's, and neither can log in as the
+    other's role."""
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run queries as two other users")
+    users = _os_users(central)
+    if len(users) < 2:
+        pytest.skip("fewer than two OS accounts besides root and PostgreSQL's")
+    (name_a, uid_a, gid_a), (name_b, uid_b, gid_b) = users
+    import psycopg
+
+    from counterd.central import schema
+
+    store = local_store(tmp_path)
+    store.commit([(rec(i, run="a-run"), RunInfo("j", uid_a)) for i in range(3)]
+                 + [(rec(i, run="b-run"), RunInfo("j", uid_b)) for i in range(2)])
+    drain(shipper(store, central))
+    hba, ident = central.datadir / "pg_hba.conf", central.datadir / "pg_ident.conf"
+    saved = hba.read_text(), ident.read_text()
+    with psycopg.connect(central.dsn(), autocommit=True) as conn:
+        for role, uid in (("os_a", uid_a), ("os_b", uid_b)):
+            conn.execute(f"DO $$ BEGIN CREATE ROLE {role} LOGIN; "
+                         "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+            schema.add_reader(conn, role, uid)
+
+        def reload() -> None:
+            conn.execute("SELECT pg_reload_conf()")
+
+        def query(uid: int, gid: int, role: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+                 str(central.bindir / "psql"), "-X", "-A", "-t", "-h", str(central.sockdir),
+                 "-p", "5432", "-U", role, "-d", "counterd", "-c",
+                 "SELECT uid || ' ' || run_id FROM counterd.records ORDER BY 1"],
+                capture_output=True, text=True, timeout=30, cwd="/")
+
+        try:
+            hba.write_text("local all os_a,os_b peer map=realusers\n" + saved[0])
+            ident.write_text(saved[1] + f"realusers {name_a} os_a\nrealusers {name_b} os_b\n")
+            reload()
+            deadline = time.monotonic() + 10
+            while query(uid_a, gid_a, "os_b").returncode == 0:  # the old rules: trust
+                assert time.monotonic() < deadline, "pg_hba.conf was not reloaded"
+                time.sleep(0.1)
+            a, b = query(uid_a, gid_a, "os_a"), query(uid_b, gid_b, "os_b")
+            assert a.returncode == 0 and b.returncode == 0, (a.stderr, b.stderr)
+            assert a.stdout.split("\n")[:-1] == [f"{uid_a} a-run"] * 3
+            assert b.stdout.split("\n")[:-1] == [f"{uid_b} b-run"] * 2
+            refused = query(uid_b, gid_b, "os_a")
+            assert refused.returncode != 0 and "authentication failed" in refused.stderr
+        finally:
+            hba.write_text(saved[0])
+            ident.write_text(saved[1])
+            reload()
