@@ -28,6 +28,7 @@ ahead of a records file's records (``counterd record`` writes it).
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -109,14 +110,15 @@ def _monotonic_offset(pid: int | str) -> int | None:
     return None
 
 
-def process_clock(pid: int) -> tuple[str, int | None]:
+def process_clock(pid: int, mine: str | None = None) -> tuple[str, int | None]:
     """(the time namespace of process ``pid``, its CLOCK_MONOTONIC minus this process's in ns:
-    0 in the same namespace; None where it cannot be read, e.g. another user's process)."""
+    0 in the same namespace; None where it cannot be read, e.g. another user's process).
+    ``mine``: this process's :func:`time_namespace`, if the caller keeps it (else read)."""
     try:
         theirs = os.readlink(f"/proc/{pid}/ns/time")
     except OSError:
         return "", None
-    if theirs == time_namespace():
+    if theirs == (time_namespace() if mine is None else mine):
         return theirs, 0
     off, mine = _monotonic_offset(pid), _monotonic_offset("self")
     return theirs, None if off is None or mine is None else off - mine
@@ -129,6 +131,25 @@ def sync_bound_ns() -> int | None:
     A read (modes 0) needs no privilege."""
     import ctypes
 
+    call = _adjtimex()
+    if call is None:
+        return None
+    fn, timex = call
+    tx = timex()
+    state = fn(ctypes.byref(tx))
+    sta_unsync, time_error = 0x0040, 5
+    if state < 0 or state == time_error or tx.status & sta_unsync or tx.maxerror < 0:
+        return None
+    return min(int(tx.maxerror) * 1000, MAX_BOUND_NS)
+
+
+@functools.cache
+def _adjtimex() -> tuple[Any, Any] | None:
+    """(libc's adjtimex, the struct timex type), made once per process (building the ctypes
+    type costs ~40 us, 10x the call: the daemon reads the bound per connection); None where
+    there is none."""
+    import ctypes
+
     class Timex(ctypes.Structure):  # struct timex (include/uapi/linux/timex.h)
         _fields_ = [("modes", ctypes.c_uint), ("offset", ctypes.c_long),
                     ("freq", ctypes.c_long), ("maxerror", ctypes.c_long),
@@ -136,15 +157,9 @@ def sync_bound_ns() -> int | None:
                     ("rest", ctypes.c_long * 40)]  # the other fields and padding, unread
 
     try:
-        fn = ctypes.CDLL(None, use_errno=True).adjtimex
+        return ctypes.CDLL(None, use_errno=True).adjtimex, Timex
     except (OSError, AttributeError):
         return None
-    tx = Timex()
-    state = fn(ctypes.byref(tx))
-    sta_unsync, time_error = 0x0040, 5
-    if state < 0 or state == time_error or tx.status & sta_unsync or tx.maxerror < 0:
-        return None
-    return min(int(tx.maxerror) * 1000, MAX_BOUND_NS)
 
 
 @dataclass(frozen=True)

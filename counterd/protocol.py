@@ -17,7 +17,7 @@ separators), except for the binary hot-path frames ``OPEN`` and ``CLOSE`` (versi
 
 Conversation (``c`` = client, ``d`` = daemon)::
 
-    c: HELLO   {"pid", "host", "run_id", "job", "batch_job"}   first frame, exactly once
+    c: HELLO   {"pid", "host", "run_id", "job", "batch_job", "scratch"?}  first frame, once
     d: WELCOME {"version", "max_frame", "uid", "pid", "buffer"?, "scratch"?} what
                                      SO_PEERCRED said about the client ("buffer": it takes
                                      a BUFFER; "scratch": it honours a scratch CONTEXT)
@@ -112,6 +112,10 @@ Version history:
        whose OPENs and CLOSEs the daemon handles and acknowledges as any (a CLOSE as a
        SYNC) but never stores, nor turns into incomplete records: how a client measures
        what a marker pair costs it through this daemon (issue 13: overhead reported).
+       A HELLO's ``"scratch": true`` (the markers' calibration connection): every context
+       it declares will be scratch, so the daemon takes no clock anchor at its HELLO (one
+       it declares not scratch after all is anchored from its CONTEXT on); a daemon before
+       it ignores the key.
 """
 
 from __future__ import annotations
@@ -222,16 +226,22 @@ class Hello(JsonFrame):
     run_id: str | None = None
     job: str | None = None
     batch_job: str | None = None  # the batch system's job id (counterd.env.batch_job)
+    scratch: bool = False  # every context of the connection will be scratch (calibration)
 
     def payload(self) -> dict[str, Any]:
-        return {k: v for k, v in (("pid", self.pid), ("host", self.host),
-                                  ("run_id", self.run_id), ("job", self.job),
-                                  ("batch_job", self.batch_job)) if v is not None}
+        out: dict[str, Any] = {k: v for k, v in (("pid", self.pid), ("host", self.host),
+                                                 ("run_id", self.run_id), ("job", self.job),
+                                                 ("batch_job", self.batch_job))
+                               if v is not None}
+        if self.scratch:
+            out["scratch"] = True
+        return out
 
     @classmethod
     def decode(cls, p: Mapping[str, Any]) -> Hello:
         """Never refuses: a field of the wrong type is None, a job other than an empty value is
-        a string; a batch_job that is not a short printable string is None."""
+        a string; a batch_job that is not a short printable string is None; scratch is
+        ``true`` or not (anything else)."""
         pid, host, run_id, job = p.get("pid"), p.get("host"), p.get("run_id"), p.get("job")
         batch = p.get("batch_job")
         return cls(pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
@@ -239,7 +249,8 @@ class Hello(JsonFrame):
                    run_id if isinstance(run_id, str) else None,
                    str(job) if job else None,
                    batch if isinstance(batch, str) and 0 < len(batch) <= MAX_BATCH_JOB
-                   and batch.isprintable() else None)
+                   and batch.isprintable() else None,
+                   p.get("scratch") is True)
 
 
 @dataclass(frozen=True, slots=True)

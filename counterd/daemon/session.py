@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from counterd import protocol, spool
-from counterd.clocks import Anchor, boot_id, process_clock, sync_bound_ns, take_anchor
+from counterd.clocks import (
+    Anchor,
+    boot_id,
+    process_clock,
+    sync_bound_ns,
+    take_anchor,
+    time_namespace,
+)
 from counterd.daemon.auth import Authority, Peer
 from counterd.daemon.behalf import ClientCounters, Counting
 from counterd.daemon.config import Limits
@@ -111,6 +118,7 @@ class Shared:
     queries: Queries = field(default_factory=Queries)
     query_worker: QueryWorker | None = None  # None: QUERY answered in the loop (tests)
     boot_id: str = field(default_factory=boot_id)  # this kernel's (counterd.clocks)
+    timens: str = field(default_factory=time_namespace)  # the daemon's time namespace
 
 
 # Backends whose counts come from outside the program and never through a daemon: a record
@@ -372,8 +380,11 @@ class Session:
     def _hello(self, hello: protocol.Hello) -> None:
         self.hello = True
         # the start anchor of the runs this connection declares: before WELCOME, so before
-        # any superstep the client marks through it (its CONTEXTs may come later, batched)
-        self._hello_anchor = take_anchor()
+        # any superstep the client marks through it (its CONTEXTs may come later, batched).
+        # None for a connection that says all its contexts will be scratch (the markers'
+        # calibration): nothing of it is kept, so it costs no clock work; a context it
+        # declares not scratch after all is anchored from that CONTEXT on.
+        self._hello_anchor = None if hello.scratch else take_anchor()
         self.job = (hello.job or "unknown")[:128]
         self.batch_job = hello.batch_job or ""
         self.shared.clients.add(self.pid, Workload(self.uid, self.job, self.batch_job))
@@ -485,7 +496,7 @@ class Session:
         """The client's clock beside the daemon's (read once per connection): this kernel's
         boot, the client's time namespace and its monotonic offset (counterd.clocks)."""
         if self._client_clock is None:
-            timens, offset = process_clock(self.pid)
+            timens, offset = process_clock(self.pid, self.shared.timens)
             self._client_clock = ClientClock(self.shared.boot_id, timens, offset,
                                              sync_bound_ns())
         return self._client_clock

@@ -53,22 +53,24 @@ class Loop:
         self.server = Server(self.shared)
         self.clients: list[socket.socket] = []
 
-    def connect(self, uid: int) -> tuple[Session, socket.socket]:
+    def connect(self, uid: int, **hello: object) -> tuple[Session, socket.socket]:
         ours, theirs = socket.socketpair()
         self.clients.append(theirs)
         session = self.server.adopt(ours, Peer(os.getpid(), uid, uid))
-        theirs.sendall(protocol.encode(F.HELLO, {"pid": os.getpid(), "job": "t"}))
+        theirs.sendall(protocol.encode(F.HELLO, {"pid": os.getpid(), "job": "t", **hello}))
         return session, theirs
 
     def queued(self) -> list[Item]:
+        return [it for it in self.queued_all() if isinstance(it, Item)]
+
+    def queued_all(self) -> list[object]:
+        """Everything queued to the writer (records, anchors, samples), taken off its queue."""
         items = []
         while True:
             try:
-                item = self.writer._queue.get_nowait()
+                items.append(self.writer._queue.get_nowait())
             except Exception:
                 return items
-            if isinstance(item, Item):
-                items.append(item)
 
     def close(self) -> None:
         for s in list(self.server._sessions.values()):
@@ -231,6 +233,81 @@ def test_sync_and_scratch_close_are_acknowledged_without_the_writer(loop: Loop) 
     assert item.seq == 4 and session.ack_wanted == 3 and session.deferred == 5
     session.committed_to(4)
     assert session.ack_wanted == 5 and session.deferred == 0
+
+
+def _calibration(run: str, pairs: int, scratch: bool = True) -> bytes:
+    """A CONTEXT (scratch unless told) and ``pairs`` OPEN/CLOSE pairs, as a calibration sends."""
+    ctx = {"s": 1, "c": 1, "run_id": run, "pid": 1, "host": "h", "backend": "none",
+           "counters": [], "scratch": scratch}
+    return protocol.encode(F.CONTEXT, ctx) + b"".join(
+        protocol.encode_open(2 + 2 * i, 1, i, 5, 0, 0, "c")
+        + protocol.encode_close(3 + 2 * i, 1, i, 5, 9, 0) for i in range(pairs))
+
+
+def test_scratch_connections_cost_no_clock_work(loop: Loop, monkeypatch: pytest.MonkeyPatch
+                                                ) -> None:
+    """The markers' calibration connections (HELLO "scratch": true, every context scratch)
+    take no clock anchor, read no process clock in /proc and queue nothing to the writer,
+    however many; a scratch-only connection without the HELLO key takes its HELLO anchor
+    only. A real run's connection still queues its start anchor (its HELLO's) and its end
+    anchor, around its records, with its client's clock read once; a connection that said
+    scratch and declares a real run after all is anchored from that CONTEXT."""
+    from counterd.daemon import session as session_mod
+    from counterd.daemon import writer as writer_mod
+    from counterd.daemon.store import RunAnchor
+
+    taken: list[str] = []
+    real_take = session_mod.take_anchor
+    for mod in (session_mod, writer_mod):
+        monkeypatch.setattr(mod, "take_anchor",
+                            lambda mod=mod: (taken.append(mod.__name__), real_take())[1])
+    clocks: list[int] = []
+    real_clock = session_mod.process_clock
+    monkeypatch.setattr(session_mod, "process_clock",
+                        lambda pid, mine=None: (clocks.append(pid), real_clock(pid, mine))[1])
+
+    def serve(sessions: list[Session], last: int) -> None:
+        """Turns until each session has handled its frames up to ``last``."""
+        for _ in range(100):
+            loop.server.poll(0)
+            if all(s.last_seq >= last for s in sessions):
+                return
+        raise AssertionError([s.last_seq for s in sessions])
+
+    conns = [loop.connect(1000, scratch=True) for _ in range(8)]
+    for k, (_, c) in enumerate(conns):
+        c.sendall(_calibration(f"cal-{k}", 4))
+    serve([s for s, _ in conns], 9)
+    for s, c in conns:
+        assert max(p["s"] for t, p in replies(c) if t is F.ACK) == 9
+        s.close(incomplete=True)
+    assert (taken, clocks, loop.queued_all()) == ([], [], [])
+
+    old, client = loop.connect(1000)  # an older client's calibration: its HELLO anchor only
+    client.sendall(_calibration("cal-old", 4))
+    serve([old], 9)
+    old.close(incomplete=True)
+    assert (taken, clocks, loop.queued_all()) == (["counterd.daemon.session"], [], [])
+
+    taken.clear()
+    real, client = loop.connect(1000)
+    client.sendall(_calibration("run", 2, scratch=False))
+    serve([real], 5)
+    real.close(incomplete=True)
+    queued = loop.queued_all()
+    anchors = [a for a in queued if isinstance(a, RunAnchor)]
+    assert [type(x).__name__ for x in queued] == ["RunAnchor", "Item", "Item", "RunAnchor"]
+    assert {(a.uid, a.run_id) for a in anchors} == {(1000, "run")}
+    assert anchors[0].anchor.mono_ns < anchors[1].anchor.mono_ns
+    assert anchors[0].clock == anchors[1].clock and clocks == [os.getpid()]
+    assert taken == ["counterd.daemon.session", "counterd.daemon.writer"]  # HELLO's, the end's
+
+    taken.clear()
+    said, client = loop.connect(1000, scratch=True)
+    client.sendall(_calibration("run2", 1, scratch=False))
+    serve([said], 3)
+    first = [a for a in loop.queued_all() if isinstance(a, RunAnchor)]
+    assert [a.run_id for a in first] == ["run2"] and taken == ["counterd.daemon.writer"]
 
 
 # -- queries --------------------------------------------------------------------------------

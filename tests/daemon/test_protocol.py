@@ -361,6 +361,14 @@ def test_typed_decoding_refuses_with_the_daemons_codes() -> None:
     assert protocol.Read.decode({"s": 1, "pid": 7, "tid": 0}) == protocol.Read(1, 7, None)
     # a HELLO is never refused; an empty job is no job
     assert protocol.Hello.decode({"job": 0, "pid": "x"}) == protocol.Hello()
+    # "scratch" is true or absent (anything else: not scratch); the markers' scratch sink says it
+    from counterd.markers.sinks.socket import hello_payload
+
+    assert protocol.Hello.decode(hello_payload("j", scratch=True)).scratch
+    assert "scratch" not in hello_payload("j") and not protocol.Hello.decode(
+        hello_payload("j")).scratch
+    assert [protocol.Hello.decode({"scratch": v}).scratch for v in (1, "true", None)] == [False] * 3
+    assert protocol.Hello(job="j", scratch=True).payload() == {"job": "j", "scratch": True}
     head = protocol.OPEN_HEAD.pack(1, 1, 0, 5, 0, 0, 3)
     assert code(lambda: protocol.Open.decode(head[:-1])) == (
         "bad_frame", "OPEN of 35 bytes is shorter than its 36-byte head")

@@ -185,9 +185,7 @@ class SocketSink:
         try:
             sock.settimeout(wait_s)
             sock.connect(str(self.path))
-            hello = p.encode(p.FrameType.HELLO, {
-                "pid": os.getpid(), "host": _socket.gethostname(), "job": self.job,
-                **({"batch_job": b} if (b := batch_job()) else {})})
+            hello = p.encode(p.FrameType.HELLO, hello_payload(self.job, self.scratch))
             sock.sendall(hello)
             # Blocking without a timeout from here on: sends use MSG_DONTWAIT, receives look
             # with select first (a Python socket timeout would turn each into a wait).
@@ -843,6 +841,15 @@ class _Held:
         if sink._held == 0:
             sink._resume_lanes()
         sink._rlock.release()
+
+
+def hello_payload(job: str, scratch: bool = False) -> dict[str, Any]:
+    """The HELLO this process's socket sinks send: its pid, host, job and batch job, and for a
+    ``scratch`` sink (the calibration's: every context it declares is scratch) ``"scratch":
+    true``, so that the daemon spends nothing on keeping its clocks (counterd.protocol)."""
+    return {"pid": os.getpid(), "host": _socket.gethostname(), "job": job,
+            **({"batch_job": b} if (b := batch_job()) else {}),
+            **({"scratch": True} if scratch else {})}
 
 
 def _line_of(item: Any) -> dict[str, Any]:
