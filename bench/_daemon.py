@@ -20,7 +20,10 @@ def free_port() -> int:
 
 class Daemon:
     def __init__(self, tmp: Path, extra: str = "", synchronous: str = "full",
-                 interval: float = 1.0, socket_extra: str = "", metrics_extra: str = "") -> None:
+                 interval: float = 1.0, socket_extra: str = "", metrics_extra: str = "",
+                 src: Path | None = None) -> None:
+        """``src``: run the daemon of that source tree (its ``counterd`` package first on
+        PYTHONPATH, as bench/attacks.py --daemon-src does); None: this interpreter's."""
         self.tmp = tmp
         self.socket = tmp / "counterd.sock"
         self.store = tmp / "counterd.db"
@@ -32,8 +35,10 @@ class Daemon:
             f'[store]\npath = "{self.store}"\nsynchronous = "{synchronous}"\n'
             f'[sampling]\ninterval_s = {interval}\n' + extra)
         env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERD_")}
+        if src is not None:
+            env["PYTHONPATH"] = str(src)
         self.proc = subprocess.Popen([sys.executable, "-m", "counterd.cli", "run", "--config",
-                                      str(self.config)], env=env,
+                                      str(self.config)], env=env, cwd=src,
                                      stderr=(tmp / "daemon.log").open("wb"))
         deadline = time.monotonic() + 20
         while True:

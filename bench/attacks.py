@@ -2413,14 +2413,36 @@ def _flood_attack(lab: Lab, kind: str, conns: int, d: LiveDaemon
             *[Check(f"daemon after the {kind} flood", w) for w in health(d)]], flood
 
 
-def _own_flood(lab: Lab, kind: str, conns: int) -> list[Check]:
+def _own_flood(lab: Lab, kind: str, conns: int,
+               after: Callable[[LiveDaemon], list[Check]] | None = None) -> list[Check]:
+    """The flood on a daemon of its own; ``after``: more checks of that daemon, after it."""
     if not as_root():
         return [Check("", f"not root: needs uids {NOBODY} and {OTHER}", True)]
     d = lab.special(f"flood-{kind}").start()
     try:
-        return _flood_attack(lab, kind, conns, d)[0]
+        checks = _flood_attack(lab, kind, conns, d)[0]
+        return checks + (after(d) if after is not None else [])
     finally:
         d.kill9()
+
+
+def _scratch_kept(d: LiveDaemon) -> list[Check]:
+    """What the scratch flood's uid has in the store after it: nothing (records, clock domains,
+    anchors; a daemon without the clock tables, older than them, has none of those)."""
+    kept: dict[str, int] = {}
+    conn = sqlite3.connect(f"file:{d.store}?mode=ro", uri=True, timeout=10)
+    try:
+        for table in ("records", "clock_domains", "clock_anchors"):
+            try:
+                kept[table] = conn.execute(f"SELECT COUNT(*) FROM {table} WHERE uid = ?",
+                                           (NOBODY,)).fetchone()[0]
+            except sqlite3.OperationalError:  # no such table
+                kept[table] = 0
+    finally:
+        conn.close()
+    left = {k: v for k, v in kept.items() if v}
+    return [Check(f"the scratch flood left nothing of uid {NOBODY} in the store (records, clock "
+                  "domains, anchors)", f"it left {left}" if left else None)]
 
 
 @attack("fairness and quotas", "SYNC flood (64 connections of one uid)")
@@ -2435,7 +2457,7 @@ def record_flood(lab: Lab) -> list[Check]:
 
 @attack("fairness and quotas", "scratch OPEN/CLOSE flood (250 connections of one uid)")
 def scratch_flood(lab: Lab) -> list[Check]:
-    return _own_flood(lab, "scratch", lab.scale(250, 64))
+    return _own_flood(lab, "scratch", lab.scale(250, 64), _scratch_kept)
 
 
 @attack("fairness and quotas", "fat RECORDs filling a 48 MB store file system")
