@@ -120,8 +120,8 @@ def process_clock(pid: int, mine: str | None = None) -> tuple[str, int | None]:
         return "", None
     if theirs == (time_namespace() if mine is None else mine):
         return theirs, 0
-    off, mine = _monotonic_offset(pid), _monotonic_offset("self")
-    return theirs, None if off is None or mine is None else off - mine
+    off, own = _monotonic_offset(pid), _monotonic_offset("self")
+    return theirs, None if off is None or own is None else off - own
 
 
 def sync_bound_ns() -> int | None:

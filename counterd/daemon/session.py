@@ -165,6 +165,12 @@ class Session:
         self.contexts: dict[int, protocol.Context] = {}
         self._client_clock: ClientClock | None = None
         self._hello_anchor: Anchor | None = None
+        # Clock anchors (counterd.clocks) of the runs this connection declared in a CONTEXT
+        # not scratch: the start anchor of each, held until the connection hands the writer
+        # a record of that run (so a connection that stores nothing costs the writer
+        # nothing); then the runs anchored, anchored again when the connection ends.
+        self._unanchored: dict[str, Anchor] = {}
+        self._anchored: set[str] = set()
         self._sizes: dict[tuple[str, int], int] = {}  # wire bytes of each begun superstep
         self.held = 0  # bytes of self.begins and self.contexts, as sent (shared.held's part)
         self.last_frame = opened
@@ -307,12 +313,15 @@ class Session:
                     continue
                 log.info("%s: died inside superstep %d (%s) of run %s: stored as incomplete",
                          self.describe(), rec.index, rec.name, rec.run_id)
+                self._anchor_start(rec.run_id)
                 self.shared.writer.put(Item(0, 0, rec, info, self._sizes.get(
                     (rec.run_id, rec.index), 0)))
         self.begins.clear()
         self._sizes.clear()
-        for run_id in {c.run_id for c in self.contexts.values() if not c.scratch}:
+        for run_id in sorted(self._anchored):
             self.shared.writer.anchor(self.uid, run_id, self._clock())  # its end
+        self._anchored.clear()
+        self._unanchored.clear()
         self.contexts.clear()
         self._release(self.held)
         self.counters.close()
@@ -487,10 +496,19 @@ class Session:
                 return
             if not self._hold(seq, self.decoder.last_size, opening=False):
                 return
-            if not ctx.scratch and all(c.run_id != ctx.run_id for c in self.contexts.values()):
-                self.shared.writer.anchor(self.uid, ctx.run_id, self._clock(),  # its start
-                                          self._hello_anchor)
+            if not ctx.scratch and ctx.run_id not in self._unanchored \
+                    and ctx.run_id not in self._anchored:  # its start: the HELLO's anchor
+                self._unanchored[ctx.run_id] = self._hello_anchor or take_anchor()
         self.contexts[ctx.c] = ctx
+
+    def _anchor_start(self, run_id: str) -> None:
+        """Before the first record of ``run_id`` this connection hands the writer: that run's
+        start anchor, if it declared the run in a CONTEXT (the writer commits both in one
+        transaction)."""
+        start = self._unanchored.pop(run_id, None)
+        if start is not None:
+            self.shared.writer.anchor(self.uid, run_id, self._clock(), start)
+            self._anchored.add(run_id)
 
     def _clock(self) -> ClientClock:
         """The client's clock beside the daemon's (read once per connection): this kernel's
@@ -575,6 +593,8 @@ class Session:
             self.shared.state.count("refused", "quota")
             self.sync(item.seq)  # answered: the ACK that follows covers the ERROR
             return
+        if item.record is not None:
+            self._anchor_start(item.record.run_id)
         self.shared.writer.put(item)
         self.put_seq = item.seq
 

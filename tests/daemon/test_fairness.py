@@ -249,9 +249,10 @@ def test_scratch_connections_cost_no_clock_work(loop: Loop, monkeypatch: pytest.
     """The markers' calibration connections (HELLO "scratch": true, every context scratch)
     take no clock anchor, read no process clock in /proc and queue nothing to the writer,
     however many; a scratch-only connection without the HELLO key takes its HELLO anchor
-    only. A real run's connection still queues its start anchor (its HELLO's) and its end
-    anchor, around its records, with its client's clock read once; a connection that said
-    scratch and declares a real run after all is anchored from that CONTEXT."""
+    only, and so does one that declares a real run but stores nothing. A real run's
+    connection queues its start anchor (its HELLO's) just before its first record and its end
+    anchor after them, its client's clock read once; a connection that said scratch and
+    declares a real run after all is anchored from that CONTEXT."""
     from counterd.daemon import session as session_mod
     from counterd.daemon import writer as writer_mod
     from counterd.daemon.store import RunAnchor
@@ -274,6 +275,9 @@ def test_scratch_connections_cost_no_clock_work(loop: Loop, monkeypatch: pytest.
                 return
         raise AssertionError([s.last_seq for s in sessions])
 
+    def kinds() -> list[str]:
+        return [type(x).__name__ for x in loop.queued_all()]
+
     conns = [loop.connect(1000, scratch=True) for _ in range(8)]
     for k, (_, c) in enumerate(conns):
         c.sendall(_calibration(f"cal-{k}", 4))
@@ -281,13 +285,21 @@ def test_scratch_connections_cost_no_clock_work(loop: Loop, monkeypatch: pytest.
     for s, c in conns:
         assert max(p["s"] for t, p in replies(c) if t is F.ACK) == 9
         s.close(incomplete=True)
-    assert (taken, clocks, loop.queued_all()) == ([], [], [])
+    assert (taken, clocks, kinds()) == ([], [], [])
 
-    old, client = loop.connect(1000)  # an older client's calibration: its HELLO anchor only
+    hello = ["counterd.daemon.session"]  # a HELLO's anchor, taken in the loop
+    old, client = loop.connect(1000)  # an older client's calibration
     client.sendall(_calibration("cal-old", 4))
     serve([old], 9)
     old.close(incomplete=True)
-    assert (taken, clocks, loop.queued_all()) == (["counterd.daemon.session"], [], [])
+    assert (taken, clocks, kinds()) == (hello, [], [])
+
+    taken.clear()
+    empty, client = loop.connect(1000)  # a real run declared, nothing of it stored
+    client.sendall(_calibration("nothing", 0, scratch=False))
+    serve([empty], 1)
+    empty.close(incomplete=True)
+    assert (taken, clocks, kinds()) == (hello, [], [])
 
     taken.clear()
     real, client = loop.connect(1000)
@@ -300,14 +312,14 @@ def test_scratch_connections_cost_no_clock_work(loop: Loop, monkeypatch: pytest.
     assert {(a.uid, a.run_id) for a in anchors} == {(1000, "run")}
     assert anchors[0].anchor.mono_ns < anchors[1].anchor.mono_ns
     assert anchors[0].clock == anchors[1].clock and clocks == [os.getpid()]
-    assert taken == ["counterd.daemon.session", "counterd.daemon.writer"]  # HELLO's, the end's
+    assert taken == hello + ["counterd.daemon.writer"]  # the HELLO's (the start), the end's
+    assert anchors[0].anchor == real._hello_anchor  # taken at HELLO, before its supersteps
 
     taken.clear()
     said, client = loop.connect(1000, scratch=True)
     client.sendall(_calibration("run2", 1, scratch=False))
     serve([said], 3)
-    first = [a for a in loop.queued_all() if isinstance(a, RunAnchor)]
-    assert [a.run_id for a in first] == ["run2"] and taken == ["counterd.daemon.writer"]
+    assert kinds() == ["RunAnchor", "Item"] and taken == ["counterd.daemon.session"]
 
 
 # -- queries --------------------------------------------------------------------------------
