@@ -65,8 +65,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench._host import guarded, host_line  # noqa: E402
 from bench.pilot_forecast import e_of, ensure_profile, extrap_forecasts  # noqa: E402
-from predictor import pilot  # noqa: E402
 from predictor.errors import PredictorError  # noqa: E402
+from predictor.pilot.campaign import load_campaign, measure_target  # noqa: E402
+from predictor.pilot.forecast import forecast  # noqa: E402
 from predictor.profile import MachineProfile  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
@@ -141,11 +142,11 @@ def from_records(prog: Program, label: str, d: Path, repeat: int,
     if out.exists():
         return dict(json.loads(out.read_text()))
     n = prog.target(label)
-    runs = pilot.load_campaign(d, prog.pilots, repeat)
-    fc = pilot.forecast(runs, n, profile, level=LEVEL)
+    runs = load_campaign(d, prog.pilots, repeat)
+    fc = forecast(runs, n, profile, level=LEVEL)
     log(f"{prog.name}: checking runs at {label} (n = {n:g})")
-    measured = pilot.measure_target(prog.template, n, repeat=repeat,
-                                    workdir=_mkdir(d / f"check-{label}"))
+    measured = measure_target(prog.template, n, repeat=repeat,
+                              workdir=_mkdir(d / f"check-{label}"))
     per, whole = fc.compare(measured)
     data = fc.to_json()
     for s, j in zip(fc.steps, data["supersteps"], strict=True):
@@ -169,7 +170,7 @@ def extrap_at(prog: Program, d: Path, repeat: int) -> dict[str, list[float | Non
     out = d / "extrap.json"
     if out.exists():
         return dict(json.loads(out.read_text()))
-    runs = pilot.load_campaign(d, prog.pilots, repeat)
+    runs = load_campaign(d, prog.pilots, repeat)
     ex = extrap_forecasts(runs, [prog.target(t) for t in TARGETS], d)
     keys = [s.name for s in runs[0].steps]  # "index:name", as Extra-P saw them
     data = {t: [ex.get(k, {}).get("at", {}).get(f"{prog.target(t):g}") for k in keys]

@@ -64,8 +64,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._host import host_line  # noqa: E402
-from predictor import pilot  # noqa: E402
 from predictor.inputs import load_counters  # noqa: E402
+from predictor.pilot.campaign import TIMING_FEATURES, load_campaign, record_path, record_run  # noqa: E402
+from predictor.pilot.forecast import forecast  # noqa: E402
+from predictor.pilot.runs import PilotRun, load_timings  # noqa: E402
 from predictor.profile import MachineProfile, load_profile  # noqa: E402
 
 PILOTS = tuple(1e5 * i for i in range(1, 6))
@@ -129,7 +131,7 @@ def run_pilots(case: Case, work: Path, repeat: int, features: str) -> float | No
     """``predict --pilot`` for one program, keeping its records; its wall time (None if the
     records were there already)."""
     d = work / case.name / "pilot"
-    if pilot.record_path(d, "counted", case.pilots[-1]).exists():
+    if record_path(d, "counted", case.pilots[-1]).exists():
         return None
     t0 = time.monotonic()
     subprocess.run([str(VENV_BIN / "predict"), "--pilot", case.template, "--sizes",
@@ -145,15 +147,15 @@ def run_targets(case: Case, work: Path, repeat: int, counts: bool, features: str
     d.mkdir(parents=True, exist_ok=True)
     for n in case.sizes():
         for r in range(repeat):
-            out = pilot.record_path(d, "timed", n, r)
+            out = record_path(d, "timed", n, r)
             if not out.exists():
                 log(f"{case.name} n = {n:g}: timed run {r + 1}/{repeat}")
-                pilot.record_run(case.template, n, "none", out, what="timed target run",
-                                 cpu_features=features)
-        out = pilot.record_path(d, "counted", n)
+                record_run(case.template, n, "none", out, what="timed target run",
+                           cpu_features=features)
+        out = record_path(d, "counted", n)
         if counts and not out.exists():
             log(f"{case.name} n = {n:g}: counted run (callgrind)")
-            pilot.record_run(case.template, n, "callgrind", out, what="counted target run")
+            record_run(case.template, n, "callgrind", out, what="counted target run")
 
 
 def extrap_python() -> Path:
@@ -165,7 +167,7 @@ def extrap_python() -> Path:
     return py
 
 
-def extrap_forecasts(runs: Sequence[pilot.PilotRun], targets: Sequence[float], work: Path
+def extrap_forecasts(runs: Sequence[PilotRun], targets: Sequence[float], work: Path
                      ) -> dict[str, dict[str, Any]]:
     """Extra-P's model of every superstep's work time on the same pilot timings."""
     path = work / "extrap-in.jsonl"
@@ -199,7 +201,7 @@ def rows_for(case: Case, work: Path, profile: MachineProfile, repeat: int,
              target_repeat: int, extrap: bool) -> list[dict[str, Any]]:
     """One row per (target, superstep): measured work and span, their floors, each method's
     E (the work's forecasts against the work, the span's against the span)."""
-    runs = pilot.load_campaign(work / case.name / "pilot", case.pilots, repeat)
+    runs = load_campaign(work / case.name / "pilot", case.pilots, repeat)
     ex = extrap_forecasts(runs, case.sizes(), work / case.name) if extrap else {}
     group = {n: g for g, sizes in case.targets.items() for n in sizes}
     fm = {}
@@ -207,11 +209,11 @@ def rows_for(case: Case, work: Path, profile: MachineProfile, repeat: int,
     rows = []
     for n in case.sizes():
         tdir = work / case.name / "target"
-        timed = [{t.key: t for t in pilot.load_timings(pilot.record_path(tdir, "timed", n, r))}
+        timed = [{t.key: t for t in load_timings(record_path(tdir, "timed", n, r))}
                  for r in range(target_repeat)]
-        counted_path = pilot.record_path(tdir, "counted", n)
+        counted_path = record_path(tdir, "counted", n)
         counted = load_counters(counted_path) if counted_path.exists() else None
-        fc = pilot.forecast(runs, n, profile, memo=memo)
+        fc = forecast(runs, n, profile, memo=memo)
         for i, s in enumerate(fc.steps):
             key = runs[0].steps[i].name  # "index:name", as Extra-P saw it
             ex_at = ex.get(key, {}).get("at", {}).get(f"{n:g}")
@@ -334,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-target-counts", action="store_true",
                     help="no counted runs at the targets (no 'F measured' column)")
     ap.add_argument("--no-extrap", action="store_true", help="leave Extra-P out")
-    ap.add_argument("--cpu-features", choices=pilot.TIMING_FEATURES, default="native",
+    ap.add_argument("--cpu-features", choices=TIMING_FEATURES, default="native",
                     help="how the timed runs run (predict --pilot --cpu-features; default "
                     "native, as the programs run without counterd)")
     ap.add_argument("--json", type=Path, default=None, help="write every row to this file")

@@ -40,8 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._host import guarded, host_line  # noqa: E402
-from predictor import pilot  # noqa: E402
 from predictor.costfuncs import error_ratio  # noqa: E402
+from predictor.pilot.campaign import command_for  # noqa: E402
+from predictor.pilot.runs import Timing, load_timings  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
 MODES = ("native", "as-counted")
@@ -52,13 +53,13 @@ def log(msg: str) -> None:
 
 
 def record(template: str, n: int, out: Path, features: str, backend: str
-           ) -> list[pilot.Timing]:
+           ) -> list[Timing]:
     """One ``counterd record --backend backend --cpu-features features`` run; its supersteps'
     times."""
     cmd = [str(VENV_BIN / "counterd"), "record", "--backend", backend, "--cpu-features",
-           features, "--out", str(out), "--", *pilot.command_for(template, n)]
+           features, "--out", str(out), "--", *command_for(template, n)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    return pilot.load_timings(out)
+    return load_timings(out)
 
 
 def _ms(ns: float) -> str:

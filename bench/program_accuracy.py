@@ -50,10 +50,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench._host import host_line  # noqa: E402
 from bench.pilot_forecast import ensure_profile, log, other_case  # noqa: E402
-from predictor import pilot  # noqa: E402
 from predictor.costfuncs import error_ratio  # noqa: E402
 from predictor.errors import PredictorError  # noqa: E402
 from predictor.inputs import Step, load_counters  # noqa: E402
+from predictor.pilot.campaign import TIMING_FEATURES, record_path, record_run  # noqa: E402
 from predictor.profile import MachineProfile  # noqa: E402
 
 PY = sys.executable
@@ -85,20 +85,20 @@ def measure(cs: Sequence[Case], work: Path, repeat: int, features: str) -> None:
     for r in range(repeat):
         for c in cs:
             for n in c.sizes:
-                out = pilot.record_path(work / c.name, "timed", n, r)
+                out = record_path(work / c.name, "timed", n, r)
                 if not out.exists():
                     out.parent.mkdir(parents=True, exist_ok=True)
                     log(f"{c.name} n = {n:g}: timed run {r + 1}/{repeat}")
-                    pilot.record_run(c.template, n, "none", out, what="timed run",
-                                     cpu_features=features)
+                    record_run(c.template, n, "none", out, what="timed run",
+                               cpu_features=features)
     for c in cs:
         for n in c.sizes:
             for b in c.backends:
-                out = pilot.record_path(work / c.name, f"counted-{b}", n)
+                out = record_path(work / c.name, f"counted-{b}", n)
                 if not out.exists():
                     out.parent.mkdir(parents=True, exist_ok=True)
                     log(f"{c.name} n = {n:g}: counted run ({b})")
-                    pilot.record_run(c.template, n, b, out, what=f"counted run ({b})")
+                    record_run(c.template, n, b, out, what=f"counted run ({b})")
 
 
 @dataclass
@@ -126,10 +126,10 @@ def analyse(cs: Sequence[Case], work: Path, repeat: int, profile: MachineProfile
     rows = []
     for c in cs:
         for n in c.sizes:
-            timed = [load_counters(pilot.record_path(work / c.name, "timed", n, r))
+            timed = [load_counters(record_path(work / c.name, "timed", n, r))
                      for r in range(repeat)]
             for b in c.backends:
-                counted = load_counters(pilot.record_path(work / c.name, f"counted-{b}", n))
+                counted = load_counters(record_path(work / c.name, f"counted-{b}", n))
                 for i, s in enumerate(counted):
                     ts = [_time(t[i], how) for t in timed]
                     t = statistics.median(ts)
@@ -194,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=10, help="timed runs per program and size")
     ap.add_argument("--only", default="", help="comma-separated program names")
     ap.add_argument("--time", choices=("work", "span"), default="work")
-    ap.add_argument("--cpu-features", choices=pilot.TIMING_FEATURES, default="native",
+    ap.add_argument("--cpu-features", choices=TIMING_FEATURES, default="native",
                     help="how the timed runs run (default native, as the programs run without "
                     "counterd; as-counted: AVX-512 hidden, the code Callgrind counts)")
     ap.add_argument("--detail", action="store_true", help="every superstep")

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from counterd import report
-from predictor import pilot
 from predictor.inputs import Step
+from predictor.pilot.check import Measured
+from predictor.pilot.runs import PilotRun
 from tests.report.test_report import iterated_records, predict, records, two_and_a_half_ms
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "demo_summary.py"
@@ -36,20 +37,20 @@ def _pilot_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
     rng = np.random.default_rng(5)
 
-    def campaign(*a: object, **k: object) -> list[pilot.PilotRun]:
+    def campaign(*a: object, **k: object) -> list[PilotRun]:
         runs = []
         for n in SIZES:
             work = tuple(10 * n * (1 + 0.01 * rng.standard_normal()) for _ in range(3))
             step = Step("0:scan", {}, (0, 1), time_ns=float(np.median(work)),
                         meta={"work_ns": float(np.median(work))})
-            runs.append(pilot.PilotRun(n, (step,), f"run-{n:g}", (work,), (work,)))
+            runs.append(PilotRun(n, (step,), f"run-{n:g}", (work,), (work,)))
         return runs
 
-    def check(*a: object, **k: object) -> dict[tuple[int, str], pilot.Measured]:
-        return {(0, "scan"): pilot.Measured(work_ns=9.2e6, span_ns=9.3e6, skew_ns=1e5)}
+    def check(*a: object, **k: object) -> dict[tuple[int, str], Measured]:
+        return {(0, "scan"): Measured(work_ns=9.2e6, span_ns=9.3e6, skew_ns=1e5)}
 
-    monkeypatch.setattr(pilot, "run_campaign", campaign)
-    monkeypatch.setattr(pilot, "measure_target", check)
+    monkeypatch.setattr("predictor.pilot.campaign.run_campaign", campaign)
+    monkeypatch.setattr("predictor.pilot.campaign.measure_target", check)
     assert main(["--pilot", "prog {n}", "--sizes", ",".join(f"{n:g}" for n in SIZES),
                  "--target", "8e5", "--check", "--json"]) == 0
     out = tmp_path / "pilot.json"

@@ -9,9 +9,24 @@ import math
 import numpy as np
 import pytest
 
-from predictor import pilot
 from predictor.errors import BadInput
 from predictor.inputs import Step
+from predictor.pilot.campaign import (
+    TIMING_FEATURES,
+    load_campaign,
+    measure_target,
+    record_path,
+    run_campaign,
+)
+from predictor.pilot.check import Comparison, Measured, measured
+from predictor.pilot.extrapolation import (
+    Extrapolated,
+    extrapolate,
+    extrapolate_extra,
+    scale_by_work,
+)
+from predictor.pilot.forecast import StepForecast, forecast
+from predictor.pilot.runs import PilotRun, Timing, check_runs
 from predictor.profile import load_profile
 
 SIZES = [1e5, 2e5, 3e5, 4e5, 5e5]
@@ -27,7 +42,7 @@ def test_extrapolation_of_a_two_term_law_within_tolerance():
     rng = np.random.default_rng(3)
     ns = [n for n in SIZES for _ in range(3)]
     ys = [_law(n) * (1 + 0.01 * rng.standard_normal()) for n in ns]
-    e = pilot.extrapolate(ns, ys, 1e6)
+    e = extrapolate(ns, ys, 1e6)
     assert e.value == pytest.approx(_law(1e6), rel=0.02)
     assert e.lower <= _law(1e6) <= e.upper
 
@@ -41,7 +56,7 @@ def test_the_growth_term_is_found(law, term):
     rng = np.random.default_rng(5)
     ns = [n for n in SIZES for _ in range(3)]
     ys = [law(n) * (1 + 0.01 * rng.standard_normal()) for n in ns]
-    e = pilot.extrapolate(ns, ys, 2e6)
+    e = extrapolate(ns, ys, 2e6)
     assert e.how.endswith(f"*{term}"), e.how  # the constant may go: costs are kept >= 0
     assert e.value == pytest.approx(law(2e6), rel=0.03)
 
@@ -57,15 +72,15 @@ def test_interval_coverage_at_the_target_is_measured():
     reps = 200
     for _ in range(reps):
         ys = [law(n) * (1 + 0.01 * rng.standard_normal()) for n in ns]
-        e = pilot.extrapolate(ns, ys, 1e6, level=0.9)
+        e = extrapolate(ns, ys, 1e6, level=0.9)
         inside += e.lower <= law(1e6) * (1 + 0.01 * rng.standard_normal()) <= e.upper
     assert 0.82 <= inside / reps <= 0.97, inside / reps
 
 
 def test_zero_counters_stay_zero_and_sparse_ones_are_scaled():
-    zero = pilot.extrapolate(SIZES, [0.0] * 5, 1e6)
+    zero = extrapolate(SIZES, [0.0] * 5, 1e6)
     assert (zero.value, zero.lower, zero.upper) == (0.0, 0.0, 0.0) and "zero" in zero.how
-    sparse = pilot.extrapolate(SIZES, [0, 0, 0, 4.0, 5.0], 1e6)
+    sparse = extrapolate(SIZES, [0, 0, 0, 4.0, 5.0], 1e6)
     assert sparse.value == pytest.approx(10.0) and "linearly" in sparse.how
 
 
@@ -83,20 +98,20 @@ def _counters(n: float, rng: np.random.Generator, noise: float) -> dict[str, np.
     return {k: np.full(P, v) * (1 + noise * rng.standard_normal(P)) for k, v in base.items()}
 
 
-def _run(n: float, rng: np.random.Generator, noise: float = 0.01) -> pilot.PilotRun:
+def _run(n: float, rng: np.random.Generator, noise: float = 0.01) -> PilotRun:
     steps = []
     for i, name in enumerate(("count elements", "move elements")):
         c = _counters(n * (1 + i), rng, noise)
         s = Step(f"{i}:{name}", c, tuple(range(P)))
         t = PROFILE.f_model("paper").evaluate(s).f * (1 + noise * rng.standard_normal())
         steps.append(Step(s.name, c, s.ranks, time_ns=t))
-    return pilot.PilotRun(n, tuple(steps), f"run-{n:g}")
+    return PilotRun(n, tuple(steps), f"run-{n:g}")
 
 
 def test_forecast_evaluates_f_on_extrapolated_counters():
     rng = np.random.default_rng(7)
     runs = [_run(n, rng) for n in SIZES for _ in range(2)]
-    fc = pilot.forecast(runs, 2e6, PROFILE, level=0.9)
+    fc = forecast(runs, 2e6, PROFILE, level=0.9)
     truth = [PROFILE.f_model("paper").evaluate(Step("x", _counters(2e6 * (1 + i),
                                                                   np.random.default_rng(0), 0.0),
                                                     tuple(range(P)))) for i in range(2)]
@@ -123,7 +138,7 @@ def test_without_a_profile_the_time_only_forecast_remains():
     """No profile: no F, and the forecast printed is one of the others, chosen by the held-out
     largest pilot; time-only is always there."""
     rng = np.random.default_rng(8)
-    fc = pilot.forecast([_run(n, rng) for n in SIZES], 1e6, None)
+    fc = forecast([_run(n, rng) for n in SIZES], 1e6, None)
     assert all(s.f is None and s.why == "no profile given" for s in fc.steps)
     for s in fc.steps:
         assert s.time_only.value > 0 and s.choice is not None and s.basis != "F"
@@ -135,10 +150,10 @@ def test_without_a_profile_the_time_only_forecast_remains():
 def _step_forecast(f_error, t_mre, w_mre=False):
     b = PROFILE.f_model("paper").evaluate(Step("0:x", _counters(1e6, np.random.default_rng(0),
                                                                  0.0), tuple(range(P))))
-    t = pilot.Extrapolated(2e-3, 1e-3, 3e-3, "c*n", t_mre)
-    w = None if w_mre is False else pilot.Extrapolated(4e-3, 3e-3, 5e-3, "scaled", w_mre)
-    return pilot.StepForecast(0, "x", t, {}, "paper", b, (b.f * 0.5, b.f * 2), None, f_error,
-                              scaled=w)
+    t = Extrapolated(2e-3, 1e-3, 3e-3, "c*n", t_mre)
+    w = None if w_mre is False else Extrapolated(4e-3, 3e-3, 5e-3, "scaled", w_mre)
+    return StepForecast(0, "x", t, {}, "paper", b, (b.f * 0.5, b.f * 2), None, f_error,
+                        scaled=w)
 
 
 @pytest.mark.parametrize("f_error, t_mre, w_mre, basis", [
@@ -177,13 +192,13 @@ def _work_campaign(rng, noise, bend=0.0):
 def test_work_scaling_extrapolates_the_counted_work_from_the_largest_pilot():
     rng = np.random.default_rng(21)
     ns, times, work = _work_campaign(rng, 0.0)
-    w_at = pilot.extrapolate(ns, work, 2e6)
-    e = pilot.scale_by_work(ns, times, work, w_at)
+    w_at = extrapolate(ns, work, 2e6)
+    e = scale_by_work(ns, times, work, w_at)
     assert e is not None
     assert e.value == pytest.approx(2e-9 * 40 * 2e6 * math.log2(2e6), rel=1e-3)
     assert e.pilot_mre == pytest.approx(1.0, abs=1e-9) and e.lower <= e.value <= e.upper
     assert "instructions" in e.how and "n = 500000" in e.how
-    assert pilot.scale_by_work(ns, times, [0.0] * 5, w_at) is None  # nothing counted
+    assert scale_by_work(ns, times, [0.0] * 5, w_at) is None  # nothing counted
 
 
 def test_work_scaling_beats_a_growth_model_of_a_bent_time_curve():
@@ -192,8 +207,8 @@ def test_work_scaling_beats_a_growth_model_of_a_bent_time_curve():
     misses; work scaling from the largest pilot does not."""
     ns, times, work = _work_campaign(np.random.default_rng(0), 0.0, bend=0.6)
     truth = times[-1] / work[-1] * 40 * 2e6 * math.log2(2e6)
-    e = pilot.scale_by_work(ns, times, work, pilot.extrapolate(ns, work, 2e6))
-    t = pilot.extrapolate(ns, times, 2e6)
+    e = scale_by_work(ns, times, work, extrapolate(ns, work, 2e6))
+    t = extrapolate(ns, times, 2e6)
     assert e is not None and e.value == pytest.approx(truth, rel=1e-3)
     assert t.value > 1.3 * truth
 
@@ -206,7 +221,7 @@ def test_work_scaling_interval_coverage_is_measured():
     reps = 300
     for _ in range(reps):
         ns, times, work = _work_campaign(rng, 0.05)
-        e = pilot.scale_by_work(ns, times, work, pilot.extrapolate(ns, work, 1e6), level=0.9)
+        e = scale_by_work(ns, times, work, extrapolate(ns, work, 1e6), level=0.9)
         truth = 2e-9 * 40 * 1e6 * math.log2(1e6) * math.exp(0.05 * rng.standard_normal())
         inside += e.lower <= truth <= e.upper
     assert 0.85 <= inside / reps <= 0.99, inside / reps
@@ -236,19 +251,19 @@ def test_a_kept_campaign_loads_back_as_its_pilot_runs(tmp_path):
     median span and work, every timed run's span and work kept (as counterd.records.Superstep
     gives them); a timed run with other supersteps is refused."""
     for n in SIZES[:3]:
-        _write_records(pilot.record_path(tmp_path, "counted", n), [("a", 9e9), ("b", 9e9)])
+        _write_records(record_path(tmp_path, "counted", n), [("a", 9e9), ("b", 9e9)])
         for r, t in enumerate((1e6, 3e6, 2e6)):
-            _write_records(pilot.record_path(tmp_path, "timed", n, r),
+            _write_records(record_path(tmp_path, "timed", n, r),
                            [("a", t * n / 1e5), ("b", t)], skew=5e5 * (r + 1))
-    runs = pilot.load_campaign(tmp_path, SIZES[:3], 3)
+    runs = load_campaign(tmp_path, SIZES[:3], 3)
     assert [r.size for r in runs] == SIZES[:3]
     assert runs[1].step_work(0) == [2e6, 6e6, 4e6]
     assert runs[1].step_times(0) == [2.5e6, 7e6, 5.5e6]  # work + skew (rank 1 ends last)
     assert runs[1].steps[0].time_ns == 5.5e6 and runs[1].steps[0].meta["work_ns"] == 4e6
     assert runs[0].steps[1].counter("loads").sum() == 20.0
-    _write_records(pilot.record_path(tmp_path, "timed", SIZES[2], 1), [("a", 1e6), ("c", 1e6)])
+    _write_records(record_path(tmp_path, "timed", SIZES[2], 1), [("a", 1e6), ("c", 1e6)])
     with pytest.raises(BadInput, match="different supersteps"):
-        pilot.load_campaign(tmp_path, SIZES[:3], 3)
+        load_campaign(tmp_path, SIZES[:3], 3)
 
 
 # -- work and span apart ----------------------------------------------------------------------
@@ -266,7 +281,7 @@ def _skewed_runs(rng, repeat=5, skew_noise=0.002, work_noise=0.01):
         span = [w + (SKEW_S + skew_noise * rng.standard_normal()) * 1e9 for w in work]
         step = Step("0:local scan", {}, (0, 1), time_ns=float(np.median(span)),
                     meta={"work_ns": float(np.median(work))})
-        runs.append(pilot.PilotRun(n, (step,), f"run-{n:g}", (tuple(span),), (tuple(work),)))
+        runs.append(PilotRun(n, (step,), f"run-{n:g}", (tuple(span),), (tuple(work),)))
     return runs
 
 
@@ -275,7 +290,7 @@ def test_a_constant_start_skew_is_not_scaled_with_the_work():
     work forecast follows the work (80 ms at 8e6), the span forecast is that plus 20 ms (not
     the skew scaled up with the work, which would be 320 ms more) and its interval holds it."""
     target = 16 * SIZES[-1]
-    fc = pilot.forecast(_skewed_runs(np.random.default_rng(31)), target, None)
+    fc = forecast(_skewed_runs(np.random.default_rng(31)), target, None)
     (s,) = fc.steps
     work, span = 1e-8 * target, 1e-8 * target + SKEW_S
     assert s.predicted_s == pytest.approx(work, rel=0.05)
@@ -289,7 +304,7 @@ def test_a_constant_start_skew_is_not_scaled_with_the_work():
     # what the pilot did when it fitted the span itself: the skew scaled with the work
     spans = [(r.size, t * 1e-9) for r in _skewed_runs(np.random.default_rng(31))
              for t in r.step_times(0)]
-    by_span = pilot.extrapolate([n for n, _ in spans], [t for _, t in spans], target)
+    by_span = extrapolate([n for n, _ in spans], [t for _, t in spans], target)
     assert by_span.value > 1.5 * span
     j = s.to_json()
     assert j["span_s"] == s.span_s and j["extra_s"] == s.extra.value
@@ -307,8 +322,8 @@ def test_the_work_is_judged_against_f_not_the_span():
         r = _run(n, rng, noise=0.0)
         work = tuple((s.time_ns,) * 3 for s in r.steps)
         span = tuple(tuple(w + SKEW_S * 1e9 for w in ws) for ws in work)
-        runs.append(pilot.PilotRun(n, r.steps, r.source, span, work))
-    fc = pilot.forecast(runs, 2e6, PROFILE)
+        runs.append(PilotRun(n, r.steps, r.source, span, work))
+    fc = forecast(runs, 2e6, PROFILE)
     for s in fc.steps:
         assert s.pilot_f_error == pytest.approx(1.0, abs=1e-6) and s.basis == "F"
         assert s.predicted_s == s.f_s
@@ -325,9 +340,9 @@ def test_an_extra_that_grows_with_n_is_extrapolated_and_said():
     for n in SIZES:
         work = [1e-8 * n * 1e9 * (1 + 0.01 * rng.standard_normal()) for _ in range(5)]
         span = [w * (1.05 + 0.002 * rng.standard_normal()) for w in work]
-        runs.append(pilot.PilotRun(n, (Step("0:x", {}, (0, 1), time_ns=float(np.median(span))),),
-                                   "r", (tuple(span),), (tuple(work),)))
-    fc = pilot.forecast(runs, 2e6, None)
+        runs.append(PilotRun(n, (Step("0:x", {}, (0, 1), time_ns=float(np.median(span))),),
+                             "r", (tuple(span),), (tuple(work),)))
+    fc = forecast(runs, 2e6, None)
     (s,) = fc.steps
     assert s.extra is not None and s.extra.how.startswith("grows with n")
     assert "median at each pilot size" in s.extra.how
@@ -343,9 +358,9 @@ def test_an_extra_growing_faster_than_the_work_is_capped_at_the_works_growth():
     sizes = [1e5, 2e5, 3e5, 4e5]
     ns = [n for n in sizes for _ in range(5)]
     xs = [(n / 1e5) ** 3 * 1e-6 * (1 + 0.01 * k) for n in sizes for k in range(5)]
-    free, grows = pilot.extrapolate_extra(ns, xs, 1e6)
+    free, grows = extrapolate_extra(ns, xs, 1e6)
     assert grows and free.value > 10 * 64e-6  # the cubic: about 1000 us at 1e6
-    capped, grows = pilot.extrapolate_extra(ns, xs, 1e6, work_growth=2.5)
+    capped, grows = extrapolate_extra(ns, xs, 1e6, work_growth=2.5)
     median_at_largest = float(np.median(xs[-5:]))
     assert grows and capped.value == pytest.approx(median_at_largest * 2.5)
     assert capped.lower <= capped.value <= capped.upper
@@ -361,31 +376,31 @@ def test_a_trend_in_the_tails_alone_does_not_scale_the_extra():
         for v in [0.1 * k] * 4 + [1.0] + [1.0 + k] * 4:
             ns.append(n)
             xs.append(v * 1e-3)
-    e, grows = pilot.extrapolate_extra(ns, xs, 1e6)
+    e, grows = extrapolate_extra(ns, xs, 1e6)
     assert not grows and e.value == pytest.approx(1e-3)
     assert "p = 0.00" in e.how and "no growth model of its medians grows" in e.how
 
 
 def test_extra_without_skew_is_zero_and_bad_extras_are_refused():
-    e, grows = pilot.extrapolate_extra(SIZES, [0.0] * 5, 1e6)
+    e, grows = extrapolate_extra(SIZES, [0.0] * 5, 1e6)
     assert (e.value, e.lower, e.upper, grows) == (0.0, 0.0, 0.0, False)
-    e, grows = pilot.extrapolate_extra(SIZES, [3e-3] * 5, 1e6)
+    e, grows = extrapolate_extra(SIZES, [3e-3] * 5, 1e6)
     assert (e.value, e.lower, e.upper, grows) == (3e-3, 3e-3, 3e-3, False)
     with pytest.raises(BadInput, match="extra"):
-        pilot.extrapolate_extra(SIZES, [1e-3, -1e-3, 0, 0, 0], 1e6)
+        extrapolate_extra(SIZES, [1e-3, -1e-3, 0, 0, 0], 1e6)
     runs = _skewed_runs(np.random.default_rng(1))
     r = runs[0]
-    runs[0] = pilot.PilotRun(r.size, r.steps, "bad-run", r.work_ns, r.times_ns)  # swapped
+    runs[0] = PilotRun(r.size, r.steps, "bad-run", r.work_ns, r.times_ns)  # swapped
     with pytest.raises(BadInput, match="worked longer than the superstep's span"):
-        pilot.forecast(runs, 1e6, None)
+        forecast(runs, 1e6, None)
 
 
 def test_check_compares_work_with_work_and_span_with_span():
     """``--check``: each forecast against its measured counterpart, E for each, and the totals
     alike."""
-    fc = pilot.forecast(_skewed_runs(np.random.default_rng(31)), 1e6, None)
+    fc = forecast(_skewed_runs(np.random.default_rng(31)), 1e6, None)
     (s,) = fc.steps
-    m = pilot.Measured(work_ns=1e7, span_ns=5e7, skew_ns=4e7)
+    m = Measured(work_ns=1e7, span_ns=5e7, skew_ns=4e7)
     per, whole = fc.compare({(0, "local scan"): m})
     c = per[(0, "local scan")]
     assert c["work"].measured_s == 1e-2 and c["work"].forecast_s == s.predicted_s
@@ -397,12 +412,12 @@ def test_check_compares_work_with_work_and_span_with_span():
     assert whole["span"].measured_s == 5e-2 and whole["span"].forecast_s == fc.span_total()[0]
     j = c["span"].to_json()
     assert j["E"] == c["span"].e and j["interval_s"] == list(s.span_interval_s)
-    assert pilot.Comparison(0.0, 0.0, 1.0, 1.0).e is None
+    assert Comparison(0.0, 0.0, 1.0, 1.0).e is None
 
 
 def test_a_target_inside_the_pilot_range_is_interpolated_and_said():
     rng = np.random.default_rng(9)
-    fc = pilot.forecast([_run(n, rng) for n in SIZES], 2.5e5, PROFILE)
+    fc = forecast([_run(n, rng) for n in SIZES], 2.5e5, PROFILE)
     assert any("inside the pilot range" in n for n in fc.notes)
 
 
@@ -415,23 +430,23 @@ def _runs(sizes, rng=None):
 
 def test_bad_pilot_campaigns_are_refused_naming_what():
     with pytest.raises(BadInput, match="not increasing"):
-        pilot.check_runs(_runs([1e5, 3e5, 2e5]))
+        check_runs(_runs([1e5, 3e5, 2e5]))
     with pytest.raises(BadInput, match="2 distinct pilot sizes"):
-        pilot.check_runs(_runs([1e5, 2e5, 2e5]))
+        check_runs(_runs([1e5, 2e5, 2e5]))
     with pytest.raises(BadInput, match="no pilot runs"):
-        pilot.check_runs([])
+        check_runs([])
     runs = _runs(SIZES[:3])
-    runs[1] = pilot.PilotRun(runs[1].size, (), "empty-run")
+    runs[1] = PilotRun(runs[1].size, (), "empty-run")
     with pytest.raises(BadInput, match="empty-run .* recorded no supersteps"):
-        pilot.check_runs(runs)
+        check_runs(runs)
     runs = _runs(SIZES[:3])
     s = runs[2].steps
-    runs[2] = pilot.PilotRun(runs[2].size, (s[0], Step("1:other", s[1].counters, s[1].ranks,
-                                                        time_ns=s[1].time_ns)), "odd-run")
+    runs[2] = PilotRun(runs[2].size, (s[0], Step("1:other", s[1].counters, s[1].ranks,
+                                                  time_ns=s[1].time_ns)), "odd-run")
     with pytest.raises(BadInput, match="odd-run .* has superstep \\(1, 'other'\\)"):
-        pilot.check_runs(runs)
+        check_runs(runs)
     with pytest.raises(BadInput, match="not a size > 0"):
-        pilot.forecast(_runs(SIZES[:3]), -5, None)
+        forecast(_runs(SIZES[:3]), -5, None)
 
 
 # -- predict --pilot ------------------------------------------------------------------------------
@@ -567,16 +582,16 @@ def test_cli_pilot_forecasts_and_checks_work_and_span_of_two_processes(tmp_path,
 def test_the_checking_runs_are_summed_up_by_their_medians():
     """Work, span and skew: each the median over the checking runs; a superstep one run did
     not end, or lacks, is left out rather than measured as 0."""
-    runs = [[pilot.Timing(0, "a", 10 + r, 4 + r, 6), pilot.Timing(1, "b", 5, 5, 0),
-             pilot.Timing(2, "c", None if r == 1 else 3, 3, 0)] for r in range(3)]
+    runs = [[Timing(0, "a", 10 + r, 4 + r, 6), Timing(1, "b", 5, 5, 0),
+             Timing(2, "c", None if r == 1 else 3, 3, 0)] for r in range(3)]
     runs[2] = runs[2][1:]
-    m = pilot.measured(runs)
+    m = measured(runs)
     assert set(m) == {(1, "b")}
-    runs[2] = [pilot.Timing(0, "a", 12, 6, 6), *runs[2]]
-    m = pilot.measured(runs)
+    runs[2] = [Timing(0, "a", 12, 6, 6), *runs[2]]
+    m = measured(runs)
     assert set(m) == {(0, "a"), (1, "b")}
-    assert m[(0, "a")] == pilot.Measured(work_ns=5.0, span_ns=11.0, skew_ns=6.0)
-    assert pilot.measured([]) == {}
+    assert m[(0, "a")] == Measured(work_ns=5.0, span_ns=11.0, skew_ns=6.0)
+    assert measured([]) == {}
 
 
 def test_cli_pilot_text_shows_work_and_span_each_checked(monkeypatch, capsys):
@@ -584,10 +599,10 @@ def test_cli_pilot_text_shows_work_and_span_each_checked(monkeypatch, capsys):
     interval, measured time, E and whether it fell inside; the extra on its own line."""
     from predictor.cli import main
 
-    monkeypatch.setattr(pilot, "run_campaign",
+    monkeypatch.setattr("predictor.pilot.campaign.run_campaign",
                         lambda *a, **k: _skewed_runs(np.random.default_rng(31)))
-    monkeypatch.setattr(pilot, "measure_target", lambda *a, **k: {
-        (0, "local scan"): pilot.Measured(work_ns=4e7, span_ns=6e7, skew_ns=2e7)})
+    monkeypatch.setattr("predictor.pilot.campaign.measure_target", lambda *a, **k: {
+        (0, "local scan"): Measured(work_ns=4e7, span_ns=6e7, skew_ns=2e7)})
     rc = main(["--pilot", "prog {n}", "--sizes", ",".join(f"{n:g}" for n in SIZES),
                "--target", "4e6", "--backend", "none", "--check"])
     out = capsys.readouterr().out.splitlines()
@@ -742,10 +757,10 @@ def test_cli_pilot_notes_say_how_the_timed_runs_ran(monkeypatch, capsys, mode, s
 
     def check(*a, **k):
         given["check"] = k["cpu_features"]
-        return {(0, "local scan"): pilot.Measured(work_ns=4e7, span_ns=6e7, skew_ns=2e7)}
+        return {(0, "local scan"): Measured(work_ns=4e7, span_ns=6e7, skew_ns=2e7)}
 
-    monkeypatch.setattr(pilot, "run_campaign", campaign)
-    monkeypatch.setattr(pilot, "measure_target", check)
+    monkeypatch.setattr("predictor.pilot.campaign.run_campaign", campaign)
+    monkeypatch.setattr("predictor.pilot.campaign.measure_target", check)
     rc = main(["--pilot", "prog {n}", "--sizes", ",".join(f"{n:g}" for n in SIZES),
                "--target", "4e6", "--check", "--cpu-features", mode])
     text = " ".join(capsys.readouterr().out.split())
@@ -760,10 +775,10 @@ def test_pilot_timed_and_counted_features_without_callgrind(tmp_path, monkeypatc
     counted code."""
     seen = _spy_records(monkeypatch)
     prog = _prog(tmp_path)
-    for mode in pilot.TIMING_FEATURES:
+    for mode in TIMING_FEATURES:
         (tmp_path / mode).mkdir()
-        pilot.run_campaign(prog, [2000, 4000, 8000], repeat=1, backend="none",
-                           workdir=tmp_path / mode, cpu_features=mode)
+        run_campaign(prog, [2000, 4000, 8000], repeat=1, backend="none",
+                     workdir=tmp_path / mode, cpu_features=mode)
     kinds = [_features(c)[1] for c in seen]  # the timed runs first, then the counted ones
     assert kinds == ["native"] * 3 + ["auto"] * 3 + ["as-counted"] * 6
 
@@ -783,7 +798,7 @@ def test_counted_runs_go_side_by_side_where_no_run_can_change_anothers_counts(
 
     def timed(template, n, out, **kw):
         events.append(("timed", n))
-        return [pilot.Timing(0, "s", 1000, 1000, 0)]
+        return [Timing(0, "s", 1000, 1000, 0)]
 
     def counted(template, n, b, out, **kw):
         assert b == backend
@@ -796,10 +811,10 @@ def test_counted_runs_go_side_by_side_where_no_run_can_change_anothers_counts(
             running[0] -= 1
         return [Step("0:s", {}, (0,), time_ns=1e6)]
 
-    monkeypatch.setattr(pilot, "record_timed", timed)
-    monkeypatch.setattr(pilot, "record_run", counted)
-    runs = pilot.run_campaign("prog {n}", [1, 2, 3], repeat=2, backend=backend,
-                              workdir=tmp_path, parallel=4)
+    monkeypatch.setattr("predictor.pilot.campaign.record_timed", timed)
+    monkeypatch.setattr("predictor.pilot.campaign.record_run", counted)
+    runs = run_campaign("prog {n}", [1, 2, 3], repeat=2, backend=backend,
+                        workdir=tmp_path, parallel=4)
     assert [n for kind, n in events if kind == "timed"] == [1, 1, 2, 2, 3, 3]
     assert [e[0] for e in events] == ["timed"] * 6 + ["counted"] * 3
     assert most[0] == width
@@ -815,10 +830,10 @@ def test_pilot_bad_cpu_features_exit_2_before_anything_runs(tmp_path, capsys, mo
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1
     assert "--cpu-features" in err and "'native', 'as-counted'" in err
-    for call in (lambda: pilot.run_campaign(_prog(tmp_path), [1, 2, 3], backend="none",
-                                            workdir=tmp_path, cpu_features="auto"),
-                 lambda: pilot.measure_target(_prog(tmp_path), 9, repeat=1, workdir=tmp_path,
-                                              cpu_features="avx2")):
+    for call in (lambda: run_campaign(_prog(tmp_path), [1, 2, 3], backend="none",
+                                      workdir=tmp_path, cpu_features="auto"),
+                 lambda: measure_target(_prog(tmp_path), 9, repeat=1, workdir=tmp_path,
+                                        cpu_features="avx2")):
         with pytest.raises(BadInput, match="cpu-features .* choose native or as-counted"):
             call()
     assert seen == []

@@ -12,9 +12,28 @@ import math
 import numpy as np
 import pytest
 
-from predictor import pilot
 from predictor.errors import BadInput
 from predictor.inputs import Step
+from predictor.pilot.campaign import (
+    Eta,
+    _counterd,
+    budget_sizes,
+    command_for,
+    measure_target,
+    run_campaign,
+)
+from predictor.pilot.choice import (
+    Holdout,
+    PilotAdvice,
+    advise,
+    choose,
+    interval_of,
+    leverage,
+    timing_spread,
+)
+from predictor.pilot.extrapolation import fit_work
+from predictor.pilot.forecast import forecast
+from predictor.pilot.runs import PilotRun, Timing
 
 SIZES = [1e5, 2e5, 3e5, 4e5, 5e5]
 FIXED_S = 4e-3  # a superstep's fixed cost (process and page set-up): the same at every size
@@ -36,7 +55,7 @@ def _fixed_cost_runs(rng, repeat=5, noise=0.02, sizes=SIZES, fixed=FIXED_S):
         step = Step("0:init", {"instructions": np.array([_instructions(n)]),
                                "loads": np.array([10.0 * n])}, (0,),
                     time_ns=float(np.median(work)), meta={"work_ns": float(np.median(work))})
-        runs.append(pilot.PilotRun(n, (step,), f"run-{n:g}", (work,), (work,)))
+        runs.append(PilotRun(n, (step,), f"run-{n:g}", (work,), (work,)))
     return runs
 
 
@@ -49,12 +68,12 @@ def test_the_fit_separates_a_fixed_cost_from_the_counted_work():
     truth = FIXED_S + PER_INSTR_S * _instructions(target)
     times = [w * 1e-9 for r in runs for w in r.step_work(0)]
     counts = {"instructions": [_instructions(r.size) for r in runs for _ in r.step_work(0)]}
-    fit = pilot.fit_work(times, counts, {"instructions": _instructions(target)})
+    fit = fit_work(times, counts, {"instructions": _instructions(target)})
     assert fit is not None and fit.counters == ("instructions",)
     assert fit.fixed_s == pytest.approx(FIXED_S, rel=0.25)
     assert fit.value == pytest.approx(truth, rel=0.05)
     assert "instructions" in fit.how and "t-test" in fit.how
-    fc = pilot.forecast(runs, target, None)
+    fc = forecast(runs, target, None)
     (s,) = fc.steps
     assert s.fit is not None and s.fit.value == pytest.approx(truth, rel=0.05)
     assert s.scaled is not None and s.scaled.value > 1.1 * truth
@@ -80,15 +99,15 @@ def test_the_fit_separates_a_fixed_cost_from_the_counted_work():
 def test_no_usable_counter_means_no_fit():
     times = [1e-3, 1.1e-3, 2e-3, 2.1e-3, 3e-3, 3.1e-3]
     flat = {"instructions": [5.0] * 6}
-    assert pilot.fit_work(times, flat, {"instructions": 5.0}) is None
-    assert pilot.fit_work(times, {}, {}) is None
+    assert fit_work(times, flat, {"instructions": 5.0}) is None
+    assert fit_work(times, {}, {}) is None
 
 
 def _holdout(basis, errors, sizes=(3e5, 4e5, 5e5)):
     measured = tuple(1e-3 * (k + 1) for k in range(len(errors)))
-    return pilot.Holdout(basis, tuple(sizes), tuple(m * math.exp(e) for m, e in
-                                                    zip(measured, errors, strict=True)),
-                         measured, tuple(pilot.leverage(SIZES[:k + 2], n)
+    return Holdout(basis, tuple(sizes), tuple(m * math.exp(e) for m, e in
+                                              zip(measured, errors, strict=True)),
+                         measured, tuple(leverage(SIZES[:k + 2], n)
                                          for k, n in enumerate(sizes)))
 
 
@@ -102,7 +121,7 @@ def test_the_forecast_that_best_predicts_the_largest_pilot_is_chosen_and_says_wh
           "F": _holdout("F", [0.0, 0.0, 0.2]),
           "time": _holdout("time", [0.05, 0.05, 0.05])}
     # one run's spread 2 %: a held-out error's noise sqrt(2) * 2 %
-    c = pilot.choose(hs, SIZES, 2e6, 0.02)
+    c = choose(hs, SIZES, 2e6, 0.02)
     assert c is not None and c.basis == "fit"
     assert c.noise == pytest.approx(math.sqrt(2) * 0.02)
     assert c.why.startswith("fit (fixed cost + counted work) predicted the largest pilot "
@@ -111,27 +130,27 @@ def test_the_forecast_that_best_predicts_the_largest_pilot_is_chosen_and_says_wh
     assert "scaled 35.0 %" in c.why and "F 22.1 %" in c.why and "time-only 5.1 %" in c.why
     # scaled 3 % against fit's 1 %, with a spread of 5 % (noise 7.1 %): no evidence, kept
     hs["scaled"] = _holdout("scaled", [0.03, 0.03, 0.03])
-    c = pilot.choose(hs, SIZES, 2e6, 0.05)
+    c = choose(hs, SIZES, 2e6, 0.05)
     assert c is not None and c.basis == "scaled"
     assert "kept: fit (fixed cost + counted work) missed less, but by no more than" in c.why
     # the same misses on quiet pilots (0.5 %): the difference is real
-    assert pilot.choose(hs, SIZES, 2e6, 0.005).basis == "fit"
+    assert choose(hs, SIZES, 2e6, 0.005).basis == "fit"
     # a forecast that could not predict the largest pilot is not a candidate
     hs["scaled"] = _holdout("scaled", [0.0, 0.0], sizes=(3e5, 4e5))
     hs["fit"] = _holdout("fit", [0.0, 0.0], sizes=(3e5, 4e5))
-    c = pilot.choose(hs, SIZES, 2e6, 0.02)
+    c = choose(hs, SIZES, 2e6, 0.02)
     assert c is not None and c.basis == "time" and "missed least" in c.why
-    assert pilot.choose({}, SIZES, 2e6, 0.02) is None
+    assert choose({}, SIZES, 2e6, 0.02) is None
 
 
 def test_the_interval_widens_with_the_held_out_errors_the_spread_and_the_distance():
     h_small = _holdout("fit", [0.01, -0.01, 0.02])
     h_large = _holdout("fit", [0.2, -0.1, 0.15])
-    base = pilot.interval_of(h_small, SIZES, 2e6, 0.01)
-    assert pilot.interval_of(h_large, SIZES, 2e6, 0.01) > 2 * base
-    assert pilot.interval_of(h_small, SIZES, 2e6, 0.1) > 2 * base
-    assert pilot.interval_of(h_small, SIZES, 8e6, 0.01) > 1.3 * base
-    assert pilot.leverage(SIZES, 8e6) > pilot.leverage(SIZES, 2e6) > pilot.leverage(SIZES, 5e5)
+    base = interval_of(h_small, SIZES, 2e6, 0.01)
+    assert interval_of(h_large, SIZES, 2e6, 0.01) > 2 * base
+    assert interval_of(h_small, SIZES, 2e6, 0.1) > 2 * base
+    assert interval_of(h_small, SIZES, 8e6, 0.01) > 1.3 * base
+    assert leverage(SIZES, 8e6) > leverage(SIZES, 2e6) > leverage(SIZES, 5e5)
 
 
 def _coverage(bias: float, reps: int = 300) -> tuple[float, float]:
@@ -155,11 +174,11 @@ def _coverage(bias: float, reps: int = 300) -> tuple[float, float]:
         med = np.median(runs, axis=1)
         pred = [2e-3 + (med[k - 1] - 2e-3) * sizes[k] / sizes[k - 1]
                 for k in range(2, len(sizes))]
-        h = pilot.Holdout("fit", tuple(sizes[2:]), tuple(pred), tuple(med[2:]),
-                          tuple(pilot.leverage(sizes[:k], sizes[k])
-                                for k in range(2, len(sizes))))
-        spread = pilot.timing_spread(np.repeat(sizes, 5), runs.ravel())
-        half = pilot.interval_of(h, sizes, target, spread)
+        h = Holdout("fit", tuple(sizes[2:]), tuple(pred), tuple(med[2:]),
+                    tuple(leverage(sizes[:k], sizes[k])
+                          for k in range(2, len(sizes))))
+        spread = timing_spread(np.repeat(sizes, 5), runs.ravel())
+        half = interval_of(h, sizes, target, spread)
         p = 2e-3 + (med[-1] - 2e-3) * target / sizes[-1]
         # what the checking runs measure: the median of 5 runs
         fresh = law(target) * float(np.median(np.exp(0.05 * rng.standard_normal(5))))
@@ -191,10 +210,10 @@ def test_timing_spread_pools_the_runs_at_each_size_robustly():
     ts = [1.0, 1.1, 0.9, 2.0, 2.2, 1.8]
     logs = np.log(ts)
     mad = [1.4826 * np.median(np.abs(x - np.median(x))) for x in (logs[:3], logs[3:])]
-    assert pilot.timing_spread(ns, ts) == pytest.approx(math.sqrt(np.mean(np.square(mad))))
-    assert pilot.timing_spread(ns + [1], ts + [3.0]) == pytest.approx(
-        pilot.timing_spread(ns, ts), rel=0.1)
-    assert pilot.timing_spread([1, 2, 3], [1.0, 2.0, 3.0]) == 0.0
+    assert timing_spread(ns, ts) == pytest.approx(math.sqrt(np.mean(np.square(mad))))
+    assert timing_spread(ns + [1], ts + [3.0]) == pytest.approx(
+        timing_spread(ns, ts), rel=0.1)
+    assert timing_spread([1, 2, 3], [1.0, 2.0, 3.0]) == 0.0
 
 
 def test_short_and_noisy_pilots_are_warned_of_with_sizes_that_would_do():
@@ -207,8 +226,8 @@ def test_short_and_noisy_pilots_are_warned_of_with_sizes_that_would_do():
     short = [2e-4 * n / SIZES[-1] * (1 + 0.01 * rng.standard_normal()) for n in ns]
     noisy = [0.05 * n / SIZES[-1] * math.exp(0.6 * rng.standard_normal()) for n in ns]
     ok = [0.05 * n / SIZES[-1] * (1 + 0.01 * rng.standard_normal()) for n in ns]
-    a = pilot.advise([("0:short", ns, short, 1e-3), ("1:noisy", ns, noisy, 0.06),
-                      ("2:ok", ns, ok, 0.2)], SIZES, 1e8, 0.26)
+    a = advise([("0:short", ns, short, 1e-3), ("1:noisy", ns, noisy, 0.06),
+                ("2:ok", ns, ok, 0.2)], SIZES, 1e8, 0.26)
     assert len(a.warnings) == 3 and all("\n" not in w for w in a.warnings)
     assert a.warnings[0].startswith("pilots too short") and "0:short" in a.warnings[0]
     assert "2:ok" not in " ".join(a.warnings)
@@ -217,19 +236,19 @@ def test_short_and_noisy_pilots_are_warned_of_with_sizes_that_would_do():
     assert list(a.sizes) == sorted(a.sizes) and a.warnings[2].startswith(
         "pilot sizes that would do: --sizes 100000,")
     # proposed sizes at or past the target: said, none proposed
-    far = pilot.advise([("0:short", ns, short, 1e-3)], SIZES, 1e6, 1e-3)
+    far = advise([("0:short", ns, short, 1e-3)], SIZES, 1e6, 1e-3)
     assert far.sizes is None and "no pilot sizes below the target" in far.warnings[-1]
     flat = [1e-4 * (1 + 0.01 * rng.standard_normal()) for _ in ns]
-    f = pilot.advise([("3:flat", ns, flat, 1e-4)], SIZES, 1e7, 1e-4)
+    f = advise([("3:flat", ns, flat, 1e-4)], SIZES, 1e7, 1e-4)
     assert f.sizes is None and any("not growing with n" in w and "3:flat" in w
                                    for w in f.warnings)
-    good = pilot.advise([("2:ok", ns, ok, 0.2)], SIZES, 1e7, 0.2)
-    assert good == pilot.PilotAdvice((), None)
+    good = advise([("2:ok", ns, ok, 0.2)], SIZES, 1e7, 0.2)
+    assert good == PilotAdvice((), None)
 
 
 def test_a_forecast_carries_its_warnings_into_json():
     runs = _fixed_cost_runs(np.random.default_rng(2), fixed=1e-5, sizes=[1e3, 2e3, 3e3, 4e3])
-    fc = pilot.forecast(runs, 1e6, None)
+    fc = forecast(runs, 1e6, None)
     j = fc.to_json()
     assert any(w.startswith("pilots too short") for w in j["pilot_warnings"])
     assert j["proposed_sizes"] and j["proposed_sizes"][-1] > 4e3
@@ -245,8 +264,8 @@ def test_budget_sizes_fit_the_budget_and_scale_the_given_sizes():
     """Runs of 1 s + 5 us * n; 5 timed runs and a counted one (Callgrind: 75x) per size, one at
     a time: the sizes chosen are the given ones scaled, and the estimate is within the budget
     and close to it."""
-    sizes, cost = pilot.budget_sizes(SIZES, 900, PROBES, repeat=5, backend="callgrind",
-                                     target=1e7, check=False)
+    sizes, cost = budget_sizes(SIZES, 900, PROBES, repeat=5, backend="callgrind",
+                               target=1e7, check=False)
     assert cost <= 900 and cost > 800
     ratio = sizes[0] / SIZES[0]
     assert [s / ratio for s in sizes] == pytest.approx(SIZES, rel=0.05)
@@ -257,12 +276,12 @@ def test_budget_sizes_fit_the_budget_and_scale_the_given_sizes():
 
     assert campaign(sizes) == pytest.approx(cost, rel=0.05)
     # the checking runs count: with --check the pilots are smaller
-    checked, cost2 = pilot.budget_sizes(SIZES, 900, PROBES, repeat=5, backend="callgrind",
-                                        target=1e7, check=True)
+    checked, cost2 = budget_sizes(SIZES, 900, PROBES, repeat=5, backend="callgrind",
+                                  target=1e7, check=True)
     assert checked[-1] < sizes[-1] and cost2 <= 900
     # a generous budget stops at half the target
-    big, _ = pilot.budget_sizes(SIZES, 1e9, PROBES, repeat=5, backend="none", target=4e6,
-                                check=False)
+    big, _ = budget_sizes(SIZES, 1e9, PROBES, repeat=5, backend="none", target=4e6,
+                          check=False)
     assert big[-1] == pytest.approx(2e6)
 
 
@@ -272,8 +291,8 @@ def test_budget_sizes_fit_the_budget_and_scale_the_given_sizes():
 ])
 def test_budget_sizes_refuse_what_cannot_be(budget, message):
     with pytest.raises(BadInput, match=message):
-        pilot.budget_sizes(SIZES, budget, PROBES, repeat=5, backend="callgrind", target=1e7,
-                           check=False)
+        budget_sizes(SIZES, budget, PROBES, repeat=5, backend="callgrind", target=1e7,
+                     check=False)
 
 
 @pytest.mark.parametrize("budget", ["0", "-3", "nan", "inf"])
@@ -281,7 +300,7 @@ def test_cli_bad_budget_exit_2_in_one_line_before_anything_runs(monkeypatch, cap
     from predictor.cli import main
 
     ran = []
-    monkeypatch.setattr(pilot, "record_timed", lambda *a, **k: ran.append(a))
+    monkeypatch.setattr("predictor.pilot.campaign.record_timed", lambda *a, **k: ran.append(a))
     rc = main(["--pilot", "prog {n}", "--sizes", "1,2,3", "--target", "9", "--budget", budget])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "--budget" in err and ran == []
@@ -299,7 +318,7 @@ def test_cli_budget_chooses_the_sizes_the_campaign_runs(monkeypatch, capsys):
 
     def timed(template, n, out, **kw):
         clock[0] += 1 + 5e-6 * n
-        return [pilot.Timing(0, "s", 1000, 1000, 0)]
+        return [Timing(0, "s", 1000, 1000, 0)]
 
     given = {}
 
@@ -307,15 +326,15 @@ def test_cli_budget_chooses_the_sizes_the_campaign_runs(monkeypatch, capsys):
         given["sizes"] = list(sizes)
         return _fixed_cost_runs(np.random.default_rng(4), sizes=list(sizes))
 
-    monkeypatch.setattr(pilot, "record_timed", timed)
-    monkeypatch.setattr(pilot, "run_campaign", campaign)
+    monkeypatch.setattr("predictor.pilot.campaign.record_timed", timed)
+    monkeypatch.setattr("predictor.pilot.campaign.run_campaign", campaign)
     rc = main(["--pilot", "prog {n}", "--sizes", ",".join(f"{n:g}" for n in SIZES), "--target",
                "1e7", "--budget", "900", "--backend", "perf", "--repeat", "5", "--json"])
     out = capsys.readouterr()
     assert rc == 0, out.err
     d = json.loads(out.out)
-    expect, cost = pilot.budget_sizes(SIZES, 900, PROBES, repeat=5, backend="perf",
-                                      target=1e7, check=False)
+    expect, cost = budget_sizes(SIZES, 900, PROBES, repeat=5, backend="perf",
+                                target=1e7, check=False)
     assert given["sizes"] == list(expect) == d["sizes"]
     assert d["budget"]["budget_s"] == 900 and d["budget"]["estimated_s"] == pytest.approx(cost)
     assert [p["n"] for p in d["budget"]["probes"]] == [SIZES[0], SIZES[-1]]
@@ -327,7 +346,7 @@ def test_cli_budget_chooses_the_sizes_the_campaign_runs(monkeypatch, capsys):
 def test_the_time_left_counts_the_counted_and_the_checking_runs():
     """Timed runs of 1 s at 1e5 and 2 s at 2e5 (a line through them); Callgrind counted runs
     at 75x until one is measured, then at its measured slowdown; checking runs at the target."""
-    eta = pilot.Eta("callgrind")
+    eta = Eta("callgrind")
     assert eta.left([1e5]) is None  # nothing measured yet
     eta.timed = [(1e5, 1.0), (2e5, 2.0)]
     assert eta.run_s(3e5) == pytest.approx(3.0)
@@ -351,19 +370,19 @@ def test_campaign_progress_says_the_time_left_of_every_kind_of_run(tmp_path, mon
 
     def timed(template, n, out, **kw):
         clock[0] += n / 1e5
-        return [pilot.Timing(0, "s", 1000, 1000, 0)]
+        return [Timing(0, "s", 1000, 1000, 0)]
 
     def counted(template, n, b, out, **kw):
         clock[0] += 60 * n / 1e5
         return [Step("0:s", {}, (0,), time_ns=1e6)]
 
-    monkeypatch.setattr(pilot, "record_timed", timed)
-    monkeypatch.setattr(pilot, "record_run", counted)
+    monkeypatch.setattr("predictor.pilot.campaign.record_timed", timed)
+    monkeypatch.setattr("predictor.pilot.campaign.record_run", counted)
     lines: list[str] = []
-    eta = pilot.Eta()
-    pilot.run_campaign("prog {n}", [1e5, 2e5, 3e5], repeat=2, backend="callgrind",
-                       workdir=tmp_path, parallel=1, progress=lines.append, eta=eta,
-                       checking=[1e6, 1e6])
+    eta = Eta()
+    run_campaign("prog {n}", [1e5, 2e5, 3e5], repeat=2, backend="callgrind",
+                 workdir=tmp_path, parallel=1, progress=lines.append, eta=eta,
+                 checking=[1e6, 1e6])
 
     def left(line):
         return float(line.split("about ")[1].split(" s left")[0])
@@ -375,9 +394,9 @@ def test_campaign_progress_says_the_time_left_of_every_kind_of_run(tmp_path, mon
     assert [left(x) for x in done] == pytest.approx([60 * 5 + 20, 60 * 3 + 20, 20])
     clock[0] += 0.0
     checks: list[str] = []
-    monkeypatch.setattr(pilot, "measured", lambda timed: {})
-    pilot.measure_target("prog {n}", 1e6, repeat=2, workdir=tmp_path, progress=checks.append,
-                         eta=eta)
+    monkeypatch.setattr("predictor.pilot.check.measured", lambda timed: {})
+    measure_target("prog {n}", 1e6, repeat=2, workdir=tmp_path, progress=checks.append,
+                   eta=eta)
     assert left(checks[0]) == pytest.approx(20) and left(checks[1]) == pytest.approx(10)
 
 
@@ -417,13 +436,13 @@ def test_the_checking_runs_are_counterd_records_own_times(tmp_path, monkeypatch)
         return real(cmd, *args, **kwargs)
 
     monkeypatch.setattr(subprocess, "run", spy)
-    m = pilot.measure_target(template, 20000, repeat=2, workdir=tmp_path)
+    m = measure_target(template, 20000, repeat=2, workdir=tmp_path)
     assert len(seen) == 2
     for r, cmd in enumerate(seen):
         out = tmp_path / f"check-{r}.jsonl"
-        assert cmd == [*pilot._counterd(), "record", "--backend", "none", "--cpu-features",
+        assert cmd == [*_counterd(), "record", "--backend", "none", "--cpu-features",
                        "native", "--out", str(out), "--",
-                       *pilot.command_for(template, 20000)]
+                       *command_for(template, 20000)]
     own = [{(s.index, s.name): s for s in Superstep.group(read_jsonl(Path(tmp_path /
                                                                         f"check-{r}.jsonl")))}
            for r in range(2)]
@@ -444,7 +463,7 @@ def test_cli_text_says_which_forecast_why_how_wide_and_warns_in_one_line_each(mo
 
     runs = _fixed_cost_runs(np.random.default_rng(7), repeat=3, sizes=[1e3, 2e3, 3e3, 4e3],
                             fixed=1e-5)
-    monkeypatch.setattr(pilot, "run_campaign", lambda *a, **k: runs)
+    monkeypatch.setattr("predictor.pilot.campaign.run_campaign", lambda *a, **k: runs)
     rc = main(["--pilot", "prog {n}", "--sizes", "1000,2000,3000,4000", "--target", "1e6",
                "--backend", "none"])
     out = capsys.readouterr()

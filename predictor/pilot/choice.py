@@ -1,0 +1,240 @@
+"""Which work forecast is printed and its interval: each predicts the larger pilot sizes from the
+smaller ones (:class:`Holdout`), :func:`choose` takes the one that missed least, and
+:func:`advise` warns of pilots too short or too noisy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from counterd.units import seconds
+
+# -- fixed cost and work apart; the basis chosen by leave-the-largest-out; intervals from it ------
+
+BASES = ("fit", "scaled", "F", "time")
+BASIS_TEXT = {"fit": "fit (fixed cost + counted work)", "scaled": "scaled", "F": "F",
+              "time": "time-only"}
+# How many held-out errors the timing spread of the pilot runs counts as (:func:`interval_of`):
+# with three or four held-out predictions per superstep, their errors alone are too few to
+# trust, and no forecast is surer than the noise of the times it was fitted on.
+PRIOR_WEIGHT = 2.0
+SHORT_S = 1e-3  # a superstep's work at the largest pilot below this is mostly fixed cost
+
+
+@dataclass(frozen=True)
+class Holdout:
+    """One work forecast predicting pilot sizes from the smaller ones: at each pilot size from
+    the third on, the forecast from the runs below it (``predicted``, s) against the median work
+    time measured there; the last is the largest pilot left out."""
+
+    basis: str
+    sizes: tuple[float, ...]
+    predicted: tuple[float, ...]
+    measured: tuple[float, ...]
+    leverage: tuple[float, ...]  # :func:`leverage` of each prediction
+
+    @property
+    def errors(self) -> np.ndarray:
+        """log(predicted / measured) of each prediction."""
+        return np.log(np.asarray(self.predicted) / np.asarray(self.measured))
+
+    @property
+    def largest_e(self) -> float:
+        """E at the largest pilot (max(T, P) / min(T, P))."""
+        return float(math.exp(abs(float(self.errors[-1]))))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sizes": list(self.sizes), "predicted_s": list(self.predicted),
+                "measured_s": list(self.measured), "largest_E": self.largest_e}
+
+
+def leverage(sizes: Sequence[float], at: float) -> float:
+    """How far ``at`` lies from ``sizes`` in log n, as a regression's prediction variance
+    grows: 1 + 1/k + (log at - mean log n)^2 / sum (log n - mean log n)^2 (k sizes)."""
+    x = np.log(np.asarray(sizes, dtype=np.float64))
+    sxx = float(np.sum((x - x.mean()) ** 2))
+    return 1 + 1 / len(x) + ((math.log(at) - float(x.mean())) ** 2 / sxx if sxx > 0 else 0.0)
+
+
+def timing_spread(ns: Sequence[float], times: Sequence[float]) -> float:
+    """The spread of one run's time, robustly: per size, 1.4826 times the median absolute
+    deviation of log time from its median (the standard deviation where the noise is
+    log-normal, and not blown up by one run that a busy host slowed down), pooled over the
+    sizes as a root mean square (0 with one run per size)."""
+    n = np.asarray(ns, dtype=np.float64)
+    t = np.log(np.asarray(times, dtype=np.float64))
+    vs = [(1.4826 * float(np.median(np.abs(t[n == m] - np.median(t[n == m]))))) ** 2
+          for m in sorted(set(n.tolist())) if np.sum(n == m) > 1]
+    return math.sqrt(float(np.mean(vs))) if vs else 0.0
+
+
+def holdout_noise(spread: float) -> float:
+    """The standard deviation (log scale) that timing noise alone gives a held-out error: one
+    run's ``spread`` at each end, sqrt(2) * spread. Not the noise of two medians (spread /
+    sqrt(runs) each): the runs at one size are taken back to back and share the host's state,
+    so their medians move together (on the sorts' records of 2026-11-26 the per-size medians of
+    10 runs lay 20-50 % off a smooth curve, with runs 13-63 % apart within a size)."""
+    return math.sqrt(2) * spread
+
+
+def interval_of(h: Holdout, sizes: Sequence[float], target: float, spread: float,
+                level: float = 0.9) -> float:
+    """The half-width (log scale) of the ``level`` interval of the forecast ``h`` judged.
+
+    Each held-out error e_k is divided by the square root of its :func:`leverage`, so that
+    errors made at different distances are comparable, and the forecast at the target is as
+    far from the pilot sizes as its own leverage says. The variance is the held-out errors'
+    mean square pooled with 2 * ``spread``^2 (one run's :func:`timing_spread` at each end: what
+    a held-out error of single runs would have from noise alone) weighted as
+    :data:`PRIOR_WEIGHT` errors; the quantile is Student's t with as many degrees of freedom as
+    errors plus that weight. Scaling the noise with the leverage too is what keeps the interval
+    covering where the forecast drifts from the truth more slowly than the pilots' noise can
+    show (tests/predictor/test_pilot_choice.py measures both cases)."""
+    from scipy import stats
+
+    e = h.errors
+    lev = np.asarray(h.leverage)
+    ss = float(np.sum(e * e / lev)) + PRIOR_WEIGHT * holdout_noise(spread) ** 2
+    s2 = ss / (len(e) + PRIOR_WEIGHT)
+    t = float(stats.t.ppf((1 + level) / 2, len(e) + PRIOR_WEIGHT))
+    return t * math.sqrt(s2 * leverage(sizes, target))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Which work forecast a superstep prints, and why: each candidate's held-out predictions
+    (:class:`Holdout`), the one chosen by them (:func:`choose`), and the interval from its
+    held-out errors and the timing noise."""
+
+    basis: str
+    why: str
+    holdouts: Mapping[str, Holdout]
+    spread: float  # :func:`timing_spread` of the work time: one run's
+    noise: float  # :func:`holdout_noise`: a held-out error's, from timing noise alone
+    half: float  # :func:`interval_of`: the interval is the forecast times exp(+-half)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"basis": self.basis, "why": self.why, "timing_spread": self.spread,
+                "holdout_noise": self.noise, "interval_half_log": self.half,
+                "holdout": {b: h.to_json() for b, h in self.holdouts.items()}}
+
+
+# Which forecast stands until another predicts the largest pilot better by more than the
+# noise: the counted instructions' scaling, measured best on the BSP sorts
+# (``bench/pilot_forecast.py``), then the fit, time-only and F.
+INCUMBENT = ("scaled", "fit", "time", "F")
+
+
+def choose(holdouts: Mapping[str, Holdout], sizes: Sequence[float], target: float,
+           spread: float, level: float = 0.9) -> Choice | None:
+    """The forecast printed, by how each predicted the largest pilot from the smaller ones.
+
+    The one that missed least replaces the first of :data:`INCUMBENT` that could predict it
+    where it missed less by more than one :func:`holdout_noise` (``spread``: one run's): a
+    difference timing noise alone would make is not taken for one (on noisy pilots, choosing
+    the least miss outright made the sorts' forecasts worse).
+    None if no forecast predicted the largest pilot."""
+    have = [b for b in BASES if b in holdouts and holdouts[b].sizes
+            and holdouts[b].sizes[-1] == sizes[-1]]
+    if not have:
+        return None
+    noise = holdout_noise(spread)
+    miss = {b: abs(float(holdouts[b].errors[-1])) for b in have}
+    best = min(have, key=lambda b: (miss[b], BASES.index(b)))
+    incumbent = next(b for b in INCUMBENT if b in have)
+    margin = f"the noise of a held-out prediction, {_pct(math.exp(noise))}"
+    if best == incumbent:
+        how = "missed least"
+    elif miss[incumbent] - miss[best] > noise:
+        how = (f"missed less than {BASIS_TEXT[incumbent]} by more than {margin}")
+    else:
+        how = (f"kept: {BASIS_TEXT[best]} missed less, but by no more than {margin}")
+        best = incumbent
+    others = ", ".join(f"{BASIS_TEXT[b]} {_pct(math.exp(miss[b]))}" for b in have if b != best)
+    why = (f"{BASIS_TEXT[best]} predicted the largest pilot (n = {sizes[-1]:g}) from the "
+           f"smaller ones within {_pct(math.exp(miss[best]))} and {how}"
+           + (f" (others: {others})" if others else " (the only forecast that could)"))
+    return Choice(best, why, holdouts, spread, noise,
+                  interval_of(holdouts[best], sizes, target, spread, level))
+
+
+def _pct(e: float) -> str:
+    return f"{(e - 1) * 100:.1f} %" if math.isfinite(e) else "inf"
+
+
+def _growth(sizes: Sequence[float], medians: Sequence[float]) -> float:
+    """The exponent b of a power law T ~ n^b through the medians (least squares in log-log)."""
+    return float(np.polyfit(np.log(sizes), np.log(medians), 1)[0])
+
+
+@dataclass(frozen=True)
+class PilotAdvice:
+    """What the pilot runs say of themselves: one line per problem, and pilot sizes that would
+    do (None where none is needed or none below the target would)."""
+
+    warnings: tuple[str, ...]
+    sizes: tuple[float, ...] | None
+
+
+def advise(steps: Sequence[tuple[str, Sequence[float], Sequence[float], float]],
+           sizes: Sequence[float], target: float, total_s: float) -> PilotAdvice:
+    """Warnings for pilots too short or too noisy to extrapolate, and sizes that would do.
+
+    ``steps``: per superstep (name, the size of every timed run, its work time, its forecast
+    at the target). Too short: the median work at the largest pilot under :data:`SHORT_S`
+    (mostly fixed cost there). Too noisy: the 90 % range of one run's time (3.29 times
+    :func:`timing_spread`, log scale) above the change of its median across the pilot sizes,
+    for a superstep carrying 1 % or more of the forecast total. The sizes proposed keep the
+    smallest pilot and the shape of the given sizes, and stretch the largest until every
+    flagged superstep that grows with n (exponent b >= 0.1 over the pilots) reaches
+    :data:`SHORT_S` and a change across the sizes of twice its range."""
+    short, noisy, flat = [], [], []
+    top = float(sizes[-1])
+    need = top
+    for name, ns, times, at_target in steps:
+        n = np.asarray(ns, dtype=np.float64)
+        t = np.asarray(times, dtype=np.float64)
+        med = [float(np.median(t[n == m])) for m in sizes]
+        b = _growth(sizes, med)
+        rng = 3.29 * timing_spread(ns, times)
+        change = abs(math.log(med[-1] / med[0]))
+        flagged = False
+        if med[-1] < SHORT_S:
+            short.append(f"{name} ({seconds(med[-1])})")
+            flagged = True
+            if b >= 0.1:
+                need = max(need, top * (SHORT_S / med[-1]) ** (1 / b))
+        if rng > change and at_target >= 0.01 * total_s:
+            noisy.append(f"{name} (spread {_pct(math.exp(rng))}, change {_pct(math.exp(change))})")
+            flagged = True
+            if b >= 0.1:
+                need = max(need, sizes[0] * math.exp(2 * rng / b))
+        if flagged and b < 0.1:
+            flat.append(name)
+    out = []
+    if short:
+        out.append(f"pilots too short: at n = {top:g} under {seconds(SHORT_S)} of work, "
+                   f"mostly fixed cost: {', '.join(short)}")
+    if noisy:
+        out.append("pilots too noisy to extrapolate (90 % range of a run's time above the "
+                   f"change across the pilot sizes): {', '.join(noisy)}")
+    if flat:
+        out.append(f"not growing with n over the pilots (larger pilots will not help): "
+                   f"{', '.join(flat)}")
+    proposed = None
+    if need > top:
+        lo = float(sizes[0])
+        new = [lo + (need - lo) * (s - lo) / (top - lo) for s in sizes]
+        new = [float(f"{x:.2g}") for x in new]
+        if new[-1] >= target:
+            out.append(f"no pilot sizes below the target would do (the largest would be about "
+                       f"{need:.2g}): forecast with care, or run the target itself")
+        elif len(set(new)) == len(new):
+            proposed = tuple(new)
+            out.append("pilot sizes that would do: --sizes " + ",".join(f"{x:g}" for x in new))
+    return PilotAdvice(tuple(out), proposed)

@@ -1,0 +1,432 @@
+"""The forecast of every superstep at the target from the pilot runs (:func:`forecast`): counters
+and work time extrapolated, F on the counters, the forecast printed chosen by held-out errors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from predictor import modeling as md
+from predictor.errors import BadInput, PredictorError
+from predictor.inputs import Step
+from predictor.model import Breakdown
+from predictor.pilot.check import Comparison, Measured
+from predictor.pilot.choice import (
+    Choice,
+    Holdout,
+    PilotAdvice,
+    advise,
+    choose,
+    leverage,
+    timing_spread,
+)
+from predictor.pilot.extrapolation import (
+    FIT_COUNTERS,
+    WORK,
+    Extrapolated,
+    WorkFit,
+    extrapolate,
+    extrapolate_extra,
+    fit_work,
+    scale_by_work,
+)
+from predictor.pilot.runs import PilotRun, check_runs
+from predictor.profile import MachineProfile
+
+
+@dataclass(frozen=True)
+class StepForecast:
+    """One superstep at the target. The forecast (:attr:`predicted_s`, :attr:`interval_s`) is
+    of its work, the slowest processor's own time; :attr:`span_s` adds the span's extra
+    (start skew and waiting), forecast on its own (:attr:`extra`)."""
+
+    index: int
+    name: str
+    time_only: Extrapolated  # seconds: a growth model of the work time
+    counters: Mapping[str, Extrapolated]  # summed over processors
+    variant: str | None = None
+    f: Breakdown | None = None  # ns
+    f_interval_ns: tuple[float, float] | None = None
+    why: str | None = None  # why there is no F
+    pilot_f_error: float | None = None  # average E of F on the pilot runs' own work times
+    bsp_ns: Mapping[str, float] = field(default_factory=dict)
+    scaled: Extrapolated | None = None  # seconds: work time scaled by the counted work
+    extra: Extrapolated | None = None  # seconds: the span less the work (None: not measured)
+
+    fit: WorkFit | None = None  # seconds: fixed cost + counted work, fitted on the pilots
+    choice: Choice | None = None  # which forecast is printed, why, and its interval
+
+    @property
+    def basis(self) -> str:
+        """The work forecast printed: the :attr:`choice` (the one that predicted the largest
+        pilot from the smaller ones best: ``"fit"``, ``"scaled"``, ``"F"`` or ``"time"``).
+        Without a choice (a forecast built by hand), the older rule: ``"F"`` when F's average
+        E on the pilot runs' own work times is at most the other forecast's MRE on the pilots,
+        else ``"scaled"`` where instructions were counted, else ``"time"``."""
+        if self.choice is not None:
+            return self.choice.basis
+        other = self.scaled or self.time_only
+        if self.f is not None and self.pilot_f_error is not None and (
+                other.pilot_mre is None or self.pilot_f_error <= other.pilot_mre):
+            return "F"
+        return "scaled" if self.scaled is not None else "time"
+
+    def _basis(self) -> Extrapolated | None:
+        return {"scaled": self.scaled, "time": self.time_only}.get(self.basis)
+
+    @property
+    def f_s(self) -> float | None:
+        return self.f.f * 1e-9 if self.f is not None else None
+
+    @property
+    def predicted_s(self) -> float:
+        """The work time forecast by :attr:`basis`."""
+        if self.basis == "fit" and self.fit is not None:
+            return self.fit.value
+        e = self._basis()
+        return e.value if e is not None else self.f.f * 1e-9 if self.f is not None else 0.0
+
+    @property
+    def interval_s(self) -> tuple[float, float]:
+        """The interval: with a :attr:`choice`, the forecast times exp(+-half), half from the
+        held-out errors and the timing spread (:func:`interval_of`); else the basis's own."""
+        if self.choice is not None:
+            p = self.predicted_s
+            return p * math.exp(-self.choice.half), p * math.exp(self.choice.half)
+        e = self._basis()
+        if e is not None or self.f_interval_ns is None:
+            e = e or self.time_only
+            return e.lower, e.upper
+        return self.f_interval_ns[0] * 1e-9, self.f_interval_ns[1] * 1e-9
+
+    @property
+    def width(self) -> float | None:
+        """How wide the interval is: upper / lower (None where lower is 0)."""
+        lo, hi = self.interval_s
+        return hi / lo if lo > 0 else None
+
+    @property
+    def span_s(self) -> float:
+        """The span forecast: the work's plus the extra's (the work's where no extra)."""
+        return self.predicted_s + (self.extra.value if self.extra is not None else 0.0)
+
+    @property
+    def span_interval_s(self) -> tuple[float, float]:
+        """The work's interval plus the extra's, bound by bound."""
+        lo, hi = self.interval_s
+        if self.extra is None:
+            return lo, hi
+        return lo + self.extra.lower, hi + self.extra.upper
+
+    @property
+    def f_interval_s(self) -> tuple[float, float] | None:
+        if self.f_interval_ns is None:
+            return None
+        return self.f_interval_ns[0] * 1e-9, self.f_interval_ns[1] * 1e-9
+
+    def compare(self, m: Measured) -> dict[str, Comparison]:
+        """``--check``: the work forecast against the measured work, the span forecast
+        against the measured span."""
+        return {"work": Comparison(self.predicted_s, *self.interval_s, m.work_ns * 1e-9),
+                "span": Comparison(self.span_s, *self.span_interval_s, m.span_ns * 1e-9)}
+
+    def to_json(self) -> dict[str, Any]:
+        fi = self.f_interval_s
+        x = self.extra
+        return {"index": self.index, "name": self.name,
+                "predicted_s": self.predicted_s, "interval_s": list(self.interval_s),
+                "basis": self.basis,
+                "span_s": self.span_s, "span_interval_s": list(self.span_interval_s),
+                "extra_s": x.value if x else None,
+                "extra_interval_s": [x.lower, x.upper] if x else None,
+                "extra_model": x.how if x else None,
+                "F_s": self.f_s, "F_interval_s": list(fi) if fi else None,
+                "dominating": self.f.dominant if self.f is not None else None,
+                "variant": self.variant, "why": self.why,
+                "time_only_s": self.time_only.value,
+                "time_only_interval_s": [self.time_only.lower, self.time_only.upper],
+                "time_only_model": self.time_only.how,
+                "time_only_pilot_mre": self.time_only.pilot_mre,
+                "scaled_s": self.scaled.value if self.scaled else None,
+                "scaled_interval_s": [self.scaled.lower, self.scaled.upper]
+                if self.scaled else None,
+                "scaled_model": self.scaled.how if self.scaled else None,
+                "scaled_pilot_mre": self.scaled.pilot_mre if self.scaled else None,
+                "pilot_f_error": self.pilot_f_error,
+                "fit_s": self.fit.value if self.fit else None,
+                "fit_fixed_s": self.fit.fixed_s if self.fit else None,
+                "fit_model": self.fit.how if self.fit else None,
+                "fit_counters": list(self.fit.counters) if self.fit else None,
+                "interval_width": self.width,
+                "choice": self.choice.to_json() if self.choice else None,
+                "counters": {k: v.value for k, v in self.counters.items()},
+                "counter_models": {k: v.how for k, v in self.counters.items()},
+                "bsp_s": {k: v * 1e-9 for k, v in self.bsp_ns.items()}}
+
+
+@dataclass(frozen=True)
+class Forecast:
+    target: float
+    sizes: tuple[float, ...]
+    profile: str | None
+    steps: tuple[StepForecast, ...]
+    notes: tuple[str, ...] = ()
+    advice: PilotAdvice | None = None  # warnings on the pilots, and sizes that would do
+
+    def total(self) -> tuple[float, float, float]:
+        """Predicted work in all (seconds), and the interval (the supersteps' bounds
+        summed)."""
+        return (sum(s.predicted_s for s in self.steps),
+                sum(s.interval_s[0] for s in self.steps),
+                sum(s.interval_s[1] for s in self.steps))
+
+    def span_total(self) -> tuple[float, float, float]:
+        """Predicted span in all (seconds), and the interval (the supersteps' bounds
+        summed)."""
+        return (sum(s.span_s for s in self.steps),
+                sum(s.span_interval_s[0] for s in self.steps),
+                sum(s.span_interval_s[1] for s in self.steps))
+
+    def compare(self, measured: Mapping[tuple[int, str], Measured]
+                ) -> tuple[dict[tuple[int, str], dict[str, Comparison]], dict[str, Comparison]]:
+        """``--check``: per superstep measured at the target, :meth:`StepForecast.compare`;
+        and in all, the forecasts summed against the measured times summed (a superstep the
+        checking runs lack counts in the forecast only)."""
+        per = {(s.index, s.name): s.compare(measured[(s.index, s.name)])
+               for s in self.steps if (s.index, s.name) in measured}
+        totals = {"work": self.total(), "span": self.span_total()}
+        whole = {k: Comparison(*totals[k], sum(c[k].measured_s for c in per.values()))
+                 for k in ("work", "span")}
+        return per, whole
+
+    def to_json(self) -> dict[str, Any]:
+        p, lo, hi = self.total()
+        sp, slo, shi = self.span_total()
+        return {"target": self.target, "sizes": list(self.sizes), "profile": self.profile,
+                "variant": next((s.variant for s in self.steps if s.variant), None),
+                "supersteps": [s.to_json() for s in self.steps],
+                "total": {"predicted_s": p, "interval_s": [lo, hi],
+                          "span_s": sp, "span_interval_s": [slo, shi],
+                          "F_s": _sum_or_none([s.f_s for s in self.steps]),
+                          "scaled_s": _sum_or_none([s.scaled.value if s.scaled else None
+                                                    for s in self.steps]),
+                          "time_only_s": sum(s.time_only.value for s in self.steps),
+                          "fit_s": _sum_or_none([s.fit.value if s.fit else None
+                                                 for s in self.steps]),
+                          "interval_width": hi / lo if lo > 0 else None},
+                "notes": list(self.notes),
+                "pilot_warnings": list(self.advice.warnings) if self.advice else [],
+                "proposed_sizes": list(self.advice.sizes) if self.advice and self.advice.sizes
+                else None}
+
+
+def _sum_or_none(values: Sequence[float | None]) -> float | None:
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
+def _at_target(template: Step, totals: Mapping[str, float], shares: Mapping[str, np.ndarray]
+               ) -> Step:
+    return Step(template.name, {c: shares[c] * totals[c] for c in totals}, template.ranks)
+
+
+def _shares(steps: Sequence[Step], counters: Sequence[str]) -> dict[str, np.ndarray]:
+    """Each processor's share of each counter in these (largest-size) steps, averaged."""
+    out = {}
+    for c in counters:
+        v = np.mean([s.counter(c) for s in steps], axis=0)
+        total = float(v.sum())
+        out[c] = v / total if total > 0 else np.full(len(v), 1.0 / len(v))
+    return out
+
+
+def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | None, *,
+             level: float = 0.9, modeler: str = "single", variant: str | None = None,
+             progress: md.Progress = md.no_progress,
+             memo: dict[Any, dict[str, Holdout]] | None = None) -> Forecast:
+    """Every superstep at ``target``: counters and work time extrapolated, F on the
+    counters, the span's extra over the work forecast on its own (:func:`extrapolate_extra`),
+    the fit of fixed cost and counted work, and the forecast printed chosen by predicting the
+    largest pilot from the smaller ones (:func:`holdout_forecasts`, :func:`choose`).
+
+    ``memo``: a dict kept between forecasts of the same ``runs`` at other targets (the held-out
+    predictions do not depend on the target)."""
+    keys = check_runs(runs)
+    if not (math.isfinite(target) and target > 0):
+        raise BadInput(f"target {target!r} is not a size > 0", "give the target size n")
+    sizes = tuple(sorted({r.size for r in runs}))
+    notes = []
+    if target <= sizes[-1]:
+        notes.append(f"the target {target:g} is inside the pilot range "
+                     f"[{sizes[0]:g}, {sizes[-1]:g}]: interpolated, not extrapolated")
+    ns = [r.size for r in runs]
+    largest = [r for r in runs if r.size == sizes[-1]]
+    bsp = profile.bsp_model() if profile is not None else None
+    out = []
+    for i, (index, name) in enumerate(keys):
+        where = f"superstep {index}:{name}"
+        progress(f"{where}: fitting growth models")
+        steps = [r.steps[i] for r in runs]
+        # (size, work, span) of every timed run: work is the slowest processor's own time
+        tws = [(r.size, w, t) for r in runs
+               for w, t in zip(r.step_work(i), r.step_times(i), strict=True)]
+        if any(not (w > 0 and t > 0) for _, w, t in tws) or any(not r.step_times(i)
+                                                                for r in runs):
+            raise BadInput(f"{where}: a pilot run has no time for it",
+                           "give complete records (no incomplete supersteps)")
+        if any(w > t for _, w, t in tws):
+            raise BadInput(f"{where}: a pilot run's slowest processor worked longer than the "
+                           "superstep's span", "give the runs' own records (counterd record)")
+        time_only = extrapolate([n for n, _, _ in tws], [w * 1e-9 for _, w, _ in tws], target,
+                                level=level, modeler=modeler, where=f"{where}: work time")
+        n_top = max(n for n, _, _ in tws)
+        work_there = float(np.median([w * 1e-9 for n, w, _ in tws if n == n_top]))
+        extra, grows = extrapolate_extra([n for n, _, _ in tws],
+                                         [(t - w) * 1e-9 for _, w, t in tws], target,
+                                         level=level, modeler=modeler,
+                                         where=f"{where}: span less work",
+                                         work_growth=time_only.value / work_there)
+        if grows:
+            notes.append(f"{where}: the span's extra over the work (start skew, waiting) is "
+                         f"not held constant: it {extra.how}")
+        names = sorted(set.intersection(*(set(s.counters) for s in steps)))
+        counters = {c: extrapolate(ns, [float(s.counter(c).sum()) for s in steps], target,
+                                   level=level, modeler=modeler, where=f"{where}: {c}")
+                    for c in names}
+        scaled = None
+        if WORK in counters:
+            scaled = scale_by_work(
+                sizes, [float(np.median([w for n, w, _ in tws if n == m])) * 1e-9
+                        for m in sizes],
+                [float(np.mean([s.counter(WORK).sum() for r, s in zip(runs, steps, strict=True)
+                                if r.size == m])) for m in sizes],
+                counters[WORK], level=level)
+        sf = StepForecast(index, name, time_only, counters)
+        if profile is not None and counters:
+            shares = _shares([r.steps[i] for r in largest], names)
+            mid = _at_target(steps[-1], {c: e.value for c, e in counters.items()}, shares)
+            try:
+                v = variant or profile.select_model(mid.counters, where=where)
+                fm = profile.f_model(v)
+                lo = fm.evaluate(_at_target(steps[-1], {c: e.lower for c, e in counters.items()},
+                                            shares)).f
+                hi = fm.evaluate(_at_target(steps[-1], {c: e.upper for c, e in counters.items()},
+                                            shares)).f
+                # F predicts the work: it is judged on the pilot runs' work times
+                pilot_e = [max(t, p) / min(t, p) for t, p in
+                           ((float(np.median(r.step_work(i))), fm.evaluate(s).f)
+                            for r, s in zip(runs, steps, strict=True)) if p > 0]
+                sf = StepForecast(index, name, time_only, counters, v, fm.evaluate(mid),
+                                  (lo, hi), None,
+                                  float(np.mean(pilot_e)) if pilot_e else None,
+                                  bsp.evaluate(mid) if bsp is not None else {})
+            except PredictorError as exc:
+                sf = StepForecast(index, name, time_only, counters, why=str(exc))
+        elif profile is None:
+            sf = StepForecast(index, name, time_only, counters, why="no profile given")
+        else:
+            sf = StepForecast(index, name, time_only, counters, why="no counters recorded")
+        fit = _fit_step(runs, i, {c: e.value for c, e in counters.items()}, where=where)
+        f_model = (profile.f_model(sf.variant) if profile is not None and sf.f is not None
+                   and sf.variant is not None else None)
+        progress(f"{where}: predicting the larger pilots from the smaller ones")
+        key = (i, sf.variant, modeler)
+        if memo is not None and key in memo:
+            holdouts = memo[key]
+        else:
+            holdouts = holdout_forecasts(runs, i, f_model, modeler=modeler,
+                                         names=names if f_model is not None else None)
+            if memo is not None:
+                memo[key] = holdouts
+        spread = timing_spread([n for n, _, _ in tws], [w for _, w, _ in tws])
+        have = {b for b, ok in (("fit", fit), ("scaled", scaled), ("F", sf.f),
+                                ("time", time_only)) if ok is not None}
+        choice = choose({b: h for b, h in holdouts.items() if b in have}, sizes, target,
+                        spread, level)
+        out.append(replace(sf, scaled=scaled, extra=extra, fit=fit, choice=choice))
+    total = sum(s.predicted_s for s in out)
+    advice = advise([(f"{s.index}:{s.name}", [r.size for r in runs for _ in r.step_work(i)],
+                      [w * 1e-9 for r in runs for w in r.step_work(i)], s.predicted_s)
+                     for i, s in enumerate(out)], sizes, target, total)
+    return Forecast(float(target), sizes, profile.name if profile else None, tuple(out),
+                    tuple(notes), advice)
+
+
+def _fit_step(runs: Sequence[PilotRun], i: int, at: Mapping[str, float], *, where: str = ""
+              ) -> WorkFit | None:
+    """:func:`fit_work` of superstep ``i`` over every timed run of ``runs``, each with the
+    counts of its size's counted run, at the counts ``at``."""
+    times = [w * 1e-9 for r in runs for w in r.step_work(i)]
+    counts = {c: [float(r.steps[i].counter(c).sum()) for r in runs for _ in r.step_work(i)]
+              for c in FIT_COUNTERS if c in at and all(c in r.steps[i].counters for r in runs)}
+    return fit_work(times, counts, at, where=f"{where}: work fit")
+
+
+def point_forecasts(runs: Sequence[PilotRun], i: int, at: float, fm: Any = None, *,
+                    modeler: str = "single", names: Sequence[str] | None = None
+                    ) -> dict[str, float]:
+    """Each work forecast of superstep ``i`` at size ``at`` from ``runs`` (seconds; a forecast
+    that cannot be made, or is not > 0, is left out): time-only, scaled, the fit of fixed cost
+    and counted work and, with ``fm`` (an F model) and ``names`` (the counters to extrapolate
+    for it), F."""
+    sizes = sorted({r.size for r in runs})
+    tws = [(r.size, w * 1e-9) for r in runs for w in r.step_work(i)]
+    steps = [r.steps[i] for r in runs]
+    ns = [r.size for r in runs]
+    wanted = [c for c in FIT_COUNTERS if all(c in s.counters for s in steps)]
+    wanted += [c for c in names or () if c not in wanted]
+    out: dict[str, float] = {}
+    try:
+        out["time"] = extrapolate([n for n, _ in tws], [w for _, w in tws], at,
+                                  modeler=modeler).value
+        counts = {c: extrapolate(ns, [float(s.counter(c).sum()) for s in steps], at,
+                                 modeler=modeler).value for c in wanted}
+    except PredictorError:
+        return out
+    top = sizes[-1]
+    if counts.get(WORK, 0) > 0:
+        there = float(np.mean([s.counter(WORK).sum() for r, s in zip(runs, steps, strict=True)
+                               if r.size == top]))
+        if there > 0:
+            out["scaled"] = float(np.median([w for n, w in tws if n == top])) \
+                * counts[WORK] / there
+    fit = _fit_step(runs, i, counts)
+    if fit is not None:
+        out["fit"] = fit.value
+    if fm is not None and names:
+        largest = [r.steps[i] for r in runs if r.size == top]
+        try:
+            out["F"] = fm.evaluate(_at_target(steps[-1], {c: counts[c] for c in names},
+                                              _shares(largest, names))).f * 1e-9
+        except PredictorError:
+            pass
+    return {b: v for b, v in out.items() if math.isfinite(v) and v > 0}
+
+
+def holdout_forecasts(runs: Sequence[PilotRun], i: int, fm: Any = None, *,
+                      modeler: str = "single", names: Sequence[str] | None = None
+                      ) -> dict[str, Holdout]:
+    """Each work forecast of superstep ``i`` predicting every pilot size from the third on
+    from the runs below it (:func:`point_forecasts`), against the median work time measured
+    there; the last prediction is the largest pilot left out."""
+    sizes = sorted({r.size for r in runs})
+    got: dict[str, list[tuple[float, float, float, float]]] = {}
+    for k in range(2, len(sizes)):
+        below = [r for r in runs if r.size < sizes[k]]
+        measured = float(np.median([w * 1e-9 for r in runs if r.size == sizes[k]
+                                    for w in r.step_work(i)]))
+        lev = leverage(sizes[:k], sizes[k])
+        if not measured > 0:
+            continue
+        for b, p in point_forecasts(below, i, sizes[k], fm, modeler=modeler,
+                                    names=names).items():
+            got.setdefault(b, []).append((sizes[k], p, measured, lev))
+    return {b: Holdout(b, tuple(x[0] for x in v), tuple(x[1] for x in v),
+                       tuple(x[2] for x in v), tuple(x[3] for x in v)) for b, v in got.items()}
+
+
+# -- running a pilot campaign ---------------------------------------------------------------------

@@ -1,0 +1,122 @@
+"""The pilot runs a forecast reads: one run's supersteps at one size (:class:`PilotRun`), the
+times of a timed run (:class:`Timing`), and the check that the runs line up (:func:`check_runs`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from predictor.errors import BadInput
+from predictor.inputs import Step
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One superstep of one timed run, its times as :class:`counterd.records.Superstep` gives
+    them (ns; None where a processor never ended it)."""
+
+    index: int
+    name: str
+    span_ns: int | None  # Superstep.time_ns: the last processor's end minus the first's begin
+    work_ns: int | None  # Superstep.slowest_work_ns: the slowest processor's own time
+    skew_ns: int  # Superstep.skew_ns: the last processor's begin minus the first's
+
+    @property
+    def key(self) -> tuple[int, str]:
+        return self.index, self.name
+
+
+def load_timings(path: Any) -> list[Timing]:
+    """The supersteps of a ``counterd record`` file with their span, work and start skew, by
+    index (:meth:`counterd.records.Superstep.group`); BadInput names a malformed line."""
+    from pathlib import Path
+
+    from counterd.errors import BadInput as CounterdBadInput
+    from counterd.records import Superstep, read_jsonl
+
+    try:
+        steps = Superstep.group(read_jsonl(Path(path)))
+    except CounterdBadInput as exc:  # the predictor's own error type, for its CLI
+        raise BadInput(exc.what, exc.fix) from None
+    return [Timing(s.index, s.name, s.time_ns, s.slowest_work_ns, s.skew_ns) for s in steps]
+
+
+@dataclass(frozen=True)
+class PilotRun:
+    """The supersteps of one run of the program at input size ``size``."""
+
+    size: float
+    steps: tuple[Step, ...]
+    source: str = "<run>"
+    # Per step, the span (ns) of every timed run at this size, when the counted run's steps
+    # carry their median: the span's extra over the work is taken from these.
+    times_ns: tuple[tuple[float, ...], ...] = ()
+    # Per step and timed run as in times_ns, the slowest processor's own time (ns): the work
+    # time the growth models are fitted on (more samples, the real spread).
+    work_ns: tuple[tuple[float, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.work_ns and [len(w) for w in self.work_ns] != [len(t) for t in self.times_ns]:
+            raise ValueError("work_ns must have one time per timed run, as times_ns")
+
+    def step_times(self, i: int) -> list[float]:
+        """The spans of superstep ``i`` (ns), one per timed run."""
+        if self.times_ns:
+            return list(self.times_ns[i])
+        t = self.steps[i].time_ns
+        return [float(t)] if t is not None else []
+
+    def step_work(self, i: int) -> list[float]:
+        """The slowest processor's own time in superstep ``i`` (ns), one per timed run as
+        :meth:`step_times`. Where the run does not have it (a table without begin and end
+        times), the span stands for it."""
+        if self.work_ns:
+            return list(self.work_ns[i])
+        w = self.steps[i].meta.get("work_ns")
+        if self.times_ns or w is None:
+            return self.step_times(i)
+        return [float(w)] if self.steps[i].time_ns is not None else []
+
+
+def split_name(step: Step) -> tuple[int, str]:
+    """(index, name) of a recorded step named ``"index:name"``."""
+    head, _, tail = step.name.partition(":")
+    return (int(head), tail) if head.isdecimal() else (-1, step.name)
+
+
+def check_runs(runs: Sequence[PilotRun]) -> list[tuple[int, str]]:
+    """The supersteps every run has, as (index, name), after checking what a forecast needs:
+    sizes > 0 and not decreasing, three or more distinct sizes, every run with supersteps, and
+    the same supersteps (index and name) in every run; BadInput names the run that differs."""
+    if not runs:
+        raise BadInput("no pilot runs", "give pilot sizes and the runs' records")
+    sizes = [r.size for r in runs]
+    bad = [r for r in runs if not (math.isfinite(r.size) and r.size > 0)]
+    if bad:
+        raise BadInput(f"pilot size {bad[0].size!r} of {bad[0].source} is not a size > 0",
+                       "give sizes as positive numbers")
+    if any(b < a for a, b in zip(sizes, sizes[1:], strict=False)):
+        raise BadInput(f"pilot sizes {', '.join(f'{s:g}' for s in sizes)} are not increasing",
+                       "give the sizes in increasing order")
+    if len(set(sizes)) < 3:
+        raise BadInput(f"{len(set(sizes))} distinct pilot sizes; a growth model with a constant "
+                       "and one term needs three or more", "give three or more pilot sizes")
+    empty = [r for r in runs if not r.steps]
+    if empty:
+        raise BadInput(f"pilot run {empty[0].source} (n = {empty[0].size:g}) recorded no "
+                       "supersteps", "check that the command ran and marks its supersteps")
+    first = [split_name(s) for s in runs[0].steps]
+    for r in runs[1:]:
+        mine = [split_name(s) for s in r.steps]
+        if mine != first:
+            diff = next((i for i, (a, b) in enumerate(zip(first, mine, strict=False)) if a != b),
+                        min(len(first), len(mine)))
+            have = mine[diff] if diff < len(mine) else "nothing"
+            want = first[diff] if diff < len(first) else "nothing"
+            raise BadInput(f"pilot run {r.source} (n = {r.size:g}) has superstep {have} where "
+                           f"{runs[0].source} (n = {runs[0].size:g}) has {want}",
+                           "pilot runs must have the same supersteps at every size")
+    return first
