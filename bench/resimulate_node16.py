@@ -36,7 +36,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._host import guarded, host_line  # noqa: E402
-from counterd.machine import BankMap, CacheLevel, Geometry  # noqa: E402
+from counterd.machine.geometry import CacheLevel, Geometry  # noqa: E402
+from counterd.machine.memory import BankMap  # noqa: E402
 from counterd.sim import DEFAULT_CHUNK  # noqa: E402
 from microbench import results  # noqa: E402
 from microbench.counters import ExclusivePolicy, simulate_pattern, uses_coherence  # noqa: E402

@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _host import host_line  # noqa: E402
 
 from counterd import machine  # noqa: E402
-from counterd.machine import SGI_BANKS, Geometry  # noqa: E402
+from counterd.machine.geometry import Geometry  # noqa: E402
+from counterd.machine.memory import SGI_BANKS  # noqa: E402
 from counterd.sim import AddressStream, CacheSim, StridedStream, native_status  # noqa: E402
 
 

@@ -29,6 +29,7 @@ from _host import host_line  # noqa: E402
 
 from counterd import machine, sim  # noqa: E402
 from counterd.backends import callgrind as cg  # noqa: E402
+from counterd.machine.geometry import CacheLevel, Geometry  # noqa: E402
 
 PROGRAM = """\
 import sys
@@ -63,8 +64,8 @@ def main() -> int:
     geo_cg = cg.CallgrindGeometry(spec(l1i.size_bytes, l1i.ways, l1i.line_bytes),
                                   spec(l1.size_bytes, l1.ways, l1.line_bytes),
                                   spec(l2.size_bytes, l2.ways, l2.line_bytes), last_level=2)
-    geo_sim = machine.Geometry((machine.CacheLevel(1, l1.size_bytes, l1.ways, l1.line_bytes),
-                                machine.CacheLevel(2, l2.size_bytes, l2.ways, l2.line_bytes)))
+    geo_sim = Geometry((CacheLevel(1, l1.size_bytes, l1.ways, l1.line_bytes),
+                       CacheLevel(2, l2.size_bytes, l2.ways, l2.line_bytes)))
     print(host_line())
     print(f"geometry for both: {geo_sim.spec()} (host L1d, host L2 as last level); "
           f"pattern p1.s8 (64 B stride), N = {args.n:,} elements = {args.n * 64 / 2**20:.1f} MiB")

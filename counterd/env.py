@@ -30,7 +30,7 @@ ENV_NATIVE = "COUNTERD_NATIVE"  # "0": markers and spool in Python even where ho
 # "import": importing counterd prepares the process's markers (counterd.init()), so that none of
 # their set-up lands in the program's first superstep; `counterd record` sets it for its command.
 ENV_INIT = "COUNTERD_INIT"
-# COUNTERD_MACHINE (a machine file) is named in counterd.machine.ENV_MACHINE: the machine is a
+# COUNTERD_MACHINE (a machine file) is named in counterd.machine.files.ENV_MACHINE: the machine is a
 # data module the predictor loads, and this module is not one of those.
 
 # The rank variables MPI launchers set (Open MPI, MPICH/PMI, PMIx, MVAPICH, Slurm).

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from counterd.machine import Machine
+    from counterd.machine.description import Machine
 
 # Names the kernel gives the core (per-thread) PMU under /sys/bus/event_source/devices.
 # x86: arch/x86/events/core.c registers "cpu" (hybrid: "cpu_core", "cpu_atom");
@@ -150,16 +150,17 @@ def host_info(procfs: str | Path = "/proc", sysfs: str | Path = "/sys", *,
               machine: Machine | None = None) -> HostInfo:
     """What this host is. Hostname, CPU model, CPUs online and page size are the machine
     description's (``machine``, default: :func:`counterd.machine.current` for the default
-    roots, else :func:`counterd.machine.read` of the given ones); the rest is read here."""
+    roots, else :func:`counterd.machine.sysfs.read` of the given ones); the rest is read here."""
     # Imported here: the perf backend imports this module on counterd record's way to the
     # command's exec, and only host_info needs platform.
     import platform
 
     from counterd import machine as machine_mod
+    from counterd.machine.sysfs import read
 
     if machine is None:
         machine = (machine_mod.current() if (str(procfs), str(sysfs)) == ("/proc", "/sys")
-                   else machine_mod.read(sysfs, procfs))
+                   else read(sysfs, procfs))
     proc, sys_ = Path(procfs), Path(sysfs)
     text = _read(proc / "cpuinfo") or ""
     fields = cpuinfo_fields(text)

@@ -8,8 +8,8 @@ str|null, "reason": str|null, "source": str|null}}, "auto": {purpose: {"requeste
 str}]}}, "markers": str}``. A counter's backend is the first, in :data:`PREFERENCE` order,
 that can give it; measured sources come before simulated ones. ``auto`` is
 :func:`counterd.backends.resolve`'s answer for every purpose; ``machine`` is
-:meth:`counterd.machine.Machine.to_json`; ``markers`` says whether the markers' begin and end
-run compiled or in Python, and why; ``noise`` is pyperf's system checks (CPU scaling
+:meth:`counterd.machine.description.Machine.to_json`; ``markers`` says whether the markers'
+begin and end run compiled or in Python, and why; ``noise`` is pyperf's system checks (CPU scaling
 governor, Turbo Boost, isolated CPUs, ASLR, ...: :mod:`counterd.noise`), ``[{"check": str,
 "status": "noise"|"ok"|"unknown", "state": str, "fix": str|null}]``.
 """
@@ -25,8 +25,9 @@ from counterd.backends import Resolution
 from counterd.backends.base import Capability
 from counterd.events import BY_NAME, NAMES
 from counterd.host import HostInfo, host_info, no_pmu_reason
-from counterd.machine import Machine, format_cpulist
 from counterd.machine import current as current_machine
+from counterd.machine.description import Machine
+from counterd.machine.geometry import format_cpulist
 from counterd.noise import NoiseCheck, noise_checks, render_lines
 
 PREFERENCE = ("perf", "papi", "callgrind", "sim")

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from counterd.backends.base import Capability, CounterGroup
     from counterd.records import RecordResult, SuperstepRecord
 
-# counterd.machine.ENV_MACHINE, named here so that a recording without a machine file need not
+# counterd.machine.files.ENV_MACHINE, named here so that a recording without a machine file need not
 # import that module to find out (test_startup checks that the two agree).
 ENV_MACHINE = "COUNTERD_MACHINE"
 

@@ -344,7 +344,7 @@ def max_file_bytes() -> int:
     text = os.environ.get(ENV_MAX_FILE_BYTES)
     if not text:
         return MAX_FILE_BYTES
-    from counterd.machine import parse_size
+    from counterd.machine.geometry import parse_size
 
     try:
         n = parse_size(text)

@@ -16,7 +16,9 @@ from typing import Any, NoReturn
 
 from counterd.cliutil import VersionAction, closed_pipe
 from counterd.errors import BackendUnavailable, BadInput, CounterdError
-from counterd.machine import BankMap, Geometry, using
+from counterd.machine import using
+from counterd.machine.geometry import Geometry
+from counterd.machine.memory import BankMap
 from microbench import results
 from microbench.estimate import Estimate, Speeds, describe, estimate, probe, process_age_s
 from microbench.patterns import (

@@ -36,7 +36,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal
 
-from counterd.machine import BankMap, Geometry
+from counterd.machine.geometry import Geometry
+from counterd.machine.memory import BankMap
 from counterd.sim import DEFAULT_CHUNK, CacheSim, CoherentSim, ProcessorCounts, Stream
 from microbench.kernels import Call, KernelCall
 from microbench.patterns import Pattern

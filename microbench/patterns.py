@@ -40,15 +40,9 @@ from fractions import Fraction
 from typing import Literal, cast
 
 from counterd.errors import BadInput
-from counterd.machine import (
-    HOST_BANKS,
-    SGI_BANKS,
-    SGI_POWER_CHALLENGE,
-    BankMap,
-    Geometry,
-    MemoryLayout,
-)
 from counterd.machine import current as current_machine
+from counterd.machine.geometry import SGI_POWER_CHALLENGE, Geometry
+from counterd.machine.memory import HOST_BANKS, SGI_BANKS, BankMap, MemoryLayout
 
 Op = Literal["load", "store", "rmw", "mixed"]
 Mode = Literal["exclusive", "concurrent"]
@@ -64,7 +58,7 @@ _LOAD_STORE: tuple[Op, ...] = ("load", "store")
 _OP_LETTER = {"load": "L", "store": "S", "rmw": "R", "mixed": "M"}
 _MODE_LETTER = {"exclusive": "E", "concurrent": "C"}
 
-# The host's bank map derives from its memory layout (counterd.machine.MemoryLayout: NUMA
+# The host's bank map derives from its memory layout (counterd.machine.memory.MemoryLayout: NUMA
 # nodes, channels, interleave; 8 x 256 B assumed where nothing is declared).
 PAPER_BANKS_PROVENANCE = ("Amato et al., section 2: 8-way interleaved memory on 8 banks; "
                           "interleave of one 128 B L2 line, which reproduces Table 1")
@@ -157,7 +151,7 @@ def paper_machine() -> Machine:
 def host_machine(geometry: Geometry | None = None, bank_map: BankMap | None = None,
                  bank_provenance: str | None = None) -> Machine:
     """This host: the CPUs this process may run on, in the order the machine's NUMA layout
-    pins a program's ranks (:meth:`counterd.machine.MemoryLayout.spread`: round-robin over
+    pins a program's ranks (:meth:`counterd.machine.memory.MemoryLayout.spread`: round-robin over
     the NUMA nodes, so a p-processor pattern has p / nodes processors on each); the geometry,
     bank map and page size of the machine description (:func:`counterd.machine.current`:
     sysfs, or a machine file), each overridable here."""
@@ -407,7 +401,7 @@ def _memory_span(machine: Machine, procs: int, mode: Mode) -> int:
     """Per-processor bytes spanned by a memory pattern: twice every level's capacity. A
     shared level divided among more exclusive processors than it has ways counts one way
     each: the simulator gives each processor at least one way
-    (:meth:`counterd.machine.Geometry.split_shared`), and a span within it would be served
+    (:meth:`counterd.machine.geometry.Geometry.split_shared`), and a span within it would be served
     there in the simulation while the node serves it from memory."""
     levels = machine.geometry.levels
     spans = []

@@ -12,7 +12,7 @@ Format history (``"format": "counterd-microbench"``):
   is in progress or after it was interrupted; the finished patterns are kept. Added since,
   optional (files without them are read as before): ``memory``, the NUMA nodes, channels and
   interleave the bank map derives from, each with its provenance
-  (:meth:`counterd.machine.MemoryLayout.to_json`), and ``rank_cpus``, the CPUs in the
+  (:meth:`counterd.machine.memory.MemoryLayout.to_json`), and ``rank_cpus``, the CPUs in the
   order ranks are pinned to them (rank k on ``rank_cpus[k]``).
 
 Readers must reject versions they do not know (:func:`load`).

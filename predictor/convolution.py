@@ -37,7 +37,7 @@ of the two models by this rule, decided from the machine description and the acc
   as the bench times it), counted exactly from :attr:`Op.regions`; the operation's is its
   regions' largest (its data is cached only if all of it is);
 * it is warm when ``sharing x distance x 64 B <= size`` of the deciding cache level
-  (:func:`cache_rule`: a :class:`counterd.machine.CacheLevel`, ``sharing`` the program's
+  (:func:`cache_rule`: a :class:`counterd.machine.geometry.CacheLevel`, ``sharing`` the program's
   processors its ``shared_cpus`` covers: 1 for a per-core L2, p for a shared L3), cold
   otherwise (a capacity miss on every line, as after the calibration's eviction).
 
@@ -59,7 +59,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import ArrayLike
 
-from counterd.machine import CacheLevel
+from counterd.machine.geometry import CacheLevel
 from predictor import mlt as ml
 from predictor.errors import BadInput
 
@@ -505,9 +505,9 @@ class CacheRule:
 
 
 def cache_rule(levels: Sequence[CacheLevel], p: int, level: int | None = None) -> CacheRule:
-    """The rule of cache ``level`` of a machine description (:attr:`counterd.machine.Machine.
-    levels`; None: the last level) for p processors pinned one per CPU: it is shared by as
-    many of them as its ``shared_cpus`` lists (at most p; 1 when unknown)."""
+    """The rule of cache ``level`` of a machine description (:attr:`counterd.machine.
+    description.Machine.levels`; None: the last level) for p processors pinned one per CPU: it
+    is shared by as many of them as its ``shared_cpus`` lists (at most p; 1 when unknown)."""
     if not levels:
         raise BadInput("a machine without cache levels", "describe the caches (a machine "
                        "file, or sysfs)")

@@ -94,7 +94,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from counterd.errors import CounterdError
-from counterd.machine import CacheLevel
+from counterd.machine.geometry import CacheLevel
 from predictor import modeling
 from predictor.errors import BadInput
 

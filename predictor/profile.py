@@ -266,11 +266,12 @@ def current_host(procfs: str = "/proc", sysfs: str = "/sys") -> dict[str, Any]:
     Other roots than the defaults are read afresh (tests). A bad machine file is BadInput."""
     from counterd import machine
     from counterd.errors import CounterdError
+    from counterd.machine.sysfs import read
     from predictor.errors import BadInput
 
     try:
         m = (machine.current() if (procfs, sysfs) == ("/proc", "/sys")
-             else machine.read(sysfs, procfs))
+             else read(sysfs, procfs))
     except CounterdError as exc:
         raise BadInput(exc.what, exc.fix) from exc
     return m.fingerprint()

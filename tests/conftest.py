@@ -21,21 +21,23 @@ import pytest
 
 from counterd import machine
 from counterd.errors import BadInput
+from counterd.machine.description import Machine
+from counterd.machine.files import ENV_MACHINE
 from counterd.markers import api as superstep
 from tests import _postgres, machine_files
 from tests._postgres import Cluster, truncate
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    path = os.environ.get(machine.ENV_MACHINE)
+    path = os.environ.get(ENV_MACHINE)
     if not path:
         return
-    os.environ[machine.ENV_MACHINE] = path = os.path.abspath(path)
+    os.environ[ENV_MACHINE] = path = os.path.abspath(path)
     machine.reset()
     try:
         machine.current()
     except BadInput as exc:
-        raise pytest.UsageError(f"{machine.ENV_MACHINE}: {exc}") from None
+        raise pytest.UsageError(f"{ENV_MACHINE}: {exc}") from None
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -48,12 +50,12 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 @pytest.fixture(params=machine_files.NAMES)
 def described_machine(request: pytest.FixtureRequest,
-                      monkeypatch: pytest.MonkeyPatch) -> Iterator[machine.Machine]:
+                      monkeypatch: pytest.MonkeyPatch) -> Iterator[Machine]:
     """Each machine file of tests/machine_files in turn, as this process's machine and, through
     ``COUNTERD_MACHINE``, the machine of the processes the test starts."""
     name: str = request.param
     m = machine_files.load(name)
-    monkeypatch.setenv(machine.ENV_MACHINE, str(machine_files.path(name)))
+    monkeypatch.setenv(ENV_MACHINE, str(machine_files.path(name)))
     with machine.using(m):
         yield m
 

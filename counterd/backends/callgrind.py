@@ -85,8 +85,8 @@ from typing import TYPE_CHECKING, Any
 from counterd.backends.base import Capability, CounterGroup, CounterValue, Target
 from counterd.errors import BackendUnavailable, BadInput, CounterdError
 from counterd.events import NAMES, Source
-from counterd.machine import Machine
 from counterd.machine import current as current_machine
+from counterd.machine.description import Machine
 
 if TYPE_CHECKING:
     from counterd.records import SuperstepRecord

@@ -15,7 +15,9 @@ from typing import Literal
 from counterd.backends.base import THIS_THREAD, Capability, CounterValue, Reading, Target
 from counterd.errors import BadInput
 from counterd.events import NAMES, Source, check_names
-from counterd.machine import BankMap, Geometry, current
+from counterd.machine import current
+from counterd.machine.geometry import Geometry
+from counterd.machine.memory import BankMap
 from counterd.sim import (
     BankCounts,
     CacheSim,

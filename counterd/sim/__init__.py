@@ -22,7 +22,8 @@ from __future__ import annotations
 TYPE_CHECKING = False
 
 if TYPE_CHECKING:
-    from counterd.machine import BankMap, CacheLevel, Geometry
+    from counterd.machine.geometry import CacheLevel, Geometry
+    from counterd.machine.memory import BankMap
     from counterd.sim.coherence import (
         DEFAULT_CHUNK,
         CacheSim,
@@ -46,7 +47,8 @@ if TYPE_CHECKING:
 # not the simulators and the machine description, which cost every process of it about
 # 65 M instructions more (counted under Callgrind, where they run 50-100x slower).
 _MODULE_OF = {
-    **dict.fromkeys(("BankMap", "CacheLevel", "Geometry"), "counterd.machine"),
+    **dict.fromkeys(("CacheLevel", "Geometry"), "counterd.machine.geometry"),
+    **dict.fromkeys(("BankMap",), "counterd.machine.memory"),
     **dict.fromkeys(("DEFAULT_CHUNK", "CacheSim", "CoherentSim", "PhaseStreams", "simulate"),
                     "counterd.sim.coherence"),
     **dict.fromkeys(("BankCounts", "EngineName", "LevelCounts", "ProcessorCounts", "SimResult",

@@ -50,7 +50,8 @@ from typing import Literal
 import numpy as np
 
 from counterd.errors import BadInput
-from counterd.machine import SGI_BANKS, BankMap, Geometry
+from counterd.machine.geometry import Geometry
+from counterd.machine.memory import SGI_BANKS, BankMap
 from counterd.sim.counts import BankCounts, EngineName, ProcessorCounts, SimResult
 from counterd.sim.engines import _CSeg, _NativeEngine, _PythonEngine, native_status
 from counterd.sim.streams import KIND_CODES, AddressStream, Stream, StridedStream

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from counterd.events import CounterValue, Source, check_names
-from counterd.machine import BankMap, Geometry
+from counterd.machine.geometry import Geometry
+from counterd.machine.memory import BankMap
 
 # Which engine counted (counterd.sim.engines): the compiled one, or the Python reference.
 EngineName = Literal["native", "python"]

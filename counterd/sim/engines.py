@@ -14,7 +14,7 @@ Model, per processor (the same in both engines; the Python engine is the specifi
   ``wb_misses``. Canonical ``lN_misses`` count both kinds of miss, as pycachesim does;
 * an access touches the line that holds its first byte (the kernels' naturally aligned words
   never straddle lines); ``rmw`` is a load and then a store to the same address;
-* a line's set is ``counterd.machine.set_index`` of its level's ``index`` (modulo by
+* a line's set is ``counterd.machine.geometry.set_index`` of its level's ``index`` (modulo by
   default; hashed or sliced like a real last level);
 * a data TLB: LRU set-associative over page numbers, looked up by every load and store;
 * cache state persists across streams (warm caches), as on hardware; ``flush()`` writes every
@@ -32,7 +32,8 @@ import ctypes
 import numpy as np
 
 from counterd import _native
-from counterd.machine import MAX_LEVELS, BankMap, Geometry, hash_low, set_index
+from counterd.machine.geometry import MAX_LEVELS, Geometry, hash_low, set_index
+from counterd.machine.memory import BankMap
 from counterd.sim.counts import BankCounts, EngineName, LevelCounts, ProcessorCounts
 from counterd.sim.streams import KIND_CODES, Stream, StridedStream
 

@@ -20,7 +20,7 @@ from counterd.backends import callgrind as cg
 from counterd.backends.callgrind import CacheSpec, CallgrindGeometry, Dump
 from counterd.errors import BackendUnavailable, BadInput
 from counterd.events import NAMES, Source
-from counterd.machine import read as read_machine
+from counterd.machine.sysfs import read as read_machine
 from counterd.records import read_jsonl
 from tests._signals import HOWS, signal_of, stop_when_ready
 

@@ -17,7 +17,7 @@ from counterd import _native, launch
 from counterd.backends.perf import PerfBackend
 from counterd.env import ENV_NATIVE
 from counterd.events import CounterValue, Source, measured
-from counterd.machine import ENV_MACHINE
+from counterd.machine.files import ENV_MACHINE
 from counterd.recording import record
 from counterd.records import read_jsonl
 

@@ -15,6 +15,10 @@ import pytest
 
 from counterd import machine
 from counterd.errors import BadInput
+from counterd.machine.files import ENV_MACHINE, load_file
+from counterd.machine.geometry import MAX_CPU_ID, format_cpulist, parse_cpulist
+from counterd.machine.memory import HOST_BANKS, BankMap, Sourced
+from counterd.machine.sysfs import read, read_text
 
 ROOT = Path(__file__).resolve().parents[2]
 KiB, MiB = 1 << 10, 1 << 20
@@ -43,7 +47,7 @@ SGI = (HEAD + "page_bytes = 16384\n\n[host]\nhostname = \"sgi\"\ncpu_model = \"M
 
 @pytest.fixture(autouse=True)
 def _fresh_machine(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv(machine.ENV_MACHINE, raising=False)
+    monkeypatch.delenv(ENV_MACHINE, raising=False)
     machine.reset()
     yield
     machine.reset()
@@ -70,13 +74,13 @@ def fake_host(root: Path) -> Path:
 
 
 def test_read_gives_levels_l1i_fingerprint(tmp_path: Path) -> None:
-    m = machine.read(fake_host(tmp_path), tmp_path)
+    m = read(fake_host(tmp_path), tmp_path)
     assert [(lv.level, lv.size_bytes, lv.ways, lv.shared_cpus) for lv in m.levels] == [
         (1, 48 * KiB, 12, (0,)), (2, 2 * MiB, 16, (0,)), (3, 300 * MiB, 20, (0, 1))]
     assert m.l1i is not None and (m.l1i.size_bytes, m.l1i.ways) == (32 * KiB, 8)
     assert (m.tlb_entries, m.tlb_ways) == (None, None)  # sysfs has no DTLB
     assert "DTLB not in sysfs" in m.geometry.source and m.geometry.tlb_entries == 64
-    assert m.bank_map == machine.HOST_BANKS and m.bank_map_assumed
+    assert m.bank_map == HOST_BANKS and m.bank_map_assumed
     fp = m.fingerprint()
     assert fp["cpu_model"] == "Test CPU @ 2.0GHz" and fp["cpus_online"] == 2
     assert fp["caches"] == "L1=48K/12/64,L2=2M/16/64,L3=300M/20/64"
@@ -89,7 +93,7 @@ def test_read_gives_levels_l1i_fingerprint(tmp_path: Path) -> None:
 
 
 def test_unreadable_sysfs_falls_back_with_the_reason(tmp_path: Path) -> None:
-    m = machine.read(tmp_path / "nothing", tmp_path / "nothing")
+    m = read(tmp_path / "nothing", tmp_path / "nothing")
     assert not m.caches_known and m.caches_spec == ""
     assert m.geometry.source.startswith("fallback") and "sysfs failed" in m.geometry.source
 
@@ -99,15 +103,15 @@ def test_sysfs_is_read_once_per_process(tmp_path: Path, monkeypatch: pytest.Monk
     once, however many consumers ask. The host is a sysfs tree of the test's own, so that the
     reads are counted on any host (one without cache entries in its sysfs too)."""
     reads: Counter[str] = Counter()
-    real, real_read = machine.read_text, machine.read
+    real, real_read = read_text, read
     root = fake_host(tmp_path)
 
     def counting(path: Path) -> str:
         reads[str(path)] += 1
         return real(path)
 
-    monkeypatch.setattr(machine, "read_text", counting)
-    monkeypatch.setattr(machine, "read", lambda *a, **k: real_read(root, root))
+    monkeypatch.setattr("counterd.machine.sysfs.read_text", counting)
+    monkeypatch.setattr("counterd.machine.sysfs.read", lambda *a, **k: real_read(root, root))
     machine.reset()
     from counterd.backends.callgrind import CallgrindBackend, CallgrindGeometry
     from counterd.backends.sim import SimBackend
@@ -137,9 +141,9 @@ def test_read_takes_an_injected_reader(tmp_path: Path) -> None:
 
     def reader(path: Path) -> str:
         reads.append(str(path))
-        return machine.read_text(path)
+        return read_text(path)
 
-    machine.read(fake_host(tmp_path), tmp_path, reader=reader)
+    read(fake_host(tmp_path), tmp_path, reader=reader)
     assert len(reads) == len(set(reads)) and any(r.endswith("index3/size") for r in reads)
 
 
@@ -150,7 +154,7 @@ def test_machine_file_overrides_every_consumer(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "sgi.toml"
     path.write_text(SGI)
-    monkeypatch.setenv(machine.ENV_MACHINE, str(path))
+    monkeypatch.setenv(ENV_MACHINE, str(path))
     m = machine.current()
     assert m is machine.current() and m.file == str(path)
     assert m.geometry.spec() == "L1=32K/2/32,L2=1M/2/128,tlb=64/64,page=16K"
@@ -161,23 +165,23 @@ def test_machine_file_overrides_every_consumer(tmp_path: Path,
     from predictor.profile import current_host
 
     sim = SimBackend()
-    assert sim.geometry == m.geometry and sim.bankmap == machine.BankMap(8, 128)
+    assert sim.geometry == m.geometry and sim.bankmap == BankMap(8, 128)
     assert "seed 004" in sim.available().reason
     cg = CallgrindGeometry.from_machine()
     assert cg.last_level == 2 and cg.d1.line_bytes == 32 and cg.i1.line_bytes == 64
     assert counter_support(cg.last_level)["l2_misses"] is None
     hm = host_machine()
-    assert hm.bank_map == machine.BankMap(8, 128) and hm.bank_provenance == "seed 004"
+    assert hm.bank_map == BankMap(8, 128) and hm.bank_provenance == "seed 004"
     assert hm.page_bytes == 16384
     assert current_host() == {"hostname": "sgi", "cpu_model": "MIPS R10000", "cpus_online": 8,
                               "page_bytes": 16384, "caches": "L1=32K/2/32,L2=1M/2/128"}
 
 
 def test_partial_machine_file_keeps_the_rest_of_the_host(tmp_path: Path) -> None:
-    host = machine.read(fake_host(tmp_path), tmp_path)
+    host = read(fake_host(tmp_path), tmp_path)
     path = tmp_path / "tlb.toml"
     path.write_text(HEAD + "\n[tlb]\nentries = 1536\nways = 12\n")
-    m = machine.load_file(path, base=host)
+    m = load_file(path, base=host)
     assert m.levels == host.levels and m.fingerprint() == host.fingerprint()
     assert (m.geometry.tlb_entries, m.geometry.tlb_ways) == (1536, 12)
     assert f"DTLB from machine file {path}" in m.geometry.source
@@ -325,7 +329,7 @@ def test_bad_machine_file_through_every_cli(tmp_path: Path, case: str) -> None:
     ]
     for args in runs:
         _one_line_exit_2(_cli(*args), path, field, fix)
-    env = {machine.ENV_MACHINE: str(path)}
+    env = {ENV_MACHINE: str(path)}
     records = tmp_path / "rec.jsonl"
     records.write_text(json.dumps({"format": 1, "run_id": "r", "index": 0, "name": "s",
                                    "rank": 0, "begin_ns": 0, "end_ns": 10, "counters": {}})
@@ -343,7 +347,7 @@ def test_missing_machine_file(tmp_path: Path) -> None:
     proc = _cli("counterd.cli", "probe", "--machine", str(tmp_path / "none.toml"))
     assert proc.returncode == 2 and "cannot read machine file" in proc.stderr
     with pytest.raises(BadInput, match="cannot read machine file"):
-        machine.load_file(tmp_path / "none.toml")
+        load_file(tmp_path / "none.toml")
 
 
 # ------------------------------------------------------- memory: NUMA nodes, channels, banks
@@ -364,14 +368,14 @@ def fake_numa(root: Path, nodes: dict[int, str], online: str) -> Path:
 
 
 def test_one_numa_node_read_channels_and_interleave_assumed(tmp_path: Path) -> None:
-    m = machine.read(fake_numa(tmp_path, {0: "0-1"}, "0-1"), tmp_path)
+    m = read(fake_numa(tmp_path, {0: "0-1"}, "0-1"), tmp_path)
     mem = m.memory
     assert [(n.node, n.cpus) for n in mem.nodes.value] == [(0, (0, 1))]
     assert mem.nodes.provenance == "read" and "devices/system/node" in mem.nodes.note
     assert (mem.channels_per_node.value, mem.channels_per_node.provenance) == (8, "assumed")
     assert (mem.interleave_bytes.value, mem.interleave_bytes.provenance) == (256, "assumed")
     # One node and nothing declared: the earlier assumption, 8 banks x 256 B, labelled so.
-    assert m.bank_map == machine.HOST_BANKS and m.bank_map_assumed
+    assert m.bank_map == HOST_BANKS and m.bank_map_assumed
     assert m.bank_provenance.startswith("assumed: 8 banks = 8 memory channels per NUMA node "
                                         "(assumed) x 1 NUMA node (read)")
 
@@ -380,11 +384,11 @@ def test_two_numa_nodes_make_twice_the_banks_and_spread_ranks(tmp_path: Path) ->
     """Two nodes whose CPUs interleave (as on many 2-socket BIOSes), a memory-only node (no
     CPUs, e.g. CXL memory): banks = 8 assumed channels x 2 nodes; ranks alternate nodes."""
     root = fake_numa(tmp_path, {0: "0-1,4-5", 1: "2-3,6-7", 2: ""}, "0-7")
-    m = machine.read(root, tmp_path)
+    m = read(root, tmp_path)
     mem = m.memory
     assert [(n.node, n.cpus) for n in mem.nodes.value] == [(0, (0, 1, 4, 5)), (1, (2, 3, 6, 7))]
     assert m.cpus_online == 8 and mem.node_of(6) == 1 and mem.node_of(9) is None
-    assert m.bank_map == machine.BankMap(16, 256) and m.bank_map_assumed
+    assert m.bank_map == BankMap(16, 256) and m.bank_map_assumed
     assert "x 2 NUMA nodes (read)" in m.bank_provenance
     assert mem.spread(range(8)) == (0, 2, 1, 3, 4, 6, 5, 7)
     assert mem.spread({1, 4, 5, 6}) == (1, 6, 4, 5)  # only the CPUs the program may use
@@ -395,15 +399,15 @@ def test_two_numa_nodes_make_twice_the_banks_and_spread_ranks(tmp_path: Path) ->
 
 
 def test_no_numa_directory_is_one_assumed_node(tmp_path: Path) -> None:
-    m = machine.read(fake_host(tmp_path), tmp_path)
+    m = read(fake_host(tmp_path), tmp_path)
     nodes = m.memory.nodes
     assert nodes.provenance == "assumed" and [n.cpus for n in nodes.value] == [(0, 1)]
     assert "no NUMA node with CPUs" in nodes.note
-    assert m.bank_map == machine.HOST_BANKS and m.bank_map_assumed
+    assert m.bank_map == HOST_BANKS and m.bank_map_assumed
 
 
 def test_inconsistent_numa_sysfs_is_one_assumed_node(tmp_path: Path) -> None:
-    m = machine.read(fake_numa(tmp_path, {0: "0-1", 1: "1"}, "0-1"), tmp_path)
+    m = read(fake_numa(tmp_path, {0: "0-1", 1: "1"}, "0-1"), tmp_path)
     assert m.memory.nodes.provenance == "assumed" and "inconsistent" in m.memory.nodes.note
 
 
@@ -412,11 +416,11 @@ def test_two_node_machine_file_declares_memory() -> None:
 
     m = load("xeon-2s-64cpu")
     mem = m.memory
-    assert [(n.node, machine.format_cpulist(n.cpus)) for n in mem.nodes.value] == [
+    assert [(n.node, format_cpulist(n.cpus)) for n in mem.nodes.value] == [
         (0, "0-31"), (1, "32-63")]
     for fact in (mem.nodes, mem.channels_per_node, mem.interleave_bytes):
         assert fact.provenance == "declared" and "xeon-2s-64cpu.toml" in fact.note
-    assert m.bank_map == machine.BankMap(16, 256) and not m.bank_map_assumed
+    assert m.bank_map == BankMap(16, 256) and not m.bank_map_assumed
     assert m.bank_provenance.startswith("declared: 16 banks = 8 memory channels per NUMA node")
     assert mem.spread(mem.cpus)[:6] == (0, 32, 1, 33, 2, 34)
     d = m.to_json()["memory"]
@@ -428,37 +432,37 @@ def test_two_node_machine_file_declares_memory() -> None:
 def test_memory_file_over_a_host(tmp_path: Path) -> None:
     """A version 2 file declaring channels only keeps the host's nodes (read) and its
     interleave (assumed): the banks are as weak as their weakest part."""
-    host = machine.read(fake_numa(tmp_path, {0: "0", 1: "1"}, "0-1"), tmp_path)
+    host = read(fake_numa(tmp_path, {0: "0", 1: "1"}, "0-1"), tmp_path)
     path = tmp_path / "ch.toml"
     path.write_text(HEAD2 + "\n[memory]\nchannels_per_node = 6\n")
-    m = machine.load_file(path, base=host)
+    m = load_file(path, base=host)
     assert m.memory.nodes == host.memory.nodes
-    assert m.memory.channels_per_node == machine.Sourced(6, "declared", f"declared in {path}")
-    assert m.bank_map == machine.BankMap(12, 256) and m.bank_map_assumed
+    assert m.memory.channels_per_node == Sourced(6, "declared", f"declared in {path}")
+    assert m.bank_map == BankMap(12, 256) and m.bank_map_assumed
     path.write_text(HEAD2 + "\n[memory]\nchannels_per_node = 6\ninterleave_bytes = 4096\n")
-    m = machine.load_file(path, base=host)
-    assert m.bank_map == machine.BankMap(12, 4096) and not m.bank_map_assumed
+    m = load_file(path, base=host)
+    assert m.bank_map == BankMap(12, 4096) and not m.bank_map_assumed
     assert m.bank_provenance.startswith("declared: 12 banks")
 
 
 def test_file_with_other_cpus_and_no_nodes_assumes_one_node(tmp_path: Path) -> None:
     """A version 1 file of a 64-CPU node (the host's nodes describe other CPUs): one node of
     its 64 CPUs, assumed; its [bank_map] is used as it is."""
-    host = machine.read(fake_numa(tmp_path, {0: "0", 1: "1"}, "0-1"), tmp_path)
+    host = read(fake_numa(tmp_path, {0: "0", 1: "1"}, "0-1"), tmp_path)
     path = tmp_path / "n64.toml"
     path.write_text(HEAD + "\n[host]\ncpus_online = 64\n"
                     "\n[bank_map]\nbanks = 4\ninterleave_bytes = 128\n")
-    m = machine.load_file(path, base=host)
+    m = load_file(path, base=host)
     nodes = m.memory.nodes
     assert nodes.provenance == "assumed" and [n.cpus for n in nodes.value] == [tuple(range(64))]
-    assert m.bank_map == machine.BankMap(4, 128) and not m.bank_map_assumed
+    assert m.bank_map == BankMap(4, 128) and not m.bank_map_assumed
     assert m.bank_provenance == f"declared in {path}"
 
 
 def test_probe_says_what_was_read_declared_and_assumed(tmp_path: Path) -> None:
     from counterd.probe import memory_lines
 
-    m = machine.read(fake_numa(tmp_path, {0: "0-1,4-5", 1: "2-3,6-7"}, "0-7"), tmp_path)
+    m = read(fake_numa(tmp_path, {0: "0-1,4-5", 1: "2-3,6-7"}, "0-7"), tmp_path)
     text = "\n".join(memory_lines(m))
     assert "NUMA nodes 2: node 0 CPUs 0-1,4-5; node 1 CPUs 2-3,6-7 (read: sysfs" in text
     assert "channels 8 per NUMA node (assumed: memory channels are not in sysfs" in text
@@ -482,11 +486,11 @@ def test_probe_says_what_was_read_declared_and_assumed(tmp_path: Path) -> None:
 
 def test_cpulist_round_trip() -> None:
     for text in ("0", "0-3,8", "0-1,4-5,7", "2,4,6"):
-        assert machine.format_cpulist(machine.parse_cpulist(text)) == text
+        assert format_cpulist(parse_cpulist(text)) == text
 
 
-@pytest.mark.parametrize("text", ["0-4000000000", "3-1", "-1", f"0-{machine.MAX_CPU_ID + 1}",
+@pytest.mark.parametrize("text", ["0-4000000000", "3-1", "-1", f"0-{MAX_CPU_ID + 1}",
                                   "x", "0-"])
 def test_a_cpulist_beyond_any_machine_or_malformed_is_a_value_error(text: str) -> None:
     with pytest.raises(ValueError):
-        machine.parse_cpulist(text)
+        parse_cpulist(text)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from counterd import machine, recording
+from counterd.machine.files import ENV_MACHINE
 from counterd.records import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +27,7 @@ NOT_BEFORE_EXEC = ("counterd.machine", "counterd.spool", "counterd.protocol", "u
 
 
 def test_the_env_name_is_machines() -> None:
-    assert recording.ENV_MACHINE == machine.ENV_MACHINE
+    assert recording.ENV_MACHINE == ENV_MACHINE
 
 
 def test_the_record_path_imports_nothing_it_does_not_need_before_exec() -> None:
@@ -39,7 +40,7 @@ def test_the_record_path_imports_nothing_it_does_not_need_before_exec() -> None:
         "p.load_tables()\n"
         f"print(' '.join(m for m in {NOT_BEFORE_EXEC!r} if m in sys.modules))\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != machine.ENV_MACHINE}
+    env = {k: v for k, v in os.environ.items() if k != ENV_MACHINE}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=60, check=True)
     assert proc.stdout.split() == []
@@ -118,7 +119,7 @@ def _record(tmp_path: Path, *extra: str, env: dict[str, str] | None = None,
         [sys.executable, "-m", "counterd.cli", "record", "--backend", "none", *extra, "--out",
          str(tmp_path / "r.jsonl"), "--", sys.executable, str(script)],
         capture_output=True, text=True, cwd=cwd, timeout=120,
-        env={**{k: v for k, v in os.environ.items() if k != machine.ENV_MACHINE},
+        env={**{k: v for k, v in os.environ.items() if k != ENV_MACHINE},
              "PYTHONPATH": str(ROOT), **(env or {})})
 
 
@@ -134,7 +135,7 @@ def test_a_machine_file_reaches_the_command(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == str(path)
     # A relative COUNTERD_MACHINE reaches it as an absolute path.
-    proc = _record(tmp_path, env={machine.ENV_MACHINE: "m.toml"}, cwd=tmp_path)
+    proc = _record(tmp_path, env={ENV_MACHINE: "m.toml"}, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == str(path)
     proc = _record(tmp_path)
@@ -147,7 +148,7 @@ def test_a_bad_machine_file_is_exit_2_before_the_command_runs(tmp_path: Path, ho
     bad = tmp_path / "bad.toml"
     bad.write_text('format = "counterd-machine"\nversion = 1\npage_bytes = 3000\n')
     proc = (_record(tmp_path, "--machine", str(bad)) if how == "option" else
-            _record(tmp_path, env={machine.ENV_MACHINE: str(bad)}))
+            _record(tmp_path, env={ENV_MACHINE: str(bad)}))
     assert proc.returncode == 2, proc.stderr
     assert "bad.toml" in proc.stderr and "Traceback" not in proc.stderr
     assert proc.stdout == "" and not (tmp_path / "r.jsonl").exists()

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from counterd import machine
+from counterd.machine.description import Machine
+from counterd.machine.files import load_file
 
 if TYPE_CHECKING:  # microbench (and numpy) load when a test asks for its view
     from microbench import patterns
@@ -36,14 +38,14 @@ def path(name: str) -> Path:
     return DIR / f"{name}.toml"
 
 
-def load(name: str) -> machine.Machine:
+def load(name: str) -> Machine:
     """The machine of file ``name`` (every key is given: nothing comes from this host)."""
-    return machine.load_file(path(name))
+    return load_file(path(name))
 
 
-def planning_machine(m: machine.Machine) -> patterns.Machine:
+def planning_machine(m: Machine) -> patterns.Machine:
     """The node of ``m`` as microbench plans for it: all its CPUs, in the order its NUMA
-    layout pins ranks (:meth:`counterd.machine.MemoryLayout.spread`)."""
+    layout pins ranks (:meth:`counterd.machine.memory.MemoryLayout.spread`)."""
     from microbench import patterns
 
     return patterns.Machine(m.hostname, m.memory.spread(m.memory.cpus), m.geometry,
@@ -51,7 +53,7 @@ def planning_machine(m: machine.Machine) -> patterns.Machine:
                             page_bytes=m.page_bytes, memory=m.memory)
 
 
-def running_machine(m: machine.Machine) -> patterns.Machine:
+def running_machine(m: Machine) -> patterns.Machine:
     """``m``'s geometry, bank map and page size on the CPUs this process may run on."""
     from microbench import patterns
 

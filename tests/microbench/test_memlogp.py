@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from counterd.machine import Machine
+from counterd.machine.description import Machine
 from microbench import memlogp as mm
 from microbench.cli import main as microbench_main
 from predictor import memlogp as ml

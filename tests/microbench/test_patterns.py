@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from counterd.errors import BadInput
-from counterd.machine import BankMap, Geometry, using
-from counterd.machine import Machine as DescribedMachine
-from counterd.machine import read as read_machine
+from counterd.machine import using
+from counterd.machine.description import Machine as DescribedMachine
+from counterd.machine.geometry import Geometry
+from counterd.machine.memory import BankMap
+from counterd.machine.sysfs import read as read_machine
 from microbench.counters import simulate_pattern
 from microbench.patterns import (
     HOST_BANKS,

@@ -20,7 +20,7 @@ CFG = RunConfig(warmup=1, min_reps=3, max_reps=4, budget_ns=10**8)
 
 
 def _tiny(tmp_path: Path) -> tuple[Any, list[Any]]:
-    from counterd.machine import Geometry
+    from counterd.machine.geometry import Geometry
 
     m = host_machine(Geometry.from_spec(GEOM))
     pats = [p for p in catalogue(m, "table1", procs=[1], min_accesses=4096)

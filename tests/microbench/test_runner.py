@@ -156,12 +156,13 @@ def test_ranks_are_pinned_in_the_numa_layouts_order() -> None:
     import dataclasses
 
     from counterd import machine
+    from counterd.machine.memory import NumaNode, Sourced
 
     a, b = sorted(os.sched_getaffinity(0))[:2]
     here = machine.current()
     # (a machine file's [bank_map], under COUNTERD_MACHINE, would replace the derived one)
-    layout = dataclasses.replace(here.memory, declared_banks=None, nodes=machine.Sourced(
-        (machine.NumaNode(0, (b,)), machine.NumaNode(1, (a,))), "declared", "test"))
+    layout = dataclasses.replace(here.memory, declared_banks=None, nodes=Sourced(
+        (NumaNode(0, (b,)), NumaNode(1, (a,))), "declared", "test"))
     with machine.using(dataclasses.replace(here, memory=layout)):
         m = host_machine()
     assert m.cpus[:2] == (b, a) and m.bank_map.banks == 2 * layout.channels_per_node.value

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from counterd.machine import Geometry
+from counterd.machine.geometry import Geometry
 from microbench import results
 from microbench.cli import main
 from microbench.counters import (

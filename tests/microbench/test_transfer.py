@@ -158,7 +158,7 @@ def test_mlt_is_what_a_cold_cache_misses_on_the_source(case: tr.Case) -> None:
     flushed (the benchmark's cold state) and the destination already cached, the copy's L1
     misses are its memory lines touched (an L1 large enough that nothing is evicted: MLT
     counts compulsory misses; capacity misses come on top when source and buffer overflow)."""
-    from counterd.machine import Geometry
+    from counterd.machine.geometry import Geometry
     from counterd.sim import CacheSim
 
     geometry = Geometry.from_spec("L1=4M/16/64,L2=16M/16/64")

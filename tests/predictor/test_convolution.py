@@ -238,7 +238,7 @@ def test_shift_reuse_is_three_arrays_in_the_west_loop() -> None:
 
 
 def test_cache_rule_from_the_machine_description() -> None:
-    from counterd.machine import CacheLevel
+    from counterd.machine.geometry import CacheLevel
 
     levels = (CacheLevel(1, 32768, 8, 64, (0,)), CacheLevel(2, 1 << 20, 8, 64, (0,)),
               CacheLevel(3, 32 << 20, 16, 64, (0, 1, 2, 3)))

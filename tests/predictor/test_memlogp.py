@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from counterd.machine import CacheLevel
+from counterd.machine.geometry import CacheLevel
 from predictor import memlogp as ml
 from predictor.cli import main as predict_main
 from predictor.errors import BadInput

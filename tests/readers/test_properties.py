@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from counterd import report, spool
 from counterd.daemon import config as daemon_config
 from counterd.errors import BadInput
-from counterd.machine import load_file as load_machine
+from counterd.machine.files import load_file as load_machine
 from counterd.records import SuperstepRecord, read_jsonl
 from microbench import cli as microbench_cli
 from microbench import results as mb_results

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from counterd.errors import BadInput
-from counterd.machine import BankMap, CacheLevel, Geometry, hash_low, mix64, set_index
+from counterd.machine.geometry import CacheLevel, Geometry, hash_low, mix64, set_index
+from counterd.machine.memory import BankMap
 from counterd.sim import AddressStream, CacheSim, CoherentSim, StridedStream, native_status
 
 EngineChoice = Literal["python", "native"]

@@ -18,15 +18,9 @@ from counterd.backends.base import Backend, CounterGroup, Reading
 from counterd.backends.sim import SimBackend
 from counterd.errors import BadInput, UnknownCounter
 from counterd.events import Source
-from counterd.machine import (
-    SGI_BANKS,
-    SGI_POWER_CHALLENGE,
-    BankMap,
-    Geometry,
-    parse_size,
-    read,
-    read_levels,
-)
+from counterd.machine.geometry import SGI_POWER_CHALLENGE, Geometry, parse_size
+from counterd.machine.memory import SGI_BANKS, BankMap
+from counterd.machine.sysfs import read, read_levels
 from counterd.sim import (
     AddressStream,
     CacheSim,
