@@ -1,121 +1,18 @@
 """The marker socket's wire protocol: length-prefixed, versioned frames (DESIGN.md section 6).
 
-Frame layout (all integers big-endian)::
-
-    +----------------+---------+------+-------------------------------+
-    | length: uint32 | version | type | payload: UTF-8 JSON object    |
-    |                | uint8   | uint8| (length - 2 bytes)            |
-    +----------------+---------+------+-------------------------------+
-
-``length`` counts the version byte, the type byte and the payload. The receiver checks it
-against its limit (:data:`MAX_FRAME_BYTES` by default, ``max_frame_bytes`` in the daemon's
-config) *before* reading the body, so an oversized length is rejected without buffering it.
-``version`` is :data:`PROTOCOL_VERSION` or an older version in :data:`ACCEPTED_VERSIONS`; a
-frame of another version is answered with an ``ERROR`` and the connection is closed. The daemon
-answers each client in the version of its HELLO. The payload is one JSON object (compact
-separators), except for the binary hot-path frames ``OPEN`` and ``CLOSE`` (version 2).
-
-Conversation (``c`` = client, ``d`` = daemon)::
-
-    c: HELLO   {"pid", "host", "run_id", "job", "batch_job", "scratch"?}  first frame, once
-    d: WELCOME {"version", "max_frame", "uid", "pid", "buffer"?, "scratch"?} what
-                                     SO_PEERCRED said about the client ("buffer": it takes
-                                     a BUFFER; "scratch": it honours a scratch CONTEXT)
-    c: BEGIN   {"s": seq, "line": {begin line}, "count": [counters]?}
-    c: RECORD  {"s": seq, "rec": {SuperstepRecord JSON}}
-    c: READ    {"s": seq, "pid": pid, "tid": tid?, "count": [counters]}
-    c: SYNC    {"s": seq}                             ask for an ACK now
-    d: ACK     {"s": seq}            every frame with seq <= s is processed and every record
-                                     among them is committed to the store (durable)
-    d: STARTED {"s": seq}            reply to a BEGIN that asked the daemon to count
-    d: READING {"s": seq, "values": {counter: [value, ratio]}, "unsupported": {...}}
-    d: ERROR   {"s": seq?, "code": str, "message": str}
-
-Version 2 adds a cheaper hot path (one marker pair = one ``OPEN`` + one ``CLOSE``, struct-packed,
-no JSON unless the superstep has params or unsupported counters)::
-
-    c: CONTEXT {"s": seq, "c": ctx, "run_id", "pid", "host", "backend", "counters": [names],
-               "marker_ns"?, "scratch"?}
-    c: OPEN    binary: OPEN_HEAD (seq, ctx, index, begin_ns, rank, cpu, name bytes), the name
-               (UTF-8), then the params as a JSON object, or nothing for no params
-    c: CLOSE   binary: CLOSE_HEAD (seq, ctx, index, begin_ns, end_ns, flags bitmask,
-               unsupported bytes),
-               one COUNTER (source, value, ratio, raw) per name of the context's "counters",
-               in that order, then the unsupported counters as a JSON object (or nothing)
-
-A ``CONTEXT`` declares, once per connection, what every record of a run in this process shares
-(``ctx`` is a small number the client picks, unique per connection). An ``OPEN`` is a
-``BEGIN`` whose line is the context's fields plus the packed ones, and the daemon holds it the
-same way. A ``CLOSE`` completes the superstep ``(context's run_id, index)`` whose ``OPEN`` was
-sent on the same connection: the daemon builds the record from the held ``OPEN`` (name, rank,
-cpu, params), the ``CLOSE`` (begin_ns and end_ns as the client took them, flags, counters named
-by the ``CLOSE``'s context, unsupported) and the ``OPEN``'s context (run_id, pid, host,
-backend); the ``OPEN``'s begin_ns is that of an incomplete record. A ``CLOSE`` without its
-``OPEN`` is refused (``unknown_begin``). Flags are bits in the order of :data:`FLAG_BITS`, a
-counter's source an index into :data:`SOURCES`, a raw count of ``None`` is :data:`NO_RAW`.
-Clients send a record as ``RECORD`` whenever it does not fit (incomplete, resent after a
-reconnect, counted by the daemon, an unknown flag).
-
-A client's frames need not leave it one by one. Where the daemon's WELCOME says ``"buffer":
-true`` a client sends ``BUFFER {"s": seq, "box": n}`` with one descriptor attached
-(``SCM_RIGHTS``): its *black box*, a memory file in the mapped spool form (:mod:`counterd.spool`)
-whose head also gives the stream offset of its first frame byte and the connection it serves
-(``n``: a connection the client has left, still open through a forked child, reads nothing of
-the next one's). The client writes its frames there and sends
-them in batches; if the connection ends, the daemon reads from the black box (``pread``,
-never a mapping) the frames beyond the last byte it received, and handles them before the
-begins still open become incomplete records. So a client killed between two batches loses
-nothing it had written, and a marker pair costs no system call. The daemon takes the
-descriptor only if it is a shared-memory file (memfd or tmpfs: ``F_GET_SEALS`` works, and
-reading it cannot block), one per connection; any other descriptor is closed unread.
-
-Sequence numbers are per connection, strictly increasing, assigned by the client to every
-frame after HELLO. Acks are cumulative and coalesced: a client that is slow to read sees one
-ACK carrying the latest sequence number, never a backlog. A client keeps every record until
-it is acknowledged; if the connection breaks it reconnects and resends them (the store ignores
-duplicates, keyed on run, host, pid and superstep index) or, failing that, writes them to its
-fallback sink.
-
-A ``BEGIN`` carries the begin line (the same fields as a spool begin line); the daemon keeps
-it until the matching ``RECORD`` arrives, and a connection that closes with begins still open
-(the client died inside a superstep) gives ``incomplete`` records. ``"count"`` in a ``BEGIN``
-asks the daemon to count the client's thread (``line.tid``) for the superstep on its behalf,
-where the kernel forbids self-monitoring; the client waits for ``STARTED`` before running the
-superstep, and the daemon adds the counts to the matching ``RECORD``.
-
-Authorisation (SO_PEERCRED): a client may only have counters read for processes it owns (all
-of the target's uids equal the client's uid); root, and members of the configured group, may
-read any. Run ids are namespaced by the client's uid: the same run id from two users is two
-runs, so no user can write into, or block, another's. Counting on a client's behalf is bound to
-the process that connected (:mod:`counterd.daemon.behalf`): one that exec'd, changed owner or
-whose pid was reused is not counted, and a record counted across such a change carries the
-flag ``target_changed`` instead of counts.
-
-Typed frames: every frame type has a frozen dataclass (:class:`Hello`, :class:`Welcome`,
-:class:`Context`, :class:`Begin`, :class:`Open`, :class:`Close`, :class:`Record`, :class:`Read`,
-:class:`Sync`, :class:`Buffer`, :class:`Ack`, :class:`Started`, :class:`Reading`,
-:class:`Error`) with ``encode(version)`` and a ``decode`` class method; :func:`decode` and
+The protocol itself (frame layout, the conversation, the binary hot-path frames, the black
+box, sequence numbers and acks, authorisation, version history) is specified in
+docs/protocol.md. Here: the typed frames, one frozen dataclass per frame type
+(:class:`Hello`, :class:`Welcome`, :class:`Context`, :class:`Begin`, :class:`Open`,
+:class:`Close`, :class:`Record`, :class:`Read`, :class:`Sync`, :class:`Buffer`, :class:`Ack`,
+:class:`Started`, :class:`Reading`, :class:`Error`, :class:`Query`, :class:`Result`) with
+``encode(version)`` and a ``decode`` class method; :func:`decode` and
 :meth:`Decoder.typed_frames` dispatch on the type. A CLOSE's counters are
 :class:`WireCounter` records (name, source, value, ratio, raw), named by its context's
 ``counters``, so ``Close.decode`` takes those names. The marker's hot path encodes with
 :func:`encode_open` and :func:`encode_close` (no dataclass built per superstep).
 :meth:`Decoder.frames` stays the raw layer: ``(type, dict)``, or ``(type, bytes)`` for OPEN and
 CLOSE.
-
-Version history:
-    1 - first version (HELLO, WELCOME, BEGIN, RECORD, READ, SYNC, ACK, STARTED, READING, ERROR).
-    2 - CONTEXT, OPEN and CLOSE: a marker pair costs two small binary frames instead of a JSON
-        begin line and a JSON record (issue 3: marker cost). Version 1 clients are still served
-        (in version 1); version 2 frame types in a version 1 stream are ``bad_type``.
-       Later, without a new version (a client uses it only when WELCOME offers it): BUFFER,
-       the black box (issue 13: marker cost on the socket); a CONTEXT's ``"scratch": true``,
-       whose OPENs and CLOSEs the daemon handles and acknowledges as any (a CLOSE as a
-       SYNC) but never stores, nor turns into incomplete records: how a client measures
-       what a marker pair costs it through this daemon (issue 13: overhead reported).
-       A HELLO's ``"scratch": true`` (the markers' calibration connection): every context
-       it declares will be scratch, so the daemon takes no clock anchor at its HELLO (one
-       it declares not scratch after all is anchored from its CONTEXT on); a daemon before
-       it ignores the key.
 """
 
 from __future__ import annotations
