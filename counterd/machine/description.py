@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from counterd.machine.geometry import (
     DEFAULT_TLB_ENTRIES,
@@ -14,8 +14,6 @@ from counterd.machine.geometry import (
 )
 from counterd.machine.memory import BankMap, MemoryLayout
 
-if TYPE_CHECKING:
-    pass
 
 # --------------------------------------------------------------------------------------------
 # The machine

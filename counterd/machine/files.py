@@ -68,7 +68,7 @@ import contextlib
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from counterd.errors import BadInput
 from counterd.machine.description import Machine
@@ -82,9 +82,6 @@ from counterd.machine.geometry import (
 )
 from counterd.machine.memory import BankMap, MemoryLayout, NumaNode, Sourced, assumed_layout
 from counterd.machine.sysfs import host
-
-if TYPE_CHECKING:
-    pass
 
 
 #: The environment variable naming a machine file (as ``--machine FILE`` does).

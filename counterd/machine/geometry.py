@@ -9,12 +9,8 @@ import dataclasses
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from counterd.errors import BadInput
-
-if TYPE_CHECKING:
-    pass
 
 
 # sysfs has no TLB geometry; these defaults are used unless the caller gives values.
@@ -80,7 +76,6 @@ def parse_cpulist(cpulist: str) -> tuple[int, ...]:
             raise ValueError(f"CPU range {part!r} is not within 0-{MAX_CPU_ID}")
         cpus.extend(range(lo, hi + 1))
     return tuple(cpus)
-
 
 
 # How a cache level maps a line number to a set (CacheLevel.index, set_index()):

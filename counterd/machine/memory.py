@@ -95,6 +95,7 @@ _INTERLEAVE_NOTE = (f"the interleave is not in sysfs; {ASSUMED_INTERLEAVE_BYTES}
                     "channel-interleave granularity: declare memory.interleave_bytes in a "
                     "machine file")
 
+
 @dataclass(frozen=True)
 class MemoryLayout:
     """What a memory bank is on this machine (issue 35, item 3): the NUMA nodes with their

@@ -13,15 +13,12 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from counterd.errors import BadInput
 from counterd.machine.description import Machine
 from counterd.machine.geometry import FALLBACK_GEOMETRY, CacheLevel, parse_cpulist, parse_size
 from counterd.machine.memory import MemoryLayout, NumaNode, Sourced, assumed_layout
 
-if TYPE_CHECKING:
-    pass
 
 # --------------------------------------------------------------------------------------------
 # Reading sysfs and procfs
@@ -114,7 +111,6 @@ def _cpu_model(cpuinfo: str) -> str:
     return "?"
 
 
-
 def node_dir(sysfs: str | Path = "/sys") -> Path:
     return Path(sysfs) / "devices" / "system" / "node"
 
@@ -194,7 +190,6 @@ def read(sysfs: str | Path = "/sys", procfs: str | Path = "/proc", *, cpu: int =
     return Machine(levels, l1i, os.sysconf("SC_PAGE_SIZE"), None, None,
                    read_layout(sysfs, online, rd), _hostname(), model, len(online),
                    known, caches_source, f"this host ({sysfs}, {procfs})")
-
 
 
 _host_lock = threading.Lock()

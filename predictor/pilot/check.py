@@ -51,7 +51,6 @@ class Comparison:
                 "measured_s": self.measured_s, "E": self.e, "inside": self.inside}
 
 
-
 def measured(timed: Sequence[Sequence[Timing]]) -> dict[tuple[int, str], Measured]:
     """The supersteps of the first of the ``timed`` runs, each with the medians over the runs
     of its work (the slowest processor's own time), span and start skew; a superstep that
