@@ -14,7 +14,6 @@ from counterd.machine.geometry import (
 )
 from counterd.machine.memory import BankMap, MemoryLayout
 
-
 # --------------------------------------------------------------------------------------------
 # The machine
 

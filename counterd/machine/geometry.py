@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from counterd.errors import BadInput
 
-
 # sysfs has no TLB geometry; these defaults are used unless the caller gives values.
 DEFAULT_PAGE_BYTES = 4096
 DEFAULT_TLB_ENTRIES = 64

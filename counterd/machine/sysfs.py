@@ -19,7 +19,6 @@ from counterd.machine.description import Machine
 from counterd.machine.geometry import FALLBACK_GEOMETRY, CacheLevel, parse_cpulist, parse_size
 from counterd.machine.memory import MemoryLayout, NumaNode, Sourced, assumed_layout
 
-
 # --------------------------------------------------------------------------------------------
 # Reading sysfs and procfs
 
