@@ -43,7 +43,9 @@ sys.path.insert(0, str(ROOT))
 from _host import guarded, host_line  # noqa: E402
 from record_overhead import export_revision  # noqa: E402
 
-from counterd.backends import callgrind as cg  # noqa: E402
+from counterd.backends.callgrind.dumps import dump_files, dumps_for_pid  # noqa: E402
+from counterd.backends.callgrind.geometry import CallgrindGeometry  # noqa: E402
+from counterd.backends.callgrind.valgrind import INSTALL_FIX, NAME, valgrind_argv, valgrind_path  # noqa: E402
 from counterd.errors import BadInput  # noqa: E402
 
 MARKED = "import counterd\nwith counterd.superstep('s'):\n    pass\n"
@@ -54,7 +56,7 @@ PROGRAMS = (("python -c pass", "pass", False),
             ("+ numpy, counterd.sim streams", FEEDS, True))
 
 
-def _run(env: dict[str, str], code: str, marked: bool, geometry: cg.CallgrindGeometry,
+def _run(env: dict[str, str], code: str, marked: bool, geometry: CallgrindGeometry,
          tmp: Path) -> tuple[int, int, float, float]:
     """(instructions in all, before the first boundary call, CPU s, wall s) of one run."""
     out = Path(tempfile.mkdtemp(prefix="cg-", dir=tmp))
@@ -63,20 +65,20 @@ def _run(env: dict[str, str], code: str, marked: bool, geometry: cg.CallgrindGeo
     run_env = {k: v for k, v in env.items() if not k.startswith("COUNTERD_")}
     run_env.update(COUNTERD_SOCKET="off", COUNTERD_RUN_ID="bench")
     if marked:
-        run_env.update(COUNTERD_BACKEND=cg.NAME, COUNTERD_SPOOL=str(spool),
+        run_env.update(COUNTERD_BACKEND=NAME, COUNTERD_SPOOL=str(spool),
                        COUNTERD_INIT="import")
-    argv = cg.valgrind_argv([sys.executable, "-c", code], geometry, out)
+    argv = valgrind_argv([sys.executable, "-c", code], geometry, out)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     subprocess.run(argv, env=run_env, check=True, cwd=tmp, stdout=subprocess.DEVNULL)
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    pids = cg.dump_files(out)
+    pids = dump_files(out)
     if len(pids) != 1:
         raise BadInput(f"expected the dumps of one process in {out}, found {sorted(pids)}",
                        "see valgrind's log there")
-    dumps = cg.dumps_for_pid(out, next(iter(pids)))
+    dumps = dumps_for_pid(out, next(iter(pids)))
     total = sum(d.totals.get("Ir", 0) for d in dumps)
     first = dumps[0].totals.get("Ir", 0) if marked and len(dumps) > 1 else total
     return total, first, cpu, wall
@@ -90,15 +92,15 @@ def main() -> int:
     a = ap.parse_args()
     if a.rounds < 1:
         raise BadInput(f"--rounds {a.rounds}", "give 1 or more")
-    if cg.valgrind_path() is None:
-        raise BadInput("valgrind is not on PATH", cg.INSTALL_FIX)
+    if valgrind_path() is None:
+        raise BadInput("valgrind is not on PATH", INSTALL_FIX)
     print(host_line())
     if os.environ.get("PYTHONDONTWRITEBYTECODE"):
         print("PYTHONDONTWRITEBYTECODE is set: both trees' bytecode is compiled beforehand")
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "counterd")],
                    check=True, stdout=subprocess.DEVNULL)
-    geometry = cg.CallgrindGeometry.from_machine()
-    print(f"valgrind {' '.join(cg.valgrind_argv(['CMD'], geometry, 'OUT')[1:])}")
+    geometry = CallgrindGeometry.from_machine()
+    print(f"valgrind {' '.join(valgrind_argv(['CMD'], geometry, 'OUT')[1:])}")
     with tempfile.TemporaryDirectory(prefix="callgrind-startup-") as tmp_name:
         tmp = Path(tmp_name)
         trees = [("this tree", {**os.environ, "PYTHONPATH": str(ROOT)})]

@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _host import host_line  # noqa: E402
 
 from counterd import machine, sim  # noqa: E402
-from counterd.backends import callgrind as cg  # noqa: E402
+from counterd.backends.callgrind.counting import count_supersteps  # noqa: E402
+from counterd.backends.callgrind.geometry import CacheSpec, CallgrindGeometry  # noqa: E402
 from counterd.machine.geometry import CacheLevel, Geometry  # noqa: E402
 
 PROGRAM = """\
@@ -60,10 +61,10 @@ def main() -> int:
     if m.l1i is None or len(m.levels) < 2:
         raise SystemExit(f"{m.caches_source} lacks an L1i, an L1d or an L2")
     l1, l1i, l2 = m.levels[0], m.l1i, m.levels[1]
-    spec = cg.CacheSpec
-    geo_cg = cg.CallgrindGeometry(spec(l1i.size_bytes, l1i.ways, l1i.line_bytes),
-                                  spec(l1.size_bytes, l1.ways, l1.line_bytes),
-                                  spec(l2.size_bytes, l2.ways, l2.line_bytes), last_level=2)
+    spec = CacheSpec
+    geo_cg = CallgrindGeometry(spec(l1i.size_bytes, l1i.ways, l1i.line_bytes),
+                               spec(l1.size_bytes, l1.ways, l1.line_bytes),
+                               spec(l2.size_bytes, l2.ways, l2.line_bytes), last_level=2)
     geo_sim = Geometry((CacheLevel(1, l1.size_bytes, l1.ways, l1.line_bytes),
                        CacheLevel(2, l2.size_bytes, l2.ways, l2.line_bytes)))
     print(host_line())
@@ -72,9 +73,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         prog = Path(tmp) / "pattern.py"
         prog.write_text(PROGRAM)
-        recs = cg.count_supersteps([sys.executable, str(prog), str(args.n)], run_id="xcheck",
-                                   env=dict(os.environ), geometry=geo_cg,
-                                   outdir=Path(tmp) / "cg", timeout=1200)
+        recs = count_supersteps([sys.executable, str(prog), str(args.n)], run_id="xcheck",
+                                env=dict(os.environ), geometry=geo_cg,
+                                outdir=Path(tmp) / "cg", timeout=1200)
     engine = sim.CacheSim(geo_sim)
     base = 1 << 30  # line- and page-aligned like numpy's large allocations
     engine.feed(sim.StridedStream(base, args.n * 8, 8, "store"))  # the program's a[:] = 0

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from counterd import backends
-    from counterd.backends import callgrind
     from counterd.backends.base import Capability, CounterGroup
+    from counterd.backends.callgrind.counting import CountedRun
     from counterd.records import RecordResult, SuperstepRecord
 
 # counterd.machine.files.ENV_MACHINE, named here so that a recording without a machine file need not
@@ -399,7 +399,7 @@ def _merge_counted(timed: list[SuperstepRecord], counted: Mapping[tuple[int, int
     return out
 
 
-def _merge_whole(timed: SuperstepRecord, counted: callgrind.CountedRun) -> list[SuperstepRecord]:
+def _merge_whole(timed: SuperstepRecord, counted: CountedRun) -> list[SuperstepRecord]:
     """A command without markers: the timed run's time and measured counters, plus the
     simulated counters of every process of the counted run."""
     from dataclasses import replace
@@ -427,7 +427,7 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
     """Run ``cmd`` with markers active; write its records to ``out`` (JSON lines, atomic).
 
     ``cpu_features``: ``as-counted`` hides from the command's run-time code dispatch the CPU
-    features valgrind lacks (:func:`counterd.backends.callgrind.as_counted_env`), so that a
+    features valgrind lacks (:func:`counterd.backends.callgrind.counting.as_counted_env`), so that a
     timed run executes the code a Callgrind run counts; ``native`` and ``auto`` hide nothing:
     the times are the program's as it runs without counterd (as ``predict --pilot`` times it).
     Records of a run that hid features carry the flag ``cpu_features_hidden``; records timed
@@ -473,9 +473,9 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
     geometry = None
     if chosen == "callgrind":
         from counterd import machine
-        from counterd.backends import callgrind
+        from counterd.backends.callgrind.geometry import CallgrindGeometry
 
-        geometry = callgrind.CallgrindGeometry.from_machine(machine.current())
+        geometry = CallgrindGeometry.from_machine(machine.current())
     if events:
         from counterd import backends
 
@@ -496,13 +496,13 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
     hide: dict[str, str] = {}
     lacked: tuple[str, ...] = ()  # the CPU's features the timed run has and valgrind lacks
     if cpu_features == "as-counted" or chosen == "callgrind":
-        from counterd.backends import callgrind as cg
+        from counterd.backends.callgrind.counting import as_counted_env, hidden_features
         from counterd.host import cpu_flags
 
         if cpu_features == "as-counted":
-            hide = cg.as_counted_env(os.environ, cpu_flags())
+            hide = as_counted_env(os.environ, cpu_flags())
         else:
-            lacked = cg.hidden_features(cpu_flags())
+            lacked = hidden_features(cpu_flags())
     sampling = {} if sample is None else {ENV_SAMPLE: sample}
     skipped: list[str] = []
 
@@ -537,7 +537,9 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
                         "had: where the program dispatches on them the counts are of other "
                         "code (--cpu-features as-counted times the code counted)"
                         if lacked else ""))
-        counted = callgrind.count_command(argv, run_id=run_id, geometry=geometry, env={
+        from counterd.backends.callgrind import counting
+
+        counted = counting.count_command(argv, run_id=run_id, geometry=geometry, env={
             **_env(run_id, ".", "callgrind", events), **hide})
         if len(records) == 1 and "whole_command" in records[0].flags:
             records = _merge_whole(records[0], counted)

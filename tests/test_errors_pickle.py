@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from counterd import errors as ce
-from counterd.backends.callgrind import CallgrindError
+from counterd.backends.callgrind.valgrind import CallgrindError
 from counterd.daemon.store import StoreError
 from counterd.prediction import NoPrediction
 from counterd.protocol import ProtocolError

@@ -54,7 +54,7 @@ Data and unified levels are numbered 1, 2, ... without gaps (at most 8). Every l
 whole number of sets (``size = sets x ways x line_bytes``), which both simulators index by
 address modulo sets: a set count that is not a power of two (e.g. a 20-way L3) is accepted;
 valgrind needs powers of two and a line of at least 16 B, and the callgrind backend adjusts
-the set count as it documents (:func:`counterd.backends.callgrind.adjust_cache`). Callgrind
+the set count as it documents (:func:`counterd.backends.callgrind.geometry.adjust_cache`). Callgrind
 also needs the L1 instruction cache.
 
 Format history: 1 - first version (format, version, page_bytes, host, caches, tlb, bank_map);
@@ -82,7 +82,6 @@ from counterd.machine.geometry import (
 )
 from counterd.machine.memory import BankMap, MemoryLayout, NumaNode, Sourced, assumed_layout
 from counterd.machine.sysfs import host
-
 
 #: The environment variable naming a machine file (as ``--machine FILE`` does).
 ENV_MACHINE = "COUNTERD_MACHINE"

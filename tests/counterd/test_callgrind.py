@@ -16,8 +16,24 @@ from pathlib import Path
 import pytest
 
 from counterd import _native
-from counterd.backends import callgrind as cg
-from counterd.backends.callgrind import CacheSpec, CallgrindGeometry, Dump
+from counterd.backends.callgrind import CallgrindBackend
+from counterd.backends.callgrind.counting import (
+    boundary_calls_from_spool,
+    count_command,
+    count_supersteps,
+)
+from counterd.backends.callgrind.dumps import (
+    Dump,
+    SuperstepCounts,
+    counter_support,
+    parse_dump,
+    supersteps_from_dumps,
+    to_canonical,
+)
+from counterd.backends.callgrind.geometry import CacheSpec, CallgrindGeometry, adjust_cache
+from counterd.backends.callgrind.run import CallgrindRun
+from counterd.backends.callgrind.run import run as callgrind_run
+from counterd.backends.callgrind.valgrind import CallgrindError, valgrind_argv
 from counterd.errors import BackendUnavailable, BadInput
 from counterd.events import NAMES, Source
 from counterd.machine.sysfs import read as read_machine
@@ -65,7 +81,7 @@ totals: 1110 520 45 1 160 40 1 101 30 0 7 5
 
 
 def test_parse_dump_header_and_totals() -> None:
-    d = cg.parse_dump(CANNED)
+    d = parse_dump(CANNED)
     assert d.pid == 4242 and d.part == 2
     assert d.cmd == "/usr/bin/python3 prog.py --n 10"
     assert d.trigger == "--dump-before=counterd_superstep_boundary"
@@ -81,7 +97,7 @@ def test_parse_dump_sums_self_costs_without_totals() -> None:
     # (inclusive cost of the call) must not be, or Ir would be 1220 instead of 1110.
     text = "\n".join(line for line in CANNED.splitlines()
                      if not line.startswith(("totals:", "summary:")))
-    d = cg.parse_dump(text)
+    d = parse_dump(text)
     assert not d.complete
     assert d.totals["Ir"] == 1110 and d.totals["Dr"] == 520 and d.totals["Dw"] == 45
     assert d.totals["D1mr"] == 160 and d.totals["DLmr"] == 101 and d.totals["DLdmw"] == 5
@@ -90,46 +106,46 @@ def test_parse_dump_sums_self_costs_without_totals() -> None:
 
 
 def test_parse_dump_rejects_non_dumps() -> None:
-    with pytest.raises(cg.CallgrindError, match="events"):
-        cg.parse_dump("hello\nworld\n")
+    with pytest.raises(CallgrindError, match="events"):
+        parse_dump("hello\nworld\n")
 
 
 def test_to_canonical_maps_events_for_each_last_level() -> None:
     totals = {"Ir": 9, "Dr": 5, "Dw": 3, "D1mr": 2, "D1mw": 1, "DLmr": 7, "DLmw": 11,
               "ILdmr": 13, "DLdmr": 17, "DLdmw": 19, "I1mr": 0, "ILmr": 0}
-    c3 = cg.to_canonical(totals, 3)
+    c3 = to_canonical(totals, 3)
     assert {k: v.raw for k, v in c3.items()} == {
         "instructions": 9, "loads": 5, "stores": 3, "l1d_misses": 3, "l3_misses": 18,
         "l3_writebacks": 13 + 17 + 19}
     assert all(v.source is Source.SIMULATED and v.ratio == 1.0 for v in c3.values())
-    c2 = cg.to_canonical(totals, 2)
+    c2 = to_canonical(totals, 2)
     assert c2["l2_misses"].value == 18.0 and c2["l2_writebacks"].value == 49.0
     assert "l3_misses" not in c2
     # Without cache simulation only Ir exists.
-    assert set(cg.to_canonical({"Ir": 4}, 3)) == {"instructions"}
+    assert set(to_canonical({"Ir": 4}, 3)) == {"instructions"}
 
 
 def test_counter_support_names_every_counter_with_reasons() -> None:
-    s3 = cg.counter_support(3)
+    s3 = counter_support(3)
     assert set(s3) == set(NAMES)
     assert s3["l3_misses"] is None and s3["l3_writebacks"] is None
     assert s3["l2_misses"] == "callgrind simulates two levels: L1 and the last level"
     assert "last level only" in (s3["l1d_writebacks"] or "")
     for name in ("cycles", "task_clock_ns", "page_faults", "dtlb_misses"):
         assert s3[name]
-    s2 = cg.counter_support(2)
+    s2 = counter_support(2)
     assert s2["l2_misses"] is None and "no L3" in (s2["l3_misses"] or "")
 
 
 def test_adjust_cache_for_non_power_of_two_sets() -> None:
     host = CacheSpec(300 << 20, 20, 64)  # this host's L3: 245,760 sets
-    sim, adj = cg.adjust_cache("LL", host)
+    sim, adj = adjust_cache("LL", host)
     assert sim == CacheSpec(304 << 20, 19, 64) and sim.sets == 1 << 18
     assert adj is not None and adj.host == host and "245760 sets -> 262144" in adj.reason
     ok = CacheSpec(48 << 10, 12, 64)  # 64 sets: accepted as is
-    assert cg.adjust_cache("D1", ok) == (ok, None)
+    assert adjust_cache("D1", ok) == (ok, None)
     with pytest.raises(BadInput, match="line"):
-        cg.adjust_cache("LL", CacheSpec(96 * 48, 1, 48))
+        adjust_cache("LL", CacheSpec(96 * 48, 1, 48))
 
 
 def _fake_cache(root: Path, index: int, level: int, kind: str, size: str, ways: int) -> None:
@@ -149,7 +165,7 @@ def test_geometry_from_sysfs_fixture(tmp_path: Path) -> None:
     assert g.last_level == 3 and g.d1 == CacheSpec(48 << 10, 12, 64)
     assert g.ll == CacheSpec(304 << 20, 19, 64)
     assert [a.level for a in g.adjustments] == ["LL"]
-    argv = cg.valgrind_argv(["prog", "-x"], g, tmp_path / "out")
+    argv = valgrind_argv(["prog", "-x"], g, tmp_path / "out")
     assert argv[:2] == ["valgrind", "--tool=callgrind"] and argv[-2:] == ["prog", "-x"]
     for opt in ("--cache-sim=yes", "--simulate-wb=yes", "--D1=49152,12,64",
                 f"--LL={304 << 20},19,64", "--trace-children=yes",
@@ -163,7 +179,7 @@ def test_geometry_from_sysfs_two_levels_and_missing(tmp_path: Path) -> None:
     _fake_cache(tmp_path, 1, 1, "Instruction", "32K", 8)
     _fake_cache(tmp_path, 2, 2, "Unified", "1024K", 16)
     assert CallgrindGeometry.from_machine(read_machine(tmp_path, tmp_path)).last_level == 2
-    assert not cg.CallgrindBackend(read_machine(tmp_path, tmp_path)).available(
+    assert not CallgrindBackend(read_machine(tmp_path, tmp_path)).available(
         ).counters["l2_misses"]
     with pytest.raises(BadInput, match="pass the geometry"):
         CallgrindGeometry.from_machine(read_machine(tmp_path / "nothing", tmp_path))
@@ -178,20 +194,20 @@ def test_supersteps_from_dumps_pairs_nesting_and_death() -> None:
     # Calls: B0 E0 B1 B2 E2 E1 B3 (then exit). Dump k ends at call k; the final is part 8.
     calls = [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1), (1, 1), (3, 0)]
     dumps = [_dump(k, 100 * k) for k in range(1, 8)] + [_dump(8, 800, final=True)]
-    got = {s.index: s for s in cg.supersteps_from_dumps(dumps, calls, 3)}
+    got = {s.index: s for s in supersteps_from_dumps(dumps, calls, 3)}
     assert got[0].parts == (2,) and got[0].events["Ir"] == 200 and got[0].complete
     assert got[2].parts == (5,) and got[2].counters["loads"].raw == 50
     assert got[1].parts == (4, 5, 6) and got[1].events["Ir"] == 1500  # includes nested 2
     assert got[3].parts == (8,) and not got[3].complete and "never ended" in got[3].problem
     # The same run killed before exit: no final dump.
-    killed = {s.index: s for s in cg.supersteps_from_dumps(dumps[:-1], calls, 3)}
+    killed = {s.index: s for s in supersteps_from_dumps(dumps[:-1], calls, 3)}
     assert killed[3].parts == () and "killed" in killed[3].problem
     assert killed[0].complete
 
 
 def test_supersteps_from_dumps_when_no_dump_was_cut() -> None:
     # What happens when the boundary symbol is called straight from ctypes (module docstring).
-    got = cg.supersteps_from_dumps([_dump(1, 5, final=True)], [(0, 0), (0, 1)], 3)
+    got = supersteps_from_dumps([_dump(1, 5, final=True)], [(0, 0), (0, 1)], 3)
     assert not got[0].complete and "must be called from C" in got[0].problem
 
 
@@ -208,7 +224,7 @@ def test_boundary_calls_from_spool_order(tmp_path: Path) -> None:
     ]
     path = tmp_path / "77.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"ev": "beg')
-    calls, begins = cg.boundary_calls_from_spool(path)
+    calls, begins = boundary_calls_from_spool(path)
     assert calls == [(0, 0), (0, 1), (-1, 1), (2, 0)]
     assert sorted(begins) == [0, 2] and begins[2]["name"] == "b"
 
@@ -226,15 +242,15 @@ def test_a_counted_superstep_that_raised_keeps_its_text(tmp_path: Path) -> None:
                    "exception": bad}]
     path = tmp_path / "77.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    _, begins = cg.boundary_calls_from_spool(path)
+    _, begins = boundary_calls_from_spool(path)
     assert [begins[i]["raised"] for i in range(4)] == ["ValueError: bad row 7", True, True, True]
 
 
 def test_backend_open_refuses_and_points_to_record() -> None:
     with pytest.raises(BackendUnavailable, match="whole commands") as info:
-        cg.CallgrindBackend().open(["loads"])
+        CallgrindBackend().open(["loads"])
     assert "counterd record --backend callgrind" in (info.value.fix or "")
-    cap = cg.CallgrindBackend().available()
+    cap = CallgrindBackend().available()
     assert cap.backend == "callgrind" and set(cap.counters) == set(NAMES)
     if shutil.which("valgrind") is None:
         assert not cap.available and "apt-get install valgrind" in cap.reason
@@ -328,24 +344,24 @@ ENV = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ROOT}
 
 
 @pytest.fixture(scope="module")
-def strided(tmp_path_factory: pytest.TempPathFactory, shim: str) -> tuple[cg.CallgrindRun, int]:
+def strided(tmp_path_factory: pytest.TempPathFactory, shim: str) -> tuple[CallgrindRun, int]:
     """The run and the pid of the script's main process."""
     tmp = tmp_path_factory.mktemp("callgrind")
     script = tmp / "strided.py"
     script.write_text(SCRIPT.format(N=N, STRIDE=STRIDE, CHILD_N=CHILD_N))
-    run = cg.run([sys.executable, str(script), shim, str(tmp / "pid")], GEOMETRY, tmp / "out",
-                 ENV, timeout=300)
+    run = callgrind_run([sys.executable, str(script), shim, str(tmp / "pid")], GEOMETRY,
+                        tmp / "out", ENV, timeout=300)
     return run, int((tmp / "pid").read_text())
 
 
-def _steps(run: cg.CallgrindRun, pid: int, n_steps: int) -> dict[int, cg.SuperstepCounts]:
+def _steps(run: CallgrindRun, pid: int, n_steps: int) -> dict[int, SuperstepCounts]:
     calls = [(i, k) for i in range(n_steps) for k in (0, 1)]
-    return {s.index: s for s in cg.supersteps_from_dumps(run.dumps[pid], calls, 3, pid)}
+    return {s.index: s for s in supersteps_from_dumps(run.dumps[pid], calls, 3, pid)}
 
 
 @pytest.mark.callgrind
 @needs_valgrind
-def test_dump_files_per_boundary_call(strided: tuple[cg.CallgrindRun, int]) -> None:
+def test_dump_files_per_boundary_call(strided: tuple[CallgrindRun, int]) -> None:
     strided_run, main = strided
     assert strided_run.exit_code == 0
     assert len(strided_run.dumps) == 2, strided_run.dumps.keys()  # the script and its fork
@@ -363,7 +379,7 @@ def test_dump_files_per_boundary_call(strided: tuple[cg.CallgrindRun, int]) -> N
 
 @pytest.mark.callgrind
 @needs_valgrind
-def test_strided_loads(strided: tuple[cg.CallgrindRun, int]) -> None:
+def test_strided_loads(strided: tuple[CallgrindRun, int]) -> None:
     s = _steps(*strided, 5)
     assert all(x.complete for x in s.values())
     base, load = s[0].counters, s[1].counters
@@ -385,7 +401,7 @@ def test_strided_loads(strided: tuple[cg.CallgrindRun, int]) -> None:
 
 @pytest.mark.callgrind
 @needs_valgrind
-def test_strided_stores_and_last_level_writebacks(strided: tuple[cg.CallgrindRun, int],
+def test_strided_stores_and_last_level_writebacks(strided: tuple[CallgrindRun, int],
                                                   ) -> None:
     s = _steps(*strided, 5)
     base, store, reload = s[2].counters, s[3].counters, s[4].counters
@@ -404,7 +420,7 @@ def test_strided_stores_and_last_level_writebacks(strided: tuple[cg.CallgrindRun
 
 @pytest.mark.callgrind
 @needs_valgrind
-def test_forked_child_has_its_own_dumps(strided: tuple[cg.CallgrindRun, int]) -> None:
+def test_forked_child_has_its_own_dumps(strided: tuple[CallgrindRun, int]) -> None:
     strided_run, main = strided
     (child,) = [pid for pid in strided_run.dumps if pid != main]
     s = _steps(strided_run, child, 1)[0]
@@ -419,13 +435,13 @@ def test_forked_child_has_its_own_dumps(strided: tuple[cg.CallgrindRun, int]) ->
 @needs_valgrind
 def test_run_missing_command_is_bad_input(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match="command not found") as info:
-        cg.run(["no-such-command-xyz"], GEOMETRY, tmp_path)
+        callgrind_run(["no-such-command-xyz"], GEOMETRY, tmp_path)
     assert info.value.fix
 
 
 @pytest.mark.callgrind
 @needs_valgrind
-def test_cross_check_with_sim_backend(strided: tuple[cg.CallgrindRun, int]) -> None:
+def test_cross_check_with_sim_backend(strided: tuple[CallgrindRun, int]) -> None:
     """The same streams through counterd.backends.sim with callgrind's two levels (D1 and LL as
     sim's L1 and L2): per-pass misses agree within 1% of N, writebacks within 1% of N for the
     store pass and 10% of the LL's lines for the following load pass.
@@ -492,8 +508,8 @@ def test_count_supersteps_with_the_marker_api(tmp_path: Path, shim: str) -> None
     """End to end: counterd.superstep markers in a program -> spool + dumps -> records."""
     script = tmp_path / "marked.py"
     script.write_text(MARKED.format(N=N, STRIDE=STRIDE))
-    recs = cg.count_supersteps([sys.executable, str(script), shim], run_id="t1", env=ENV,
-                               geometry=GEOMETRY, outdir=tmp_path / "out", timeout=300)
+    recs = count_supersteps([sys.executable, str(script), shim], run_id="t1", env=ENV,
+                            geometry=GEOMETRY, outdir=tmp_path / "out", timeout=300)
     assert sorted(recs) == [(0, 0), (0, 1), (0, 2)]
     load, store, dangling = recs[(0, 0)], recs[(0, 1)], recs[(0, 2)]
     assert load.name == "load" and load.params == {"n": N} and load.backend == "callgrind"
@@ -523,11 +539,11 @@ def test_the_counted_run_serialises_thread_pools_unless_told(monkeypatch, tmp_pa
     def fake_run(cmd, geo, outdir, env, timeout, show_stdout=True):
         seen.append(dict(env))
         assert not show_stdout  # the timed run already showed the command's output
-        return cg.CallgrindRun(0, tmp_path, tuple(cmd), geo)
+        return CallgrindRun(0, tmp_path, tuple(cmd), geo)
 
-    monkeypatch.setattr(cg, "run", fake_run)
-    cg.count_command(["prog"], run_id="r", env={"PATH": "/bin", "OMP_NUM_THREADS": "4"},
-                     geometry=GEOMETRY)
+    monkeypatch.setattr("counterd.backends.callgrind.counting.run", fake_run)
+    count_command(["prog"], run_id="r", env={"PATH": "/bin", "OMP_NUM_THREADS": "4"},
+                  geometry=GEOMETRY)
     env = seen[0]
     assert env["OPENBLAS_NUM_THREADS"] == "1" and env["MKL_NUM_THREADS"] == "1"
     assert env["OMP_NUM_THREADS"] == "4" and env["PATH"] == "/bin"
@@ -543,14 +559,14 @@ def test_the_counted_run_removes_its_dumps_unless_told_where(monkeypatch, tmp_pa
     def fake_run(cmd, geo, outdir, env, timeout, show_stdout=True):
         dirs.append(Path(outdir))
         (Path(outdir) / "callgrind.out.1").write_text("")
-        return cg.CallgrindRun(0, Path(outdir), tuple(cmd), geo)
+        return CallgrindRun(0, Path(outdir), tuple(cmd), geo)
 
-    monkeypatch.setattr(cg, "run", fake_run)
-    cg.count_command(["prog"], run_id="r", env={}, geometry=GEOMETRY)
+    monkeypatch.setattr("counterd.backends.callgrind.counting.run", fake_run)
+    count_command(["prog"], run_id="r", env={}, geometry=GEOMETRY)
     assert dirs[0].name.startswith("counterd-cg-") and not dirs[0].exists()
     kept = tmp_path / "kept"
     kept.mkdir()
-    cg.count_command(["prog"], run_id="r", env={}, geometry=GEOMETRY, outdir=kept)
+    count_command(["prog"], run_id="r", env={}, geometry=GEOMETRY, outdir=kept)
     assert dirs[1] == kept and (kept / "callgrind.out.1").exists()
 
 

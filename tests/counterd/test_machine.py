@@ -113,7 +113,8 @@ def test_sysfs_is_read_once_per_process(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setattr("counterd.machine.sysfs.read_text", counting)
     monkeypatch.setattr("counterd.machine.sysfs.read", lambda *a, **k: real_read(root, root))
     machine.reset()
-    from counterd.backends.callgrind import CallgrindBackend, CallgrindGeometry
+    from counterd.backends.callgrind import CallgrindBackend
+    from counterd.backends.callgrind.geometry import CallgrindGeometry
     from counterd.backends.sim import SimBackend
     from counterd.host import host_info
     from counterd.probe import probe
@@ -159,7 +160,8 @@ def test_machine_file_overrides_every_consumer(tmp_path: Path,
     assert m is machine.current() and m.file == str(path)
     assert m.geometry.spec() == "L1=32K/2/32,L2=1M/2/128,tlb=64/64,page=16K"
     assert m.geometry.private_levels == 1  # the L2 is shared by 8 CPUs
-    from counterd.backends.callgrind import CallgrindGeometry, counter_support
+    from counterd.backends.callgrind.dumps import counter_support
+    from counterd.backends.callgrind.geometry import CallgrindGeometry
     from counterd.backends.sim import SimBackend
     from microbench.patterns import host_machine
     from predictor.profile import current_host

@@ -206,15 +206,16 @@ def test_cpu_features_auto_times_natively_and_says_when_callgrind_counts_other_c
     import shutil
 
     import counterd.host
-    from counterd.backends import callgrind as cg
+    from counterd.backends.callgrind.counting import CountedRun
 
     if shutil.which("valgrind") is None:
         pytest.skip("valgrind is not on PATH: the callgrind backend is not chosen")
     monkeypatch.setattr(counterd.host, "cpu_flags", lambda procfs="/proc": frozenset(flags))
     monkeypatch.delenv("NPY_DISABLE_CPU_FEATURES", raising=False)
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
-    monkeypatch.setattr(cg, "count_command", lambda argv, **kw: cg.CountedRun(
-        supersteps={}, whole={}, unsupported={}, exit_code=0, adjustments=()))
+    monkeypatch.setattr("counterd.backends.callgrind.counting.count_command",
+                        lambda argv, **kw: CountedRun(supersteps={}, whole={}, unsupported={},
+                                                      exit_code=0, adjustments=()))
     seen = tmp_path / "env.json"
     said: list[str] = []
     result = record(_env_probe(seen), out=None, backend="callgrind", progress=said.append)
@@ -234,7 +235,7 @@ def test_numpy_runs_its_avx2_code_when_avx512_is_hidden() -> None:
     AVX-512 dispatch targets is enabled (where the host has them, they are without it)."""
     import os
 
-    from counterd.backends.callgrind import AS_COUNTED_ENV
+    from counterd.backends.callgrind.counting import AS_COUNTED_ENV
     from counterd.host import cpu_flags
 
     code = ("from numpy._core._multiarray_umath import __cpu_features__ as f, "
