@@ -156,8 +156,9 @@ def node16_check() -> None:
     patterns on 16) estimated with the node's machine file at this host's speed."""
     from counterd.machine import using
     from microbench.cli import QUICK_MIN_ACCESSES
-    from microbench.estimate import estimate, probe
+    from microbench.estimate import estimate
     from microbench.patterns import catalogue, planned_machine
+    from microbench.probe import probe
     from microbench.runner import QUICK
 
     if not NODE16_RESULTS.exists():

@@ -20,7 +20,7 @@ from counterd.machine import using
 from counterd.machine.geometry import Geometry
 from counterd.machine.memory import BankMap
 from microbench import results
-from microbench.estimate import Estimate, Speeds, describe, estimate, probe, process_age_s
+from microbench.estimate import Estimate, Speeds, describe, estimate
 from microbench.patterns import (
     COHERENT_MAX_PROCS,
     SUITES,
@@ -30,6 +30,7 @@ from microbench.patterns import (
     host_machine,
     planned_machine,
 )
+from microbench.probe import probe, process_age_s
 from microbench.runner import NORMAL, QUICK
 from microbench.suite import BACKENDS, prior_document, run_suite
 

@@ -31,13 +31,11 @@ from microbench.estimate import (
     NEAR_LINES,
     PROBE_MEM_BYTES,
     Speeds,
-    _spans,
     chunks,
     compute_cost,
     estimate,
     expected_attempts,
     level_keys,
-    probe,
     run_order,
     simulation_cost,
     superstep_s,
@@ -51,6 +49,7 @@ from microbench.patterns import (
     host_machine,
     paper_machine,
 )
+from microbench.probe import _spans, probe
 from microbench.runner import NORMAL, QUICK, RunConfig, plans
 from microbench.suite import run_suite
 
@@ -402,12 +401,12 @@ def test_list_refuses_more_processors_than_the_node(tmp_path: Path,
 def test_list_without_native_kernels_still_lists(monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     from counterd.errors import BackendUnavailable
-    from microbench import estimate as est_mod
+    from microbench import probe as probe_mod
 
     def missing(*_: object, **__: object) -> None:
         raise BackendUnavailable("native kernels", "not built", "install gcc")
 
-    monkeypatch.setattr(est_mod, "native_lib", missing)
+    monkeypatch.setattr(probe_mod, "native_lib", missing)
     assert main(["list", "--suite", "table1", "--procs", "1"]) == 0
     out = capsys.readouterr().out
     assert "p1.s1.b0.LE" in out and "no run-time estimate: " in out and "not built" in out
