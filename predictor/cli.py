@@ -321,19 +321,20 @@ def render_table2(fits: Mapping[str, Sequence[Any]], got: Mapping[str, Any]) -> 
 
 def _memlogp(a: argparse.Namespace) -> tuple[Any, str]:
     from predictor import memlogp as ml
+    from predictor import memlogp_costs as mc
 
     m = ml.load_measurements(a.results)
     model = ml.fit(m, modeler=a.modeler)
     other = ml.load_measurements(a.validate) if a.validate else m
     cmp = ml.compare(model, other, str(a.validate) if a.validate else "the fitted points")
-    costs = [ml.p2p_cost(model, a.size, a.stride, a.latency),
-             ml.broadcast_cost(model, a.size, a.stride, a.procs, a.latency),
-             ml.paper_broadcast_cost(model, a.size, a.stride, a.procs, a.latency)]
-    p2p = ml.p2p_rows(model, other)
+    costs = [mc.p2p_cost(model, a.size, a.stride, a.latency),
+             mc.broadcast_cost(model, a.size, a.stride, a.procs, a.latency),
+             mc.paper_broadcast_cost(model, a.size, a.stride, a.procs, a.latency)]
+    p2p = mc.p2p_rows(model, other)
     ns = 1e9
     lines = [f"memory logP of {m.host.get('hostname', 'this host')} from {a.results} "
              f"({len(m.points)} points); costs per byte",
-             f"alpha = {ml.seconds_per_byte(model.alpha_s_per_byte)} (contiguous copy, "
+             f"alpha = {mc.seconds_per_byte(model.alpha_s_per_byte)} (contiguous copy, "
              "cache-resident)"]
     for op, curve in model.curves.items():
         lines.append(f"alpha + ell_{op}(s, d) = {curve.model.formula()}  [seconds per byte; "

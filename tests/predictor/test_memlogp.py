@@ -13,6 +13,7 @@ import pytest
 
 from counterd.machine.geometry import CacheLevel
 from predictor import memlogp as ml
+from predictor import memlogp_costs as mc
 from predictor.cli import main as predict_main
 from predictor.errors import BadInput
 
@@ -180,7 +181,7 @@ def test_p2p_and_broadcast_against_the_derivation() -> None:
     ell_p = float(model.ell("pack", s, d))
     ell_u = float(model.ell("unpack", s, d))
     assert ell_p == pytest.approx(2e-10, rel=1e-6) and ell_u == pytest.approx(4e-10, rel=1e-6)
-    p2p = ml.p2p_cost(model, s, d, L)
+    p2p = mc.p2p_cost(model, s, d, L)
     assert p2p.total_s == pytest.approx(s * (a + ell_p) + L + s * (a + ell_u))
     # Brute force of the broadcast: the root packs P - 1 messages, one every max(alpha, g)
     # s; each travels L and is unpacked; the cost is the last receiver's finish.
@@ -189,10 +190,10 @@ def test_p2p_and_broadcast_against_the_derivation() -> None:
         for k in range(procs - 1):
             start = k * s * a
             finish = max(finish, start + s * (a + ell_p) + L + s * (a + ell_u))
-        assert ml.broadcast_cost(model, s, d, procs, L).total_s == pytest.approx(finish)
+        assert mc.broadcast_cost(model, s, d, procs, L).total_s == pytest.approx(finish)
     # P = 2 is the point-to-point cost; the printed formula is not (one gap too many).
-    assert ml.broadcast_cost(model, s, d, 2, L).total_s == pytest.approx(p2p.total_s)
-    printed = ml.paper_broadcast_cost(model, s, d, 2, L).total_s
+    assert mc.broadcast_cost(model, s, d, 2, L).total_s == pytest.approx(p2p.total_s)
+    printed = mc.paper_broadcast_cost(model, s, d, 2, L).total_s
     assert printed - p2p.total_s == pytest.approx(s * a)
 
 
@@ -210,9 +211,9 @@ def test_bad_message_is_bad_input(s: float, d: float) -> None:
 def test_bad_input() -> None:
     model = _model()
     with pytest.raises(BadInput):
-        ml.broadcast_cost(model, 8192, 256, 1)
+        mc.broadcast_cost(model, 8192, 256, 1)
     with pytest.raises(BadInput):
-        ml.p2p_cost(model, 8192, 256, -1.0)
+        mc.p2p_cost(model, 8192, 256, -1.0)
     with pytest.raises(BadInput):
         ml.features("scatter", 4096, 8, H)
     with pytest.raises(BadInput):
