@@ -29,9 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._host import guarded, host_line  # noqa: E402
 from predictor import costfuncs as cf  # noqa: E402
 from predictor import floor  # noqa: E402
-from predictor.calibrate import calibrate  # noqa: E402
+from predictor.calibrate import (
+    calibrate,  # noqa: E402
+    split_suites,  # noqa: E402
+)
 from predictor.errors import BadInput  # noqa: E402
-from predictor.fit import ImprovedFit, PaperFit, split_suites  # noqa: E402
+from predictor.fit import ImprovedFit, PaperFit  # noqa: E402
 from predictor.inputs import Results, Step, load_results, results_from_json  # noqa: E402
 from predictor.model import FModel  # noqa: E402
 from predictor.synthetic import contended_model, make_results  # noqa: E402

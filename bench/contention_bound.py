@@ -32,8 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._host import guarded, host_line  # noqa: E402
 from predictor import costfuncs as cf  # noqa: E402
 from predictor import floor  # noqa: E402
+from predictor.calibrate import split_suites  # noqa: E402
 from predictor.errors import BadInput  # noqa: E402
-from predictor.fit import ImprovedFit, base_f1_terms, default_optional_terms, split_suites  # noqa: E402
+from predictor.fit import ImprovedFit, base_f1_terms, default_optional_terms  # noqa: E402
 from predictor.inputs import Results, Step, miss_counter, results_from_json  # noqa: E402
 from predictor.model import FModel  # noqa: E402
 

@@ -6,11 +6,15 @@
   patterns held apart from the fitting patterns;
 - :func:`forecast`: per superstep F1, F2, F3, F, the dominating term, every BSP bound and,
   where a time was measured, the error ratio.
+
+Also here, the whole calibration's fits: which patterns fit and which validate
+(:func:`split_suites`), both memory fits of :mod:`predictor.fit` on them (:func:`fit_all`) and
+the compute terms priced on top (:class:`ComputeFit`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -19,17 +23,11 @@ import numpy as np
 
 from predictor import costfuncs as cf
 from predictor import modeling as md
+from predictor import terms as tm
 from predictor.errors import BadInput, InsufficientPatterns, PredictorError
-from predictor.fit import (
-    ComputeFit,
-    ImprovedFit,
-    PaperFit,
-    compute_patterns,
-    fit_all,
-    split_suites,
-)
+from predictor.fit import Array, ImprovedFit, PaperFit, error_stats, measured_times
 from predictor.inputs import Results, Step
-from predictor.model import ASSUMPTIONS, BSP_FUNCTIONS, FModel, bsp_quantities
+from predictor.model import ASSUMPTIONS, BSP_FUNCTIONS, FModel, bsp_quantities, proc_features
 from predictor.profile import (
     COMPUTE_SUFFIX,
     MachineProfile,
@@ -39,6 +37,117 @@ from predictor.profile import (
 )
 from predictor.variants import BY_NAME as VARIANT_SETS
 from predictor.variants import distinct_sets, model_key
+
+# -- the whole calibration ----------------------------------------------------------------
+
+COMPUTE_SUITE = "compute"  # microbench/compute.py: priced on top of the memory model
+
+
+def split_suites(steps: Sequence[Step]) -> tuple[list[Step], list[Step]]:
+    """(fitting patterns, validation patterns) of the memory model: the validation suite is
+    held apart; compute patterns (:func:`compute_patterns`) are in neither."""
+    fit = [s for s in steps if s.meta.get("suite") not in ("validation", COMPUTE_SUITE)]
+    val = [s for s in steps if s.meta.get("suite") == "validation"]
+    return fit, val
+
+
+def compute_patterns(steps: Sequence[Step]) -> list[Step]:
+    """The timed compute patterns (suite ``compute``)."""
+    return [s for s in steps if s.meta.get("suite") == COMPUTE_SUITE and s.time_ns]
+
+
+COMPUTE_TERMS: tuple[tm.Term, ...] = (tm.Const(), tm.Accesses(), tm.Power("instructions"),
+                                      tm.Power("branch_misses"), tm.Power("page_faults"))
+
+
+class ComputeFit:
+    """What a superstep costs beyond its memory traffic, priced on the compute patterns on top
+    of a fitted memory model (the paper's F or the improved one, of one counter set).
+
+    F1 gains per-processor terms in ``instructions`` and ``branch_misses`` and F a
+    per-superstep constant, each kept only if significant at 95% (seed 003's test, the
+    toolkit's :class:`predictor.modeling.Significance`; cross-validation where the patterns
+    are too few). The memory model's coefficients are not refitted: its prediction is the
+    known part of every compute pattern's time (the fit's offset), so the microbenchmarks
+    alone price memory, as seed 004 calibrates it, and the compute patterns price only what
+    the memory model leaves. The fit is linear given the processor at which F1 is largest
+    (the compute patterns run on one).
+
+    Attributes after ``fit``: ``model_`` (the base model with the kept terms added),
+    ``terms_`` (kept), ``reasons_`` (why each other candidate went), ``decided_by_``.
+    """
+
+    def __init__(self, *, folds: int = 5, seed: int = 0, name: str | None = None) -> None:
+        self.folds = folds
+        self.seed = seed
+        self.name = name
+
+    def fit(self, base: FModel, steps: Sequence[Step]) -> ComputeFit:
+        steps = list(steps)
+        cand = [x for x in COMPUTE_TERMS if all(not s.missing(x.needs) for s in steps)]
+        if tm.Power("instructions") not in cand:
+            raise InsufficientPatterns("the compute terms", "compute patterns with counted "
+                                       "instructions (microbench run with callgrind or a PMU)")
+        if len(steps) < len(cand) + 1:
+            raise InsufficientPatterns("the compute terms", f"{len(cand) + 1} or more "
+                                       "timed compute patterns")
+        t = measured_times(steps, "compute fit")
+        base = FModel({k: v for k, v in base.f1.items() if k not in cand}, base.f2, base.f3,
+                      base.const, base.llc_level, base.processors, base.banks, base.name)
+        X = np.array([self._row(base, s, cand) for s in steps])
+        offset = base.predict(steps)
+        sel = md.Significance(folds=self.folds, seed=self.seed).select(
+            cand, X, t, nonnegative=True, keep=frozenset(), progress=md.no_progress,
+            offset=offset)
+        cols = list(sel.kept)
+        coef = md.fit_columns(X[:, cols], t, nonnegative=True, offset=offset)
+        kept = {cand[c]: float(v) for c, v in zip(cols, coef, strict=True) if v > 0}
+        self.terms_ = list(kept)
+        self.reasons_ = {d.term: d.reason for d in sel.dropped}
+        self.reasons_.update({cand[c]: "its least-squares cost is zero"
+                              for c, v in zip(cols, coef, strict=True) if not v > 0})
+        self.decided_by_ = f"{sel.decided_by} ({len(steps)} compute patterns)"
+        const = kept.pop(tm.Const(), 0.0)
+        self.model_ = FModel({**base.f1, **kept}, base.f2, base.f3, base.const + const,
+                             base.llc_level, base.processors, base.banks,
+                             self.name or f"{base.name}.compute")
+        return self
+
+    @staticmethod
+    def _row(base: FModel, step: Step, cand: Sequence[tm.Term]) -> Array:
+        """The candidates' values at the processor where the memory model's F1 is largest."""
+        t1 = list(base.f1)
+        _, arg = cf.linear_max(proc_features(step, t1), np.array([base.f1[x] for x in t1]))
+        return proc_features(step, cand)[:, int(arg)]
+
+
+def diagnostics(model: FModel | None, steps: Sequence[Step], t: Array) -> dict[str, Any]:
+    if model is None:
+        return {}
+    return error_stats(t, model.predict(steps), [s.name for s in steps])
+
+
+def fit_all(steps: Sequence[Step], *, levels: Sequence[int], processors: int, banks: int,
+            folds: int = 5, tol: float = 0.02, seed: int = 0,
+            counters: Collection[str] | None = None, suffix: str = "",
+            select: str | None = "brewer") -> Mapping[str, Any]:
+    """Both fits on the fitting patterns: {"paper": PaperFit, "improved": ImprovedFit,
+    "diagnostics": {...}}; ``counters`` limits the terms to a counter set (a model variant,
+    predictor/variants.py) and ``suffix`` names it (``improved.misses``)."""
+    fit_steps, _ = split_suites(steps)
+    if not fit_steps:
+        raise InsufficientPatterns("any function", "fitting patterns (suite 'table1')")
+    t = measured_times(fit_steps, "calibration")
+    paper = PaperFit(levels=levels, processors=processors, banks=banks, counters=counters,
+                     name="paper" + suffix).fit(fit_steps)
+    improved = ImprovedFit(levels=levels, processors=processors, banks=banks, folds=folds,
+                           tol=tol, seed=seed, counters=counters, select=select,
+                           name="improved" + suffix).fit(fit_steps, t)
+    diag = {"paper": diagnostics(paper.model_, fit_steps, t),
+            "improved": {**diagnostics(improved.model_, fit_steps, t),
+                         "cv_mre": improved.cv_mre_, "decided_by": improved.decided_by_,
+                         "dropped_terms": [str(t) for t in improved.dropped_]}}
+    return {"paper": paper, "improved": improved, "diagnostics": diag}
 
 
 def results_host(results: Results) -> dict[str, Any]:

@@ -15,7 +15,7 @@ Two variants, both kept so they can be compared (DESIGN.md section 8):
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -107,7 +107,7 @@ def bank_contention(steps: Sequence[Step], *, processors: int, banks: int
     return Contention(P, banks, low, high, least, why)
 
 
-def _times(steps: Sequence[Step], what: str) -> Array:
+def measured_times(steps: Sequence[Step], what: str) -> Array:
     missing = [s.name for s in steps if s.time_ns is None or not s.time_ns > 0]
     if missing:
         raise BadInput(f"{what}: no measured time for {', '.join(missing[:5])}",
@@ -147,7 +147,7 @@ def _f3_columns(llc: int, counters: Collection[str] | None) -> tuple[tm.Term, ..
     return (_LM, _WB) if counters is None or writeback_counter(llc) in counters else (_LM,)
 
 
-def _error_stats(t: Array, p: Array, names: Sequence[str]) -> dict[str, Any]:
+def error_stats(t: Array, p: Array, names: Sequence[str]) -> dict[str, Any]:
     e = cf.error_ratio(t, p)
     worst = int(np.argmax(e)) if len(e) else 0
     return {"avg_error": float(np.mean(e)) if len(e) else float("nan"),
@@ -194,7 +194,7 @@ class PaperFit:
             raise InsufficientPatterns("F1", "one-processor exclusive store patterns (p1.*.SE)")
         X1 = np.array([proc_features(s, f1_t)[:, int(np.argmax(
             s.counter("loads") + s.counter("stores")))] for s in s1])
-        c1 = md.nnls(X1, _times(s1, "F1"))
+        c1 = md.nnls(X1, measured_times(s1, "F1"))
         patterns["F1"] = [s.name for s in s1]
 
         # F2: all processors, exclusive, memory, low bank contention (paper: p8.s256.b1.-E;
@@ -206,7 +206,7 @@ class PaperFit:
         s2 = [s for s in steps if _procs(s) == P and _exclusive(s) and _mem(s)
               and cont.is_low(bkc_of(s))]
         X2 = np.array([bus_features(s, f2_t, P) for s in s2])
-        c2 = md.nnls(X2, _times(s2, "F2"))
+        c2 = md.nnls(X2, measured_times(s2, "F2"))
         patterns["F2"] = [s.name for s in s2]
 
         # F3: all processors, exclusive, memory, the highest bank contention (p8.s256.b8.-E).
@@ -220,7 +220,7 @@ class PaperFit:
         for s in s3:
             bf, _ = bank_features(s, llc, self.banks)
             X3.append(bf[:len(f3_t), int(np.argmax(bf[:len(f3_t)].sum(axis=0)))])
-        c3 = md.nnls(np.array(X3), _times(s3, "F3"))
+        c3 = md.nnls(np.array(X3), measured_times(s3, "F3"))
         patterns["F3"] = [s.name for s in s3]
 
         self.model_ = FModel(dict(zip(f1_t, map(float, c1), strict=True)),
@@ -498,7 +498,7 @@ class ImprovedFit:
 
     def fit(self, steps: Sequence[Step], times: ArrayLike | None = None) -> ImprovedFit:
         steps = list(steps)
-        t = _times(steps, "improved fit") if times is None else np.asarray(times, float)
+        t = measured_times(steps, "improved fit") if times is None else np.asarray(times, float)
         if len(steps) < 4:
             raise InsufficientPatterns("the improved F", "four or more timed patterns")
         base = usable(base_f1_terms(self.levels) if self.base_terms is None
@@ -576,115 +576,3 @@ class ImprovedFit:
         if not hasattr(self, "model_"):
             raise NotFittedError("ImprovedFit")
         return self.model_.predict(steps)
-
-
-# -- the whole calibration ----------------------------------------------------------------
-
-COMPUTE_SUITE = "compute"  # microbench/compute.py: priced on top of the memory model
-
-
-def split_suites(steps: Sequence[Step]) -> tuple[list[Step], list[Step]]:
-    """(fitting patterns, validation patterns) of the memory model: the validation suite is
-    held apart; compute patterns (:func:`compute_patterns`) are in neither."""
-    fit = [s for s in steps if s.meta.get("suite") not in ("validation", COMPUTE_SUITE)]
-    val = [s for s in steps if s.meta.get("suite") == "validation"]
-    return fit, val
-
-
-def compute_patterns(steps: Sequence[Step]) -> list[Step]:
-    """The timed compute patterns (suite ``compute``)."""
-    return [s for s in steps if s.meta.get("suite") == COMPUTE_SUITE and s.time_ns]
-
-
-COMPUTE_TERMS: tuple[tm.Term, ...] = (tm.Const(), tm.Accesses(), tm.Power("instructions"),
-                                      tm.Power("branch_misses"), tm.Power("page_faults"))
-
-
-class ComputeFit:
-    """What a superstep costs beyond its memory traffic, priced on the compute patterns on top
-    of a fitted memory model (the paper's F or the improved one, of one counter set).
-
-    F1 gains per-processor terms in ``instructions`` and ``branch_misses`` and F a
-    per-superstep constant, each kept only if significant at 95% (seed 003's test, the
-    toolkit's :class:`predictor.modeling.Significance`; cross-validation where the patterns
-    are too few). The memory model's coefficients are not refitted: its prediction is the
-    known part of every compute pattern's time (the fit's offset), so the microbenchmarks
-    alone price memory, as seed 004 calibrates it, and the compute patterns price only what
-    the memory model leaves. The fit is linear given the processor at which F1 is largest
-    (the compute patterns run on one).
-
-    Attributes after ``fit``: ``model_`` (the base model with the kept terms added),
-    ``terms_`` (kept), ``reasons_`` (why each other candidate went), ``decided_by_``.
-    """
-
-    def __init__(self, *, folds: int = 5, seed: int = 0, name: str | None = None) -> None:
-        self.folds = folds
-        self.seed = seed
-        self.name = name
-
-    def fit(self, base: FModel, steps: Sequence[Step]) -> ComputeFit:
-        steps = list(steps)
-        cand = [x for x in COMPUTE_TERMS if all(not s.missing(x.needs) for s in steps)]
-        if tm.Power("instructions") not in cand:
-            raise InsufficientPatterns("the compute terms", "compute patterns with counted "
-                                       "instructions (microbench run with callgrind or a PMU)")
-        if len(steps) < len(cand) + 1:
-            raise InsufficientPatterns("the compute terms", f"{len(cand) + 1} or more "
-                                       "timed compute patterns")
-        t = _times(steps, "compute fit")
-        base = FModel({k: v for k, v in base.f1.items() if k not in cand}, base.f2, base.f3,
-                      base.const, base.llc_level, base.processors, base.banks, base.name)
-        X = np.array([self._row(base, s, cand) for s in steps])
-        offset = base.predict(steps)
-        sel = md.Significance(folds=self.folds, seed=self.seed).select(
-            cand, X, t, nonnegative=True, keep=frozenset(), progress=md.no_progress,
-            offset=offset)
-        cols = list(sel.kept)
-        coef = md.fit_columns(X[:, cols], t, nonnegative=True, offset=offset)
-        kept = {cand[c]: float(v) for c, v in zip(cols, coef, strict=True) if v > 0}
-        self.terms_ = list(kept)
-        self.reasons_ = {d.term: d.reason for d in sel.dropped}
-        self.reasons_.update({cand[c]: "its least-squares cost is zero"
-                              for c, v in zip(cols, coef, strict=True) if not v > 0})
-        self.decided_by_ = f"{sel.decided_by} ({len(steps)} compute patterns)"
-        const = kept.pop(tm.Const(), 0.0)
-        self.model_ = FModel({**base.f1, **kept}, base.f2, base.f3, base.const + const,
-                             base.llc_level, base.processors, base.banks,
-                             self.name or f"{base.name}.compute")
-        return self
-
-    @staticmethod
-    def _row(base: FModel, step: Step, cand: Sequence[tm.Term]) -> Array:
-        """The candidates' values at the processor where the memory model's F1 is largest."""
-        t1 = list(base.f1)
-        _, arg = cf.linear_max(proc_features(step, t1), np.array([base.f1[x] for x in t1]))
-        return proc_features(step, cand)[:, int(arg)]
-
-
-def diagnostics(model: FModel | None, steps: Sequence[Step], t: Array) -> dict[str, Any]:
-    if model is None:
-        return {}
-    return _error_stats(t, model.predict(steps), [s.name for s in steps])
-
-
-def fit_all(steps: Sequence[Step], *, levels: Sequence[int], processors: int, banks: int,
-            folds: int = 5, tol: float = 0.02, seed: int = 0,
-            counters: Collection[str] | None = None, suffix: str = "",
-            select: str | None = "brewer") -> Mapping[str, Any]:
-    """Both fits on the fitting patterns: {"paper": PaperFit, "improved": ImprovedFit,
-    "diagnostics": {...}}; ``counters`` limits the terms to a counter set (a model variant,
-    predictor/variants.py) and ``suffix`` names it (``improved.misses``)."""
-    fit_steps, _ = split_suites(steps)
-    if not fit_steps:
-        raise InsufficientPatterns("any function", "fitting patterns (suite 'table1')")
-    t = _times(fit_steps, "calibration")
-    paper = PaperFit(levels=levels, processors=processors, banks=banks, counters=counters,
-                     name="paper" + suffix).fit(fit_steps)
-    improved = ImprovedFit(levels=levels, processors=processors, banks=banks, folds=folds,
-                           tol=tol, seed=seed, counters=counters, select=select,
-                           name="improved" + suffix).fit(fit_steps, t)
-    diag = {"paper": diagnostics(paper.model_, fit_steps, t),
-            "improved": {**diagnostics(improved.model_, fit_steps, t),
-                         "cv_mre": improved.cv_mre_, "decided_by": improved.decided_by_,
-                         "dropped_terms": [str(t) for t in improved.dropped_]}}
-    return {"paper": paper, "improved": improved, "diagnostics": diag}

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from predictor.calibrate import split_suites
 from predictor.errors import BadInput
-from predictor.fit import split_suites
 from predictor.inputs import Results, Step
 from predictor.model import proc_features
 from predictor.modeling import relative_nnls

@@ -39,7 +39,8 @@ PROFILE_FORMAT = "counterd-machine-profile"
 PROFILE_VERSION = 3
 SUPPORTED_VERSIONS = (1, 2, 3)
 FINGERPRINT_FIELDS = ("cpu_model", "cpus_online", "page_bytes", "caches")
-# A memory model extended by the compute terms (predictor.fit.ComputeFit) is "<model>.compute".
+# A memory model extended by the compute terms (predictor.calibrate.ComputeFit) is
+# "<model>.compute".
 COMPUTE_SUFFIX = ".compute"
 # Counters of the memory hierarchy: a superstep with none of them cannot be predicted.
 MEMORY_COUNTERS = frozenset({"loads", "stores", "dtlb_misses", *MISS_COUNTERS,

@@ -12,9 +12,15 @@ import pytest
 
 from predictor import modeling as md
 from predictor import terms as tm
-from predictor.calibrate import calibrate, compute_cv, validate
+from predictor.calibrate import (
+    ComputeFit,
+    calibrate,
+    compute_cv,
+    compute_patterns,
+    split_suites,
+    validate,
+)
 from predictor.errors import InsufficientPatterns
-from predictor.fit import ComputeFit, compute_patterns, split_suites
 from predictor.inputs import _pattern_step, results_from_json
 from predictor.model import FModel, coefficients
 from predictor.synthetic import make_results, reference_model

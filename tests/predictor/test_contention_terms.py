@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from predictor import costfuncs as cf
-from predictor.fit import ImprovedFit, default_optional_terms, split_suites
+from predictor.calibrate import split_suites
+from predictor.fit import ImprovedFit, default_optional_terms
 from predictor.inputs import Step, results_from_json
 from predictor.model import FModel, coefficients
 from predictor.synthetic import make_results, reference_model

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from predictor.calibrate import fit_all, split_suites
 from predictor.errors import InsufficientPatterns, NotFittedError
-from predictor.fit import ImprovedFit, PaperFit, fit_all, fit_bsp, split_suites
+from predictor.fit import ImprovedFit, PaperFit, fit_bsp
 from predictor.inputs import results_from_json
 from predictor.synthetic import make_results, reference_model
 from predictor.terms import parse as term

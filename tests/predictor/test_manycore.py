@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from predictor import costfuncs as cf
-from predictor.calibrate import calibrate
+from predictor.calibrate import calibrate, split_suites
 from predictor.cli import main
 from predictor.errors import ProfileError
-from predictor.fit import ImprovedFit, PaperFit, bank_contention, bkc_of, split_suites
+from predictor.fit import ImprovedFit, PaperFit, bank_contention, bkc_of
 from predictor.inputs import Results, load_results, results_from_json
 from predictor.model import FModel, bus_features
 from predictor.profile import load_profile, save_profile
