@@ -11,7 +11,7 @@ the file records the geometry and the bank map, so the counts can be made again 
 ``--exclusive split`` with the default index reproduces the file's own counts (the check
 printed at the end). ``--exclusive shared``: the processors of an exclusive pattern meet in
 one shared last level (microbench/counters.py). ``--llc-index``: how the last level picks a
-set (counterd/machine.py ``CacheLevel.index``); ``--llc-share``: the fraction of the last
+set (counterd/machine/geometry.py ``CacheLevel.index``); ``--llc-share``: the fraction of the last
 level's ways the guest really gets (a VM shares the socket's L3 with other guests).
 Nothing is timed here; the figures printed are counts, the node's times are kept. Any results
 file of the ``sim`` backend can be given (the 2-CPU check of predictor/NOTES.md re-simulates

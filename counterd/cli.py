@@ -32,8 +32,8 @@ def _probe_options(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--machine", metavar="FILE", type=Path, default=None,
-                   help="machine description (TOML, see counterd/machine.py) instead of sysfs "
-                   "(default: $COUNTERD_MACHINE)")
+                   help="machine description (TOML, see counterd/machine/files.py) instead of "
+                   "sysfs (default: $COUNTERD_MACHINE)")
 
 
 def _record_options(p: argparse.ArgumentParser) -> None:
@@ -51,7 +51,7 @@ def _record_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.add_argument("--machine", metavar="FILE", type=Path, default=None,
                    help="machine description for the simulating backends (TOML, see "
-                   "counterd/machine.py) instead of sysfs (default: $COUNTERD_MACHINE)")
+                   "counterd/machine/files.py) instead of sysfs (default: $COUNTERD_MACHINE)")
     p.add_argument("--cpu-features", default="auto", choices=CPU_FEATURES,
                    help="as-counted: hide from the command's run-time code dispatch (numpy, "
                    "OpenBLAS, glibc) the CPU features valgrind lacks (AVX-512), so that it "

@@ -127,8 +127,8 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
                    "machine's: memory channels per NUMA node x nodes, on the interleave; "
                    "8x256 assumed on a one-node host)")
     p.add_argument("--machine", metavar="FILE",
-                   help="machine description (TOML, see counterd/machine.py) instead of sysfs; "
-                   "--geometry and --banks override it (default: $COUNTERD_MACHINE)")
+                   help="machine description (TOML, see counterd/machine/files.py) instead of "
+                   "sysfs; --geometry and --banks override it (default: $COUNTERD_MACHINE)")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
 
 

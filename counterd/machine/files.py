@@ -122,7 +122,7 @@ def _check_keys(table: Mapping[str, Any], allowed: tuple[str, ...], where: str) 
             field = f"{where}.{key}" if where else key
             raise _FileError(f"unknown key {field}",
                              f"the keys{' of ' + where if where else ''} are "
-                             + ", ".join(allowed) + " (format in counterd/machine.py)")
+                             + ", ".join(allowed) + " (format in counterd/machine/files.py)")
 
 
 def _int(table: Mapping[str, Any], key: str, where: str, *, minimum: int = 1,
@@ -344,7 +344,7 @@ def _decode(path: Path, raw: bytes) -> dict[str, Any]:
         return stricttoml.loads(raw)
     except Malformed as exc:
         raise _FileError(str(exc), "save it as UTF-8 text" if str(exc).startswith("not UTF-8")
-                         else "fix the syntax (format in counterd/machine.py and the README, "
+                         else "fix the syntax (format in counterd/machine/files.py and the README, "
                          "section Machine files)") from None
 
 

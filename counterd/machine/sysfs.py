@@ -43,7 +43,7 @@ class SysfsCache:
 
 
 _SYSFS_FIX = ("mount sysfs, or describe the machine in a file (COUNTERD_MACHINE=FILE or "
-              "--machine FILE, format in counterd/machine.py), or give the geometry "
+              "--machine FILE, format in counterd/machine/files.py), or give the geometry "
               'explicitly, e.g. Geometry.from_spec("L1=48K/12/64,L2=2M/16/64") or '
               "SimBackend(geometry=...)")
 

@@ -1,4 +1,4 @@
-"""The one machine description (counterd/machine.py): read from sysfs/procfs once per process,
+"""The one machine description (counterd/machine/): read from sysfs/procfs once per process,
 overridable from a machine file (COUNTERD_MACHINE, --machine), used by every consumer; a bad
 machine file is one line and exit 2 from every CLI that reads it."""
 

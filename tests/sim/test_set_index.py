@@ -1,5 +1,5 @@
-"""The set index of a cache level (counterd/machine.py ``set_index``: modulo, hashed, sliced)
-and the shared last level of processors that share no data (CoherentSim ``snoop=False``).
+"""The set index of a cache level (counterd/machine/geometry.py ``set_index``: modulo, hashed,
+sliced) and the shared last level of processors that share no data (CoherentSim ``snoop=False``).
 
 Expected counts are reasoned from the geometry next to each case; the C engine is checked
 against the Python engine (the specification) on every index.
