@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from counterd import spool
+from counterd import spool, spool_reader
 from counterd.errors import BadInput
 from counterd.markers.sinks.socket import SocketSink
 from counterd.markers.sinks.spill import default_dir
@@ -53,10 +53,10 @@ def spill_files(paths: Sequence[Path]) -> list[Path]:
 
 def read_spill(path: Path) -> Iterator[SuperstepRecord | str]:
     """The records of a spill file in write order; a line that is not a record yields why,
-    and so does what of the file was not read (:func:`counterd.spool.read_events`: not a
+    and so does what of the file was not read (:func:`counterd.spool_reader.read_events`: not a
     regular file, a link, beyond the cap on one spool file, damage), after its records."""
-    skipped: list[spool.Skipped] = []
-    for d in spool.read_events(path, skipped.append):
+    skipped: list[spool_reader.Skipped] = []
+    for d in spool_reader.read_events(path, skipped.append):
         if d.get("ev") != spool.RECORD:
             yield f"a {d.get('ev')!r} line is not a spilled record"
             continue

@@ -208,7 +208,7 @@ def test_a_full_disk_never_raises_into_the_program(tmp_path: Path,
     full = False
     sink.record(recs[5])
     assert not sink._backlog
-    from counterd import spool
+    from counterd import spool_reader
 
-    assert [r.index for r in spool.collect(tmp_path / "spool")] == [2, 3, 4, 5]
+    assert [r.index for r in spool_reader.collect(tmp_path / "spool")] == [2, 3, 4, 5]
     sink.lost = 0  # reported at exit otherwise (checked above: the test's loss is on purpose)

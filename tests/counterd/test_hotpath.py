@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import counterd
-from counterd import _native, protocol, spool
+from counterd import _native, protocol, spool, spool_reader
 from counterd.backends.base import Target
 from counterd.backends.perf.group import PerfGroup
 from counterd.env import ENV_NATIVE
@@ -152,7 +152,7 @@ def _records(compiled: bool, tmp: Path | None = None, steps: list[Any] | None = 
     pc.close()
     if tmp is not None:
         rec.sink.close()  # type: ignore[union-attr]
-        return sorted(spool.collect(tmp), key=lambda r: r.index)
+        return sorted(spool_reader.collect(tmp), key=lambda r: r.index)
     assert isinstance(rec.sink, MemorySink)
     return sorted(rec.sink.records, key=lambda r: r.index)
 
@@ -274,7 +274,7 @@ def test_frames_are_byte_identical_to_the_python_encoders(steps: list[Any]) -> N
                 assert close.flags == {"multiplexed"}
         assert kinds.count(protocol.FrameType.OPEN) == len(steps)
         assert kinds.count(protocol.FrameType.CLOSE) == len(steps)
-        got = [(r.name, r.params) for r in sorted(spool.collect(Path(tmp)),
+        got = [(r.name, r.params) for r in sorted(spool_reader.collect(Path(tmp)),
                                                   key=lambda r: r.index)]
         assert got == [(n, p) for n, p in steps]
 
@@ -383,7 +383,7 @@ def test_a_spool_that_cannot_grow_goes_on_in_lines_and_loses_nothing(tmp_path: P
     assert out.returncode == 0, out.stderr
     assert "line by line" in out.stderr
     assert sorted(p.suffix for p in spool.files(tmp_path)) == [".frames", ".jsonl"]
-    records = list(spool.collect(tmp_path))
+    records = list(spool_reader.collect(tmp_path))
     assert sorted(r.params["i"] for r in records) == list(range(700))
     assert not any(r.flags for r in records)
 
@@ -414,7 +414,7 @@ def test_sampling_reads_one_in_k_short_supersteps_and_scales_the_rest_by_time(
     pc.close()
     if sink == "spool":
         rec.sink.close()  # type: ignore[union-attr]
-        records = sorted(spool.collect(tmp_path), key=lambda r: r.index)
+        records = sorted(spool_reader.collect(tmp_path), key=lambda r: r.index)
     else:
         records = rec.sink.records  # type: ignore[union-attr]
     assert [("sampled" in r.flags) for r in records] == [i % 3 != 0 for i in range(8)]
@@ -492,7 +492,7 @@ def test_a_child_ending_its_parents_superstep_writes_nothing_into_the_parents_fi
     out = subprocess.run([sys.executable, "-c", _FORK, str(tmp_path)], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    records = list(spool.collect(tmp_path))
+    records = list(spool_reader.collect(tmp_path))
     parent = min(r.pid for r in records)
     mine = sorted((r.name, r.params.get("i")) for r in records if r.pid == parent)
     assert [n for n, _ in mine].count("before") == 5 and [n for n, _ in mine].count("after") == 3
@@ -570,7 +570,7 @@ def test_a_begin_too_large_for_a_frame_goes_to_a_line_and_the_rest_stays(tmp_pat
     with counterd.superstep("after"):
         pass
     rec.sink.close()  # type: ignore[union-attr]
-    assert sorted(r.name for r in spool.collect(tmp_path)) == ["after", "before", "big"]
+    assert sorted(r.name for r in spool_reader.collect(tmp_path)) == ["after", "before", "big"]
 
 
 # -- what a second review found, kept found ------------------------------------------------------
@@ -707,7 +707,7 @@ def _run_ops(rec: Recorder, ops: list[Any]) -> list[tuple[Any, ...]]:
         records = rec.sink.records
     else:
         rec.sink.close()  # type: ignore[union-attr]
-        records = list(spool.collect(rec.sink.directory))  # type: ignore[union-attr]
+        records = list(spool_reader.collect(rec.sink.directory))  # type: ignore[union-attr]
     return sorted((r.index, r.name, r.rank, r.params.get("n"), str(r.params),
                    sorted(r.flags - {"migrated"}), sorted(r.unsupported),
                    sorted((k, v.source.value) for k, v in r.counters.items()))

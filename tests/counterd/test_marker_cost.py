@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from counterd import protocol, spool
+from counterd import protocol, spool_reader
 from counterd.markers.recorder import Recorder
 from counterd.markers.sinks import MemorySink
 from counterd.records import SuperstepRecord, incomplete_record
@@ -54,7 +54,7 @@ def test_each_process_calibrates_a_pair_and_its_records_carry_it(tmp_path: Path,
     for _ in range(3):
         with rec.begin("s", {}):
             pass
-    got = rec.sink.records if where == "memory" else list(spool.collect(tmp_path))
+    got = rec.sink.records if where == "memory" else list(spool_reader.collect(tmp_path))
     costs = {r.marker_ns for r in got}
     assert len(got) == 3 and len(costs) == 1
     (cost,) = costs

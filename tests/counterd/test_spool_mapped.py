@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from counterd import _native, spool
+from counterd import _native, spool, spool_reader
 from counterd.env import ENV_NATIVE
 from counterd.markers.recorder import Recorder
 from counterd.markers.sinks import MemorySink, SpoolSink
@@ -50,13 +50,13 @@ def test_markers_go_to_one_mapped_file_as_frames_and_collect_into_the_same_recor
         r.end(name="stray")  # unmatched: a RECORD frame
     files = spool.files(tmp_path)
     assert [f.suffix for f in files] == [spool.FRAMES]
-    got = sorted(spool.collect(tmp_path), key=lambda r: r.index)
+    got = sorted(spool_reader.collect(tmp_path), key=lambda r: r.index)
     want = sorted(mem.sink.records, key=lambda r: r.index)
     assert [(r.name, r.params, r.flags) for r in got] == [
         (r.name, r.params, r.flags) for r in want]
     assert got[0].name == "load" and got[0].params == {"n": 1000} and got[0].end_ns
     assert "unmatched_end" in got[2].flags
-    kinds = [d["ev"] for d in spool.read_events(files[0])]
+    kinds = [d["ev"] for d in spool_reader.read_events(files[0])]
     assert kinds == ["begin", "record", "begin", "record", "record"]
 
 
@@ -66,7 +66,7 @@ def test_counters_survive_the_frames(tmp_path: Path) -> None:
                    spool=tmp_path, socket="off")
     with rec.begin("work", {}):
         sum(range(100_000))
-    (r,) = spool.collect(tmp_path)
+    (r,) = spool_reader.collect(tmp_path)
     if r.unsupported.get("*") or not r.counters:
         pytest.skip(f"perf software events unavailable here: {r.unsupported}")
     assert r.counters["task_clock_ns"].value > 0
@@ -89,7 +89,7 @@ def test_the_file_grows_past_a_chunk_and_threads_share_it(tmp_path: Path,
         th.start()
     for th in threads:
         th.join()
-    got = list(spool.collect(tmp_path))
+    got = list(spool_reader.collect(tmp_path))
     assert len(got) == 1200 and not any(r.flags - {"migrated"} for r in got)
     assert sorted(r.index for r in got) == list(range(1200))
     assert spool.files(tmp_path)[0].stat().st_size > 4096
@@ -113,7 +113,7 @@ def test_a_process_killed_inside_a_superstep_leaves_an_incomplete_record(
             os._exit(1)
     _, status = os.waitpid(pid, 0)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
-    got = sorted(spool.collect(tmp_path), key=lambda r: r.index)
+    got = sorted(spool_reader.collect(tmp_path), key=lambda r: r.index)
     assert [(r.name, "incomplete" in r.flags) for r in got] == [("done", False),
                                                                ("dies here", True)]
 
@@ -135,11 +135,11 @@ def test_damage_is_skipped_never_raised(tmp_path: Path) -> None:
         d = tmp_path / f"t{trial}"
         d.mkdir()
         (d / path.name).write_bytes(bytes(bad))
-        for r in spool.collect(d):  # never raises
+        for r in spool_reader.collect(d):  # never raises
             assert r.run_id
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "1.frames").write_bytes(b"")
-    assert list(spool.collect(tmp_path / "empty")) == []
+    assert list(spool_reader.collect(tmp_path / "empty")) == []
 
 
 def test_a_disk_that_fills_as_the_file_grows_falls_back_to_lines_and_loses_nothing(
@@ -166,9 +166,9 @@ def test_a_disk_that_fills_as_the_file_grows_falls_back_to_lines_and_loses_nothi
             pass
     assert sorted(p.suffix for p in spool.files(tmp_path)) == [".frames", ".jsonl"]
     frames = [p for p in spool.files(tmp_path) if p.suffix == spool.FRAMES]
-    mapped = [e for e in spool.read_events(frames[0]) if e["ev"] == "record"]
+    mapped = [e for e in spool_reader.read_events(frames[0]) if e["ev"] == "record"]
     assert mapped  # the first chunk held records before growth failed
-    got = list(spool.collect(tmp_path))
+    got = list(spool_reader.collect(tmp_path))
     assert sorted(r.index for r in got) == list(range(200))
     assert not any("incomplete" in r.flags for r in got)
     assert capsys.readouterr().err == ""  # a full disk is not a mapping failure to report
@@ -189,10 +189,10 @@ def test_a_forked_child_writes_its_own_file_with_its_own_contexts(tmp_path: Path
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    got = sorted(r.name for r in spool.collect(tmp_path))
+    got = sorted(r.name for r in spool_reader.collect(tmp_path))
     assert got == ["child", "parent"]  # (the module API gives a child its own recorder too)
     assert len(spool.files(tmp_path)) == 2
-    assert not any("incomplete" in r.flags for r in spool.collect(tmp_path))
+    assert not any("incomplete" in r.flags for r in spool_reader.collect(tmp_path))
 
 
 def test_a_pid_given_again_writes_beside_the_first_file(tmp_path: Path) -> None:

@@ -89,7 +89,7 @@ def test_a_recorded_process_writes_frames_without_the_typed_frames(tmp_path: Pat
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=tmp_path, env=env, timeout=60, check=True)
     assert proc.stdout.split() == ["True", "False"]
-    from counterd.spool import read_events
+    from counterd.spool_reader import read_events
 
     (path,) = spool.iterdir()
     assert [e["ev"] for e in read_events(path)] == ["begin", "record"]

@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from counterd import launch, recording, spool, wire
+from counterd import launch, recording, spool, spool_reader, wire
 from counterd.errors import BadInput
 from counterd.records import SuperstepRecord
 
@@ -59,12 +59,12 @@ def _plant(d: Path, kind: str, size: int = 0, target: str = "") -> Path:
 
 
 def _collect(d: Path, cap: int | None = None, owner: int | None = None
-             ) -> tuple[list[SuperstepRecord], list[spool.Skipped], int]:
+             ) -> tuple[list[SuperstepRecord], list[spool_reader.Skipped], int]:
     """(records, what was skipped, peak bytes allocated while reading)."""
-    told: list[spool.Skipped] = []
+    told: list[spool_reader.Skipped] = []
     tracemalloc.start()
     try:
-        recs = list(spool.collect(d, told.append, owner=owner, cap=cap))
+        recs = list(spool_reader.collect(d, told.append, owner=owner, cap=cap))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -100,7 +100,7 @@ def test_a_spool_entry_that_is_not_a_regular_file_is_skipped_and_said(
     path = _plant(spool_dir, kind)
     recs, told, peak = _collect(spool_dir)
     assert [(r.run_id, r.index) for r in recs] == [("good", 7)]
-    assert told == [spool.Skipped(str(path), SAYS[kind])]
+    assert told == [spool_reader.Skipped(str(path), SAYS[kind])]
     assert told[0].line() == f"spool file 1.jsonl skipped: {SAYS[kind]}"
     assert peak < 4 << 20
 
@@ -119,7 +119,7 @@ def test_a_file_of_another_user_is_skipped_when_an_owner_is_asked(spool_dir: Pat
     path = _plant(spool_dir, "another user's file")  # chown: root only (skips otherwise)
     recs, told, _ = _collect(spool_dir, owner=os.geteuid())
     assert hostile.STOLEN_RUN not in {r.run_id for r in recs}
-    assert told == [spool.Skipped(str(path), f"owned by uid {hostile.NOBODY}, not by the "
+    assert told == [spool_reader.Skipped(str(path), f"owned by uid {hostile.NOBODY}, not by the "
                                              f"recording user (uid {os.geteuid()})")]
 
 
@@ -138,7 +138,7 @@ def test_a_file_swapped_for_a_fifo_after_its_lstat_is_not_read(
         return real_open(p, flags, *a, **k)  # type: ignore[arg-type]
 
     monkeypatch.setattr(spool.os, "open", swap)
-    assert spool.open_regular(path) == "a FIFO, not a regular file"
+    assert spool_reader.open_regular(path) == "a FIFO, not a regular file"
 
 
 def test_sparse_frames_claiming_4_gib_cost_one_chunk(spool_dir: Path, deadline: None) -> None:
@@ -149,9 +149,9 @@ def test_sparse_frames_claiming_4_gib_cost_one_chunk(spool_dir: Path, deadline: 
     recs, told, peak = _collect(spool_dir)
     assert time.monotonic() - t0 < ALARM_S
     assert [(r.run_id, r.index) for r in recs] == [("good", 7)]
-    assert told == [spool.Skipped(str(path), "its frames break at byte 64 (of 4 GiB its head "
-                                             "claims): the rest is not read", part=True)]
-    assert peak < 3 * spool.READ_CHUNK
+    assert told == [spool_reader.Skipped(str(path), "its frames break at byte 64 (of 4 GiB its "
+                                         "head claims): the rest is not read", part=True)]
+    assert peak < 3 * spool_reader.READ_CHUNK
 
 
 def test_a_frames_head_claiming_more_than_a_spool_file_holds_is_not_read(
@@ -175,9 +175,9 @@ def test_a_sparse_jsonl_is_skipped_over_its_holes(spool_dir: Path, deadline: Non
         pytest.skip("this file system does not report holes (SEEK_HOLE)")
     recs, told, peak = _collect(spool_dir, cap=1 << 40)
     assert sorted((r.run_id, r.index) for r in recs) == [("good", 7), ("r", 1), ("r", 2)]
-    assert told == [spool.Skipped(str(path), "1 line of 1 MiB or more (damage, or a hole of "
+    assert told == [spool_reader.Skipped(str(path), "1 line of 1 MiB or more (damage, or a hole of "
                                              "zero bytes) skipped", part=True)]
-    assert peak < 8 * spool.READ_CHUNK  # a chunk, a line of up to a chunk, their join
+    assert peak < 8 * spool_reader.READ_CHUNK  # a chunk, a line of up to a chunk, their join
 
 
 def test_a_spool_file_beyond_the_cap_is_read_up_to_it(spool_dir: Path) -> None:
@@ -200,19 +200,19 @@ def test_a_spool_file_beyond_the_cap_is_read_up_to_it(spool_dir: Path) -> None:
 
 
 def test_the_cap_is_the_knobs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(spool.ENV_MAX_FILE_BYTES, raising=False)
-    assert spool.max_file_bytes() == spool.MAX_FILE_BYTES == 4 << 30
-    monkeypatch.setenv(spool.ENV_MAX_FILE_BYTES, "512M")
-    assert spool.max_file_bytes() == 512 << 20
+    monkeypatch.delenv(spool_reader.ENV_MAX_FILE_BYTES, raising=False)
+    assert spool_reader.max_file_bytes() == spool_reader.MAX_FILE_BYTES == 4 << 30
+    monkeypatch.setenv(spool_reader.ENV_MAX_FILE_BYTES, "512M")
+    assert spool_reader.max_file_bytes() == 512 << 20
     for bad in ("lots", "-1", "10"):
-        monkeypatch.setenv(spool.ENV_MAX_FILE_BYTES, bad)
+        monkeypatch.setenv(spool_reader.ENV_MAX_FILE_BYTES, bad)
         with pytest.raises(BadInput, match="COUNTERD_SPOOL_MAX_BYTES"):
-            spool.max_file_bytes()
+            spool_reader.max_file_bytes()
 
 
 def test_a_bad_cap_is_refused_before_the_command_runs(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(spool.ENV_MAX_FILE_BYTES, "lots")
+    monkeypatch.setenv(spool_reader.ENV_MAX_FILE_BYTES, "lots")
     mark = tmp_path / "ran"
     with pytest.raises(BadInput, match="COUNTERD_SPOOL_MAX_BYTES"):
         recording.record(["touch", str(mark)], out=None, backend="none")
@@ -225,7 +225,7 @@ def test_a_file_truncated_while_read_ends_where_it_ends(
     """The file shrinks after the first chunk was read (a process of the command still
     running): the reader stops at its new end, keeps what it read, never faults (no
     mapping)."""
-    monkeypatch.setattr(spool, "READ_CHUNK", 4096)
+    monkeypatch.setattr(spool_reader, "READ_CHUNK", 4096)
     path = spool_dir / f"1.{form}"
     if form == "jsonl":
         path.write_bytes(b"".join(_record_line(i) for i in range(100)))
@@ -257,7 +257,7 @@ def test_a_file_growing_while_read_is_read_up_to_its_size_when_opened(
         spool_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A process of the command still appending (a 1 GB/s writer would keep a reader going
     to the cap): what it adds after the open is not read."""
-    monkeypatch.setattr(spool, "READ_CHUNK", 4096)
+    monkeypatch.setattr(spool_reader, "READ_CHUNK", 4096)
     path = spool_dir / "1.jsonl"
     path.write_bytes(b"".join(_record_line(i) for i in range(40)))
     real = os.pread
@@ -287,9 +287,9 @@ def test_frames_shorter_than_their_head_says_are_read_to_the_end_and_said(
         f.write(struct.pack("<Q", size - spool.HEAD_BYTES + 1000))  # more than it holds
     recs, told, _ = _collect(spool_dir)
     assert ("r", 5) in {(r.run_id, r.index) for r in recs}
-    assert told == [spool.Skipped(str(path), f"it ends at byte {size}, its head says "
+    assert told == [spool_reader.Skipped(str(path), f"it ends at byte {size}, its head says "
                                              f"{size + 1000}: the frames beyond are lost",
-                                  part=True)]
+                                         part=True)]
 
 
 def _readline_events(path: Path) -> list[dict[str, object]]:
@@ -299,10 +299,10 @@ def _readline_events(path: Path) -> list[dict[str, object]]:
 
     out = []
     with path.open("rb") as fh:
-        while line := fh.readline(spool.MAX_LINE_BYTES + 1):
-            if len(line) > spool.MAX_LINE_BYTES:
+        while line := fh.readline(spool_reader.MAX_LINE_BYTES + 1):
+            if len(line) > spool_reader.MAX_LINE_BYTES:
                 while line and not line.endswith(b"\n"):
-                    line = fh.readline(spool.MAX_LINE_BYTES)
+                    line = fh.readline(spool_reader.MAX_LINE_BYTES)
                 continue
             try:
                 d = loads(line)
@@ -332,11 +332,11 @@ def test_the_chunked_reader_gives_what_readline_gave(tmp_path: Path,
                                                      chunk: int) -> None:
     """Property: for any file of lines (long ones, torn ones, junk, zero bytes, with or
     without a last newline) and any chunk size, the same events as the readline reader."""
-    monkeypatch.setattr(spool, "MAX_LINE_BYTES", 64)
-    monkeypatch.setattr(spool, "READ_CHUNK", chunk)
+    monkeypatch.setattr(spool_reader, "MAX_LINE_BYTES", 64)
+    monkeypatch.setattr(spool_reader, "READ_CHUNK", chunk)
     path = tmp_path / "p.jsonl"
     path.write_bytes(b"".join(p + (b"\n" if nl else b"") for p, nl in pieces))
-    assert list(spool.read_lines(path)) == _readline_events(path)
+    assert list(spool_reader.read_lines(path)) == _readline_events(path)
 
 
 def _json(line: bytes) -> dict[str, object]:

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from counterd import report, spool
+from counterd import report, spool_reader
 from counterd.daemon import config as daemon_config
 from counterd.errors import BadInput
 from counterd.machine.files import load_file as load_machine
@@ -303,5 +303,5 @@ def test_predict_with_mutated_profile(data: st.DataObject) -> None:
 def test_spool_collect_never_raises(lines: list[bytes]) -> None:
     d = _dir()
     (d / "1.jsonl").write_bytes(b"\n".join(lines) + b"\n")
-    for r in spool.collect(d):
+    for r in spool_reader.collect(d):
         assert isinstance(r, SuperstepRecord)

@@ -39,7 +39,7 @@ def boundary_calls_from_spool(
     ``"raised"``: the ``record`` line's ``exception`` text, or True where it has none (the flag
     ``exception`` alone, of an older recorder).
     """
-    from counterd.spool import read_events
+    from counterd.spool_reader import read_events
 
     calls: list[tuple[int, int]] = []
     begins: dict[int, dict[str, Any]] = {}
