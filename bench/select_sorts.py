@@ -44,7 +44,7 @@ import bsp_sort  # noqa: E402
 from bench._host import host_line  # noqa: E402
 from predictor import select  # noqa: E402
 from predictor.cli import seconds  # noqa: E402
-from predictor.modeling import MODELERS  # noqa: E402
+from predictor.modelers import MODELERS  # noqa: E402
 
 SPEC = ROOT / "examples" / "sorts.toml"
 

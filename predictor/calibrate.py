@@ -22,10 +22,11 @@ from typing import Any
 import numpy as np
 
 from predictor import costfuncs as cf
-from predictor import modeling as md
+from predictor import modelers
 from predictor import terms as tm
 from predictor.errors import BadInput, InsufficientPatterns, PredictorError
 from predictor.fit import Array, ImprovedFit, PaperFit, error_stats, measured_times
+from predictor.fitting import cv_splits, fit_columns, mre, no_progress
 from predictor.inputs import Results, Step
 from predictor.model import ASSUMPTIONS, BSP_FUNCTIONS, FModel, bsp_quantities, proc_features
 from predictor.profile import (
@@ -66,7 +67,7 @@ class ComputeFit:
 
     F1 gains per-processor terms in ``instructions`` and ``branch_misses`` and F a
     per-superstep constant, each kept only if significant at 95% (seed 003's test, the
-    toolkit's :class:`predictor.modeling.Significance`; cross-validation where the patterns
+    toolkit's :class:`predictor.modelers.Significance`; cross-validation where the patterns
     are too few). The memory model's coefficients are not refitted: its prediction is the
     known part of every compute pattern's time (the fit's offset), so the microbenchmarks
     alone price memory, as seed 004 calibrates it, and the compute patterns price only what
@@ -96,11 +97,11 @@ class ComputeFit:
                       base.const, base.llc_level, base.processors, base.banks, base.name)
         X = np.array([self._row(base, s, cand) for s in steps])
         offset = base.predict(steps)
-        sel = md.Significance(folds=self.folds, seed=self.seed).select(
-            cand, X, t, nonnegative=True, keep=frozenset(), progress=md.no_progress,
+        sel = modelers.Significance(folds=self.folds, seed=self.seed).select(
+            cand, X, t, nonnegative=True, keep=frozenset(), progress=no_progress,
             offset=offset)
         cols = list(sel.kept)
-        coef = md.fit_columns(X[:, cols], t, nonnegative=True, offset=offset)
+        coef = fit_columns(X[:, cols], t, nonnegative=True, offset=offset)
         kept = {cand[c]: float(v) for c, v in zip(cols, coef, strict=True) if v > 0}
         self.terms_ = list(kept)
         self.reasons_ = {d.term: d.reason for d in sel.dropped}
@@ -243,7 +244,7 @@ def _cv_predictions(model: FModel, fitting: Sequence[Step], folds: int, seed: in
     fit needs."""
     pred = np.zeros(len(fitting))
     try:
-        for train, test in md.cv_splits(len(fitting), folds, seed):
+        for train, test in cv_splits(len(fitting), folds, seed):
             pred[test] = refit().fit([fitting[i] for i in train]).predict(
                 [fitting[i] for i in test])
         return pred, f"fitting patterns, {min(folds, len(fitting))}-fold cross-validated"
@@ -271,7 +272,7 @@ def compute_cv(base: FModel, steps: Sequence[Step], folds: int = 5, seed: int = 
     """Each compute pattern predicted by the compute terms fitted without its fold (the memory
     model ``base`` fixed)."""
     pred = np.zeros(len(steps))
-    for train, test in md.cv_splits(len(steps), folds, seed):
+    for train, test in cv_splits(len(steps), folds, seed):
         f = ComputeFit(folds=folds, seed=seed).fit(base, [steps[i] for i in train])
         pred[test] = f.model_.predict([steps[i] for i in test])
     return pred
@@ -368,7 +369,7 @@ def _row(name: str, t: np.ndarray, p: np.ndarray, names: Sequence[str], worst: i
          dominating: Sequence[str] = ()) -> Row:
     e = cf.error_ratio(t, p)
     order = np.argsort(-e)[:worst]
-    return Row(name, float(e.mean()), float(e.max()), md.mre(t, p),
+    return Row(name, float(e.mean()), float(e.max()), mre(t, p),
                tuple((names[i], float(e[i])) for i in order),
                tuple(dominating[i] for i in order) if dominating else ())
 

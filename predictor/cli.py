@@ -26,7 +26,7 @@ from typing import Any
 
 from counterd.cliutil import Parser, closed_pipe, version
 from counterd.units import NS_PER_S, seconds, si_fields
-from predictor import modeling
+from predictor import modelers
 from predictor.errors import BadInput, HostMismatchWarning, PredictorError
 
 SUBCOMMANDS = ("calibrate", "validate", "profile", "select", "mlt", "memlogp")
@@ -72,7 +72,7 @@ def _sub_parser() -> argparse.ArgumentParser:
     m.add_argument("--spec", required=True, type=Path, help="specification (TOML)")
     m.add_argument("--samples", required=True, type=Path, action="append",
                    help="profiling samples, JSON lines (repeatable)")
-    m.add_argument("--modeler", default="brewer", choices=sorted(modeling.MODELERS),
+    m.add_argument("--modeler", default="brewer", choices=sorted(modelers.MODELERS),
                    help="term search: brewer (t-tests, 95%%; the default), cv "
                    "(cross-validation), single (one term, a baseline)")
     m.add_argument("--holdout", type=float, default=None, metavar="FRACTION",
@@ -117,7 +117,7 @@ def _sub_parser() -> argparse.ArgumentParser:
     ml.add_argument("--validate", type=Path, default=None, metavar="FILE",
                     help="a second, independent run to compare the predictions against "
                     "(default: the fitted points)")
-    ml.add_argument("--modeler", default="brewer", choices=sorted(modeling.MODELERS),
+    ml.add_argument("--modeler", default="brewer", choices=sorted(modelers.MODELERS),
                     help="term search: brewer (t-tests at 95%%, the default), fixed (every "
                     "term), cv, single")
     ml.add_argument("--size", type=int, default=8192, metavar="BYTES",

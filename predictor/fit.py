@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from predictor import costfuncs as cf
-from predictor import modeling as md
+from predictor import fitting, modelers
 from predictor import terms as tm
 from predictor.errors import BadInput, InsufficientPatterns, NotFittedError
 from predictor.inputs import Step, miss_counter, writeback_counter
@@ -152,7 +152,7 @@ def error_stats(t: Array, p: Array, names: Sequence[str]) -> dict[str, Any]:
     worst = int(np.argmax(e)) if len(e) else 0
     return {"avg_error": float(np.mean(e)) if len(e) else float("nan"),
             "max_error": float(np.max(e)) if len(e) else float("nan"),
-            "mre": md.mre(t, p) if len(e) else float("nan"),
+            "mre": fitting.mre(t, p) if len(e) else float("nan"),
             "n": len(e), "worst": names[worst] if len(e) else ""}
 
 
@@ -194,7 +194,7 @@ class PaperFit:
             raise InsufficientPatterns("F1", "one-processor exclusive store patterns (p1.*.SE)")
         X1 = np.array([proc_features(s, f1_t)[:, int(np.argmax(
             s.counter("loads") + s.counter("stores")))] for s in s1])
-        c1 = md.nnls(X1, measured_times(s1, "F1"))
+        c1 = fitting.nnls(X1, measured_times(s1, "F1"))
         patterns["F1"] = [s.name for s in s1]
 
         # F2: all processors, exclusive, memory, low bank contention (paper: p8.s256.b1.-E;
@@ -206,7 +206,7 @@ class PaperFit:
         s2 = [s for s in steps if _procs(s) == P and _exclusive(s) and _mem(s)
               and cont.is_low(bkc_of(s))]
         X2 = np.array([bus_features(s, f2_t, P) for s in s2])
-        c2 = md.nnls(X2, measured_times(s2, "F2"))
+        c2 = fitting.nnls(X2, measured_times(s2, "F2"))
         patterns["F2"] = [s.name for s in s2]
 
         # F3: all processors, exclusive, memory, the highest bank contention (p8.s256.b8.-E).
@@ -220,7 +220,7 @@ class PaperFit:
         for s in s3:
             bf, _ = bank_features(s, llc, self.banks)
             X3.append(bf[:len(f3_t), int(np.argmax(bf[:len(f3_t)].sum(axis=0)))])
-        c3 = md.nnls(np.array(X3), measured_times(s3, "F3"))
+        c3 = fitting.nnls(np.array(X3), measured_times(s3, "F3"))
         patterns["F3"] = [s.name for s in s3]
 
         self.model_ = FModel(dict(zip(f1_t, map(float, c1), strict=True)),
@@ -385,7 +385,7 @@ def _joint_fit(d: _Design, k1: int, k2: int, const: bool, init: NDArray[np.int64
     best: tuple[float, Array, NDArray[np.int64]] = (np.inf, np.zeros(ncol), assign)
     seen: set[bytes] = set()
     for _ in range(max_iter):
-        c = md.relative_nnls(_assigned(d, assign, rows1, rows3, k1, k2, const), d.t)
+        c = fitting.relative_nnls(_assigned(d, assign, rows1, rows3, k1, k2, const), d.t)
         vals, cst, rows1, rows3 = _components(d, c, k1, k2, const)
         pred = vals.max(axis=1) + cst
         obj = float(np.sum(((pred - d.t) / d.t) ** 2))
@@ -491,10 +491,10 @@ class ImprovedFit:
     def cv_score(self, steps: Sequence[Step], t: Array, f1_terms: Sequence[tm.Term]) -> float:
         """k-fold cross-validated MRE of the model with these F1 terms."""
         pred = np.zeros(len(steps))
-        for train, test in md.cv_splits(len(steps), self.folds, self.seed):
+        for train, test in fitting.cv_splits(len(steps), self.folds, self.seed):
             model, _ = self._fit_terms([steps[i] for i in train], t[train], f1_terms)
             pred[test] = model.predict([steps[i] for i in test])
-        return md.mre(t, pred)
+        return fitting.mre(t, pred)
 
     def fit(self, steps: Sequence[Step], times: ArrayLike | None = None) -> ImprovedFit:
         steps = list(steps)
@@ -514,15 +514,15 @@ class ImprovedFit:
         how = self.select
         if how == "brewer" and optional:
             ncol = len(base) + len(optional) + 4  # and F2's two, F3's two
-            if len(steps) - ncol < md.Significance.min_dof:
+            if len(steps) - ncol < modelers.Significance.min_dof:
                 how = "cv"
             else:
                 kept, self.reasons_ = self._significant(steps, t, base, optional)
                 self.decided_by_ = f"t-test at 95% confidence ({len(steps)} patterns)"
         if how == "cv" and optional:
-            sel = md.backward_eliminate(base, optional,
-                                        lambda ts: self.cv_score(steps, t, ts), self.tol,
-                                        floor=1.0)
+            sel = modelers.backward_eliminate(base, optional,
+                                              lambda ts: self.cv_score(steps, t, ts), self.tol,
+                                              floor=1.0)
             kept = list(sel.kept)
             self.reasons_ = {x: f"cross-validated MRE without it {s:.4f}, within "
                                 f"{self.tol:.0%} of with it" for x, s in sel.dropped}
@@ -547,9 +547,9 @@ class ImprovedFit:
         for _ in range(len(optional) + 1):
             terms = [*base, *kept]
             A, cols = self._linearised(steps, t, terms)
-            sel = md.Significance(folds=self.folds, seed=self.seed).select(
+            sel = modelers.Significance(folds=self.folds, seed=self.seed).select(
                 cols, A, t, nonnegative=True, keep=frozenset(cols) - frozenset(kept),
-                progress=md.no_progress)
+                progress=fitting.no_progress)
             out = [d for d in sel.dropped if d.term in kept]
             if not out:
                 break

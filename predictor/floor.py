@@ -18,9 +18,9 @@ import numpy as np
 
 from predictor.calibrate import split_suites
 from predictor.errors import BadInput
+from predictor.fitting import relative_nnls
 from predictor.inputs import Results, Step
 from predictor.model import proc_features
-from predictor.modeling import relative_nnls
 from predictor.terms import Term, needs, parse_all
 
 

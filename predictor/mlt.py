@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from predictor import fitting
 from predictor import modeling as md
 from predictor import terms as tm
 from predictor.errors import BadInput
@@ -211,7 +212,7 @@ def fit_table1(table: Mapping[str, ArrayLike], times: ArrayLike, *,
     unknown = [m for m in models if m not in TABLE1]
     if unknown:
         raise BadInput(f"no regression model {unknown[0]!r}", "choose from " + ", ".join(TABLE1))
-    y = md.check_times(times, where="transfer times")
+    y = fitting.check_times(times, where="transfer times")
     data = {k: np.asarray(v, dtype=float).ravel() for k, v in table.items()}
     for k in ("n", "mlt"):
         if k not in data or data[k].size != y.size:
@@ -230,7 +231,7 @@ def fit_table1(table: Mapping[str, ArrayLike], times: ArrayLike, *,
         many = sub is not None and sub.sum() > 1 and np.ptp(y[te][sub]) > 0
         out.append(RegressionFit(
             name, model, r_squared(y[te], pred), ms_e(y[te], pred, len(terms) - 1),
-            md.mre(y[te], pred), len(tr), len(te),
+            fitting.mre(y[te], pred), len(tr), len(te),
             r_squared(y[te][sub], pred[sub]) if many and sub is not None else None,
             int(sub.sum()) if sub is not None else 0))
     return tuple(out)

@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from predictor import fitting
 from predictor import modeling as md
 from predictor import terms as tm
 from predictor.errors import BadInput
@@ -321,7 +322,7 @@ def load_samples(spec: Specification, paths: Sequence[str | Path]) -> dict[str, 
 
 def fit_implementations(spec: Specification, samples: Mapping[str, Samples], *,
                         modeler: str = "brewer", holdout: float | None = None, seed: int = 0,
-                        progress: md.Progress = md.no_progress) -> dict[str, md.Model]:
+                        progress: fitting.Progress = fitting.no_progress) -> dict[str, md.Model]:
     """One model per implementation of the specification, from its samples."""
     models = {}
     for name, impl in spec.implementations.items():
@@ -338,7 +339,7 @@ def fit_implementations(spec: Specification, samples: Mapping[str, Samples], *,
     return models
 
 
-def _prefixed(progress: md.Progress, prefix: str) -> md.Progress:
+def _prefixed(progress: fitting.Progress, prefix: str) -> fitting.Progress:
     return lambda message: progress(f"{prefix}: {message}")
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from predictor import modeling as md
+from predictor import fitting
 from predictor.errors import BadInput
 from predictor.inputs import Step
 from predictor.pilot.check import Measured, measured
@@ -192,7 +192,7 @@ class Eta:
         ts = np.array([t for _, t in self.timed])
         if np.ptp(ns) == 0:
             return float(np.mean(ts)) * n / float(ns[0])
-        a, b = md.nnls(np.column_stack([np.ones(len(ns)), ns]), ts)
+        a, b = fitting.nnls(np.column_stack([np.ones(len(ns)), ns]), ts)
         return float(a + b * n)
 
     def slowdown(self) -> float:
@@ -264,7 +264,7 @@ def budget_sizes(sizes: Sequence[float], budget_s: float, probes: Sequence[tuple
 
 def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
                  backend: str = "callgrind", workdir: Any, cpu_features: str = "native",
-                 progress: md.Progress = md.no_progress, parallel: int | None = None,
+                 progress: fitting.Progress = fitting.no_progress, parallel: int | None = None,
                  eta: Eta | None = None, checking: Sequence[float] = ()) -> list[PilotRun]:
     """At every size: ``repeat`` timed runs (markers only, ``--backend none``, run with
     ``cpu_features``, :data:`TIMING_FEATURES`) and one counted run (``backend``,
@@ -325,7 +325,7 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
 
 
 def measure_target(template: str, target: float, *, repeat: int, workdir: Any,
-                   cpu_features: str = "native", progress: md.Progress = md.no_progress,
+                   cpu_features: str = "native", progress: fitting.Progress = fitting.no_progress,
                    eta: Eta | None = None) -> dict[tuple[int, str], Measured]:
     """``--check``: ``repeat`` timed runs at the target size (``check-R.jsonl`` in
     ``workdir``), run with ``cpu_features`` as the timed pilots were; what they measured

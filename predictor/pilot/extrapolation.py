@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from predictor import fitting
 from predictor import modeling as md
 from predictor import terms as tm
 from predictor.errors import BadInput
@@ -96,7 +97,7 @@ def scale_by_work(ns: Sequence[float], times: Sequence[float], work: Sequence[fl
     return Extrapolated(v, v * math.exp(-half), v * math.exp(half),
                         f"work time at n = {ns[-1]:g} x {WORK} at the target / {WORK} there "
                         f"({WORK}: {at_target.how})",
-                        md.mre(t[1:], t[:-1] * w[1:] / w[:-1]))
+                        fitting.mre(t[1:], t[:-1] * w[1:] / w[:-1]))
 
 
 GROWTH_P = 0.01  # one-sided p of Kendall's tau below which the extra is taken to grow with n

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from predictor import modeling as md
+from predictor import fitting
 from predictor.errors import BadInput, PredictorError
 from predictor.inputs import Step
 from predictor.model import Breakdown
@@ -246,7 +246,7 @@ def _shares(steps: Sequence[Step], counters: Sequence[str]) -> dict[str, np.ndar
 
 def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | None, *,
              level: float = 0.9, modeler: str = "single", variant: str | None = None,
-             progress: md.Progress = md.no_progress,
+             progress: fitting.Progress = fitting.no_progress,
              memo: dict[Any, dict[str, Holdout]] | None = None) -> Forecast:
     """Every superstep at ``target``: counters and work time extrapolated, F on the
     counters, the span's extra over the work forecast on its own (:func:`extrapolate_extra`),

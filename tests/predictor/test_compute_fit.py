@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from predictor import modeling as md
+from predictor import fitting, modelers
 from predictor import terms as tm
 from predictor.calibrate import (
     ComputeFit,
@@ -69,10 +69,10 @@ def test_relative_nnls_with_an_offset_fits_only_the_rest() -> None:
     X = rng.uniform(1, 10, size=(20, 2))
     offset = rng.uniform(5, 50, size=20)
     t = X @ np.array([2.0, 0.5]) + offset
-    assert np.allclose(md.relative_nnls(X, t, offset), [2.0, 0.5])
+    assert np.allclose(fitting.relative_nnls(X, t, offset), [2.0, 0.5])
     # Without the offset the same columns must absorb it: a different answer.
-    assert not np.allclose(md.relative_nnls(X, t), [2.0, 0.5], atol=0.05)
-    assert np.allclose(md.fit_columns(X, t, nonnegative=True, offset=offset), [2.0, 0.5])
+    assert not np.allclose(fitting.relative_nnls(X, t), [2.0, 0.5], atol=0.05)
+    assert np.allclose(fitting.fit_columns(X, t, nonnegative=True, offset=offset), [2.0, 0.5])
 
 
 def test_significance_with_an_offset_drops_a_term_the_rest_does_not_need() -> None:
@@ -80,10 +80,11 @@ def test_significance_with_an_offset_drops_a_term_the_rest_does_not_need() -> No
     X = np.column_stack([rng.uniform(1, 10, 40), rng.uniform(1, 10, 40)])
     offset = rng.uniform(5, 50, 40)
     t = (X[:, 0] * 3.0 + offset) * np.exp(0.01 * rng.normal(size=40))
-    sel = md.Significance().select([tm.Power("a"), tm.Power("b")], X, t, nonnegative=True,
-                                   keep=frozenset(), progress=md.no_progress, offset=offset)
+    sel = modelers.Significance().select([tm.Power("a"), tm.Power("b")], X, t, nonnegative=True,
+                                         keep=frozenset(), progress=fitting.no_progress,
+                                         offset=offset)
     assert [tm.Power("a"), tm.Power("b")][sel.kept[0]] == tm.Power("a") and len(sel.kept) == 1
-    assert np.isclose(md.cv_mre(X[:, :1], t, folds=5, seed=0, offset=offset), 1.0, atol=0.02)
+    assert np.isclose(fitting.cv_mre(X[:, :1], t, folds=5, seed=0, offset=offset), 1.0, atol=0.02)
 
 
 def test_compute_fit_recovers_the_costs_on_top_of_a_fixed_memory_model() -> None:
@@ -197,7 +198,7 @@ def test_compute_cv_predicts_each_fold_without_it() -> None:
     cv = compute_cv(base, steps)
     fitted = ComputeFit().fit(base, steps).model_.predict(steps)
     # Held-out predictions are worse than in-sample ones, never better on the whole.
-    assert md.mre(t, cv) >= md.mre(t, fitted)
+    assert fitting.mre(t, cv) >= fitting.mre(t, fitted)
 
 
 def test_validate_without_validation_patterns_cross_validates_on_the_fitting_ones() -> None:

@@ -14,18 +14,9 @@ import numpy as np
 import pytest
 
 from predictor.errors import BadInput
-from predictor.modeling import (
-    Model,
-    backward_eliminate,
-    check_times,
-    cv_mre,
-    cv_splits,
-    fit_model,
-    make_modeler,
-    mre,
-    nnls,
-    relative_nnls,
-)
+from predictor.fitting import check_times, cv_mre, cv_splits, mre, nnls, relative_nnls
+from predictor.modelers import backward_eliminate, make_modeler
+from predictor.modeling import Model, fit_model
 from predictor.terms import Const, Power, growth_terms, parse, parse_all
 
 GROWTH = ["1", "n", "n*log(n)"]
@@ -586,7 +577,7 @@ def test_a_new_modeler_plugs_in_without_touching_callers():
     from dataclasses import dataclass
     from typing import ClassVar
 
-    from predictor.modeling import Modeler, Selection
+    from predictor.modelers import Modeler, Selection
 
     @dataclass
     class FirstTwo(Modeler):
