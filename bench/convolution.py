@@ -28,13 +28,14 @@ faster. Here, on this host, with a 1 x p mesh of worker processes (p = 2):
    BSP one (per superstep the slowest processor's own work, summed); per launch the median over
    repeats, and the two programs' medians of one launch make a repetition pair. The measured
    ratio is the median over pairs; the measured crossover is given as a range
-   (:func:`predictor.convolution.crossover_range`): from the smallest block size at which more
-   than 20 % of the pairs find Conv-Scan faster, to the smallest from which on at least 80 % do.
+   (:func:`predictor.convolution_predict.crossover_range`): from the smallest block size at
+   which more than 20 % of the pairs find Conv-Scan faster, to the smallest from which on at
+   least 80 % do.
 3. Prediction: per program, from predictor.convolution's operation accounting (n, MLT and the
    regions of every operation from L, b and the layout), the sum over supersteps of the slowest
    processor's summed operation predictions, with the S1 fits and with the M1 fits. Each
    operation is predicted with its kind's warm model when its reuse distance fits the cache
-   level of ``--cache-level`` (predictor.convolution.cache_rule on the machine description:
+   level of ``--cache-level`` (predictor.convolution_predict.cache_rule on the machine description:
    counterd.machine), cold otherwise. The table also shows the all-cold prediction and the
    other level's rule.
 
@@ -67,6 +68,7 @@ sys.path.insert(0, str(ROOT))
 from bench._host import guarded, host_line  # noqa: E402
 from counterd import machine  # noqa: E402
 from predictor import convolution as cv  # noqa: E402
+from predictor import convolution_predict as cvp  # noqa: E402
 from predictor.errors import BadInput, PredictorError  # noqa: E402
 
 MODELS = ("S1", "M1")
@@ -200,7 +202,7 @@ def near_crossover(blocks: Sequence[int], pairs: dict[int, np.ndarray]) -> list[
     """The block sizes to measure again: within one of the crossover of the median ratios
     (the largest block size when Conv-Scan is never faster), and every block size whose
     verdict is not firm (fewer than :data:`predictor.convolution.FIRM` of its pairs agree)."""
-    x = cv.crossover(blocks, [float(np.median(pairs[b])) for b in blocks])
+    x = cvp.crossover(blocks, [float(np.median(pairs[b])) for b in blocks])
     centre = blocks[-1] if x is None else x
     out = {b for b in blocks if abs(b - centre) <= 1}
     for b in blocks:
@@ -353,9 +355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             files[state], named[state] = data, path
         levels = machine.current().levels
         level = None if args.cache_level == "last" else int(args.cache_level)
-        rule = cv.cache_rule(levels, args.p, level)
-        last = cv.cache_rule(levels, args.p, None)
-        other = last if rule.level != last.level else cv.cache_rule(levels, args.p, 2)
+        rule = cvp.cache_rule(levels, args.p, level)
+        last = cvp.cache_rule(levels, args.p, None)
+        other = last if rule.level != last.level else cvp.cache_rule(levels, args.p, 2)
     except (ValueError, PredictorError) as exc:
         print(f"convolution: {exc}", file=sys.stderr)
         return 2
@@ -375,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     table = samples(meas, files)
     try:
-        fits = {state: cv.fit_kinds(table[state], models=MODELS, seed=args.seed)
+        fits = {state: cvp.fit_kinds(table[state], models=MODELS, seed=args.seed)
                 for state in ("cold", "warm")}
     except PredictorError as exc:
         print(f"convolution: {exc}", file=sys.stderr)
@@ -416,14 +418,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             row["warm_share"] = {}
             for v, rl in variants.items():
                 if rl is not None:
-                    flags = [x for n in cv.PROGRAMS for st in cv.warm_ops(steps[n], rl)
+                    flags = [x for n in cv.PROGRAMS for st in cvp.warm_ops(steps[n], rl)
                              for ops in st for x in ops]
                     row["warm_share"][v] = float(np.mean(flags))
                 for m in MODELS:
                     kw: dict[str, Any] = {} if rl is None else \
                         {"warm_models": models["warm"][m], "rule": rl}
-                    sh = cv.predict(steps["shift"], models["cold"][m], **kw)
-                    sc = cv.predict(steps["scan"], models["cold"][m], **kw)
+                    sh = cvp.predict(steps["shift"], models["cold"][m], **kw)
+                    sc = cvp.predict(steps["scan"], models["cold"][m], **kw)
                     row[f"{v}_{m}_shift_s"], row[f"{v}_{m}_scan_s"] = sh, sc
                     row[f"{v}_{m}_ratio"] = sh / sc
             rows.append(row)
@@ -456,15 +458,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     for L in args.sizes:
         sub = [r for r in rows if r["L"] == L]
         bs = [r["b"] for r in sub]
-        point = cv.crossover(bs, [r["ratio"] for r in sub])
-        lo, hi = cv.crossover_range(bs, [r["scan_faster"] for r in sub])
+        point = cvp.crossover(bs, [r["ratio"] for r in sub])
+        lo, hi = cvp.crossover_range(bs, [r["scan_faster"] for r in sub])
         line: dict[str, Any] = {"L": L, "measured": point, "range": [lo, hi],
                                 "near": meas["near"][L]}
         cells = []
         for v in variants:
             oks = []
             for m in MODELS:
-                x = cv.crossover(bs, [r[f"{v}_{m}_ratio"] for r in sub])
+                x = cvp.crossover(bs, [r[f"{v}_{m}_ratio"] for r in sub])
                 line[f"{v}_{m}"], line[f"{v}_{m}_ok"] = x, _within(x, lo, hi)
                 oks.append("y" if line[f"{v}_{m}_ok"] else "n")
             cells.append(f"{_show(line[f'{v}_S1']):>3} {_show(line[f'{v}_M1']):>3} "

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from predictor import convolution as cv
+from predictor import convolution_predict as cvp
 from predictor.errors import BadInput
 
 CASES = [(16, 1, 2), (17, 3, 2), (12, 9, 2), (30, 4, 1), (21, 5, 3), (40, 10, 2)]
@@ -132,12 +133,12 @@ def test_predict_sums_the_slowest_processor_per_superstep() -> None:
     steps = cv.scan_program(17, 3, 2)
     models = {k: _Linear(1.0, 0.0) for k in cv.KINDS}
     want = sum(max(sum(o.n for o in ops) for ops in s.ops) for s in steps)
-    assert cv.predict(steps, models) == pytest.approx(want)
+    assert cvp.predict(steps, models) == pytest.approx(want)
     # Processor 1 (the only one with a west neighbour) receives 8 L (1 + min(b, w0)) bytes.
-    per = cv.superstep_times(steps, models)
+    per = cvp.superstep_times(steps, models)
     assert per[1] == 8 * 17 and per[3] == 8 * 17 * 3
     with pytest.raises(BadInput, match="no fitted model"):
-        cv.predict(steps, {"copy": _Linear(1, 0)})
+        cvp.predict(steps, {"copy": _Linear(1, 0)})
 
 
 def test_fit_kinds_recovers_known_coefficients() -> None:
@@ -145,7 +146,7 @@ def test_fit_kinds_recovers_known_coefficients() -> None:
     n = rng.uniform(1e3, 1e6, 80)
     mlt = n / 24 + rng.uniform(0, 5e3, 80)  # lines: not a multiple of n
     t = 2e-6 + 1e-9 * n + 5e-8 * mlt
-    fits = cv.fit_kinds({"copy": (n, mlt, t), "transfer": (n, mlt, t * 2)})
+    fits = cvp.fit_kinds({"copy": (n, mlt, t), "transfer": (n, mlt, t * 2)})
     m1 = fits["M1"]["copy"]
     assert m1.model.coef == pytest.approx([2e-6, 1e-9, 5e-8], rel=1e-6)
     assert m1.r2 < 1e-12 < fits["S1"]["copy"].r2
@@ -161,12 +162,12 @@ def test_fit_kinds_recovers_known_coefficients() -> None:
     ([], [], None),
 ])
 def test_crossover(blocks: list[int], ratios: list[float], want: int | None) -> None:
-    assert cv.crossover(blocks, ratios) == want
+    assert cvp.crossover(blocks, ratios) == want
 
 
 def test_crossover_refuses_nan() -> None:
     with pytest.raises(BadInput):
-        cv.crossover([1, 2], [0.5, float("nan")])
+        cvp.crossover([1, 2], [0.5, float("nan")])
 
 
 # -- cache state -------------------------------------------------------------------------------
@@ -221,7 +222,7 @@ def brute_reuse(steps: tuple[cv.Superstep, ...], rank: int) -> list[int]:
                                                       ("shift", 12, 1)])
 def test_reuse_lines_is_the_stack_distance(name: str, size: int, block: int) -> None:
     steps = cv.program(name, size, block, 2)
-    got = cv.reuse_lines(steps)
+    got = cvp.reuse_lines(steps)
     for rank in range(2):
         flat = [d for st in got for d in st[rank]]
         assert flat == brute_reuse(steps, rank)
@@ -231,7 +232,7 @@ def test_shift_reuse_is_three_arrays_in_the_west_loop() -> None:
     # acc, T_{k-1} and T_k: each rank's L x L/2 share, plus the received column and its lines.
     L = 400
     steps = cv.shift_program(L, 6, 2)
-    reuse = cv.reuse_lines(steps)
+    reuse = cvp.reuse_lines(steps)
     add = [reuse[i][0][-1] for i, s in enumerate(steps) if s.name == "add west 3"][0]
     share = L * (L // 2) // cv.LINE
     assert 3 * share <= add <= 3 * share + 2 * L
@@ -242,33 +243,33 @@ def test_cache_rule_from_the_machine_description() -> None:
 
     levels = (CacheLevel(1, 32768, 8, 64, (0,)), CacheLevel(2, 1 << 20, 8, 64, (0,)),
               CacheLevel(3, 32 << 20, 16, 64, (0, 1, 2, 3)))
-    l2 = cv.cache_rule(levels, 2, 2)
+    l2 = cvp.cache_rule(levels, 2, 2)
     assert (l2.level, l2.size_bytes, l2.sharing) == (2, 1 << 20, 1)
-    last = cv.cache_rule(levels, 2)
+    last = cvp.cache_rule(levels, 2)
     assert (last.level, last.sharing) == (3, 2)  # two of its four CPUs run the program
     assert l2.warm((1 << 20) // 64) and not l2.warm((1 << 20) // 64 + 1)
     assert last.warm((16 << 20) // 64) and not last.warm((16 << 20) // 64 + 1)
     with pytest.raises(BadInput, match="use one of 1, 2, 3"):
-        cv.cache_rule(levels, 2, 4)
+        cvp.cache_rule(levels, 2, 4)
 
 
 def test_warm_operations_use_the_warm_models() -> None:
     cold = {k: _Linear(1.0, 0.0) for k in cv.KINDS}
     warm = {k: _Linear(0.0, 1.0) for k in cv.KINDS if k != cv.TRANSFER}
     steps = cv.shift_program(200, 3, 2)
-    reuse = cv.reuse_lines(steps)
-    big = cv.CacheRule(2, 1 << 30)  # everything fits: every operation warm
-    small = cv.CacheRule(2, 64)  # nothing does
-    assert cv.predict(steps, cold, warm_models=warm, rule=small) == cv.predict(steps, cold)
+    reuse = cvp.reuse_lines(steps)
+    big = cvp.CacheRule(2, 1 << 30)  # everything fits: every operation warm
+    small = cvp.CacheRule(2, 64)  # nothing does
+    assert cvp.predict(steps, cold, warm_models=warm, rule=small) == cvp.predict(steps, cold)
     want = 0.0
     for s in steps:  # warm: mlt, except transfers (no warm model: the cold one, n)
         want += max(sum(o.n if o.kind == cv.TRANSFER else o.mlt for o in ops) for ops in s.ops)
-    assert cv.predict(steps, cold, warm_models=warm, rule=big) == pytest.approx(want)
+    assert cvp.predict(steps, cold, warm_models=warm, rule=big) == pytest.approx(want)
     # A rule between the two reuse distances of the init copy and an add splits them.
     d_init, d_add = reuse[0][0][0], reuse[2][0][-1]
     assert d_add < d_init
-    mid = cv.CacheRule(2, 64 * d_add)
-    flags = cv.warm_ops(steps, mid)
+    mid = cvp.CacheRule(2, 64 * d_add)
+    flags = cvp.warm_ops(steps, mid)
     assert flags[2][0][-1] and not flags[0][0][0]
 
 
@@ -280,11 +281,11 @@ def test_warm_operations_use_the_warm_models() -> None:
     ([0.0, 0.0, 0.0, 0.5, 0.7], (4, None)),  # not firm at the largest block size
 ])
 def test_crossover_range(shares: list[float], want: tuple[int | None, int | None]) -> None:
-    assert cv.crossover_range([1, 2, 3, 4, 5], shares) == want
+    assert cvp.crossover_range([1, 2, 3, 4, 5], shares) == want
 
 
 def test_crossover_range_refuses_bad_shares() -> None:
     with pytest.raises(BadInput):
-        cv.crossover_range([1, 2], [0.5, 1.5])
+        cvp.crossover_range([1, 2], [0.5, 1.5])
     with pytest.raises(BadInput):
-        cv.crossover_range([1], [0.5], firm=0.4)
+        cvp.crossover_range([1], [0.5], firm=0.4)
