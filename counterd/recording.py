@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
     from counterd import backends
     from counterd.backends.base import Capability, CounterGroup
-    from counterd.backends.callgrind.counting import CountedRun
     from counterd.records import RecordResult, SuperstepRecord
 
 # counterd.machine.files.ENV_MACHINE, named here so that a recording without a machine file need not
@@ -368,55 +367,6 @@ def _collect_spool(spool: str, skipped: Callable[[str], None] | None = None
                         owner=os.geteuid()))
 
 
-def _merge_counted(timed: list[SuperstepRecord], counted: Mapping[tuple[int, int], SuperstepRecord],
-                   ) -> list[SuperstepRecord]:
-    from dataclasses import replace
-
-    out = []
-    for rec in timed:
-        twin = counted.get((rec.rank, rec.index))
-        flags = set(rec.flags) | {"counters_from_separate_run"}
-        if twin is None or not twin.counters:
-            flags.add("counters_missing")
-            out.append(replace(rec, flags=frozenset(flags)))
-            continue
-        counters = {**rec.counters, **twin.counters}  # simulated memory counters + measured time
-        unsupported = {k: v for k, v in {**twin.unsupported, **rec.unsupported}.items()
-                       if k not in counters}
-        flags |= {f for f in twin.flags if f in ("incomplete", "unsupported_counters")}
-        if "exception" in twin.flags and "exception" not in rec.flags:
-            # Raised under callgrind alone (Ctrl-C stopping the counted run): the counts end
-            # where it was raised, short of the superstep the timed run measured.
-            flags.add("incomplete")
-            raised = f" ({twin.exception})" if twin.exception else ""
-            unsupported.setdefault("*", f"the counted run raised an exception{raised} inside "
-                                        "this superstep (the timed run did not): its counts "
-                                        "stop there")
-        if not unsupported:
-            flags.discard("unsupported_counters")
-        out.append(replace(rec, counters=counters, unsupported=unsupported,
-                           flags=frozenset(flags), backend=f"{rec.backend}+{twin.backend}"))
-    return out
-
-
-def _merge_whole(timed: SuperstepRecord, counted: CountedRun) -> list[SuperstepRecord]:
-    """A command without markers: the timed run's time and measured counters, plus the
-    simulated counters of every process of the counted run."""
-    from dataclasses import replace
-
-    flags = set(timed.flags) | {"counters_from_separate_run"}
-    if not counted.whole:
-        flags.add("counters_missing")
-    counters = {**timed.counters, **counted.whole}
-    unsupported = {k: v for k, v in {**counted.unsupported, **timed.unsupported}.items()
-                   if k not in counters}
-    flags.discard("unsupported_counters")
-    if unsupported:
-        flags.add("unsupported_counters")
-    return [replace(timed, counters=counters, unsupported=unsupported, flags=frozenset(flags),
-                    backend=f"{timed.backend}+callgrind")]
-
-
 CPU_FEATURES = ("auto", "native", "as-counted")
 
 
@@ -542,9 +492,9 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
         counted = counting.count_command(argv, run_id=run_id, geometry=geometry, env={
             **_env(run_id, ".", "callgrind", events), **hide})
         if len(records) == 1 and "whole_command" in records[0].flags:
-            records = _merge_whole(records[0], counted)
+            records = counting.merge_whole(records[0], counted)
         else:
-            records = _merge_counted(records, counted.supersteps)
+            records = counting.merge_counted(records, counted.supersteps)
         if lacked:
             records = [replace(r, flags=r.flags | {"counted_other_code"})
                        if "counters_from_separate_run" in r.flags else r for r in records]

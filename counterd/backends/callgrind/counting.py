@@ -200,3 +200,55 @@ def count_supersteps(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
     """``(rank, index) -> SuperstepRecord`` of :func:`count_command`."""
     return dict(count_command(cmd, run_id=run_id, env=env, geometry=geometry, timeout=timeout,
                               outdir=outdir).supersteps)
+
+
+def merge_counted(timed: list[SuperstepRecord], counted: Mapping[tuple[int, int], SuperstepRecord],
+                  ) -> list[SuperstepRecord]:
+    """``counterd record --backend callgrind``: each record of the timed run with the simulated
+    counters of its twin in the counted run (same rank and index), flagged
+    ``counters_from_separate_run``; ``counters_missing`` where the twin has none."""
+    from dataclasses import replace
+
+    out = []
+    for rec in timed:
+        twin = counted.get((rec.rank, rec.index))
+        flags = set(rec.flags) | {"counters_from_separate_run"}
+        if twin is None or not twin.counters:
+            flags.add("counters_missing")
+            out.append(replace(rec, flags=frozenset(flags)))
+            continue
+        counters = {**rec.counters, **twin.counters}  # simulated memory counters + measured time
+        unsupported = {k: v for k, v in {**twin.unsupported, **rec.unsupported}.items()
+                       if k not in counters}
+        flags |= {f for f in twin.flags if f in ("incomplete", "unsupported_counters")}
+        if "exception" in twin.flags and "exception" not in rec.flags:
+            # Raised under callgrind alone (Ctrl-C stopping the counted run): the counts end
+            # where it was raised, short of the superstep the timed run measured.
+            flags.add("incomplete")
+            raised = f" ({twin.exception})" if twin.exception else ""
+            unsupported.setdefault("*", f"the counted run raised an exception{raised} inside "
+                                        "this superstep (the timed run did not): its counts "
+                                        "stop there")
+        if not unsupported:
+            flags.discard("unsupported_counters")
+        out.append(replace(rec, counters=counters, unsupported=unsupported,
+                           flags=frozenset(flags), backend=f"{rec.backend}+{twin.backend}"))
+    return out
+
+
+def merge_whole(timed: SuperstepRecord, counted: CountedRun) -> list[SuperstepRecord]:
+    """A command without markers: the timed run's time and measured counters, plus the
+    simulated counters of every process of the counted run."""
+    from dataclasses import replace
+
+    flags = set(timed.flags) | {"counters_from_separate_run"}
+    if not counted.whole:
+        flags.add("counters_missing")
+    counters = {**timed.counters, **counted.whole}
+    unsupported = {k: v for k, v in {**counted.unsupported, **timed.unsupported}.items()
+                   if k not in counters}
+    flags.discard("unsupported_counters")
+    if unsupported:
+        flags.add("unsupported_counters")
+    return [replace(timed, counters=counters, unsupported=unsupported, flags=frozenset(flags),
+                    backend=f"{timed.backend}+callgrind")]
