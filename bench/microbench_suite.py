@@ -23,8 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _host import host_line  # noqa: E402
 
 from microbench import results  # noqa: E402
+from microbench.catalogue import catalogue  # noqa: E402
 from microbench.cli import QUICK_MIN_ACCESSES  # noqa: E402
-from microbench.patterns import catalogue, host_machine  # noqa: E402
+from microbench.patterns import host_machine  # noqa: E402
 from microbench.runner import NORMAL, QUICK  # noqa: E402
 from microbench.suite import run_suite  # noqa: E402
 

@@ -155,9 +155,10 @@ def node16_check() -> None:
     """The node16 run: its 288 patterns (the former suite: every count 1..16, shared-data
     patterns on 16) estimated with the node's machine file at this host's speed."""
     from counterd.machine import using
+    from microbench.catalogue import catalogue
     from microbench.cli import QUICK_MIN_ACCESSES
     from microbench.estimate import estimate
-    from microbench.patterns import catalogue, planned_machine
+    from microbench.patterns import planned_machine
     from microbench.probe import probe
     from microbench.runner import QUICK
 

@@ -20,13 +20,13 @@ from counterd.machine import using
 from counterd.machine.geometry import Geometry
 from counterd.machine.memory import BankMap
 from microbench import results
+from microbench.catalogue import catalogue
 from microbench.estimate import Estimate, Speeds, describe, estimate
 from microbench.patterns import (
     COHERENT_MAX_PROCS,
     SUITES,
     Machine,
     Pattern,
-    catalogue,
     host_machine,
     planned_machine,
 )

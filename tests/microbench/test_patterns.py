@@ -17,6 +17,7 @@ from counterd.machine.description import Machine as DescribedMachine
 from counterd.machine.geometry import Geometry
 from counterd.machine.memory import BankMap
 from counterd.machine.sysfs import read as read_machine
+from microbench.catalogue import catalogue
 from microbench.counters import simulate_pattern
 from microbench.patterns import (
     HOST_BANKS,
@@ -24,7 +25,6 @@ from microbench.patterns import (
     Pattern,
     bank_histogram,
     bsp_quantities,
-    catalogue,
     host_machine,
     max_word_sharing,
     paper_machine,

@@ -10,8 +10,9 @@ import pytest
 
 from counterd.errors import BadInput
 from microbench import results
+from microbench.catalogue import catalogue
 from microbench.cli import main
-from microbench.patterns import catalogue, host_machine
+from microbench.patterns import host_machine
 from microbench.runner import RunConfig
 from microbench.suite import run_suite
 

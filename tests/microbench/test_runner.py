@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from microbench.patterns import Pattern, catalogue, host_machine
+from microbench.catalogue import catalogue
+from microbench.patterns import Pattern, host_machine
 from microbench.runner import (
     RunConfig,
     WorkerPool,

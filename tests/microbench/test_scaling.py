@@ -15,6 +15,7 @@ import pytest
 
 from counterd.machine.geometry import Geometry
 from microbench import results
+from microbench.catalogue import catalogue
 from microbench.cli import main
 from microbench.counters import (
     clear_cache,
@@ -41,14 +42,7 @@ from microbench.estimate import (
     superstep_s,
     timing_cost,
 )
-from microbench.patterns import (
-    COHERENT_MAX_PROCS,
-    HOST_BANKS,
-    Machine,
-    catalogue,
-    host_machine,
-    paper_machine,
-)
+from microbench.patterns import COHERENT_MAX_PROCS, HOST_BANKS, Machine, host_machine, paper_machine
 from microbench.probe import _spans, probe
 from microbench.runner import NORMAL, QUICK, RunConfig, plans
 from microbench.suite import run_suite
