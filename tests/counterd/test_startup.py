@@ -192,11 +192,11 @@ NOT_PLAIN = [
 
 @pytest.mark.parametrize("argv", PLAIN, ids=lambda a: " ".join(a)[:60])
 def test_the_plain_record_command_line_reads_as_argparse_reads_it(argv: list[str]) -> None:
-    from counterd import cli
+    from counterd import cli, cli_options
 
     plain = cli._plain_record(argv)
     assert plain is not None
-    parsed = vars(cli._parser("record").parse_args(argv))
+    parsed = vars(cli_options.parser("record").parse_args(argv))
     parsed = {k: (str(v) if k in ("out", "machine") and v is not None else v)
               for k, v in parsed.items()}
     assert vars(plain) == parsed
@@ -210,9 +210,9 @@ def test_every_other_command_line_is_left_to_argparse(argv: list[str]) -> None:
 
 
 def test_the_plain_reader_knows_every_record_option_and_default() -> None:
-    from counterd import cli
+    from counterd import cli, cli_options
 
-    sub = next(a for a in cli._parser("record")._actions if a.dest == "command")
+    sub = next(a for a in cli_options.parser("record")._actions if a.dest == "command")
     record = sub.choices["record"]  # type: ignore[index]
     options = {a.option_strings[-1]: a for a in record._actions if a.option_strings}
     options.pop("--help")
