@@ -207,7 +207,7 @@ def near_crossover(blocks: Sequence[int], pairs: dict[int, np.ndarray]) -> list[
     out = {b for b in blocks if abs(b - centre) <= 1}
     for b in blocks:
         share = float(np.mean(pairs[b] > 1))
-        if max(share, 1 - share) < cv.FIRM:
+        if max(share, 1 - share) < cvp.FIRM:
             out.add(b)
     return sorted(out)
 
@@ -487,7 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         out = {"version": 2, "host": host_line(), "p": args.p, "sizes": args.sizes,
                "blocks": args.blocks, "rounds": args.rounds, "extra_rounds": args.extra_rounds,
-               "repeats": args.repeats, "firm": cv.FIRM,
+               "repeats": args.repeats, "firm": cvp.FIRM,
                "rule": {"level": rule.level, "size_bytes": rule.size_bytes,
                         "sharing": rule.sharing},
                "other_rule": {"level": other.level, "size_bytes": other.size_bytes,
