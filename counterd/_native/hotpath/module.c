@@ -135,8 +135,11 @@ static void after_fork_in_child(void)
     hot_pid = getpid();
 }
 
-/* perf_event_open(2), which the standard library lacks: counterd.launch opens a recording's
- * counters with it on the way to the command's exec, where ctypes costs 3.5 ms to import. */
+/* perf_event_open(2), which the standard library lacks: the compiled path of
+ * counterd.perf_abi.perf_event_open, the one entry point of the call (counterd.launch opens a
+ * recording's counters through it on the way to the command's exec, where ctypes costs 3.5 ms
+ * to import; the perf backend's opens go the same way). The lanes open no events here: they
+ * are given their group's fds. */
 static PyObject *hot_perf_event_open(PyObject *mod, PyObject *args)
 {
     Py_buffer attr;
