@@ -41,7 +41,8 @@ setup(
         ),
         Extension(
             "counterd._native._hotpath",
-            sources=["counterd/_native/hotpath.c"],
+            sources=[f"counterd/_native/hotpath/{name}.c" for name in
+                     ("module", "lane", "step", "frames", "mappedfile", "perfpage")],
             extra_compile_args=["-O2", "-g", "-Wall", "-Wextra", "-Wno-unused-parameter",
                                 "-Wno-missing-field-initializers"],
         ),

@@ -9,7 +9,8 @@ about 2 minutes; the hypothesis test that compares random marker programs on bot
 left out (under memcheck its input generation trips hypothesis's too-slow health check).
 CPython itself gives memcheck reports (its small-int cache under PYTHONMALLOC=malloc, glibc's
 vectorised string compares, the dynamic loader): those are counted, not listed. An error is
-the project's when one of its four innermost frames is in counterd/_native/*.c.
+the project's when one of its four innermost frames is in a C file under counterd/_native/
+(the markers' hot path is counterd/_native/hotpath/*.c).
 
 Then, outside valgrind, a leak check memcheck cannot make (a reference the C code never
 drops is no invalid access): the process's anonymous memory (RssAnon) after each of three
@@ -41,7 +42,7 @@ DEFAULT = ["tests/counterd/test_hotpath.py", "tests/counterd/test_rdpmc.py",
            "tests/counterd/test_hotpath.py::"
            "test_random_marker_programs_give_the_same_records_on_both_paths"]
 OURS = re.compile(r"\b(" + "|".join(re.escape(p.name) for p in
-                                    sorted((ROOT / "counterd" / "_native").glob("*.c")))
+                                    sorted((ROOT / "counterd" / "_native").rglob("*.c")))
                   + r")\b")
 FRAME = re.compile(r"==\d+==\s+(at|by) ")
 KIND = re.compile(r"==\d+== (\S.*)")  # an error's first line: "Invalid read of size 8"

@@ -1,20 +1,22 @@
 """The way from ``counterd record``'s command line to its command's first instruction.
 
 Everything here runs while the command waits, so it is kept to the standard library's
-os-level modules and the compiled extension (for perf_event_open(2); ctypes is the fallback):
-no dataclasses, typing, pathlib or the backends package, which cost 20-40 ms to import on the
-way (perf stat starts its command 8.7-9.0 ms after its own start on the VM this was measured
-on, bench/record_overhead.py; tests/counterd/test_launch.py holds the recorder to these
-modules). What the recorder needs of heavier
-modules it loads while the command runs (:mod:`counterd.recording`).
+os-level modules, :mod:`counterd.perf_abi` and the compiled extension (for perf_event_open(2);
+ctypes is the fallback): no dataclasses, typing, pathlib or the backends package, which cost
+20-40 ms to import on the way (perf stat starts its command 8.7-9.0 ms after its own start on
+the VM this was measured on, bench/record_overhead.py; tests/counterd/test_launch.py holds the
+recorder to these modules). What the recorder needs of heavier modules it loads while the
+command runs (:mod:`counterd.recording`).
 
 - :func:`spawn`: the command's process, started with posix_spawn; counters opened on the
   recorder before it (inherit, enable_on_exec) count it from its first instruction.
   :func:`fork_waiting` is for counters that must be attached to the command's process (PAPI):
   forked, it waits for the go byte while they are.
-- :class:`PerfPlan`: the perf attributes that count a whole command (every process it creates,
-  from its exec), kept per user and per boot by :func:`save_plan` so that the next recording
-  opens them (:func:`open_plan`) without importing the perf backend to work them out again.
+- :class:`~counterd.perf_abi.PerfPlan` (of :mod:`counterd.perf_abi`, the perf ABI this module
+  shares with the perf backend): the perf attributes that count a whole command (every process
+  it creates, from its exec), kept per user and per boot by :func:`save_plan` so that the next
+  recording opens them (:func:`open_plan`) without importing the perf backend to work them out
+  again.
 - :func:`which` and :func:`make_spool_dir`: ``shutil.which`` and ``tempfile.mkdtemp`` without
   their modules (shutil loads bz2 and lzma; tempfile loads random and shutil).
 """
@@ -26,8 +28,15 @@ from __future__ import annotations
 import _signal
 import errno
 import os
-import struct
 import sys
+
+from counterd.perf_abi import (
+    PERF_ATTR_SIZE_VER0,
+    PERF_EVENT_OPEN_NR,
+    PerfPlan,
+    parse_single_read,
+    perf_event_open,
+)
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see counterd/__init__)
 if TYPE_CHECKING:
@@ -37,11 +46,6 @@ if TYPE_CHECKING:
 PLAN_FORMAT = "counterd-perf-plan"
 PLAN_VERSION = 1
 PLAN_FILE = "perf-plan"
-# __NR_perf_event_open per `uname -m`; the perf backend's syscall module uses this table too
-# (this module cannot import that one without the backends package).
-PERF_EVENT_OPEN_NR: dict[str, int] = {"x86_64": 298, "aarch64": 241, "arm64": 241}
-_PERF_FLAG_FD_CLOEXEC = 8
-_PERF_ATTR_SIZE_VER0 = 64
 _PERF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "backends", "perf")
 
 
@@ -360,35 +364,6 @@ def wait_exit(pid: int, timeout_s: float) -> bool:
 # The whole-command perf plan
 
 
-class PerfPlan:
-    """What perf counts over a whole command on this host: for each counter it can count,
-    the raw ``struct perf_event_attr`` that counts it over a process tree from its exec
-    (inherit, disabled until enable_on_exec, user space), in the order they are read; the
-    reason for each it cannot count; and whether ``counterd record --backend auto`` picks perf
-    here on that alone (``auto``: it does when perf has hardware memory counters). Made by the
-    perf backend (:meth:`counterd.backends.perf.PerfBackend.whole_command_plan`)."""
-
-    __slots__ = ("attrs", "auto", "events", "unsupported")
-
-    def __init__(self, events: Sequence[str], attrs: Sequence[bytes],
-                 unsupported: Mapping[str, str], auto: bool = False) -> None:
-        if len(events) != len(attrs):
-            raise ValueError(f"{len(events)} events but {len(attrs)} attributes")
-        self.events = tuple(events)
-        self.attrs = tuple(bytes(a) for a in attrs)
-        self.unsupported = dict(unsupported)
-        self.auto = auto
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, PerfPlan) and (
-            (self.events, self.attrs, self.unsupported, self.auto)
-            == (other.events, other.attrs, other.unsupported, other.auto))
-
-    def __repr__(self) -> str:
-        return (f"PerfPlan(events={self.events!r}, unsupported={sorted(self.unsupported)!r}, "
-                f"auto={self.auto})")
-
-
 def plan_dir() -> str | None:
     """Where this user's plan is kept: $XDG_RUNTIME_DIR/counterd (a tmpfs emptied at logout),
     else $XDG_CACHE_HOME/counterd, else ~/.cache/counterd; None without a home."""
@@ -516,50 +491,6 @@ def save_plan(plan: PerfPlan, directory: str | None = None,
         return None
 
 
-_open_event: Callable[[bytes, int], int] | None = None
-
-
-def _event_opener() -> Callable[[bytes, int], int]:
-    """``open_event(attr, pid)``: perf_event_open(2) on any CPU, no group, close-on-exec; the
-    fd, or OSError with the kernel's errno. Through the compiled extension where it is built
-    (ctypes takes 3.5 ms to import on the way to the command's exec), else through ctypes."""
-    global _open_event
-    if _open_event is not None:
-        return _open_event
-    from counterd import _native
-
-    hot = _native.hotpath()
-    if hot is not None:
-        def open_event(attr: bytes, pid: int) -> int:
-            return int(hot.perf_event_open(attr, pid, -1, -1, _PERF_FLAG_FD_CLOEXEC))
-    else:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.syscall.restype = ctypes.c_long
-        number = PERF_EVENT_OPEN_NR[os.uname().machine]
-
-        def open_event(attr: bytes, pid: int) -> int:
-            buf = ctypes.create_string_buffer(attr, len(attr))
-            fd = libc.syscall(ctypes.c_long(number), buf, ctypes.c_int(pid), ctypes.c_int(-1),
-                              ctypes.c_int(-1), ctypes.c_ulong(_PERF_FLAG_FD_CLOEXEC))
-            if fd < 0:
-                err = ctypes.get_errno()
-                raise OSError(err, os.strerror(err))
-            return int(fd)
-    _open_event = open_event
-    return open_event
-
-
-def parse_single_read(buf: bytes) -> tuple[int, int, int, int]:
-    """Decode a non-group read with TOTAL_TIME_ENABLED|TOTAL_TIME_RUNNING|ID:
-    ``value, time_enabled, time_running, id``."""
-    if len(buf) < 32:
-        raise ValueError(f"event read of {len(buf)} bytes is shorter than 32")
-    value, enabled, running, event_id = struct.unpack_from("=QQQQ", buf, 0)
-    return value, enabled, running, event_id
-
-
 def read_plan(fds: Sequence[int]) -> list[tuple[int, int, int]]:
     """``(value, time_enabled, time_running)`` of each counter :func:`open_plan` opened, in
     its order (a plan's attributes ask for TOTAL_TIME_ENABLED|TOTAL_TIME_RUNNING|ID)."""
@@ -578,11 +509,11 @@ def open_plan(plan: PerfPlan, pid: int) -> tuple[list[int], dict[str, int]]:
             failed[name] = errno.ENOSYS
             continue
         # The kernel reads attr.size bytes (offset 4) from the buffer: never more than it has.
-        if len(attr) < _PERF_ATTR_SIZE_VER0 or int.from_bytes(attr[4:8], "little") != len(attr):
+        if len(attr) < PERF_ATTR_SIZE_VER0 or int.from_bytes(attr[4:8], "little") != len(attr):
             failed[name] = errno.EINVAL
             continue
         try:
-            fds.append(_event_opener()(attr, pid))
+            fds.append(perf_event_open(attr, pid))
         except OSError as exc:
             failed[name] = exc.errno or errno.EIO
     return fds, failed

@@ -2,14 +2,15 @@
 
 ``lib()`` returns the ctypes handle of ``libcounterd`` or None; ``missing_reason()`` says why it
 is None. ``hotpath()`` returns the markers' compiled hot path (the ``_hotpath`` extension
-module, hotpath.c) or None: not built, or ``COUNTERD_NATIVE=0`` in the environment (the Python
+module, hotpath/*.c) or None: not built, or ``COUNTERD_NATIVE=0`` in the environment (the Python
 path, for comparisons).
 """
 
 from __future__ import annotations
 
-# Only os at the top: counterd.launch loads the extension (its perf_event_open) on the way to
-# the recorded command's exec, where ctypes (3.5 ms here), pathlib and typing are too slow.
+# Only os at the top: counterd.perf_abi loads the extension (its perf_event_open) for
+# counterd.launch on the way to the recorded command's exec, where ctypes (3.5 ms here),
+# pathlib and typing are too slow.
 import os
 
 from counterd.env import ENV_NATIVE

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from counterd import _native, launch
+from counterd import _native, launch, perf_abi
 from counterd.backends.perf import PerfBackend
 from counterd.env import ENV_NATIVE
 from counterd.events import CounterValue, Source, measured
@@ -145,7 +145,7 @@ def opener(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
         pytest.skip("the compiled extension is not built")
     if request.param == "ctypes":
         monkeypatch.setenv(ENV_NATIVE, "0")
-    monkeypatch.setattr(launch, "_open_event", None)
+    monkeypatch.setattr(perf_abi, "_open_event", None)
     return str(request.param)
 
 
@@ -170,7 +170,7 @@ def test_a_plan_opens_on_the_waiting_command_and_counts_from_its_exec(opener: st
     assert value > 0 and enabled == running > 0
     assert measured(value, enabled, running) == CounterValue(float(value), Source.MEASURED,
                                                              1.0, value)
-    opened_by = launch._open_event.__code__.co_freevars  # type: ignore[union-attr]
+    opened_by = perf_abi._open_event.__code__.co_freevars  # type: ignore[union-attr]
     assert ("hot" in opened_by) == (opener == "compiled") and ("libc" in opened_by) != \
         (opener == "compiled")
 

@@ -78,7 +78,7 @@ from counterd.backends.perf.tables import (
 from counterd.errors import CounterdError, EventNotSupported, UnknownCounter
 from counterd.events import NAMES, Source, scale
 from counterd.host import core_pmu, no_pmu_reason, parse_cpuinfo, read_paranoid
-from counterd.launch import PerfPlan, parse_single_read
+from counterd.perf_abi import PerfPlan, parse_single_read
 
 # Files under <sysfs>/bus/event_source/devices/<pmu>/caps/ that would give the number of
 # general counters. Linux up to 6.1x exports no such file for x86 core PMUs (caps/ holds

@@ -36,7 +36,7 @@ from counterd.backends.perf.syscall import (
 from counterd.backends.perf.tables import EventSpec
 from counterd.errors import CounterAccessDenied, CounterdError, EventNotSupported
 from counterd.events import Source, measured, scale
-from counterd.launch import parse_single_read
+from counterd.perf_abi import parse_single_read
 
 # --------------------------------------------------------------------------------------------
 # Pure helpers: parsing and scaling group reads

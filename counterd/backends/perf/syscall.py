@@ -1,6 +1,9 @@
-"""The ``perf_event_open(2)`` syscall through ctypes: ``struct perf_event_attr`` and the ABI
-constants, the syscall, the ioctl and fd helpers around it, and errno translation. Errors from
-the kernel become :mod:`counterd.errors` in one pure function, :func:`translate_errno`.
+"""The ``perf_event_open(2)`` syscall for the perf backend: ``struct perf_event_attr`` (ctypes)
+and the ABI constants, the syscall, the ioctl and fd helpers around it, and errno translation.
+Errors from the kernel become :mod:`counterd.errors` in one pure function,
+:func:`translate_errno`. The syscall itself, its number and the plan and read layout the
+launcher shares are :mod:`counterd.perf_abi`'s (the one entry point of the call; the launcher,
+a command, imports them from there, and this package imports no command).
 
 References: perf_event_open(2) man page; include/uapi/linux/perf_event.h;
 kernel/events/core.c (perf_copy_attr).
@@ -24,7 +27,8 @@ from counterd.errors import (
     EventNotSupported,
     NoSuchTarget,
 )
-from counterd.launch import PERF_EVENT_OPEN_NR
+from counterd.perf_abi import PERF_EVENT_OPEN_NR, PERF_FLAG_FD_CLOEXEC
+from counterd.perf_abi import perf_event_open as _perf_event_open
 
 BACKEND = "perf"
 
@@ -60,8 +64,6 @@ PERF_FORMAT_TOTAL_TIME_RUNNING = 1 << 1
 PERF_FORMAT_ID = 1 << 2
 PERF_FORMAT_GROUP = 1 << 3
 
-PERF_FLAG_FD_CLOEXEC = 1 << 3
-
 # ioctls: _IO('$', n) = 0x2400 | n; PERF_EVENT_IOC_ID is _IOR('$', 7, __u64).
 PERF_EVENT_IOC_ENABLE = 0x2400
 PERF_EVENT_IOC_DISABLE = 0x2401
@@ -69,9 +71,9 @@ PERF_EVENT_IOC_RESET = 0x2403
 PERF_EVENT_IOC_ID = 0x80082407
 PERF_IOC_FLAG_GROUP = 1
 
-# __NR_perf_event_open: arch/x86/entry/syscalls/syscall_64.tbl (298) and
-# include/uapi/asm-generic/unistd.h, used by arm64 (241).
-SYSCALL_NUMBERS = PERF_EVENT_OPEN_NR  # counterd.launch opens saved plans with it too
+# __NR_perf_event_open per machine (counterd.perf_abi: counterd.launch opens saved plans with
+# it too).
+SYSCALL_NUMBERS = PERF_EVENT_OPEN_NR
 
 HARDWARE_TYPES = frozenset({PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE, PERF_TYPE_RAW})
 
@@ -256,9 +258,6 @@ def translate_errno(err: int, event: str, target: Target, paranoid: int | None, 
 # The syscall
 # --------------------------------------------------------------------------------------------
 
-_libc: ctypes.CDLL | None = None
-
-
 def syscall_number(machine: str | None = None) -> int:
     """__NR_perf_event_open for ``machine`` (default: this host's ``uname -m``)."""
     machine = machine or os.uname().machine  # platform.machine()'s answer, without importing it
@@ -268,23 +267,13 @@ def syscall_number(machine: str | None = None) -> int:
     return SYSCALL_NUMBERS[machine]
 
 
-def _syscall() -> ctypes._CFuncPtr:  # type: ignore[name-defined]
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.syscall.restype = ctypes.c_long
-    return _libc.syscall
-
-
 def perf_event_open(attr: PerfEventAttr, pid: int, cpu: int, group_fd: int = -1,
                     flags: int = PERF_FLAG_FD_CLOEXEC) -> int:
-    """The raw syscall; returns an fd or raises OSError with the kernel's errno."""
-    fd = _syscall()(ctypes.c_long(syscall_number()), ctypes.byref(attr), ctypes.c_int(pid),
-                    ctypes.c_int(cpu), ctypes.c_int(group_fd), ctypes.c_ulong(flags))
-    if fd < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return int(fd)
+    """The raw syscall (:func:`counterd.perf_abi.perf_event_open`, the one entry point, on the
+    structure's own memory); returns an fd or raises OSError with the kernel's errno, and
+    BackendUnavailable where the machine's syscall number is not known."""
+    syscall_number()
+    return _perf_event_open(attr, pid, cpu, group_fd, flags)
 
 
 def _event_id(fd: int) -> int:
