@@ -26,7 +26,7 @@ BATCH_JOB_VARS = (ENV_BATCH_JOB, "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID")
 ENV_FLUSH_TIMEOUT = "COUNTERD_FLUSH_TIMEOUT"  # seconds to wait for acks at exit (default 10)
 ENV_SPILL = "COUNTERD_SPILL"  # a directory for records the daemon did not take (0700)
 ENV_SAMPLE = "COUNTERD_SAMPLE"  # "<duration>:<k>": read counters of 1 in k shorter supersteps
-ENV_NATIVE = "COUNTERD_NATIVE"  # "0": markers and spool in Python even where hotpath.c is built
+ENV_NATIVE = "COUNTERD_NATIVE"  # "0": markers and spool in Python even where compiled
 # "import": importing counterd prepares the process's markers (counterd.init()), so that none of
 # their set-up lands in the program's first superstep; `counterd record` sets it for its command.
 ENV_INIT = "COUNTERD_INIT"

@@ -1,4 +1,4 @@
-"""The markers' compiled hot path (counterd/_native/hotpath.c) against the Python path.
+"""The markers' compiled hot path (counterd/_native/hotpath/) against the Python path.
 
 The two must give the same records and write byte-identical frames. Counter readings are made
 known by a perf group whose leader is a pipe: each ``read(2)`` of it returns the bytes the test
@@ -462,7 +462,7 @@ def test_sampling_off_and_k_one_read_every_superstep() -> None:
     assert Sampling.parse("0.2ms:10") == Sampling(200_000, 10)
 
 
-# -- what a review of hotpath.c found, kept found ------------------------------------------------
+# -- what a review of the hot path found, kept found ----------------------------------------------
 
 _FORK = """
 import os, sys
