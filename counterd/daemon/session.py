@@ -460,6 +460,7 @@ class Session:
             return
         if not self._hold(seq, self.decoder.last_size, opening=True):
             return
+        self._clock_while_alive(held.run_id)
         self._keep_begun(key, line)
         if begin.count is None:
             return
@@ -510,6 +511,14 @@ class Session:
             self.shared.writer.anchor(self.uid, run_id, self._clock(), start)
             self._anchored.add(run_id)
 
+    def _clock_while_alive(self, run_id: str) -> None:
+        """At a superstep's begin in a run that will be anchored: read the client's clock now,
+        while the client is alive to be read (its first record may reach the writer only after
+        it died: the incomplete record made at the connection's end, its black box read
+        after; /proc of a dead pid has no time namespace, or another process's)."""
+        if run_id in self._unanchored and self._client_clock is None:
+            self._clock()
+
     def _clock(self) -> ClientClock:
         """The client's clock beside the daemon's (read once per connection): this kernel's
         boot, the client's time namespace and its monotonic offset (counterd.clocks)."""
@@ -533,6 +542,7 @@ class Session:
             return
         if not self._hold(seq, self.decoder.last_size, opening=True):
             return
+        self._clock_while_alive(ctx.run_id)
         self._keep_begun((ctx.run_id, opened.index), Opened(ctx, opened))
 
     def _close_step(self, head: protocol.Head, body: bytes) -> None:

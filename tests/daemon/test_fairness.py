@@ -27,7 +27,7 @@ from counterd.daemon.query import Queries, QueryWorker
 from counterd.daemon.quota import Usage
 from counterd.daemon.server import RoundRobin, Server
 from counterd.daemon.session import Clients, Session, Shared
-from counterd.daemon.store import RunInfo, Store
+from counterd.daemon.store import RunAnchor, RunInfo, Store
 from counterd.daemon.writer import Item, Writer
 from counterd.protocol import FrameType
 from counterd.records import SuperstepRecord
@@ -523,3 +523,36 @@ def test_schema_5_counts_what_an_older_store_holds(tmp_path: Path) -> None:
     store = Store(path)
     assert store.usage() == _bytes(store) and store.usage()[1000] > 0
     store.close()
+
+
+def test_a_client_killed_in_its_first_superstep_keeps_its_clock() -> None:
+    """A batch job killed at its walltime inside its first superstep: its first record (the
+    incomplete one made at the connection's end) reaches the writer after the client died, so
+    its clock is read at the superstep's begin, while the client is alive, not from the dead
+    pid's /proc (which has no time namespace, or another process's)."""
+    import subprocess
+
+    lp = Loop()
+    try:
+        child = subprocess.Popen(["sleep", "30"])
+        ours, theirs = socket.socketpair()
+        session = lp.server.adopt(ours, Peer(child.pid, 1000, 1000))
+        ctx = {"s": 1, "c": 1, "run_id": "job", "pid": child.pid, "host": "h",
+               "backend": "none", "counters": []}
+        theirs.sendall(protocol.encode(F.HELLO, {"pid": child.pid, "job": "t"})
+                       + protocol.encode(F.CONTEXT, ctx)
+                       + protocol.encode_open(2, 1, 0, 5, 0, 0, "long"))
+        for _ in range(50):
+            lp.server.poll(0)
+            if session.last_seq >= 2:
+                break
+        assert session.last_seq == 2
+        child.kill()
+        child.wait()
+        session.close(incomplete=True)
+        anchors = [a for a in lp.queued_all() if isinstance(a, RunAnchor)]
+        assert anchors and anchors[0].clock.timens != ""
+        assert anchors[0].clock.mono_offset_ns is not None, anchors[0].clock
+        theirs.close()
+    finally:
+        lp.close()
