@@ -43,6 +43,7 @@ setup(
             "counterd._native._hotpath",
             sources=[f"counterd/_native/hotpath/{name}.c" for name in
                      ("module", "lane", "step", "frames", "mappedfile", "perfpage")],
+            depends=["counterd/_native/hotpath/hotpath.h"],
             extra_compile_args=["-O2", "-g", "-Wall", "-Wextra", "-Wno-unused-parameter",
                                 "-Wno-missing-field-initializers"],
         ),

@@ -201,7 +201,8 @@ def _launch(args: argparse.Namespace, rng: np.random.Generator, configs: Sequenc
 def near_crossover(blocks: Sequence[int], pairs: dict[int, np.ndarray]) -> list[int]:
     """The block sizes to measure again: within one of the crossover of the median ratios
     (the largest block size when Conv-Scan is never faster), and every block size whose
-    verdict is not firm (fewer than :data:`predictor.convolution.FIRM` of its pairs agree)."""
+    verdict is not firm (fewer than :data:`predictor.convolution_predict.FIRM` of its pairs
+    agree)."""
     x = cvp.crossover(blocks, [float(np.median(pairs[b])) for b in blocks])
     centre = blocks[-1] if x is None else x
     out = {b for b in blocks if abs(b - centre) <= 1}

@@ -6,7 +6,7 @@ level, keeping every measured time; write the result beside, ready for ``predict
         [--exclusive split|shared] [--llc-index modulo|sliced|hashed] [--llc-share F]
         [--only exclusive|all] [--jobs N]
 
-The patterns are deterministic (microbench/patterns.py: bases, strides, counts, sweeps) and
+The patterns are deterministic (microbench/catalogue.py: bases, strides, counts, sweeps) and
 the file records the geometry and the bank map, so the counts can be made again here;
 ``--exclusive split`` with the default index reproduces the file's own counts (the check
 printed at the end). ``--exclusive shared``: the processors of an exclusive pattern meet in

@@ -79,10 +79,15 @@ def worker(rank: int, p: int, n: int, iterations: int, shm_name: str, partials_n
 def main() -> int:
     from multiprocessing import shared_memory
 
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 4_000_000
-    p = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    try:
+        n = int(sys.argv[1]) if len(sys.argv) > 1 else 4_000_000
+        p = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+        iterations = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    except ValueError:
+        print(f"bsp_sum.py: arguments {' '.join(sys.argv[1:])}: give whole numbers "
+              "[N] [P] [ITERATIONS]", file=sys.stderr)
+        return 2
     p = p or min(4, len(os.sched_getaffinity(0)))  # 0: the default
-    iterations = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     if n < p or p < 1 or iterations < 1:
         print(f"bsp_sum.py: N {n}, P {p}, ITERATIONS {iterations}: give N >= P >= 1 and "
               "ITERATIONS >= 1", file=sys.stderr)

@@ -10,7 +10,8 @@ Two variants, both kept so they can be compared (DESIGN.md section 8):
 - :class:`ImprovedFit` fits F = const + max(F1, F2, F3) jointly on every fitting pattern,
   minimising relative error (seed 003 footnote 1), with optional extra terms (TLB misses,
   streaming misses, load/store asymmetry, a per-superstep constant) each kept only if it earns
-  its place under k-fold cross-validation (the toolkit, predictor/modeling.py).
+  its place under k-fold cross-validation (the toolkit: predictor/fitting.py, modelers.py,
+  modeling.py).
 """
 
 from __future__ import annotations

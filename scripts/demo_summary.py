@@ -60,11 +60,12 @@ def summary(report: dict[str, Any], pilot: dict[str, Any]) -> list[str]:
         # occurrence's time varies from one to the next; counterd report says so).
         runs = sorted({n["occurrences"] for n in names})
         each = f"{runs[0]}" if len(runs) == 1 else f"{runs[0]}-{runs[-1]}"
-        first = (f"summary: {len(names)} of {len({s['name'] for s in steps})} supersteps "
-                 f"predicted by the F calibrated on this host, each run {each} times: its "
-                 f"median work against F, average E {by_name['average']:.2f}, worst "
-                 f"{by_name['maximum']:.2f} ({by_name['maximum_at']}); one run at a time, "
-                 f"average {e['average']:.2f}, worst {e['maximum']:.2f}; {E_NOTE}")
+        first = (f"summary: {len({n['name'] for n in names})} of "
+                 f"{len({s['name'] for s in steps})} supersteps predicted by the F calibrated "
+                 f"on this host, each {each} times in the run: the median of its work over F, "
+                 f"average E {by_name['average']:.2f}, worst {by_name['maximum']:.2f} "
+                 f"({by_name['maximum_at']}); one occurrence at a time, average "
+                 f"{e['average']:.2f}, worst {e['maximum']:.2f}; {E_NOTE}")
     elif rated and e.get("average") is not None:
         worst = steps[e["maximum_at"]]["name"] if e.get("maximum_at") is not None else "?"
         first = (f"summary: {len(rated)} of {len(steps)} supersteps predicted by the F "

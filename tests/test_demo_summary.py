@@ -115,6 +115,6 @@ def test_an_iterated_run_is_summarised_by_each_names_median(tmp_path, monkeypatc
     p = _run(path, _pilot_json(tmp_path, monkeypatch, capsys))
     assert p.returncode == 0, p.stderr
     first = next(ln for ln in p.stdout.splitlines() if ln.startswith("summary: "))
-    assert ("2 of 2 supersteps predicted by the F calibrated on this host, each run 4 times: "
-            "its median work against F, average E 1.30, worst 1.60 (swap); one run at a time, "
-            "average 1.87, worst 3.60") in first
+    assert ("2 of 2 supersteps predicted by the F calibrated on this host, each 4 times in "
+            "the run: the median of its work over F, average E 1.30, worst 1.60 (swap); one "
+            "occurrence at a time, average 1.87, worst 3.60") in first

@@ -69,7 +69,7 @@ typedef struct cs_state_s {
 
 static void access_level(cs_state *st, int64_t k, uint64_t addr, int op);
 
-/* MurmurHash3's fmix64 (counterd/machine.py mix64). */
+/* MurmurHash3's fmix64 (counterd/machine/geometry.py mix64). */
 static inline uint64_t mix64(uint64_t x)
 {
     x ^= x >> 33;
@@ -80,7 +80,7 @@ static inline uint64_t mix64(uint64_t x)
     return x;
 }
 
-/* The set of a line (counterd/machine.py set_index): modulo when hash_low is 0, else the low
+/* The set of a line (counterd/machine/geometry.py set_index): modulo when hash_low is 0, else the low
  * hash_low-sized part of the line number kept and the part above hashed to a slice. */
 static inline uint64_t set_of(const cs_level *lv, uint64_t line)
 {

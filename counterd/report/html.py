@@ -233,14 +233,16 @@ def _names_table(rep: Report) -> str:
     if not rep.repeated:
         return ""
     body = [[_td(_esc(n.name), "l name"), _td(str(n.first_index), "num"),
-             _td(str(n.occurrences), "num"),
+             _td(str(n.processors), "num"), _td(str(n.occurrences), "num"),
              _td(_seconds(n.work_ns / 1e9), "num"), _td(_seconds(n.low_ns / 1e9), "num"),
              _td(_seconds(n.high_ns / 1e9), "num"), _td(_seconds(n.predicted_s), "num"),
-             _td(_ratio(n.error_ratio), "num")] for n in rep.by_name]
-    table = _table([_th("superstep"), _th("first", cls="num"), _th("occurrences", cls="num"),
+             _td(f"{n.ratio:.2f}", "num"), _td(_ratio(n.error_ratio), "num")]
+            for n in rep.by_name]
+    table = _table([_th("superstep"), _th("first", cls="num"), _th("p", cls="num"),
+                    _th("occurrences", "predicted, complete", "num"),
                     _th("work", "median", "num"), _th("least", cls="num"),
-                    _th("most", cls="num"), _th("F", "median", "num"), _th("E", cls="num")],
-                   body)
+                    _th("most", cls="num"), _th("F", "median", "num"),
+                    _th("work / F", "median", "num"), _th("E", cls="num")], body)
     return f"""<section><h2>Per superstep name</h2>
 {table}
 <p class="note">{_esc(rep.name_error_note()[:1].upper() + rep.name_error_note()[1:])}.</p>

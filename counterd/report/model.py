@@ -351,18 +351,20 @@ class Report:
 
     @cached_property
     def by_name(self) -> tuple[NameSummary, ...]:
-        """Each superstep name with a predicted occurrence, in the order of first occurrence
-        (:class:`NameSummary`)."""
-        groups: dict[str, list[tuple[int, int, float]]] = {}
+        """Each superstep name (and processor count) with a predicted, complete occurrence, in
+        the order of first occurrence (:class:`NameSummary`)."""
+        groups: dict[tuple[str, int], list[tuple[int, int, float]]] = {}
         for r in self.rows:
             work = r.slowest_work_ns
-            if r.prediction is not None and work is not None:
-                groups.setdefault(r.name, []).append((r.index, work, r.prediction.total_s))
+            if r.prediction is not None and work is not None and r.prediction.total_s > 0:
+                groups.setdefault((r.name, r.processors), []).append(
+                    (r.index, work, r.prediction.total_s))
         return tuple(
-            NameSummary(name, occ[0][0], len(occ), statistics.median(w for _, w, _ in occ),
+            NameSummary(name, p, occ[0][0], len(occ), statistics.median(w for _, w, _ in occ),
                         min(w for _, w, _ in occ), max(w for _, w, _ in occ),
-                        statistics.median(f for _, _, f in occ))
-            for name, occ in groups.items())
+                        statistics.median(f for _, _, f in occ),
+                        statistics.median(w / 1e9 / f for _, w, f in occ))
+            for (name, p), occ in groups.items())
 
     @property
     def repeated(self) -> bool:
@@ -383,34 +385,40 @@ class Report:
         summary = self.name_error_summary()
         if not self.repeated or summary is None:
             return ""
-        return (f"per superstep name, the median work of its occurrences against the median "
-                f"F: average E {summary[0]:.2f}, maximum {summary[1]:.2f} "
+        return (f"per superstep name, the median of its occurrences' work over F: average E "
+                f"{summary[0]:.2f}, maximum {summary[1]:.2f} "
                 f"({summary[2].name}); one occurrence's work varies from one to the next, "
                 "the median is the superstep's typical time")
 
 
 @dataclass(frozen=True)
 class NameSummary:
-    """One superstep name of the run, over its predicted occurrences (an iterative program
-    runs the same supersteps again and again): the median work against the median F.
+    """One superstep name of the run at one processor count, over its predicted, complete
+    occurrences (an iterative program runs the same supersteps again and again): the median
+    of each occurrence's work over its F, and the medians of the two.
 
     One occurrence's work on a shared or virtual host varies by tens of percent from one
     occurrence to the next (a neighbour's burst, a late wake-up); the median of several is
     the superstep's typical time, the figure a prediction is fairly judged against (as
-    pyperf judges a benchmark by many values, not by one)."""
+    pyperf judges a benchmark by many values, not by one). E is taken from the median ratio,
+    not from the two medians, so that occurrences whose F differs (other parameters under
+    the same name) are each judged against their own F; where F is the same in every
+    occurrence the two agree."""
 
     name: str
-    first_index: int  # the index of its first occurrence
-    occurrences: int  # predicted occurrences with a work time
+    processors: int
+    first_index: int  # the index of its first predicted, complete occurrence
+    occurrences: int  # how many were predicted and complete
     work_ns: float  # the median of their work (the slowest processor's own time)
     low_ns: int  # the least and the most work of one occurrence
     high_ns: int
     predicted_s: float  # the median of their F
+    ratio: float  # the median of work / F over the occurrences
 
     @property
     def error_ratio(self) -> float | None:
-        """E of the median work against the median F."""
-        return error_ratio(self.work_ns / 1e9, self.predicted_s)
+        """E = max(r, 1/r) of the median ratio r of work to F."""
+        return None if self.ratio <= 0 else max(self.ratio, 1 / self.ratio)
 
 
 _I = TypeVar("_I")

@@ -88,16 +88,17 @@ def render_text(rep: Report, *, verbose: bool = False) -> str:
     if note := rep.error_note():
         out.append(note)
     if rep.repeated:
-        out += ["", "per superstep name: the median work of its occurrences (least - most) "
-                    "against the median F"]
-        out.append(f"{'first':>5} {'superstep':<20} {'n':>4} {'work':>9} {'least':>9} "
-                   f"{'most':>9} {'F':>9} {'E':>6}")
+        out += ["", "per superstep name: its predicted, complete occurrences (n), their median "
+                    "work (least - most) and median F; E from the median of work / F"]
+        out.append(f"{'first':>5} {'superstep':<20} {'p':>3} {'n':>4} {'work':>9} {'least':>9} "
+                   f"{'most':>9} {'F':>9} {'work/F':>7} {'E':>6}")
         for n in rep.by_name:
-            out.append(f"{n.first_index:>5} {n.name[:20]:<20} {n.occurrences:>4} "
-                       f"{_time(n.work_ns / NS_PER_S):>9} {_ns(n.low_ns):>9} "
-                       f"{_ns(n.high_ns):>9} {_time(n.predicted_s):>9} "
-                       f"{_ratio(n.error_ratio):>6}")
-        out.append(rep.name_error_note())
+            out.append(f"{n.first_index:>5} {n.name[:20]:<20} {n.processors:>3} "
+                       f"{n.occurrences:>4} {_time(n.work_ns / NS_PER_S):>9} "
+                       f"{_ns(n.low_ns):>9} {_ns(n.high_ns):>9} {_time(n.predicted_s):>9} "
+                       f"{n.ratio:>7.2f} {_ratio(n.error_ratio):>6}")
+        if note := rep.name_error_note():
+            out.append(note)
     out.append("times: " + rep.TIMES)
     if note := rep.skew_note():
         out.append(note)
@@ -155,11 +156,13 @@ def to_json(rep: Report) -> dict[str, Any]:
             "error_note": rep.error_note(),
             "supersteps": [row(r) for r in rep.rows],
             # each name over its predicted occurrences: median work against median F
-            "by_name": [{"name": n.name, "first_index": n.first_index,
+            "by_name": [{"name": n.name, "processors": n.processors,
+                         "first_index": n.first_index,
                          "occurrences": n.occurrences, "work_s": n.work_ns / NS_PER_S,
                          "least_work_s": n.low_ns / NS_PER_S,
                          "most_work_s": n.high_ns / NS_PER_S, "F_s": n.predicted_s,
-                         "error_ratio": n.error_ratio} for n in rep.by_name],
+                         "work_over_F": n.ratio, "error_ratio": n.error_ratio}
+                        for n in rep.by_name],
             "name_error_ratio": None if name_summary is None else {
                 "average": name_summary[0], "maximum": name_summary[1],
                 "maximum_at": name_summary[2].name, "repeated": rep.repeated}}

@@ -1,8 +1,8 @@
-"""The seed-003 modelling toolkit (predictor/modeling.py) on known answers: Brewer's MRE by its
-definition, NNLS against brute force, coefficients of synthetic data with known values and
-relative noise recovered within their standard errors, significance pruning, prediction
-intervals whose coverage is measured by replication and matches statsmodels, validation, the
-modelers, and the refusals of bad input."""
+"""The seed-003 modelling toolkit (predictor/fitting.py, modelers.py, modeling.py) on known
+answers: Brewer's MRE by its definition, NNLS against brute force, coefficients of synthetic
+data with known values and relative noise recovered within their standard errors, significance
+pruning, prediction intervals whose coverage is measured by replication and matches
+statsmodels, validation, the modelers, and the refusals of bad input."""
 
 from __future__ import annotations
 

@@ -465,7 +465,8 @@ def test_repeated_names_are_judged_by_their_median_work() -> None:
     assert rep.error_summary() is not None and rep.error_summary()[1] == pytest.approx(9 / 2.5)
     text = report.render(rep, "text")
     assert "per superstep name" in text
-    assert re.search(r"0 scan\s+4\s+2\.50 ms\s+1\.00 ms\s+9\.00 ms\s+2\.50 ms\s+1\.00", text)
+    assert re.search(r"0 scan\s+2\s+4\s+2\.50 ms\s+1\.00 ms\s+9\.00 ms\s+2\.50 ms"
+                     r"\s+1\.00\s+1\.00", text)
     assert "average E 1.30, maximum 1.60 (swap)" in text
     doc = json.loads(report.render(rep, "json"))
     assert [n["name"] for n in doc["by_name"]] == ["scan", "swap"]
@@ -483,3 +484,44 @@ def test_names_that_never_repeat_add_no_per_name_view() -> None:
     assert "per superstep name" not in report.render(rep, "text")
     assert "Per superstep name" not in report.render(rep, "html")
     assert json.loads(report.render(rep, "json"))["name_error_ratio"]["repeated"] is False
+
+
+def test_each_occurrence_is_judged_against_its_own_F() -> None:
+    """Under one name, occurrences whose F differs: E comes from the median of work / F, so
+    three of four occurrences predicted 2x too long give E 2 (the medians of work, 1.5 ms,
+    and of F, 2 ms, would give 1.33). Occurrences without a prediction (3), or never ended
+    (4), are not counted; another processor count (6) is a row of its own."""
+    works_ms, fs_ms = [1, 2, 3, 7, 7, 1, 1], [2, 4, 1, 0, 3, 2, 1]  # F 0: no prediction
+
+    def prefer(recs: Sequence[SuperstepRecord]) -> Prediction | None:
+        f = fs_ms[recs[0].index] * 1e-3
+        return None if f == 0 else Prediction({"F1": f, "F2": 0.0, "F3": 0.0}, f, {})
+
+    recs = []
+    for index, w in enumerate(works_ms):
+        ranks = 1 if index == 6 else 2  # index 6: one processor
+        for rank in range(ranks):
+            begin = index * 100_000_000
+            end = None if index == 4 and rank == 1 else begin + w * 1_000_000
+            recs.append(SuperstepRecord(
+                run_id="v", index=index, name="step", rank=rank, pid=1 + rank, cpu=rank,
+                begin_ns=begin, end_ns=end, backend="sim", host="h",
+                flags=frozenset({"incomplete"}) if end is None else frozenset(),
+                counters={"l1d_misses": CounterValue(1.0, Source.SIMULATED)}))
+    rep = report.build(recs, predict=prefer)
+    two, one = rep.by_name
+    assert (two.processors, two.first_index, two.occurrences) == (2, 0, 4)  # 0, 1, 2, 5
+    assert two.ratio == pytest.approx(0.5) and two.error_ratio == pytest.approx(2.0)
+    assert (one.processors, one.first_index, one.occurrences) == (1, 6, 1)
+    text = report.render(rep, "text")
+    assert re.search(r"0 step\s+2\s+4 .* 0\.50\s+2\.00", text)
+    assert "E from the median of work / F" in text
+    assert json.loads(report.render(rep, "json"))["by_name"][0]["work_over_F"] == \
+        pytest.approx(0.5)
+
+
+def test_a_name_is_escaped_in_the_html_view() -> None:
+    recs = [dataclasses.replace(r, name="<b>scan</b>" if r.name == "scan" else r.name)
+            for r in iterated_records()]
+    html = report.render(report.build(recs, predict=two_and_a_half_ms), "html")
+    assert "&lt;b&gt;scan&lt;/b&gt;" in html and "<b>scan</b>" not in html

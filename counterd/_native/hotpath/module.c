@@ -4,8 +4,8 @@
  *
  * Mirrors counterd/markers/api.py (superstep: the compiled form, which calls the Python one
  * where this thread has no lane) and counterd/markers/native.py (setup's wire and record
- * constants); perf_event_open is the compiled path of counterd/backends/perf/syscall.py's
- * perf_event_open. Part of the one extension module counterd._native._hotpath (see hotpath.h).
+ * constants); perf_event_open is the compiled path of counterd/perf_abi.py's perf_event_open
+ * (the one entry point). Part of the one extension module counterd._native._hotpath (see hotpath.h).
  */
 #include "hotpath.h"
 
