@@ -24,7 +24,7 @@ setup: $(STAMP)
 bytecode: $(STAMP)
 	$(PY) -m compileall -q counterd predictor microbench
 
-# About a minute on the 2-CPU test host (58 s from a fresh clone, quiet, 2026-11-27; the
+# About a minute on the 2-CPU test host (53-68 s after install, quiet, 2026-11-27; the
 # calibration's own estimate is printed as it starts).
 # The quick calibration times the memory patterns only: the example's records carry the sim
 # backend's memory counters, which the compute patterns (instructions counted under Callgrind,
