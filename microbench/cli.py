@@ -97,7 +97,7 @@ def _estimate(args: argparse.Namespace, machine: Machine, pats: Sequence[Pattern
     backend = compute.plan(args.compute_backend).backend or "none"
     planned = machine.cpus != host_machine(machine.geometry, machine.bank_map).cpus
     speeds = probe(machine, compute=backend != "none", planned=planned,
-                   startup_s=process_age_s())
+                   startup_s=process_age_s(), callgrind=backend == "callgrind")
     return (estimate(pats, machine, speeds, cfg=QUICK if args.quick else NORMAL,
                      compute_backend=backend, quick=args.quick), speeds)
 

@@ -27,12 +27,15 @@ Assumptions, said again in every :class:`Estimate`:
 * repetitions: ``min_reps``, and measurements taken again (``retries``) in the share of
   patterns this host's load makes disturbed (1 - exp(-load average / CPUs); none on a
   planned node);
-* the run's processes share the CPUs with the other processes' work (the load average; none
-  on a planned node): n of them beside a load of L on C CPUs go max(1, (L + n) / C) times
-  slower, and the simulations of a chunk, one per CPU, slow each other down no further;
-* callgrind runs the compute program's start (a Python with numpy and counterd, and what
-  the counted run adds besides the kernels) :data:`CALLGRIND_START` times slower than a
-  Python's start here, and its kernels :data:`CALLGRIND_WORK` times slower than natively.
+* the run's processes share the CPUs with the other processes' work that competes with them
+  (measured over the probe: busy CPUs less the probe's own, niced work left out; none on a
+  planned node): n of them beside L CPUs' worth of it on C CPUs go max(1, (L + n) / C)
+  times slower, and the simulations of a chunk, one per CPU, slow each other down no
+  further;
+* callgrind counts the compute patterns in :data:`CALLGRIND_BARE` times what a bare Python
+  start takes under it here, now (where valgrind could not be timed: the compute program's
+  start :data:`CALLGRIND_START` times slower than a Python's start here, its kernels
+  :data:`CALLGRIND_WORK` times slower than natively).
 
 The estimate is for this host's speed: for a machine file describing another node
 (``microbench list --machine FILE``), the file's CPUs, caches and banks with this host's
@@ -68,6 +71,16 @@ COMPUTE_BACKENDS: tuple[str, ...] = ("none", "perf", "papi", "callgrind")
 #   real; the quick set at 77 s against 55-62 s, its kernels probed cold (one repetition).
 CALLGRIND_START = 400.0
 CALLGRIND_WORK = 360.0
+# The counted run of the compute patterns, quick set (True) and full set (False), in bare
+# Python starts under Callgrind (microbench.probe._callgrind_bare_s), which time valgrind on
+# this host as it runs now. On the 2-CPU test host (2026-11-27, niced work beside, load
+# average 2.3-4.0; `microbench run [--quick] --suite table1 --procs 1 --strides 1
+# --compute-backend callgrind`, two bare starts before each run): quick 69.5 s and 58.2 s
+# after bare starts of 3.00-3.21 s and 2.89-3.50 s (ratios 22.4, 18.2); full 170.7 s and
+# 181.4 s after 2.62-2.83 s and 2.58-2.80 s (62.7, 67.4). One bare start varies by about
+# 15 % from the next. The former proxy, a native start's CPU time, tripled beside the same
+# niced work (0.10 -> 0.23-0.33 s) and priced the quick set at 101-136 s.
+CALLGRIND_BARE = {True: 20.0, False: 65.0}
 # Repetitions of the compute patterns' timed run (microbench.compute.measure's default).
 COMPUTE_REPS = 11
 # The probe's memory span: twice the last level where that is smaller. Memory patterns span
@@ -110,11 +123,13 @@ class Speeds:
     compute_full_s: float  # the same for the full set (sizes scaled from the quick ones)
     compute_prepare_s: float  # building the quick compute kernels' inputs
     disturbed: float  # share of measurements expected to be taken again (0..1)
-    others: float = 0.0  # CPUs' worth of other processes' work (load average; planned: 0)
+    others: float = 0.0  # CPUs' worth of other work competing with a run (planned: 0)
     probe_s: float = 0.0  # how long the probe took
     notes: tuple[str, ...] = ()
     # Native kernels' memory loads, stores FAR_LINES lines apart (None: as NEAR_LINES apart).
     kernel_far_ns: tuple[float, float] | None = None
+    # CPU seconds of a bare Python start under Callgrind (0: not probed; see compute_cost).
+    callgrind_bare_s: float = 0.0
 
     def __post_init__(self) -> None:
         maps = (self.kernel_load_ns, self.kernel_store_ns, self.sim_load_ns, self.sim_store_ns,
@@ -128,7 +143,7 @@ class Speeds:
                    self.touch_ns, self.superstep_ns,
                    self.pattern_ns, self.worker_start_ns, self.startup_s, self.python_start_s,
                    self.compute_quick_s,
-                   self.compute_full_s, self.compute_prepare_s)
+                   self.compute_full_s, self.compute_prepare_s, self.callgrind_bare_s)
         if any(not (v >= 0 and math.isfinite(v)) for v in scalars):
             raise BadInput(f"fixed costs {scalars}", "give finite times >= 0")
         if not 0 <= self.disturbed <= 1:
@@ -149,6 +164,7 @@ class Speeds:
                 "compute_quick_s": self.compute_quick_s,
                 "compute_full_s": self.compute_full_s,
                 "compute_prepare_s": self.compute_prepare_s, "disturbed": self.disturbed,
+                "callgrind_bare_s": self.callgrind_bare_s,
                 "probe_s": self.probe_s, "notes": list(self.notes)}
 
     def scaled(self, factor: float) -> Speeds:
@@ -362,9 +378,12 @@ def run_order(patterns: Sequence[Pattern], est: Estimate | None) -> list[Pattern
     return sorted(patterns, key=lambda p: -sim.get(p.mnemonic, 0.0))
 
 
-def compute_cost(backend: str, quick: bool, speeds: Speeds) -> float:
+def compute_cost(backend: str, quick: bool, speeds: Speeds, cpus: int = 1) -> float:
     """The compute patterns: a timed run of :data:`COMPUTE_REPS` repetitions, and for
-    callgrind a counted run of two repetitions under it (microbench.compute.measure)."""
+    callgrind a counted run of two repetitions under it (microbench.compute.measure): where
+    valgrind was timed here (``callgrind_bare_s``), :data:`CALLGRIND_BARE` times that (quick
+    set or full), slowed down by the other work that competes for the ``cpus`` CPUs; else
+    the native start and kernels times :data:`CALLGRIND_START` and :data:`CALLGRIND_WORK`."""
     if backend not in COMPUTE_BACKENDS:
         raise BadInput(f"compute backend {backend!r}", "choose " + ", ".join(COMPUTE_BACKENDS))
     if backend == "none":
@@ -375,6 +394,9 @@ def compute_cost(backend: str, quick: bool, speeds: Speeds) -> float:
     timed = speeds.python_start_s + prepare + COMPUTE_REPS * rep
     if backend != "callgrind":
         return timed
+    if speeds.callgrind_bare_s > 0:
+        crowding = max(1.0, (speeds.others + 1) / max(1, cpus))
+        return timed + CALLGRIND_BARE[quick] * speeds.callgrind_bare_s * crowding
     return timed + CALLGRIND_START * speeds.python_start_s + CALLGRIND_WORK * (prepare + 2 * rep)
 
 
@@ -383,10 +405,11 @@ ASSUMPTIONS = (
     "patterns queue for the declared banks beyond one processor per bank",
     "each pattern takes min_reps repetitions, and is measured again (retries) as often as "
     "this host's load average per CPU says (not at all on a planned node)",
-    "the run's processes share the CPUs with the load average's other work (none on a "
+    "the run's processes share the CPUs with the other work that competes with them, as "
+    "measured while probing (niced work left out; none on a "
     "planned node); a chunk's simulations run one per CPU",
-    f"callgrind runs the compute program's start {CALLGRIND_START:g} times slower than a "
-    f"Python's start here, its kernels {CALLGRIND_WORK:g} times slower than natively",
+    f"callgrind counts the quick compute patterns in {CALLGRIND_BARE[True]:g} times, the full "
+    f"ones in {CALLGRIND_BARE[False]:g} times what a bare Python start takes under it here",
 )
 
 
@@ -409,7 +432,8 @@ def estimate(patterns: Sequence[Pattern], machine: Machine, speeds: Speeds, *,
     pages = region_bytes(patterns, machine.page_bytes) // machine.page_bytes if patterns else 0
     return Estimate(tuple(costs), cpus, startup, pages * speeds.fault_ns / 1e9,
                     sum(c.timing_s for c in costs), sim_wall,
-                    sum(c.sim_s for c in costs), compute_cost(compute_backend, quick, speeds),
+                    sum(c.sim_s for c in costs),
+                    compute_cost(compute_backend, quick, speeds, machine.max_procs),
                     compute_backend, ASSUMPTIONS)
 
 
@@ -446,7 +470,7 @@ def totals_by(est: Estimate, key: Iterable[str]) -> dict[str, float]:
 
 
 __all__ = ["ASSUMPTIONS", "CALLGRIND_START", "CALLGRIND_WORK", "COMPUTE_BACKENDS", "COMPUTE_REPS",
-           "Estimate",
+           "CALLGRIND_BARE", "Estimate",
            "PatternCost", "Speeds", "chunks", "compute_cost", "describe", "estimate",
            "run_order",
            "expected_attempts", "fmt_duration", "level_keys",

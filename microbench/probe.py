@@ -12,12 +12,14 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
 import numpy as np
+import psutil
 
 from counterd.sim import CacheSim, CoherentSim, StridedStream
 from microbench.counters import translation_period
@@ -206,6 +208,71 @@ def _python_start_s() -> float:
     return best
 
 
+def _callgrind_bare_s() -> float:
+    """CPU seconds (user and system) of a bare Python start (``-S -I -c pass``: no site, no
+    imports) under Callgrind with the counted run's options and this host's geometry: how
+    fast valgrind runs Python here, now. :func:`microbench.estimate.compute_cost` prices the
+    counted run of the compute patterns as a fixed multiple of it (the instructions it
+    executes do not depend on the host's speed or load). A native start is no proxy: beside
+    other work (even niced) its CPU time grew from 0.10 to 0.23-0.33 s on the 2-CPU test host,
+    whose counted runs did not slow down alike. 0.0 where valgrind or the geometry is lacking
+    (the estimate then falls back to the native start)."""
+    from counterd.backends.callgrind.geometry import CallgrindGeometry
+    from counterd.backends.callgrind.valgrind import valgrind_argv, valgrind_path
+    from counterd.errors import BadInput
+
+    exe = valgrind_path()
+    if exe is None:
+        return 0.0
+    try:
+        geometry = CallgrindGeometry.from_machine()
+    except BadInput:
+        return 0.0
+    with tempfile.TemporaryDirectory(prefix="microbench-probe-") as out:
+        argv = valgrind_argv([sys.executable, "-S", "-I", "-c", "pass"], geometry, out, exe)
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        done = subprocess.run(argv, check=False, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        return 0.0
+    return (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+
+
+class _OtherWork:
+    """The CPUs' worth of other processes' work that competes with a run at this process's
+    priority, over a window (:meth:`cpus` at its end): the whole system's busy time
+    (psutil.cpu_times: user, system, interrupts, steal) less this process's and its waited
+    children's. Niced work is left out when this process is not niced itself: a nice 19
+    process gets about 1.5 % of a CPU beside one at nice 0 (CFS weights 15 and 1024), and on
+    the 2-CPU test host a quick run beside niced helpers (load average 2.2) ran its
+    simulations at their quiet speed while the load average priced them twice as long."""
+
+    def __init__(self) -> None:
+        self._t0 = time.perf_counter()
+        self._sys0 = psutil.cpu_times()
+        self._own0 = self._own()
+
+    @staticmethod
+    def _own() -> float:
+        return sum(r.ru_utime + r.ru_stime for r in (
+            resource.getrusage(resource.RUSAGE_SELF),
+            resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+    @staticmethod
+    def _busy(t: Any, niced: bool) -> float:
+        fields = ("user", "system", "irq", "softirq", "steal", *(("nice",) if niced else ()))
+        return sum(float(getattr(t, f, 0.0)) for f in fields)
+
+    def cpus(self) -> float:
+        wall = time.perf_counter() - self._t0
+        if wall <= 0:
+            return 0.0
+        niced = os.nice(0) > 0  # a niced run competes with niced work too
+        busy = self._busy(psutil.cpu_times(), niced) - self._busy(self._sys0, niced)
+        return max(0.0, busy - (self._own() - self._own0)) / wall
+
+
 def _compute_times() -> tuple[float, float, float]:
     """(one quick repetition, one full repetition, preparing the quick inputs) of the compute
     kernels, in this process; the full set scaled by its sizes. A repetition is the faster of
@@ -243,12 +310,15 @@ def process_age_s() -> float:
 
 
 def probe(machine: Machine, *, compute: bool = True, planned: bool = False,
-          startup_s: float = 0.0) -> Speeds:
+          startup_s: float = 0.0, callgrind: bool = False) -> Speeds:
     """Measure this host's :class:`Speeds` for ``machine``'s geometry (a second or two).
     ``compute``: also time the compute kernels; ``planned``: the machine is another node (a
     machine file), so this host's load says nothing about its repetitions; ``startup_s``: a
-    run's own start (interpreter and imports; :func:`process_age_s` in a command)."""
+    run's own start (interpreter and imports; :func:`process_age_s` in a command);
+    ``callgrind``: the compute patterns will be counted by Callgrind, so time valgrind here
+    (:func:`_callgrind_bare_s`, two to three seconds more)."""
     t0 = time.perf_counter()
+    other_work = _OtherWork()
     startup = startup_s
     spans = _spans(machine)
     k_load, k_store, k_far, fault, touch = _kernel_times(machine, spans)
@@ -256,14 +326,17 @@ def probe(machine: Machine, *, compute: bool = True, planned: bool = False,
     step, pattern, worker = _pool_times(machine)
     cq, cf, cp = _compute_times() if compute else (0.0, 0.0, 0.0)
     python_start = _python_start_s() if compute else 0.0
+    bare = _callgrind_bare_s() if compute and callgrind else 0.0
     cpus = os.cpu_count() or 1
-    others = 0.0 if planned else os.getloadavg()[0]
-    # Other work interrupting a measurement at random (Poisson, others / cpus per CPU over
-    # one): disturbed at least once with probability 1 - exp(-others / cpus). Attempts per
-    # pattern on the 2-CPU test host: 1.24 at load 0.37, 1.91 at 1.72, 1.87-2.0 at 2.1-2.3,
-    # i.e. d = 0.20, 0.58, 0.55-0.62 (1 + d + d^2); this gives 0.17, 0.58, 0.65-0.69, the
-    # former min(1, others / cpus) 0.18, 0.86, 1.
-    disturbed = 1.0 - math.exp(-others / cpus)
+    others = 0.0 if planned else other_work.cpus()
+    # Other work interrupting a measurement at random (Poisson, load / cpus per CPU over
+    # one): disturbed at least once with probability 1 - exp(-load / cpus), with the load
+    # average, niced work included (the runner's check sees any other process on a CPU).
+    # Attempts per pattern on the 2-CPU test host: 1.24 at load 0.37, 1.91 at 1.72, 1.87-2.0
+    # at 2.1-2.3, i.e. d = 0.20, 0.58, 0.55-0.62 (1 + d + d^2); this gives 0.17, 0.58,
+    # 0.65-0.69, the former min(1, load / cpus) 0.18, 0.86, 1.
+    load = 0.0 if planned else os.getloadavg()[0]
+    disturbed = 1.0 - math.exp(-load / cpus)
     notes = []
     llc = machine.geometry.levels[-1].size_bytes
     if 2 * llc > PROBE_MEM_BYTES:
@@ -273,7 +346,7 @@ def probe(machine: Machine, *, compute: bool = True, planned: bool = False,
     return Speeds(k_load, k_store, s_load, s_store, s_far, snoop, fault, touch, step, pattern,
                   worker, startup, python_start, cq, cf, cp, disturbed, others,
                   time.perf_counter() - t0,
-                  tuple(notes), k_far)
+                  tuple(notes), k_far, bare)
 
 
 __all__ = ["probe", "process_age_s"]

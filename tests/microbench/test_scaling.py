@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from counterd.machine.geometry import Geometry
+from microbench import probe as probe_mod
 from microbench import results
 from microbench.catalogue import catalogue
 from microbench.cli import main
@@ -25,6 +26,7 @@ from microbench.counters import (
     translation_period,
 )
 from microbench.estimate import (
+    CALLGRIND_BARE,
     CALLGRIND_START,
     CALLGRIND_WORK,
     COMPUTE_REPS,
@@ -43,7 +45,7 @@ from microbench.estimate import (
     timing_cost,
 )
 from microbench.patterns import COHERENT_MAX_PROCS, HOST_BANKS, Machine, host_machine, paper_machine
-from microbench.probe import _spans, probe
+from microbench.probe import _OtherWork, _spans, probe
 from microbench.runner import NORMAL, QUICK, RunConfig, plans
 from microbench.suite import run_suite
 
@@ -279,6 +281,54 @@ def test_callgrind_prices_the_start_and_the_kernels_apart() -> None:
     assert CALLGRIND_START > 1 and CALLGRIND_WORK > 1
 
 
+def test_callgrind_priced_from_valgrind_timed_here() -> None:
+    """Where valgrind was timed (a bare Python start under it), the counted run is a fixed
+    multiple of that, slowed down by the competing work, and the native start no longer
+    matters."""
+    sp = dataclasses.replace(speeds(node(2, SMALL)), callgrind_bare_s=2.0)
+    timed = compute_cost("perf", True, sp)
+    assert compute_cost("callgrind", True, sp, cpus=2) == pytest.approx(
+        timed + CALLGRIND_BARE[True] * 2.0)
+    assert compute_cost("callgrind", False, sp, cpus=2) == pytest.approx(
+        compute_cost("perf", False, sp) + CALLGRIND_BARE[False] * 2.0)
+    slower_start = dataclasses.replace(sp, python_start_s=sp.python_start_s + 1.0)
+    assert compute_cost("callgrind", True, slower_start, cpus=2) == pytest.approx(
+        compute_cost("callgrind", True, sp, cpus=2) + 1.0)  # the timed run's start only
+    # Three CPUs' worth of competing work on 2 CPUs: (3 + 1) / 2 = twice as long.
+    busy = dataclasses.replace(sp, others=3.0)
+    assert compute_cost("callgrind", True, busy, cpus=2) == pytest.approx(
+        timed + 2 * CALLGRIND_BARE[True] * 2.0)
+    assert CALLGRIND_BARE[False] > CALLGRIND_BARE[True] > 1
+
+
+def test_callgrind_not_timed_without_valgrind(monkeypatch: pytest.MonkeyPatch) -> None:
+    import counterd.backends.callgrind.valgrind as vg
+
+    monkeypatch.setattr(vg, "valgrind_path", lambda: None)
+    assert probe_mod._callgrind_bare_s() == 0.0
+
+
+def test_other_work_leaves_out_niced_work_and_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Competing work over the window: the system's busy time less this process's own, niced
+    work left out unless this process is niced too (fed times, no real measurement)."""
+    import collections
+
+    T = collections.namedtuple("T", "user nice system idle iowait irq softirq steal")
+    clock = iter([100.0, 102.0, 102.0])  # a window of 2 s (one reading per cpus())
+    times = iter([T(10, 0, 5, 0, 0, 0, 0, 0), T(13, 4, 6, 0, 0, 0, 0, 0)] * 2)
+    own = iter([1.0, 2.0, 1.0, 2.0])  # this process and its children: 1 s in the window
+    monkeypatch.setattr(probe_mod.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(probe_mod.psutil, "cpu_times", lambda: next(times))
+    monkeypatch.setattr(_OtherWork, "_own", staticmethod(lambda: next(own)))
+    monkeypatch.setattr(probe_mod.os, "nice", lambda inc: 0)
+    w = _OtherWork()
+    # busy user + system: 4 s, less 1 s of our own, over 2 s: 1.5 CPUs; nice's 4 s left out.
+    assert w.cpus() == pytest.approx(1.5)
+    clock = iter([100.0, 102.0])
+    monkeypatch.setattr(probe_mod.os, "nice", lambda inc: 19)
+    assert _OtherWork().cpus() == pytest.approx(3.5)  # niced: niced work competes
+
+
 def test_probe_measures_this_host() -> None:
     m = host_machine(Geometry.from_spec(SMALL))
     sp = probe(m, compute=False)
@@ -496,14 +546,15 @@ def test_the_load_disturbs_a_share_of_the_measurements(monkeypatch: pytest.Monke
     for load in (0.0, cpus / 2, float(cpus), 4.0 * cpus):
         monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
         sp = probe(m, compute=False)
-        assert sp.others == load
+        assert sp.others >= 0  # competing work is measured, not the load average
         shares[load] = sp.disturbed
     assert shares[0.0] == 0.0
     assert shares[float(cpus)] == pytest.approx(1 - math.exp(-1))
     assert list(shares.values()) == sorted(shares.values())
     assert shares[4.0 * cpus] < 1.0
     # A planned node is not this host: its load says nothing.
-    assert probe(m, compute=False, planned=True).disturbed == 0.0
+    planned = probe(m, compute=False, planned=True)
+    assert planned.disturbed == 0.0 and planned.others == 0.0
 
 
 # -- exclusive processors in one shared last level (simulate_pattern exclusive="shared") ------
