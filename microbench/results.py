@@ -32,10 +32,11 @@ import numpy as np
 from counterd.errors import BadInput
 from counterd.fsutil import atomic_write_text
 from microbench.patterns import Machine, Pattern, bsp_quantities
+from predictor.inputs import RESULTS_FORMAT, RESULTS_VERSIONS
 
-FORMAT = "counterd-microbench"
+FORMAT = RESULTS_FORMAT  # the reader's (predictor.inputs) one name for it
 VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+SUPPORTED_VERSIONS = RESULTS_VERSIONS
 
 
 def now_iso() -> str:

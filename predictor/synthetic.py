@@ -14,7 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from predictor.inputs import Step, miss_counter, writeback_counter
+from predictor.inputs import (
+    RESULTS_FORMAT,
+    RESULTS_VERSIONS,
+    Step,
+    miss_counter,
+    writeback_counter,
+)
 from predictor.model import FModel, coefficients
 from predictor.terms import Power
 
@@ -116,7 +122,7 @@ def make_results(model: FModel, *, levels: tuple[int, ...] = (1, 2, 3), processo
     geo_levels = [{"level": lv, "size_bytes": (32 << 10) << (4 * (lv - 1)), "ways": 8,
                    "line_bytes": line} for lv in levels]
     return {
-        "format": "counterd-microbench", "version": 1, "created": "synthetic",
+        "format": RESULTS_FORMAT, "version": max(RESULTS_VERSIONS), "created": "synthetic",
         "backend": "sim", "suite": "all",
         "host": dict(host or {"hostname": "synthetic", "cpu_model": "synthetic CPU",
                               "cpus_online": processors, "page_bytes": page}),
