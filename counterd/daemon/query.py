@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from counterd import protocol
 from counterd.daemon.auth import Peer
-from counterd.daemon.store import RunKey, RunRow, Store, StoreError, open_readonly
-from counterd.errors import BadInput, CounterdError
+from counterd.daemon.store import RunKey, RunRow, Store, open_readonly
+from counterd.errors import BadInput, CounterdError, StoreError
 from counterd.protocol import FrameType, ProtocolError
 from counterd.records import SuperstepRecord
 

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 from counterd.clocks import ANCHOR_PERIOD_S, Anchor, take_anchor
 from counterd.daemon.exporter import Workload
 from counterd.daemon.quota import Usage
-from counterd.daemon.store import ClientClock, RunAnchor, RunInfo, Sample, Store, StoreError
+from counterd.daemon.store import ClientClock, RunAnchor, RunInfo, Sample, Store
+from counterd.errors import StoreError
 from counterd.records import SuperstepRecord
 
 if TYPE_CHECKING:

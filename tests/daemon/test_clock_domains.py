@@ -18,15 +18,8 @@ import pytest
 
 from counterd import cli
 from counterd.clocks import Anchor, ClockDomain, boot_id, time_namespace
-from counterd.daemon.store import (
-    SCHEMA_VERSION,
-    ClientClock,
-    RunAnchor,
-    RunInfo,
-    Store,
-    migrate,
-    schema_version,
-)
+from counterd.daemon.schema import SCHEMA_VERSION, migrate, schema_version
+from counterd.daemon.store import ClientClock, RunAnchor, RunInfo, Store
 from counterd.records import SuperstepRecord, read_jsonl
 from counterd.report import nodes
 

@@ -505,7 +505,7 @@ def test_schema_5_counts_what_an_older_store_holds(tmp_path: Path) -> None:
     """A store of schema 4 with records: migrating to 5 fills usage from them."""
     import sqlite3
 
-    from counterd.daemon.store import migrate
+    from counterd.daemon.schema import migrate
 
     path = tmp_path / "old.db"
     store = Store(path)

@@ -25,14 +25,9 @@ from hypothesis import strategies as st
 from counterd import cli, protocol
 from counterd.daemon.auth import Peer
 from counterd.daemon.query import Queries
-from counterd.daemon.store import (
-    SCHEMA_VERSION,
-    RunInfo,
-    Store,
-    StoreError,
-    migrate,
-    schema_version,
-)
+from counterd.daemon.schema import SCHEMA_VERSION, migrate, schema_version
+from counterd.daemon.store import RunInfo, Store
+from counterd.errors import StoreError
 from counterd.protocol import FrameType, ProtocolError
 from counterd.records import SuperstepRecord
 from tests.daemon import _queries
