@@ -39,7 +39,7 @@ from counterd.clocks import (
 from counterd.daemon.auth import Authority, Peer
 from counterd.daemon.behalf import ClientCounters, Counting
 from counterd.daemon.config import Limits
-from counterd.daemon.exporter import Workload
+from counterd.daemon.metrics_state import Workload
 from counterd.daemon.query import Queries, QueryWorker
 from counterd.daemon.sampling import owner_uids
 from counterd.daemon.store import ClientClock, RunInfo
@@ -49,7 +49,7 @@ from counterd.protocol import Decoder, FrameType, ProtocolError
 from counterd.records import SuperstepRecord, incomplete_record
 
 if TYPE_CHECKING:
-    from counterd.daemon.exporter import MetricsState
+    from counterd.daemon.metrics_state import MetricsState
 
 log = logging.getLogger("counterd.daemon")
 

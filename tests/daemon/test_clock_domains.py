@@ -135,7 +135,7 @@ def test_the_writer_anchors_a_declared_run_again_after_the_period(
     import threading
 
     from counterd.daemon import writer as w
-    from counterd.daemon.exporter import MetricsState
+    from counterd.daemon.metrics_state import MetricsState
 
     writer = w.Writer(MetricsState(), wake=lambda: None, stopping=threading.Event())
     clock = ClientClock("b", "t", 0)

@@ -22,7 +22,7 @@ from counterd import protocol
 from counterd.daemon import quota, server
 from counterd.daemon.auth import Authority, Peer
 from counterd.daemon.config import Limits
-from counterd.daemon.exporter import MetricsState
+from counterd.daemon.metrics_state import MetricsState
 from counterd.daemon.query import Queries, QueryWorker
 from counterd.daemon.quota import Usage
 from counterd.daemon.server import RoundRobin, Server
