@@ -52,7 +52,7 @@ from counterd.daemon.metrics_state import MetricsState, Workload
 from counterd.daemon.query import Queries, QueryWorker
 from counterd.daemon.sampling import sample_forever
 from counterd.daemon.server import Server
-from counterd.daemon.session import Clients, Shared
+from counterd.daemon.shared import Clients, Shared
 from counterd.daemon.store import Store
 from counterd.daemon.writer import Writer
 from counterd.errors import BadInput, CounterdError

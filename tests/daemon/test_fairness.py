@@ -26,7 +26,8 @@ from counterd.daemon.metrics_state import MetricsState
 from counterd.daemon.query import Queries, QueryWorker
 from counterd.daemon.quota import Usage
 from counterd.daemon.server import RoundRobin, Server
-from counterd.daemon.session import Clients, Session, Shared
+from counterd.daemon.session import Session
+from counterd.daemon.shared import Clients, Shared
 from counterd.daemon.store import RunAnchor, RunInfo, Store
 from counterd.daemon.writer import Item, Writer
 from counterd.protocol import FrameType
