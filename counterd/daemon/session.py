@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from counterd import protocol
+from counterd import binary_frames, protocol
 from counterd.clocks import (
     Anchor,
     process_clock,
@@ -65,7 +65,7 @@ class Opened(NamedTuple):
     backend)."""
 
     context: protocol.Context
-    open: protocol.Open
+    open: binary_frames.Open
 
 
 Begun = Mapping[str, Any] | Opened  # a BEGIN's line, or an OPEN
@@ -226,7 +226,7 @@ class Session(ClientBox):
         if not self.hello:
             raise ProtocolError("no_hello", f"{ftype.name} before HELLO")
         if ftype is FrameType.OPEN or ftype is FrameType.CLOSE:
-            head = protocol.head(ftype, payload)
+            head = binary_frames.head(ftype, payload)
             self._follow(head.s)
             if ftype is FrameType.OPEN:
                 self._open(head, payload)
@@ -407,7 +407,7 @@ class Session(ClientBox):
                                              sync_bound_ns())
         return self._client_clock
 
-    def _open(self, head: protocol.Head, body: bytes) -> None:
+    def _open(self, head: binary_frames.Head, body: bytes) -> None:
         seq = head.s
         ctx = self.contexts.get(head.c)
         if ctx is None:
@@ -415,7 +415,7 @@ class Session(ClientBox):
                            "on this connection", seq)
             return
         try:
-            opened = protocol.Open.decode(body)
+            opened = binary_frames.Open.decode(body)
         except ProtocolError as exc:
             self.violation(exc.code, exc.message, seq)
             return
@@ -424,7 +424,7 @@ class Session(ClientBox):
         self._clock_while_alive(ctx.run_id)
         self._keep_begun((ctx.run_id, opened.index), Opened(ctx, opened))
 
-    def _close_step(self, head: protocol.Head, body: bytes) -> None:
+    def _close_step(self, head: binary_frames.Head, body: bytes) -> None:
         seq, index = head.s, head.index
         ctx = self.contexts.get(head.c)
         begun = self.begins.get((ctx.run_id, index)) if ctx is not None else None
@@ -434,7 +434,7 @@ class Session(ClientBox):
             self.shared.state.count("refused", "malformed")
             return
         try:
-            close = protocol.Close.decode(body, ctx.counters)
+            close = binary_frames.Close.decode(body, ctx.counters)
             rec = protocol.record_of(begun.context, begun.open, close)
         except ProtocolError as exc:
             self.violation(exc.code, exc.message, seq)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from counterd import protocol
+from counterd import protocol, query_frames
 from counterd.daemon import quota, server
 from counterd.daemon.auth import Authority, Peer
 from counterd.daemon.config import Limits
@@ -345,7 +345,7 @@ def test_a_query_is_answered_off_the_loop_one_in_flight(tmp_path: Path) -> None:
             lp.server.poll(0.5)  # the wake: the answer is sent, the session served again
         assert session.last_seq == 4 and not session.parked
         got = replies(client)
-        [result] = [protocol.Result.decode(p) for t, p in got if t is F.RESULT]
+        [result] = [query_frames.Result.decode(p) for t, p in got if t is F.RESULT]
         assert [i["run_id"] for i in result.items] == ["mine"] and result.after is None
         worker.stop()
     finally:
