@@ -1,7 +1,7 @@
-"""The binary frames of the marker socket, OPEN and CLOSE, as typed values (docs/protocol.md,
-"Binary frames"): :class:`Open`, :class:`Close` with its :class:`WireCounter` counters, and
-the :class:`Head` that a receiver reads first (:func:`head`) to find the context and the OPEN
-a frame names. The markers encode them without these classes (:func:`counterd.wire.encode_open`,
+"""The binary frames of the marker socket, OPEN and CLOSE, as typed values (docs/protocol.md):
+:class:`Open`, :class:`Close` with its :class:`WireCounter` counters, and the :class:`Head`
+that a receiver reads first (:func:`head`) to find the context and the OPEN a frame names. The
+markers encode them without these classes (:func:`counterd.wire.encode_open`,
 :func:`counterd.wire.encode_close`); :mod:`counterd.protocol` decodes a stream into them.
 """
 

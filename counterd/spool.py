@@ -3,7 +3,7 @@
 Programs started by ``counterd record`` (and counted runs under Callgrind) write their markers
 here (:class:`counterd.markers.sinks.SpoolSink`), in one of two forms:
 
-* ``<pid>.frames`` (the default): the marker socket's frames (:mod:`counterd.protocol`: a
+* ``<pid>.frames`` (the default): the marker socket's frames (docs/protocol.md: a
   CONTEXT once, then per superstep a binary OPEN before its work and a binary CLOSE after it;
   a JSON BEGIN or RECORD where those do not fit) appended to a shared file mapping
   (:class:`MappedWriter`). No system call per marker: the frame is copied into the mapping

@@ -1,7 +1,7 @@
 """The daemon's side of a client's black box: the memory file a client passes with a BUFFER
-frame (docs/protocol.md, "The black box"), checked when it comes (:func:`buffer_refusal`) and
-read after the connection ended, for the frames the client wrote there and never sent
-(:class:`ClientBox`, a part of :class:`counterd.daemon.session.Session`).
+frame (docs/protocol.md), checked when it comes (:func:`buffer_refusal`) and read after the
+connection ended, for the frames the client wrote there and never sent (:class:`ClientBox`, a
+part of :class:`counterd.daemon.session.Session`).
 """
 
 from __future__ import annotations

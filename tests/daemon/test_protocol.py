@@ -362,7 +362,7 @@ def test_typed_decoding_refuses_with_the_daemons_codes() -> None:
     # a HELLO is never refused; an empty job is no job
     assert protocol.Hello.decode({"job": 0, "pid": "x"}) == protocol.Hello()
     # "scratch" is true or absent (anything else: not scratch); the markers' scratch sink says it
-    from counterd.markers.sinks.socket import hello_payload
+    from counterd.markers.sinks.link import hello_payload
 
     assert protocol.Hello.decode(hello_payload("j", scratch=True)).scratch
     assert "scratch" not in hello_payload("j") and not protocol.Hello.decode(
