@@ -142,7 +142,7 @@ class MappedWriter:
         self._batch_at = 0
         hot = _native.hotpath()
         if hot is not None:
-            # The compiled engine (counterd/_native/hotpath/): the same file, written the
+            # The compiled engine (counterd/_native/hotpath_src/): the same file, written the
             # same way, and the markers' lanes write their frames into it directly.
             self.native = hot.MappedFile(fd, CHUNK, HEAD_BYTES, MAX_FRAMES_BYTES, magic)
             self.append = self.native.append  # type: ignore[method-assign]

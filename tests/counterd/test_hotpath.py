@@ -1,4 +1,4 @@
-"""The markers' compiled hot path (counterd/_native/hotpath/) against the Python path.
+"""The markers' compiled hot path (counterd/_native/hotpath_src/) against the Python path.
 
 The two must give the same records and write byte-identical frames. Counter readings are made
 known by a perf group whose leader is a pipe: each ``read(2)`` of it returns the bytes the test
