@@ -8,7 +8,7 @@ STAMP   := $(VENV)/.installed
 
 .PHONY: demo test test-machines setup lint bytecode clean
 
-$(STAMP): pyproject.toml setup.py counterd/_native/*.c counterd/_native/hotpath/*.c counterd/_native/hotpath/*.h
+$(STAMP): pyproject.toml setup.py counterd/_native/*.c counterd/_native/hotpath_src/*.c counterd/_native/hotpath_src/*.h
 	bash scripts/system-deps.sh
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip

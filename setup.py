@@ -41,9 +41,9 @@ setup(
         ),
         Extension(
             "counterd._native._hotpath",
-            sources=[f"counterd/_native/hotpath/{name}.c" for name in
+            sources=[f"counterd/_native/hotpath_src/{name}.c" for name in
                      ("module", "lane", "step", "frames", "mappedfile", "perfpage")],
-            depends=["counterd/_native/hotpath/hotpath.h"],
+            depends=["counterd/_native/hotpath_src/hotpath.h"],
             extra_compile_args=["-O2", "-g", "-Wall", "-Wextra", "-Wno-unused-parameter",
                                 "-Wno-missing-field-initializers"],
         ),

@@ -1,6 +1,6 @@
 """Cost of one superstep marker pair (begin + end): in-process, to the spool file that
 ``counterd record`` uses, and through the daemon's socket; each with the compiled hot path
-(counterd/_native/hotpath/) and with the Python path (``COUNTERD_NATIVE=0``), side by side.
+(counterd/_native/hotpath_src/) and with the Python path (``COUNTERD_NATIVE=0``), side by side.
 
     .venv/bin/python bench/marker_cost.py [--pairs N] [--batches B]
 

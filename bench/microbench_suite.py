@@ -26,7 +26,7 @@ from microbench import results  # noqa: E402
 from microbench.catalogue import catalogue  # noqa: E402
 from microbench.cli import QUICK_MIN_ACCESSES  # noqa: E402
 from microbench.patterns import host_machine  # noqa: E402
-from microbench.runner import NORMAL, QUICK  # noqa: E402
+from microbench.repetition import NORMAL, QUICK  # noqa: E402
 from microbench.suite import run_suite  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "out"

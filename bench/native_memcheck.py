@@ -10,7 +10,7 @@ left out (under memcheck its input generation trips hypothesis's too-slow health
 CPython itself gives memcheck reports (its small-int cache under PYTHONMALLOC=malloc, glibc's
 vectorised string compares, the dynamic loader): those are counted, not listed. An error is
 the project's when one of its four innermost frames is in a C file under counterd/_native/
-(the markers' hot path is counterd/_native/hotpath/*.c).
+(the markers' hot path is counterd/_native/hotpath_src/*.c).
 
 Then, outside valgrind, a leak check memcheck cannot make (a reference the C code never
 drops is no invalid access): the process's anonymous memory (RssAnon) after each of three

@@ -7,7 +7,7 @@ connection (the markers' calibration, ``Recorder.calibrate``) against a real run
 For each ``--daemon-src`` tree (default: this one; give it twice, e.g. this tree and a worktree
 of an older commit, to compare: the client side is always this tree's) a fresh ``counterd run``
 is started on temp paths, then ``--connections`` connections one after another, each as the
-markers' socket sink makes it: HELLO (the markers' own, :func:`counterd.markers.sinks.socket.
+markers' socket sink makes it: HELLO (the markers' own, :func:`counterd.markers.sinks.link.
 hello_payload`), one CONTEXT (``scratch``, or a real run's), ``--pairs`` OPEN/CLOSE pairs and a
 SYNC, waits for the ACK of the SYNC, closes. Printed per connection, for each kind:
 
@@ -47,7 +47,7 @@ from _daemon import Daemon  # noqa: E402
 from _host import host_line  # noqa: E402
 
 from counterd import protocol  # noqa: E402
-from counterd.markers.sinks.socket import hello_payload  # noqa: E402
+from counterd.markers.sinks.link import hello_payload  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 F = protocol.FrameType

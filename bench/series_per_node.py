@@ -7,7 +7,7 @@ each with ``--counters`` canonical counters from one source, every job in its ow
 and no machine profile (no prediction series);
 counts the exposition's series idle, with the jobs live, and after the jobs end and
 ``metrics.grace_s`` passes. Prints the per-job figure and the documented bound of
-counterd/daemon/exporter.py beside the counted figures; the alternative design (an info
+counterd/daemon/metrics_state.py beside the counted figures; the alternative design (an info
 metric ``counterd_run_info`` joined with group_left instead of a batch_job label) is the same
 count plus one series per live run.
 """
@@ -24,12 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _host import guarded, host_line  # noqa: E402
 
 from counterd.backends.base import CounterValue  # noqa: E402
-from counterd.daemon.exporter import (  # noqa: E402
-    DURATION_BUCKETS_S,
-    MetricsState,
-    Workload,
-    registry,
-)
+from counterd.daemon.collector import registry  # noqa: E402
+from counterd.daemon.metrics_state import DURATION_BUCKETS_S, MetricsState, Workload  # noqa: E402
 from counterd.events import BY_NAME, Source  # noqa: E402
 from counterd.records import FLAGS, SuperstepRecord  # noqa: E402
 

@@ -160,7 +160,7 @@ def node16_check() -> None:
     from microbench.estimate import estimate
     from microbench.patterns import planned_machine
     from microbench.probe import probe
-    from microbench.runner import QUICK
+    from microbench.repetition import QUICK
 
     if not NODE16_RESULTS.exists():
         print(f"\n(no {NODE16_RESULTS}: the 16-CPU node's check is skipped)")

@@ -21,7 +21,7 @@ ENV_SOCKET = "COUNTERD_SOCKET"  # the daemon's socket; "off" disables the daemon
 ENV_JOB = "COUNTERD_JOB"
 ENV_BATCH_JOB = "COUNTERD_BATCH_JOB"  # the batch job id, where no batch system's variable says it
 # The batch systems' job ids, in the order looked at (Slurm, PBS/Torque/OpenPBS, LSF): the
-# batch_job label on /metrics (counterd/daemon/exporter.py)
+# batch_job label on /metrics (counterd/daemon/metrics_state.py)
 BATCH_JOB_VARS = (ENV_BATCH_JOB, "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID")
 ENV_FLUSH_TIMEOUT = "COUNTERD_FLUSH_TIMEOUT"  # seconds to wait for acks at exit (default 10)
 ENV_SPILL = "COUNTERD_SPILL"  # a directory for records the daemon did not take (0700)

@@ -107,3 +107,7 @@ class NoSuchTarget(CounterdError):
         self.target = target
         super().__init__(f"{target} does not exist",
                          "check the pid/tid; the process may have exited")
+
+
+class StoreError(CounterdError):
+    """The daemon's store cannot be opened or written (:mod:`counterd.daemon.store`)."""

@@ -12,7 +12,7 @@ there), so both may import it: the launcher, a command, imports the backend's AB
 and the backend never imports the launcher (an import-linter contract in pyproject.toml).
 
 One entry point: :func:`perf_event_open`. It calls the compiled extension's
-``perf_event_open`` where that is built (C, counterd/_native/hotpath/module.c: the same
+``perf_event_open`` where that is built (C, counterd/_native/hotpath_src/module.c: the same
 syscall, without ctypes, which costs 3.5 ms to import on the way to the command's exec) and
 the syscall through ctypes otherwise (or with ``COUNTERD_NATIVE=0``). The C function is not a
 second entry point: counterd calls it from here only, and the compiled markers open no events

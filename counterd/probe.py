@@ -95,7 +95,7 @@ def markers_path() -> str:
     from counterd import _native
 
     if _native.hotpath() is not None:
-        return "compiled (counterd/_native/hotpath/); " + _marker_reads()
+        return "compiled (counterd/_native/hotpath_src/); " + _marker_reads()
     return "in Python: " + _native.hotpath_missing_reason()
 
 

@@ -6,10 +6,12 @@ docs/protocol.md. Here: the typed frames, one frozen dataclass per frame type
 (:class:`Hello`, :class:`Welcome`, :class:`Context`, :class:`Begin`, :class:`Open`,
 :class:`Close`, :class:`Record`, :class:`Read`, :class:`Sync`, :class:`Buffer`, :class:`Ack`,
 :class:`Started`, :class:`Reading`, :class:`Error`, :class:`Query`, :class:`Result`) with
-``encode(version)`` and a ``decode`` class method; :func:`decode` and
-:meth:`Decoder.typed_frames` dispatch on the type. A CLOSE's counters are
-:class:`WireCounter` records (name, source, value, ratio, raw), named by its context's
-``counters``, so ``Close.decode`` takes those names. The marker's hot path encodes with
+``encode(version)`` and a ``decode`` class method (OPEN and CLOSE in
+:mod:`counterd.binary_frames`, QUERY and RESULT in :mod:`counterd.query_frames`, their base in
+:mod:`counterd.json_frame`); :func:`decode` and :meth:`Decoder.typed_frames` dispatch on the
+type. A CLOSE's counters are :class:`~counterd.binary_frames.WireCounter` records (name,
+source, value, ratio, raw), named by its context's ``counters``, so ``Close.decode`` takes
+those names. The marker's hot path encodes with
 :func:`encode_open` and :func:`encode_close` (no dataclass built per superstep).
 :meth:`Decoder.frames` stays the raw layer: ``(type, dict)``, or ``(type, bytes)`` for OPEN and
 CLOSE.
@@ -17,97 +19,58 @@ CLOSE.
 
 from __future__ import annotations
 
-import abc
-import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple, TypeGuard
+from typing import Any, ClassVar
 
 from counterd import strictjson
+from counterd.binary_frames import Close, Open, head
 from counterd.errors import BadInput
 from counterd.events import CounterValue, Source
-from counterd.records import (
-    INT32_MAX,
-    INT64_MAX,
-    MAX_ID_CHARS,
-    MAX_NAME_CHARS,
-    SuperstepRecord,
-    params,
-)
+from counterd.json_frame import JsonFrame, is_int, reply_error, seq_field
+from counterd.query_frames import Query, Result
+from counterd.records import INT32_MAX, INT64_MAX, MAX_ID_CHARS, UINT64_MAX, SuperstepRecord
 from counterd.wire import (
-    _HEAD_PREFIX,
+    _HEAD_PREFIX,  # noqa: F401 (re-exported)
     _KNOWN_TYPES,
     _LENGTH_PREFIX,
     _V1_TYPES,
     ACCEPTED_VERSIONS,  # noqa: F401 (re-exported)
     BINARY_TYPES,
     CLIENT_TYPES,  # noqa: F401 (re-exported)
-    CLOSE_HEAD,
-    COUNTER,
-    FLAG_BIT,
+    CLOSE_HEAD,  # noqa: F401 (re-exported)
+    COUNTER,  # noqa: F401 (re-exported)
+    FLAG_BIT,  # noqa: F401 (re-exported)
     FLAG_BITS,  # noqa: F401 (re-exported)
-    HEADER,
+    HEADER,  # noqa: F401 (re-exported)
     HEADER_BYTES,
     MAX_FRAME_BYTES,
-    NO_RAW,
-    OPEN_HEAD,
+    NO_RAW,  # noqa: F401 (re-exported)
+    OPEN_HEAD,  # noqa: F401 (re-exported)
     PROTOCOL_VERSION,
     SOURCE_INDEX,  # noqa: F401 (re-exported)
     SOURCES,
     CounterLike,  # noqa: F401 (re-exported)
     FrameType,
     ProtocolError,
-    bit_flags,
-    dumps_payload,
+    bit_flags,  # noqa: F401 (re-exported)
+    dumps_payload,  # noqa: F401 (re-exported)
     encode,  # noqa: F401 (re-exported)
-    encode_close,
-    encode_open,
+    encode_close,  # noqa: F401 (re-exported)
+    encode_open,  # noqa: F401 (re-exported)
     encode_raw,  # noqa: F401 (re-exported)
-    flag_bits,
+    flag_bits,  # noqa: F401 (re-exported)
 )
 
 # The framing and the hot-path encoders live in counterd.wire (which the markers import
-# without the typed frames below); every name there is this module's too.
+# without the typed frames below); every name there is this module's too. The binary frames
+# (counterd.binary_frames) and the query frames (counterd.query_frames) have their own
+# modules; this one decodes them in a stream.
 _SOURCE = {s: Source(s) for s in SOURCES}
 
 
 # -- typed frames -------------------------------------------------------------------------------
 MAX_COUNTERS = 64  # names in one CONTEXT (counterd.events knows fewer than 20)
-
-
-def _seq(p: Mapping[str, Any]) -> int:
-    s = p.get("s")
-    if _is_int(s, 1, UINT64_MAX):
-        return s
-    raise ProtocolError("bad_seq", f"sequence number {s!r:.40} is not an integer in [1, 2^64)")
-
-
-UINT64_MAX = (1 << 64) - 1
-
-
-def _is_int(v: Any, lo: int, hi: int) -> TypeGuard[int]:
-    """``v`` is an int (not a bool) in [lo, hi]: what a JSON field must be before it is used
-    as a pid, an index or a sequence number."""
-    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
-
-
-def _reply_error(ftype: FrameType, exc: Exception) -> ProtocolError:
-    return ProtocolError("bad_reply", f"malformed {ftype.name} ({exc})")
-
-
-class JsonFrame(abc.ABC):
-    """A frame whose payload is a JSON object: ``payload()`` is that object."""
-
-    __slots__ = ()
-    TYPE: ClassVar[FrameType]
-
-    @abc.abstractmethod
-    def payload(self) -> dict[str, Any]:
-        """The frame's JSON object."""
-
-    def encode(self, version: int = PROTOCOL_VERSION) -> bytes:
-        body = dumps_payload(self.payload()).encode()
-        return HEADER.pack(len(body) + 2, version, self.TYPE) + body
 
 
 MAX_BATCH_JOB = 64  # characters of a HELLO batch_job (Slurm "123_4", PBS "123.server")
@@ -177,7 +140,7 @@ class Welcome(JsonFrame):
             return cls(int(p["version"]), int(p["max_frame"]), int(p["uid"]), int(p["pid"]),
                        p.get("buffer") is True, p.get("scratch") is True)
         except (KeyError, TypeError, ValueError) as exc:
-            raise _reply_error(cls.TYPE, exc) from None
+            raise reply_error(cls.TYPE, exc) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,15 +172,15 @@ class Context(JsonFrame):
 
     @classmethod
     def decode(cls, p: Mapping[str, Any]) -> Context:
-        s = _seq(p)
+        s = seq_field(p)
         try:
             c, run_id, pid = p["c"], p["run_id"], p["pid"]
             host, backend, names = p["host"], p["backend"], p.get("counters", [])
             marker, scratch = p.get("marker_ns"), p.get("scratch", False)
-            if not ((marker is None or _is_int(marker, 0, INT64_MAX))
+            if not ((marker is None or is_int(marker, 0, INT64_MAX))
                     and isinstance(scratch, bool)
-                    and _is_int(c, 1, 0xFFFF) and isinstance(run_id, str)
-                    and 0 < len(run_id) <= MAX_ID_CHARS and _is_int(pid, 0, INT32_MAX)
+                    and is_int(c, 1, 0xFFFF) and isinstance(run_id, str)
+                    and 0 < len(run_id) <= MAX_ID_CHARS and is_int(pid, 0, INT32_MAX)
                     and isinstance(host, str) and len(host) <= MAX_ID_CHARS
                     and isinstance(backend, str) and len(backend) <= MAX_ID_CHARS
                     and isinstance(names, list) and len(names) <= MAX_COUNTERS
@@ -247,7 +210,7 @@ class Begin(JsonFrame):
 
     @classmethod
     def decode(cls, p: Mapping[str, Any]) -> Begin:
-        s = _seq(p)
+        s = seq_field(p)
         line = p.get("line")
         if not isinstance(line, dict):
             raise ProtocolError("bad_begin", "malformed begin line (no begin line)")
@@ -267,7 +230,7 @@ class Record(JsonFrame):
 
     @classmethod
     def decode(cls, p: Mapping[str, Any]) -> Record:
-        s = _seq(p)
+        s = seq_field(p)
         body = p.get("rec")
         try:
             if not isinstance(body, dict):
@@ -294,10 +257,10 @@ class Read(JsonFrame):
 
     @classmethod
     def decode(cls, p: Mapping[str, Any]) -> Read:
-        s = _seq(p)
+        s = seq_field(p)
         pid, tid, count = p.get("pid"), p.get("tid") or None, p.get("count", [])
         # tid 0 and null mean the main thread
-        if (_is_int(pid, 1, INT32_MAX) and (tid is None or _is_int(tid, 1, INT32_MAX))
+        if (is_int(pid, 1, INT32_MAX) and (tid is None or is_int(tid, 1, INT32_MAX))
                 and isinstance(count, list) and len(count) <= MAX_COUNTERS
                 and all(isinstance(e, str) and len(e) <= MAX_ID_CHARS for e in count)):
             return cls(s, pid, tid, tuple(count))
@@ -317,7 +280,7 @@ class Sync(JsonFrame):
 
     @classmethod
     def decode(cls, p: Mapping[str, Any]) -> Sync:
-        return cls(_seq(p))
+        return cls(seq_field(p))
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,8 +300,8 @@ class Buffer(JsonFrame):
 
     @classmethod
     def decode(cls, p: Mapping[str, Any]) -> Buffer:
-        s, box = _seq(p), p.get("box")
-        if not _is_int(box, 0, UINT64_MAX):
+        s, box = seq_field(p), p.get("box")
+        if not is_int(box, 0, UINT64_MAX):
             raise ProtocolError("bad_buffer", f"BUFFER's box {box!r:.40} is not an integer in "
                                 "[0, 2^64)")
         return cls(s, box)
@@ -356,7 +319,7 @@ class Ack(JsonFrame):
 
     @classmethod
     def decode(cls, p: Mapping[str, Any]) -> Ack:
-        return cls(_seq(p))
+        return cls(seq_field(p))
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,7 +339,7 @@ class Started(JsonFrame):
     @classmethod
     def decode(cls, p: Mapping[str, Any]) -> Started:
         why = p.get("unsupported")
-        return cls(_seq(p), None if why is None else str(why))
+        return cls(seq_field(p), None if why is None else str(why))
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,12 +358,12 @@ class Reading(JsonFrame):
 
     @classmethod
     def decode(cls, p: Mapping[str, Any]) -> Reading:
-        s = _seq(p)
+        s = seq_field(p)
         try:
             values = {str(k): (float(v[0]), float(v[1])) for k, v in p["values"].items()}
             unsupported = {str(k): str(v) for k, v in p.get("unsupported", {}).items()}
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-            raise _reply_error(cls.TYPE, exc) from None
+            raise reply_error(cls.TYPE, exc) from None
         return cls(s, values, unsupported)
 
 
@@ -425,145 +388,6 @@ class Error(JsonFrame):
                    s if isinstance(s, int) and not isinstance(s, bool) else None)
 
 
-@dataclass(frozen=True, slots=True)
-class Head:
-    """How an OPEN's or a CLOSE's head begins: what the receiver looks up (the context, the
-    OPEN of the superstep) before it decodes the rest."""
-
-    s: int
-    c: int
-    index: int
-
-
-def _check_head(ftype: FrameType, packed: struct.Struct, body: bytes) -> None:
-    if len(body) < packed.size:
-        raise ProtocolError("bad_frame", f"{ftype.name} of {len(body)} bytes is shorter "
-                            f"than its {packed.size}-byte head")
-
-
-_unpack_open = OPEN_HEAD.unpack_from
-_unpack_close = CLOSE_HEAD.unpack_from
-_iter_counters = COUNTER.iter_unpack
-_new_tuple = tuple.__new__  # a WireCounter without NamedTuple's Python-level __new__
-
-
-_OPEN_HEAD_SIZE = OPEN_HEAD.size
-_CLOSE_HEAD_SIZE = CLOSE_HEAD.size
-
-
-def head(ftype: FrameType, body: bytes) -> Head:
-    """The :class:`Head` of an OPEN or CLOSE body; ProtocolError ``bad_frame`` when the body is
-    shorter than its fixed head."""
-    if len(body) < (_OPEN_HEAD_SIZE if ftype is FrameType.OPEN else _CLOSE_HEAD_SIZE):
-        _check_head(ftype, OPEN_HEAD if ftype is FrameType.OPEN else CLOSE_HEAD, body)
-    s, c, index = _HEAD_PREFIX.unpack_from(body)
-    return Head(s, c, index)
-
-
-@dataclass(frozen=True, slots=True)
-class Open:
-    """c (binary): superstep ``index`` of context ``c``'s run begins; ``begin_ns`` is that of
-    its incomplete record should it never end."""
-
-    TYPE: ClassVar[FrameType] = FrameType.OPEN
-    s: int
-    c: int
-    index: int
-    begin_ns: int
-    rank: int
-    cpu: int
-    name: str
-    params: Mapping[str, Any] = field(default_factory=dict)
-
-    def encode(self, version: int = PROTOCOL_VERSION) -> bytes:
-        return encode_open(self.s, self.c, self.index, self.begin_ns, self.rank, self.cpu,
-                           self.name, self.params, version)
-
-    @classmethod
-    def decode(cls, body: bytes) -> Open:
-        """ProtocolError ``bad_frame`` (shorter than its head) or ``bad_begin`` (a name or
-        params that do not decode)."""
-        start = OPEN_HEAD.size
-        if len(body) < start:
-            _check_head(cls.TYPE, OPEN_HEAD, body)
-        s, c, index, begin_ns, rank, cpu, name_bytes = _unpack_open(body)
-        try:
-            if index > INT64_MAX or begin_ns > INT64_MAX:
-                raise ValueError("index or begin_ns beyond 2^63")
-            name = body[start:start + name_bytes].decode()  # strict: no surrogates
-            tail = body[start + name_bytes:]
-            if len(name.encode()) != name_bytes or len(name) > MAX_NAME_CHARS:
-                raise ValueError(f"the name is cut short or longer than {MAX_NAME_CHARS}")
-            kept = params(strictjson.loads(tail)) if tail else {}
-        except (ValueError, TypeError) as exc:  # strictjson.Malformed and Unicode included
-            raise ProtocolError("bad_begin", f"malformed OPEN ({exc})") from None
-        return cls(s, c, index, begin_ns, rank, cpu, name, kept)
-
-
-class WireCounter(NamedTuple):
-    """One counter of a CLOSE: named by the context, ``source`` one of :data:`SOURCES`,
-    ``raw`` None for a counter without a raw count."""
-
-    name: str
-    source: str
-    value: float
-    ratio: float = 1.0
-    raw: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Close:
-    """c (binary): superstep ``index`` of context ``c``'s run, opened on this connection,
-    ended; its record takes the OPEN's name, rank, cpu and params."""
-
-    TYPE: ClassVar[FrameType] = FrameType.CLOSE
-    s: int
-    c: int
-    index: int
-    begin_ns: int
-    end_ns: int
-    flags: frozenset[str] = frozenset()
-    counters: tuple[WireCounter, ...] = ()
-    unsupported: Mapping[str, str] = field(default_factory=dict)
-
-    def encode(self, version: int = PROTOCOL_VERSION) -> bytes:
-        """ValueError for a flag without a bit (send a RECORD instead). The counters go in
-        their order here, which must be that of the context's ``counters``."""
-        bits = flag_bits(self.flags)
-        if bits is None:
-            raise ValueError(f"flags {sorted(self.flags - FLAG_BIT.keys())} have no CLOSE bit")
-        return encode_close(self.s, self.c, self.index, self.begin_ns, self.end_ns, bits,
-                            self.counters, self.unsupported, version)
-
-    @classmethod
-    def decode(cls, body: bytes, names: Sequence[str]) -> Close:
-        """``names``: the counters of the CLOSE's context. ProtocolError ``bad_frame`` (shorter
-        than its head) or ``bad_record`` (sizes, sources, unsupported counters or flags)."""
-        start = CLOSE_HEAD.size
-        if len(body) < start:
-            _check_head(cls.TYPE, CLOSE_HEAD, body)
-        s, c, index, begin_ns, end_ns, bits, tail_bytes = _unpack_close(body)
-        end = start + len(names) * COUNTER.size
-        try:
-            if len(body) != end + tail_bytes:
-                raise ValueError(f"{len(body)} bytes for {len(names)} counters and "
-                                 f"{tail_bytes} bytes of unsupported counters")
-            counters = tuple([
-                _new_tuple(WireCounter, (name, SOURCES[src], value, ratio,
-                                         None if raw == NO_RAW else raw))
-                for name, (src, value, ratio, raw) in zip(
-                    names, _iter_counters(body[start:end]), strict=True)])
-            unsupported = strictjson.loads(body[len(body) - tail_bytes:]) if tail_bytes \
-                else {}
-            if not isinstance(unsupported, dict) or not all(
-                    isinstance(v, str) for v in unsupported.values()):
-                raise ValueError("unsupported counters are not a JSON object of strings")
-            flags = bit_flags(bits)
-        except (ValueError, IndexError, ProtocolError) as exc:
-            raise ProtocolError("bad_record", f"malformed CLOSE ({exc})") from None
-        return cls(s, c, index, begin_ns, end_ns, flags, counters, unsupported)
-
-
 def record_of(ctx: Context, opened: Open, close: Close) -> SuperstepRecord:
     """The record a CLOSE completes: the OPEN's name, rank, cpu and params, the CLOSE's times,
     flags, counters and unsupported counters, the context's run, pid, host and backend (the
@@ -584,137 +408,6 @@ def begin_line(ctx: Context, opened: Open) -> dict[str, Any]:
             "rank": opened.rank, "pid": ctx.pid, "cpu": opened.cpu,
             "begin_ns": opened.begin_ns, "params": dict(opened.params),
             "backend": ctx.backend, "host": ctx.host, "marker_ns": ctx.marker_ns}
-
-
-# -- queries: users read their runs through the daemon ------------------------------------------
-# The store is private to the daemon's user (the Reliability issue: a world-readable store let
-# anyone read every run), so ``counterd runs`` and ``counterd report`` ask the daemon, which
-# answers from the asking uid's namespace (SO_PEERCRED) unless the client is privileged:
-#
-#     c: QUERY  {"s", "what": "runs"|"records"|"clock", "run_id"?, "uid"?, "after"?}
-#     d: RESULT {"s", "items": [...], "after": cursor|null, "uid"?, "run_id"?}
-#
-# One RESULT per QUERY, at most a frame's worth of items; a client asks again with the
-# RESULT's ``after`` until it is null, so the daemon holds nothing between pages. A refused
-# QUERY is answered with an ERROR. Added in version 2 as new types (an older daemon answers
-# ``bad_type``). "clock" (issue 32): the run's clock domains (counterd.clocks), one per host of
-# its records, in one RESULT; a daemon before it answers ``bad_query``.
-QUERY_WHATS = ("runs", "records", "clock")
-MAX_QUERY_ID_BYTES = 4096
-_UINT32 = 1 << 32
-_INT64 = 1 << 63
-
-
-def _cursor(value: Any, ftype: FrameType) -> tuple[str | int, ...] | None:
-    """A QUERY's or RESULT's ``after``: null, or a list of up to 4 strings and 64-bit ints."""
-    if value is None:
-        return None
-    if not isinstance(value, list) or len(value) > 4 or not all(
-            (isinstance(v, str) and len(v) <= MAX_QUERY_ID_BYTES)
-            or (isinstance(v, int) and not isinstance(v, bool) and -_INT64 <= v < _INT64)
-            for v in value):
-        raise ProtocolError("bad_query" if ftype is FrameType.QUERY else "bad_reply",
-                            f"malformed {ftype.name} cursor {str(value)[:80]!r}")
-    return tuple(value)
-
-
-def _uid_field(value: Any) -> int | None:
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < _UINT32:
-        raise ProtocolError("bad_query", f"uid {str(value)[:40]!r} is not a uid")
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class Query(JsonFrame):
-    """c: a page of runs (``what`` "runs") or of one run's records ("records"; ``run_id``
-    None: the latest run). ``uid``: whose namespace (None: the client's own, or every user's
-    runs for a privileged client); only privileged clients may name another. ``after``: the
-    previous RESULT's cursor."""
-
-    TYPE: ClassVar[FrameType] = FrameType.QUERY
-    s: int
-    what: str
-    run_id: str | None = None
-    uid: int | None = None
-    after: tuple[str | int, ...] | None = None
-
-    def payload(self) -> dict[str, Any]:
-        p: dict[str, Any] = {"s": self.s, "what": self.what}
-        if self.run_id is not None:
-            p["run_id"] = self.run_id
-        if self.uid is not None:
-            p["uid"] = self.uid
-        if self.after is not None:
-            p["after"] = list(self.after)
-        return p
-
-    @classmethod
-    def decode(cls, p: Mapping[str, Any]) -> Query:
-        s = _seq(p)
-        what, run_id = p.get("what"), p.get("run_id")
-        if what not in QUERY_WHATS:
-            raise ProtocolError("bad_query", f"QUERY of {str(what)[:40]!r}: not one of "
-                                + ", ".join(QUERY_WHATS))
-        if run_id is not None and not (isinstance(run_id, str) and run_id
-                                       and len(run_id) <= MAX_QUERY_ID_BYTES):
-            raise ProtocolError("bad_query", "QUERY run_id is not a non-empty string of at "
-                                f"most {MAX_QUERY_ID_BYTES} characters")
-        return cls(s, what, run_id, _uid_field(p.get("uid")),
-                   _cursor(p.get("after"), cls.TYPE))
-
-
-@dataclass(frozen=True, slots=True)
-class Result(JsonFrame):
-    """d: one page of a QUERY's answer: ``items`` (run rows as objects, or records' JSON),
-    ``uid`` and ``run_id`` of the run read (records), ``after`` the cursor to ask the next page
-    with (None: this was the last)."""
-
-    TYPE: ClassVar[FrameType] = FrameType.RESULT
-    s: int
-    items: tuple[Mapping[str, Any], ...] = ()
-    after: tuple[str | int, ...] | None = None
-    uid: int | None = None
-    run_id: str | None = None
-
-    def payload(self) -> dict[str, Any]:
-        p: dict[str, Any] = {"s": self.s, "items": list(self.items),
-                             "after": None if self.after is None else list(self.after)}
-        if self.uid is not None:
-            p["uid"] = self.uid
-        if self.run_id is not None:
-            p["run_id"] = self.run_id
-        return p
-
-    @classmethod
-    def decode(cls, p: Mapping[str, Any]) -> Result:
-        s = _seq(p)
-        items, uid, run_id = p.get("items"), p.get("uid"), p.get("run_id")
-        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-            raise _reply_error(cls.TYPE, ValueError("items are not a list of objects"))
-        if run_id is not None and not isinstance(run_id, str):
-            raise _reply_error(cls.TYPE, ValueError("run_id is not a string"))
-        try:
-            uid = _uid_field(uid)
-        except ProtocolError as exc:
-            raise _reply_error(cls.TYPE, ValueError(exc.message)) from None
-        return cls(s, tuple(items), _cursor(p.get("after"), cls.TYPE), uid, run_id)
-
-
-def encode_result(s: int, item_texts: Sequence[str], after: Sequence[str | int] | None,
-                  uid: int | None = None, run_id: str | None = None,
-                  version: int = PROTOCOL_VERSION) -> bytes:
-    """A RESULT whose items are already JSON text (records as the store keeps them), spliced
-    in rather than parsed and encoded again; :meth:`Result.decode` reads it."""
-    tail: dict[str, Any] = {"after": None if after is None else list(after)}
-    if uid is not None:
-        tail["uid"] = uid
-    if run_id is not None:
-        tail["run_id"] = run_id
-    body = (f'{{"s":{int(s)},"items":[' + ",".join(item_texts) + "],"
-            + dumps_payload(tail)[1:]).encode()
-    return HEADER.pack(len(body) + 2, version, FrameType.RESULT) + body
 
 
 ClientFrame = Hello | Context | Begin | Open | Close | Record | Read | Sync | Buffer | Query

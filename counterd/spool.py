@@ -3,7 +3,7 @@
 Programs started by ``counterd record`` (and counted runs under Callgrind) write their markers
 here (:class:`counterd.markers.sinks.SpoolSink`), in one of two forms:
 
-* ``<pid>.frames`` (the default): the marker socket's frames (:mod:`counterd.protocol`: a
+* ``<pid>.frames`` (the default): the marker socket's frames (docs/protocol.md: a
   CONTEXT once, then per superstep a binary OPEN before its work and a binary CLOSE after it;
   a JSON BEGIN or RECORD where those do not fit) appended to a shared file mapping
   (:class:`MappedWriter`). No system call per marker: the frame is copied into the mapping
@@ -142,7 +142,7 @@ class MappedWriter:
         self._batch_at = 0
         hot = _native.hotpath()
         if hot is not None:
-            # The compiled engine (counterd/_native/hotpath/): the same file, written the
+            # The compiled engine (counterd/_native/hotpath_src/): the same file, written the
             # same way, and the markers' lanes write their frames into it directly.
             self.native = hot.MappedFile(fd, CHUNK, HEAD_BYTES, MAX_FRAMES_BYTES, magic)
             self.append = self.native.append  # type: ignore[method-assign]

@@ -18,7 +18,7 @@ from counterd.records import MAX_VALUE_CHARS, SuperstepRecord, incomplete_record
 from counterd.spool import BEGIN, FRAMES, HEAD, HEAD_BYTES, MAGIC, MAX_FRAMES_BYTES, RECORD, files
 
 if TYPE_CHECKING:
-    from counterd import protocol
+    from counterd import binary_frames, protocol
 
 
 # -- reading a spool back -----------------------------------------------------------------------
@@ -200,21 +200,21 @@ def _frame_events(fd: int, st: os.stat_result, cap: int, note: Note
                   ) -> Iterator[dict[str, Any]]:
     """A mapped spool file's events as :func:`read_lines` gives them: begin lines and
     record objects."""
-    from counterd import protocol
+    from counterd import binary_frames, protocol
 
     contexts: dict[int, protocol.Context] = {}
     # By run and index, as the daemon holds them: a CLOSE names the context of its counters,
     # which need not be its OPEN's.
-    opened: dict[tuple[str, int], protocol.Open] = {}
+    opened: dict[tuple[str, int], binary_frames.Open] = {}
     for f in _frames(fd, st, cap, note):
         if isinstance(f, protocol.Context):
             contexts[f.c] = f
-        elif isinstance(f, protocol.Open):
+        elif isinstance(f, binary_frames.Open):
             ctx = contexts.get(f.c)
             if ctx is not None:
                 opened[(ctx.run_id, f.index)] = f
                 yield {"ev": BEGIN, **protocol.begin_line(ctx, f)}
-        elif isinstance(f, protocol.Close):
+        elif isinstance(f, binary_frames.Close):
             ctx = contexts.get(f.c)
             op = opened.pop((ctx.run_id, f.index), None) if ctx is not None else None
             if ctx is None or op is None:

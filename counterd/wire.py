@@ -1,6 +1,6 @@
-"""The marker socket's framing and the markers' hot-path encoders (:mod:`counterd.protocol`
-describes the frames, the conversation and the version history; it re-exports every name
-here).
+"""The marker socket's framing and the markers' hot-path encoders (docs/protocol.md specifies
+the frames, the conversation and the version history; :mod:`counterd.protocol`, which holds
+the typed frames, re-exports every name here).
 
 This is the part of the protocol a program's markers need to write frames (to the daemon's
 socket, its black box or a mapped spool file): the frame header, the frame types, the binary

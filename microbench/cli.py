@@ -31,7 +31,7 @@ from microbench.patterns import (
     planned_machine,
 )
 from microbench.probe import probe, process_age_s
-from microbench.runner import NORMAL, QUICK
+from microbench.repetition import NORMAL, QUICK
 from microbench.suite import BACKENDS, prior_document, run_suite
 
 QUICK_MIN_ACCESSES = 1 << 19

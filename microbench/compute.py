@@ -308,7 +308,7 @@ def measure(*, quick: bool, reps: int = 11, backend: str = "callgrind", cpu: int
 def _pattern(name: str, spec: Spec, n: int, samples: Sequence[int], cpu: int,
              counters: dict[str, dict[str, Any]], backend: str, flags: list[str]
              ) -> dict[str, Any]:
-    from microbench.runner import mad_ratio, spread
+    from microbench.repetition import mad_ratio, spread
 
     warm = np.asarray(samples[1:], dtype=float)
     accesses = sum(int(counters[c]["value"]) for c in ("loads", "stores") if c in counters)

@@ -1,7 +1,7 @@
 """Simulated counters of a pattern, from the same plans the timed run executes.
 
 Every processor's private hierarchy (``counterd.sim.CacheSim``) is fed, in order,
-exactly what that worker executes (:func:`microbench.runner.plans`): its pre-fault stores,
+exactly what that worker executes (:func:`microbench.plans.plans`): its pre-fault stores,
 then for every warm-up superstep its coherence set-up kernels and its main kernel, then the
 set-up of the first measured superstep; the counters reported are the difference across the
 first measured main kernel: one superstep, with caches as warm as in the timed run. Later
@@ -41,7 +41,7 @@ from counterd.machine.memory import BankMap
 from counterd.sim import DEFAULT_CHUNK, CacheSim, CoherentSim, ProcessorCounts, Stream
 from microbench.kernels import Call, KernelCall
 from microbench.patterns import Pattern
-from microbench.runner import WorkerPlan, plans
+from microbench.plans import WorkerPlan, plans
 
 SIM_COUNTERS: tuple[str, ...] = (
     "loads", "stores", "l1d_misses", "l2_misses", "l3_misses", "l1d_writebacks",

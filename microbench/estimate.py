@@ -53,7 +53,8 @@ from counterd.errors import BadInput
 from microbench.counters import simulations, uses_coherence
 from microbench.kernels import KernelCall
 from microbench.patterns import Machine, Pattern, region_bytes
-from microbench.runner import RunConfig, WorkerPlan
+from microbench.plans import WorkerPlan
+from microbench.repetition import RunConfig
 
 ComputeBackend = Literal["none", "perf", "papi", "callgrind"]
 COMPUTE_BACKENDS: tuple[str, ...] = ("none", "perf", "papi", "callgrind")
@@ -252,7 +253,7 @@ def _key(machine: Machine, level: str) -> str:
 
 
 def _setup_sweeps(p: Pattern) -> tuple[tuple[str, ...], ...]:
-    """Per set-up step, the sweeps its slowest participant makes (runner.plans)."""
+    """Per set-up step, the sweeps its slowest participant makes (microbench.plans)."""
     if p.coherence is None:
         return ()
     first = ("store",) if p.coherence == "dirty" else ("store", "store", "load")  # flush ~ store

@@ -51,15 +51,9 @@ from counterd.fsutil import atomic_write_text
 from microbench import results
 from microbench.kernels import CopyCall, prefault_call
 from microbench.patterns import Machine
-from microbench.runner import (
-    PatternTiming,
-    RunConfig,
-    WorkerPlan,
-    WorkerPool,
-    disturbance,
-    host_metadata,
-    spread,
-)
+from microbench.plans import WorkerPlan
+from microbench.repetition import RunConfig, disturbance, spread
+from microbench.runner import PatternTiming, WorkerPool, host_metadata
 from predictor.memlogp import FORMAT, OPS, VERSION, WORD_BYTES
 
 KiB, MiB = 1 << 10, 1 << 20

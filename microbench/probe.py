@@ -26,7 +26,9 @@ from microbench.counters import translation_period
 from microbench.estimate import FAR_LINES, NEAR_LINES, PROBE_MEM_BYTES, Speeds, level_keys
 from microbench.kernels import KernelCall, native_lib
 from microbench.patterns import Machine
-from microbench.runner import RunConfig, WorkerPlan, WorkerPool
+from microbench.plans import WorkerPlan
+from microbench.repetition import RunConfig
+from microbench.runner import WorkerPool
 
 
 def _best(f: Any, tries: int = 3) -> float:

@@ -228,7 +228,7 @@ def pattern_record(pattern: Pattern, machine: Machine, *, samples_ns: Sequence[i
     """The JSON object of one finished pattern (shape: the issue 4 contract)."""
     samples = np.asarray(samples_ns, dtype=float)
     median = float(np.median(samples)) if samples.size else float("nan")
-    from microbench.runner import mad_ratio, spread  # runner imports nothing from here
+    from microbench.repetition import mad_ratio, spread  # imports nothing from here
 
     rec = pattern.to_json()
     rec["time_ns"] = {"samples": [int(x) for x in samples_ns], "median": median,

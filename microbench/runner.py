@@ -18,7 +18,8 @@ sections 3 and 7):
 * warm-up supersteps are run and dropped, then supersteps are repeated until the spread
   (p90 - p10) / median is within the tolerance, or a repetition or time limit is reached; the
   decision is a pure function of the shared begin/end table, so every worker takes it alike
-  without an extra barrier;
+  without an extra barrier (:mod:`microbench.repetition`; the participants' plans:
+  :mod:`microbench.plans`);
 * host metadata (CPU, SMT, governor, THP, isolated CPUs, load) with every run; machine load
   and CPU steal during a pattern, involuntary context switches of the workers and an unstable
   spread become per-pattern flags instead of silently noisy numbers.
@@ -43,16 +44,17 @@ import numpy as np
 
 from counterd.errors import BadInput, CounterdError
 from counterd.host import host_info
-from counterd.records import span_ns
-from microbench.kernels import (
-    Call,
-    KernelCall,
-    KernelName,
-    buffer_address,
-    native_lib,
-    prefault_call,
-)
+from microbench.kernels import buffer_address, native_lib
 from microbench.patterns import Machine, Pattern, region_bytes
+from microbench.plans import WorkerPlan, plans
+from microbench.repetition import (
+    NORMAL,
+    RunConfig,
+    disturbance,
+    should_stop,
+    spread,
+    superstep_times,
+)
 
 try:  # psutil is a project dependency; the runner still works without it
     import psutil
@@ -64,160 +66,6 @@ class RunnerError(CounterdError):
     """A worker failed or a barrier broke; the message carries the worker's traceback."""
 
     exit_code = 1
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """How supersteps are repeated. ``tolerance``: the spread (p90 - p10) / median at which
-    repetition stops early; ``budget_ns``: measured superstep time after which a pattern stops
-    anyway; ``unstable_spread``: the spread above which the pattern is flagged ``unstable``
-    (its median is then not to be trusted as a calibration point)."""
-
-    warmup: int = 2
-    min_reps: int = 7
-    max_reps: int = 40
-    tolerance: float = 0.05
-    unstable_spread: float = 0.20  # spread above which the result is flagged "unstable"
-    budget_ns: int = 600_000_000
-    barrier_timeout_s: float = 120.0
-    loaded_cpu_fraction: float = 0.25  # CPUs' worth of other processes' use that flags a run
-    steal_fraction: float = 0.05
-    # Measurements flagged as disturbed (unstable, steal) are taken again, up to this many
-    # times, and the least disturbed one is kept: on a 2-CPU KVM guest, two runs of the
-    # validation suite disagreed by E 1.35 on average (max 4.51) over all patterns, 1.25
-    # (3.46) over the patterns neither run flagged (bench/noise_floor.py).
-    retries: int = 2
-
-    def __post_init__(self) -> None:
-        if self.warmup < 0 or self.min_reps < 3 or self.max_reps < self.min_reps:
-            raise BadInput(f"repetitions warmup={self.warmup} min={self.min_reps} "
-                           f"max={self.max_reps}", "need warmup >= 0, 3 <= min <= max")
-        if self.retries < 0:
-            raise BadInput(f"retries {self.retries}", "give 0 or more")
-        if not 0 < self.tolerance < 1 or self.budget_ns <= 0:
-            raise BadInput(f"tolerance {self.tolerance}, budget {self.budget_ns} ns",
-                           "tolerance in (0, 1), positive budget")
-
-    @property
-    def capacity(self) -> int:
-        return self.warmup + self.max_reps
-
-
-NORMAL = RunConfig()
-QUICK = RunConfig(warmup=1, min_reps=3, max_reps=5, tolerance=0.10, budget_ns=100_000_000)
-
-
-# --------------------------------------------------------------------------------------------
-# Pure helpers
-
-# Flags of a measurement worth taking again. "preempted" (a worker switched out involuntarily
-# more often than it repeated the superstep): in two runs of the suite, the two-processor
-# patterns flagged so in one run took 2.5-3x as long as in the other.
-DISTURBED = ("unstable", "steal", "preempted")
-
-
-def disturbance(flags: Sequence[str], samples: Sequence[float] | np.ndarray) -> tuple[int, float]:
-    """How disturbed a measurement looks, for choosing among attempts: the number of
-    ``DISTURBED`` flags, then the spread of its repetitions (lower is better)."""
-    return sum(f in DISTURBED for f in flags), spread(samples)
-
-
-
-def superstep_times(begin_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
-    """Per repetition (rows) over processors (columns): the superstep time, max end - min
-    begin (:func:`counterd.records.span_ns`)."""
-    return np.asarray(span_ns(begin_ns, end_ns))
-
-
-def spread(samples: Sequence[float] | np.ndarray) -> float:
-    """(p90 - p10) / median of the samples (0 for fewer than two)."""
-    a = np.asarray(samples, dtype=float)
-    if a.size < 2:
-        return 0.0
-    med = float(np.median(a))
-    if med <= 0:
-        return float("inf")
-    p10, p90 = np.percentile(a, [10, 90])
-    return float((p90 - p10) / med)
-
-
-def mad_ratio(samples: Sequence[float] | np.ndarray) -> float:
-    """Median absolute deviation / median."""
-    a = np.asarray(samples, dtype=float)
-    if a.size == 0:
-        return 0.0
-    med = float(np.median(a))
-    return float(np.median(np.abs(a - med)) / med) if med > 0 else float("inf")
-
-
-def should_stop(times_ns: np.ndarray, warmup: int, cfg: RunConfig) -> bool:
-    """After ``len(times_ns)`` supersteps (warm-ups included), whether to stop."""
-    measured = times_ns[warmup:]
-    n = measured.size
-    if n < cfg.min_reps:
-        return False
-    if n >= cfg.max_reps or float(measured.sum()) >= cfg.budget_ns:
-        return True
-    return spread(measured) <= cfg.tolerance
-
-
-# --------------------------------------------------------------------------------------------
-# Plans: what each participant executes
-
-
-@dataclass(frozen=True)
-class WorkerPlan:
-    """One participant's part of a pattern. ``slot`` < procs: timed rank; a helper (coherence
-    variants with one processor) has ``slot = procs`` and no main kernel."""
-
-    slot: int
-    timed: bool
-    prefault: tuple[KernelCall, ...]
-    setup: tuple[tuple[Call, ...], ...]
-    main: Call | None
-
-
-def main_call(pattern: Pattern, rank: int) -> KernelCall:
-    return KernelCall(pattern.op, pattern.bases_bytes[rank], pattern.count,
-                      pattern.stride_words, pattern.sweeps, pattern.store_every)
-
-
-def _one_sweep(pattern: Pattern, rank: int, kernel: KernelName) -> KernelCall:
-    return KernelCall(kernel, pattern.bases_bytes[rank], pattern.count, pattern.stride_words, 1)
-
-
-def plans(pattern: Pattern, page_bytes: int = 4096) -> tuple[WorkerPlan, ...]:
-    """Every participant's plan. Coherence set-up (seed 004 section 5.1), before each
-    superstep, by the preparer of rank k (rank (k+1) % p, or the helper when p = 1):
-
-    * dirty:  the preparer stores rank k's data (modified in its cache, invalid elsewhere);
-    * clean:  it stores, flushes (write back + invalidate everywhere), loads: clean in its
-      cache only;
-    * shared: as clean, then (second step) rank k loads it too: shared by both caches.
-    """
-    p = pattern.procs
-    out: list[WorkerPlan] = []
-    coh = pattern.coherence
-    n_workers = pattern.cpus_needed
-    for w in range(n_workers):
-        timed = w < p
-        prefault = (prefault_call(pattern.bases_bytes[w], pattern.span_bytes, page_bytes),
-                    ) if timed else ()
-        setup: list[tuple[Call, ...]] = []
-        if coh is not None:
-            target = (w - 1) % p if p > 1 else (0 if not timed else None)
-            step1: tuple[Call, ...] = ()
-            if target is not None:
-                step1 = (_one_sweep(pattern, target, "store"),)
-                if coh in ("clean", "shared"):
-                    step1 += (_one_sweep(pattern, target, "flush"),
-                              _one_sweep(pattern, target, "load"))
-            setup.append(step1)
-            if coh == "shared":
-                setup.append((_one_sweep(pattern, w, "load"),) if timed else ())
-        out.append(WorkerPlan(w, timed, prefault, tuple(setup),
-                              main_call(pattern, w) if timed else None))
-    return tuple(out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -625,7 +473,5 @@ def no_progress(done: int, total: int, mnemonic: str, eta_s: float | None) -> No
 
 
 __all__ = [
-    "NORMAL", "PatternTiming", "ProgressFn", "QUICK", "RunConfig", "RunnerError", "WorkerPlan",
-    "WorkerPool", "host_metadata", "mad_ratio", "main_call", "no_progress", "plans", "should_stop",
-    "spread", "superstep_times",
+    "PatternTiming", "ProgressFn", "RunnerError", "WorkerPool", "host_metadata", "no_progress",
 ]

@@ -33,11 +33,10 @@ from microbench.counters import (
 )
 from microbench.estimate import Estimate, chunks, run_order
 from microbench.patterns import Machine, Pattern
+from microbench.repetition import NORMAL, RunConfig
 from microbench.runner import (
-    NORMAL,
     PatternTiming,
     ProgressFn,
-    RunConfig,
     WorkerPool,
     host_metadata,
     no_progress,

@@ -35,7 +35,9 @@ from counterd.errors import BadInput
 from microbench import results
 from microbench.kernels import WORD_BYTES, CopyCall, KernelCall, native_lib, prefault_call
 from microbench.patterns import Machine
-from microbench.runner import RunConfig, WorkerPlan, WorkerPool, host_metadata, spread
+from microbench.plans import WorkerPlan
+from microbench.repetition import RunConfig, spread
+from microbench.runner import WorkerPool, host_metadata
 from predictor import mlt
 
 FORMAT = mlt.TRANSFER_FORMAT  # the reader's (predictor.mlt.transfers) one name for it

@@ -33,7 +33,7 @@ def _trimmed(x: np.ndarray) -> float:
 SUMMARIES: dict[str, Callable[[np.ndarray], float]] = {
     "median": lambda x: float(np.median(x)), "minimum": lambda x: float(np.min(x)),
     "trimmed mean": _trimmed, "mean": lambda x: float(np.mean(x))}
-# microbench's flags of a disturbed measurement (microbench.runner.DISTURBED, the ones it
+# microbench's flags of a disturbed measurement (microbench.repetition.DISTURBED, the ones it
 # takes again; the predictor reads results files and does not import microbench)
 DISTURBED = frozenset({"unstable", "steal", "preempted"})
 

@@ -9,7 +9,7 @@ import pytest
 
 from counterd import errors as ce
 from counterd.backends.callgrind.valgrind import CallgrindError
-from counterd.daemon.store import StoreError
+from counterd.errors import StoreError
 from counterd.prediction import NoPrediction
 from counterd.protocol import ProtocolError
 from microbench.runner import RunnerError

@@ -2,7 +2,7 @@
 
 ``lib()`` returns the ctypes handle of ``libcounterd`` or None; ``missing_reason()`` says why it
 is None. ``hotpath()`` returns the markers' compiled hot path (the ``_hotpath`` extension
-module, hotpath/*.c) or None: not built, or ``COUNTERD_NATIVE=0`` in the environment (the Python
+module, hotpath_src/*.c) or None: not built, or ``COUNTERD_NATIVE=0`` in the environment (the Python
 path, for comparisons).
 """
 

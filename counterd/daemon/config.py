@@ -25,7 +25,7 @@ default (``counterd run`` with no file is a working, loopback-only daemon)::
                                   # $pbkdf2-sha256$ITER$SALT$HASH); wrong or none: 401
     export_pids = false           # COUNTERD_EXPORT_PIDS: a pid label on sampled series
     max_jobs = 32                 # COUNTERD_MAX_JOBS: workload label values per uid, beyond ->
-                                  # "_other" (each uid its own slots: exporter.py's docstring)
+                                  # "_other" (each uid its own slots: metrics_state.py's docstring)
     max_uids = 16                 # COUNTERD_MAX_UIDS: uid label values, beyond -> "_other"
     max_superstep_names = 32      # COUNTERD_MAX_SUPERSTEP_NAMES: per job, beyond -> "_other"
     grace_s = 60                  # COUNTERD_METRICS_GRACE: a workload with no connected client

@@ -2,7 +2,7 @@
 
 The store is private to the daemon's user (:mod:`counterd.daemon.store`), so ``counterd runs``
 and ``counterd report`` of a user who cannot read it ask the daemon over the marker socket
-(:class:`counterd.protocol.Query`). The daemon answers from a read-only connection of its own
+(:class:`counterd.query_frames.Query`). The daemon answers from a read-only connection of its own
 (:class:`Queries`, in a thread of its own: :class:`QueryWorker`), with the asking client's
 runs only, as SO_PEERCRED says who it is, unless it is privileged (root,
 ``socket.allowed_group``), who may name any uid or list everyone's runs. Each answer is one
@@ -29,10 +29,10 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from counterd import protocol
+from counterd import protocol, query_frames
 from counterd.daemon.auth import Peer
-from counterd.daemon.store import RunKey, RunRow, Store, StoreError, open_readonly
-from counterd.errors import BadInput, CounterdError
+from counterd.daemon.store import RunKey, RunRow, Store, open_readonly
+from counterd.errors import BadInput, CounterdError, StoreError
 from counterd.protocol import FrameType, ProtocolError
 from counterd.records import SuperstepRecord
 
@@ -67,7 +67,7 @@ class Queries:
         seq = payload.get("s")
         seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
         try:
-            query = protocol.Query.decode(payload)
+            query = query_frames.Query.decode(payload)
             if query.uid is not None and query.uid != peer.uid and not privileged:
                 raise ProtocolError("forbidden", f"uid {peer.uid} may not read the runs of uid "
                                     f"{query.uid}: only root or members of "
@@ -93,7 +93,7 @@ class Queries:
         return self._store
 
     @staticmethod
-    def _runs(store: Store, query: protocol.Query, peer: Peer, privileged: bool, budget: int,
+    def _runs(store: Store, query: query_frames.Query, peer: Peer, privileged: bool, budget: int,
               version: int) -> bytes:
         uid = query.uid if query.uid is not None or privileged else peer.uid
         after: RunKey | None = None
@@ -112,17 +112,17 @@ class Queries:
             for row in rows:
                 text = protocol.dumps_payload(dataclasses.asdict(row))
                 if items and size + len(text) + 1 > budget:
-                    return protocol.encode_result(query.s, items, list(last) if last else None,
+                    return query_frames.encode_result(query.s, items, list(last) if last else None,
                                                   version=version)
                 items.append(text)
                 size += len(text) + 1
                 last = row.key()
             if len(rows) < RUNS_PER_SELECT:
-                return protocol.encode_result(query.s, items, None, version=version)
+                return query_frames.encode_result(query.s, items, None, version=version)
             after = last
 
     @staticmethod
-    def _clock(store: Store, query: protocol.Query, peer: Peer, privileged: bool,
+    def _clock(store: Store, query: query_frames.Query, peer: Peer, privileged: bool,
                version: int) -> bytes:
         """The run's clock domains, one per host of its records (a handful: one RESULT)."""
         owner, run_id = Queries._run_of(store, query, peer, privileged)
@@ -131,10 +131,10 @@ class Queries:
             domain, _ = store.clock_domain(run_id, owner, host)
             if domain is not None:
                 items.append(protocol.dumps_payload(domain.to_json()))
-        return protocol.encode_result(query.s, items, None, owner, run_id, version)
+        return query_frames.encode_result(query.s, items, None, owner, run_id, version)
 
     @staticmethod
-    def _run_of(store: Store, query: protocol.Query, peer: Peer, privileged: bool
+    def _run_of(store: Store, query: query_frames.Query, peer: Peer, privileged: bool
                 ) -> tuple[int, str]:
         """(owner uid, run id) a records or clock QUERY names (the latest run if none)."""
         uid = query.uid if query.uid is not None or privileged else peer.uid
@@ -151,7 +151,7 @@ class Queries:
         return found, query.run_id
 
     @staticmethod
-    def _records(store: Store, query: protocol.Query, peer: Peer, privileged: bool,
+    def _records(store: Store, query: query_frames.Query, peer: Peer, privileged: bool,
                  budget: int, version: int) -> bytes:
         owner, run_id = Queries._run_of(store, query, peer, privileged)
         after: tuple[str, int, int] | None = None
@@ -173,7 +173,7 @@ class Queries:
                 items.append(body)
                 size += len(body) + 1
                 last = key
-        return protocol.encode_result(query.s, items, list(last) if more and last else None,
+        return query_frames.encode_result(query.s, items, list(last) if more and last else None,
                                       owner, run_id, version)
 
 
@@ -285,7 +285,7 @@ class _Conversation:
         if ftype is not FrameType.WELCOME:
             raise CounterdError(f"counterd at {path} answered HELLO with {ftype.name}")
 
-    def send(self, frame: protocol.Hello | protocol.Query) -> None:
+    def send(self, frame: protocol.Hello | query_frames.Query) -> None:
         try:
             self.sock.sendall(frame.encode())
         except OSError as exc:
@@ -322,7 +322,7 @@ class DaemonUnreachable(CounterdError):
 
 
 def ask(path: Path, what: str, run_id: str | None = None, uid: int | None = None,
-        timeout: float = 60.0) -> Iterator[protocol.Result]:
+        timeout: float = 60.0) -> Iterator[query_frames.Result]:
     """The RESULT pages answering a QUERY, asked page by page. Raises DaemonUnreachable, or
     BadInput with the daemon's reason when it refuses (a forbidden uid, no such run)."""
     conv = _Conversation(path, timeout)
@@ -330,7 +330,7 @@ def ask(path: Path, what: str, run_id: str | None = None, uid: int | None = None
         after: tuple[str | int, ...] | None = None
         while True:
             conv.seq += 1
-            conv.send(protocol.Query(conv.seq, what, run_id, uid, after))
+            conv.send(query_frames.Query(conv.seq, what, run_id, uid, after))
             ftype, payload = conv.reply()
             if ftype is FrameType.ERROR:
                 err = protocol.Error.decode(payload)
@@ -338,7 +338,7 @@ def ask(path: Path, what: str, run_id: str | None = None, uid: int | None = None
             if ftype is not FrameType.RESULT:
                 raise CounterdError(f"counterd answered QUERY with {ftype.name}")
             try:
-                page = protocol.Result.decode(payload)
+                page = query_frames.Result.decode(payload)
             except ProtocolError as exc:
                 raise CounterdError(f"counterd sent a malformed RESULT: {exc}") from None
             yield page

@@ -1,7 +1,7 @@
 """Sampling of watched processes: per-thread counter groups, aggregated per job.
 
 Targets are the processes matched by the config's watch rules plus the processes connected to
-the marker socket (workload = the client's uid and job name, :class:`exporter.Workload`).
+the marker socket (workload = the client's uid and job name, :class:`metrics_state.Workload`).
 Every thread of a target gets its own perf group (counting a thread needs no inheritance, so
 values are exact and grouped); at each interval every group is read once and the values are
 summed per job. A thread that exits is
@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from counterd.backends.base import Target
 from counterd.daemon.config import Config, WatchRule
-from counterd.daemon.exporter import Workload
+from counterd.daemon.metrics_state import Workload
 from counterd.daemon.store import Sample
 from counterd.errors import CounterdError, NoSuchTarget
 
 if TYPE_CHECKING:
     from counterd.daemon.behalf import Counting
-    from counterd.daemon.exporter import MetricsState
+    from counterd.daemon.metrics_state import MetricsState
 
 log = logging.getLogger("counterd.daemon.sampling")
 _daemon_log = logging.getLogger("counterd.daemon")  # where the sampler thread logs

@@ -46,7 +46,8 @@ from pathlib import Path
 
 from counterd import protocol
 from counterd.daemon.auth import Peer, peer_credentials
-from counterd.daemon.session import Session, Shared
+from counterd.daemon.session import Session
+from counterd.daemon.shared import Shared
 from counterd.errors import BadInput
 from counterd.protocol import Decoder, ProtocolError
 

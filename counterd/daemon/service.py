@@ -12,7 +12,9 @@ Threads, and what each owns:
   acknowledged means durable;
 * the **sampler**: watched processes and marker clients, per-thread counters summed per job
   (:mod:`counterd.daemon.sampling`), every ``sampling.interval_s``;
-* the **metrics server** (prometheus-client's HTTP server) over :mod:`counterd.daemon.exporter`.
+* the **metrics server** (prometheus-client's HTTP server) over :mod:`counterd.daemon.exporter`
+  (its families :mod:`counterd.daemon.collector`, its state
+  :mod:`counterd.daemon.metrics_state`).
 
 :class:`Daemon` starts and stops them, applies the configuration and coordinates the parts.
 
@@ -44,12 +46,13 @@ from counterd import prediction
 from counterd.daemon import config as config_mod
 from counterd.daemon.auth import Authority, peer_credentials
 from counterd.daemon.behalf import Counting, resolve_backend
+from counterd.daemon.collector import registry
 from counterd.daemon.config import Config, Limits
-from counterd.daemon.exporter import MetricsState, Workload, registry
+from counterd.daemon.metrics_state import MetricsState, Workload
 from counterd.daemon.query import Queries, QueryWorker
 from counterd.daemon.sampling import sample_forever
 from counterd.daemon.server import Server
-from counterd.daemon.session import Clients, Shared
+from counterd.daemon.shared import Clients, Shared
 from counterd.daemon.store import Store
 from counterd.daemon.writer import Writer
 from counterd.errors import BadInput, CounterdError

@@ -9,116 +9,44 @@ frame it refuses with an ERROR (a ``protocol_errors`` metric per code). Replies 
 ``outbuf`` for the server to send them; a client that does not read them is dropped. When the
 connection closes with supersteps still begun (the client died inside them), they become
 ``incomplete`` records. The socket itself (accepting, reading, writing) is the server's
-(:mod:`counterd.daemon.server`).
+(:mod:`counterd.daemon.server`); what the sessions of a daemon share is
+:mod:`counterd.daemon.shared`, the reading of a client's black box :mod:`counterd.daemon.blackbox`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import socket
-import stat
-import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-from counterd import protocol, spool
+from counterd import binary_frames, protocol
 from counterd.clocks import (
     Anchor,
-    boot_id,
     process_clock,
     sync_bound_ns,
     take_anchor,
-    time_namespace,
 )
-from counterd.daemon.auth import Authority, Peer
-from counterd.daemon.behalf import ClientCounters, Counting
-from counterd.daemon.config import Limits
-from counterd.daemon.exporter import Workload
-from counterd.daemon.query import Queries, QueryWorker
+from counterd.daemon.auth import Peer
+from counterd.daemon.behalf import ClientCounters
+from counterd.daemon.blackbox import ClientBox, buffer_refusal
+from counterd.daemon.metrics_state import Workload
 from counterd.daemon.sampling import owner_uids
+from counterd.daemon.shared import Shared
 from counterd.daemon.store import ClientClock, RunInfo
-from counterd.daemon.writer import Item, Writer
+from counterd.daemon.writer import Item
 from counterd.errors import CounterdError, NoSuchTarget
 from counterd.protocol import Decoder, FrameType, ProtocolError
 from counterd.records import SuperstepRecord, incomplete_record
 
-if TYPE_CHECKING:
-    from counterd.daemon.exporter import MetricsState
-
 log = logging.getLogger("counterd.daemon")
 
 MAX_OUTBUF = 1 << 20  # replies a client does not read; beyond, the client is dropped
-
-
-class ThrottledLog:
-    """The daemon's log for what clients cause: at most ``burst`` messages per ``interval_s``,
-    then one line saying how many were not logged, so no client can flood the log (or the
-    disk under it). Used by the loop's thread only."""
-
-    def __init__(self, burst: int = 100, interval_s: float = 10.0) -> None:
-        self.burst = burst
-        self.interval_s = interval_s
-        self._window_end = 0.0
-        self._logged = 0
-        self._skipped = 0
-
-    def warning(self, msg: str, *args: object) -> None:
-        now = time.monotonic()
-        if now >= self._window_end:
-            if self._skipped:
-                log.warning("%d more messages about clients in the last %g s not logged",
-                            self._skipped, self.interval_s)
-            self._window_end, self._logged, self._skipped = now + self.interval_s, 0, 0
-        if self._logged < self.burst:
-            self._logged += 1
-            log.warning(msg, *args)
-        else:
-            self._skipped += 1
-
-
-class Clients:
-    """pid -> workload (the client's uid and job) of the connected marker clients (the sampler
-    samples them as workloads). Written by the loop's thread, read by the sampler's."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._jobs: dict[int, Workload] = {}
-
-    def add(self, pid: int, job: Workload) -> None:
-        with self._lock:
-            self._jobs[pid] = job
-
-    def discard(self, pid: int) -> None:
-        with self._lock:
-            self._jobs.pop(pid, None)
-
-    def snapshot(self) -> dict[int, Workload]:
-        with self._lock:
-            return dict(self._jobs)
-
-
-@dataclass
-class Shared:
-    """What the sessions of one daemon share. ``counting`` is replaced when the config is."""
-
-    state: MetricsState
-    auth: Authority
-    writer: Writer
-    clients: Clients
-    counting: Counting = field(default_factory=Counting)
-    limits: Limits = field(default_factory=Limits)
-    held: dict[int, int] = field(default_factory=dict)  # uid -> bytes its connections hold
-    log: ThrottledLog = field(default_factory=ThrottledLog)
-    queries: Queries = field(default_factory=Queries)
-    query_worker: QueryWorker | None = None  # None: QUERY answered in the loop (tests)
-    boot_id: str = field(default_factory=boot_id)  # this kernel's (counterd.clocks)
-    timens: str = field(default_factory=time_namespace)  # the daemon's time namespace
 
 
 # Backends whose counts come from outside the program and never through a daemon: a record
@@ -137,13 +65,13 @@ class Opened(NamedTuple):
     backend)."""
 
     context: protocol.Context
-    open: protocol.Open
+    open: binary_frames.Open
 
 
 Begun = Mapping[str, Any] | Opened  # a BEGIN's line, or an OPEN
 
 
-class Session:
+class Session(ClientBox):
     """One connection. ``on_close`` is the server's: it forgets the session (selector,
     connection table, clients) when :meth:`close` runs, before the socket is closed."""
 
@@ -236,55 +164,6 @@ class Session:
         if reply and not self.closed:
             self.send(protocol.Error(code, message, seq).encode(self.version))
 
-    def descriptor(self, fd: int) -> None:
-        """A descriptor came with the client's bytes: kept for its BUFFER if it is the first,
-        else closed unread."""
-        if self.box is None and self._box_sent is None and not self.closed:
-            self._box_sent = fd
-        else:
-            os.close(fd)
-
-    def box_chunk(self, size: int) -> bytes:
-        """The next ``size`` bytes at most of what the client's black box holds beyond the
-        bytes received (the connection has ended: the client died, or closed with frames it
-        had not sent), up to ``socket.max_bytes_per_client`` in all; read a chunk per turn of
-        the loop (server.Server), not at once."""
-        if self.box is None:
-            return b""
-        limit = self.shared.limits.max_bytes_per_client
-        left = limit - self.box_read
-        try:
-            if left <= 0:
-                if spool.read_box(self.box, self.received + self.box_read, 1,
-                                  self.box_serves):  # a warning: supersteps are lost
-                    self.shared.log.warning(
-                        "%s: its black box held more than socket.max_bytes_per_client (%d "
-                        "bytes) beyond what it sent: the first %d bytes are read, the rest is "
-                        "lost; raise the limit", self.describe(), limit, limit)
-                os.close(self.box)
-                self.box = None
-                return b""
-            data = spool.read_box(self.box, self.received + self.box_read, min(size, left),
-                                  self.box_serves)
-        except OSError as exc:
-            log.warning("%s: its black box cannot be read (%s): what it had not sent is lost",
-                        self.describe(), exc)
-            return b""
-        if data and not self.box_read:  # an ordinary end (a loss is a warning, above)
-            log.debug("%s: its connection ended with frames unsent in its black box: read "
-                      "from there", self.describe())
-        self.box_read += len(data)
-        return data
-
-    def box_waiting(self) -> bool:
-        """Frames wait in the black box beyond what was received (the client is not idle)."""
-        if self.box is None:
-            return False
-        try:
-            return bool(spool.read_box(self.box, self.received, 1, self.box_serves))
-        except OSError:
-            return False
-
     def close(self, *, incomplete: bool) -> None:
         """End the session; with ``incomplete``, the supersteps still begun are stored as
         incomplete records. Sends what ``outbuf`` holds if the socket takes it at once."""
@@ -347,7 +226,7 @@ class Session:
         if not self.hello:
             raise ProtocolError("no_hello", f"{ftype.name} before HELLO")
         if ftype is FrameType.OPEN or ftype is FrameType.CLOSE:
-            head = protocol.head(ftype, payload)
+            head = binary_frames.head(ftype, payload)
             self._follow(head.s)
             if ftype is FrameType.OPEN:
                 self._open(head, payload)
@@ -475,7 +354,7 @@ class Session:
         """BUFFER: the descriptor that came with it becomes the black box, if it is a memory
         file (``F_GET_SEALS`` works on shmem files only: reading one never blocks)."""
         fd, self._box_sent = self._box_sent, None
-        why = _refusal(payload, fd, self.box is not None)
+        why = buffer_refusal(payload, fd, self.box is not None)
         if isinstance(why, str):
             if fd is not None:
                 os.close(fd)
@@ -528,7 +407,7 @@ class Session:
                                              sync_bound_ns())
         return self._client_clock
 
-    def _open(self, head: protocol.Head, body: bytes) -> None:
+    def _open(self, head: binary_frames.Head, body: bytes) -> None:
         seq = head.s
         ctx = self.contexts.get(head.c)
         if ctx is None:
@@ -536,7 +415,7 @@ class Session:
                            "on this connection", seq)
             return
         try:
-            opened = protocol.Open.decode(body)
+            opened = binary_frames.Open.decode(body)
         except ProtocolError as exc:
             self.violation(exc.code, exc.message, seq)
             return
@@ -545,7 +424,7 @@ class Session:
         self._clock_while_alive(ctx.run_id)
         self._keep_begun((ctx.run_id, opened.index), Opened(ctx, opened))
 
-    def _close_step(self, head: protocol.Head, body: bytes) -> None:
+    def _close_step(self, head: binary_frames.Head, body: bytes) -> None:
         seq, index = head.s, head.index
         ctx = self.contexts.get(head.c)
         begun = self.begins.get((ctx.run_id, index)) if ctx is not None else None
@@ -555,7 +434,7 @@ class Session:
             self.shared.state.count("refused", "malformed")
             return
         try:
-            close = protocol.Close.decode(body, ctx.counters)
+            close = binary_frames.Close.decode(body, ctx.counters)
             rec = protocol.record_of(begun.context, begun.open, close)
         except ProtocolError as exc:
             self.violation(exc.code, exc.message, seq)
@@ -670,26 +549,6 @@ class Session:
         self.send(protocol.Reading(
             seq, {k: (v.value, v.ratio) for k, v in reading.values.items()},
             dict(reading.unsupported)).encode(self.version))
-
-
-def _refusal(payload: Mapping[str, Any], fd: int | None, has_box: bool
-             ) -> str | protocol.Buffer:
-    """Why a BUFFER (with descriptor ``fd``) is refused, or the frame."""
-    try:
-        frame = protocol.Buffer.decode(payload)
-    except ProtocolError as exc:
-        return exc.message
-    if has_box:
-        return "a second BUFFER on one connection"
-    if fd is None:
-        return "BUFFER without a descriptor (SCM_RIGHTS)"
-    try:
-        fcntl.fcntl(fd, fcntl.F_GET_SEALS)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError("not a regular file")
-    except OSError:
-        return "the BUFFER's descriptor is not a shared-memory file (memfd_create or tmpfs)"
-    return frame
 
 
 def _incomplete_record(line: Begun) -> SuperstepRecord:

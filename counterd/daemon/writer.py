@@ -27,13 +27,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from counterd.clocks import ANCHOR_PERIOD_S, Anchor, take_anchor
-from counterd.daemon.exporter import Workload
+from counterd.daemon.metrics_state import Workload
 from counterd.daemon.quota import Usage
-from counterd.daemon.store import ClientClock, RunAnchor, RunInfo, Sample, Store, StoreError
+from counterd.daemon.store import ClientClock, RunAnchor, RunInfo, Sample, Store
+from counterd.errors import StoreError
 from counterd.records import SuperstepRecord
 
 if TYPE_CHECKING:
-    from counterd.daemon.exporter import MetricsState
+    from counterd.daemon.metrics_state import MetricsState
 
 log = logging.getLogger("counterd.daemon")
 

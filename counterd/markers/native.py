@@ -1,4 +1,4 @@
-"""The markers' compiled hot path: a thread's lane (counterd/_native/hotpath/).
+"""The markers' compiled hot path: a thread's lane (counterd/_native/hotpath_src/).
 
 Where the ``_hotpath`` extension is built (and ``COUNTERD_NATIVE`` is not ``0``), a thread whose
 markers need nothing but a clock, its CPU, one perf group read and a store gets a *lane*: its
@@ -46,7 +46,7 @@ from counterd.records import MAX_NAME_CHARS, MAX_PARAMS, MAX_VALUE_CHARS, except
 class LaneOwner(Owner, Protocol):
     """What a lane reads of its recorder (:class:`counterd.markers.recorder.Recorder`), once,
     when it is made; the lane calls back ``_end_python``, ``_unmatched_end`` and
-    ``_materialise`` (counterd/_native/hotpath/)."""
+    ``_materialise`` (counterd/_native/hotpath_src/)."""
 
     sink: Sink
     sample: sampling.Sampling | None

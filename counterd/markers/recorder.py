@@ -26,7 +26,7 @@ either, records are kept in memory (``counterd.records()``) and counted with per
 available. ``COUNTERD_SAMPLE=<duration>:<k>`` reads the counters of only 1 in k supersteps
 shorter than the duration (:mod:`counterd.markers.sampling`).
 
-Where the compiled hot path is built (counterd/_native/hotpath/), a thread whose markers need
+Where the compiled hot path is built (counterd/_native/hotpath_src/), a thread whose markers need
 only a clock, one perf group read and a store to memory or the spool's mapping begins and ends
 its supersteps in compiled code (:mod:`counterd.markers.native`); this module stays the one
 definition of what its records hold, and serves every other case. ``COUNTERD_NATIVE=0`` keeps

@@ -13,7 +13,7 @@ comes again. Only measured counters are sampled (perf, papi): a simulator's are 
 by time assumes a name's supersteps do the same work per unit time, which is what makes them one
 kind of superstep; the records say which values rest on it.
 
-The compiled hot path (counterd/_native/hotpath/) makes the same decisions and writes the same
+The compiled hot path (counterd/_native/hotpath_src/) makes the same decisions and writes the same
 values; this module is the Python path's and the definition of both.
 """
 

@@ -35,27 +35,31 @@ Choices, each stated where a forecast is printed:
   run: the *work*, the slowest processor's own time (its end minus its begin,
   ``slowest_work_ns``), which is what F and the counters predict, and the *span*, last end minus
   first begin (``time_ns``). What lies between them, the *extra* (start skew and the waits of
-  whichever processor ended last), is its own term (:func:`extrapolate_extra`): it does not
-  scale with the work (a process's first superstep begins after its own start-up, tens of
-  milliseconds apart from another's, whatever n is), so it is forecast as the median of the
-  pilot runs' extras with their spread as the interval, unless the pilot runs show it growing
-  with n (Kendall's tau, one-sided p < :data:`GROWTH_P`), when it is extrapolated with a growth
-  model and a note says so. The forecast printed first is the work's; the span's is the
+  whichever processor ended last), is its own term
+  (:func:`~predictor.pilot.extrapolation.extrapolate_extra`): it does not scale with the work (a
+  process's first superstep begins after its own start-up, tens of milliseconds apart from
+  another's, whatever n is), so it is forecast as the median of the pilot runs' extras with
+  their spread as the interval, unless the pilot runs show it growing with n (Kendall's tau,
+  one-sided p < :data:`~predictor.pilot.extrapolation.GROWTH_P`), when it is extrapolated with a
+  growth model and a note says so. The forecast printed first is the work's; the span's is the
   work's plus the extra, its interval the sum of their bounds.
-- Beside F, three forecasts of the work time itself: *scaled*, the largest pilot's work time
-  per instruction times the instructions extrapolated (:func:`scale_by_work`); *fit*, a fixed
-  cost plus the counted work fitted on the pilot runs with the toolkit's term search
-  (:func:`fit_work`); and *time-only*, a growth model of the work time (what a user would do
-  without counters). On the BSP sorts (``bench/pilot_forecast.py``) scaling by the counted
-  instructions brought the median E at the paper's targets from 1.23 (time-only) to 1.08:
-  pilot sizes that cross a cache level bend the time curve, and a growth model of the time
-  extrapolates the bend, while the counted instructions grow as the algorithm does. Scaling
-  is a line through the origin, though, and multiplies a fixed cost with the work: the fit
-  keeps it apart.
-- Which one is printed (:attr:`StepForecast.basis`, :func:`choose`): each predicts the pilot
-  sizes from the third on from the sizes below them (:func:`holdout_forecasts`); the one that
+- Beside F, three forecasts of the work time itself: *scaled*, the largest pilot's work time per
+  instruction times the instructions extrapolated
+  (:func:`~predictor.pilot.extrapolation.scale_by_work`); *fit*, a fixed cost plus the counted
+  work fitted on the pilot runs with the toolkit's term search
+  (:func:`~predictor.pilot.extrapolation.fit_work`); and *time-only*, a growth model of the work
+  time (what a user would do without counters). On the BSP sorts (``bench/pilot_forecast.py``)
+  scaling by the counted instructions brought the median E at the paper's targets from 1.23
+  (time-only) to 1.08: pilot sizes that cross a cache level bend the time curve, and a growth
+  model of the time extrapolates the bend, while the counted instructions grow as the algorithm
+  does. Scaling is a line through the origin, though, and multiplies a fixed cost with the work:
+  the fit keeps it apart.
+- Which one is printed (:attr:`~predictor.pilot.forecast.StepForecast.basis`,
+  :func:`~predictor.pilot.choice.choose`): each predicts the pilot sizes from the third on from
+  the sizes below them (:func:`~predictor.pilot.forecast.holdout_forecasts`); the one that
   missed the largest pilot least replaces the standing one (scaled where counted) where it
   missed less by more than a held-out error's timing noise. The interval comes from the same
-  held-out errors and the timing spread (:func:`interval_of`); :func:`advise` warns of pilots
-  too short or too noisy and proposes sizes that would do.
+  held-out errors and the timing spread (:func:`~predictor.pilot.choice.interval_of`);
+  :func:`~predictor.pilot.choice.advise` warns of pilots too short or too noisy and proposes
+  sizes that would do.
 """

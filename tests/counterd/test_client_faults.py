@@ -24,7 +24,8 @@ from counterd.env import ENV_NATIVE
 from counterd.importing import read_spill
 from counterd.markers.recorder import Recorder
 from counterd.markers.sinks import MemorySink, SpoolSink
-from counterd.markers.sinks.socket import BLOCK_S, SocketSink
+from counterd.markers.sinks.link import BLOCK_S
+from counterd.markers.sinks.socket import SocketSink
 from counterd.markers.sinks.spill import SpillFile
 from counterd.protocol import FrameType
 from counterd.records import SuperstepRecord

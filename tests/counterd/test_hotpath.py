@@ -1,4 +1,4 @@
-"""The markers' compiled hot path (counterd/_native/hotpath/) against the Python path.
+"""The markers' compiled hot path (counterd/_native/hotpath_src/) against the Python path.
 
 The two must give the same records and write byte-identical frames. Counter readings are made
 known by a perf group whose leader is a pipe: each ``read(2)`` of it returns the bytes the test
@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import counterd
-from counterd import _native, protocol, spool, spool_reader
+from counterd import _native, binary_frames, protocol, spool, spool_reader
 from counterd.backends.base import Target
 from counterd.backends.perf.group import PerfGroup
 from counterd.env import ENV_NATIVE
@@ -265,9 +265,9 @@ def test_frames_are_byte_identical_to_the_python_encoders(steps: list[Any]) -> N
                 ctx = protocol.Context.decode(protocol.strictjson.loads(body))
                 names[ctx.c] = list(ctx.counters)
             elif ftype == protocol.FrameType.OPEN:
-                assert protocol.Open.decode(body).encode() == frame
+                assert binary_frames.Open.decode(body).encode() == frame
             elif ftype == protocol.FrameType.CLOSE:
-                close = protocol.Close.decode(body, names[protocol.head(
+                close = binary_frames.Close.decode(body, names[binary_frames.head(
                     protocol.FrameType.CLOSE, body).c])
                 assert close.encode() == frame
                 assert [k.raw for k in close.counters] == [1005, 2001]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from counterd import protocol, spool_reader
+from counterd import binary_frames, protocol, spool_reader
 from counterd.markers.recorder import Recorder
 from counterd.markers.sinks import MemorySink
 from counterd.records import SuperstepRecord, incomplete_record
@@ -36,8 +36,8 @@ def test_the_context_frame_carries_it_to_every_record_it_completes() -> None:
     back = protocol.Context.decode(json.loads(protocol.encode(
         protocol.FrameType.CONTEXT, ctx.payload())[6:]))
     assert back.marker_ns == 1234
-    op = protocol.Open(2, 1, 0, 100, 0, 1, "s")
-    close = protocol.Close(3, 1, 0, 100, 200)
+    op = binary_frames.Open(2, 1, 0, 100, 0, 1, "s")
+    close = binary_frames.Close(3, 1, 0, 100, 200)
     assert protocol.record_of(back, op, close).marker_ns == 1234
     assert protocol.begin_line(back, op)["marker_ns"] == 1234
     with pytest.raises(protocol.ProtocolError):

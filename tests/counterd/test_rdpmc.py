@@ -196,7 +196,7 @@ def test_the_probe_says_how_the_markers_read_their_counters() -> None:
     if hot is None:
         assert text.startswith("in Python: ")
     else:
-        assert text.startswith("compiled (counterd/_native/hotpath/); ")
+        assert text.startswith("compiled (counterd/_native/hotpath_src/); ")
         tail = text.split("; ", 1)[1]
         assert (tail.endswith("read in user space (rdpmc)") or " read by read(2): " in tail
                 or tail.startswith("their counters")), tail

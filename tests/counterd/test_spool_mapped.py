@@ -25,7 +25,7 @@ def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     if request.param == "native":
         monkeypatch.delenv(ENV_NATIVE, raising=False)
         if _native.hotpath() is None:
-            pytest.skip("the compiled hot path (counterd/_native/hotpath/) is not built")
+            pytest.skip("the compiled hot path (counterd/_native/hotpath_src/) is not built")
     else:
         monkeypatch.setenv(ENV_NATIVE, "0")
     return str(request.param)

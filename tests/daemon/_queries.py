@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from counterd import protocol
+from counterd import protocol, query_frames
 from counterd.daemon.auth import Peer
 from counterd.daemon.query import Queries
 from counterd.protocol import FrameType
@@ -24,17 +24,17 @@ def answer(queries: Queries, payload: dict[str, Any], peer: Peer, privileged: bo
 
 def pages(queries: Queries, what: str, peer: Peer, privileged: bool = False,
           max_frame: int = 262144, after: list[Any] | None = None,
-          **fields: Any) -> list[protocol.Result]:
+          **fields: Any) -> list[query_frames.Result]:
     """Every page of a ``what`` listing from cursor ``after`` on, following each page's cursor
     until the last page (``after`` None); fails if any answer is not a RESULT."""
-    got: list[protocol.Result] = []
+    got: list[query_frames.Result] = []
     for s in range(1, 10_000):
         payload: dict[str, Any] = {"s": s, "what": what, **fields}
         if after is not None:
             payload["after"] = after
         ftype, p = answer(queries, payload, peer, privileged, max_frame)
         assert ftype is FrameType.RESULT, p
-        page = protocol.Result.decode(p)
+        page = query_frames.Result.decode(p)
         got.append(page)
         if page.after is None:
             return got

@@ -18,15 +18,8 @@ import pytest
 
 from counterd import cli
 from counterd.clocks import Anchor, ClockDomain, boot_id, time_namespace
-from counterd.daemon.store import (
-    SCHEMA_VERSION,
-    ClientClock,
-    RunAnchor,
-    RunInfo,
-    Store,
-    migrate,
-    schema_version,
-)
+from counterd.daemon.schema import SCHEMA_VERSION, migrate, schema_version
+from counterd.daemon.store import ClientClock, RunAnchor, RunInfo, Store
 from counterd.records import SuperstepRecord, read_jsonl
 from counterd.report import nodes
 
@@ -142,7 +135,7 @@ def test_the_writer_anchors_a_declared_run_again_after_the_period(
     import threading
 
     from counterd.daemon import writer as w
-    from counterd.daemon.exporter import MetricsState
+    from counterd.daemon.metrics_state import MetricsState
 
     writer = w.Writer(MetricsState(), wake=lambda: None, stopping=threading.Event())
     clock = ClientClock("b", "t", 0)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from counterd import protocol
+from counterd import binary_frames, protocol
 from counterd.daemon.store import open_readonly
 from counterd.markers.sinks import MemorySink
 from counterd.markers.sinks.socket import SocketSink
@@ -357,18 +357,18 @@ def test_compact_open_and_close_frames(daemon: DaemonProc) -> None:
     base = {"run_id": "compact", "pid": 4242, "host": "hh", "backend": "perf"}
     c.send_frame(protocol.Context(1, 1, **base))
     c.send_frame(protocol.Context(2, 2, **base, counters=("loads", "sim_x")))
-    c.send_frame(protocol.Open(3, 1, 0, 100, rank=2, cpu=1, name="exchange", params={"n": 3}))
-    c.send_frame(protocol.Close(
+    c.send_frame(binary_frames.Open(3, 1, 0, 100, rank=2, cpu=1, name="exchange", params={"n": 3}))
+    c.send_frame(binary_frames.Close(
         4, 2, 0, 150, 400, frozenset({"nested", "multiplexed", "unsupported_counters"}),
-        (protocol.WireCounter("loads", "measured", 2000.0, 0.5, 1000),
-         protocol.WireCounter("sim_x", "simulated", 7.0, 1.0, None)),
+        (binary_frames.WireCounter("loads", "measured", 2000.0, 0.5, 1000),
+         binary_frames.WireCounter("sim_x", "simulated", 7.0, 1.0, None)),
         {"l2_misses": "no PMU"}))
     # a CLOSE without its OPEN is refused with its sequence number; the stream goes on
-    c.send_frame(protocol.Close(5, 1, 9, 1, 2))
+    c.send_frame(binary_frames.Close(5, 1, 9, 1, 2))
     ftype, payload = c.reply_to(5)  # the ACK of the CLOSE before (s=4) may come first
     assert ftype is FrameType.ERROR and payload["code"] == "unknown_begin" and payload["s"] == 5
     # an OPEN left open when the client goes away becomes an incomplete record
-    c.send_frame(protocol.Open(6, 1, 1, 500, rank=2, cpu=1, name="dies", params={"k": "v"}))
+    c.send_frame(binary_frames.Open(6, 1, 1, 500, rank=2, cpu=1, name="dies", params={"k": "v"}))
     # acks are cumulative and coalesced: an earlier one (for the CLOSE, s=4) may come first
     assert c.sync(7) == (FrameType.ACK, {"s": 7})
     c.close()
@@ -477,12 +477,12 @@ def test_a_scratch_context_is_acknowledged_and_never_kept(daemon: DaemonProc) ->
     base = {"run_id": "scratchy", "pid": 4242, "host": "hh", "backend": "none"}
     c.send_frame(protocol.Context(1, 1, **base, scratch=True))
     c.send_frame(protocol.Context(2, 2, **base))
-    c.send_frame(protocol.Open(3, 1, 0, 100, rank=0, cpu=0, name="calibration"))
-    c.send_frame(protocol.Close(4, 1, 0, 100, 200))
-    c.send_frame(protocol.Open(5, 2, 1, 300, rank=0, cpu=0, name="kept"))
-    c.send_frame(protocol.Close(6, 2, 1, 300, 400))
-    c.send_frame(protocol.Open(7, 1, 2, 500, rank=0, cpu=0, name="left open"))
-    c.send_frame(protocol.Open(8, 2, 3, 600, rank=0, cpu=0, name="dies"))
+    c.send_frame(binary_frames.Open(3, 1, 0, 100, rank=0, cpu=0, name="calibration"))
+    c.send_frame(binary_frames.Close(4, 1, 0, 100, 200))
+    c.send_frame(binary_frames.Open(5, 2, 1, 300, rank=0, cpu=0, name="kept"))
+    c.send_frame(binary_frames.Close(6, 2, 1, 300, 400))
+    c.send_frame(binary_frames.Open(7, 1, 2, 500, rank=0, cpu=0, name="left open"))
+    c.send_frame(binary_frames.Open(8, 2, 3, 600, rank=0, cpu=0, name="dies"))
     assert c.sync(9) == (FrameType.ACK, {"s": 9})
     c.close()
     # Both begins left open are handled when the connection ends, in one pass: once the plain

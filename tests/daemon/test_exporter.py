@@ -11,8 +11,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from counterd.backends.base import CounterValue, Reading, Target
+from counterd.daemon.collector import CounterdCollector, registry
 from counterd.daemon.config import WatchRule
-from counterd.daemon.exporter import CounterdCollector, MetricsState, Workload, registry
+from counterd.daemon.metrics_state import MetricsState, Workload
 from counterd.daemon.sampling import Sampler
 from counterd.errors import CounterAccessDenied
 from counterd.events import Source
@@ -256,7 +257,7 @@ def test_superstep_durations_are_a_histogram_with_buckets_from_10us_to_10s() -> 
     """Issue 34: a summary without quantiles gave dashboards no p99 and does not aggregate
     across nodes. Each record that ended is one observation in the bucket of its own time
     (le inclusive); one that never ended is not observed."""
-    from counterd.daemon.exporter import DURATION_BUCKETS_S
+    from counterd.daemon.metrics_state import DURATION_BUCKETS_S
 
     assert DURATION_BUCKETS_S[0] == pytest.approx(1e-5) and DURATION_BUCKETS_S[-1] == 10.0
     assert all(b / a <= 2.5 + 1e-9 for a, b in zip(DURATION_BUCKETS_S[:-1], DURATION_BUCKETS_S[1:],
@@ -285,7 +286,7 @@ def test_superstep_durations_are_a_histogram_with_buckets_from_10us_to_10s() -> 
 def test_labelled_counters_are_exported_at_zero_before_their_first_increment() -> None:
     """Issue 34: labelled counters appeared only once non-zero, hiding their first increase
     from rate(). Every known reason, and every record flag of a workload, is there at 0."""
-    from counterd.daemon.exporter import KNOWN_REASONS
+    from counterd.daemon.collector import KNOWN_REASONS
     from counterd.records import FLAGS
 
     st = MetricsState()

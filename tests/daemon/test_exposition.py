@@ -16,16 +16,9 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 
 from counterd.backends.base import CounterValue
-from counterd.daemon.exporter import (
-    OPENMETRICS,
-    TEXT,
-    ExpositionCache,
-    MetricsState,
-    Workload,
-    negotiate,
-    registry,
-    serve,
-)
+from counterd.daemon.collector import registry
+from counterd.daemon.exporter import OPENMETRICS, TEXT, ExpositionCache, negotiate, serve
+from counterd.daemon.metrics_state import MetricsState, Workload
 from counterd.events import Source
 from counterd.records import SuperstepRecord
 

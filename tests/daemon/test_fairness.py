@@ -18,15 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from counterd import protocol
+from counterd import protocol, query_frames
 from counterd.daemon import quota, server
 from counterd.daemon.auth import Authority, Peer
 from counterd.daemon.config import Limits
-from counterd.daemon.exporter import MetricsState
+from counterd.daemon.metrics_state import MetricsState
 from counterd.daemon.query import Queries, QueryWorker
 from counterd.daemon.quota import Usage
 from counterd.daemon.server import RoundRobin, Server
-from counterd.daemon.session import Clients, Session, Shared
+from counterd.daemon.session import Session
+from counterd.daemon.shared import Clients, Shared
 from counterd.daemon.store import RunAnchor, RunInfo, Store
 from counterd.daemon.writer import Item, Writer
 from counterd.protocol import FrameType
@@ -344,7 +345,7 @@ def test_a_query_is_answered_off_the_loop_one_in_flight(tmp_path: Path) -> None:
             lp.server.poll(0.5)  # the wake: the answer is sent, the session served again
         assert session.last_seq == 4 and not session.parked
         got = replies(client)
-        [result] = [protocol.Result.decode(p) for t, p in got if t is F.RESULT]
+        [result] = [query_frames.Result.decode(p) for t, p in got if t is F.RESULT]
         assert [i["run_id"] for i in result.items] == ["mine"] and result.after is None
         worker.stop()
     finally:
@@ -505,7 +506,7 @@ def test_schema_5_counts_what_an_older_store_holds(tmp_path: Path) -> None:
     """A store of schema 4 with records: migrating to 5 fills usage from them."""
     import sqlite3
 
-    from counterd.daemon.store import migrate
+    from counterd.daemon.schema import migrate
 
     path = tmp_path / "old.db"
     store = Store(path)

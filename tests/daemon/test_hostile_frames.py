@@ -23,9 +23,11 @@ from hypothesis import strategies as st
 
 from counterd import protocol
 from counterd.daemon.auth import Authority, Peer
+from counterd.daemon.collector import registry
 from counterd.daemon.config import Limits
-from counterd.daemon.exporter import MetricsState, Workload, registry
-from counterd.daemon.session import Clients, Session, Shared
+from counterd.daemon.metrics_state import MetricsState, Workload
+from counterd.daemon.session import Session
+from counterd.daemon.shared import Clients, Shared
 from counterd.daemon.store import Store
 from counterd.daemon.writer import Item, Writer
 from counterd.protocol import Decoder, FrameType, ProtocolError

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from counterd.daemon import config as config_mod
-from counterd.daemon.exporter import MetricsState, Workload, registry
+from counterd.daemon.collector import registry
+from counterd.daemon.metrics_state import MetricsState, Workload
 from counterd.errors import BadInput
 from counterd.records import SuperstepRecord
 

@@ -22,17 +22,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from counterd import cli, protocol
+from counterd import cli, protocol, query_frames
 from counterd.daemon.auth import Peer
 from counterd.daemon.query import Queries
-from counterd.daemon.store import (
-    SCHEMA_VERSION,
-    RunInfo,
-    Store,
-    StoreError,
-    migrate,
-    schema_version,
-)
+from counterd.daemon.schema import SCHEMA_VERSION, migrate, schema_version
+from counterd.daemon.store import RunInfo, Store
+from counterd.errors import StoreError
 from counterd.protocol import FrameType, ProtocolError
 from counterd.records import SuperstepRecord
 from tests.daemon import _queries
@@ -211,19 +206,19 @@ _JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats()
 @given(st.dictionaries(st.sampled_from(["s", "what", "run_id", "uid", "after", "x"]), _JSON))
 def test_any_query_payload_is_a_query_or_a_protocol_error(payload: dict[str, Any]) -> None:
     try:
-        query = protocol.Query.decode(payload)
+        query = query_frames.Query.decode(payload)
     except ProtocolError as exc:
         assert exc.code in ("bad_seq", "bad_query")
     else:
-        assert query.what in protocol.QUERY_WHATS
-        assert protocol.Query.decode(json.loads(query.encode()[protocol.HEADER_BYTES:])) \
+        assert query.what in query_frames.QUERY_WHATS
+        assert query_frames.Query.decode(json.loads(query.encode()[protocol.HEADER_BYTES:])) \
             == query
 
 
 @given(st.dictionaries(st.sampled_from(["s", "items", "after", "uid", "run_id"]), _JSON))
 def test_any_result_payload_is_a_result_or_a_protocol_error(payload: dict[str, Any]) -> None:
     try:
-        result = protocol.Result.decode(payload)
+        result = query_frames.Result.decode(payload)
     except ProtocolError as exc:
         assert exc.code in ("bad_seq", "bad_reply")
     else:

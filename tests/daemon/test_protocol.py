@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from counterd import protocol
+from counterd import binary_frames, json_frame, protocol, query_frames
 from counterd.events import CounterValue, Source
 from counterd.protocol import Decoder, FrameType, ProtocolError
 from counterd.records import SuperstepRecord
@@ -267,20 +267,20 @@ _CLOSE_FLAGS = frozenset({"nested", "multiplexed", "unsupported_counters"})
 _V2_FRAMES: dict[str, protocol.Frame] = {
     "context": protocol.Context(7, 1, "r", 42, "h", "perf", ("loads", "sim_x")),
     "context_empty": protocol.Context(7, 2, "r", 42, "h", "none"),
-    "open": protocol.Open(8, 1, 0, 100, 2, 1, "exchange"),
-    "open_params": protocol.Open(9, 1, 1, 200, -1, -1, "é",
+    "open": binary_frames.Open(8, 1, 0, 100, 2, 1, "exchange"),
+    "open_params": binary_frames.Open(9, 1, 1, 200, -1, -1, "é",
                                  {"n": 3, "tag": "x", "f": 0.5, "b": True}),
-    "close_empty": protocol.Close(10, 2, 0, 150, 400),
-    "close": protocol.Close(
+    "close_empty": binary_frames.Close(10, 2, 0, 150, 400),
+    "close": binary_frames.Close(
         11, 1, 0, 150, 400, _CLOSE_FLAGS,
-        (protocol.WireCounter("loads", "measured", 2000.0, 0.5, 1000),
-         protocol.WireCounter("sim_x", "simulated", 7.0, 1.0, None)),
+        (binary_frames.WireCounter("loads", "measured", 2000.0, 0.5, 1000),
+         binary_frames.WireCounter("sim_x", "simulated", 7.0, 1.0, None)),
         {"l2_misses": "no PMU"}),
-    "query": protocol.Query(13, "records", "r", 1000, ("h", 42, 3)),
+    "query": query_frames.Query(13, "records", "r", 1000, ("h", 42, 3)),
     "buffer": protocol.Buffer(12, 1),
     "welcome_buffer": protocol.Welcome(version=2, max_frame=262144, uid=1000, pid=42,
                                        buffer=True),
-    "result": protocol.Result(14, ({"a": 1},), ("h", 42, 3), 1000, "r"),
+    "result": query_frames.Result(14, ({"a": 1},), ("h", 42, 3), 1000, "r"),
 }
 
 
@@ -292,13 +292,13 @@ def test_every_typed_frame_encodes_to_the_bytes_of_before() -> None:
         version = 1 if name.endswith("_v1") else 2
         want = bytes.fromhex("".join(GOLDEN[name]))
         assert frame.encode(version) == want, name
-        if isinstance(frame, protocol.JsonFrame):  # and the untyped encoder agrees
+        if isinstance(frame, json_frame.JsonFrame):  # and the untyped encoder agrees
             assert protocol.encode(type(frame).TYPE, frame.payload(), version) == want, name
 
 
 def test_fast_open_and_close_encoders_are_the_typed_frames_bytes() -> None:
     op = _V2_FRAMES["open_params"]
-    assert isinstance(op, protocol.Open)
+    assert isinstance(op, binary_frames.Open)
     assert protocol.encode_open(9, 1, 1, 200, -1, -1, "é", op.params) == op.encode()
     assert protocol.encode_open(8, 1, 0, 100, 2, 1, "exchange") == _V2_FRAMES["open"].encode()
     # a CLOSE takes the client's CounterValues as they are (source: a Source)
@@ -312,9 +312,9 @@ def test_fast_open_and_close_encoders_are_the_typed_frames_bytes() -> None:
     with pytest.raises(struct.error):  # beyond the packed range: the client sends JSON
         protocol.encode_open(1, 1, 1 << 64, 0, 0, 0, "s")
     with pytest.raises(KeyError):
-        protocol.encode_close(1, 1, 0, 0, 1, 0, [protocol.WireCounter("x", "guessed", 1.0)])
+        protocol.encode_close(1, 1, 0, 0, 1, 0, [binary_frames.WireCounter("x", "guessed", 1.0)])
     with pytest.raises(ValueError):
-        protocol.Close(1, 1, 0, 0, 1, frozenset({"no such flag"})).encode()
+        binary_frames.Close(1, 1, 0, 0, 1, frozenset({"no such flag"})).encode()
 
 
 def test_typed_frames_decode_to_what_was_encoded() -> None:
@@ -327,7 +327,7 @@ def test_typed_frames_decode_to_what_was_encoded() -> None:
     close = _V2_FRAMES["close"]
     body = close.encode()[protocol.HEADER_BYTES:]
     assert protocol.decode(FrameType.CLOSE, body, ("loads", "sim_x")) == close
-    assert protocol.head(FrameType.CLOSE, body) == protocol.Head(s=11, c=1, index=0)
+    assert binary_frames.head(FrameType.CLOSE, body) == binary_frames.Head(s=11, c=1, index=0)
     with pytest.raises(ProtocolError) as err:
         protocol.decode(FrameType.CLOSE, body)
     assert err.value.code == "unknown_context"
@@ -362,7 +362,7 @@ def test_typed_decoding_refuses_with_the_daemons_codes() -> None:
     # a HELLO is never refused; an empty job is no job
     assert protocol.Hello.decode({"job": 0, "pid": "x"}) == protocol.Hello()
     # "scratch" is true or absent (anything else: not scratch); the markers' scratch sink says it
-    from counterd.markers.sinks.socket import hello_payload
+    from counterd.markers.sinks.link import hello_payload
 
     assert protocol.Hello.decode(hello_payload("j", scratch=True)).scratch
     assert "scratch" not in hello_payload("j") and not protocol.Hello.decode(
@@ -370,23 +370,23 @@ def test_typed_decoding_refuses_with_the_daemons_codes() -> None:
     assert [protocol.Hello.decode({"scratch": v}).scratch for v in (1, "true", None)] == [False] * 3
     assert protocol.Hello(job="j", scratch=True).payload() == {"job": "j", "scratch": True}
     head = protocol.OPEN_HEAD.pack(1, 1, 0, 5, 0, 0, 3)
-    assert code(lambda: protocol.Open.decode(head[:-1])) == (
+    assert code(lambda: binary_frames.Open.decode(head[:-1])) == (
         "bad_frame", "OPEN of 35 bytes is shorter than its 36-byte head")
-    assert code(lambda: protocol.Open.decode(head + b"ab"))[0] == "bad_begin"  # cut short
-    assert code(lambda: protocol.Open.decode(head + b"abc[1]"))[0] == "bad_begin"
+    assert code(lambda: binary_frames.Open.decode(head + b"ab"))[0] == "bad_begin"  # cut short
+    assert code(lambda: binary_frames.Open.decode(head + b"abc[1]"))[0] == "bad_begin"
     for tail in (b'{"x":NaN}', b'{"x":1e400}', b'{"x":"\\ud800"}', b'{"x":[1]}', b"[" * 10**5):
-        assert code(lambda t=tail: protocol.Open.decode(head + b"abc" + t))[0] == "bad_begin"
+        assert code(lambda t=tail: binary_frames.Open.decode(head + b"abc" + t))[0] == "bad_begin"
     huge = protocol.OPEN_HEAD.pack(1, 1, (1 << 64) - 1, 5, 0, 0, 3)
-    assert code(lambda: protocol.Open.decode(huge + b"abc"))[0] == "bad_begin"
-    assert code(lambda: protocol.Open.decode(head[:-2] + b"\0\3\xed\xa0\x80"))[0] \
+    assert code(lambda: binary_frames.Open.decode(huge + b"abc"))[0] == "bad_begin"
+    assert code(lambda: binary_frames.Open.decode(head[:-2] + b"\0\3\xed\xa0\x80"))[0] \
         == "bad_begin"  # an encoded surrogate is not UTF-8
-    assert code(lambda: protocol.head(FrameType.CLOSE, b"\0" * 10))[0] == "bad_frame"
+    assert code(lambda: binary_frames.head(FrameType.CLOSE, b"\0" * 10))[0] == "bad_frame"
     close = protocol.CLOSE_HEAD.pack(1, 1, 0, 5, 6, 0, 0)
     counter = protocol.COUNTER.pack(9, 1.0, 1.0, 0)  # source 9 does not exist
-    assert code(lambda: protocol.Close.decode(close, ("a",))) == (
+    assert code(lambda: binary_frames.Close.decode(close, ("a",))) == (
         "bad_record", "malformed CLOSE (40 bytes for 1 counters and 0 bytes of unsupported "
                       "counters)")
-    assert code(lambda: protocol.Close.decode(close + counter, ("a",)))[0] == "bad_record"
+    assert code(lambda: binary_frames.Close.decode(close + counter, ("a",)))[0] == "bad_record"
     bad_bits = protocol.CLOSE_HEAD.pack(1, 1, 0, 5, 6, 1 << 20, 0)
-    assert code(lambda: protocol.Close.decode(bad_bits, ())) == (
+    assert code(lambda: binary_frames.Close.decode(bad_bits, ())) == (
         "bad_record", "malformed CLOSE (bad_close: unknown flag bits 0x100000)")

@@ -203,7 +203,7 @@ def test_a_forked_childs_read_leaves_its_parents_black_box(daemon: DaemonProc) -
     parent's black box keeps its head: the parent, killed with frames unsent, loses none."""
     code = """
         import os, signal, counterd
-        from counterd.markers.sinks import socket as client
+        from counterd.markers.sinks import link as client
         from counterd.markers.api import recorder
         client.BATCH_S = 30.0  # no batch falls due by time during the test
         with counterd.superstep("warm"):
@@ -282,7 +282,7 @@ def test_a_connection_left_open_by_a_forked_child_reads_nothing_of_the_next(
     twice, no protocol error, every record stored once."""
     out = run_py("""
         import os, json, time, counterd
-        from counterd.markers.sinks import socket as client
+        from counterd.markers.sinks import link as client
         from counterd.markers.api import recorder
         client.BATCH_S = 30.0
         with counterd.superstep("warm"):

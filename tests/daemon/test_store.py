@@ -9,16 +9,9 @@ from pathlib import Path
 import pytest
 
 from counterd.backends.base import CounterValue
-from counterd.daemon.store import (
-    SCHEMA_VERSION,
-    RunInfo,
-    Sample,
-    Store,
-    StoreError,
-    migrate,
-    open_readonly,
-    schema_version,
-)
+from counterd.daemon.schema import SCHEMA_VERSION, migrate, schema_version
+from counterd.daemon.store import RunInfo, Sample, Store, open_readonly
+from counterd.errors import StoreError
 from counterd.events import Source
 from counterd.records import SuperstepRecord
 

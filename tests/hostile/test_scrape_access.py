@@ -23,8 +23,10 @@ from typing import Any
 import pytest
 
 from counterd.daemon import config as config_mod
+from counterd.daemon.collector import registry
 from counterd.daemon.config import Config
-from counterd.daemon.exporter import ExpositionCache, MetricsState, registry, serve
+from counterd.daemon.exporter import ExpositionCache, serve
+from counterd.daemon.metrics_state import MetricsState
 from counterd.daemon.scrape_access import ScrapeAccess, read_users, tls_context
 from counterd.errors import BadInput
 

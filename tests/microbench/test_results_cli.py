@@ -13,7 +13,7 @@ from microbench import results
 from microbench.catalogue import catalogue
 from microbench.cli import main
 from microbench.patterns import host_machine
-from microbench.runner import RunConfig
+from microbench.repetition import RunConfig
 from microbench.suite import run_suite
 
 GEOM = "L1=4K/4/64,L2=32K/8/64"

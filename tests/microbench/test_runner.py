@@ -11,15 +11,9 @@ import pytest
 
 from microbench.catalogue import catalogue
 from microbench.patterns import Pattern, host_machine
-from microbench.runner import (
-    RunConfig,
-    WorkerPool,
-    host_metadata,
-    plans,
-    should_stop,
-    spread,
-    superstep_times,
-)
+from microbench.plans import plans
+from microbench.repetition import RunConfig, should_stop, spread, superstep_times
+from microbench.runner import WorkerPool, host_metadata
 
 CPUS = len(os.sched_getaffinity(0))
 needs_two = pytest.mark.skipif(CPUS < 2, reason="needs 2 CPUs to run 2 processors")

@@ -45,8 +45,9 @@ from microbench.estimate import (
     timing_cost,
 )
 from microbench.patterns import COHERENT_MAX_PROCS, HOST_BANKS, Machine, host_machine, paper_machine
+from microbench.plans import plans
 from microbench.probe import _OtherWork, _spans, probe
-from microbench.runner import NORMAL, QUICK, RunConfig, plans
+from microbench.repetition import NORMAL, QUICK, RunConfig
 from microbench.suite import run_suite
 
 SMALL = "L1=8K/4/64,L2=64K/8/64,L3=1M/4/64"  # a 4-way shared L3: 16 processors exceed its ways

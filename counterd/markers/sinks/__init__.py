@@ -5,11 +5,12 @@
 * :mod:`~counterd.markers.sinks.memory`: records kept in the process;
 * :mod:`~counterd.markers.sinks.spool`: the process's file in ``counterd record``'s spool;
 * :mod:`~counterd.markers.sinks.socket`: the daemon client (records sent over counterd's
-  socket, held until acknowledged);
+  socket, held until acknowledged), over :mod:`~counterd.markers.sinks.link`, its connection
+  (HELLO, the black box, reconnection, acknowledgements);
 * :mod:`~counterd.markers.sinks.spill`: the private file of what the daemon did not take.
 
-The daemon client is loaded only where a daemon is named or found: socket, select and logging
-cost a program about 10 ms before its first superstep.
+The daemon client (socket and link) is loaded only where a daemon is named or found: socket,
+select and logging cost a program about 10 ms before its first superstep.
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ def as_record(item: SuperstepRecord | Step) -> SuperstepRecord:
 def context_payload(seq: int, c: int, ctx: identity.Ctx, names: Sequence[str],
                     scratch: bool = False) -> dict[str, Any]:
     """The CONTEXT frame's payload declaring ``ctx`` with counter ``names`` as ``c`` (a
-    ``scratch`` one: of a calibration, nothing kept; see counterd.protocol)."""
+    ``scratch`` one: of a calibration, nothing kept; see docs/protocol.md)."""
     return {"s": seq, "c": c, "run_id": ctx[0], "pid": ctx[1], "host": ctx[2],
             "backend": ctx[3], "counters": list(names),
             **({} if ctx[4] is None else {"marker_ns": ctx[4]}),

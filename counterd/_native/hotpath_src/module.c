@@ -195,7 +195,7 @@ static PyMethodDef module_methods[] = {
     {NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hotpath",
-                                    "The superstep markers' hot path (see hotpath/hotpath.h).", -1,
+                                    "The superstep markers' hot path (see hotpath_src/hotpath.h).", -1,
                                     module_methods};
 
 PyMODINIT_FUNC PyInit__hotpath(void)
