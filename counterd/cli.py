@@ -274,8 +274,6 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from counterd import prediction, report
-
     fmt = _report_format(args.out, "json" if args.json else args.format)
     if args.run_option is not None:
         if args.run is not None and args.run != args.run_option:
@@ -289,6 +287,8 @@ def _report(args: argparse.Namespace) -> int:
                        "give one or the other")
     if args.across_nodes and args.records is None:
         raise BadInput("--across-nodes reads records files", "give --records FILE...")
+    from counterd import prediction, report  # not before: the central report needs neither
+
     profile = args.profile
     if profile is None and (args.config is not None or args.records is None):
         from counterd.daemon.config import load

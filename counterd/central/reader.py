@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,14 @@ from counterd.central.schema import SCHEMA_VERSION, CentralError, schema_version
 from counterd.clocks import Anchor, ClockDomain, kept_anchors
 from counterd.errors import BadInput
 from counterd.jobid import source_of
-from counterd.records import SuperstepRecord, write_jsonl
+from counterd.records import (
+    INT32_MAX,
+    INT32_MIN,
+    MAX_ID_CHARS,
+    MAX_NAME_CHARS,
+    SuperstepRecord,
+    write_jsonl,
+)
 
 SOURCE = "central:"  # how the report names a node's part: central:<node>/<host>
 
@@ -113,14 +121,41 @@ def _domain(run_id: str, host: str, row: tuple[Any, ...] | None,
 
 Part = tuple[str, list[SuperstepRecord], list[ClockDomain]]
 
+# A row of counterd.records the report can take as a record of the file convention without
+# making one (counterd.records.SuperstepRecord's bounds on the fields the report reads): rows
+# outside them are made into a record, whose ValueError says what is wrong.
+_VALID = ("idx >= 0 AND begin_ns >= 0 AND (end_ns IS NULL OR end_ns >= begin_ns) "
+          f"AND rank BETWEEN {INT32_MIN} AND {INT32_MAX} AND pid BETWEEN 0 AND {INT32_MAX} "
+          f"AND char_length(name) <= {MAX_NAME_CHARS} AND char_length(host) <= {MAX_ID_CHARS}")
 
-def run_parts(dsn: str, run_id: str, uid: int | None, *, bodies: bool = True) -> list[Part]:
-    """Run ``run_id``'s records (of ``uid``; None: the one uid this role sees it under), one
-    part per (node, host) as :func:`counterd.report.nodes.build_parts` takes them: its name
-    (``central:<node>/<host>``), its records, its clock domain. ``bodies`` False: each record
-    made from the row's key and times only (run, superstep, name, rank, pid, begin, end,
-    host; no counters, params or cpu), which is all the report across nodes reads, without
-    parsing and checking 16,000 JSON bodies (half of the report's time)."""
+
+@dataclass(frozen=True)
+class _NodePart:
+    """One (node, host) of a run: its records (or their rows) and its clock domain."""
+
+    node: str
+    host: str
+    records: list[Any]  # SuperstepRecord, or counterd.report.nodes.Row
+    domains: list[ClockDomain]
+
+    @property
+    def name(self) -> str:
+        return f"{SOURCE}{self.node}/{self.host}"
+
+
+def _damaged(run_id: str, node: object, exc: Exception) -> BadInput:
+    return BadInput(f"the central store holds a damaged record of run {run_id!r:.80} from "
+                    f"node {node!r:.80} ({exc})",
+                    "ask its administrator to check that node's shipper")
+
+
+def _node_parts(dsn: str, run_id: str, uid: int | None, bodies: bool) -> list[_NodePart]:
+    """Run ``run_id``'s records (of ``uid``; None: the one uid this role sees it under) and
+    clock domains per (node, host), sorted by node and host, each part's records by superstep,
+    rank and pid. ``bodies`` False: each record as its :data:`counterd.report.nodes.Row`, the
+    row's key and times only (run, host, superstep, name, rank, pid, begin, end; no counters,
+    params or cpu), which is all the report across nodes reads: no JSON body parsed, no
+    record object made (the report's time went to them)."""
     conn = connect(dsn)
     try:
         uids = [int(u) for (u,) in conn.execute(
@@ -134,21 +169,11 @@ def run_parts(dsn: str, run_id: str, uid: int | None, *, bodies: bool = True) ->
             raise BadInput(f"run {run_id!r:.80} exists for uids {', '.join(map(str, uids))}",
                            "name the user with --uid")
         owner = uids[0]
-        parts: dict[tuple[str, str], list[SuperstepRecord]] = defaultdict(list)
-        incomplete = frozenset({"incomplete"})
-        for node, host, body, idx, name, rank, pid, begin, end in conn.execute(
-                "SELECT node, host, " + ("body" if bodies else "NULL") + ", idx, name, rank, "
-                "pid, begin_ns, end_ns FROM counterd.records WHERE uid = %s AND run_id = %s "
-                "ORDER BY node, host, idx, rank, pid", (owner, run_id)):
-            try:
-                parts[(str(node), str(host))].append(
-                    SuperstepRecord.from_json(strictjson.loads(str(body))) if bodies else
-                    SuperstepRecord(run_id, idx, name, rank, pid, 0, begin, end, host=host,
-                                    flags=incomplete if end is None else frozenset()))
-            except (strictjson.Malformed, BadInput, ValueError) as exc:
-                raise BadInput(f"the central store holds a damaged record of run "
-                               f"{run_id!r:.80} from node {node!r:.80} ({exc})",
-                               "ask its administrator to check that node's shipper") from None
+        # unordered: PostgreSQL's sort of the text keys cost more than Python's sort below
+        rows = conn.execute(
+            "SELECT node, run_id, host, idx, name, rank, pid, begin_ns, end_ns, "
+            + ("body" if bodies else f"NOT ({_VALID})") + " FROM counterd.records "
+            "WHERE uid = %s AND run_id = %s", (owner, run_id)).fetchall()
         domains = {str(n): (b, t, o, s) for n, b, t, o, s in conn.execute(
             "SELECT node, boot_id, timens, mono_offset_ns, sync_bound_ns FROM "
             "counterd.clock_domains WHERE uid = %s AND run_id = %s", (owner, run_id))}
@@ -159,21 +184,51 @@ def run_parts(dsn: str, run_id: str, uid: int | None, *, bodies: bool = True) ->
             anchors[str(n)].append((int(m), int(r), int(d)))
     finally:
         conn.close()
-    out: list[Part] = []
-    for (node, host), records in sorted(parts.items()):
+    # by (node, host, idx, rank, pid), unique: the table's key is (uid, run_id, host, pid, idx)
+    rows.sort(key=itemgetter(0, 2, 3, 5, 6))
+    parts: dict[tuple[str, str], list[Any]] = {}
+    incomplete = frozenset({"incomplete"})
+    whole = 1 <= len(run_id) <= MAX_ID_CHARS
+    for row in rows:
+        node, _, host, idx, name, rank, pid, begin, end, extra = row
+        key = (node, host)
+        part = parts.get(key)
+        if part is None:
+            part = parts[key] = []
+        if bodies or extra or not whole:
+            try:
+                rec = (SuperstepRecord.from_json(strictjson.loads(str(extra))) if bodies else
+                       SuperstepRecord(run_id, idx, name, rank, pid, 0, begin, end, host=host,
+                                       flags=incomplete if end is None else frozenset()))
+            except (strictjson.Malformed, BadInput, ValueError) as exc:
+                raise _damaged(run_id, node, exc) from None
+            part.append(rec if bodies else row[1:9])
+        else:
+            part.append(row[1:9])
+    out = []
+    for (node, host), records in parts.items():
         domain = _domain(run_id, host, domains.get(node), anchors.get(node, []))
-        out.append((f"{SOURCE}{node}/{host}", records, [domain] if domain is not None else []))
+        out.append(_NodePart(str(node), str(host), records,
+                             [domain] if domain is not None else []))
     return out
+
+
+def run_parts(dsn: str, run_id: str, uid: int | None) -> list[Part]:
+    """Run ``run_id``'s records (of ``uid``; None: the one uid this role sees it under), one
+    part per (node, host) as :func:`counterd.report.nodes.build_parts` takes them: its name
+    (``central:<node>/<host>``), its records, its clock domain."""
+    return [(p.name, p.records, p.domains) for p in _node_parts(dsn, run_id, uid, True)]
 
 
 def run_files(dsn: str, run_id: str, uid: int | None, directory: Path) -> list[Path]:
     """Run ``run_id``'s records as records files in ``directory``, one per (node, host), each
-    with its clock domain in front (the file convention: :func:`run_parts`)."""
+    with its clock domain in front (the file convention: :func:`run_parts`). A file's name is
+    its order, node and host made safe (``0003-rack_1-n7.jsonl``): a node or host name of any
+    characters ("/" included) names a file in ``directory``."""
     paths = []
-    for i, (name, records, domains) in enumerate(run_parts(dsn, run_id, uid)):
-        node, _, host = name[len(SOURCE):].partition("/")
-        path = directory / f"{i:04d}-{_safe(node)}-{_safe(host)}.jsonl"
-        write_jsonl(records, path, header=[d.to_json() for d in domains])
+    for i, p in enumerate(_node_parts(dsn, run_id, uid, True)):
+        path = directory / f"{i:04d}-{_safe(p.node)}-{_safe(p.host)}.jsonl"
+        write_jsonl(p.records, path, header=[d.to_json() for d in p.domains])
         paths.append(path)
     return paths
 
@@ -188,8 +243,8 @@ def report(dsn: str, run_id: str, uid: int | None, fmt: str,
     """The report across nodes of central run ``run_id`` in ``fmt``."""
     from counterd.report import nodes
 
-    parts = run_parts(dsn, run_id, uid, bodies=False)  # in memory, the rows' times only
-    return nodes.render(nodes.build_parts(parts, clock_bound_ns=clock_bound_ns), fmt)
+    parts = [(p.name, p.records, p.domains) for p in _node_parts(dsn, run_id, uid, False)]
+    return nodes.render(nodes.build_rows(parts, clock_bound_ns=clock_bound_ns), fmt)
 
 
 __all__ = ["CentralRun", "connect", "render_runs", "report", "run_files", "run_parts", "runs"]

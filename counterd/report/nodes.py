@@ -28,10 +28,10 @@ import datetime
 import json
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from counterd.clocks import ClockDomain
 from counterd.errors import BadInput
@@ -142,6 +142,7 @@ class _NodeAcc:
     begin: int | None = None
     end: int | None = None
     ranks: dict[int, dict[int, tuple[int, int | None]]] = field(default_factory=dict)
+    open: int = 0  # records of it without an end
 
 
 @dataclass
@@ -190,16 +191,49 @@ def build(paths: Sequence[Path], *, clock_bound_ns: int | None = None) -> CrossR
 def build_parts(parts: Sequence[tuple[str, Iterable[SuperstepRecord], list[ClockDomain]]], *,
                 clock_bound_ns: int | None = None) -> CrossReport:
     """The cross-node report of ``parts`` already read: each (its name, its records, its clock
-    domains), one part as one records file (:func:`build`; the central store's nodes,
-    :mod:`counterd.central.reader`). The domains are read after the records are iterated."""
+    domains), one part as one records file (:func:`build`). The domains are read after the
+    records are iterated."""
+    return build_rows([(name, _rows(records), domains) for name, records, domains in parts],
+                      clock_bound_ns=clock_bound_ns)
+
+
+# One record as the report across nodes reads it: (run id, host, superstep index, superstep
+# name, rank, pid, begin_ns, end_ns (None: it never ended)), the fields of a SuperstepRecord.
+Row = tuple[str, str, int, str, int, int, int, int | None]
+
+
+def _rows(records: Iterable[SuperstepRecord]) -> Iterator[Row]:
+    for r in records:
+        yield (r.run_id, r.host, r.index, r.name, r.rank, r.pid, r.begin_ns, r.end_ns)
+
+
+def build_rows(parts: Sequence[tuple[str, Iterable[Row], list[ClockDomain]]], *,
+               clock_bound_ns: int | None = None) -> CrossReport:
+    """:func:`build_parts` of records given as their :data:`Row` (valid records' fields: the
+    central store's rows, :mod:`counterd.central.reader`, without a record object each)."""
     runs: dict[str, _RunAcc] = {}
     notes: list[str] = []
-    for fi, (path, records, domains) in enumerate(parts):
+    for fi, (path, rows, domains) in enumerate(parts):
         hosts_of_run: dict[str, set[str]] = {}
-        for r in records:
-            run = runs.setdefault(r.run_id, _RunAcc())
-            hosts_of_run.setdefault(r.run_id, set()).add(r.host)
-            _add(run, r, fi)
+        last: str | None = None
+        run: _RunAcc | None = None
+        hosts: set[str] = set()
+        for run_id, host, index, name, rank, pid, begin, end in rows:
+            if run is None or run_id != last:  # a part is mostly one run's: looked up anew
+                run = runs.get(run_id)  # when the run id changes
+                if run is None:
+                    run = runs[run_id] = _RunAcc()
+                hosts = hosts_of_run.setdefault(run_id, set())
+                last = run_id
+            hosts.add(host)
+            run.records += 1
+            nodes = run.steps.get((index, name))
+            if nodes is None:
+                nodes = run.steps[(index, name)] = {}
+            acc = nodes.get((host, fi))
+            if acc is None:
+                acc = nodes[(host, fi)] = _NodeAcc()
+            _put(run, acc, rank, pid, begin, end)
         by_key: dict[tuple[str, str], ClockDomain] = {}
         unused = 0
         for d in domains:
@@ -222,12 +256,6 @@ def build_parts(parts: Sequence[tuple[str, Iterable[SuperstepRecord], list[Clock
                        tuple(notes), clock_bound_ns)
 
 
-def _add(run: _RunAcc, r: SuperstepRecord, fi: int) -> None:
-    run.records += 1
-    nodes = run.steps.setdefault((r.index, r.name), {})
-    _put(run, nodes.setdefault((r.host, fi), _NodeAcc()), r.rank, r.pid, r.begin_ns, r.end_ns)
-
-
 def _put(run: _RunAcc, acc: _NodeAcc, rank: int, pid: int, begin: int, end: int | None) -> None:
     """One record's times into its node's part of a superstep, once per key."""
     pids = acc.ranks.setdefault(rank, {})
@@ -240,7 +268,9 @@ def _put(run: _RunAcc, acc: _NodeAcc, rank: int, pid: int, begin: int, end: int 
         return
     pids[pid] = (begin, end)
     acc.begin = begin if acc.begin is None else min(acc.begin, begin)
-    if end is not None:
+    if end is None:
+        acc.open += 1
+    else:
         acc.end = end if acc.end is None else max(acc.end, end)
 
 
@@ -329,14 +359,21 @@ def _finish(run_id: str, acc: _RunAcc, clock_bound_ns: int | None) -> CrossRun:
         present: set[int] = set()
         rows = []
         for key, a in sorted(per_node.items(), key=lambda kv: names[kv[0]]):
+            present.update(a.ranks)
             works: dict[int, int | None] = {}
             for rank, pids in a.ranks.items():
-                present.add(rank)
+                if len(pids) == 1:  # one process a rank: its work
+                    for b, e in pids.values():
+                        works[rank] = None if e is None else e - b
+                    continue
                 ds = [None if e is None else e - b for b, e in pids.values()]
                 works[rank] = None if None in ds else max(d for d in ds if d is not None)
-            incomplete = tuple(sorted(r for r, w in works.items() if w is None))
-            done = {r: w for r, w in works.items() if w is not None}
-            slow = max(done, key=lambda r: done[r]) if done else None
+            if a.open:
+                incomplete = tuple(sorted(r for r, w in works.items() if w is None))
+                done = {r: w for r, w in works.items() if w is not None}
+            else:  # every rank ended it
+                incomplete, done = (), cast("dict[int, int]", works)
+            slow = max(done, key=done.__getitem__) if done else None
             rows.append(NodeStep(names[key], tuple(sorted(works)),
                                  None if incomplete or slow is None else done[slow],
                                  slow, incomplete))
@@ -375,8 +412,7 @@ def _span(per_node: dict[tuple[str, int], _NodeAcc], acc: _RunAcc,
         d = acc.domains.get(key)
         if a.begin is None:
             continue
-        if a.end is None or any(e is None for pids in a.ranks.values()
-                                for _, e in pids.values()):
+        if a.end is None or a.open:
             return None, None, "not every rank ended it", False
         if d is None:
             no_domain.append(names[key])
@@ -432,6 +468,7 @@ def _ranks(ranks: Sequence[int]) -> str:
 def render_text(rep: CrossReport) -> str:
     out = ["counterd report across nodes: " + ", ".join(rep.sources)]
     out += [f"note: {n}" for n in rep.notes]
+    ranks_of: dict[tuple[int, ...], str] = {}  # a node's ranks, mostly alike every superstep
     for run in rep.runs:
         start = "" if run.start_real_ns is None else ", started " + datetime.datetime.fromtimestamp(
             run.start_real_ns / NS_PER_S, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -452,7 +489,10 @@ def render_text(rep: CrossReport) -> str:
                        + (f"  [{s.span_note}]" if s.span_note else ""))
             for n in s.nodes:
                 extra = f", never ended: {_ranks(n.incomplete)}" if n.incomplete else ""
-                out.append(f"  {'':>4}   {n.node[:24]:<24} ranks {_ranks(n.ranks):<12} "
+                ranks = ranks_of.get(n.ranks)
+                if ranks is None:
+                    ranks = ranks_of[n.ranks] = _ranks(n.ranks)
+                out.append(f"  {'':>4}   {n.node[:24]:<24} ranks {ranks:<12} "
                            f"slowest work {_t(n.slowest_work_ns)}"
                            + (f" (rank {n.slowest_rank})" if n.slowest_rank is not None
                               else "") + extra)
