@@ -423,3 +423,134 @@ def test_two_real_uids_each_read_only_their_own_rows(central: Cluster, tmp_path:
             hba.write_text(saved[0])
             ident.write_text(saved[1])
             reload()
+
+
+TIMENS = "time:[4026531834]"
+
+
+def _anchor(run: str, mono: int, offset: int | None, bound: int | None = None) -> Any:
+    from counterd.clocks import Anchor
+    from counterd.daemon.store import ClientClock, RunAnchor
+
+    return RunAnchor(1001, run, Anchor(mono, 1_790_000_000_000_000_000 + mono, 300),
+                     ClientClock("boot-1", TIMENS, offset, bound))
+
+
+def test_clock_domains_with_unknown_offset_and_bound_ship_as_nulls_and_read_back(
+        central: Cluster, tmp_path: Path) -> None:
+    """ship_clocks with columns of None only (a client whose time namespace the daemon could
+    not read, a kernel that stated no sync bound: one batch each): the domain lands with
+    NULLs, and the reader gives no domain for the unknown offset, a domain without a bound
+    for the other."""
+    import psycopg
+
+    from counterd.central import reader
+
+    store = local_store(tmp_path)
+    s = shipper(store, central)
+    store.commit([(rec(i, run="blind"), RunInfo("j", 1001)) for i in range(2)],
+                 anchors=[_anchor("blind", 1_000, None), _anchor("blind", 9_000, None)])
+    assert drain(s) == 4  # its own batch: offsets [None], bounds [None]
+    store.commit([(rec(i, run="seen"), RunInfo("j", 1001)) for i in range(2)],
+                 anchors=[_anchor("seen", 1_000, 500), _anchor("seen", 9_000, 500)])
+    assert drain(s) == 4  # offsets [500], bounds [None]
+    with psycopg.connect(central.dsn(), autocommit=True) as conn:
+        domains = conn.execute("SELECT run_id, node, boot_id, timens, mono_offset_ns, "
+                               "sync_bound_ns FROM counterd.clock_domains ORDER BY 1").fetchall()
+        anchors = conn.execute("SELECT run_id, node, mono_ns, real_ns - mono_ns, read_ns FROM "
+                               "counterd.clock_anchors ORDER BY 1, 3").fetchall()
+    assert domains == [("blind", "node-a", "boot-1", TIMENS, None, None),
+                       ("seen", "node-a", "boot-1", TIMENS, 500, None)]
+    assert anchors == [(run, "node-a", m, 1_790_000_000_000_000_000, 300)
+                       for run in ("blind", "seen") for m in (1_000, 9_000)]
+    dsn = central.dsn(user=ADMIN)
+    ((_, blind, none),) = reader.run_parts(dsn, "blind", None)
+    assert len(blind) == 2 and none == []
+    ((_, _, (domain,)),) = reader.run_parts(dsn, "seen", None)
+    assert [a.mono_ns for a in domain.anchors] == [1_500, 9_500]  # moved by the offset
+    assert (domain.boot_id, domain.sync_bound_ns) == ("boot-1", None)
+    text = reader.report(dsn, "seen", None, "text")
+    assert "1 monotonic clock(s) on one kernel" in text and "no clock domain" not in text
+    assert "no clock domain" in reader.report(dsn, "blind", None, "text")
+
+
+def _node_store(tmp_path: Path, c: Cluster, node: str) -> tuple[Store, Shipper]:
+    (tmp_path / str(abs(hash(node)))).mkdir()
+    store = Store(tmp_path / str(abs(hash(node))) / "local.db", synchronous="normal")
+    store.set_shipping(True)
+    return store, Shipper(store.path, ShipSettings(c.dsn(user=NODE), node=node,
+                                                   retry_min_s=0.05, timeout_s=5))
+
+
+def _awkward_run(central: Cluster, tmp_path: Path) -> None:
+    """Run "mix" on two nodes, one named with a "/" and a host of one too: clock domains,
+    an incomplete record, a rank with two processes, missing ranks (4, and 5 once), two supersteps
+    under one index, equal work on two ranks (the tie goes to the lower rank)."""
+    def r(i: int, rank: int, host: str, begin: int, end: int | None, name: str = "step",
+          pid: int = 0) -> SuperstepRecord:
+        return SuperstepRecord("mix", i, name, rank, pid or 100 + rank, 0, begin, end,
+                               host=host, flags=frozenset() if end is not None
+                               else frozenset({"incomplete"}))
+
+    a, ship_a = _node_store(tmp_path, central, "node-a")
+    b, ship_b = _node_store(tmp_path, central, "rack/1")
+    a.commit([(r(0, 0, "n1", 2_000, 3_000), RunInfo("j", 1001)),
+              (r(0, 1, "n1", 2_100, 3_100), RunInfo("j", 1001)),
+              (r(1, 0, "n1", 4_000, 5_500), RunInfo("j", 1001)),
+              (r(1, 1, "n1", 4_000, None), RunInfo("j", 1001)),
+              (r(1, 0, "n1", 4_100, 4_200, name="other", pid=7), RunInfo("j", 1001))],
+             anchors=[_anchor("mix", 1_000, 0, 2_000), _anchor("mix", 90_000, 0, 2_000)])
+    b.commit([(r(0, 2, "h/2", 2_050, 3_050), RunInfo("j", 1001)),
+              (r(0, 3, "h/2", 2_000, 3_000), RunInfo("j", 1001)),
+              (r(0, 3, "h/2", 2_000, 3_900, pid=9), RunInfo("j", 1001)),
+              (r(1, 2, "h/2", 4_000, 5_000), RunInfo("j", 1001)),
+              (r(1, 5, "h/2", 4_000, 5_000), RunInfo("j", 1001))],
+             anchors=[_anchor("mix", 1_000, 7_000, None), _anchor("mix", 90_000, 7_000, None)])
+    assert drain(ship_a) == 7 and drain(ship_b) == 7
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "csv"])
+def test_the_central_report_from_rows_is_the_report_of_its_records(
+        central: Cluster, tmp_path: Path, fmt: str) -> None:
+    """``counterd report --central`` builds from the rows' fields (nodes.build_rows, no record
+    made); the same run read as records (the JSON bodies, nodes.build_parts) gives the same
+    report, byte for byte, in every format."""
+    from counterd.central import reader
+    from counterd.report import nodes
+
+    _awkward_run(central, tmp_path)
+    dsn = central.dsn(user=ADMIN)
+    from_rows = reader.report(dsn, "mix", None, fmt, clock_bound_ns=1_000)
+    parts = reader.run_parts(dsn, "mix", None)
+    assert [name for name, _, _ in parts] == ["central:node-a/n1", "central:rack/1/h/2"]
+    assert from_rows == nodes.render(nodes.build_parts(parts, clock_bound_ns=1_000), fmt)
+    if fmt == "json":
+        (run,) = json.loads(from_rows)["runs"]
+        assert run["records"] == 10 and run["nodes"] == ["h/2", "n1"]
+        step0 = run["supersteps"][0]
+        assert step0["missing_ranks"] == [4, 5] and step0["slowest"] == {"node": "h/2", "rank": 3}
+        assert [(n["node"], n["slowest_rank"]) for n in step0["nodes"]] == [("h/2", 3), ("n1", 0)]
+
+
+def test_run_files_names_each_file_from_its_node_and_host_whatever_they_hold(
+        central: Cluster, tmp_path: Path) -> None:
+    """A node or host named with "/" (or "..") names a file in the directory by its own
+    name made safe, not split at the "/" of central:<node>/<host>; the files' report is the
+    central one."""
+    from counterd.central import reader
+    from counterd.report import nodes
+
+    _awkward_run(central, tmp_path)
+    store, ship = _node_store(tmp_path, central, "../../up")
+    store.commit([(SuperstepRecord("mix", 2, "step", 6, 106, 0, 7_000, 8_000, host=".."),
+                   RunInfo("j", 1001))])
+    assert drain(ship) == 1
+    out = tmp_path / "files"
+    out.mkdir()
+    dsn = central.dsn(user=ADMIN)
+    files = reader.run_files(dsn, "mix", None, out)
+    assert [f.name for f in files] == ["0000-.._.._up-...jsonl", "0001-node_a-n1.jsonl",
+                                       "0002-rack_1-h_2.jsonl"]
+    assert sorted(out.iterdir()) == sorted(files)
+    from_files = json.loads(nodes.render(nodes.build(files), "json"))
+    assert from_files["runs"] == json.loads(reader.report(dsn, "mix", None, "json"))["runs"]
