@@ -252,3 +252,40 @@ def test_an_injection_shaped_role_name_is_an_identifier(central: Cluster) -> Non
 
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("end", 4_000, "end_ns 4000 before begin_ns 5000"),
+    ("rank", 1 << 40, "outside 32 bits"),
+    ("pid", -1, "outside 32 bits"),
+    ("idx", -3, "superstep index -3"),
+    ("name", "n" * 2_000, "longer than"),
+    ("run", "r" * 300, "run_id must have 1 to 256 characters"),
+])
+def test_a_node_that_ships_records_outside_a_records_bounds_fails_the_report_in_one_line(
+        central: Cluster, capsys: pytest.CaptureFixture[str], field: str, value: object,
+        says: str) -> None:
+    """The node role calls ship_records itself with a row no recorder makes (the report
+    reads the rows' fields without making records: its SQL check must catch what
+    SuperstepRecord refuses): the report says which node's record is damaged, exit 2."""
+    import psycopg
+
+    from counterd import cli
+    from tests._postgres import ADMIN
+
+    row: dict[str, object] = {"uid": 1001, "run": "r", "host": "n1", "pid": 10, "idx": 1,
+                           "node": "evil", "name": "step", "rank": 0, "begin": 5_000,
+                           "end": 6_000, "body": "{}", "committed": 1}
+    row[field] = value
+    good = dict(row, idx=0, end=6_000, rank=0, pid=10, name="step")
+    with psycopg.connect(central.dsn(user=NODE), autocommit=True) as conn:
+        conn.execute("SELECT counterd.ship_runs(%s, %s, %s, %s, %s, %s, %s)",
+                     [[1001], [row["run"]], ["evil"], ["n1"], ["j"], [1], [1]])
+        conn.execute("SELECT counterd.ship_records(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                     "%s)", [list(c) for c in zip(good.values(), row.values(), strict=True)])
+    assert cli.main(["report", "--central", central.dsn(user=ADMIN), "--run",
+                     str(row["run"])]) == 2
+    err = capsys.readouterr().err
+    assert f"damaged record of run {row['run']!r:.20}" in err and says in err
+    assert "from node 'evil'" in err
+    assert len(err.strip().splitlines()) <= 2  # the error and its fix
