@@ -2,7 +2,8 @@
 through the issue's three disruptions.
 
     .venv/bin/python bench/central_ship.py [--hosts 8] [--ranks 2] [--steps 1000]
-        [--step-ms 10] [--restart-db] [--kill-node] [--link-down SECONDS]
+        [--step-ms 10] [--restart-db] [--kill-node] [--link-down SECONDS] [--no-anchors]
+        [--report-runs N] [--compare-with TREE ...]
 
 A throwaway PostgreSQL (tests/_postgres.py: initdb in a temporary directory, a unix socket)
 and ``--hosts`` simulated nodes, each a process with its own local store (counterd's Store,
@@ -31,6 +32,12 @@ commit to the last central insert. The central rows are checked against every ex
 (node, rank, superstep): missing, and duplicates (rows less distinct keys). All nodes share
 this host's CPUs with PostgreSQL: on a 2-CPU machine the figures are a floor of what
 separate nodes reach.
+
+Each node also commits clock anchors as the daemon does (``--no-anchors``: none, the report
+then aligns no clocks and prints no spans). At the end, ``counterd report --central`` of the
+run is timed as a user runs it, a new process (``--report-runs`` times; with
+``--compare-with TREE``, alternating with another checkout's counterd on the same rows, and
+the reports compared byte for byte: a before/after side by side).
 """
 
 from __future__ import annotations
@@ -72,14 +79,27 @@ def _enter_netns(ns: str) -> None:
 
 
 def _node(i: int, dsn: str, ranks: int, steps: int, step_s: float, tmp: str,
-          start_at: float, netns: str, out: Any) -> None:
+          start_at: float, netns: str, out: Any, anchors: bool = True) -> None:
     """Node ``i``: commit supersteps from the first its local store lacks (a restart resumes),
-    ship them, and put its shipper's figures on ``out`` once everything is shipped."""
+    ship them, and put its shipper's figures on ``out`` once everything is shipped. With
+    ``anchors``, clock anchors as the daemon takes them: with the first superstep, every
+    ANCHOR_PERIOD_S, and at the end (one kernel, the client's clock the daemon's)."""
     if netns:
         _enter_netns(netns)  # before the shipper's thread: threads inherit the namespace
     from counterd.central.shipper import Shipper, ShipSettings
-    from counterd.daemon.store import RunInfo, Store
+    from counterd.clocks import ANCHOR_PERIOD_S, boot_id, take_anchor
+    from counterd.daemon.store import ClientClock, RunAnchor, RunInfo, Store
     from counterd.records import SuperstepRecord
+
+    clock = ClientClock(boot_id(), "bench", 0, None)
+    anchored = -ANCHOR_PERIOD_S
+
+    def anchor(due: bool) -> list[RunAnchor]:
+        nonlocal anchored
+        if not anchors or not due:
+            return []
+        anchored = time.monotonic()
+        return [RunAnchor(1000, "bench-run", take_anchor(), clock)]
 
     path = Path(tmp) / f"node{i}.db"
     store = Store(path, synchronous="normal")
@@ -98,10 +118,12 @@ def _node(i: int, dsn: str, ranks: int, steps: int, step_s: float, tmp: str,
         t = time.monotonic_ns()
         store.commit([(SuperstepRecord("bench-run", s, "step", i * ranks + r, 1000 + r, r,
                                        t, t + 1000, host=f"node{i}"), RunInfo("bench", 1000))
-                      for r in range(ranks)])
+                      for r in range(ranks)],
+                     anchors=anchor(time.monotonic() - anchored >= ANCHOR_PERIOD_S))
         due = start_at + (s + 1) * step_s
         if (wait := due - time.time()) > 0:
             time.sleep(wait)
+    store.commit([], anchors=anchor(True))  # the run's end
     deadline = time.monotonic() + 120
     while shipper.stats.snapshot()["backlog"] or shipper.stats.shipped < (steps - begin) * ranks:
         if time.monotonic() > deadline:
@@ -144,11 +166,26 @@ def main() -> int:
     ap.add_argument("--link-down", type=float, default=0.0, metavar="S",
                     help="node 1's network link down for S seconds a third of the way "
                          "through (root: network namespaces, PostgreSQL over TCP)")
+    ap.add_argument("--no-anchors", action="store_true",
+                    help="ship no clock anchors (the report then aligns no clocks)")
+    ap.add_argument("--report-runs", type=int, default=1, metavar="N",
+                    help="time counterd report --central N times (each tree, alternating)")
+    ap.add_argument("--compare-with", type=Path, action="append", default=[], metavar="TREE",
+                    help="also time the report with another checkout's counterd (a clean "
+                         "copy of the commit before a change) first on PYTHONPATH, "
+                         "alternating with this one's on the same data; repeatable")
     args = ap.parse_args()
-    if args.hosts < 1 or args.ranks < 1 or args.steps < 1 or args.step_ms < 0:
-        print("central_ship: --hosts, --ranks, --steps must be >= 1 and --step-ms >= 0",
-              file=sys.stderr)
+    if args.hosts < 1 or args.ranks < 1 or args.steps < 1 or args.step_ms < 0 \
+            or args.report_runs < 1:
+        print("central_ship: --hosts, --ranks, --steps, --report-runs must be >= 1 and "
+              "--step-ms >= 0", file=sys.stderr)
         return 2
+    trees = [ROOT, *(t.resolve() for t in args.compare_with)]
+    for t in trees[1:]:
+        if not (t / "counterd" / "cli.py").is_file():
+            print(f"central_ship: --compare-with {t}: no counterd/cli.py there; give a "
+                  "checkout of this repository", file=sys.stderr)
+            return 2
     import pytest
 
     from tests import _postgres
@@ -190,7 +227,7 @@ def main() -> int:
             def start(i: int) -> Any:
                 p = mpx.Process(target=_node, args=(
                     i, node_dsn, args.ranks, args.steps, args.step_ms / 1e3, tmp, start_at,
-                    net.ns(i) if net is not None else "", out))
+                    net.ns(i) if net is not None else "", out, not args.no_anchors))
                 p.start()
                 return p
 
@@ -241,12 +278,15 @@ def main() -> int:
         own = [x for r in results if not (args.kill_node and r[0] == 0) for x in r[3]]
         first = min(r[1] for r in results)
         secs = (max(int(r[4]) for r in rows) - first) / 1e9
+        from counterd.clocks import ANCHOR_PERIOD_S
+
         what = [w for w, on in (("a PostgreSQL restart", args.restart_db),
                                 ("node0 killed -9 and restarted", args.kill_node),
                                 (f"node0's link down {args.link_down:g} s", args.link_down))
                 if on]
         print(f"{args.hosts} hosts x {args.ranks} ranks x {args.steps} supersteps every "
-              f"{args.step_ms:g} ms; disruption: {', '.join(what) or 'none'}")
+              f"{args.step_ms:g} ms; disruption: {', '.join(what) or 'none'}; clock anchors: "
+              + ("none" if args.no_anchors else f"every {ANCHOR_PERIOD_S:g} s and at the end"))
         ok = got == len(want) and not missing and not extra and not dups
         print(f"central rows {got}, expected {len(want)} ({'exact' if ok else 'MISMATCH'}); "
               f"missing {missing}, unexpected {extra}, duplicates {dups}")
@@ -265,34 +305,60 @@ def main() -> int:
         print(f"shipper thread CPU on the nodes: {ship_cpu / max(ship_rows, 1) * 1e6:.0f} us a "
               f"row ({ship_cpu:.2f} s for {ship_rows} rows, processes not killed; local queue "
               "reads and deletes, psycopg, waits)")
-        report_s, report_cpu = _time_report(c)
-        print(f"counterd report --central (administrator's role, the whole run, text): "
-              f"{report_s:.2f} s wall, {report_cpu:.2f} s CPU (user + sys), a new process")
-        return 0 if ok else 1
+        same = _time_reports(c, trees, args.report_runs)
+        return 0 if ok and same else 1
     finally:
         ctx.__exit__(None, None, None)
         if net is not None:
             net.close()
 
 
-def _time_report(c: Any) -> tuple[float, float]:
-    """Wall and CPU time of ``counterd report --central DSN --run bench-run`` as a user runs
-    it (a new process; CPU: its user + system time, PostgreSQL's not counted)."""
+def _time_reports(c: Any, trees: list[Path], runs: int) -> bool:
+    """Time ``counterd report --central DSN --run bench-run`` as a user runs it (a new
+    process; CPU: its user + system time, PostgreSQL's not counted) ``runs`` times with each
+    tree's counterd, the trees alternating; print each tree's times. Each tree runs once
+    first, untimed, allowed to write its bytecode (as an installed counterd has it; a
+    PYTHONDONTWRITEBYTECODE environment would otherwise compile every module each run).
+    False when the trees' reports differ."""
     import resource
 
     from tests import _postgres
 
     argv = [sys.executable, "-m", "counterd.cli", "report", "--central",
             c.dsn(user=_postgres.ADMIN), "--run", "bench-run"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT)
-    took = time.monotonic() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode != 0:
-        print(f"counterd report --central failed ({done.returncode}): {done.stderr[-500:]}")
-    return took, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    outputs: dict[Path, str] = {}
+    times: dict[Path, list[tuple[float, float]]] = {t: [] for t in trees}
+    for i in range(runs + 1):
+        for tree in trees:
+            env = {**base, "PYTHONPATH": str(tree)}
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.monotonic()
+            done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tree)
+            took = time.monotonic() - t0
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if done.returncode != 0:
+                print(f"counterd report --central ({tree}) failed ({done.returncode}): "
+                      f"{done.stderr[-500:]}")
+                return False
+            outputs.setdefault(tree, done.stdout)
+            if i:  # the first round: untimed
+                times[tree].append((took, (after.ru_utime - before.ru_utime)
+                                    + (after.ru_stime - before.ru_stime)))
+    for tree in trees:
+        walls = sorted(w for w, _ in times[tree])
+        cpus = sorted(u for _, u in times[tree])
+        spread = (f" (median of {runs}; wall {walls[0]:.2f}-{walls[-1]:.2f} s)"
+                  if runs > 1 else "")
+        print("counterd report --central (administrator's role, the whole run, text)"
+              + (f", {tree}" if len(trees) > 1 else "") + ": "
+              f"{statistics.median(walls):.2f} s wall, {statistics.median(cpus):.2f} s CPU "
+              f"(user + sys), a new process{spread}")
+    same = len(set(outputs.values())) == 1
+    if len(trees) > 1:
+        print("the trees' reports are " + ("identical, byte for byte" if same else "DIFFERENT")
+              + f" ({len(outputs[ROOT].splitlines())} lines)")
+    return same
 
 
 if __name__ == "__main__":
