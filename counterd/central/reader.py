@@ -9,6 +9,7 @@ store (:func:`run_files` writes the parts as records files)."""
 
 from __future__ import annotations
 
+import gc
 import json
 from collections import defaultdict
 from dataclasses import dataclass
@@ -243,8 +244,17 @@ def report(dsn: str, run_id: str, uid: int | None, fmt: str,
     """The report across nodes of central run ``run_id`` in ``fmt``."""
     from counterd.report import nodes
 
-    parts = [(p.name, p.records, p.domains) for p in _node_parts(dsn, run_id, uid, False)]
-    return nodes.render(nodes.build_rows(parts, clock_bound_ns=clock_bound_ns), fmt)
+    # The rows, the report's accumulators and its lines are some 10 objects a record, none in
+    # a cycle: the cyclic collector, run every 700 allocations, made 177 passes for 16,000
+    # records, freed 20 objects and took about a tenth of the report's time.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        parts = [(p.name, p.records, p.domains) for p in _node_parts(dsn, run_id, uid, False)]
+        return nodes.render(nodes.build_rows(parts, clock_bound_ns=clock_bound_ns), fmt)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 __all__ = ["CentralRun", "connect", "render_runs", "report", "run_files", "run_parts", "runs"]

@@ -281,6 +281,8 @@ def _merge_nodes(run: _RunAcc, names: dict[tuple[str, int], str]) -> None:
     first: dict[str, tuple[str, int]] = {}
     for key in sorted(names):
         first.setdefault(names[key], key)
+    if len(first) == len(names):  # a node read from one file each: nothing to merge
+        return
     for step, nodes in run.steps.items():
         merged: dict[tuple[str, int], _NodeAcc] = {}
         for key, acc in sorted(nodes.items()):
