@@ -554,3 +554,24 @@ def test_run_files_names_each_file_from_its_node_and_host_whatever_they_hold(
     assert sorted(out.iterdir()) == sorted(files)
     from_files = json.loads(nodes.render(nodes.build(files), "json"))
     assert from_files["runs"] == json.loads(reader.report(dsn, "mix", None, "json"))["runs"]
+
+
+def test_the_central_report_loads_neither_the_report_model_nor_predictions(
+        central: Cluster, tmp_path: Path) -> None:
+    """The whole ``counterd report --central`` in a fresh interpreter: psycopg and the report
+    across nodes, not the per-node report's model, HTML page or prediction code."""
+    store = local_store(tmp_path)
+    store.commit([(rec(i, run="lean"), RunInfo("j", 1001)) for i in range(2)])
+    drain(shipper(store, central))
+    code = ("import sys\n"
+            "from counterd import cli\n"
+            f"rc = cli.main(['report', '--central', {central.dsn(user=ADMIN)!r}, '--run', "
+            "'lean'])\n"
+            "print(rc, ' '.join(m for m in ('counterd.report.model', 'counterd.report.html',"
+            " 'counterd.prediction', 'counterd.daemon.config', 'statistics') "
+            "if m in sys.modules))\n")
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "run lean" in proc.stdout and proc.stdout.splitlines()[-1].split() == ["0"]

@@ -234,3 +234,22 @@ def test_record_ends_with_the_commands_exit_status_and_its_summary(tmp_path: Pat
     assert proc.returncode == code
     assert proc.stderr.startswith("counterd: 1 records (") and proc.stderr.endswith("\n")
     assert len(list(read_jsonl(tmp_path / "r.jsonl"))) == 1
+
+
+def test_the_report_package_loads_its_model_and_renderers_on_first_use() -> None:
+    """``counterd report --central`` and ``--records`` across nodes need counterd.report.nodes
+    only: importing the package loads neither the report model nor the HTML page (with
+    statistics, fractions and decimal); every name it offers still comes when asked for."""
+    code = ("import sys\n"
+            "import counterd.report.nodes\n"
+            "print(' '.join(m for m in ('counterd.report.model', 'counterd.report.html',"
+            " 'counterd.report.text', 'counterd.prediction', 'statistics') if m in sys.modules))\n"
+            "import counterd.report as r\n"
+            "from counterd.report import build, render_runs\n"
+            "from counterd.report.model import build as b\n"
+            "print(build is b, all(getattr(r, n) is not None for n in r.__all__),"
+            " r.render_html.__module__)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60,
+                          check=True)
+    assert proc.stdout.split("\n")[:2] == ["", "True True counterd.report.html"]
