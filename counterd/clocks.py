@@ -182,20 +182,22 @@ class ClockDomain:
     def to_real(self, mono_ns: int) -> tuple[int, int, bool]:
         """(CLOCK_REALTIME estimate, its error bound in ns, whether ``mono_ns`` lies between
         two anchors) for a CLOCK_MONOTONIC time of this domain."""
-        a = self.anchors
+        a = self.anchors  # (a report maps two times a node a superstep: kept lean)
+        first, last = a[0], a[-1]
+        if mono_ns <= first.mono_ns or mono_ns >= last.mono_ns or len(a) == 1:
+            near = first if abs(mono_ns - first.mono_ns) <= abs(mono_ns - last.mono_ns) else last
+            inside = len(a) > 1 and first.mono_ns <= mono_ns <= last.mono_ns
+            return mono_ns + near.real_ns - near.mono_ns, (near.read_ns + 1) // 2, inside
         lo, hi = 0, len(a) - 1
-        if mono_ns <= a[0].mono_ns or mono_ns >= a[-1].mono_ns or len(a) == 1:
-            near = a[0] if abs(mono_ns - a[0].mono_ns) <= abs(mono_ns - a[-1].mono_ns) else a[-1]
-            inside = len(a) > 1 and a[0].mono_ns <= mono_ns <= a[-1].mono_ns
-            return mono_ns + near.offset_ns, (near.read_ns + 1) // 2, inside
         while hi - lo > 1:  # a[lo].mono_ns < mono_ns < a[hi].mono_ns
             mid = (lo + hi) // 2
             if a[mid].mono_ns <= mono_ns:
                 lo = mid
             else:
                 hi = mid
-        o1, o2 = a[lo].offset_ns, a[hi].offset_ns
-        err = (abs(o2 - o1) + 1) // 2 + (max(a[lo].read_ns, a[hi].read_ns) + 1) // 2
+        below, above = a[lo], a[hi]
+        o1, o2 = below.real_ns - below.mono_ns, above.real_ns - above.mono_ns
+        err = (abs(o2 - o1) + 1) // 2 + (max(below.read_ns, above.read_ns) + 1) // 2
         return mono_ns + (o1 + o2) // 2, err, True
 
     def to_json(self) -> dict[str, Any]:
