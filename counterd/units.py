@@ -58,7 +58,12 @@ def seconds(v_s: float) -> str:
     v = float(f"{v_s:.3g}")  # rounded first, so 999.6 us is "1.00 ms", not "1,000 us"
     if v == 0:
         return "0 s"
-    scale, unit = next(((s, u) for s, u in _PREFIXES if abs(v) >= s), _PREFIXES[-1])
+    size = abs(v)
+    scale, unit = _PREFIXES[-1]
+    for s, u in _PREFIXES:  # (a loop, not next() over a generator: a report calls this for
+        if size >= s:  # each node of each superstep)
+            scale, unit = s, u
+            break
     return f"{_significant(v / scale)} {unit}"
 
 
