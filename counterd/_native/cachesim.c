@@ -69,6 +69,19 @@ typedef struct cs_state_s {
 
 static void access_level(cs_state *st, int64_t k, uint64_t addr, int op);
 
+/* a / d and a % d, by a shift or a mask when d is a power of two (line and page sizes always
+ * are, set counts and banks mostly), else by the division: a 64-bit division costs tens of
+ * cycles, and each access needs several (a line, a set and a bank per level reached). */
+static inline uint64_t div_u64(uint64_t a, uint64_t d)
+{
+    return (d & (d - 1)) == 0 ? a >> __builtin_ctzll(d) : a / d;
+}
+
+static inline uint64_t mod_u64(uint64_t a, uint64_t d)
+{
+    return (d & (d - 1)) == 0 ? a & (d - 1) : a % d;
+}
+
 /* MurmurHash3's fmix64 (counterd/machine/geometry.py mix64). */
 static inline uint64_t mix64(uint64_t x)
 {
@@ -86,13 +99,13 @@ static inline uint64_t set_of(const cs_level *lv, uint64_t line)
 {
     uint64_t low = lv->hash_low;
     if (low == 0)
-        return line % lv->sets;
-    return (mix64(line / low) % (lv->sets / low)) * low + line % low;
+        return mod_u64(line, lv->sets);
+    return mod_u64(mix64(div_u64(line, low)), lv->sets / low) * low + mod_u64(line, low);
 }
 
 static void memory_access(cs_state *st, uint64_t addr, int op)
 {
-    uint64_t bank = (addr / st->interleave) % st->banks;
+    uint64_t bank = mod_u64(div_u64(addr, st->interleave), st->banks);
     if (op == OP_WB)
         st->wb[bank]++;
     else
@@ -102,7 +115,7 @@ static void memory_access(cs_state *st, uint64_t addr, int op)
 static void access_level(cs_state *st, int64_t k, uint64_t addr, int op)
 {
     if (k == st->npriv && op == OP_READ && st->has_pending &&
-        addr / st->level[k - 1].line_bytes == st->pending) {
+        div_u64(addr, st->level[k - 1].line_bytes) == st->pending) {
         st->coherence_misses++; /* cache-to-cache transfer: the shared levels are not asked */
         st->has_pending = 0;
         return;
@@ -112,7 +125,7 @@ static void access_level(cs_state *st, int64_t k, uint64_t addr, int op)
         return;
     }
     cs_level *lv = &st->level[k];
-    uint64_t line = addr / lv->line_bytes;
+    uint64_t line = div_u64(addr, lv->line_bytes);
     uint64_t base = set_of(lv, line) * lv->ways;
     uint64_t tag = line + 1;
     uint64_t *tags = lv->tags + base;
@@ -162,8 +175,8 @@ static void access_level(cs_state *st, int64_t k, uint64_t addr, int op)
 static void tlb_access(cs_state *st, uint64_t addr)
 {
     cs_level *t = &st->tlb;
-    uint64_t page = addr / t->line_bytes;
-    uint64_t base = (page % t->sets) * t->ways;
+    uint64_t page = div_u64(addr, t->line_bytes);
+    uint64_t base = mod_u64(page, t->sets) * t->ways;
     uint64_t tag = page + 1;
     uint64_t victim = 0;
     int have_invalid = 0;
@@ -203,7 +216,7 @@ static int snoop(cs_state *st, uint64_t addr, int store)
         int any = 0, was_dirty = 0;
         for (int64_t k = 0; k < o->npriv; k++) {
             cs_level *lv = &o->level[k];
-            uint64_t line = addr / lv->line_bytes;
+            uint64_t line = div_u64(addr, lv->line_bytes);
             uint64_t base = set_of(lv, line) * lv->ways;
             for (uint64_t w = 0; w < lv->ways; w++) {
                 if (lv->tags[base + w] == line + 1) {
@@ -234,7 +247,7 @@ static void demand(cs_state *st, uint64_t addr, int op)
 {
     tlb_access(st, addr);
     if (st->nprocs > 1 && st->npriv > 0 && snoop(st, addr, op == OP_WRITE)) {
-        st->pending = addr / st->level[st->npriv - 1].line_bytes;
+        st->pending = div_u64(addr, st->level[st->npriv - 1].line_bytes);
         st->has_pending = 1;
     }
     access_level(st, 0, addr, op);
