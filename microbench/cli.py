@@ -19,6 +19,7 @@ from counterd.errors import BackendUnavailable, BadInput, CounterdError
 from counterd.machine import using
 from counterd.machine.geometry import Geometry
 from counterd.machine.memory import BankMap
+from counterd.sim.sampling import SetSampling, for_large_last_level
 from microbench import results
 from microbench.catalogue import catalogue
 from microbench.estimate import Estimate, Speeds, describe, estimate
@@ -89,6 +90,14 @@ def _patterns(args: argparse.Namespace, machine: Machine) -> tuple[Pattern, ...]
                      coherent_procs=args.coherent_procs, **kwargs)
 
 
+def _sampling(args: argparse.Namespace, machine: Machine) -> SetSampling | None:
+    """A quick run's set sampling of a last level larger than 64 MiB
+    (:func:`counterd.sim.sampling.for_large_last_level`), unless --full-simulation."""
+    if not args.quick or getattr(args, "full_simulation", False):
+        return None
+    return for_large_last_level(machine.geometry)
+
+
 def _estimate(args: argparse.Namespace, machine: Machine, pats: Sequence[Pattern]
               ) -> tuple[Estimate, Speeds]:
     """The run's estimated duration, from per-access times probed on this host."""
@@ -96,10 +105,12 @@ def _estimate(args: argparse.Namespace, machine: Machine, pats: Sequence[Pattern
 
     backend = compute.plan(args.compute_backend).backend or "none"
     planned = machine.cpus != host_machine(machine.geometry, machine.bank_map).cpus
+    sampling = _sampling(args, machine)
     speeds = probe(machine, compute=backend != "none", planned=planned,
-                   startup_s=process_age_s(), callgrind=backend == "callgrind")
+                   startup_s=process_age_s(), callgrind=backend == "callgrind",
+                   sampling=sampling)
     return (estimate(pats, machine, speeds, cfg=QUICK if args.quick else NORMAL,
-                     compute_backend=backend, quick=args.quick), speeds)
+                     compute_backend=backend, quick=args.quick, sampling=sampling), speeds)
 
 
 def _add_selection(p: argparse.ArgumentParser) -> None:
@@ -115,7 +126,11 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
                    f"the square of their processors (default {COHERENT_MAX_PROCS})")
     p.add_argument("--quick", action="store_true",
                    help="fast run: table1 suite unless --suite is given, fewer "
-                   "repetitions, shorter cache-resident supersteps")
+                   "repetitions, shorter cache-resident supersteps, and a last level "
+                   "larger than 64 MiB simulated on 1 block of its sets in 16 (set sampling: "
+                   "its misses, writebacks and the banks' counts estimated from the sample)")
+    p.add_argument("--full-simulation", action="store_true",
+                   help="with --quick: simulate every set of the last level")
     p.add_argument("--compute-backend", default="auto",
                    choices=("auto", "perf", "papi", "callgrind", "none"),
                    help="what counts the compute patterns (instructions, branch "
@@ -323,7 +338,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                     backend=args.backend, force=args.force, resume=args.resume,
                     quick=args.quick, compute_backend=args.compute_backend,
                     progress=_Progress(preface=f"{len(pats)} patterns; "
-                                       f"{describe(est, speeds)}"), estimate=est)
+                                       f"{describe(est, speeds)}"), estimate=est,
+                    sampling=_sampling(args, machine))
     elapsed = time.monotonic() - t0
     summary = results.summary(doc)
     if args.json:

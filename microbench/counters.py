@@ -19,6 +19,10 @@ so each processor is simulated alone, its share of the shared levels' ways given
 (``Geometry.split_shared``), and memoised per plan up to a shift that cannot change its counts
 (:func:`plan_key`): processors whose sub-arrays start on the same bank are simulated once.
 
+``sampling`` (:mod:`counterd.sim.sampling`; the quick calibration's on a last level larger
+than 64 MiB): the last level is simulated on a sample of its sets, and its counts and the
+memory's (LM(b), WB(b)) are scaled from the sample: estimates, said so in the results.
+
 What the simulation cannot see (said in the results): line flushes of the coherence set-up
 (so the ``clean`` and ``shared`` variants start from the preparer's copy still dirty), the
 timing of the interleaving (a fixed round-robin, not a race), prefetching, hashed set
@@ -39,6 +43,7 @@ from typing import Literal
 from counterd.machine.geometry import Geometry
 from counterd.machine.memory import BankMap
 from counterd.sim import DEFAULT_CHUNK, CacheSim, CoherentSim, ProcessorCounts, Stream
+from counterd.sim.sampling import SetSampling, estimate, period_lcm
 from microbench.kernels import Call, KernelCall
 from microbench.patterns import Pattern
 from microbench.plans import WorkerPlan, plans
@@ -60,13 +65,13 @@ class SimulatedSuperstep:
     invalidations: int = 0
 
 
-def _delta(after: ProcessorCounts, before: ProcessorCounts) -> SimulatedSuperstep:
-    a, b = after.canonical(), before.canonical()
-    counters = {k: a[k] - b.get(k, 0) for k in a}
-    lm = tuple(x - y for x, y in zip(after.banks.lm, before.banks.lm, strict=True))
-    wb = tuple(x - y for x, y in zip(after.banks.wb, before.banks.wb, strict=True))
-    return SimulatedSuperstep(counters, lm, wb, after.coherence_misses - before.coherence_misses,
-                              after.invalidations - before.invalidations)
+def _delta(after: ProcessorCounts, before: ProcessorCounts, sampling: SetSampling | None,
+           geometry: Geometry) -> SimulatedSuperstep:
+    """What the superstep between the two snapshots counted (estimated from the sample when
+    ``sampling``: the difference is scaled, not each snapshot)."""
+    d = estimate(after - before, sampling, geometry)
+    return SimulatedSuperstep(d.canonical(), d.banks.lm, d.banks.wb, d.coherence_misses,
+                              d.invalidations)
 
 
 def _streams(calls: Sequence[Call]) -> list[Stream]:
@@ -95,9 +100,10 @@ def sim_geometry(pattern: Pattern, geometry: Geometry) -> Geometry:
 
 @lru_cache(maxsize=64)
 def _simulate_plan(plan: WorkerPlan, warmup: int, geometry: Geometry, bank_map: BankMap,
-                   engine: Literal["auto", "native", "python"]) -> SimulatedSuperstep:
+                   engine: Literal["auto", "native", "python"],
+                   sampling: SetSampling | None = None) -> SimulatedSuperstep:
     """Memoised: processors of a concurrent pattern often run identical plans (same bases)."""
-    sim = CacheSim(geometry, bank_map, engine)
+    sim = CacheSim(geometry, bank_map, engine, sampling=sampling)
     sim.feed(_streams(plan.prefault))
     setup = [c for step in plan.setup for c in step]
     for _ in range(warmup):
@@ -108,17 +114,19 @@ def _simulate_plan(plan: WorkerPlan, warmup: int, geometry: Geometry, bank_map: 
     before = sim.counts()
     if plan.main is not None:
         sim.feed(_streams([plan.main]))
-    return _delta(sim.counts(), before)
+    return _delta(sim.counts(), before, sampling, geometry)
 
 
 @lru_cache(maxsize=64)
 def _simulate_system(plans_: tuple[WorkerPlan, ...], warmup: int, geometry: Geometry,
                      bank_map: BankMap, engine: Literal["auto", "native", "python"],
-                     chunk: int, snoop: bool = True) -> tuple[SimulatedSuperstep, ...]:
+                     chunk: int, snoop: bool = True, sampling: SetSampling | None = None
+                     ) -> tuple[SimulatedSuperstep, ...]:
     """Every participant in one coherent simulation, phase by phase as the runner's barriers
     separate them; per timed processor, the delta across the first measured main kernel.
     Memoised on the plans (e.g. coherence variants that differ only in timing repeat)."""
-    sim = CoherentSim(geometry, len(plans_), bank_map, engine, chunk=chunk, snoop=snoop)
+    sim = CoherentSim(geometry, len(plans_), bank_map, engine, chunk=chunk, snoop=snoop,
+                      sampling=sampling)
     sim.feed([_streams(p.prefault) for p in plans_])
     steps = max((len(p.setup) for p in plans_), default=0)
     main = [_streams([p.main]) if p.main is not None else [] for p in plans_]
@@ -134,10 +142,12 @@ def _simulate_system(plans_: tuple[WorkerPlan, ...], warmup: int, geometry: Geom
     before = sim.counts()
     sim.feed(main)
     after = sim.counts()
-    return tuple(_delta(a, b) for a, b, p in zip(after, before, plans_, strict=True) if p.timed)
+    return tuple(_delta(a, b, sampling, geometry)
+                 for a, b, p in zip(after, before, plans_, strict=True) if p.timed)
 
 
-def translation_period(geometry: Geometry, bank_map: BankMap, page_bytes: int) -> int:
+def translation_period(geometry: Geometry, bank_map: BankMap, page_bytes: int,
+                       sampling: SetSampling | None = None) -> int:
     """The shifts of a processor's whole address stream that leave its simulated counts
     unchanged when it runs alone: multiples of every line, page (the DTLB's and the run's)
     and bank cycle. Such a shift moves every line to another set of each cache and TLB by the
@@ -145,11 +155,13 @@ def translation_period(geometry: Geometry, bank_map: BankMap, page_bytes: int) -
     same sequence of hits, misses and writebacks (tests/microbench: every rank of every
     exclusive pattern gives equal counts shifted or not). A level whose set index is hashed
     (``CacheLevel.index`` not modulo) has no such shift: then the period is 2**62 (no shift;
-    only identical plans share a simulation)."""
+    only identical plans share a simulation). With ``sampling``, also a multiple of the
+    sample's period, so that the shifted stream meets the same sampled sets."""
     if any(lv.index != "modulo" for lv in geometry.levels):
         return 1 << 62
-    return math.lcm(page_bytes, geometry.page_bytes, bank_map.banks * bank_map.interleave_bytes,
-                    *(lv.line_bytes for lv in geometry.levels))
+    return period_lcm(math.lcm(page_bytes, geometry.page_bytes,
+                               bank_map.banks * bank_map.interleave_bytes,
+                               *(lv.line_bytes for lv in geometry.levels)), sampling, geometry)
 
 
 def _shifted(call: Call, by: int) -> Call:
@@ -183,7 +195,7 @@ def simulate_pattern(pattern: Pattern, geometry: Geometry, bank_map: BankMap, *,
                      page_bytes: int = 4096,
                      engine: Literal["auto", "native", "python"] = "auto",
                      chunk: int = DEFAULT_CHUNK, coherent: bool | None = None,
-                     exclusive: ExclusivePolicy = "split"
+                     exclusive: ExclusivePolicy = "split", sampling: SetSampling | None = None
                      ) -> tuple[SimulatedSuperstep, ...]:
     """Per timed processor (rank order): simulated counters of one measured superstep after
     the pre-fault and ``warmup`` warm-up supersteps the runner executes. Patterns that share
@@ -194,31 +206,34 @@ def simulate_pattern(pattern: Pattern, geometry: Geometry, bank_map: BankMap, *,
     processors of a pattern that shares no data meet in the shared levels: ``split`` (each
     alone with its share of the ways) or ``shared`` (one cache, the processors interleaved as
     in a coherent system but without snooping: processors whose lines fall in different sets
-    do not compete at all, as on hardware)."""
+    do not compete at all, as on hardware). ``sampling``: the last level simulated on a sample
+    of its sets and its counts (and the memory's) estimated from it (module doc)."""
     if uses_coherence(pattern) if coherent is None else coherent:
         return _simulate_system(plans(pattern, page_bytes), warmup, geometry, bank_map, engine,
-                                chunk)
+                                chunk, sampling=sampling)
     if exclusive == "shared" and pattern.mode == "exclusive" and pattern.procs > 1:
         return _simulate_system(plans(pattern, page_bytes), warmup, geometry, bank_map, engine,
-                                chunk, snoop=False)
+                                chunk, snoop=False, sampling=sampling)
     g = geometry if pattern.mode == "concurrent" else geometry.split_shared(pattern.procs)
-    period = translation_period(g, bank_map, page_bytes)
+    period = translation_period(g, bank_map, page_bytes, sampling)
     out = []
     for plan in plans(pattern, page_bytes):
         if plan.timed:
-            out.append(_simulate_plan(plan_key(plan, period), warmup, g, bank_map, engine))
+            out.append(_simulate_plan(plan_key(plan, period), warmup, g, bank_map, engine,
+                                      sampling))
     return tuple(out)
 
 
 def simulations(pattern: Pattern, geometry: Geometry, bank_map: BankMap, *,
-                page_bytes: int = 4096) -> tuple[WorkerPlan, ...]:
+                page_bytes: int = 4096, sampling: SetSampling | None = None
+                ) -> tuple[WorkerPlan, ...]:
     """What :func:`simulate_pattern` feeds the simulator, as plans: the distinct
     processors' plans of a pattern simulated per processor, every participant's of one
     simulated as a coherent system (what its cost follows)."""
     if uses_coherence(pattern):
         return plans(pattern, page_bytes)
     g = geometry if pattern.mode == "concurrent" else geometry.split_shared(pattern.procs)
-    period = translation_period(g, bank_map, page_bytes)
+    period = translation_period(g, bank_map, page_bytes, sampling)
     keys = dict.fromkeys(plan_key(p, period) for p in plans(pattern, page_bytes) if p.timed)
     return tuple(keys)
 

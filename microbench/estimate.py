@@ -50,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from counterd.errors import BadInput
+from counterd.sim.sampling import SetSampling
 from microbench.counters import simulations, uses_coherence
 from microbench.kernels import KernelCall
 from microbench.patterns import Machine, Pattern, region_bytes
@@ -343,13 +344,15 @@ def _sim_call_ns(call: KernelCall, level: str, speeds: Speeds, line_bytes: int) 
     return call.count * call.reps * _per_element(times, call.kernel, call.store_every)
 
 
-def simulation_cost(p: Pattern, machine: Machine, speeds: Speeds, cfg: RunConfig) -> float:
+def simulation_cost(p: Pattern, machine: Machine, speeds: Speeds, cfg: RunConfig,
+                    sampling: SetSampling | None = None) -> float:
     """Seconds one simulator process spends on ``p``: the pre-fault, ``warmup`` + 1 set-ups
     and main kernels of every plan it is fed, served at the pattern's level (the pre-fault
     from memory); a coherent system adds to every access what its processors snoop."""
     lv = _key(machine, p.level)
     line = machine.geometry.levels[-1].line_bytes
-    fed = simulations(p, machine.geometry, machine.bank_map, page_bytes=machine.page_bytes)
+    fed = simulations(p, machine.geometry, machine.bank_map, page_bytes=machine.page_bytes,
+                      sampling=sampling)
     total = 0.0
     for plan in fed:
         prefault, setup, main = _calls(plan)
@@ -415,14 +418,17 @@ ASSUMPTIONS = (
 
 
 def estimate(patterns: Sequence[Pattern], machine: Machine, speeds: Speeds, *,
-             cfg: RunConfig, compute_backend: str = "none", quick: bool = False) -> Estimate:
+             cfg: RunConfig, compute_backend: str = "none", quick: bool = False,
+             sampling: SetSampling | None = None) -> Estimate:
     """The estimated duration of ``microbench run`` over ``patterns`` on ``machine`` with
     ``cfg`` (module doc). ``compute_backend``: what counts the compute patterns after the
-    memory ones (none, perf, papi or callgrind, as resolved)."""
+    memory ones (none, perf, papi or callgrind, as resolved); ``sampling``: the run's set
+    sampling (``speeds`` probed with it: :func:`microbench.probe.probe`)."""
     costs = []
     for p in patterns:
         t, attempts, steps = timing_cost(p, machine, speeds, cfg)
-        costs.append(PatternCost(p.mnemonic, t, simulation_cost(p, machine, speeds, cfg),
+        costs.append(PatternCost(p.mnemonic, t,
+                                 simulation_cost(p, machine, speeds, cfg, sampling),
                                  attempts, steps))
     cpus = machine.max_procs
     ordered = sorted(costs, key=lambda c: -c.sim_s)  # run_order

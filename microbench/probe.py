@@ -22,6 +22,7 @@ import numpy as np
 import psutil
 
 from counterd.sim import CacheSim, CoherentSim, StridedStream
+from counterd.sim.sampling import SetSampling
 from microbench.counters import translation_period
 from microbench.estimate import FAR_LINES, NEAR_LINES, PROBE_MEM_BYTES, Speeds, level_keys
 from microbench.kernels import KernelCall, native_lib
@@ -97,7 +98,8 @@ def _kernel_times(machine: Machine, spans: Mapping[str, tuple[int, int]]
     return load, store, (load.pop("far"), store.pop("far")), fault_ns, touch_ns
 
 
-def _sim_times(machine: Machine, spans: Mapping[str, tuple[int, int]]
+def _sim_times(machine: Machine, spans: Mapping[str, tuple[int, int]],
+               sampling: SetSampling | None = None
                ) -> tuple[dict[str, float], dict[str, float], tuple[float, float],
                           dict[str, float]]:
     """Simulator: ns per access served at each level, loads and stores, one processor alone
@@ -109,7 +111,7 @@ def _sim_times(machine: Machine, spans: Mapping[str, tuple[int, int]]
     took 17 times one processor's time per access at L1, 5 times from memory). Each figure
     is the least of a few tries: another process taking the CPU only adds time."""
     g, banks = machine.geometry, machine.bank_map
-    far = translation_period(g, banks, machine.page_bytes) * (1 << 16)  # same sets, new tags
+    far = translation_period(g, banks, machine.page_bytes, sampling) * (1 << 16)  # new tags
     llc = g.levels[-1]
     load: dict[str, float] = {}
     store: dict[str, float] = {}
@@ -123,7 +125,7 @@ def _sim_times(machine: Machine, spans: Mapping[str, tuple[int, int]]
         n = min(count, 1 << (15 if mem else 17))
         reps = max(1, (1 << 14) // n)
         for kind, out in (("load_stride", load), ("store_stride", store)):
-            sim = CacheSim(g, banks)
+            sim = CacheSim(g, banks, sampling=sampling)
             sim.feed(StridedStream.from_kernel(kind, n, stride, 1, 0))  # warm
             best = math.inf
             for k in range(1, 3):
@@ -141,7 +143,7 @@ def _sim_times(machine: Machine, spans: Mapping[str, tuple[int, int]]
         span, stride = spans[key]
         n = min(max(1, span // (stride * 8)), 1 << 11)
         reps = 1 if mem else max(1, (1 << 15) // n)
-        systems = {procs: CoherentSim(g, procs, banks) for procs in (1, 4)}
+        systems = {procs: CoherentSim(g, procs, banks, sampling=sampling) for procs in (1, 4)}
         per = dict.fromkeys(systems, math.inf)
         for k in range(1, 4):
             s = StridedStream.from_kernel("load_stride", n, stride, reps, k * far if mem else 0)
@@ -312,19 +314,21 @@ def process_age_s() -> float:
 
 
 def probe(machine: Machine, *, compute: bool = True, planned: bool = False,
-          startup_s: float = 0.0, callgrind: bool = False) -> Speeds:
+          startup_s: float = 0.0, callgrind: bool = False,
+          sampling: SetSampling | None = None) -> Speeds:
     """Measure this host's :class:`Speeds` for ``machine``'s geometry (a second or two).
     ``compute``: also time the compute kernels; ``planned``: the machine is another node (a
     machine file), so this host's load says nothing about its repetitions; ``startup_s``: a
     run's own start (interpreter and imports; :func:`process_age_s` in a command);
     ``callgrind``: the compute patterns will be counted by Callgrind, so time valgrind here
-    (:func:`_callgrind_bare_s`, two to three seconds more)."""
+    (:func:`_callgrind_bare_s`, two to three seconds more);
+    ``sampling``: the run's set sampling, which the simulator is probed with."""
     t0 = time.perf_counter()
     other_work = _OtherWork()
     startup = startup_s
     spans = _spans(machine)
     k_load, k_store, k_far, fault, touch = _kernel_times(machine, spans)
-    s_load, s_store, s_far, snoop = _sim_times(machine, spans)
+    s_load, s_store, s_far, snoop = _sim_times(machine, spans, sampling)
     step, pattern, worker = _pool_times(machine)
     cq, cf, cp = _compute_times() if compute else (0.0, 0.0, 0.0)
     python_start = _python_start_s() if compute else 0.0

@@ -23,6 +23,7 @@ from counterd import backends
 from counterd.errors import BadInput, UnknownBackend
 from counterd.events import Source
 from counterd.sim import DEFAULT_CHUNK, native_status
+from counterd.sim.sampling import SetSampling
 from microbench import results
 from microbench.counters import (
     SIM_COUNTERS,
@@ -91,12 +92,13 @@ def resolve_backend(name: str) -> CounterPlan:
     return CounterPlan(name, res.backend, res.backend, res.reason)
 
 
-def _sim_job(args: tuple[Pattern, Any, Any, int, int]
+def _sim_job(args: tuple[Pattern, Any, Any, int, int, SetSampling | None]
              ) -> tuple[tuple[SimulatedSuperstep, ...], float]:
     """A pattern's simulated counters, and the seconds the simulation took."""
-    pattern, geometry, bank_map, warmup, page_bytes = args
+    pattern, geometry, bank_map, warmup, page_bytes, sampling = args
     t0 = time.monotonic()
-    sims = simulate_pattern(pattern, geometry, bank_map, warmup=warmup, page_bytes=page_bytes)
+    sims = simulate_pattern(pattern, geometry, bank_map, warmup=warmup, page_bytes=page_bytes,
+                            sampling=sampling)
     return sims, time.monotonic() - t0
 
 
@@ -128,7 +130,8 @@ def _flags(p: Pattern, timing: PatternTiming, sim0: SimulatedSuperstep, machine:
 def _record(p: Pattern, machine: Machine, timing: PatternTiming,
             sims: Sequence[SimulatedSuperstep], cfg: RunConfig, plan: CounterPlan,
             attempts: int = 1, timed_s: float | None = None,
-            sim_s: float | None = None) -> dict[str, Any]:
+            sim_s: float | None = None, sampling: SetSampling | None = None
+            ) -> dict[str, Any]:
     procs = []
     engine = "native" if native_status()[0] else "python"
     for rank, sim in enumerate(sims):
@@ -151,6 +154,8 @@ def _record(p: Pattern, machine: Machine, timing: PatternTiming,
     sim_meta = {"engine": engine, "shared_policy": shared_policy(p), "warmup": cfg.warmup,
                 "served_level": results.served_level(sims[0].counters, p, lines),
                 "seconds": sim_s}
+    if sampling is not None:  # the last level's and the memory's counts are estimates
+        sim_meta["set_sampling"] = sampling.to_json(machine.geometry)
     if uses_coherence(p):
         sim_meta["coherence"] = {"chunk": DEFAULT_CHUNK,
                                  "coherence_misses": [s.coherence_misses for s in sims],
@@ -187,8 +192,8 @@ def prior_document(out: Path, machine: Machine, *, suite: str, force: bool, resu
 def run_suite(machine: Machine, patterns: Sequence[Pattern], out: str | Path, *,
               suite: str, cfg: RunConfig = NORMAL, backend: str = "auto", force: bool = False,
               resume: bool = False, quick: bool = False, compute_backend: str = "auto",
-              progress: ProgressFn = no_progress, estimate: Estimate | None = None
-              ) -> dict[str, Any]:
+              progress: ProgressFn = no_progress, estimate: Estimate | None = None,
+              sampling: SetSampling | None = None) -> dict[str, Any]:
     """Run ``patterns`` on ``machine`` and write ``out``; return the results document.
 
     ``estimate`` (:func:`microbench.estimate.estimate` of these patterns) drives the
@@ -198,6 +203,10 @@ def run_suite(machine: Machine, patterns: Sequence[Pattern], out: str | Path, *,
     After the memory patterns, the compute patterns (:mod:`microbench.compute`) counted with
     ``compute_backend`` (``auto``: perf or papi where the PMU counts instructions, else
     callgrind; ``none``: skipped) go under the document's ``compute`` key.
+
+    ``sampling``: the last level simulated on a sample of its sets
+    (:mod:`counterd.sim.sampling`); every record then says so (``sim.set_sampling``), and so
+    do the document's notes and config.
 
     An existing ``out`` is refused unless ``force`` (start again) or ``resume`` (keep its
     finished patterns, run the rest). Raises BadInput for bad input (exit 2 in the CLI)."""
@@ -212,8 +221,18 @@ def run_suite(machine: Machine, patterns: Sequence[Pattern], out: str | Path, *,
     doc: dict[str, Any] | None = prior_document(out, machine, suite=suite, force=force,
                                                 resume=resume)
     if doc is None:
-        config = {**asdict(cfg), "quick": quick, "counter_plan": asdict(plan)}
+        config = {**asdict(cfg), "quick": quick, "counter_plan": asdict(plan),
+                  "set_sampling": (sampling.to_json(machine.geometry) if sampling is not None
+                                   else None)}
         notes = list(SIM_NOTES)
+        if sampling is not None:
+            s = sampling.to_json(machine.geometry)
+            notes.append(f"set sampling: L{s['level']} simulated on {s['sampled_sets']} of its "
+                         f"{s['sets']} sets (1 block of {s['block_sets']} in {s['every']}); "
+                         f"its counts (l{s['level']}_misses, l{s['level']}_writebacks) and the "
+                         "banks' LM(b), WB(b) are estimates scaled from the sampled sets, the "
+                         "other counters are simulated in full (run without --quick, or "
+                         "with --full-simulation, for every set)")
         host = host_metadata(machine.cpus)
         if host["loadavg"][0] > 0.5:
             notes.append(f"load average {host['loadavg'][0]:.2f} when the run started: other "
@@ -253,8 +272,8 @@ def run_suite(machine: Machine, patterns: Sequence[Pattern], out: str | Path, *,
                     t0 = time.monotonic()
                     settled.append((*pool.run_settled(p, cfg), time.monotonic() - t0))
                 phases["timing"] += sum(s for _, _, s in settled)
-                jobs = [(p, machine.geometry, machine.bank_map, cfg.warmup, machine.page_bytes)
-                        for p in chunk]
+                jobs = [(p, machine.geometry, machine.bank_map, cfg.warmup, machine.page_bytes,
+                         sampling) for p in chunk]
                 t0 = time.monotonic()
                 sims = list(executor.map(_sim_job, jobs))
                 phases["simulation"] += time.monotonic() - t0
@@ -262,7 +281,7 @@ def run_suite(machine: Machine, patterns: Sequence[Pattern], out: str | Path, *,
                     timing, attempts, timed_s = settled[i]
                     doc["patterns"].append(_record(p, machine, timing, sims[i][0], cfg, plan,
                                                    attempts, round(timed_s, 4),
-                                                   round(sims[i][1], 4)))
+                                                   round(sims[i][1], 4), sampling))
                     spent_cost += costs[start + i]
                 start += len(chunk)
                 doc["patterns"].sort(key=lambda r: place.get(r["mnemonic"], -1))

@@ -25,8 +25,11 @@
 
 #define CS_MAX_LEVELS 8
 
-/* Per-level counters, in this order (counterd/sim/engines.py LEVEL_FIELDS mirrors it). */
-enum { CS_HITS, CS_MISSES, CS_WB_HITS, CS_WB_MISSES, CS_WRITEBACKS, CS_NCOUNTS };
+/* Per-level counters, in this order (counterd/sim/engines.py LEVEL_FIELDS mirrors it).
+ * CS_SKIPPED, CS_WB_SKIPPED: demand requests and writebacks that reached a set-sampled level in
+ * a set it does not simulate (counterd/sim/sampling.py). */
+enum { CS_HITS, CS_MISSES, CS_WB_HITS, CS_WB_MISSES, CS_WRITEBACKS, CS_SKIPPED, CS_WB_SKIPPED,
+       CS_NCOUNTS };
 
 /* Access kinds of a stream element (counterd/sim/streams.py KIND_CODES mirrors it). */
 enum { CS_LOAD = 0, CS_STORE = 1, CS_RMW = 2 };
@@ -40,6 +43,8 @@ typedef struct {
     uint64_t ways;
     uint64_t line_bytes;
     uint64_t hash_low; /* set index: 0 = line % sets, else slice hash (set_of) */
+    uint64_t sample_block; /* set sampling: sets (set_of) s with (s / sample_block) % */
+    uint64_t sample_every; /* sample_every == 0 are simulated, the others skipped; 0: all */
     uint64_t *tags;   /* sets*ways; 0 = invalid way, else line number + 1 */
     uint64_t *stamps; /* sets*ways; last-use stamp */
     uint8_t *dirty;   /* sets*ways */
@@ -126,7 +131,12 @@ static void access_level(cs_state *st, int64_t k, uint64_t addr, int op)
     }
     cs_level *lv = &st->level[k];
     uint64_t line = div_u64(addr, lv->line_bytes);
-    uint64_t base = set_of(lv, line) * lv->ways;
+    uint64_t set = set_of(lv, line);
+    if (lv->sample_every > 1 && div_u64(set, lv->sample_block) % lv->sample_every != 0) {
+        lv->counts[op == OP_WB ? CS_WB_SKIPPED : CS_SKIPPED]++; /* outside the sample */
+        return;
+    }
+    uint64_t base = set * lv->ways;
     uint64_t tag = line + 1;
     uint64_t *tags = lv->tags + base;
     uint64_t *stamps = lv->stamps + base;

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         canonical_values,
     )
     from counterd.sim.engines import native_status
+    from counterd.sim.sampling import SetSampling
     from counterd.sim.streams import KIND_CODES, AddressStream, Kind, Stream, StridedStream
 
 # Each name is loaded from its module on first use (PEP 562): a program that only feeds its
@@ -54,6 +55,7 @@ _MODULE_OF = {
     **dict.fromkeys(("BankCounts", "EngineName", "LevelCounts", "ProcessorCounts", "SimResult",
                      "canonical_values"), "counterd.sim.counts"),
     **dict.fromkeys(("native_status",), "counterd.sim.engines"),
+    **dict.fromkeys(("SetSampling",), "counterd.sim.sampling"),
     **dict.fromkeys(("KIND_CODES", "AddressStream", "Kind", "Stream", "StridedStream"),
                     "counterd.sim.streams"),
 }
@@ -73,6 +75,6 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "DEFAULT_CHUNK", "KIND_CODES", "AddressStream", "BankCounts", "BankMap", "CacheLevel",
     "CacheSim", "CoherentSim", "EngineName", "Geometry", "Kind", "LevelCounts", "PhaseStreams",
-    "ProcessorCounts", "SimResult", "Stream", "StridedStream", "canonical_values",
+    "ProcessorCounts", "SetSampling", "SimResult", "Stream", "StridedStream", "canonical_values",
     "native_status", "simulate",
 ]

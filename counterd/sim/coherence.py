@@ -54,6 +54,7 @@ from counterd.machine.geometry import Geometry
 from counterd.machine.memory import SGI_BANKS, BankMap
 from counterd.sim.counts import BankCounts, EngineName, ProcessorCounts, SimResult
 from counterd.sim.engines import _CSeg, _NativeEngine, _PythonEngine, native_status
+from counterd.sim.sampling import SetSampling
 from counterd.sim.streams import KIND_CODES, AddressStream, Stream, StridedStream
 
 DEFAULT_CHUNK = 8  # accesses per turn when coherent processors interleave (module doc)
@@ -61,10 +62,13 @@ DEFAULT_CHUNK = 8  # accesses per turn when coherent processors interleave (modu
 
 class CacheSim:
     """One processor's simulated hierarchy. ``engine``: "auto" (native if built, else python),
-    "native" (BadInput if unavailable) or "python". ``engine_name`` says which one runs."""
+    "native" (BadInput if unavailable) or "python". ``engine_name`` says which one runs.
+    ``sampling``: simulate one level on a sample of its sets (:mod:`counterd.sim.sampling`;
+    its counts are then those of the sample, for :func:`counterd.sim.sampling.estimate`)."""
 
     def __init__(self, geometry: Geometry, bankmap: BankMap = SGI_BANKS,
-                 engine: Literal["auto", "native", "python"] = "auto") -> None:
+                 engine: Literal["auto", "native", "python"] = "auto", *,
+                 sampling: SetSampling | None = None) -> None:
         if engine not in ("auto", "native", "python"):
             raise BadInput(f"unknown engine {engine!r}", "use auto, native or python")
         ok, why = native_status()
@@ -74,8 +78,12 @@ class CacheSim:
         use_native = ok and engine != "python"
         self.geometry = geometry
         self.bankmap = bankmap
+        self.sampling = sampling
+        if sampling is not None:
+            sampling.index(geometry)  # BadInput for a level the geometry does not have
         self._engine: _NativeEngine | _PythonEngine = (
-            _NativeEngine(geometry, bankmap) if use_native else _PythonEngine(geometry, bankmap))
+            _NativeEngine(geometry, bankmap, sampling=sampling) if use_native
+            else _PythonEngine(geometry, bankmap, sampling=sampling))
 
     @property
     def engine_name(self) -> EngineName:
@@ -125,30 +133,33 @@ class CoherentSim:
     ``snoop=False``: the shared levels are still one cache, but no processor snoops another's
     private levels (no invalidations, no transfers): exact, and cheaper by a factor growing
     with the processors, where they touch disjoint lines (exclusive patterns), whose only
-    interaction is competition for the shared levels' sets."""
+    interaction is competition for the shared levels' sets. ``sampling``: as for
+    :class:`CacheSim`."""
 
     def __init__(self, geometry: Geometry, processors: int, bankmap: BankMap = SGI_BANKS,
                  engine: Literal["auto", "native", "python"] = "auto", *,
-                 chunk: int = DEFAULT_CHUNK, snoop: bool = True) -> None:
+                 chunk: int = DEFAULT_CHUNK, snoop: bool = True,
+                 sampling: SetSampling | None = None) -> None:
         if processors < 1 or chunk < 1:
             raise BadInput(f"{processors} processors interleaved in turns of {chunk} accesses",
                            "give at least one processor and chunk >= 1")
-        probe = CacheSim(geometry, bankmap, engine)  # validates engine, picks auto
+        probe = CacheSim(geometry, bankmap, engine, sampling=sampling)  # validates, picks auto
         self.geometry, self.bankmap, self.chunk = geometry, bankmap, chunk
         self.engine_name: EngineName = probe.engine_name
         self._py: list[_PythonEngine] = []
         self._c: list[_NativeEngine] = []
         if self.engine_name == "python":
-            first = _PythonEngine(geometry, bankmap, coherent=True)
+            first = _PythonEngine(geometry, bankmap, coherent=True, sampling=sampling)
             self._py = [first] + [_PythonEngine(geometry, bankmap, coherent=True,
-                                                shared_from=first)
+                                                shared_from=first, sampling=sampling)
                                   for _ in range(processors - 1)]
             if snoop:
                 for e in self._py:
                     e.peers = self._py
         else:
-            c0 = _NativeEngine(geometry, bankmap, coherent=True)
-            self._c = [c0] + [_NativeEngine(geometry, bankmap, coherent=True, shared_from=c0)
+            c0 = _NativeEngine(geometry, bankmap, coherent=True, sampling=sampling)
+            self._c = [c0] + [_NativeEngine(geometry, bankmap, coherent=True, shared_from=c0,
+                                            sampling=sampling)
                               for _ in range(processors - 1)]
             self._procs = np.array([e.addr for e in self._c], np.uint64)
             if snoop:

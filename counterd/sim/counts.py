@@ -28,7 +28,9 @@ _LEVEL_COUNTERS = {f"{p}_{what}": lv for lv, p in _LEVEL_PREFIX.items()
 class LevelCounts:
     """Counts of one cache level. ``hits``/``misses``: demand requests (loads and stores at L1,
     fills from the level above below it); ``wb_hits``/``wb_misses``: writebacks arriving from
-    the level above; ``writebacks``: dirty lines this level evicted (or flushed), in its lines."""
+    the level above; ``writebacks``: dirty lines this level evicted (or flushed), in its lines.
+    ``skipped``/``wb_skipped``: demand requests and writebacks that arrived in a set a
+    set-sampled simulation does not simulate (:mod:`counterd.sim.sampling`; else 0)."""
 
     level: int
     hits: int = 0
@@ -36,11 +38,22 @@ class LevelCounts:
     wb_hits: int = 0
     wb_misses: int = 0
     writebacks: int = 0
+    skipped: int = 0
+    wb_skipped: int = 0
 
     @property
     def total_misses(self) -> int:
         """Lines allocated on a miss, demand or writeback: canonical ``lN_misses``."""
         return self.misses + self.wb_misses
+
+    def __sub__(self, other: LevelCounts) -> LevelCounts:
+        return LevelCounts(self.level, *(getattr(self, f) - getattr(other, f) for f in
+                                         LEVEL_COUNT_FIELDS))
+
+
+# LevelCounts' counts, in order (cachesim.c's per-level counters).
+LEVEL_COUNT_FIELDS = ("hits", "misses", "wb_hits", "wb_misses", "writebacks", "skipped",
+                      "wb_skipped")
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,10 @@ class BankCounts:
         return BankCounts(tuple(a + b for a, b in zip(self.lm, other.lm, strict=True)),
                           tuple(a + b for a, b in zip(self.wb, other.wb, strict=True)))
 
+    def __sub__(self, other: BankCounts) -> BankCounts:
+        return BankCounts(tuple(a - b for a, b in zip(self.lm, other.lm, strict=True)),
+                          tuple(a - b for a, b in zip(self.wb, other.wb, strict=True)))
+
 
 @dataclass(frozen=True)
 class ProcessorCounts:
@@ -76,6 +93,15 @@ class ProcessorCounts:
     banks: BankCounts
     coherence_misses: int = 0
     invalidations: int = 0
+
+    def __sub__(self, other: ProcessorCounts) -> ProcessorCounts:
+        """What happened between snapshot ``other`` and this one."""
+        return ProcessorCounts(
+            self.loads - other.loads, self.stores - other.stores,
+            self.dtlb_misses - other.dtlb_misses,
+            tuple(a - b for a, b in zip(self.levels, other.levels, strict=True)),
+            self.banks - other.banks, self.coherence_misses - other.coherence_misses,
+            self.invalidations - other.invalidations)
 
     def canonical(self) -> dict[str, int]:
         """Canonical counter name -> value (levels beyond L3 have no canonical name)."""

@@ -34,12 +34,19 @@ import numpy as np
 from counterd import _native
 from counterd.machine.geometry import MAX_LEVELS, Geometry, hash_low, set_index
 from counterd.machine.memory import BankMap
-from counterd.sim.counts import BankCounts, EngineName, LevelCounts, ProcessorCounts
+from counterd.sim.counts import (
+    LEVEL_COUNT_FIELDS,
+    BankCounts,
+    EngineName,
+    LevelCounts,
+    ProcessorCounts,
+)
+from counterd.sim.sampling import SetSampling
 from counterd.sim.streams import KIND_CODES, Stream, StridedStream
 
 # Per-level counters, in the order of cachesim.c's enum.
-LEVEL_FIELDS = ("hits", "misses", "wb_hits", "wb_misses", "writebacks")
-_HITS, _MISSES, _WB_HITS, _WB_MISSES, _WRITEBACKS = range(5)
+LEVEL_FIELDS = LEVEL_COUNT_FIELDS
+_HITS, _MISSES, _WB_HITS, _WB_MISSES, _WRITEBACKS, _SKIPPED, _WB_SKIPPED = range(7)
 _READ, _WRITE, _WB = range(3)
 
 
@@ -49,10 +56,14 @@ class _PythonEngine:
     name: EngineName = "python"
 
     def __init__(self, geometry: Geometry, bankmap: BankMap, *, coherent: bool = False,
-                 shared_from: _PythonEngine | None = None) -> None:
+                 shared_from: _PythonEngine | None = None,
+                 sampling: SetSampling | None = None) -> None:
         self.g = geometry
         self.bankmap = bankmap
         self.sets: list[dict[int, list[list[int]]]] = [{} for _ in geometry.levels]
+        # set sampling (counterd.sim.sampling): the level it samples, or -1
+        self.sampled = sampling.index(geometry) if sampling is not None else -1
+        self.sampling = sampling
         self.low = [hash_low(lv) for lv in geometry.levels]  # set index (machine.set_index)
         # Coherence (coherence module doc): a system's processors share the sets of levels
         # npriv.. and list each other in peers; an independent processor is its own only peer.
@@ -89,8 +100,11 @@ class _PythonEngine:
         level = self.g.levels[k]
         counts = self.counts[k]
         line = addr // level.line_bytes
-        ways = self.sets[k].setdefault(set_index(level.sets, self.low[k], line),
-                                       [])  # entries [line, dirty], MRU first
+        s = set_index(level.sets, self.low[k], line)
+        if k == self.sampled and self.sampling is not None and not self.sampling.simulates(s):
+            counts[_WB_SKIPPED if op == _WB else _SKIPPED] += 1  # outside the sample
+            return
+        ways = self.sets[k].setdefault(s, [])  # entries [line, dirty], MRU first
         for i, entry in enumerate(ways):
             if entry[0] == line:
                 if op == _WB:
@@ -200,6 +214,7 @@ class _PythonEngine:
 class _CLevel(ctypes.Structure):
     _fields_ = [("sets", ctypes.c_uint64), ("ways", ctypes.c_uint64),
                 ("line_bytes", ctypes.c_uint64), ("hash_low", ctypes.c_uint64),
+                ("sample_block", ctypes.c_uint64), ("sample_every", ctypes.c_uint64),
                 ("tags", ctypes.c_void_p),
                 ("stamps", ctypes.c_void_p), ("dirty", ctypes.c_void_p),
                 ("counts", ctypes.c_void_p)]
@@ -248,7 +263,8 @@ class _NativeEngine:
     name: EngineName = "native"
 
     def __init__(self, geometry: Geometry, bankmap: BankMap, *, coherent: bool = False,
-                 shared_from: _NativeEngine | None = None) -> None:
+                 shared_from: _NativeEngine | None = None,
+                 sampling: SetSampling | None = None) -> None:
         self.g = geometry
         lib = _native.lib()
         if lib is None:  # CacheSim checks native_status() first
@@ -270,6 +286,9 @@ class _NativeEngine:
                 self._share_level(st.level[i], shared_from, i)
             else:
                 self._fill_level(st.level[i], lv.sets, lv.ways, lv.line_bytes, hash_low(lv))
+        if sampling is not None:
+            lv = st.level[sampling.index(geometry)]
+            lv.sample_block, lv.sample_every = sampling.block, sampling.every
         self._fill_level(st.tlb, geometry.tlb_sets, geometry.tlb_ways, geometry.page_bytes)
         st.banks, st.interleave = bankmap.banks, bankmap.interleave_bytes
         self.lm = np.zeros(bankmap.banks, np.uint64)
@@ -296,6 +315,7 @@ class _NativeEngine:
         src = other.state.level[i]
         cl.sets, cl.ways, cl.line_bytes, cl.hash_low = (src.sets, src.ways, src.line_bytes,
                                                          src.hash_low)
+        cl.sample_block, cl.sample_every = src.sample_block, src.sample_every
         cl.tags, cl.stamps, cl.dirty = src.tags, src.stamps, src.dirty
         cl.counts = counts.ctypes.data
 
