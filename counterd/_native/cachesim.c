@@ -143,8 +143,6 @@ static void access_level(cs_state *st, int64_t k, uint64_t addr, int op)
     uint8_t *dirty = lv->dirty + base;
     uint64_t ways = lv->ways;
 
-    uint64_t victim = 0;
-    int have_invalid = 0;
     for (uint64_t w = 0; w < ways; w++) {
         if (tags[w] == tag) {
             if (op == OP_WB) {
@@ -158,13 +156,21 @@ static void access_level(cs_state *st, int64_t k, uint64_t addr, int op)
             }
             return;
         }
-        if (!have_invalid) {
-            if (tags[w] == 0) {
-                victim = w;
-                have_invalid = 1;
-            } else if (stamps[w] < stamps[victim]) {
-                victim = w;
-            }
+    }
+    /* The victim: the first invalid way, else the least recently used. The smallest stamp so
+     * far is kept in a register (comparing with stamps[victim] made every way wait for the
+     * load of the last one's: the simulator's hot loop). Valid stamps are below UINT64_MAX. */
+    uint64_t victim = 0;
+    uint64_t oldest = UINT64_MAX;
+    for (uint64_t w = 0; w < ways; w++) {
+        if (tags[w] == 0) {
+            victim = w;
+            break;
+        }
+        uint64_t stamp = stamps[w];
+        if (stamp < oldest) {
+            oldest = stamp;
+            victim = w;
         }
     }
     /* Miss: allocate (write-allocate also for writebacks), fetching the line from below first.
