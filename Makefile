@@ -24,8 +24,9 @@ setup: $(STAMP)
 bytecode: $(STAMP)
 	$(PY) -m compileall -q counterd predictor microbench
 
-# About a minute on the 2-CPU test host (53-68 s after install, quiet, 2026-11-27; the
-# calibration's own estimate is printed as it starts).
+# Under a minute on the 2-CPU test host: 44 s after install at load 3, 71-79 s at load 3-5
+# (2026-11-27; before the quick calibration's set sampling 60 s and 104-128 s). The
+# calibration's own estimate is printed as it starts.
 # The quick calibration times the memory patterns only: the example's records carry the sim
 # backend's memory counters, which the compute patterns (instructions counted under Callgrind,
 # 40 s more here) do not price; `microbench run` without --compute-backend none counts them.
@@ -37,7 +38,7 @@ DEMO_ITERATIONS := 5
 DEMO_PILOT := '$(PY) examples/bsp_sum.py {n}' --sizes 500000,1000000,2000000 --target 4000000 --repeat 3
 
 demo: bytecode
-	@echo "make demo: about a minute: probe this host, calibrate F on it (quick), record and report examples/bsp_sum.py, forecast it from small runs and check the forecast"
+	@echo "make demo: under a minute on an idle 2-CPU host: probe this host, calibrate F on it (quick), record and report examples/bsp_sum.py, forecast it from small runs and check the forecast"
 	mkdir -p $(OUT)
 	$(VENV)/bin/counterd probe
 	$(VENV)/bin/microbench run --quick --compute-backend none --out $(OUT)/quick.json --force
