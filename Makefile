@@ -24,9 +24,9 @@ setup: $(STAMP)
 bytecode: $(STAMP)
 	$(PY) -m compileall -q counterd predictor microbench
 
-# Under a minute on the 2-CPU test host: 44 s after install at load 3, 71-79 s at load 3-5
-# (2026-11-27; before the quick calibration's set sampling 60 s and 104-128 s). The
-# calibration's own estimate is printed as it starts.
+# Under a minute on the 2-CPU test host beside other sessions' niced work: 30-58 s at load
+# 2-4, 71-79 s at load 3-5 (2026-11-27; without the quick calibration's set sampling 60-91 s
+# and 104-128 s alike). The calibration's own estimate is printed as it starts.
 # The quick calibration times the memory patterns only: the example's records carry the sim
 # backend's memory counters, which the compute patterns (instructions counted under Callgrind,
 # 40 s more here) do not price; `microbench run` without --compute-backend none counts them.
