@@ -61,9 +61,9 @@ from _daemon import free_port  # noqa: E402
 from _host import host_line  # noqa: E402
 
 import counterd  # noqa: E402
-from counterd import protocol  # noqa: E402
 from counterd.markers.sinks.socket import SocketSink  # noqa: E402
 from counterd.records import SuperstepRecord  # noqa: E402
+from counterd.wire import protocol  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -2495,7 +2495,7 @@ def _box_ends(chan: _Chan, sock: str, conns: int, box_bytes: int) -> dict[str, A
         size += len(f)
         n += 1
     data = b"".join(frames)
-    from counterd.spool import BOX_MAGIC, HEAD_BYTES
+    from counterd.wire.spool import BOX_MAGIC, HEAD_BYTES
 
     fd = os.memfd_create("attack-box", os.MFD_CLOEXEC)
     os.write(fd, struct.pack("<8sQQQ", BOX_MAGIC, len(data), len(hello) + len(buffer), 7)

@@ -46,8 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _daemon import Daemon  # noqa: E402
 from _host import host_line  # noqa: E402
 
-from counterd import protocol  # noqa: E402
 from counterd.markers.sinks.link import hello_payload  # noqa: E402
+from counterd.wire import protocol  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 F = protocol.FrameType

@@ -14,11 +14,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from counterd import spool, spool_reader
 from counterd.errors import BadInput
 from counterd.markers.sinks.socket import SocketSink
 from counterd.markers.sinks.spill import default_dir
 from counterd.records import SuperstepRecord
+from counterd.wire import spool, spool_reader
 
 
 @dataclass
@@ -53,7 +53,7 @@ def spill_files(paths: Sequence[Path]) -> list[Path]:
 
 def read_spill(path: Path) -> Iterator[SuperstepRecord | str]:
     """The records of a spill file in write order; a line that is not a record yields why,
-    and so does what of the file was not read (:func:`counterd.spool_reader.read_events`: not a
+    and so does what of the file was not read (:func:`counterd.wire.spool_reader.read_events`: not a
     regular file, a link, beyond the cap on one spool file, damage), after its records."""
     skipped: list[spool_reader.Skipped] = []
     for d in spool_reader.read_events(path, skipped.append):

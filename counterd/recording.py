@@ -297,7 +297,7 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
         restore = launch.outlive_signals(pid)
         try:
             if not launch.wait_exit(pid, STARTUP_S) or launch.spool_written(spool):
-                from counterd import spool_reader as _  # noqa: F401
+                from counterd.wire import spool_reader as _  # noqa: F401
             from counterd import fsutil  # noqa: F401
             from counterd.events import measured
             from counterd.records import SuperstepRecord
@@ -355,13 +355,13 @@ def _collect_spool(spool: str, skipped: Callable[[str], None] | None = None
                    ) -> list[SuperstepRecord]:
     """The records the command's markers left in the spool; none, without loading its
     reader, where they wrote nothing. What of it was not read (a file that is not a regular
-    file of this user, one beyond its cap: counterd.spool_reader.read_events) is told to
+    file of this user, one beyond its cap: counterd.wire.spool_reader.read_events) is told to
     ``skipped``, one line per file."""
     if not launch.spool_written(spool):
         return []
     from pathlib import Path
 
-    from counterd.spool_reader import collect
+    from counterd.wire.spool_reader import collect
 
     return list(collect(Path(spool), None if skipped is None else lambda s: skipped(s.line()),
                         owner=os.geteuid()))
@@ -404,7 +404,7 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
     if out is not None:
         _check_writable(os.fspath(out))
     if os.environ.get("COUNTERD_SPOOL_MAX_BYTES"):  # spool_reader.ENV_MAX_FILE_BYTES, checked now
-        from counterd import spool_reader
+        from counterd.wire import spool_reader
 
         spool_reader.max_file_bytes()  # BadInput before the command runs
     # Every counter perf has, perf asked for by name or picked by auto on its capability

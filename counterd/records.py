@@ -459,7 +459,8 @@ class RecordResult:
     # (backend callgrind: while counting it, or before): records left uncounted carry
     # ``counters_missing`` and say why in ``unsupported["*"]``. None: not stopped.
     stopped_by: int | None = None
-    # What of the command's spool was not read (counterd.spool_reader.Skipped.line), one per file.
+    # What of the command's spool was not read (counterd.wire.spool_reader.Skipped.line), one per
+    # file.
     skipped: tuple[str, ...] = ()
     # This node's clock domain for the run, with the recorder's anchors (counterd.clocks).
     domain: ClockDomain | None = None

@@ -11,7 +11,7 @@ from counterd import errors as ce
 from counterd.backends.callgrind.valgrind import CallgrindError
 from counterd.errors import StoreError
 from counterd.prediction import NoPrediction
-from counterd.protocol import ProtocolError
+from counterd.wire.protocol import ProtocolError
 from microbench.runner import RunnerError
 from predictor import errors as pe
 

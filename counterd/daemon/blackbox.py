@@ -13,8 +13,8 @@ import stat
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from counterd import protocol, spool
-from counterd.protocol import ProtocolError
+from counterd.wire import protocol, spool
+from counterd.wire.protocol import ProtocolError
 
 if TYPE_CHECKING:
     from counterd.daemon.auth import Peer

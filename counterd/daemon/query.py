@@ -2,8 +2,8 @@
 
 The store is private to the daemon's user (:mod:`counterd.daemon.store`), so ``counterd runs``
 and ``counterd report`` of a user who cannot read it ask the daemon over the marker socket
-(:class:`counterd.query_frames.Query`). The daemon answers from a read-only connection of its own
-(:class:`Queries`, in a thread of its own: :class:`QueryWorker`), with the asking client's
+(:class:`counterd.wire.query_frames.Query`). The daemon answers from a read-only connection of
+its own (:class:`Queries`, in a thread of its own: :class:`QueryWorker`), with the asking client's
 runs only, as SO_PEERCRED says who it is, unless it is privileged (root,
 ``socket.allowed_group``), who may name any uid or list everyone's runs. Each answer is one
 RESULT of at most a frame's worth of items and a cursor; the client asks again from the cursor
@@ -29,12 +29,12 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from counterd import protocol, query_frames
 from counterd.daemon.auth import Peer
 from counterd.daemon.store import RunKey, RunRow, Store, open_readonly
 from counterd.errors import BadInput, CounterdError, StoreError
-from counterd.protocol import FrameType, ProtocolError
 from counterd.records import SuperstepRecord
+from counterd.wire import protocol, query_frames
+from counterd.wire.protocol import FrameType, ProtocolError
 
 if TYPE_CHECKING:
     from counterd.clocks import ClockDomain

@@ -44,12 +44,12 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from counterd import protocol
 from counterd.daemon.auth import Peer, peer_credentials
 from counterd.daemon.session import Session
 from counterd.daemon.shared import Shared
 from counterd.errors import BadInput
-from counterd.protocol import Decoder, ProtocolError
+from counterd.wire import protocol
+from counterd.wire.protocol import Decoder, ProtocolError
 
 log = logging.getLogger("counterd.daemon")
 

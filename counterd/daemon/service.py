@@ -3,7 +3,7 @@
 Threads, and what each owns:
 
 * the **loop** (the caller's thread): the marker socket and every client connection
-  (:mod:`counterd.daemon.server`, :mod:`counterd.daemon.session`, :mod:`counterd.protocol`),
+  (:mod:`counterd.daemon.server`, :mod:`counterd.daemon.session`, :mod:`counterd.wire.protocol`),
   SO_PEERCRED checks (:mod:`counterd.daemon.auth`), counting on a client's behalf
   (:mod:`counterd.daemon.behalf`), signals;
 * the **writer** (:mod:`counterd.daemon.writer`): the store (:mod:`counterd.daemon.store`). It

@@ -1,5 +1,5 @@
 """One marker client's connection: its state and the protocol's state machine (DESIGN.md
-section 6, :mod:`counterd.protocol`).
+section 6, :mod:`counterd.wire.protocol`).
 
 A :class:`Session` answers HELLO with WELCOME, then takes CONTEXT, BEGIN, OPEN, CLOSE, RECORD,
 READ, SYNC and BUFFER frames in sequence-number order. It holds the supersteps begun (BEGIN, OPEN)
@@ -25,7 +25,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from counterd import binary_frames, protocol
 from counterd.clocks import (
     Anchor,
     process_clock,
@@ -41,8 +40,9 @@ from counterd.daemon.shared import Shared
 from counterd.daemon.store import ClientClock, RunInfo
 from counterd.daemon.writer import Item
 from counterd.errors import CounterdError, NoSuchTarget
-from counterd.protocol import Decoder, FrameType, ProtocolError
 from counterd.records import SuperstepRecord, incomplete_record
+from counterd.wire import binary_frames, protocol
+from counterd.wire.protocol import Decoder, FrameType, ProtocolError
 
 log = logging.getLogger("counterd.daemon")
 

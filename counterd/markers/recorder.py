@@ -20,7 +20,7 @@ with their sources, params and flags. Nothing is lost silently:
 
 Configuration comes from ``configure()`` or, for programs started by ``counterd record``, from
 the environment: ``COUNTERD_RUN_ID``, ``COUNTERD_SPOOL`` (a directory; each process writes
-its markers to its file there, :mod:`counterd.spool`), ``COUNTERD_BACKEND`` (perf, papi, sim,
+its markers to its file there, :mod:`counterd.wire.spool`), ``COUNTERD_BACKEND`` (perf, papi, sim,
 callgrind, daemon, none) and ``COUNTERD_EVENTS`` (comma-separated canonical counters). Without
 either, records are kept in memory (``counterd.records()``) and counted with perf where
 available. ``COUNTERD_SAMPLE=<duration>:<k>`` reads the counters of only 1 in k supersteps

@@ -19,7 +19,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from counterd import protocol
 from counterd.env import ENV_NATIVE
 from counterd.importing import read_spill
 from counterd.markers.recorder import Recorder
@@ -27,8 +26,9 @@ from counterd.markers.sinks import MemorySink, SpoolSink
 from counterd.markers.sinks.link import BLOCK_S
 from counterd.markers.sinks.socket import SocketSink
 from counterd.markers.sinks.spill import SpillFile
-from counterd.protocol import FrameType
 from counterd.records import SuperstepRecord
+from counterd.wire import protocol
+from counterd.wire.protocol import FrameType
 
 Reply = Callable[[FrameType, Any], list[tuple[FrameType, dict[str, Any]]]]
 
@@ -209,7 +209,7 @@ def test_a_full_disk_never_raises_into_the_program(tmp_path: Path,
     full = False
     sink.record(recs[5])
     assert not sink._backlog
-    from counterd import spool_reader
+    from counterd.wire import spool_reader
 
     assert [r.index for r in spool_reader.collect(tmp_path / "spool")] == [2, 3, 4, 5]
     sink.lost = 0  # reported at exit otherwise (checked above: the test's loss is on purpose)

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import counterd
-from counterd import _native, binary_frames, protocol, spool, spool_reader
+from counterd import _native
 from counterd.backends.base import Target
 from counterd.backends.perf.group import PerfGroup
 from counterd.env import ENV_NATIVE
@@ -36,6 +36,7 @@ from counterd.markers.recorder import Recorder
 from counterd.markers.sampling import Sampling
 from counterd.markers.sinks import MemorySink
 from counterd.records import SuperstepRecord
+from counterd.wire import binary_frames, protocol, spool, spool_reader
 
 needs_native = pytest.mark.skipif(_native.hotpath() is None,
                                   reason="the compiled hot path is not built (no C compiler?)")
@@ -362,7 +363,7 @@ import resource, signal, sys
 from pathlib import Path
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
-from counterd import spool
+from counterd.wire import spool
 spool.CHUNK = 16384
 from counterd.markers.recorder import Recorder
 rec = Recorder(run_id="full", backend="none", spool=Path(sys.argv[1]), socket="off",

@@ -253,8 +253,8 @@ def test_record_with_a_saved_plan_loads_nothing_heavy_before_the_exec(tmp_path: 
     recording, env, errors (and the compiled extension, which opens the counters without
     ctypes)."""
     heavy = ("argparse", "json", "re", "pathlib", "typing", "dataclasses", "shutil", "tempfile",
-             "functools", "counterd.records", "counterd.backends", "counterd.spool",
-             "counterd.protocol", "counterd.markers", "counterd.machine")
+             "functools", "counterd.records", "counterd.backends", "counterd.wire.spool",
+             "counterd.wire.protocol", "counterd.markers", "counterd.machine")
     if _native.hotpath() is not None:
         heavy += ("ctypes",)
     code = (

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from counterd import binary_frames, protocol, spool_reader
 from counterd.markers.recorder import Recorder
 from counterd.markers.sinks import MemorySink
 from counterd.records import SuperstepRecord, incomplete_record
 from counterd.report import model
 from counterd.report.html import render_html
 from counterd.report.text import render_csv, render_text, to_json
+from counterd.wire import binary_frames, protocol, spool_reader
 
 
 def test_a_record_carries_its_marker_cost_and_records_without_one_are_unchanged() -> None:

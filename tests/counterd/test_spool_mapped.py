@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from counterd import _native, spool, spool_reader
+from counterd import _native
 from counterd.env import ENV_NATIVE
 from counterd.markers.recorder import Recorder
 from counterd.markers.sinks import MemorySink, SpoolSink
+from counterd.wire import spool, spool_reader
 
 
 @pytest.fixture(autouse=True, params=["native", "python"])

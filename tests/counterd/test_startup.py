@@ -22,7 +22,7 @@ from counterd.records import read_jsonl
 ROOT = Path(__file__).resolve().parents[2]
 
 # Modules that cost milliseconds each and that the way to the exec does not need.
-NOT_BEFORE_EXEC = ("counterd.machine", "counterd.spool", "counterd.protocol", "uuid",
+NOT_BEFORE_EXEC = ("counterd.machine", "counterd.wire.spool", "counterd.wire.protocol", "uuid",
                    "importlib.resources", "platform", "importlib.metadata")
 
 
@@ -60,7 +60,7 @@ def test_the_spool_reader_is_loaded_only_for_a_command_that_marked(tmp_path: Pat
         "recording.STARTUP_S = 60.0\n"  # the command ends within it however slow the host
         f"r = recording.record([sys.executable, {str(prog)!r}], out=None, backend='none')\n"
         "print(r.exit_code, ' '.join(sorted({x.name for x in r.records})),"
-        " 'counterd.spool' in sys.modules, 'counterd.protocol' in sys.modules)\n"
+        " 'counterd.wire.spool' in sys.modules, 'counterd.wire.protocol' in sys.modules)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120,
@@ -74,22 +74,23 @@ def test_the_spool_reader_is_loaded_only_for_a_command_that_marked(tmp_path: Pat
 def test_a_recorded_process_writes_frames_without_the_typed_frames(tmp_path: Path,
                                                                     backend: str) -> None:
     """A process of a recorded command (the environment counterd record gives it) writes its
-    supersteps' frames to the spool with counterd.wire alone: counterd.protocol's typed frames
-    (17 dataclasses compiled at import) are the readers'. Under Callgrind every counted process
-    paid them: 68 M of the 279 M instructions from start-up to its first superstep
+    supersteps' frames to the spool with counterd.wire.framing alone: counterd.wire.protocol's
+    typed frames (17 dataclasses compiled at import) are the readers'. Under Callgrind every
+    counted process paid them: 68 M of the 279 M instructions from start-up to its first superstep
     (bench/callgrind_startup.py)."""
     spool = tmp_path / "spool"
     spool.mkdir()
     code = ("import sys, counterd\n"
             "with counterd.superstep('s'):\n    pass\n"
-            "print('counterd.wire' in sys.modules, 'counterd.protocol' in sys.modules)\n")
+            "print('counterd.wire.framing' in sys.modules,"
+            " 'counterd.wire.protocol' in sys.modules)\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERD_")}
     env.update(PYTHONPATH=str(ROOT), COUNTERD_BACKEND=backend, COUNTERD_SPOOL=str(spool),
                COUNTERD_INIT="import", COUNTERD_RUN_ID="r", COUNTERD_SOCKET="off")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=tmp_path, env=env, timeout=60, check=True)
     assert proc.stdout.split() == ["True", "False"]
-    from counterd.spool_reader import read_events
+    from counterd.wire.spool_reader import read_events
 
     (path,) = spool.iterdir()
     assert [e["ev"] for e in read_events(path)] == ["begin", "record"]

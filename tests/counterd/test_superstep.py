@@ -15,7 +15,7 @@ from counterd.markers import native
 from counterd.markers.api import configure
 from counterd.markers.recorder import Recorder
 from counterd.markers.sinks import SpoolSink
-from counterd.spool_reader import collect as collect_spool
+from counterd.wire.spool_reader import collect as collect_spool
 
 
 @pytest.fixture

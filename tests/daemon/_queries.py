@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from counterd import protocol, query_frames
 from counterd.daemon.auth import Peer
 from counterd.daemon.query import Queries
-from counterd.protocol import FrameType
+from counterd.wire import protocol, query_frames
+from counterd.wire.protocol import FrameType
 
 #: The session version the queries are answered for.
 VERSION = 2

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from counterd import protocol
-from counterd.protocol import FrameType
+from counterd.wire import protocol
+from counterd.wire.protocol import FrameType
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -93,7 +93,7 @@ def _exec(proc: subprocess.Popen[bytes]) -> None:
 
 
 def test_target_changed_is_a_known_flag_with_a_wire_bit() -> None:
-    from counterd import protocol
+    from counterd.wire import protocol
 
     assert "target_changed" in FLAGS
     assert protocol.FLAG_BITS[:11][-1] == "target_changed"  # appended: wire-compatible
@@ -215,8 +215,8 @@ def test_a_process_gone_at_connect_is_never_counted() -> None:
 
 _FORKED_CLIENT = r"""
 import json, os, socket, sys, time
-from counterd import protocol
-from counterd.protocol import FrameType
+from counterd.wire import protocol
+from counterd.wire.protocol import FrameType
 from counterd.records import SuperstepRecord
 
 sock = socket.socket(socket.AF_UNIX)

@@ -24,10 +24,10 @@ import socket
 import struct
 from pathlib import Path
 
-from counterd import protocol, spool
-from counterd.protocol import FrameType
 from counterd.records import SuperstepRecord
-from counterd.spool import BOX_MAGIC, HEAD_BYTES, MappedWriter
+from counterd.wire import protocol, spool
+from counterd.wire.protocol import FrameType
+from counterd.wire.spool import BOX_MAGIC, HEAD_BYTES, MappedWriter
 
 from .conftest import DaemonProc, next_reply
 from .test_daemon import run_py, stored, wait_for

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from counterd import binary_frames, protocol
 from counterd.daemon.store import open_readonly
 from counterd.markers.sinks import MemorySink
 from counterd.markers.sinks.socket import SocketSink
-from counterd.protocol import FrameType
 from counterd.records import SuperstepRecord
+from counterd.wire import binary_frames, protocol
+from counterd.wire.protocol import FrameType
 
 from .conftest import DaemonProc, RawClient
 
@@ -405,7 +405,7 @@ def test_version_1_clients_are_still_served_in_version_1(daemon: DaemonProc) -> 
 def test_records_the_daemon_stores_equal_the_clients(daemon: DaemonProc) -> None:
     out = run_py("""
         import json, counterd
-        from counterd.protocol import FrameType
+        from counterd.wire.protocol import FrameType
         from counterd.markers.api import recorder
         from counterd.markers.sinks.socket import SocketSink
         json_frames = []  # a marker pair must go as OPEN + CLOSE, never as BEGIN/RECORD JSON

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from counterd import protocol, query_frames
 from counterd.daemon import quota, server
 from counterd.daemon.auth import Authority, Peer
 from counterd.daemon.config import Limits
@@ -30,9 +29,10 @@ from counterd.daemon.session import Session
 from counterd.daemon.shared import Clients, Shared
 from counterd.daemon.store import RunAnchor, RunInfo, Store
 from counterd.daemon.writer import Item, Writer
-from counterd.protocol import FrameType
 from counterd.records import SuperstepRecord
-from counterd.spool import BOX_MAGIC, HEAD_BYTES
+from counterd.wire import protocol, query_frames
+from counterd.wire.protocol import FrameType
+from counterd.wire.spool import BOX_MAGIC, HEAD_BYTES
 from tests.daemon import _queries
 
 F = FrameType

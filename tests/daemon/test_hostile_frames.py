@@ -1,5 +1,5 @@
 """Hostile frames, property-based: whatever a client sends, the daemon's side of the protocol
-(:class:`~counterd.protocol.Decoder`, :class:`~counterd.daemon.session.Session`) answers with a
+(:class:`~counterd.wire.protocol.Decoder`, :class:`~counterd.daemon.session.Session`) answers with a
 protocol error for that client or accepts a record the store can hold, the writer's
 thread never sees a record it cannot commit, and the metrics can still be rendered.
 
@@ -21,7 +21,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from counterd import protocol
 from counterd.daemon.auth import Authority, Peer
 from counterd.daemon.collector import registry
 from counterd.daemon.config import Limits
@@ -30,8 +29,9 @@ from counterd.daemon.session import Session
 from counterd.daemon.shared import Clients, Shared
 from counterd.daemon.store import Store
 from counterd.daemon.writer import Item, Writer
-from counterd.protocol import Decoder, FrameType, ProtocolError
 from counterd.records import SuperstepRecord
+from counterd.wire import protocol
+from counterd.wire.protocol import Decoder, FrameType, ProtocolError
 
 SETTINGS = settings(max_examples=300, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,

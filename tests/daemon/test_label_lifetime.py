@@ -124,7 +124,7 @@ def test_batch_job_comes_from_the_batch_systems_variables(env: dict[str, str],
 
 
 def test_hello_keeps_only_a_short_printable_batch_job() -> None:
-    from counterd.protocol import MAX_BATCH_JOB, Hello
+    from counterd.wire.protocol import MAX_BATCH_JOB, Hello
 
     assert Hello.decode({"job": "w", "batch_job": "4242"}).batch_job == "4242"
     for bad in ("x" * (MAX_BATCH_JOB + 1), "a\nb", 4242, "", ["1"]):

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from counterd import protocol
 from counterd.daemon import config
 from counterd.errors import BadInput
 from counterd.markers.sinks.socket import SocketSink
-from counterd.protocol import FrameType
 from counterd.records import SuperstepRecord
+from counterd.wire import protocol
+from counterd.wire.protocol import FrameType
 from tests.daemon.conftest import DaemonProc, RawClient
 
 

@@ -22,14 +22,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from counterd import cli, protocol, query_frames
+from counterd import cli
 from counterd.daemon.auth import Peer
 from counterd.daemon.query import Queries
 from counterd.daemon.schema import SCHEMA_VERSION, migrate, schema_version
 from counterd.daemon.store import RunInfo, Store
 from counterd.errors import StoreError
-from counterd.protocol import FrameType, ProtocolError
 from counterd.records import SuperstepRecord
+from counterd.wire import protocol, query_frames
+from counterd.wire.protocol import FrameType, ProtocolError
 from tests.daemon import _queries
 
 from .conftest import DaemonProc

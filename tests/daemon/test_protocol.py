@@ -1,4 +1,4 @@
-"""Wire protocol: framing, limits, versions, typed frames (counterd/protocol.py)."""
+"""Wire protocol: framing, limits, versions, typed frames (counterd/wire/protocol.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 import pytest
 
-from counterd import binary_frames, json_frame, protocol, query_frames
 from counterd.events import CounterValue, Source
-from counterd.protocol import Decoder, FrameType, ProtocolError
 from counterd.records import SuperstepRecord
+from counterd.wire import binary_frames, json_frame, protocol, query_frames
+from counterd.wire.protocol import Decoder, FrameType, ProtocolError
 
 
 def test_frames_survive_any_split() -> None:

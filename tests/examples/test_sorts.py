@@ -263,7 +263,7 @@ def test_loads_from_a_path_without_a_package(tmp_path: Path) -> None:
 
 def test_markers_carry_the_superstep_names_and_params(tmp_path: Path) -> None:
     import counterd
-    from counterd.spool_reader import collect
+    from counterd.wire.spool_reader import collect
 
     counterd.configure(backend="none", spool=tmp_path, socket="off")
     bsp_sort.run("radix", keys=500, width=8, bpd=4, p=2)

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from counterd import protocol
+from counterd.wire import protocol
 
 SLOW = {
     "1030 idle connections after HELLO from one user",

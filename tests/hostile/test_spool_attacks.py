@@ -28,9 +28,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from counterd import launch, recording, spool, spool_reader, wire
+from counterd import launch, recording
 from counterd.errors import BadInput
 from counterd.records import SuperstepRecord
+from counterd.wire import framing as wire
+from counterd.wire import spool, spool_reader
 
 ALARM_S = 5  # a reader that blocks (a FIFO's open) fails the test instead of hanging it
 

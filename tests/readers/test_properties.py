@@ -23,11 +23,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from counterd import report, spool_reader
+from counterd import report
 from counterd.daemon import config as daemon_config
 from counterd.errors import BadInput
 from counterd.machine.files import load_file as load_machine
 from counterd.records import SuperstepRecord, read_jsonl
+from counterd.wire import spool_reader
 from microbench import cli as microbench_cli
 from microbench import results as mb_results
 from predictor import cli as predict_cli

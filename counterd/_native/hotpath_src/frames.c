@@ -1,7 +1,7 @@
 /* The OPEN and CLOSE frames a lane writes into the spool mapping, and the JSON of a step's
  * params, byte for byte what the Python path writes.
  *
- * Mirrors counterd/wire.py's framing (encode_open, encode_close: OPEN_HEAD, CLOSE_HEAD,
+ * Mirrors counterd/wire/framing.py's framing (encode_open, encode_close: OPEN_HEAD, CLOSE_HEAD,
  * COUNTER, big-endian; dumps_payload for the params), counterd/markers/step.py's clean_marker
  * (the plain case, checked here without calling it) and parts (a CLOSE's flags and scaling).
  * Part of the one extension module counterd._native._hotpath (see hotpath.h).

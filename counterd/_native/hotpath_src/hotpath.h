@@ -22,8 +22,8 @@
  * materialisation, params that need cleaning, a read whose layout is not the one opened, a
  * spool that cannot grow, an end without a begin) is handed back to the Python recorder
  * (counterd/markers/recorder.py), which stays the one definition of what a record is. The
- * layouts it writes are the protocol's (counterd/protocol.py: OPEN_HEAD, CLOSE_HEAD, COUNTER,
- * big-endian) and the spool file's (counterd/spool.py: magic, committed bytes, frames at 64);
+ * layouts it writes are the protocol's (counterd/wire/protocol.py: OPEN_HEAD, CLOSE_HEAD, COUNTER,
+ * big-endian) and the spool file's (counterd/wire/spool.py: magic, committed bytes, frames at 64);
  * the tests compare its frames and records with the Python path's, byte for byte.
  *
  * Why by hand: the work is a handful of system calls and stores; what costs is the Python

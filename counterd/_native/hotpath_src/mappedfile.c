@@ -1,6 +1,6 @@
-/* MappedFile: the spool file's shared mapping (counterd.spool.MappedWriter's engine).
+/* MappedFile: the spool file's shared mapping (counterd.wire.spool.MappedWriter's engine).
  *
- * Mirrors counterd/spool.py (MappedWriter: magic, committed bytes, stream base, frames at the
+ * Mirrors counterd/wire/spool.py (MappedWriter: magic, committed bytes, stream base, frames at the
  * head offset) and counterd/markers/sinks' black box for the daemon's socket (batches sent
  * with drain). The frames are appended by frames.c with the inline mf_reserve / mf_commit of
  * hotpath.h. Part of the one extension module counterd._native._hotpath (see hotpath.h).
@@ -290,7 +290,7 @@ PyTypeObject hot_MappedFileType = {
     .tp_basicsize = sizeof(MappedFile),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "MappedFile(fd, chunk, head, max_bytes, magic): frames appended to a shared "
-              "file mapping with a commit counter (counterd.spool).",
+              "file mapping with a commit counter (counterd.wire.spool).",
     .tp_new = MappedFile_new,
     .tp_init = (initproc)MappedFile_init,
     .tp_dealloc = (destructor)MappedFile_dealloc,

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 def boundary_calls_from_spool(
         path: Path) -> tuple[list[tuple[int, int]], dict[int, dict[str, Any]]]:
     """The boundary calls one process made, in order, from its marker spool file
-    (format: :mod:`counterd.spool`), and its ``begin`` lines by index.
+    (format: :mod:`counterd.wire.spool`), and its ``begin`` lines by index.
 
     The marker API writes a ``begin`` line just before its begin call and a ``record`` line
     just after its end call, so for a single-threaded process the line order is the call
@@ -39,7 +39,7 @@ def boundary_calls_from_spool(
     ``"raised"``: the ``record`` line's ``exception`` text, or True where it has none (the flag
     ``exception`` alone, of an older recorder).
     """
-    from counterd.spool_reader import read_events
+    from counterd.wire.spool_reader import read_events
 
     calls: list[tuple[int, int]] = []
     begins: dict[int, dict[str, Any]] = {}
@@ -138,7 +138,7 @@ def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
     """
     from counterd.env import ENV_BACKEND, ENV_SPOOL
     from counterd.records import SuperstepRecord
-    from counterd.spool import files as spool_files
+    from counterd.wire.spool import files as spool_files
 
     geo = geometry if geometry is not None else CallgrindGeometry.from_machine()
     support = counter_support(geo.last_level)

@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from counterd import wire as protocol  # the framing, not the typed frames: cheap to import
 from counterd.markers import identity
 from counterd.markers.step import Step, parts
 from counterd.records import Param, SuperstepRecord
+from counterd.wire import framing as protocol  # the framing, not the typed frames: cheap to import
 
 
 class Sink(Protocol):

@@ -60,7 +60,7 @@ class DaemonLink:
 
     def __init__(self, path: Path | str, job: str | None, timeout_s: float,
                  scratch: bool) -> None:
-        from counterd import protocol
+        from counterd.wire import protocol
 
         self._protocol = protocol
         self.path = Path(path)
@@ -175,7 +175,7 @@ class DaemonLink:
         if not (self._boxing and self.welcome.get("buffer") is True):
             return
         if self._box is None:
-            from counterd.spool import MappedWriter
+            from counterd.wire.spool import MappedWriter
 
             try:
                 box = MappedWriter.memory(f"counterd-{os.getpid()}")

@@ -37,7 +37,7 @@ class SocketSink(DaemonLink):
     box), and a daemon that reads nothing is left for a new connection.
 
     Where the daemon offers it (WELCOME ``"buffer"``), frames go first to a *black box*, a
-    memory file the daemon holds too (:class:`counterd.spool.MappedWriter`, passed once per
+    memory file the daemon holds too (:class:`counterd.wire.spool.MappedWriter`, passed once per
     connection with a BUFFER frame), and leave in batches (``BATCH_BYTES``, ``BATCH_S``): a
     marker costs no system call, and a process killed between two batches loses nothing,
     since the daemon reads what was never sent from the black box when the connection ends.

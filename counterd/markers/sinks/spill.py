@@ -3,7 +3,7 @@
 
 A :class:`~counterd.markers.sinks.socket.SocketSink` holds at most ``high_water`` unacknowledged
 records in memory; beyond that, and at exit for whatever the daemon has not acknowledged, it
-appends them here, in the marker spool format (:mod:`counterd.spool`, ``record`` lines), so
+appends them here, in the marker spool format (:mod:`counterd.wire.spool`, ``record`` lines), so
 that nothing is lost when the daemon is down or stuck. The directory is private (0700, owned
 by the user; a directory that is not is never used, since another user could read or plant
 records there) and each file is 0600.
@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from counterd import spool
 from counterd.env import ENV_SPILL
 from counterd.markers.sinks.base import as_record
 from counterd.records import SuperstepRecord
+from counterd.wire import spool
 
 if TYPE_CHECKING:
     from counterd.markers.step import Step

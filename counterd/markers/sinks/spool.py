@@ -13,13 +13,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from counterd import spool
-from counterd import wire as protocol  # the framing, not the typed frames: cheap to import
 from counterd.env import ENV_SPOOL
 from counterd.errors import BadInput
 from counterd.markers import identity
 from counterd.markers.sinks.base import as_record, begin_line, close_frame, context_payload
 from counterd.records import SuperstepRecord
+from counterd.wire import framing as protocol  # the framing, not the typed frames: cheap to import
+from counterd.wire import spool
 
 if TYPE_CHECKING:
     from counterd.markers.sinks.base import Sink
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 class SpoolSink:
-    """Writes this process's markers to its spool file in ``<spool>/`` (:mod:`counterd.spool`).
+    """Writes this process's markers to its spool file in ``<spool>/`` (:mod:`counterd.wire.spool`).
 
     The default is ``<pid>.frames``, a shared file mapping of the marker socket's frames: an
     OPEN at begin, a CLOSE at end, copied into the mapping, no system call per marker, and a

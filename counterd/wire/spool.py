@@ -23,7 +23,8 @@ that died had written but not sent.
 
 This module is the format's one home: its constants and encoding, the writers, and the black
 box's read (:func:`read_box`). Reading a file of either form back as the same events (torn or
-damaged parts skipped) and collecting a spool directory into records: :mod:`counterd.spool_reader`.
+damaged parts skipped) and collecting a spool directory into records:
+:mod:`counterd.wire.spool_reader`.
 """
 
 from __future__ import annotations

@@ -7,12 +7,12 @@ docs/protocol.md. Here: the typed frames, one frozen dataclass per frame type
 :class:`Close`, :class:`Record`, :class:`Read`, :class:`Sync`, :class:`Buffer`, :class:`Ack`,
 :class:`Started`, :class:`Reading`, :class:`Error`, :class:`Query`, :class:`Result`) with
 ``encode(version)`` and a ``decode`` class method (OPEN and CLOSE in
-:mod:`counterd.binary_frames`, QUERY and RESULT in :mod:`counterd.query_frames`, their base in
-:mod:`counterd.json_frame`); :func:`decode` and :meth:`Decoder.typed_frames` dispatch on the
-type. A CLOSE's counters are :class:`~counterd.binary_frames.WireCounter` records (name,
-source, value, ratio, raw), named by its context's ``counters``, so ``Close.decode`` takes
-those names. The marker's hot path encodes with
-:func:`encode_open` and :func:`encode_close` (no dataclass built per superstep).
+:mod:`counterd.wire.binary_frames`, QUERY and RESULT in :mod:`counterd.wire.query_frames`, their
+base in :mod:`counterd.wire.json_frame`); :func:`decode` and :meth:`Decoder.typed_frames`
+dispatch on the type. A CLOSE's counters are :class:`~counterd.wire.binary_frames.WireCounter`
+records (name, source, value, ratio, raw), named by its context's ``counters``, so
+``Close.decode`` takes those names. The marker's hot path encodes with :func:`encode_open`
+and :func:`encode_close` (no dataclass built per superstep).
 :meth:`Decoder.frames` stays the raw layer: ``(type, dict)``, or ``(type, bytes)`` for OPEN and
 CLOSE.
 """
@@ -24,13 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from counterd import strictjson
-from counterd.binary_frames import Close, Open, head
 from counterd.errors import BadInput
 from counterd.events import CounterValue, Source
-from counterd.json_frame import JsonFrame, is_int, reply_error, seq_field
-from counterd.query_frames import Query, Result
 from counterd.records import INT32_MAX, INT64_MAX, MAX_ID_CHARS, UINT64_MAX, SuperstepRecord
-from counterd.wire import (
+from counterd.wire.binary_frames import Close, Open, head
+from counterd.wire.framing import (
     _HEAD_PREFIX,  # noqa: F401 (re-exported)
     _KNOWN_TYPES,
     _LENGTH_PREFIX,
@@ -61,10 +59,12 @@ from counterd.wire import (
     encode_raw,  # noqa: F401 (re-exported)
     flag_bits,  # noqa: F401 (re-exported)
 )
+from counterd.wire.json_frame import JsonFrame, is_int, reply_error, seq_field
+from counterd.wire.query_frames import Query, Result
 
-# The framing and the hot-path encoders live in counterd.wire (which the markers import
+# The framing and the hot-path encoders live in counterd.wire.framing (which the markers import
 # without the typed frames below); every name there is this module's too. The binary frames
-# (counterd.binary_frames) and the query frames (counterd.query_frames) have their own
+# (counterd.wire.binary_frames) and the query frames (counterd.wire.query_frames) have their own
 # modules; this one decodes them in a stream.
 _SOURCE = {s: Source(s) for s in SOURCES}
 
@@ -286,7 +286,7 @@ class Sync(JsonFrame):
 @dataclass(frozen=True, slots=True)
 class Buffer(JsonFrame):
     """c: the client's black box comes with this frame (one descriptor, ``SCM_RIGHTS``): a
-    memory file in the mapped spool form (:func:`counterd.spool.read_box`) holding the frames
+    memory file in the mapped spool form (:func:`counterd.wire.spool.read_box`) holding the frames
     it has written but not sent yet, its head naming this connection ``box`` (the same file
     serves the client's later connections). Only to a daemon whose WELCOME says ``"buffer":
     true``."""

@@ -1,6 +1,6 @@
 """The query frames: users read their runs through the daemon (QUERY and RESULT,
 docs/protocol.md). Used by the daemon's :mod:`counterd.daemon.query` and the clients of
-``counterd runs`` and ``counterd report``; :mod:`counterd.protocol` decodes them in a stream.
+``counterd runs`` and ``counterd report``; :mod:`counterd.wire.protocol` decodes them in a stream.
 
 The store is private to the daemon's user (the Reliability issue: a world-readable store let
 anyone read every run), so ``counterd runs`` and ``counterd report`` ask the daemon, which
@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from counterd.json_frame import JsonFrame, reply_error, seq_field
-from counterd.wire import HEADER, PROTOCOL_VERSION, FrameType, ProtocolError, dumps_payload
+from counterd.wire.framing import HEADER, PROTOCOL_VERSION, FrameType, ProtocolError, dumps_payload
+from counterd.wire.json_frame import JsonFrame, reply_error, seq_field
 
 QUERY_WHATS = ("runs", "records", "clock")
 MAX_QUERY_ID_BYTES = 4096

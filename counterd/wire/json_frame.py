@@ -1,5 +1,5 @@
-"""What every typed JSON frame of the marker socket shares (:mod:`counterd.protocol` and
-:mod:`counterd.query_frames`): the :class:`JsonFrame` base, which encodes its payload as one
+"""What every typed JSON frame of the marker socket shares (:mod:`counterd.wire.protocol` and
+:mod:`counterd.wire.query_frames`): the :class:`JsonFrame` base, which encodes its payload as one
 frame, and the checks of the fields that each decoder applies first (a sequence number, an
 integer in range) with the ProtocolError a malformed reply is refused with."""
 
@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, TypeGuard
 
 from counterd.records import UINT64_MAX
-from counterd.wire import HEADER, PROTOCOL_VERSION, FrameType, ProtocolError, dumps_payload
+from counterd.wire.framing import HEADER, PROTOCOL_VERSION, FrameType, ProtocolError, dumps_payload
 
 
 def seq_field(p: Mapping[str, Any]) -> int:

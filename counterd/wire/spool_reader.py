@@ -1,4 +1,4 @@
-"""Reading a spool back (the format: :mod:`counterd.spool`): a file of either form read as the
+"""Reading a spool back (the format: :mod:`counterd.wire.spool`): a file of either form read as the
 same events, torn or damaged parts skipped and reported (:class:`Skipped`), and a spool
 directory collected into records (:func:`collect`).
 """
@@ -15,10 +15,19 @@ from typing import TYPE_CHECKING, Any
 
 from counterd.errors import BadInput
 from counterd.records import MAX_VALUE_CHARS, SuperstepRecord, incomplete_record
-from counterd.spool import BEGIN, FRAMES, HEAD, HEAD_BYTES, MAGIC, MAX_FRAMES_BYTES, RECORD, files
+from counterd.wire.spool import (
+    BEGIN,
+    FRAMES,
+    HEAD,
+    HEAD_BYTES,
+    MAGIC,
+    MAX_FRAMES_BYTES,
+    RECORD,
+    files,
+)
 
 if TYPE_CHECKING:
-    from counterd import binary_frames, protocol
+    from counterd.wire import binary_frames, protocol
 
 
 # -- reading a spool back -----------------------------------------------------------------------
@@ -131,7 +140,7 @@ def open_regular(path: Path, owner: int | None = None) -> tuple[int, os.stat_res
 
 def _decoded(dec: protocol.Decoder) -> Iterator[protocol.Frame]:
     """The frames ``dec`` holds whole, typed; a frame that does not decode is dropped."""
-    from counterd.wire import ProtocolError
+    from counterd.wire.framing import ProtocolError
 
     frames = dec.typed_frames()
     while not dec.broken:
@@ -166,7 +175,7 @@ def _frames(fd: int, st: os.stat_result, cap: int, note: Note) -> Iterator[proto
         return
     have = max(st.st_size - HEAD_BYTES, 0)
     end = HEAD_BYTES + min(committed, max(cap - HEAD_BYTES, 0), have)
-    from counterd import protocol  # the typed frames: for readers, not for the markers
+    from counterd.wire import protocol  # the typed frames: for readers, not for the markers
 
     dec = protocol.Decoder(max_frame=protocol.MAX_FRAME_BYTES,
                            versions=protocol.ACCEPTED_VERSIONS)
@@ -200,7 +209,7 @@ def _frame_events(fd: int, st: os.stat_result, cap: int, note: Note
                   ) -> Iterator[dict[str, Any]]:
     """A mapped spool file's events as :func:`read_lines` gives them: begin lines and
     record objects."""
-    from counterd import binary_frames, protocol
+    from counterd.wire import binary_frames, protocol
 
     contexts: dict[int, protocol.Context] = {}
     # By run and index, as the daemon holds them: a CLOSE names the context of its counters,

@@ -1,11 +1,11 @@
 """The marker socket's framing and the markers' hot-path encoders (docs/protocol.md specifies
-the frames, the conversation and the version history; :mod:`counterd.protocol`, which holds
+the frames, the conversation and the version history; :mod:`counterd.wire.protocol`, which holds
 the typed frames, re-exports every name here).
 
 This is the part of the protocol a program's markers need to write frames (to the daemon's
 socket, its black box or a mapped spool file): the frame header, the frame types, the binary
 layouts of ``OPEN`` and ``CLOSE``, the flag bits and counter sources, and the encoders. It
-builds no dataclass at import: the typed frames of :mod:`counterd.protocol` (17 of them, each
+builds no dataclass at import: the typed frames of :mod:`counterd.wire.protocol` (17 of them, each
 compiled by :mod:`dataclasses` when the module is imported) are for the readers (the daemon,
 spool readers, the client's replies), and loading them cost each recorded process as much
 as the rest of counterd's own modules together: under Callgrind, where every counted process

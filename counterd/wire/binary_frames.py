@@ -1,8 +1,9 @@
 """The binary frames of the marker socket, OPEN and CLOSE, as typed values (docs/protocol.md):
 :class:`Open`, :class:`Close` with its :class:`WireCounter` counters, and the :class:`Head`
 that a receiver reads first (:func:`head`) to find the context and the OPEN a frame names. The
-markers encode them without these classes (:func:`counterd.wire.encode_open`,
-:func:`counterd.wire.encode_close`); :mod:`counterd.protocol` decodes a stream into them.
+markers encode them without these classes (:func:`counterd.wire.framing.encode_open`,
+:func:`counterd.wire.framing.encode_close`); :mod:`counterd.wire.protocol` decodes a stream into
+them.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from counterd import strictjson
 from counterd.records import INT64_MAX, MAX_NAME_CHARS, params
-from counterd.wire import (
+from counterd.wire.framing import (
     _HEAD_PREFIX,
     CLOSE_HEAD,
     COUNTER,
