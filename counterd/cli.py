@@ -379,7 +379,7 @@ def _central(args: argparse.Namespace) -> int:
 
 
 def _write_report(text: str, out: Path | None, fmt: str) -> int:
-    from counterd.fsutil import atomic_write_text
+    from counterd.util.fsutil import atomic_write_text
 
     if out is not None:
         atomic_write_text(out, text)
@@ -392,7 +392,7 @@ def _write_report(text: str, out: Path | None, fmt: str) -> int:
 def _cluster(args: argparse.Namespace) -> int:
     """``counterd cluster targets``: thin; counterd.cluster does the work."""
     from counterd import cluster
-    from counterd.fsutil import atomic_write_text
+    from counterd.util.fsutil import atomic_write_text
 
     hosts = cluster.expand_hostlist(",".join(args.hostlist))
     if args.file is not None:
@@ -438,7 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        from counterd.cliutil import closed_pipe
+        from counterd.util.cliutil import closed_pipe
 
         return closed_pipe()
 

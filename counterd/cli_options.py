@@ -146,7 +146,7 @@ def _export_options(p: argparse.ArgumentParser) -> None:
 def _cluster_options(p: argparse.ArgumentParser) -> None:
     from pathlib import Path
 
-    from counterd.cliutil import Parser
+    from counterd.util.cliutil import Parser
 
     sub = p.add_subparsers(dest="action", required=True, parser_class=Parser)
     t = sub.add_parser("targets", help="write Prometheus file_sd JSON of every node's counterd")
@@ -197,7 +197,7 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line. When ``command`` names one of the commands only its options are
     built (argparse sets up a formatter for every option it adds: 4-6 ms for all of them);
     otherwise (None, a typo, ``--help``) all are."""
-    from counterd.cliutil import Parser, VersionAction
+    from counterd.util.cliutil import Parser, VersionAction
 
     p = Parser(prog="counterd", description="per-superstep memory-hierarchy counters")
     p.add_argument("--version", action=VersionAction)

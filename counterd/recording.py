@@ -298,9 +298,9 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
         try:
             if not launch.wait_exit(pid, STARTUP_S) or launch.spool_written(spool):
                 from counterd.wire import spool_reader as _  # noqa: F401
-            from counterd import fsutil  # noqa: F401
             from counterd.events import measured
             from counterd.records import SuperstepRecord
+            from counterd.util import fsutil  # noqa: F401
 
             if plan is not None and plan is not saved and not events:
                 launch.save_plan(plan)  # a plan of every counter: the next recording's

@@ -473,7 +473,7 @@ def write_jsonl(records: Iterable[SuperstepRecord], path: Path,
 
     On any error the temp file is removed, so no partial file pretends to be complete.
     """
-    from counterd.fsutil import atomic_write_text
+    from counterd.util.fsutil import atomic_write_text
 
     head = [json.dumps(dict(h), sort_keys=True) for h in header]
     lines = [json.dumps(r.to_json(), sort_keys=True) for r in records]
@@ -490,11 +490,11 @@ def read_jsonl(path: Path, domains: list[ClockDomain] | None = None
                ) -> Iterator[SuperstepRecord]:
     """The records of a JSON-lines file, one at a time (a file of any size is read in bounded
     memory). BadInput, naming the line, for a line that is not a strict JSON record
-    (:mod:`counterd.strictjson`, :meth:`SuperstepRecord.from_json`). Clock-domain lines
+    (:mod:`counterd.util.strictjson`, :meth:`SuperstepRecord.from_json`). Clock-domain lines
     (:mod:`counterd.clocks`) are checked and appended to ``domains`` (dropped when None)."""
     from counterd.clocks import CLOCK_FORMAT, ClockDomain
-    from counterd.fsutil import bounded_lines
-    from counterd.strictjson import Malformed, loads
+    from counterd.util.fsutil import bounded_lines
+    from counterd.util.strictjson import Malformed, loads
 
     fix = "pass a file written by counterd record"
     seen = 0

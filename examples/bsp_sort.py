@@ -659,7 +659,7 @@ BATCH_KEYS = ("algo", "keys", "width", "bpd", "oversample", "repeat", "p", "seed
 def read_batch(path: Path, *, p: int | None = None, seed: int = 0) -> list[Config]:
     """The configurations of a batch file, all checked before any runs; ``p`` and ``seed``
     apply to lines that do not give their own. :class:`BadArgument` names the file and line."""
-    from counterd.strictjson import Malformed, loads
+    from counterd.util.strictjson import Malformed, loads
 
     try:
         size = path.stat().st_size

@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from counterd.cliutil import VersionAction, closed_pipe
 from counterd.errors import BackendUnavailable, BadInput, CounterdError
 from counterd.machine import using
 from counterd.machine.geometry import Geometry
 from counterd.machine.memory import BankMap
 from counterd.sim.sampling import SetSampling, for_large_last_level
+from counterd.util.cliutil import VersionAction, closed_pipe
 from microbench import results
 from microbench.catalogue import catalogue
 from microbench.estimate import Estimate, Speeds, describe, estimate

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from counterd.errors import BadInput
-from counterd.fsutil import atomic_write_text
+from counterd.util.fsutil import atomic_write_text
 from microbench import results
 from microbench.kernels import CopyCall, prefault_call
 from microbench.patterns import Machine
@@ -261,7 +261,7 @@ def new_document(machine: Machine, plan: Plan) -> dict[str, Any]:
 
 
 def write(path: str | Path, doc: dict[str, Any]) -> None:
-    """Atomic replace (:func:`counterd.fsutil.atomic_write_text`)."""
+    """Atomic replace (:func:`counterd.util.fsutil.atomic_write_text`)."""
     atomic_write_text(Path(path), results.dumps(doc))
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from counterd.errors import BadInput
-from counterd.fsutil import atomic_write_text
+from counterd.util.fsutil import atomic_write_text
 from microbench.patterns import Machine, Pattern, bsp_quantities
 from predictor.inputs import RESULTS_FORMAT, RESULTS_VERSIONS
 
@@ -106,7 +106,7 @@ class _Damaged(Exception):
     """A field of a results document with the wrong type or range (``where: why``)."""
 
 
-_NUM = (int, float)  # strict JSON (counterd.strictjson) has made every float finite
+_NUM = (int, float)  # strict JSON (counterd.util.strictjson) has made every float finite
 _DOC_FIELDS: dict[str, Any] = {"created": str, "backend": str, "suite": str, "host": dict,
                                "geometry": dict, "bank_map": dict, "complete": bool}
 _BANK_FIELDS: dict[str, Any] = {"banks": int, "interleave_bytes": int, "provenance": str}
@@ -162,9 +162,9 @@ MAX_BYTES = 1 << 28  # a full suite's results are a few MB
 
 
 def read_json(path: str | Path, written_by: str = "microbench run") -> Any:
-    """Strict JSON (:func:`counterd.strictjson.load_file`: no NaN, no 1e400, no deep nesting,
+    """Strict JSON (:func:`counterd.util.strictjson.load_file`: no NaN, no 1e400, no deep nesting,
     UTF-8, at most MAX_BYTES); BadInput saying to give a file ``written_by`` wrote."""
-    from counterd.strictjson import Malformed, load_file
+    from counterd.util.strictjson import Malformed, load_file
 
     try:
         return load_file(path, MAX_BYTES)

@@ -24,8 +24,8 @@ from numpy.typing import NDArray
 from counterd.clocks import CLOCK_FORMAT
 from counterd.errors import BadInput as CounterdBadInput
 from counterd.events import NAMES
-from counterd.fsutil import bounded_lines
 from counterd.records import RECORD_FORMAT, not_a_record, span_ns
+from counterd.util.fsutil import bounded_lines
 from predictor.errors import BadCounterValue, BadInput, UnknownCounter
 
 Array = NDArray[np.float64]
@@ -257,10 +257,10 @@ MAX_RESULTS_BYTES = 1 << 28  # a full suite's results are a few MB
 
 
 def read_json(path: str | Path, written_by: str, what: str = "results") -> Any:
-    """A JSON document (:func:`counterd.strictjson.load_file`: no NaN, no 1e400, no deep
+    """A JSON document (:func:`counterd.util.strictjson.load_file`: no NaN, no 1e400, no deep
     nesting, at most MAX_RESULTS_BYTES); BadInput saying to give the file ``written_by``
     writes."""
-    from counterd.strictjson import Malformed, load_file
+    from counterd.util.strictjson import Malformed, load_file
 
     try:
         return load_file(path, MAX_RESULTS_BYTES)
@@ -370,12 +370,12 @@ def _int_field(d: Mapping[str, Any], key: str, where: str, default: int | None =
 
 def steps_from_records(lines: Iterable[str | bytes], path: str = "<records>") -> list[Step]:
     """Group ``counterd record`` JSON lines (one per processor per superstep) into steps.
-    Each line is strict JSON (:mod:`counterd.strictjson`); BadInput names the line."""
+    Each line is strict JSON (:mod:`counterd.util.strictjson`); BadInput names the line."""
     return list(_records_steps(lines, path))
 
 
 def _records_steps(lines: Iterable[str | bytes], path: str) -> Iterator[Step]:
-    from counterd.strictjson import Malformed, loads
+    from counterd.util.strictjson import Malformed, loads
 
     groups: dict[tuple[str, int], _Acc] = {}
     names: dict[str, int] = {}
@@ -473,7 +473,7 @@ def _csv_steps(reader: csv.DictReader[str], path: str) -> Iterator[Step]:
 
 
 def _lines(path: str | Path) -> Iterator[bytes]:
-    """The lines of ``path``, read one at a time (:func:`counterd.fsutil.bounded_lines`)."""
+    """The lines of ``path``, read one at a time (:func:`counterd.util.fsutil.bounded_lines`)."""
     try:
         for _, line in bounded_lines(path, _COUNTERS_FIX):
             yield line

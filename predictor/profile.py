@@ -359,10 +359,10 @@ def profile_to_toml(p: MachineProfile) -> str:
 
 
 def save_profile(p: MachineProfile, path: str | Path, *, overwrite: bool = False) -> Path:
-    """Write ``p`` atomically (:func:`counterd.fsutil.atomic_write_text`: on a full disk the
+    """Write ``p`` atomically (:func:`counterd.util.fsutil.atomic_write_text`: on a full disk the
     temp file is removed and an existing profile is left as it was)."""
     from counterd.errors import BadInput as FileError
-    from counterd.fsutil import atomic_write_text
+    from counterd.util.fsutil import atomic_write_text
 
     path = Path(path)
     if path.exists() and not overwrite:
@@ -404,10 +404,10 @@ def load_profile(spec: str | Path) -> MachineProfile:
 
 
 def load_profile_text(data: str | bytes, source: str) -> MachineProfile:
-    """The profile of a TOML text (strict: :mod:`counterd.stricttoml`), checked field by
+    """The profile of a TOML text (strict: :mod:`counterd.util.stricttoml`), checked field by
     field (:meth:`MachineProfile.from_dict`)."""
-    from counterd import stricttoml
-    from counterd.strictjson import Malformed
+    from counterd.util import stricttoml
+    from counterd.util.strictjson import Malformed
 
     try:
         doc = stricttoml.loads(data, finite=False)  # diagnostics may be inf; from_dict

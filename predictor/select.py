@@ -230,8 +230,8 @@ def _implementation(name: str, body: Mapping[str, Any], params: Sequence[str], w
 
 
 def load_spec(path: str | Path) -> Specification:
-    from counterd.strictjson import Malformed
-    from counterd.stricttoml import loads
+    from counterd.util.strictjson import Malformed
+    from counterd.util.stricttoml import loads
 
     try:
         data = Path(path).read_bytes()
@@ -267,7 +267,7 @@ def read_samples(spec: Specification, lines: Iterable[tuple[str, bytes | str]]
                  ) -> dict[str, Samples]:
     """Group sample lines ``(where, text)`` by implementation; lines of implementations the
     specification does not name are skipped. BadInput names the line of a bad one."""
-    from counterd.strictjson import Malformed, loads
+    from counterd.util.strictjson import Malformed, loads
 
     groups: dict[str, dict[tuple[float, ...], list[float]]] = {}
     for where, line in lines:
@@ -306,7 +306,7 @@ def read_samples(spec: Specification, lines: Iterable[tuple[str, bytes | str]]
 
 def load_samples(spec: Specification, paths: Sequence[str | Path]) -> dict[str, Samples]:
     from counterd.errors import BadInput as CounterdBadInput
-    from counterd.fsutil import bounded_lines
+    from counterd.util.fsutil import bounded_lines
 
     def lines() -> Iterable[tuple[str, bytes]]:
         for p in paths:

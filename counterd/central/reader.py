@@ -17,7 +17,6 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from counterd import strictjson
 from counterd.central import psycopg_module
 from counterd.central.schema import SCHEMA_VERSION, CentralError, schema_version
 from counterd.clocks import Anchor, ClockDomain, kept_anchors
@@ -31,6 +30,7 @@ from counterd.records import (
     SuperstepRecord,
     write_jsonl,
 )
+from counterd.util import strictjson
 
 SOURCE = "central:"  # how the report names a node's part: central:<node>/<host>
 

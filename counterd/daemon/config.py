@@ -452,8 +452,8 @@ def load(path: Path | None = None, env: Mapping[str, str] | None = None) -> Conf
     env = os.environ if env is None else env
     doc: dict[str, Any] = {}
     if path is not None:
-        from counterd import stricttoml
-        from counterd.strictjson import Malformed
+        from counterd.util import stricttoml
+        from counterd.util.strictjson import Malformed
 
         try:
             doc = stricttoml.loads(Path(path).read_bytes())

@@ -337,8 +337,8 @@ def _memory(doc: Mapping[str, Any], version: int, base: Machine, cpus_online: in
 
 
 def _decode(path: Path, raw: bytes) -> dict[str, Any]:
-    from counterd import stricttoml
-    from counterd.strictjson import Malformed
+    from counterd.util import stricttoml
+    from counterd.util.strictjson import Malformed
 
     try:
         return stricttoml.loads(raw)

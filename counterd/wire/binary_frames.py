@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
-from counterd import strictjson
 from counterd.records import INT64_MAX, MAX_NAME_CHARS, params
+from counterd.util import strictjson
 from counterd.wire.framing import (
     _HEAD_PREFIX,
     CLOSE_HEAD,

@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from counterd import strictjson
 from counterd.errors import BadInput
 from counterd.events import CounterValue, Source
 from counterd.records import INT32_MAX, INT64_MAX, MAX_ID_CHARS, UINT64_MAX, SuperstepRecord
+from counterd.util import strictjson
 from counterd.wire.binary_frames import Close, Open, head
 from counterd.wire.framing import (
     _HEAD_PREFIX,  # noqa: F401 (re-exported)

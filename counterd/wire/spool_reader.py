@@ -258,7 +258,7 @@ def read_lines(path: Path, report: Report | None = None, owner: int | None = Non
     ``ev`` and, if any, an integer ``index``. A line that is not one (a torn last line after a
     full disk, damage, a line longer than :data:`MAX_LINE_BYTES`) is skipped: the program that
     wrote the spool is the one being recorded, and its damage must not cost the records that
-    are whole. Lines are strict JSON (:mod:`counterd.strictjson`), read in chunks of
+    are whole. Lines are strict JSON (:mod:`counterd.util.strictjson`), read in chunks of
     :data:`READ_CHUNK` bytes with ``pread`` (a file truncated meanwhile ends where it ends),
     up to ``cap`` bytes. What was skipped is told to ``report`` (:func:`read_events`)."""
     return _events(path, False, report, owner, cap)
@@ -343,7 +343,7 @@ def _lines(fd: int, st: os.stat_result, cap: int, note: Note) -> Iterator[bytes]
 
 def _line_events(fd: int, st: os.stat_result, cap: int, note: Note
                  ) -> Iterator[dict[str, Any]]:
-    from counterd.strictjson import Malformed, loads
+    from counterd.util.strictjson import Malformed, loads
 
     bad = 0
     for line in _lines(fd, st, cap, note):

@@ -10,8 +10,8 @@ import pytest
 from counterd.backends.base import CounterValue, Reading
 from counterd.errors import BadInput
 from counterd.events import Source
-from counterd.fsutil import atomic_write_text
 from counterd.records import SuperstepRecord, read_jsonl, write_jsonl
+from counterd.util.fsutil import atomic_write_text
 
 
 def _rec(**kw: object) -> SuperstepRecord:
@@ -114,7 +114,7 @@ def test_atomic_write_respects_the_umask(tmp_path: Path, mask: int, mode: int) -
     import os
     import stat
 
-    from counterd.fsutil import umask
+    from counterd.util.fsutil import umask
 
     old = os.umask(mask)
     try:

@@ -297,7 +297,7 @@ def test_frames_shorter_than_their_head_says_are_read_to_the_end_and_said(
 def _readline_events(path: Path) -> list[dict[str, object]]:
     """The events as the reader before issue 29 gave them (buffered readline of the whole
     file): what the chunked reader must still give for any file a program writes."""
-    from counterd.strictjson import Malformed, loads
+    from counterd.util.strictjson import Malformed, loads
 
     out = []
     with path.open("rb") as fh:

@@ -21,8 +21,9 @@ def test_canonical_names_match_counterd():
 # What the predictor may load of counterd: its data-only modules (DESIGN.md section 2; the
 # import-linter contract in pyproject.toml checks the imports, this checks what is loaded).
 COUNTERD_DATA_MODULES = {"counterd", "counterd.records", "counterd.events", "counterd.errors",
-                         "counterd.machine", "counterd.host", "counterd.fsutil",
-                         "counterd.units", "counterd.cliutil", "counterd.clocks"}
+                         "counterd.machine", "counterd.host", "counterd.util",
+                         "counterd.util.fsutil", "counterd.units", "counterd.util.cliutil",
+                         "counterd.clocks"}
 
 
 def test_predictor_loads_only_counterd_data_modules():

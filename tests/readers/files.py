@@ -15,8 +15,8 @@ from typing import Any
 
 from counterd.backends.base import CounterValue
 from counterd.events import Source
-from counterd.fsutil import MAX_LINE_BYTES
 from counterd.records import SuperstepRecord, write_jsonl
+from counterd.util.fsutil import MAX_LINE_BYTES
 
 BINARY = bytes(range(256)) * 8 + b"\xff\xfe\x00\x80\xc3\x28" * 100
 DEEP = b"[" * 100_000

@@ -15,7 +15,7 @@ import math
 import tomllib
 from typing import Any
 
-from counterd.strictjson import MAX_DEPTH, Malformed, nodes, utf8_text
+from counterd.util.strictjson import MAX_DEPTH, Malformed, nodes, utf8_text
 
 
 def loads(data: str | bytes, *, max_depth: int = MAX_DEPTH,
