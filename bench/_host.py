@@ -11,7 +11,7 @@ from pathlib import Path
 
 
 def host_line() -> str:
-    from counterd.host import host_info
+    from counterd.data.host import host_info
 
     h = host_info()
     pmu = h.core_pmu or "no PMU"
@@ -23,7 +23,7 @@ def host_line() -> str:
 def guarded(main: Callable[[], int]) -> int:
     """A bench script's ``main`` with bad input (a missing or damaged file, a bad option value)
     said in one line on stderr and exit code 2, not a traceback."""
-    from counterd.errors import CounterdError
+    from counterd.data.errors import CounterdError
     from predictor.errors import PredictorError
 
     try:

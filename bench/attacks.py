@@ -61,8 +61,8 @@ from _daemon import free_port  # noqa: E402
 from _host import host_line  # noqa: E402
 
 import counterd  # noqa: E402
+from counterd.data.records import SuperstepRecord  # noqa: E402
 from counterd.markers.sinks.socket import SocketSink  # noqa: E402
-from counterd.records import SuperstepRecord  # noqa: E402
 from counterd.wire import protocol  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -1662,7 +1662,7 @@ def held_misuse(lab: Lab) -> list[Check]:
 def _valid_inputs(lab: Lab) -> None:
     """Valid files of every format, from the project's own writers."""
     from counterd.daemon.store import store_records
-    from counterd.events import CounterValue, Source
+    from counterd.data.events import CounterValue, Source
     from predictor.synthetic import make_results, reference_model
 
     files = lab.files

@@ -46,7 +46,7 @@ from record_overhead import export_revision  # noqa: E402
 from counterd.backends.callgrind.dumps import dump_files, dumps_for_pid  # noqa: E402
 from counterd.backends.callgrind.geometry import CallgrindGeometry  # noqa: E402
 from counterd.backends.callgrind.valgrind import INSTALL_FIX, NAME, valgrind_argv, valgrind_path  # noqa: E402
-from counterd.errors import BadInput  # noqa: E402
+from counterd.data.errors import BadInput  # noqa: E402
 
 MARKED = "import counterd\nwith counterd.superstep('s'):\n    pass\n"
 # As examples/bsp_sum.py begins: numpy, counterd, and the streams it feeds to the sim backend.

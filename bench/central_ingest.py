@@ -50,8 +50,8 @@ def _call(function: str, arity: int) -> str:
 
 
 def _rows(n: int, counters: int) -> list[tuple[Any, ...]]:
-    from counterd.events import CounterValue, Source
-    from counterd.records import SuperstepRecord
+    from counterd.data.events import CounterValue, Source
+    from counterd.data.records import SuperstepRecord
 
     out = []
     now = time.time_ns()

@@ -87,9 +87,9 @@ def _node(i: int, dsn: str, ranks: int, steps: int, step_s: float, tmp: str,
     if netns:
         _enter_netns(netns)  # before the shipper's thread: threads inherit the namespace
     from counterd.central.shipper import Shipper, ShipSettings
-    from counterd.clocks import ANCHOR_PERIOD_S, boot_id, take_anchor
     from counterd.daemon.store import ClientClock, RunAnchor, RunInfo, Store
-    from counterd.records import SuperstepRecord
+    from counterd.data.clocks import ANCHOR_PERIOD_S, boot_id, take_anchor
+    from counterd.data.records import SuperstepRecord
 
     clock = ClientClock(boot_id(), "bench", 0, None)
     anchored = -ANCHOR_PERIOD_S
@@ -281,7 +281,7 @@ def main() -> int:
         own = [x for r in results if not (args.kill_node and r[0] == 0) for x in r[3]]
         first = min(r[1] for r in results)
         secs = (max(int(r[4]) for r in rows) - first) / 1e9
-        from counterd.clocks import ANCHOR_PERIOD_S
+        from counterd.data.clocks import ANCHOR_PERIOD_S
 
         what = [w for w, on in (("a PostgreSQL restart", args.restart_db),
                                 ("node0 killed -9 and restarted", args.kill_node),

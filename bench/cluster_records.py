@@ -95,7 +95,7 @@ def single_clock_spans(files: list[Path], offset_of: dict[str, int]
                        ) -> tuple[dict[int, int], dict[int, int]]:
     """Per superstep index: (the span on one clock: each record's times less its host's
     namespace offset; the naive span of the raw monotonic times)."""
-    from counterd.records import read_jsonl
+    from counterd.data.records import read_jsonl
 
     host_off = {f"node{int(a.rsplit('.', 1)[1]):03d}": off for a, off in offset_of.items()}
     b1: dict[int, int] = {}

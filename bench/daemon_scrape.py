@@ -25,9 +25,9 @@ from _daemon import Daemon  # noqa: E402
 from _host import host_line  # noqa: E402
 
 from counterd.backends.base import CounterValue  # noqa: E402
-from counterd.events import Source  # noqa: E402
+from counterd.data.events import Source  # noqa: E402
+from counterd.data.records import SuperstepRecord  # noqa: E402
 from counterd.markers.sinks.socket import SocketSink  # noqa: E402
-from counterd.records import SuperstepRecord  # noqa: E402
 
 
 def main() -> int:

@@ -51,7 +51,7 @@ from _pyperf import PyperfOut, add_option  # noqa: E402
 
 import counterd  # noqa: E402
 from counterd import _native  # noqa: E402
-from counterd.env import ENV_NATIVE  # noqa: E402
+from counterd.data.env import ENV_NATIVE  # noqa: E402
 from counterd.markers.api import configure  # noqa: E402
 from counterd.markers.sinks.socket import SocketSink  # noqa: E402
 

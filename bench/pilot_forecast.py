@@ -14,7 +14,7 @@ Here, for radix, sample and column sort (``examples/bsp_sort.py``, p = 2, n/p ke
    unless
    ``--no-target-counts``, one counted run for F with measured counts.
 3. Per superstep and target, E = max(T, P) / min(T, P) against the measured work (the slowest
-   processor's own time, ``counterd.records.Superstep.slowest_work_ns``) of: F with measured
+   processor's own time, ``counterd.data.records.Superstep.slowest_work_ns``) of: F with measured
    counts, F with extrapolated counts, scaled (the largest pilot's work time per instruction
    times the instructions extrapolated), time-only extrapolation of the work time, the
    forecast ``predict --pilot`` prints (its ``basis``), and Extra-P (``extrap`` 4.2.5, default

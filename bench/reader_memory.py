@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _host import host_line  # noqa: E402
 
-from counterd.clocks import CLOCK_FORMAT  # noqa: E402
+from counterd.data.clocks import CLOCK_FORMAT  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

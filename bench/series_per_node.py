@@ -26,8 +26,8 @@ from _host import guarded, host_line  # noqa: E402
 from counterd.backends.base import CounterValue  # noqa: E402
 from counterd.daemon.collector import registry  # noqa: E402
 from counterd.daemon.metrics_state import DURATION_BUCKETS_S, MetricsState, Workload  # noqa: E402
-from counterd.events import BY_NAME, Source  # noqa: E402
-from counterd.records import FLAGS, SuperstepRecord  # noqa: E402
+from counterd.data.events import BY_NAME, Source  # noqa: E402
+from counterd.data.records import FLAGS, SuperstepRecord  # noqa: E402
 
 
 def _series(state: MetricsState) -> int:

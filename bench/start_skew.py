@@ -33,7 +33,7 @@ from _host import guarded, host_line  # noqa: E402
 from _pyperf import PyperfOut, add_option  # noqa: E402
 from record_overhead import export_revision  # noqa: E402
 
-from counterd.records import read_jsonl  # noqa: E402
+from counterd.data.records import read_jsonl  # noqa: E402
 from tests.counterd.skew_program import skews  # noqa: E402
 
 PROGRAM = ROOT / "tests/counterd/skew_program.py"

@@ -18,32 +18,16 @@ its first barrier.
 from __future__ import annotations
 
 import sys
-from types import ModuleType
 
 # typing.TYPE_CHECKING without importing typing (2-10 ms, on the way to a recorded command's
 # exec); mypy treats the name alike.
 TYPE_CHECKING = False
 
-
-class _Package(ModuleType):
-    """The package's module type. ``counterd.records`` names the API function below, and the
-    data module of the same name (``from counterd.records import SuperstepRecord``) is loaded
-    only when something needs it: the import system then sets it as the package's attribute,
-    which this keeps from replacing the function (the module stays in ``sys.modules``)."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "records" and isinstance(value, ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
-
 if TYPE_CHECKING:
     from typing import Any
 
+    from counterd.data.records import SuperstepRecord
     from counterd.markers import begin, configure, end, feed, init, set_rank, superstep
-    from counterd.records import SuperstepRecord
 
 __all__ = ["begin", "configure", "end", "feed", "init", "records", "set_rank", "superstep"]
 
@@ -81,7 +65,7 @@ def _init_at_import() -> None:
     """``COUNTERD_INIT=import``: the markers set up now (:func:`counterd.init`). A failure here
     never stops the program's import: its first superstep sets up again and its records say
     why (a marker never raises for its counters)."""
-    from counterd.errors import CounterdError
+    from counterd.data.errors import CounterdError
 
     _bind_markers()
     try:
@@ -91,5 +75,5 @@ def _init_at_import() -> None:
               "superstep of this process sets them up", file=sys.stderr)
 
 
-if __import__("os").environ.get("COUNTERD_INIT") == "import":  # counterd.env.ENV_INIT
+if __import__("os").environ.get("COUNTERD_INIT") == "import":  # counterd.data.env.ENV_INIT
     _init_at_import()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 
-from counterd.errors import BadInput, CounterdError
+from counterd.data.errors import BadInput, CounterdError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see counterd/__init__)
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def _record(args: argparse.Namespace) -> int:
         print(f"counterd record: stopped by {_signal_name(stop.sig)} before writing the "
               f"records; its spool removed, {args.out} not written", file=sys.stderr)
         return 128 + stop.sig
-    from counterd.records import INFO_FLAGS
+    from counterd.data.records import INFO_FLAGS
 
     flagged = sum(1 for r in result.records if r.flags - INFO_FLAGS)
     # A command killed by signal N (exit_code -N) ends the recorder as a shell reports it, and
@@ -238,7 +238,7 @@ def _runs(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     """``counterd export``: a daemon run as the file convention's records file."""
     from counterd.daemon import query
-    from counterd.records import write_jsonl
+    from counterd.data.records import write_jsonl
 
     (records, domains, why), source = _from_daemon_or_store(
         args, lambda sock: query.export_run(None, sock, args.run, args.uid),
@@ -256,7 +256,7 @@ def _import(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from counterd.env import ENV_SOCKET
+    from counterd.data.env import ENV_SOCKET
     from counterd.importing import import_files
 
     sock = args.socket
@@ -299,8 +299,8 @@ def _report(args: argparse.Namespace) -> int:
     if args.profile is not None and predict is None:
         raise BadInput(why, "give a profile file (predict calibrate --out) or a built-in name")
     if args.records is not None and (len(args.records) > 1 or args.across_nodes):
+        from counterd.data.units import duration_ns
         from counterd.report import nodes
-        from counterd.units import duration_ns
 
         try:
             bound = None if args.clock_bound is None else duration_ns(args.clock_bound)
@@ -316,7 +316,7 @@ def _report(args: argparse.Namespace) -> int:
         raise BadInput("--clock-bound is for reports across nodes",
                        "give several --records files, or --across-nodes")
     if args.records is not None:
-        from counterd.records import SuperstepRecord, read_jsonl
+        from counterd.data.records import SuperstepRecord, read_jsonl
 
         records: Iterable[SuperstepRecord] = read_jsonl(args.records[0])  # streamed into build
         source = str(args.records[0])
@@ -334,7 +334,7 @@ def _report_central(args: argparse.Namespace, fmt: str) -> int:
     """``counterd report --central DSN --run RUN``: the run across nodes, as the reader's
     role may see it (row-level security)."""
     from counterd.central import reader
-    from counterd.units import duration_ns
+    from counterd.data.units import duration_ns
 
     if args.records is not None or args.store is not None or args.across_nodes:
         raise BadInput("--central reads the central store; --records files, --store a local "

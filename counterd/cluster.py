@@ -18,7 +18,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 
 MAX_HOSTS = 100_000  # a hostlist that expands beyond this is a mistake
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")

@@ -14,10 +14,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
+from counterd.data.records import SuperstepRecord
 from counterd.markers.sinks.socket import SocketSink
 from counterd.markers.sinks.spill import default_dir
-from counterd.records import SuperstepRecord
 from counterd.wire import spool, spool_reader
 
 
@@ -83,7 +83,7 @@ def import_files(paths: Sequence[Path], *, socket: Path | None = None,
     sink: SocketSink | None = None
     if store is None and files:
         if socket is None:
-            from counterd.env import default_socket_path
+            from counterd.data.env import default_socket_path
 
             socket = default_socket_path()
         sink = SocketSink(socket, job="import", timeout_s=min(timeout_s, 5.0))

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from counterd.errors import CounterdError, PicklableError
-from counterd.records import SuperstepRecord
+from counterd.data.errors import CounterdError, PicklableError
+from counterd.data.records import SuperstepRecord
 
 log = logging.getLogger("counterd.prediction")
 

@@ -23,8 +23,8 @@ from typing import Any
 from counterd import backends
 from counterd.backends import Resolution
 from counterd.backends.base import Capability
-from counterd.events import BY_NAME, NAMES
-from counterd.host import HostInfo, host_info, no_pmu_reason
+from counterd.data.events import BY_NAME, NAMES
+from counterd.data.host import HostInfo, host_info, no_pmu_reason
 from counterd.machine import current as current_machine
 from counterd.machine.description import Machine
 from counterd.machine.geometry import format_cpulist
@@ -103,7 +103,7 @@ def _marker_reads() -> str:
     """How the compiled markers read this host's counters: in user space (rdpmc) or by
     read(2), and why; found by marking one superstep with the markers' own choice of backend
     and events, in memory."""
-    from counterd.errors import CounterdError
+    from counterd.data.errors import CounterdError
     from counterd.markers.recorder import Recorder
 
     try:

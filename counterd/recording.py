@@ -18,8 +18,8 @@ import sys
 import time
 
 from counterd import launch
-from counterd.env import ENV_BACKEND, ENV_EVENTS, ENV_INIT, ENV_RUN_ID, ENV_SAMPLE, ENV_SPOOL
-from counterd.errors import BadInput
+from counterd.data.env import ENV_BACKEND, ENV_EVENTS, ENV_INIT, ENV_RUN_ID, ENV_SAMPLE, ENV_SPOOL
+from counterd.data.errors import BadInput
 
 # The imports above are the ones on the way to the command's exec, and cost a few ms; the
 # rest (the backends package, the record types, the spool reader: 20-40 ms on this kind of
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from counterd import backends
     from counterd.backends.base import Capability, CounterGroup
-    from counterd.records import RecordResult, SuperstepRecord
+    from counterd.data.records import RecordResult, SuperstepRecord
 
 # counterd.machine.files.ENV_MACHINE, named here so that a recording without a machine file need not
 # import that module to find out (test_startup checks that the two agree).
@@ -42,7 +42,7 @@ ENV_MACHINE = "COUNTERD_MACHINE"
 SUGGESTION_ORDER = ("perf", "papi", "callgrind", "sim")
 
 
-# How often the recorder anchors its node's clocks while the command runs (counterd.clocks).
+# How often the recorder anchors its node's clocks while the command runs (counterd.data.clocks).
 ANCHOR_PERIOD_S = 10.0
 
 # The recorded command's start-up: the recorder's own work waits this long (or for the
@@ -64,7 +64,7 @@ def resolve_backend(name: str) -> backends.Resolution:
     (simulated) when valgrind is installed, else perf with its software counters only, else
     none). Raises BadInput for an unknown name or one unavailable here."""
     from counterd import backends
-    from counterd.errors import UnknownBackend
+    from counterd.data.errors import UnknownBackend
 
     try:
         res = backends.resolve(name, "record")
@@ -180,7 +180,7 @@ def _papi_group(events: Sequence[str], pid: int) -> CounterGroup | None:
     """PAPI's counters on the waiting command (inherit), or None where PAPI cannot count."""
     from counterd import backends
     from counterd.backends.base import Target
-    from counterd.errors import CounterdError
+    from counterd.data.errors import CounterdError
 
     try:
         be = backends.get("papi")
@@ -217,7 +217,7 @@ def _open_plan(plan: launch.PerfPlan, saved: bool, events: Sequence[str]
 
 def _read_anchor() -> tuple[int, int, int]:
     """CLOCK_MONOTONIC, CLOCK_REALTIME, CLOCK_MONOTONIC read in a row: a clock anchor's raw
-    reads (counterd.clocks, not loaded on the way to the command's exec)."""
+    reads (counterd.data.clocks, not loaded on the way to the command's exec)."""
     return time.monotonic_ns(), time.time_ns(), time.monotonic_ns()
 
 
@@ -298,8 +298,8 @@ def _run_timed(cmd: list[str], run_id: str, backend: str, events: Sequence[str],
         try:
             if not launch.wait_exit(pid, STARTUP_S) or launch.spool_written(spool):
                 from counterd.wire import spool_reader as _  # noqa: F401
-            from counterd.events import measured
-            from counterd.records import SuperstepRecord
+            from counterd.data.events import measured
+            from counterd.data.records import SuperstepRecord
             from counterd.util import fsutil  # noqa: F401
 
             if plan is not None and plan is not saved and not events:
@@ -398,7 +398,7 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
         Sampling.parse(sample, "--sample")  # BadInput before the command runs
     argv = resolve_command(cmd)
     if events:
-        from counterd.events import check_names
+        from counterd.data.events import check_names
 
         check_names(tuple(events))
     if out is not None:
@@ -433,10 +433,10 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
         check_events(events, chosen, caps, backend)
     # The run id: --run-id; else one the job shares (COUNTERD_RUN_ID given or exported by an
     # outer recorder; the launcher's or batch system's where this recorder is an MPI rank:
-    # counterd.jobid); else the recorder's own, exported to the command (every rank mpiexec
+    # counterd.data.jobid); else the recorder's own, exported to the command (every rank mpiexec
     # starts on any node inherits it). os.urandom rather than uuid4().hex[:6]: the same six
     # random hex digits, without importing uuid on the way to the command's exec.
-    from counterd.jobid import job_run_id
+    from counterd.data.jobid import job_run_id
 
     job = None if run_id else job_run_id()
     source = "given" if run_id else job[1] if job is not None else "recorder"
@@ -447,7 +447,7 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
     lacked: tuple[str, ...] = ()  # the CPU's features the timed run has and valgrind lacks
     if cpu_features == "as-counted" or chosen == "callgrind":
         from counterd.backends.callgrind.counting import as_counted_env, hidden_features
-        from counterd.host import cpu_flags
+        from counterd.data.host import cpu_flags
 
         if cpu_features == "as-counted":
             hide = as_counted_env(os.environ, cpu_flags())
@@ -467,7 +467,7 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
     from dataclasses import replace
     from pathlib import Path
 
-    from counterd.records import RecordResult, write_jsonl
+    from counterd.data.records import RecordResult, write_jsonl
 
     if hide:
         records = [replace(r, flags=r.flags | {"cpu_features_hidden"}) for r in records]
@@ -518,7 +518,7 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
     if events:
         records = limit_to(records, events)
     records.sort(key=lambda r: (r.index, r.rank, r.pid))
-    from counterd.clocks import Anchor, local_domain
+    from counterd.data.clocks import Anchor, local_domain
 
     domain = local_domain(run_id, [Anchor((m1 + m2) // 2, r, m2 - m1 + 1)
                                    for m1, r, m2 in reads], source, host)

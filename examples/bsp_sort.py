@@ -433,7 +433,7 @@ def _prepare_markers() -> None:
     try:
         from counterd import backends
         from counterd.daemon.config import default_socket_path
-        from counterd.env import ENV_BACKEND
+        from counterd.data.env import ENV_BACKEND
         from counterd.markers import api, identity  # noqa: F401 - imported for the workers
 
         name = os.environ.get(ENV_BACKEND) or "auto"

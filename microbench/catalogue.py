@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import cast
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from microbench.patterns import (
     COHERENCE,
     COHERENT_MAX_PROCS,

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from counterd.errors import BackendUnavailable, BadInput, CounterdError
+from counterd.data.errors import BackendUnavailable, BadInput, CounterdError
 from counterd.machine import using
 from counterd.machine.geometry import Geometry
 from counterd.machine.memory import BankMap

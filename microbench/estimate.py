@@ -49,7 +49,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from counterd.sim.sampling import SetSampling
 from microbench.counters import simulations, uses_coherence
 from microbench.kernels import KernelCall

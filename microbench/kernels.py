@@ -29,7 +29,7 @@ from typing import Literal
 import numpy as np
 
 from counterd import _native
-from counterd.errors import BackendUnavailable, BadInput
+from counterd.data.errors import BackendUnavailable, BadInput
 from counterd.sim import KIND_CODES, AddressStream, StridedStream
 
 KernelName = Literal["load", "store", "rmw", "mixed", "flush"]

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from counterd.util.fsutil import atomic_write_text
 from microbench import results
 from microbench.kernels import CopyCall, prefault_call

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Literal
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from counterd.machine import current as current_machine
 from counterd.machine.geometry import SGI_POWER_CHALLENGE, Geometry
 from counterd.machine.memory import HOST_BANKS, SGI_BANKS, BankMap, MemoryLayout

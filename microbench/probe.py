@@ -223,7 +223,7 @@ def _callgrind_bare_s() -> float:
     (the estimate then falls back to the native start)."""
     from counterd.backends.callgrind.geometry import CallgrindGeometry
     from counterd.backends.callgrind.valgrind import valgrind_argv, valgrind_path
-    from counterd.errors import BadInput
+    from counterd.data.errors import BadInput
 
     exe = valgrind_path()
     if exe is None:

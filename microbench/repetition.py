@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from counterd.errors import BadInput
-from counterd.records import span_ns
+from counterd.data.errors import BadInput
+from counterd.data.records import span_ns
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def disturbance(flags: Sequence[str], samples: Sequence[float] | np.ndarray) -> 
 
 def superstep_times(begin_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
     """Per repetition (rows) over processors (columns): the superstep time, max end - min
-    begin (:func:`counterd.records.span_ns`)."""
+    begin (:func:`counterd.data.records.span_ns`)."""
     return np.asarray(span_ns(begin_ns, end_ns))
 
 

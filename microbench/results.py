@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from counterd.util.fsutil import atomic_write_text
 from microbench.patterns import Machine, Pattern, bsp_quantities
 from predictor.inputs import RESULTS_FORMAT, RESULTS_VERSIONS

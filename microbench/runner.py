@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from counterd.errors import BadInput, CounterdError
-from counterd.host import host_info
+from counterd.data.errors import BadInput, CounterdError
+from counterd.data.host import host_info
 from microbench.kernels import buffer_address, native_lib
 from microbench.patterns import Machine, Pattern, region_bytes
 from microbench.plans import WorkerPlan, plans

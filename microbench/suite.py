@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from counterd import backends
-from counterd.errors import BadInput, UnknownBackend
-from counterd.events import Source
+from counterd.data.errors import BadInput, UnknownBackend
+from counterd.data.events import Source
 from counterd.sim import DEFAULT_CHUNK, native_status
 from counterd.sim.sampling import SetSampling
 from microbench import results

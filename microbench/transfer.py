@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from microbench import results
 from microbench.kernels import WORD_BYTES, CopyCall, KernelCall, native_lib, prefault_call
 from microbench.patterns import Machine

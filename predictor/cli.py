@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from counterd.units import NS_PER_S, seconds, si_fields
+from counterd.data.units import NS_PER_S, seconds, si_fields
 from counterd.util.cliutil import Parser, closed_pipe, version
 from predictor import modelers
 from predictor.errors import BadInput, HostMismatchWarning, PredictorError

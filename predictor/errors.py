@@ -3,14 +3,14 @@
 The library raises these and never prints or exits; ``predict`` (predictor/cli.py) prints
 ``str(error)`` on one line and exits with ``exit_code`` (2: bad usage or bad input).
 The predictor has its own hierarchy; it shares only counterd's data-only modules (errors pickle
-through :class:`counterd.errors.PicklableError`).
+through :class:`counterd.data.errors.PicklableError`).
 """
 
 from __future__ import annotations
 
 import warnings
 
-from counterd.errors import PicklableError, one_line
+from counterd.data.errors import PicklableError, one_line
 
 
 class PredictorError(PicklableError):

@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from counterd.clocks import CLOCK_FORMAT
-from counterd.errors import BadInput as CounterdBadInput
-from counterd.events import NAMES
-from counterd.records import RECORD_FORMAT, not_a_record, span_ns
+from counterd.data.clocks import CLOCK_FORMAT
+from counterd.data.errors import BadInput as CounterdBadInput
+from counterd.data.events import NAMES
+from counterd.data.records import RECORD_FORMAT, not_a_record, span_ns
 from counterd.util.fsutil import bounded_lines
 from predictor.errors import BadCounterValue, BadInput, UnknownCounter
 
@@ -389,7 +389,7 @@ def _records_steps(lines: Iterable[str | bytes], path: str) -> Iterator[Step]:
             raise BadInput(f"{where} is not JSON ({exc})",
                            "give the JSON lines written by `counterd record`") from None
         if isinstance(d, dict) and d.get("format") == CLOCK_FORMAT:
-            continue  # the recorder's clock-domain line (counterd.clocks), not a record
+            continue  # the recorder's clock-domain line (counterd.data.clocks), not a record
         if isinstance(d, dict) and (d.get("format") not in (None, RECORD_FORMAT)
                                     or "index" not in d or "counters" not in d):
             err = not_a_record(d)  # another file of this project, or of another tool

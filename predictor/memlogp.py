@@ -93,7 +93,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from counterd.errors import CounterdError
+from counterd.data.errors import CounterdError
 from counterd.machine.geometry import CacheLevel
 from predictor import modeling
 from predictor.errors import BadInput

@@ -112,7 +112,7 @@ def p2p_rows(model: MemLogP, m: Measurements) -> tuple[P2PRow, ...]:
 
 def seconds_per_byte(v: float) -> str:
     """A cost per byte for people: "0.237 ns/B"."""
-    from counterd.units import seconds
+    from counterd.data.units import seconds
 
     return seconds(v) + "/B"
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from counterd.events import MISS_COUNTERS, WRITEBACK_COUNTERS
+from counterd.data.events import MISS_COUNTERS, WRITEBACK_COUNTERS
 from predictor.errors import NoVariant, ProfileError, ProfileVersionError, warn_host_mismatch
 from predictor.model import BSPModel, Contention, FModel
 
@@ -266,7 +266,7 @@ def current_host(procfs: str = "/proc", sysfs: str = "/sys") -> dict[str, Any]:
     from procfs and sysfs once per process, or the machine file ``COUNTERD_MACHINE`` names).
     Other roots than the defaults are read afresh (tests). A bad machine file is BadInput."""
     from counterd import machine
-    from counterd.errors import CounterdError
+    from counterd.data.errors import CounterdError
     from counterd.machine.sysfs import read
     from predictor.errors import BadInput
 
@@ -361,7 +361,7 @@ def profile_to_toml(p: MachineProfile) -> str:
 def save_profile(p: MachineProfile, path: str | Path, *, overwrite: bool = False) -> Path:
     """Write ``p`` atomically (:func:`counterd.util.fsutil.atomic_write_text`: on a full disk the
     temp file is removed and an existing profile is left as it was)."""
-    from counterd.errors import BadInput as FileError
+    from counterd.data.errors import BadInput as FileError
     from counterd.util.fsutil import atomic_write_text
 
     path = Path(path)

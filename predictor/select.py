@@ -305,7 +305,7 @@ def read_samples(spec: Specification, lines: Iterable[tuple[str, bytes | str]]
 
 
 def load_samples(spec: Specification, paths: Sequence[str | Path]) -> dict[str, Samples]:
-    from counterd.errors import BadInput as CounterdBadInput
+    from counterd.data.errors import BadInput as CounterdBadInput
     from counterd.util.fsutil import bounded_lines
 
     def lines() -> Iterable[tuple[str, bytes]]:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import pytest
 
 from counterd import machine
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from counterd.machine.description import Machine
 from counterd.machine.files import ENV_MACHINE
 from counterd.markers import api as superstep
@@ -110,9 +110,9 @@ def _private_plan_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
 @pytest.fixture(autouse=True, scope="session")
 def _outside_a_batch_job() -> Iterator[None]:
     """The suite runs as outside a batch job even under Slurm, PBS or LSF (CI in an
-    allocation): their job ids would label every series (batch_job, counterd.env.batch_job)
+    allocation): their job ids would label every series (batch_job, counterd.data.env.batch_job)
     of the programs the tests start. A test that wants one sets it."""
-    from counterd.env import BATCH_JOB_VARS
+    from counterd.data.env import BATCH_JOB_VARS
 
     saved = {k: os.environ.pop(k) for k in BATCH_JOB_VARS if k in os.environ}
     yield

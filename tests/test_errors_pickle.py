@@ -7,9 +7,9 @@ import pickle
 
 import pytest
 
-from counterd import errors as ce
 from counterd.backends.callgrind.valgrind import CallgrindError
-from counterd.errors import StoreError
+from counterd.data import errors as ce
+from counterd.data.errors import StoreError
 from counterd.prediction import NoPrediction
 from counterd.wire.protocol import ProtocolError
 from microbench.runner import RunnerError

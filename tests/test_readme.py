@@ -75,7 +75,7 @@ def test_first_program_records_and_reports(tmp_path: Path) -> None:
     run(record)
     records_file = tmp_path / record[record.index("--out") + 1]
     lines = [json.loads(line) for line in records_file.read_text().splitlines()]
-    recs = [r for r in lines if r["format"] == 1]  # after the clock domain (counterd.clocks)
+    recs = [r for r in lines if r["format"] == 1]  # after the clock domain (counterd.data.clocks)
     assert sorted((r["name"], r["rank"]) for r in recs) == [
         ("neighbour sum", 0), ("neighbour sum", 1), ("scale", 0), ("scale", 1)]
     broken = {"incomplete", "exception", "nested", "unmatched_end"}  # not `migrated`: load

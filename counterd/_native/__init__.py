@@ -13,7 +13,7 @@ from __future__ import annotations
 # pathlib and typing are too slow.
 import os
 
-from counterd.env import ENV_NATIVE
+from counterd.data.env import ENV_NATIVE
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see counterd/__init__)
 if TYPE_CHECKING:

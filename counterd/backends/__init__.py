@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from counterd.backends.base import Backend, Capability, CounterGroup, CounterValue, Reading, Target
-from counterd.errors import BackendUnavailable, UnknownBackend
-from counterd.events import NAMES as EVENT_NAMES
+from counterd.data.errors import BackendUnavailable, UnknownBackend
+from counterd.data.events import NAMES as EVENT_NAMES
 
 NAMES: tuple[str, ...] = ("perf", "papi", "sim", "callgrind")
 

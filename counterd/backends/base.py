@@ -3,7 +3,7 @@
 A backend answers ``available()`` with a :class:`Capability` (never raises) and ``open()`` s a
 :class:`CounterGroup` for a set of canonical counters on one :class:`Target`. A group is read
 as a whole (``read()`` returns a :class:`Reading`, cumulative since open) and closed once.
-Backends translate OS errors into :mod:`counterd.errors` at this boundary.
+Backends translate OS errors into :mod:`counterd.data.errors` at this boundary.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from counterd.events import CounterValue, Source
+from counterd.data.events import CounterValue, Source
 
 
 @dataclass(frozen=True)

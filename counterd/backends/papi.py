@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from counterd.backends.base import THIS_THREAD, Capability, CounterValue, Reading, Target
-from counterd.errors import (
+from counterd.data.errors import (
     BackendUnavailable,
     CounterAccessDenied,
     EventNotSupported,
     NoSuchTarget,
 )
-from counterd.events import NAMES, Source
+from counterd.data.events import NAMES, Source
 
 # Canonical counter -> PAPI preset (papiStdEventDefs.h). Writebacks have no preset.
 PRESETS: dict[str, str | None] = {
@@ -207,7 +207,7 @@ class PapiBackend:
 
     def open(self, events: Sequence[str], target: Target = THIS_THREAD, *,
              strict: bool = True) -> PapiGroup:
-        from counterd.events import check_names
+        from counterd.data.events import check_names
 
         check_names(tuple(events))
         return PapiGroup(self, events, target, strict)

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from counterd.backends.base import THIS_THREAD, Capability, CounterValue, Reading, Target
-from counterd.errors import BadInput
-from counterd.events import NAMES, Source, check_names
+from counterd.data.errors import BadInput
+from counterd.data.events import NAMES, Source, check_names
 from counterd.machine import current
 from counterd.machine.geometry import Geometry
 from counterd.machine.memory import BankMap

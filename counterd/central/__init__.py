@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 
 
 def psycopg_module() -> ModuleType:

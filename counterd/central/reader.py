@@ -19,10 +19,10 @@ from typing import Any
 
 from counterd.central import psycopg_module
 from counterd.central.schema import SCHEMA_VERSION, CentralError, schema_version
-from counterd.clocks import Anchor, ClockDomain, kept_anchors
-from counterd.errors import BadInput
-from counterd.jobid import source_of
-from counterd.records import (
+from counterd.data.clocks import Anchor, ClockDomain, kept_anchors
+from counterd.data.errors import BadInput
+from counterd.data.jobid import source_of
+from counterd.data.records import (
     INT32_MAX,
     INT32_MIN,
     MAX_ID_CHARS,
@@ -123,7 +123,7 @@ def _domain(run_id: str, host: str, row: tuple[Any, ...] | None,
 Part = tuple[str, list[SuperstepRecord], list[ClockDomain]]
 
 # A row of counterd.records the report can take as a record of the file convention without
-# making one (counterd.records.SuperstepRecord's bounds on the fields the report reads): rows
+# making one (counterd.data.records.SuperstepRecord's bounds on the fields the report reads): rows
 # outside them are made into a record, whose ValueError says what is wrong.
 _VALID = ("idx >= 0 AND begin_ns >= 0 AND (end_ns IS NULL OR end_ns >= begin_ns) "
           f"AND rank BETWEEN {INT32_MIN} AND {INT32_MAX} AND pid BETWEEN 0 AND {INT32_MAX} "

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from counterd.errors import BadInput, CounterdError
+from counterd.data.errors import BadInput, CounterdError
 
 SCHEMA = "counterd"
 NODE_ROLE = "counterd_node"

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from counterd.backends.base import CounterValue, Reading, Target
-from counterd.errors import CounterdError, NoSuchTarget
-from counterd.records import SuperstepRecord
+from counterd.data.errors import CounterdError, NoSuchTarget
+from counterd.data.records import SuperstepRecord
 
 log = logging.getLogger("counterd.daemon")
 

@@ -59,10 +59,10 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from counterd.daemon.metrics_state import DURATION_BUCKETS_S, WORKLOAD, MetricsState
-from counterd.events import BY_NAME
+from counterd.data.events import BY_NAME
+from counterd.data.records import FLAGS
+from counterd.data.units import NS_PER_S, is_time
 from counterd.prediction import NO_PREDICTION_REASONS, TERMS, NoPrediction
-from counterd.records import FLAGS
-from counterd.units import NS_PER_S, is_time
 
 _BUCKET_LE = tuple(floatToGoString(b) for b in DURATION_BUCKETS_S)
 

@@ -114,8 +114,8 @@ from pathlib import Path
 from typing import Any
 
 from counterd.backends import POLICIES
-from counterd.env import default_socket_path, default_store_path
-from counterd.errors import BadInput
+from counterd.data.env import default_socket_path, default_store_path
+from counterd.data.errors import BadInput
 
 
 @dataclass(frozen=True)
@@ -364,7 +364,7 @@ def _bool(v: object) -> bool:
 
 def _events(v: object) -> tuple[str, ...]:
     items = v.split(",") if isinstance(v, str) else list(v)  # type: ignore[call-overload]
-    from counterd.events import check_names
+    from counterd.data.events import check_names
 
     return check_names(tuple(str(e).strip() for e in items if str(e).strip()))
 

@@ -25,7 +25,7 @@ called ``job`` because Prometheus sets ``job`` to the scrape job and would renam
 
 **Batch job: ``batch_job``.** Every per-workload series also carries ``batch_job``, the
 batch system's job the client runs in (its HELLO's, from ``SLURM_JOB_ID``, ``PBS_JOBID``,
-``LSB_JOBID`` or ``COUNTERD_BATCH_JOB``: :func:`counterd.env.batch_job`; ``""``, which
+``LSB_JOBID`` or ``COUNTERD_BATCH_JOB``: :func:`counterd.data.env.batch_job`; ``""``, which
 Prometheus treats as no label, outside one and for watch rules): a series is keyed by
 ``(uid, workload, batch_job)`` and ``max_jobs`` bounds these triples per uid. A label, not an
 info metric ``counterd_run_info`` joined with ``group_left``: counted by
@@ -66,9 +66,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, TypeVar
 
+from counterd.data.records import Superstep, SuperstepRecord
+from counterd.data.units import NS_PER_S
 from counterd.prediction import PredictFn, Prediction
-from counterd.records import Superstep, SuperstepRecord
-from counterd.units import NS_PER_S
 
 _T = TypeVar("_T")
 
@@ -84,7 +84,7 @@ class Workload(NamedTuple):
     """Whose workload a series is: ``uid``, the uid of the client that named it (SO_PEERCRED
     at connect; None for a watch rule of the daemon's config), ``name``, the name it gave
     (HELLO's ``job``, ``COUNTERD_JOB``; the watch rule's ``job``) and ``batch_job``, the batch
-    system's job it runs in (HELLO's ``batch_job``: counterd.env.batch_job; "" outside one)."""
+    system's job it runs in (HELLO's ``batch_job``: counterd.data.env.batch_job; "" outside one)."""
 
     uid: int | None
     name: str
@@ -121,7 +121,7 @@ class _LastStep:
 
     def times_s(self) -> tuple[float | None, float | None, float]:
         """Span, work (the slowest processor's own time) and start skew, in seconds
-        (:class:`counterd.records.Superstep`); span and work None unless every processor
+        (:class:`counterd.data.records.Superstep`); span and work None unless every processor
         ended the superstep."""
         step = Superstep(self.run_id, self.index, self.name, tuple(self.records))
         span, work = step.time_ns, step.slowest_work_ns

@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 from counterd.daemon.auth import Peer
 from counterd.daemon.store import RunKey, RunRow, Store, open_readonly
-from counterd.errors import BadInput, CounterdError, StoreError
-from counterd.records import SuperstepRecord
+from counterd.data.errors import BadInput, CounterdError, StoreError
+from counterd.data.records import SuperstepRecord
 from counterd.wire import protocol, query_frames
 from counterd.wire.protocol import FrameType, ProtocolError
 
 if TYPE_CHECKING:
-    from counterd.clocks import ClockDomain
+    from counterd.data.clocks import ClockDomain
 
 PAGE_SLACK_BYTES = 1024  # a RESULT's own fields, beside its items
 PAGE_BYTES = 256 * 1024  # a RESULT's items at most (and max_frame): one page in a reply buffer
@@ -381,7 +381,7 @@ def clock_via_daemon(path: Path, run_id: str, uid: int | None = None
                      ) -> tuple[list[ClockDomain], str]:
     """Run ``run_id``'s clock domains as the daemon at ``path`` gives them ([] and why
     from a daemon before them)."""
-    from counterd.clocks import ClockDomain
+    from counterd.data.clocks import ClockDomain
 
     try:
         pages = list(ask(path, "clock", run_id, uid))

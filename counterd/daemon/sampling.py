@@ -29,7 +29,7 @@ from counterd.backends.base import Target
 from counterd.daemon.config import Config, WatchRule
 from counterd.daemon.metrics_state import Workload
 from counterd.daemon.store import Sample
-from counterd.errors import CounterdError, NoSuchTarget
+from counterd.data.errors import CounterdError, NoSuchTarget
 
 if TYPE_CHECKING:
     from counterd.daemon.behalf import Counting

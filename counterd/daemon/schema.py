@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from counterd.errors import StoreError
+from counterd.data.errors import StoreError
 
 log = logging.getLogger("counterd.daemon")
 
@@ -73,7 +73,7 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX records_received ON records(received_ns);
     CREATE INDEX samples_ts ON samples(ts_ns);
-    -- time_ns: counterd.records.Superstep.time_ns in SQL, for readers of the database
+    -- time_ns: counterd.data.records.Superstep.time_ns in SQL, for readers of the database
     -- (tests/daemon/test_store.py checks that the two agree).
     CREATE VIEW supersteps AS
         SELECT run_id, idx, name,
@@ -135,7 +135,7 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     """
     -- 4: the superstep's work (its slowest processor's own time: what F predicts) and start
-    -- skew beside its span (time_ns): counterd.records.Superstep.slowest_work_ns, skew_ns.
+    -- skew beside its span (time_ns): counterd.data.records.Superstep.slowest_work_ns, skew_ns.
     DROP VIEW supersteps;
     CREATE VIEW supersteps AS
         SELECT uid, run_id, idx, name,
@@ -179,7 +179,7 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX runs_by_time ON runs(first_seen_ns, run_id, uid);
     """,
     """
-    -- 6: each run's clock domain (counterd.clocks): what its records' CLOCK_MONOTONIC is
+    -- 6: each run's clock domain (counterd.data.clocks): what its records' CLOCK_MONOTONIC is
     -- (this kernel's boot, the client's time namespace, offset from the daemon's own by
     -- mono_offset_ns: NULL where the daemon could not read it) and anchors (monotonic,
     -- realtime, read interval) on the daemon's clock, taken when a client declared the run

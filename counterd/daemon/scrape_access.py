@@ -38,7 +38,7 @@ from pathlib import Path
 
 from counterd.daemon import config as config_mod
 from counterd.daemon.config import Config
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 
 _Net = ipaddress.IPv4Network | ipaddress.IPv6Network
 

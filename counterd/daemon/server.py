@@ -47,7 +47,7 @@ from pathlib import Path
 from counterd.daemon.auth import Peer, peer_credentials
 from counterd.daemon.session import Session
 from counterd.daemon.shared import Shared
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from counterd.wire import protocol
 from counterd.wire.protocol import Decoder, ProtocolError
 

@@ -55,7 +55,7 @@ from counterd.daemon.server import Server
 from counterd.daemon.shared import Clients, Shared
 from counterd.daemon.store import Store
 from counterd.daemon.writer import Writer
-from counterd.errors import BadInput, CounterdError
+from counterd.data.errors import BadInput, CounterdError
 
 log = logging.getLogger("counterd.daemon")
 

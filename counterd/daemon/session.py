@@ -25,12 +25,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from counterd.clocks import (
-    Anchor,
-    process_clock,
-    sync_bound_ns,
-    take_anchor,
-)
 from counterd.daemon.auth import Peer
 from counterd.daemon.behalf import ClientCounters
 from counterd.daemon.blackbox import ClientBox, buffer_refusal
@@ -39,8 +33,14 @@ from counterd.daemon.sampling import owner_uids
 from counterd.daemon.shared import Shared
 from counterd.daemon.store import ClientClock, RunInfo
 from counterd.daemon.writer import Item
-from counterd.errors import CounterdError, NoSuchTarget
-from counterd.records import SuperstepRecord, incomplete_record
+from counterd.data.clocks import (
+    Anchor,
+    process_clock,
+    sync_bound_ns,
+    take_anchor,
+)
+from counterd.data.errors import CounterdError, NoSuchTarget
+from counterd.data.records import SuperstepRecord, incomplete_record
 from counterd.wire import binary_frames, protocol
 from counterd.wire.protocol import Decoder, FrameType, ProtocolError
 
@@ -93,7 +93,7 @@ class Session(ClientBox):
         self.contexts: dict[int, protocol.Context] = {}
         self._client_clock: ClientClock | None = None
         self._hello_anchor: Anchor | None = None
-        # Clock anchors (counterd.clocks) of the runs this connection declared in a CONTEXT
+        # Clock anchors (counterd.data.clocks) of the runs this connection declared in a CONTEXT
         # not scratch: the start anchor of each, held until the connection hands the writer
         # a record of that run (so a connection that stores nothing costs the writer
         # nothing); then the runs anchored, anchored again when the connection ends.
@@ -400,7 +400,7 @@ class Session(ClientBox):
 
     def _clock(self) -> ClientClock:
         """The client's clock beside the daemon's (read once per connection): this kernel's
-        boot, the client's time namespace and its monotonic offset (counterd.clocks)."""
+        boot, the client's time namespace and its monotonic offset (counterd.data.clocks)."""
         if self._client_clock is None:
             timens, offset = process_clock(self.pid, self.shared.timens)
             self._client_clock = ClientClock(self.shared.boot_id, timens, offset,

@@ -13,13 +13,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from counterd.clocks import boot_id, time_namespace
 from counterd.daemon.auth import Authority
 from counterd.daemon.behalf import Counting
 from counterd.daemon.config import Limits
 from counterd.daemon.metrics_state import Workload
 from counterd.daemon.query import Queries, QueryWorker
 from counterd.daemon.writer import Writer
+from counterd.data.clocks import boot_id, time_namespace
 
 if TYPE_CHECKING:
     from counterd.daemon.metrics_state import MetricsState
@@ -88,5 +88,5 @@ class Shared:
     log: ThrottledLog = field(default_factory=ThrottledLog)
     queries: Queries = field(default_factory=Queries)
     query_worker: QueryWorker | None = None  # None: QUERY answered in the loop (tests)
-    boot_id: str = field(default_factory=boot_id)  # this kernel's (counterd.clocks)
+    boot_id: str = field(default_factory=boot_id)  # this kernel's (counterd.data.clocks)
     timens: str = field(default_factory=time_namespace)  # the daemon's time namespace

@@ -35,11 +35,11 @@ from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from counterd.clocks import Anchor, ClockDomain, kept_anchors
 from counterd.daemon.schema import SCHEMA_VERSION, connect, migrate, schema_version
-from counterd.errors import BadInput, StoreError
-from counterd.jobid import source_of
-from counterd.records import SuperstepRecord
+from counterd.data.clocks import Anchor, ClockDomain, kept_anchors
+from counterd.data.errors import BadInput, StoreError
+from counterd.data.jobid import source_of
+from counterd.data.records import SuperstepRecord
 from counterd.util import strictjson
 
 

@@ -26,12 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from counterd.clocks import ANCHOR_PERIOD_S, Anchor, take_anchor
 from counterd.daemon.metrics_state import Workload
 from counterd.daemon.quota import Usage
 from counterd.daemon.store import ClientClock, RunAnchor, RunInfo, Sample, Store
-from counterd.errors import StoreError
-from counterd.records import SuperstepRecord
+from counterd.data.clocks import ANCHOR_PERIOD_S, Anchor, take_anchor
+from counterd.data.errors import StoreError
+from counterd.data.records import SuperstepRecord
 
 if TYPE_CHECKING:
     from counterd.daemon.metrics_state import MetricsState
@@ -96,7 +96,7 @@ class Writer:
                taken: Anchor | None = None) -> None:
         """Anchor run ``(uid, run_id)``'s clocks now, or with the anchor ``taken`` (when its
         client connected), and every ANCHOR_PERIOD_S while its records are committed
-        (counterd.clocks)."""
+        (counterd.data.clocks)."""
         self._queue.put(RunAnchor(uid, run_id, taken or take_anchor(), clock))
 
     def stop(self) -> None:

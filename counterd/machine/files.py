@@ -70,7 +70,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from counterd.machine.description import Machine
 from counterd.machine.geometry import (
     MAX_CPU_ID,

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 
 # sysfs has no TLB geometry; these defaults are used unless the caller gives values.
 DEFAULT_PAGE_BYTES = 4096

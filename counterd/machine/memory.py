@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 
 if TYPE_CHECKING:
     import numpy as np

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from counterd.machine.description import Machine
 from counterd.machine.geometry import FALLBACK_GEOMETRY, CacheLevel, parse_cpulist, parse_size
 from counterd.machine.memory import MemoryLayout, NumaNode, Sourced, assumed_layout

@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from counterd.env import ENV_FLUSH_TIMEOUT
-from counterd.errors import CounterdError
+from counterd.data.env import ENV_FLUSH_TIMEOUT
+from counterd.data.errors import CounterdError
+from counterd.data.records import Param, SuperstepRecord
 from counterd.markers import identity, native
 from counterd.markers.recorder import Recorder
 from counterd.markers.step import Step
-from counterd.records import Param, SuperstepRecord
 
 _recorder: Recorder | None = None
 _recorder_lock = threading.Lock()

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from counterd.env import ENV_RANK, MPI_RANK_VARS
+from counterd.data.env import ENV_RANK, MPI_RANK_VARS
 
 # What every record of a process shares, as its sinks declare it (a daemon CONTEXT, a spool's):
 # run id, pid, host, backend label, the calibrated cost of one marker pair in ns (or None).
@@ -76,12 +76,12 @@ def default_run_id() -> str:
     also exports it in ``COUNTERD_RUN_ID``, so subprocesses started after it inherit it.)
 
     An MPI rank whose launcher or batch system gives every rank something alike takes the
-    job-wide id of :func:`counterd.jobid.job_run_id` instead, the same on every node; the id
+    job-wide id of :func:`counterd.data.jobid.job_run_id` instead, the same on every node; the id
     derived here is node-local (:func:`run_id_source` says which).
     """
     import hashlib  # here: it loads OpenSSL (2-3 ms), and a recorded run is given its id
 
-    from counterd.jobid import job_run_id
+    from counterd.data.jobid import job_run_id
 
     host = os.uname().nodename  # gethostname(2), without loading socket
     if any(var in os.environ for var in MPI_RANK_VARS):
@@ -98,9 +98,9 @@ def default_run_id() -> str:
 
 
 def run_id_source(run_id: str) -> str:
-    """Where this process's ``run_id`` came from: a key of :data:`counterd.jobid.SOURCES`
+    """Where this process's ``run_id`` came from: a key of :data:`counterd.data.jobid.SOURCES`
     ("node" for the node-local id of :func:`default_run_id`)."""
-    from counterd.jobid import job_run_id
+    from counterd.data.jobid import job_run_id
 
     job = job_run_id()
     if job is not None and job[0] == run_id:

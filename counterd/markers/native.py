@@ -36,10 +36,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from counterd import _native
+from counterd.data.records import MAX_NAME_CHARS, MAX_PARAMS, MAX_VALUE_CHARS, exception_text
 from counterd.markers import identity, sampling
 from counterd.markers.sinks.base import Sink
 from counterd.markers.step import Owner, ThreadState, clean_marker
-from counterd.records import MAX_NAME_CHARS, MAX_PARAMS, MAX_VALUE_CHARS, exception_text
 from counterd.wire import framing as protocol  # the framing, not the typed frames: cheap to import
 
 

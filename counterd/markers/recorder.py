@@ -6,7 +6,7 @@
         ...                                 # the superstep's work
         step.feed(stream)                   # only meaningful for the sim backend
 
-One :class:`~counterd.records.SuperstepRecord` is produced per processor (thread of a process
+One :class:`~counterd.data.records.SuperstepRecord` is produced per processor (thread of a process
 that marks supersteps) per superstep, with CLOCK_MONOTONIC begin/end, the CPU, counter deltas
 with their sources, params and flags. Nothing is lost silently:
 
@@ -35,7 +35,7 @@ every thread on the Python path.
 Where records go (the sink), first match wins: ``configure(spool=...)`` or
 ``configure(socket=...)``; ``COUNTERD_SPOOL`` (set by ``counterd record``); ``COUNTERD_SOCKET``
 (a path; ``off`` disables the daemon); the daemon's default socket
-(:func:`counterd.env.default_socket_path`) if it exists; else memory
+(:func:`counterd.data.env.default_socket_path`) if it exists; else memory
 (:func:`counterd.markers.sinks.make_sink`). Through the daemon
 (:class:`~counterd.markers.sinks.socket.SocketSink`) every record is kept by the process until
 the daemon has acknowledged it as committed to its store, a daemon that does not answer (yet,
@@ -66,14 +66,15 @@ from typing import Any
 
 from counterd.backends import POLICIES
 from counterd.backends.base import Target
-from counterd.env import (
+from counterd.data.env import (
     ENV_BACKEND,
     ENV_EVENTS,
     ENV_RUN_ID,
     ENV_SAMPLE,
     MPI_RANK_VARS,
 )
-from counterd.errors import BadInput, CounterdError
+from counterd.data.errors import BadInput, CounterdError
+from counterd.data.records import MAX_NAME_CHARS, Param, SuperstepRecord
 from counterd.markers import identity, native, sampling
 from counterd.markers.sinks import Sink, make_sink
 from counterd.markers.sinks.base import as_record, begin_line
@@ -86,7 +87,6 @@ from counterd.markers.step import (
     clean_marker,
     materialise,
 )
-from counterd.records import MAX_NAME_CHARS, Param, SuperstepRecord
 
 MARKER_BACKENDS = POLICIES["markers"].names  # what counterd.backends.resolve accepts
 

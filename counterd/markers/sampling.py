@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from counterd.errors import BadInput
-from counterd.events import CounterValue, Source
-from counterd.units import duration_ns
+from counterd.data.errors import BadInput
+from counterd.data.events import CounterValue, Source
+from counterd.data.units import duration_ns
 
 MAX_EVERY = 1 << 20
 # Superstep names one processor keeps sampling state for; beyond them every superstep is read

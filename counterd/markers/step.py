@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from counterd.backends.base import CounterGroup, CounterValue, Reading
-from counterd.markers import identity, sampling
-from counterd.records import (
+from counterd.data.records import (
     INT64_MAX,
     INT64_MIN,
     MAX_NAME_CHARS,
@@ -28,6 +27,7 @@ from counterd.records import (
     SuperstepRecord,
     exception_text,
 )
+from counterd.markers import identity, sampling
 
 
 @dataclass(frozen=True, slots=True)

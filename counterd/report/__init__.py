@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see counterd/__init__)
 if TYPE_CHECKING:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from counterd import units
-from counterd.events import BY_NAME
+from counterd.data import units
+from counterd.data.events import BY_NAME
 from counterd.prediction import TERM_MEANING, TERMS
 from counterd.report.model import (
     SKEW_FLOOR_NS,
@@ -66,7 +66,7 @@ _SIMULATORS = {"sim": "counterd's cache simulator, fed the address streams the p
 
 
 def _seconds(v: float | None) -> str:
-    """``1.23 ms`` (:func:`counterd.units.seconds`), ``-`` when unknown."""
+    """``1.23 ms`` (:func:`counterd.data.units.seconds`), ``-`` when unknown."""
     return "-" if v is None else units.seconds(v)
 
 

@@ -1,6 +1,6 @@
 """The per-superstep report model (``counterd report``): :class:`Report`, its rows and counters.
 
-Per superstep, three times (:class:`counterd.records.Superstep` defines each; this module folds
+Per superstep, three times (:class:`counterd.data.records.Superstep` defines each; this module folds
 the records as they stream past and gets the same numbers):
 
 * **work**: the slowest processor's own time in the superstep, its end minus its begin
@@ -46,11 +46,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TypeVar
 
-from counterd import units
-from counterd.errors import BadInput
-from counterd.events import NAMES, CounterValue, Source
+from counterd.data import units
+from counterd.data.errors import BadInput
+from counterd.data.events import NAMES, CounterValue, Source
+from counterd.data.records import FLAGS, INFO_FLAGS, SuperstepRecord
 from counterd.prediction import NO_PREDICTION_REASONS, PredictFn, Prediction, error_ratio
-from counterd.records import FLAGS, INFO_FLAGS, SuperstepRecord
 
 # A superstep's start skew is flagged when it is over this share of the superstep's work ...
 SKEW_SHARE = 0.25
@@ -58,7 +58,8 @@ SKEW_SHARE = 0.25
 # late), which no superstep can be blamed for.
 SKEW_FLOOR_NS = 100_000
 START_SKEW = "start_skew"
-# Flags the report sets on a row from its times (the records' own flags: counterd.records.FLAGS).
+# Flags the report sets on a row from its times (the records' own flags:
+# counterd.data.records.FLAGS).
 REPORT_FLAGS = {
     START_SKEW: f"the processors began the superstep far apart (start skew over "
                 f"{SKEW_SHARE:.0%} of its work and over {SKEW_FLOOR_NS / 1e6:g} ms): its span "
@@ -68,7 +69,7 @@ REPORT_FLAGS = {
 
 
 def flag_meaning(flag: str) -> str:
-    """A flag in plain words (the records' :data:`counterd.records.FLAGS`, the report's
+    """A flag in plain words (the records' :data:`counterd.data.records.FLAGS`, the report's
     :data:`REPORT_FLAGS`)."""
     return REPORT_FLAGS.get(flag) or FLAGS.get(flag) or flag
 
@@ -444,7 +445,7 @@ class _RankRow:
 
 class _Step:
     """The aggregate of one superstep's records as they stream past: the same quantities as
-    :class:`counterd.records.Superstep` (time = max end - min begin, None unless every record
+    :class:`counterd.data.records.Superstep` (time = max end - min begin, None unless every record
     ended; work per rank = its longest record; start skew = the latest begin minus the
     earliest), without holding the records. ``tests/readers/test_streaming.py`` checks the
     two agree on random record sets."""
@@ -537,7 +538,7 @@ def _prediction_input(step: _Step, index: int, name: str,
 def build(records: Iterable[SuperstepRecord], *, predict: PredictFn | None = None,
           prediction_note: str = "", source: str = "") -> Report:
     """The report of ``records``, read once and folded as they come (a generator such as
-    :func:`counterd.records.read_jsonl` keeps memory to the supersteps, not the records)."""
+    :func:`counterd.data.records.read_jsonl` keeps memory to the supersteps, not the records)."""
     acc = _Steps()
     for r in records:
         acc.add(r)

@@ -2,7 +2,7 @@
 
 ``counterd report --records a.jsonl b.jsonl ...`` and ``counterd runs --records ...``: each
 file holds one node's records (or several nodes', gathered from a shared spool) and the clock
-domain of the node that recorded it (:mod:`counterd.clocks`). Per run, per superstep:
+domain of the node that recorded it (:mod:`counterd.data.clocks`). Per run, per superstep:
 
 * each processor's own work (its end minus its begin, one node's CLOCK_MONOTONIC: exact), per
   node the slowest, and the slowest of all (exact);
@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from counterd.clocks import ClockDomain
-from counterd.errors import BadInput
-from counterd.jobid import JOB_WIDE, SOURCES
-from counterd.records import SuperstepRecord, read_jsonl
-from counterd.units import NS_PER_S, seconds
+from counterd.data.clocks import ClockDomain
+from counterd.data.errors import BadInput
+from counterd.data.jobid import JOB_WIDE, SOURCES
+from counterd.data.records import SuperstepRecord, read_jsonl
+from counterd.data.units import NS_PER_S, seconds
 
 UNCERTAIN_SHARE = 0.25  # a span whose clock bound is over this share of it is not printed bare
 MAX_FILES = 4096
@@ -114,7 +114,7 @@ class CrossStep:
 @dataclass(frozen=True)
 class CrossRun:
     run_id: str
-    source: str  # a key of counterd.jobid.SOURCES
+    source: str  # a key of counterd.data.jobid.SOURCES
     nodes: tuple[str, ...]
     ranks: tuple[int, ...]
     steps: tuple[CrossStep, ...]

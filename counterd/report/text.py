@@ -9,9 +9,9 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from counterd.data.units import NS_PER_S, count, counter_text, seconds, si_name, si_value
 from counterd.prediction import BOUNDS, TERMS
 from counterd.report.model import Report, StepRow, flags_legend
-from counterd.units import NS_PER_S, count, counter_text, seconds, si_name, si_value
 
 if TYPE_CHECKING:
     from counterd.daemon.store import RunRow

@@ -49,7 +49,7 @@ from typing import Literal
 
 import numpy as np
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from counterd.machine.geometry import Geometry
 from counterd.machine.memory import SGI_BANKS, BankMap
 from counterd.sim.counts import BankCounts, EngineName, ProcessorCounts, SimResult

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from counterd.events import CounterValue, Source, check_names
+from counterd.data.events import CounterValue, Source, check_names
 from counterd.machine.geometry import Geometry
 from counterd.machine.memory import BankMap
 

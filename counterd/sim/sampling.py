@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from counterd.machine.geometry import Geometry
 from counterd.sim.counts import BankCounts, LevelCounts, ProcessorCounts
 

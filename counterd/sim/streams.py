@@ -12,7 +12,7 @@ from typing import Literal
 
 import numpy as np
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 
 Kind = Literal["load", "store", "rmw"]
 

@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 
 # tempfile.mkstemp's file: created, not opened, read-write, 0600 (see atomic_write_text)
 _TEMP_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

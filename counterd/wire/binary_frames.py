@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
-from counterd.records import INT64_MAX, MAX_NAME_CHARS, params
+from counterd.data.records import INT64_MAX, MAX_NAME_CHARS, params
 from counterd.util import strictjson
 from counterd.wire.framing import (
     _HEAD_PREFIX,

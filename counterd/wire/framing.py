@@ -21,7 +21,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from counterd.errors import PicklableError
+from counterd.data.errors import PicklableError
 
 PROTOCOL_VERSION = 2
 ACCEPTED_VERSIONS = frozenset({1, 2})
@@ -69,7 +69,7 @@ FLAG_BITS = ("incomplete", "unmatched_end", "nested", "exception", "multiplexed"
              "counters_missing", "target_changed", "dropped_params", "cpu_features_hidden",
              "sampled", "counted_other_code")
 FLAG_BIT = {name: 1 << i for i, name in enumerate(FLAG_BITS)}
-SOURCES = ("measured", "simulated", "extrapolated", "assumed",  # counterd.events.Source values
+SOURCES = ("measured", "simulated", "extrapolated", "assumed",  # counterd.data.events.Source values
            "sampled")
 SOURCE_INDEX = {source: i for i, source in enumerate(SOURCES)}
 
@@ -138,7 +138,7 @@ _pack_counter = COUNTER.pack
 
 class CounterLike(Protocol):
     """What :func:`encode_close` reads of a counter: a :class:`WireCounter`, or a
-    :class:`counterd.events.CounterValue` (its ``source`` is one of :data:`SOURCES`)."""
+    :class:`counterd.data.events.CounterValue` (its ``source`` is one of :data:`SOURCES`)."""
 
     @property
     def source(self) -> str: ...

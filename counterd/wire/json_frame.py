@@ -9,7 +9,7 @@ import abc
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeGuard
 
-from counterd.records import UINT64_MAX
+from counterd.data.records import UINT64_MAX
 from counterd.wire.framing import HEADER, PROTOCOL_VERSION, FrameType, ProtocolError, dumps_payload
 
 

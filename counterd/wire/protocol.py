@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from counterd.errors import BadInput
-from counterd.events import CounterValue, Source
-from counterd.records import INT32_MAX, INT64_MAX, MAX_ID_CHARS, UINT64_MAX, SuperstepRecord
+from counterd.data.errors import BadInput
+from counterd.data.events import CounterValue, Source
+from counterd.data.records import INT32_MAX, INT64_MAX, MAX_ID_CHARS, UINT64_MAX, SuperstepRecord
 from counterd.util import strictjson
 from counterd.wire.binary_frames import Close, Open, head
 from counterd.wire.framing import (
@@ -70,7 +70,7 @@ _SOURCE = {s: Source(s) for s in SOURCES}
 
 
 # -- typed frames -------------------------------------------------------------------------------
-MAX_COUNTERS = 64  # names in one CONTEXT (counterd.events knows fewer than 20)
+MAX_COUNTERS = 64  # names in one CONTEXT (counterd.data.events knows fewer than 20)
 
 
 MAX_BATCH_JOB = 64  # characters of a HELLO batch_job (Slurm "123_4", PBS "123.server")
@@ -85,7 +85,7 @@ class Hello(JsonFrame):
     host: str | None = None
     run_id: str | None = None
     job: str | None = None
-    batch_job: str | None = None  # the batch system's job id (counterd.env.batch_job)
+    batch_job: str | None = None  # the batch system's job id (counterd.data.env.batch_job)
     scratch: bool = False  # every context of the connection will be scratch (calibration)
 
     def payload(self) -> dict[str, Any]:

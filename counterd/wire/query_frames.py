@@ -12,7 +12,7 @@ answers from the asking uid's namespace (SO_PEERCRED) unless the client is privi
 One RESULT per QUERY, at most a frame's worth of items; a client asks again with the
 RESULT's ``after`` until it is null, so the daemon holds nothing between pages. A refused
 QUERY is answered with an ERROR. Added in version 2 as new types (an older daemon answers
-``bad_type``). "clock" (issue 32): the run's clock domains (counterd.clocks), one per host of
+``bad_type``). "clock" (issue 32): the run's clock domains (counterd.data.clocks), one per host of
 its records, in one RESULT; a daemon before it answers ``bad_query``.
 """
 

@@ -12,7 +12,7 @@ here (:class:`counterd.markers.sinks.SpoolSink`), in one of two forms:
   file grows by :data:`CHUNK` bytes at a time, each chunk's blocks allocated first
   (``posix_fallocate``), so a full disk is an error at growth, never a SIGBUS at a store.
 * ``<pid>.jsonl`` (where a mapping cannot be had): a ``begin`` line before a superstep's work,
-  a ``record`` line (a :class:`~counterd.records.SuperstepRecord` in its JSON form) after it,
+  a ``record`` line (a :class:`~counterd.data.records.SuperstepRecord` in its JSON form) after it,
   each one ``write(2)`` on an O_APPEND descriptor, so a killed process leaves whole lines.
 
 The mapped form serves the daemon's socket too, as the marker client's *black box*

@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from counterd.errors import BadInput
-from counterd.records import MAX_VALUE_CHARS, SuperstepRecord, incomplete_record
+from counterd.data.errors import BadInput
+from counterd.data.records import MAX_VALUE_CHARS, SuperstepRecord, incomplete_record
 from counterd.wire.spool import (
     BEGIN,
     FRAMES,

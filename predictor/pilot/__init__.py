@@ -31,7 +31,7 @@ Choices, each stated where a forecast is printed:
 - F's interval is F evaluated on the counters' interval bounds (F does not decrease in any
   counter: its costs are >= 0). It covers the extrapolation, not F's own error on this host,
   which the profile's accuracy gives.
-- Two times per superstep, as :class:`counterd.records.Superstep` gives them from every timed
+- Two times per superstep, as :class:`counterd.data.records.Superstep` gives them from every timed
   run: the *work*, the slowest processor's own time (its end minus its begin,
   ``slowest_work_ns``), which is what F and the counters predict, and the *span*, last end minus
   first begin (``time_ns``). What lies between them, the *extra* (start skew and the waits of

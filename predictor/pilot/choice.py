@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from counterd.units import seconds
+from counterd.data.units import seconds
 
 # -- fixed cost and work apart; the basis chosen by leave-the-largest-out; intervals from it ------
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from counterd.units import NS_PER_S, counter_text, seconds
+from counterd.data.units import NS_PER_S, counter_text, seconds
 from counterd.util.cliutil import Parser
 from predictor.errors import BadInput
 from predictor.pilot import campaign

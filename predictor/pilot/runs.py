@@ -15,7 +15,7 @@ from predictor.inputs import Step
 
 @dataclass(frozen=True)
 class Timing:
-    """One superstep of one timed run, its times as :class:`counterd.records.Superstep` gives
+    """One superstep of one timed run, its times as :class:`counterd.data.records.Superstep` gives
     them (ns; None where a processor never ended it)."""
 
     index: int
@@ -31,11 +31,11 @@ class Timing:
 
 def load_timings(path: Any) -> list[Timing]:
     """The supersteps of a ``counterd record`` file with their span, work and start skew, by
-    index (:meth:`counterd.records.Superstep.group`); BadInput names a malformed line."""
+    index (:meth:`counterd.data.records.Superstep.group`); BadInput names a malformed line."""
     from pathlib import Path
 
-    from counterd.errors import BadInput as CounterdBadInput
-    from counterd.records import Superstep, read_jsonl
+    from counterd.data.errors import BadInput as CounterdBadInput
+    from counterd.data.records import Superstep, read_jsonl
 
     try:
         steps = Superstep.group(read_jsonl(Path(path)))

@@ -19,7 +19,7 @@ import pytest
 
 from counterd.central.shipper import Shipper, ShipSettings
 from counterd.daemon.store import RunInfo, Store
-from counterd.records import SuperstepRecord
+from counterd.data.records import SuperstepRecord
 from tests._postgres import ADMIN, NODE, Cluster, count
 
 
@@ -285,7 +285,7 @@ def test_the_central_admin_commands(central: Cluster, capsys: pytest.CaptureFixt
 
 def test_central_config_keys(tmp_path: Path) -> None:
     from counterd.daemon import config
-    from counterd.errors import BadInput
+    from counterd.data.errors import BadInput
 
     f = tmp_path / "c.toml"
     f.write_text('[central]\ndsn = "host=/x dbname=c"\nrole = "node7"\nbatch_size = 50\n'
@@ -429,8 +429,8 @@ TIMENS = "time:[4026531834]"
 
 
 def _anchor(run: str, mono: int, offset: int | None, bound: int | None = None) -> Any:
-    from counterd.clocks import Anchor
     from counterd.daemon.store import ClientClock, RunAnchor
+    from counterd.data.clocks import Anchor
 
     return RunAnchor(1001, run, Anchor(mono, 1_790_000_000_000_000_000 + mono, 300),
                      ClientClock("boot-1", TIMENS, offset, bound))

@@ -9,7 +9,7 @@ import pytest
 
 from counterd import cli
 from counterd.cluster import MAX_HOSTS, expand_hostlist, file_sd, hosts_from_lines
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 
 
 @pytest.mark.parametrize("text,expected", [

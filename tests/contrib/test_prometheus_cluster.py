@@ -25,10 +25,10 @@ from counterd import cli
 from counterd.backends.base import CounterValue
 from counterd.daemon.config import Config
 from counterd.daemon.service import Daemon
-from counterd.events import Source
+from counterd.data.events import Source
+from counterd.data.records import SuperstepRecord
 from counterd.markers.sinks.socket import SocketSink
 from counterd.prediction import TERMS, Prediction
-from counterd.records import SuperstepRecord
 
 from ..daemon.conftest import free_port
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import counterd
-from counterd.records import SuperstepRecord
+from counterd.data.records import SuperstepRecord
 
 EXPLICIT = "--init" in sys.argv
 

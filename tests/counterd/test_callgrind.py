@@ -34,10 +34,10 @@ from counterd.backends.callgrind.geometry import CacheSpec, CallgrindGeometry, a
 from counterd.backends.callgrind.run import CallgrindRun
 from counterd.backends.callgrind.run import run as callgrind_run
 from counterd.backends.callgrind.valgrind import CallgrindError, valgrind_argv
-from counterd.errors import BackendUnavailable, BadInput
-from counterd.events import NAMES, Source
+from counterd.data.errors import BackendUnavailable, BadInput
+from counterd.data.events import NAMES, Source
+from counterd.data.records import read_jsonl
 from counterd.machine.sysfs import read as read_machine
-from counterd.records import read_jsonl
 from tests._signals import HOWS, signal_of, stop_when_ready
 
 # A dump as callgrind 3.19 writes it (--dump-line=no), cut down: header, two functions, a call

@@ -19,14 +19,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from counterd.env import ENV_NATIVE
+from counterd.data.env import ENV_NATIVE
+from counterd.data.records import SuperstepRecord
 from counterd.importing import read_spill
 from counterd.markers.recorder import Recorder
 from counterd.markers.sinks import MemorySink, SpoolSink
 from counterd.markers.sinks.link import BLOCK_S
 from counterd.markers.sinks.socket import SocketSink
 from counterd.markers.sinks.spill import SpillFile
-from counterd.records import SuperstepRecord
 from counterd.wire import protocol
 from counterd.wire.protocol import FrameType
 

@@ -16,10 +16,10 @@ import pytest
 
 from counterd.cli import main as cli_main
 from counterd.daemon.store import open_readonly
+from counterd.data.records import SuperstepRecord
 from counterd.markers.recorder import Recorder
 from counterd.markers.sinks.socket import SocketSink
 from counterd.markers.sinks.spill import SpillFile
-from counterd.records import SuperstepRecord
 from tests.daemon.conftest import DaemonProc
 
 

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from counterd.clocks import (
+from counterd.data.clocks import (
     Anchor,
     ClockDomain,
     local_domain,
     take_anchor,
     time_namespace,
 )
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 
 ROOT = Path(__file__).resolve().parents[2]
 

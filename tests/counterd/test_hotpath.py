@@ -28,14 +28,14 @@ import counterd
 from counterd import _native
 from counterd.backends.base import Target
 from counterd.backends.perf.group import PerfGroup
-from counterd.env import ENV_NATIVE
-from counterd.errors import BadInput
+from counterd.data.env import ENV_NATIVE
+from counterd.data.errors import BadInput
+from counterd.data.records import SuperstepRecord
 from counterd.markers import native
 from counterd.markers.api import configure
 from counterd.markers.recorder import Recorder
 from counterd.markers.sampling import Sampling
 from counterd.markers.sinks import MemorySink
-from counterd.records import SuperstepRecord
 from counterd.wire import binary_frames, protocol, spool, spool_reader
 
 needs_native = pytest.mark.skipif(_native.hotpath() is None,

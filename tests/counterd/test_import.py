@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _PROBE = """
 import json, os
 before = dict(os.environ)
-import counterd, counterd.backends.sim, counterd.daemon, counterd.report, counterd.records
+import counterd, counterd.backends.sim, counterd.daemon, counterd.report, counterd.data.records
 import microbench.runner, predictor
 after_import = dict(os.environ)
 counterd.configure(backend="none", socket="off")  # the first recorder: the run id is exported

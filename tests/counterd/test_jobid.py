@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from counterd.jobid import JOB_WIDE, SOURCES, hydra_control, job_run_id
+from counterd.data.jobid import JOB_WIDE, SOURCES, hydra_control, job_run_id
 
 ROOT = Path(__file__).resolve().parents[2]
 RANK = {"PMI_RANK": "3"}
@@ -70,7 +70,7 @@ def test_every_source_is_described() -> None:
 
 
 def test_hydras_proxy_is_found_among_the_ancestors() -> None:
-    probe = "from counterd.jobid import hydra_control; print(hydra_control())"
+    probe = "from counterd.data.jobid import hydra_control; print(hydra_control())"
     # a shell named hydra_pmi_proxy with the proxy's options, running python as its child
     proc = subprocess.run(["bash", "-c", 'exec -a hydra_pmi_proxy bash -c "$0; true" '
                            '--control-port vm:4242 --pgid 3',
@@ -86,6 +86,6 @@ def test_hydras_proxy_is_found_among_the_ancestors() -> None:
     ("0123456789ab", "node"), ("mpi-0123456789ab", "node"), ("my-run", "given"),
     ("20261127T013755-611099", "given")])
 def test_a_run_ids_source_is_known_by_its_form(run_id: str, source: str) -> None:
-    from counterd.jobid import source_of
+    from counterd.data.jobid import source_of
 
     assert source_of(run_id) == source

@@ -15,11 +15,11 @@ import pytest
 
 from counterd import _native, launch, perf_abi
 from counterd.backends.perf import PerfBackend
-from counterd.env import ENV_NATIVE
-from counterd.events import CounterValue, Source, measured
+from counterd.data.env import ENV_NATIVE
+from counterd.data.events import CounterValue, Source, measured
+from counterd.data.records import read_jsonl
 from counterd.machine.files import ENV_MACHINE
 from counterd.recording import record
-from counterd.records import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = {"boot_id": "b-1", "kernel": "6.18", "paranoid": "2", "uid": "1000", "backend": "x:1:2"}
@@ -253,7 +253,7 @@ def test_record_with_a_saved_plan_loads_nothing_heavy_before_the_exec(tmp_path: 
     recording, env, errors (and the compiled extension, which opens the counters without
     ctypes)."""
     heavy = ("argparse", "json", "re", "pathlib", "typing", "dataclasses", "shutil", "tempfile",
-             "functools", "counterd.records", "counterd.backends", "counterd.wire.spool",
+             "functools", "counterd.data.records", "counterd.backends", "counterd.wire.spool",
              "counterd.wire.protocol", "counterd.markers", "counterd.machine")
     if _native.hotpath() is not None:
         heavy += ("ctypes",)

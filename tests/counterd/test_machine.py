@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from counterd import machine
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from counterd.machine.files import ENV_MACHINE, load_file
 from counterd.machine.geometry import MAX_CPU_ID, format_cpulist, parse_cpulist
 from counterd.machine.memory import HOST_BANKS, BankMap, Sourced
@@ -116,7 +116,7 @@ def test_sysfs_is_read_once_per_process(tmp_path: Path, monkeypatch: pytest.Monk
     from counterd.backends.callgrind import CallgrindBackend
     from counterd.backends.callgrind.geometry import CallgrindGeometry
     from counterd.backends.sim import SimBackend
-    from counterd.host import host_info
+    from counterd.data.host import host_info
     from counterd.probe import probe
     from microbench.patterns import host_machine
     from microbench.runner import host_metadata
@@ -231,7 +231,7 @@ def test_record_passes_the_machine_to_the_command(tmp_path: Path) -> None:
                 "--out", str(out), "--", sys.executable,
                 str(ROOT / "examples" / "bsp_sum.py"), "20000", "1")
     assert proc.returncode == 0, proc.stderr
-    from counterd.records import read_jsonl
+    from counterd.data.records import read_jsonl
 
     recs = [r for r in read_jsonl(out) if r.name == "sum"]
     assert recs and "l2_misses" in recs[0].counters and "l3_misses" not in recs[0].counters

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from counterd.data.records import SuperstepRecord, incomplete_record
 from counterd.markers.recorder import Recorder
 from counterd.markers.sinks import MemorySink
-from counterd.records import SuperstepRecord, incomplete_record
 from counterd.report import model
 from counterd.report.html import render_html
 from counterd.report.text import render_csv, render_text, to_json

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from counterd.backends.papi import NO_PRESET, PRESETS, PapiBackend
-from counterd.errors import EventNotSupported, UnknownCounter
-from counterd.events import NAMES
+from counterd.data.errors import EventNotSupported, UnknownCounter
+from counterd.data.events import NAMES
 
 
 def test_every_canonical_counter_has_a_preset_or_a_reason() -> None:
@@ -29,7 +29,7 @@ def test_capability_never_raises_and_explains_every_counter() -> None:
 
 def test_no_preset_on_a_host_without_pmu_says_why() -> None:
     pytest.importorskip("pypapi", reason="python-papi is in the [test] extra")
-    from counterd.host import host_info
+    from counterd.data.host import host_info
 
     if host_info().core_pmu is not None:
         pytest.skip("this host has a PMU: presets may exist")

@@ -36,14 +36,14 @@ from counterd.backends.perf import (
     translate_errno,
 )
 from counterd.backends.perf.syscall import read_seccomp
-from counterd.errors import (
+from counterd.data.errors import (
     CounterAccessDenied,
     CounterdError,
     EventNotSupported,
     NoSuchTarget,
     UnknownCounter,
 )
-from counterd.events import MISS_COUNTERS, NAMES, WRITEBACK_COUNTERS, Source
+from counterd.data.events import MISS_COUNTERS, NAMES, WRITEBACK_COUNTERS, Source
 from tests.counterd.workloads import spin, touch_fresh_pages
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="perf_event_open is Linux-only")

@@ -51,8 +51,8 @@ from counterd.backends.perf import (
     pmu_facts,
     schedule_groups,
 )
-from counterd.errors import CounterAccessDenied, EventNotSupported, NoSuchTarget
-from counterd.events import NAMES
+from counterd.data.errors import CounterAccessDenied, EventNotSupported, NoSuchTarget
+from counterd.data.events import NAMES
 from tests.counterd.workloads import spin, touch_fresh_pages
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="perf_event_open is Linux-only")

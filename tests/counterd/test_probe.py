@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from counterd.host import host_info
+from counterd.data.host import host_info
 from counterd.probe import probe, render_text
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from counterd.cli import main
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
+from counterd.data.records import read_jsonl
 from counterd.recording import record
-from counterd.records import read_jsonl
 from tests._signals import HOWS, signal_of, stop_when_ready
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,7 +93,7 @@ def test_probe_json_shape() -> None:
 
     assert d["markers"].startswith("compiled" if _native.hotpath() is not None else "in Python")
     assert set(d["backends"]) == {"perf", "papi", "sim", "callgrind"}
-    from counterd.events import NAMES
+    from counterd.data.events import NAMES
 
     assert set(d["counters"]) == set(NAMES)
     for name, st in d["counters"].items():
@@ -174,9 +174,9 @@ def _env_probe(path: Path) -> list[str]:
 def test_cpu_features_as_counted_hides_what_valgrind_lacks(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: set[str], mode: str,
         hidden: bool) -> None:
-    import counterd.host
+    import counterd.data.host
 
-    monkeypatch.setattr(counterd.host, "cpu_flags", lambda procfs="/proc": frozenset(flags))
+    monkeypatch.setattr(counterd.data.host, "cpu_flags", lambda procfs="/proc": frozenset(flags))
     monkeypatch.delenv("NPY_DISABLE_CPU_FEATURES", raising=False)
     monkeypatch.setenv("OPENBLAS_CORETYPE", "Zen")  # the user's own setting is kept
     seen = tmp_path / "env.json"
@@ -205,12 +205,12 @@ def test_cpu_features_auto_times_natively_and_says_when_callgrind_counts_other_c
     so once. The counted run is stubbed (its own tests run valgrind)."""
     import shutil
 
-    import counterd.host
+    import counterd.data.host
     from counterd.backends.callgrind.counting import CountedRun
 
     if shutil.which("valgrind") is None:
         pytest.skip("valgrind is not on PATH: the callgrind backend is not chosen")
-    monkeypatch.setattr(counterd.host, "cpu_flags", lambda procfs="/proc": frozenset(flags))
+    monkeypatch.setattr(counterd.data.host, "cpu_flags", lambda procfs="/proc": frozenset(flags))
     monkeypatch.delenv("NPY_DISABLE_CPU_FEATURES", raising=False)
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     monkeypatch.setattr("counterd.backends.callgrind.counting.count_command",
@@ -236,7 +236,7 @@ def test_numpy_runs_its_avx2_code_when_avx512_is_hidden() -> None:
     import os
 
     from counterd.backends.callgrind.counting import AS_COUNTED_ENV
-    from counterd.host import cpu_flags
+    from counterd.data.host import cpu_flags
 
     code = ("from numpy._core._multiarray_umath import __cpu_features__ as f, "
             "__cpu_dispatch__ as d; print(sorted(x for x in d if f.get(x) and "

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from counterd.backends.base import CounterValue, Reading
-from counterd.errors import BadInput
-from counterd.events import Source
-from counterd.records import SuperstepRecord, read_jsonl, write_jsonl
+from counterd.data.errors import BadInput
+from counterd.data.events import Source
+from counterd.data.records import SuperstepRecord, read_jsonl, write_jsonl
 from counterd.util.fsutil import atomic_write_text
 
 
@@ -129,7 +129,7 @@ def test_an_exception_text_is_kept_and_older_records_still_read(tmp_path: Path) 
     """Issue 34: a superstep that raised was flagged without what it raised. The record keeps
     "<type>: <message>" on one line; a record without it (every recorder before) reads as
     before, and the key is absent when unset, so older readers read new records unchanged."""
-    from counterd.records import exception_text
+    from counterd.data.records import exception_text
 
     try:
         raise ValueError("bad input 42\nsecond line")

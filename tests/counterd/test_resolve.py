@@ -15,8 +15,8 @@ import pytest
 
 from counterd import backends
 from counterd.backends import Capability, resolve
-from counterd.errors import BadInput, UnknownBackend
-from counterd.events import NAMES
+from counterd.data.errors import BadInput, UnknownBackend
+from counterd.data.events import NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 SOFTWARE = ("task_clock_ns", "page_faults", "context_switches")
@@ -168,7 +168,7 @@ def test_events_limit_what_is_recorded(tmp_path: Path) -> None:
     proc = _cli("record", "--backend", "perf", "--events", "task_clock_ns", "--out", str(out),
                 "--", sys.executable, str(ROOT / "examples" / "bsp_sum.py"), "20000", "1")
     assert proc.returncode == 0, proc.stderr
-    from counterd.records import read_jsonl
+    from counterd.data.records import read_jsonl
 
     recs = list(read_jsonl(out))
     assert recs and all(set(r.counters) == {"task_clock_ns"} for r in recs)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from counterd import _native
-from counterd.env import ENV_NATIVE
+from counterd.data.env import ENV_NATIVE
 from counterd.markers.recorder import Recorder
 from counterd.markers.sinks import MemorySink, SpoolSink
 from counterd.wire import spool, spool_reader

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from counterd.records import read_jsonl
+from counterd.data.records import read_jsonl
 from tests.counterd.skew_program import skews
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -296,7 +296,7 @@ def test_a_deferred_rank_is_read_by_the_lane_at_its_first_begin(
 
     import counterd
     from counterd import markers
-    from counterd.env import ENV_RANK, MPI_RANK_VARS
+    from counterd.data.env import ENV_RANK, MPI_RANK_VARS
     from counterd.markers import api
 
     for var in (ENV_RANK, *MPI_RANK_VARS):
@@ -315,7 +315,7 @@ def test_a_rank_the_environment_gives_is_not_deferred(monkeypatch: pytest.Monkey
     import multiprocessing
 
     from counterd import markers
-    from counterd.env import ENV_RANK
+    from counterd.data.env import ENV_RANK
     from counterd.markers import api
 
     monkeypatch.setenv(ENV_RANK, "5")
@@ -338,7 +338,7 @@ def test_a_forked_worker_finds_its_rank_in_its_bootstrap_before_its_target(
     import multiprocessing
 
     from counterd import markers
-    from counterd.env import ENV_RANK, MPI_RANK_VARS
+    from counterd.data.env import ENV_RANK, MPI_RANK_VARS
     from counterd.markers import api
 
     for var in (ENV_RANK, *MPI_RANK_VARS):

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from counterd import machine, recording
+from counterd.data.records import read_jsonl
 from counterd.machine.files import ENV_MACHINE
-from counterd.records import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -151,7 +151,7 @@ def test_rank_from_mpi_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_unknown_marker_backend_is_bad_input() -> None:
-    from counterd.errors import BadInput
+    from counterd.data.errors import BadInput
 
     with pytest.raises(BadInput, match="unknown marker backend"):
         configure(backend="nope")
@@ -189,7 +189,7 @@ def test_mpi_ranks_of_one_launch_share_a_run_id(tmp_path: Path) -> None:
     ids = _run_without_recorder([str(mpiexec), "-n", "2", sys.executable,
                                  "examples/bsp_mpi.py", "10000"], tmp_path)
     assert len(ids) == 4
-    # hydra's proxies carry mpiexec's --control-port: the job-wide id (counterd.jobid)
+    # hydra's proxies carry mpiexec's --control-port: the job-wide id (counterd.data.jobid)
     assert len(set(ids)) == 1 and ids[0].startswith("hydra-")
 
 
@@ -265,7 +265,7 @@ class _KnownGroup:
 
     def read(self):  # type: ignore[no-untyped-def]
         from counterd.backends.base import CounterValue, Reading
-        from counterd.events import Source
+        from counterd.data.events import Source
 
         self.reads += 1
         n = self.reads
@@ -303,7 +303,7 @@ def test_lazy_records_equal_the_records_built_at_the_end_marker(mem_recorder: Re
     # A second read gives the same (already built) records.
     assert counterd.records() == lazy
     # The record round-trips through the JSON format unchanged.
-    from counterd.records import SuperstepRecord
+    from counterd.data.records import SuperstepRecord
 
     assert SuperstepRecord.from_json(a.to_json()) == a
 

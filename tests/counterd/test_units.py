@@ -1,4 +1,4 @@
-"""One unit per quantity (counterd/units.py): times in seconds with an SI prefix, grouped
+"""One unit per quantity (counterd/data/units.py): times in seconds with an SI prefix, grouped
 counts, never e-notation; SI base units in the names of machine-readable fields."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from counterd.units import count, counter_text, is_time, seconds, si_name, si_value
+from counterd.data.units import count, counter_text, is_time, seconds, si_name, si_value
 
 E_NOTATION = re.compile(r"\d[eE][+-]?\d")
 
@@ -50,7 +50,7 @@ def test_a_time_counter_is_written_in_seconds() -> None:
 
 
 def test_si_fields_turns_nanosecond_fields_into_seconds() -> None:
-    from counterd.units import si_fields
+    from counterd.data.units import si_fields
 
     row = {"F_ns": 2_500_000.0, "time_ns": 1000, "F1_ns": None, "H": 7, "flag_ns": True,
            "superstep": "0:fill"}

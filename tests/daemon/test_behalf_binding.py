@@ -20,9 +20,9 @@ from counterd.backends.base import CounterValue, Reading, Target
 from counterd.daemon import behalf
 from counterd.daemon.behalf import ClientCounters, Counting, TargetChanged, identify
 from counterd.daemon.store import open_readonly
-from counterd.errors import CounterdError
-from counterd.events import Source
-from counterd.records import FLAGS, SuperstepRecord
+from counterd.data.errors import CounterdError
+from counterd.data.events import Source
+from counterd.data.records import FLAGS, SuperstepRecord
 
 from .conftest import ROOT, DaemonProc
 
@@ -217,7 +217,7 @@ _FORKED_CLIENT = r"""
 import json, os, socket, sys, time
 from counterd.wire import protocol
 from counterd.wire.protocol import FrameType
-from counterd.records import SuperstepRecord
+from counterd.data.records import SuperstepRecord
 
 sock = socket.socket(socket.AF_UNIX)
 sock.connect(sys.argv[1])

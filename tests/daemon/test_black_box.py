@@ -24,7 +24,7 @@ import socket
 import struct
 from pathlib import Path
 
-from counterd.records import SuperstepRecord
+from counterd.data.records import SuperstepRecord
 from counterd.wire import protocol, spool
 from counterd.wire.protocol import FrameType
 from counterd.wire.spool import BOX_MAGIC, HEAD_BYTES, MappedWriter

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from counterd import cli
-from counterd.clocks import Anchor, ClockDomain, boot_id, time_namespace
 from counterd.daemon.schema import SCHEMA_VERSION, migrate, schema_version
 from counterd.daemon.store import ClientClock, RunAnchor, RunInfo, Store
-from counterd.records import SuperstepRecord, read_jsonl
+from counterd.data.clocks import Anchor, ClockDomain, boot_id, time_namespace
+from counterd.data.records import SuperstepRecord, read_jsonl
 from counterd.report import nodes
 
 from .conftest import DaemonProc

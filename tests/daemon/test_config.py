@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from counterd.daemon import config
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 
 
 def test_defaults_are_loopback_and_documented() -> None:

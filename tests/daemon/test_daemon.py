@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from counterd.daemon.store import open_readonly
+from counterd.data.records import SuperstepRecord
 from counterd.markers.sinks import MemorySink
 from counterd.markers.sinks.socket import SocketSink
-from counterd.records import SuperstepRecord
 from counterd.wire import binary_frames, protocol
 from counterd.wire.protocol import FrameType
 
@@ -373,7 +373,7 @@ def test_compact_open_and_close_frames(daemon: DaemonProc) -> None:
     assert c.sync(7) == (FrameType.ACK, {"s": 7})
     c.close()
     from counterd.backends.base import CounterValue
-    from counterd.events import Source
+    from counterd.data.events import Source
 
     expected = SuperstepRecord(
         run_id="compact", index=0, name="exchange", rank=2, pid=4242, cpu=1, begin_ns=150,

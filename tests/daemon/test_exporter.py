@@ -15,10 +15,10 @@ from counterd.daemon.collector import CounterdCollector, registry
 from counterd.daemon.config import WatchRule
 from counterd.daemon.metrics_state import MetricsState, Workload
 from counterd.daemon.sampling import Sampler
-from counterd.errors import CounterAccessDenied
-from counterd.events import Source
+from counterd.data.errors import CounterAccessDenied
+from counterd.data.events import Source
+from counterd.data.records import SuperstepRecord
 from counterd.prediction import Prediction
-from counterd.records import SuperstepRecord
 
 BSP = Workload(1000, "bsp")  # uid 1000's job "bsp"
 W1 = (("uid", "1000"), ("workload", "bsp"))  # its labels
@@ -287,7 +287,7 @@ def test_labelled_counters_are_exported_at_zero_before_their_first_increment() -
     """Issue 34: labelled counters appeared only once non-zero, hiding their first increase
     from rate(). Every known reason, and every record flag of a workload, is there at 0."""
     from counterd.daemon.collector import KNOWN_REASONS
-    from counterd.records import FLAGS
+    from counterd.data.records import FLAGS
 
     st = MetricsState()
     st.observe_records([(rec("r", 0, 0, 0, 10), BSP)], 0.0)

@@ -19,8 +19,8 @@ from counterd.backends.base import CounterValue
 from counterd.daemon.collector import registry
 from counterd.daemon.exporter import OPENMETRICS, TEXT, ExpositionCache, negotiate, serve
 from counterd.daemon.metrics_state import MetricsState, Workload
-from counterd.events import Source
-from counterd.records import SuperstepRecord
+from counterd.data.events import Source
+from counterd.data.records import SuperstepRecord
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 # What Prometheus 2.42 sends (scrape.go: scrapeAcceptHeader)

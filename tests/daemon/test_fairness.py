@@ -29,7 +29,7 @@ from counterd.daemon.session import Session
 from counterd.daemon.shared import Clients, Shared
 from counterd.daemon.store import RunAnchor, RunInfo, Store
 from counterd.daemon.writer import Item, Writer
-from counterd.records import SuperstepRecord
+from counterd.data.records import SuperstepRecord
 from counterd.wire import protocol, query_frames
 from counterd.wire.protocol import FrameType
 from counterd.wire.spool import BOX_MAGIC, HEAD_BYTES

@@ -29,7 +29,7 @@ from counterd.daemon.session import Session
 from counterd.daemon.shared import Clients, Shared
 from counterd.daemon.store import Store
 from counterd.daemon.writer import Item, Writer
-from counterd.records import SuperstepRecord
+from counterd.data.records import SuperstepRecord
 from counterd.wire import protocol
 from counterd.wire.protocol import Decoder, FrameType, ProtocolError
 
@@ -283,7 +283,7 @@ def test_an_exception_text_beyond_its_bounds_is_refused(harness: Harness) -> Non
     """A RECORD's exception (issue 34) is held to what the markers write: text, one line of
     printable characters, at most MAX_EXCEPTION_CHARS, with the flag exception; anything else
     is refused as a malformed record, as a name or param beyond its bounds is."""
-    from counterd.records import MAX_EXCEPTION_CHARS
+    from counterd.data.records import MAX_EXCEPTION_CHARS
 
     raised = ["exception"]
     attacks = {

@@ -14,8 +14,8 @@ import pytest
 from counterd.daemon import config as config_mod
 from counterd.daemon.collector import registry
 from counterd.daemon.metrics_state import MetricsState, Workload
-from counterd.errors import BadInput
-from counterd.records import SuperstepRecord
+from counterd.data.errors import BadInput
+from counterd.data.records import SuperstepRecord
 
 UID = 1000
 
@@ -118,7 +118,7 @@ def test_a_grace_period_below_the_sampling_interval_is_refused(grace: str) -> No
 ])
 def test_batch_job_comes_from_the_batch_systems_variables(env: dict[str, str],
                                                           expected: str | None) -> None:
-    from counterd.env import batch_job
+    from counterd.data.env import batch_job
 
     assert batch_job(env) == expected
 

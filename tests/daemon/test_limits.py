@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from counterd.daemon import config
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
+from counterd.data.records import SuperstepRecord
 from counterd.markers.sinks.socket import SocketSink
-from counterd.records import SuperstepRecord
 from counterd.wire import protocol
 from counterd.wire.protocol import FrameType
 from tests.daemon.conftest import DaemonProc, RawClient

@@ -27,8 +27,8 @@ from counterd.daemon.auth import Peer
 from counterd.daemon.query import Queries
 from counterd.daemon.schema import SCHEMA_VERSION, migrate, schema_version
 from counterd.daemon.store import RunInfo, Store
-from counterd.errors import StoreError
-from counterd.records import SuperstepRecord
+from counterd.data.errors import StoreError
+from counterd.data.records import SuperstepRecord
 from counterd.wire import protocol, query_frames
 from counterd.wire.protocol import FrameType, ProtocolError
 from tests.daemon import _queries

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from counterd.data.records import SuperstepRecord
 from counterd.markers.sinks.socket import SocketSink
-from counterd.records import SuperstepRecord
 
 from .conftest import DaemonProc, free_port
 

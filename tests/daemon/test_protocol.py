@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from counterd.events import CounterValue, Source
-from counterd.records import SuperstepRecord
+from counterd.data.events import CounterValue, Source
+from counterd.data.records import SuperstepRecord
 from counterd.wire import binary_frames, json_frame, protocol, query_frames
 from counterd.wire.protocol import Decoder, FrameType, ProtocolError
 
@@ -75,7 +75,7 @@ def test_unknown_type_and_nan_payload() -> None:
 
 
 def test_flag_bits_cover_every_record_flag_and_round_trip() -> None:
-    from counterd.records import FLAGS
+    from counterd.data.records import FLAGS
 
     assert set(protocol.FLAG_BITS) == set(FLAGS)
     flags = frozenset({"nested", "migrated", "unsupported_counters"})
@@ -88,7 +88,7 @@ def test_flag_bits_cover_every_record_flag_and_round_trip() -> None:
 
 
 def test_sources_on_the_wire_are_the_record_sources() -> None:
-    from counterd.events import Source
+    from counterd.data.events import Source
 
     assert set(protocol.SOURCES) == {s.value for s in Source}
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from counterd import _native
-from counterd.records import SuperstepRecord
+from counterd.data.records import SuperstepRecord
 from tests.daemon.conftest import DaemonProc
 from tests.daemon.test_daemon import run_py, stored, wait_for
 

@@ -11,9 +11,9 @@ import pytest
 from counterd.backends.base import CounterValue
 from counterd.daemon.schema import SCHEMA_VERSION, migrate, schema_version
 from counterd.daemon.store import RunInfo, Sample, Store, open_readonly
-from counterd.errors import StoreError
-from counterd.events import Source
-from counterd.records import SuperstepRecord
+from counterd.data.errors import StoreError
+from counterd.data.events import Source
+from counterd.data.records import SuperstepRecord
 
 
 def rec(index: int, rank: int = 0, end: int | None = 2_000, run: str = "r1",
@@ -37,7 +37,7 @@ def test_wal_round_trip_and_view(tmp_path: Path) -> None:
     rows = conn.execute("SELECT idx, processors, time_ns FROM supersteps ORDER BY idx").fetchall()
     assert rows == [(0, 2, 1000), (1, 2, 1000), (2, 2, 1000)]
     # The SQL view is the store's reading of the one superstep aggregate (records.Superstep).
-    from counterd.records import Superstep
+    from counterd.data.records import Superstep
 
     assert rows == [(s.index, len({r.rank for r in s.records}), s.time_ns)
                     for s in Superstep.group(records)]
@@ -60,7 +60,7 @@ def test_duplicates_ignored_and_complete_replaces_incomplete(tmp_path: Path) -> 
 def test_the_view_has_span_work_and_skew_as_the_superstep_aggregate(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from counterd.records import Superstep
+    from counterd.data.records import Superstep
 
     # Processor 1 begins 700 ns late and works 300 ns; processor 0 works 1,000 ns.
     records = [rec(0, 0), replace(rec(0, 1), begin_ns=1_700), rec(1, 0, end=None), rec(1, 1)]

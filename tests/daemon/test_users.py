@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from counterd.daemon.store import open_readonly
+from counterd.data.records import SuperstepRecord
 from counterd.markers.sinks.socket import SocketSink
-from counterd.records import SuperstepRecord
 
 from .conftest import DaemonProc
 

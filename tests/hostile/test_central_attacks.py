@@ -21,7 +21,7 @@ import pytest
 
 from counterd.central.shipper import Shipper, ShipSettings, _Down
 from counterd.daemon.store import RunInfo, Store
-from counterd.records import SuperstepRecord
+from counterd.data.records import SuperstepRecord
 from tests._postgres import NODE, Cluster, count
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from counterd import cli
-from counterd.clocks import MAX_ANCHORS, Anchor, ClockDomain
-from counterd.errors import BadInput
-from counterd.records import MAX_DOMAINS_PER_FILE, SuperstepRecord
+from counterd.data.clocks import MAX_ANCHORS, Anchor, ClockDomain
+from counterd.data.errors import BadInput
+from counterd.data.records import MAX_DOMAINS_PER_FILE, SuperstepRecord
 from counterd.report import nodes
 from tests.report.cluster_files import MS, REAL0, node_file
 

@@ -28,7 +28,7 @@ from counterd.daemon.config import Config
 from counterd.daemon.exporter import ExpositionCache, serve
 from counterd.daemon.metrics_state import MetricsState
 from counterd.daemon.scrape_access import ScrapeAccess, read_users, tls_context
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 
 OPENSSL = shutil.which("openssl")
 

@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from counterd import launch, recording
-from counterd.errors import BadInput
-from counterd.records import SuperstepRecord
+from counterd.data.errors import BadInput
+from counterd.data.records import SuperstepRecord
 from counterd.wire import framing as wire
 from counterd.wire import spool, spool_reader
 

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from counterd.backends.base import Capability
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from microbench import compute
 
 
@@ -72,7 +72,7 @@ def test_measure_under_callgrind_gives_counted_patterns_with_real_times() -> Non
         c = p["processors"][0]["counters"]
         assert c["instructions"]["source"] == "simulated" and c["instructions"]["value"] > 0
         assert "cpu_features_hidden" in p["flags"] or not any(
-            f.startswith("avx512") for f in __import__("counterd.host").host.cpu_flags())
+            f.startswith("avx512") for f in __import__("counterd.data.host").data.host.cpu_flags())
     tiny, empty = (by[k]["processors"][0]["counters"]["instructions"]["value"]
                    for k in ("compute.np-tiny.n5", "compute.empty.n1"))
     assert tiny > 10 * empty  # five rounds of numpy calls against an empty body

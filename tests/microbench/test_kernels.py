@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from counterd.sim import KIND_CODES, AddressStream, StridedStream
 from microbench.kernels import KernelCall, native_lib, prefault_call
 

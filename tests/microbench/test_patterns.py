@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from counterd.machine import using
 from counterd.machine.description import Machine as DescribedMachine
 from counterd.machine.geometry import Geometry

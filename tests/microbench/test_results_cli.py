@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from microbench import results
 from microbench.catalogue import catalogue
 from microbench.cli import main

@@ -117,7 +117,7 @@ def test_disturbed_measurements_are_taken_again_and_the_least_disturbed_kept():
     times; the attempt with the fewest such flags, then the smallest spread, is kept."""
     from types import SimpleNamespace
 
-    from counterd.errors import BadInput
+    from counterd.data.errors import BadInput
 
     def t(flags, samples):
         return SimpleNamespace(flags=tuple(flags), samples_ns=np.array(samples, float))

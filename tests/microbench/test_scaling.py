@@ -445,7 +445,7 @@ def test_list_refuses_more_processors_than_the_node(tmp_path: Path,
 
 def test_list_without_native_kernels_still_lists(monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from counterd.errors import BackendUnavailable
+    from counterd.data.errors import BackendUnavailable
     from microbench import probe as probe_mod
 
     def missing(*_: object, **__: object) -> None:

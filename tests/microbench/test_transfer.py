@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from microbench import transfer as tr
 from microbench.cli import main
 from microbench.kernels import WORD_BYTES, CopyCall, buffer_address, native_lib

@@ -13,17 +13,17 @@ from predictor.synthetic import make_results, reference_model
 
 
 def test_canonical_names_match_counterd():
-    from counterd.events import NAMES  # the test may import both; the predictor may not
+    from counterd.data.events import NAMES  # the test may import both; the predictor may not
 
     assert tuple(CANONICAL) == tuple(NAMES)
 
 
 # What the predictor may load of counterd: its data-only modules (DESIGN.md section 2; the
 # import-linter contract in pyproject.toml checks the imports, this checks what is loaded).
-COUNTERD_DATA_MODULES = {"counterd", "counterd.records", "counterd.events", "counterd.errors",
-                         "counterd.machine", "counterd.host", "counterd.util",
-                         "counterd.util.fsutil", "counterd.units", "counterd.util.cliutil",
-                         "counterd.clocks"}
+COUNTERD_DATA_MODULES = {"counterd", "counterd.data", "counterd.data.records",
+                         "counterd.data.events", "counterd.data.errors", "counterd.machine",
+                         "counterd.data.host", "counterd.util", "counterd.util.fsutil",
+                         "counterd.data.units", "counterd.util.cliutil", "counterd.data.clocks"}
 
 
 def test_predictor_loads_only_counterd_data_modules():

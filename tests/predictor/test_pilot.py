@@ -232,8 +232,8 @@ def _write_records(path, steps, skew=0):
     ``skew`` ns after rank 0 and working the whole ``work``, rank 0 half of it."""
     import json
 
-    from counterd.events import CounterValue, Source
-    from counterd.records import SuperstepRecord, write_jsonl
+    from counterd.data.events import CounterValue, Source
+    from counterd.data.records import SuperstepRecord, write_jsonl
 
     t0, records = 1_000_000, []
     for i, (name, work) in enumerate(steps):
@@ -248,7 +248,7 @@ def _write_records(path, steps, skew=0):
 
 def test_a_kept_campaign_loads_back_as_its_pilot_runs(tmp_path):
     """``--keep DIR`` records, read back: the counted run's counters with the timed runs'
-    median span and work, every timed run's span and work kept (as counterd.records.Superstep
+    median span and work, every timed run's span and work kept (as counterd.data.records.Superstep
     gives them); a timed run with other supersteps is refused."""
     for n in SIZES[:3]:
         _write_records(record_path(tmp_path, "counted", n), [("a", 9e9), ("b", 9e9)])

@@ -417,14 +417,14 @@ def test_the_checking_runs_are_counterd_records_own_times(tmp_path, monkeypatch)
     """A checking run is ``counterd record`` of the user's command with nothing but the timing
     options (``--backend none``, the campaign's ``--cpu-features``) and its output file, and
     the times the check compares with are the record's own: the medians of what
-    ``counterd.records.Superstep`` reads from those files (the slowest processor's own time,
+    ``counterd.data.records.Superstep`` reads from those files (the slowest processor's own time,
     the span, the start skew), no other clock and no other process. (A timing comparison of a
     checking run with a separate ``counterd record`` belongs in bench/prefix_check.py.)"""
     import subprocess
     import sys
     from pathlib import Path
 
-    from counterd.records import Superstep, read_jsonl
+    from counterd.data.records import Superstep, read_jsonl
 
     (tmp_path / "prog.py").write_text(PROG)
     template = f"{sys.executable} {tmp_path / 'prog.py'} {{n}}"

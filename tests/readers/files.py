@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from counterd.backends.base import CounterValue
-from counterd.events import Source
-from counterd.records import SuperstepRecord, write_jsonl
+from counterd.data.events import Source
+from counterd.data.records import SuperstepRecord, write_jsonl
 from counterd.util.fsutil import MAX_LINE_BYTES
 
 BINARY = bytes(range(256)) * 8 + b"\xff\xfe\x00\x80\xc3\x28" * 100

@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 
 from counterd import report
 from counterd.daemon import config as daemon_config
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
+from counterd.data.records import SuperstepRecord, read_jsonl
 from counterd.machine.files import load_file as load_machine
-from counterd.records import SuperstepRecord, read_jsonl
 from counterd.wire import spool_reader
 from microbench import cli as microbench_cli
 from microbench import results as mb_results

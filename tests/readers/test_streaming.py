@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from counterd import report
 from counterd.backends.base import CounterValue
-from counterd.events import Source
-from counterd.records import Superstep, SuperstepRecord
+from counterd.data.events import Source
+from counterd.data.records import Superstep, SuperstepRecord
 
 NAMES = ("loads", "stores", "l1d_misses")
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from counterd.clocks import Anchor, ClockDomain
-from counterd.records import SuperstepRecord, write_jsonl
+from counterd.data.clocks import Anchor, ClockDomain
+from counterd.data.records import SuperstepRecord, write_jsonl
 
 REAL0 = 1_800_000_000 * 10**9  # the run's realtime origin
 MS = 1_000_000

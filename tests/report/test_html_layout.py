@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from counterd import prediction, report
-from counterd.events import NAMES, CounterValue, Source
+from counterd.data.events import NAMES, CounterValue, Source
+from counterd.data.records import SuperstepRecord, read_jsonl
 from counterd.prediction import Prediction
-from counterd.records import SuperstepRecord, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = next((p for n in ("chromium", "chromium-browser", "google-chrome")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from counterd import cli
-from counterd.clocks import Anchor
-from counterd.errors import BadInput
+from counterd.data.clocks import Anchor
+from counterd.data.errors import BadInput
 from counterd.report import nodes
 from tests.report.cluster_files import MS, REAL0, node_file
 

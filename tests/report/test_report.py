@@ -16,9 +16,9 @@ import pytest
 from counterd import cli, prediction, report
 from counterd.backends.base import CounterValue
 from counterd.daemon.store import store_records
-from counterd.events import Source
+from counterd.data.events import Source
+from counterd.data.records import SuperstepRecord, write_jsonl
 from counterd.prediction import Prediction
-from counterd.records import SuperstepRecord, write_jsonl
 
 # Two processors, three supersteps. Superstep 1: rank 0 has 3x rank 1's misses and runs
 # 1.0 ms from t=1000 ns to 1_001_000; rank 1 runs 0.5 ms from 2_000 to 502_000.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from counterd.machine.geometry import Geometry
 from counterd.machine.memory import BankMap
 from counterd.sim import AddressStream, CacheSim, CoherentSim, StridedStream, native_status

@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 import pytest
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from counterd.machine.geometry import CacheLevel, Geometry, hash_low, mix64, set_index
 from counterd.machine.memory import BankMap
 from counterd.sim import AddressStream, CacheSim, CoherentSim, StridedStream, native_status

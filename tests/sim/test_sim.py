@@ -16,8 +16,8 @@ import pytest
 
 from counterd.backends.base import Backend, CounterGroup, Reading
 from counterd.backends.sim import SimBackend
-from counterd.errors import BadInput, UnknownCounter
-from counterd.events import Source
+from counterd.data.errors import BadInput, UnknownCounter
+from counterd.data.events import Source
 from counterd.machine.geometry import SGI_POWER_CHALLENGE, Geometry, parse_size
 from counterd.machine.memory import SGI_BANKS, BankMap
 from counterd.machine.sysfs import read, read_levels

@@ -88,8 +88,8 @@ from counterd.backends.base import Capability, CounterGroup, Target
 from counterd.backends.callgrind.dumps import counter_support
 from counterd.backends.callgrind.geometry import CallgrindGeometry
 from counterd.backends.callgrind.valgrind import INSTALL_FIX, NAME, valgrind_path, valgrind_version
-from counterd.errors import BackendUnavailable, BadInput
-from counterd.events import Source
+from counterd.data.errors import BackendUnavailable, BadInput
+from counterd.data.events import Source
 from counterd.machine.description import Machine
 
 

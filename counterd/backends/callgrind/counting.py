@@ -24,7 +24,7 @@ from counterd.backends.callgrind.run import run
 from counterd.backends.callgrind.valgrind import BEGIN, END, NAME, CallgrindError
 
 if TYPE_CHECKING:
-    from counterd.records import SuperstepRecord
+    from counterd.data.records import SuperstepRecord
 
 
 def boundary_calls_from_spool(
@@ -58,7 +58,7 @@ def boundary_calls_from_spool(
 
 def _exception_of(line: dict[str, Any]) -> str | None:
     """A spool ``record`` line's exception text where it is one a record may hold."""
-    from counterd.records import MAX_EXCEPTION_CHARS
+    from counterd.data.records import MAX_EXCEPTION_CHARS
 
     text = line.get("exception")
     if isinstance(text, str) and 0 < len(text) <= MAX_EXCEPTION_CHARS and text.isprintable():
@@ -136,8 +136,8 @@ def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
     ``unsupported["*"]``). ``whole`` sums every readable dump of every process: the command as
     one superstep.
     """
-    from counterd.env import ENV_BACKEND, ENV_SPOOL
-    from counterd.records import SuperstepRecord
+    from counterd.data.env import ENV_BACKEND, ENV_SPOOL
+    from counterd.data.records import SuperstepRecord
     from counterd.wire.spool import files as spool_files
 
     geo = geometry if geometry is not None else CallgrindGeometry.from_machine()

@@ -18,7 +18,7 @@ from counterd.backends.callgrind.valgrind import (
     OUT_PREFIX,
     CallgrindError,
 )
-from counterd.events import NAMES, Source
+from counterd.data.events import NAMES, Source
 
 _TWO_LEVELS = "callgrind simulates two levels: L1 and the last level"
 _UNSUPPORTED: dict[str, str] = {

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 from counterd.machine import current as current_machine
 from counterd.machine.description import Machine
 

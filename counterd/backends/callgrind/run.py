@@ -23,7 +23,7 @@ from counterd.backends.callgrind.valgrind import (
     valgrind_argv,
     valgrind_path,
 )
-from counterd.errors import BackendUnavailable, BadInput
+from counterd.data.errors import BackendUnavailable, BadInput
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from counterd.backends.callgrind.geometry import CallgrindGeometry
-from counterd.errors import BadInput, CounterdError
+from counterd.data.errors import BadInput, CounterdError
 
 NAME = "callgrind"
 #: The symbol whose every call closes one dump (see the module docstring: call it from C).

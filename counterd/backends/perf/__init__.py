@@ -75,9 +75,9 @@ from counterd.backends.perf.tables import (
     parse_table,
     pmu_facts,
 )
-from counterd.errors import CounterdError, EventNotSupported, UnknownCounter
-from counterd.events import NAMES, Source, scale
-from counterd.host import core_pmu, no_pmu_reason, parse_cpuinfo, read_paranoid
+from counterd.data.errors import CounterdError, EventNotSupported, UnknownCounter
+from counterd.data.events import NAMES, Source, scale
+from counterd.data.host import core_pmu, no_pmu_reason, parse_cpuinfo, read_paranoid
 from counterd.perf_abi import PerfPlan, parse_single_read
 
 # Files under <sysfs>/bus/event_source/devices/<pmu>/caps/ that would give the number of

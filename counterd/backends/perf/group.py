@@ -34,8 +34,8 @@ from counterd.backends.perf.syscall import (
     translate_errno,
 )
 from counterd.backends.perf.tables import EventSpec
-from counterd.errors import CounterAccessDenied, CounterdError, EventNotSupported
-from counterd.events import Source, measured, scale
+from counterd.data.errors import CounterAccessDenied, CounterdError, EventNotSupported
+from counterd.data.events import Source, measured, scale
 from counterd.perf_abi import parse_single_read
 
 # --------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The ``perf_event_open(2)`` syscall for the perf backend: ``struct perf_event_attr`` (ctypes)
 and the ABI constants, the syscall, the ioctl and fd helpers around it, and errno translation.
-Errors from the kernel become :mod:`counterd.errors` in one pure function,
+Errors from the kernel become :mod:`counterd.data.errors` in one pure function,
 :func:`translate_errno`. The syscall itself, its number and the plan and read layout the
 launcher shares are :mod:`counterd.perf_abi`'s (the one entry point of the call; the launcher,
 a command, imports them from there, and this package imports no command).
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from counterd.backends.base import Target
-from counterd.errors import (
+from counterd.data.errors import (
     BackendUnavailable,
     CounterAccessDenied,
     CounterdError,
@@ -155,7 +155,7 @@ assert ctypes.sizeof(PerfEventAttr) == PERF_ATTR_SIZE_VER8  # layout guard, not 
 
 
 # --------------------------------------------------------------------------------------------
-# Errno translation (pure): kernel errors as counterd.errors
+# Errno translation (pure): kernel errors as counterd.data.errors
 # --------------------------------------------------------------------------------------------
 
 

@@ -28,7 +28,7 @@ from counterd.backends.perf.syscall import (
     PERF_TYPE_RAW,
     PERF_TYPE_SOFTWARE,
 )
-from counterd.errors import CounterdError
+from counterd.data.errors import CounterdError
 
 # --------------------------------------------------------------------------------------------
 # Event tables: versioned data files in counterd/backends/perf/events/*.json
@@ -40,7 +40,7 @@ class EventSpec:
     """How to count one canonical counter: ``perf_event_attr.type``/``config`` (+ config1).
 
     ``event`` is the vendor's or perf's name for it; ``note`` says where it differs from the
-    canonical definition in counterd/events.py (an honest caveat, empty when it matches);
+    canonical definition in counterd/data/events.py (an honest caveat, empty when it matches);
     ``source`` what the encoding was checked against; ``verified`` is False where no vendor
     or kernel list has the event (the note says which list it comes from).
     ``kernel_side``: the event only ever fires in kernel mode, so it is opened without

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from counterd.env import ENV_SOCKET, ENV_SPOOL
+from counterd.data.env import ENV_SOCKET, ENV_SPOOL
 from counterd.markers.sinks.base import Sink
 from counterd.markers.sinks.memory import MemorySink
 from counterd.markers.sinks.spool import SpoolSink
@@ -34,7 +34,7 @@ def make_sink(spool: Path | None, sock: Path | str | None) -> Sink:
     """The one place that chooses where a process's markers go, first match wins:
     ``spool`` or ``sock`` (``configure``); ``COUNTERD_SPOOL`` (set by ``counterd record``);
     ``COUNTERD_SOCKET`` (a path; ``off`` disables the daemon); the daemon's default socket
-    (:func:`counterd.env.default_socket_path`) if it exists; else memory."""
+    (:func:`counterd.data.env.default_socket_path`) if it exists; else memory."""
     env = os.environ
     if spool:
         return SpoolSink(spool)
@@ -45,7 +45,7 @@ def make_sink(spool: Path | None, sock: Path | str | None) -> Sink:
     if sock is None:
         path = env.get(ENV_SOCKET)
         if path is None:
-            from counterd.env import default_socket_path
+            from counterd.data.env import default_socket_path
 
             default = default_socket_path()
             path = str(default) if default.exists() else None

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from counterd.data.records import Param, SuperstepRecord
 from counterd.markers import identity
 from counterd.markers.step import Step, parts
-from counterd.records import Param, SuperstepRecord
 from counterd.wire import framing as protocol  # the framing, not the typed frames: cheap to import
 
 

@@ -23,10 +23,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from counterd.env import ENV_JOB, batch_job
+from counterd.data.env import ENV_JOB, batch_job
+from counterd.data.records import SuperstepRecord
 from counterd.markers import identity
 from counterd.markers.sinks.base import as_record, begin_line, close_frame, context_payload
-from counterd.records import SuperstepRecord
 
 if TYPE_CHECKING:
     from counterd.markers.step import Step

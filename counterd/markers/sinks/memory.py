@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from counterd.data.records import Param, SuperstepRecord
 from counterd.markers import identity
-from counterd.records import Param, SuperstepRecord
 
 if TYPE_CHECKING:
     from counterd.markers.sinks.base import Sink

@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from counterd.data.records import Param, SuperstepRecord
 from counterd.markers import identity
 from counterd.markers.sinks.link import BLOCK_S, DaemonLink, line_of
 from counterd.markers.sinks.memory import MemorySink
 from counterd.markers.sinks.spill import SpillFile
-from counterd.records import Param, SuperstepRecord
 
 if TYPE_CHECKING:
     from counterd.markers.sinks.base import Sink

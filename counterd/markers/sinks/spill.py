@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from counterd.env import ENV_SPILL
+from counterd.data.env import ENV_SPILL
+from counterd.data.records import SuperstepRecord
 from counterd.markers.sinks.base import as_record
-from counterd.records import SuperstepRecord
 from counterd.wire import spool
 
 if TYPE_CHECKING:

@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from counterd.env import ENV_SPOOL
-from counterd.errors import BadInput
+from counterd.data.env import ENV_SPOOL
+from counterd.data.errors import BadInput
+from counterd.data.records import SuperstepRecord
 from counterd.markers import identity
 from counterd.markers.sinks.base import as_record, begin_line, close_frame, context_payload
-from counterd.records import SuperstepRecord
 from counterd.wire import framing as protocol  # the framing, not the typed frames: cheap to import
 from counterd.wire import spool
 

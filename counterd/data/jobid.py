@@ -21,7 +21,7 @@ order (the first found wins; the most specific launch before the batch job holdi
    Both name the batch job, not one launch within it: two mpiexecs of one batch job share it.
 
 Launcher and batch ids are used only for MPI ranks (a launcher's rank variable is set:
-:data:`counterd.env.MPI_RANK_VARS`); a plain program in a batch job keeps a per-process-tree
+:data:`counterd.data.env.MPI_RANK_VARS`); a plain program in a batch job keeps a per-process-tree
 id. Where nothing shared exists, the id is node-local (:func:`counterd.markers.identity.
 default_run_id`): ranks on other nodes get other ids, and ``counterd report`` says so.
 
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import os
 
-from counterd.env import ENV_RUN_ID, MPI_RANK_VARS
+from counterd.data.env import ENV_RUN_ID, MPI_RANK_VARS
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing (see counterd/__init__)
 if TYPE_CHECKING:

@@ -55,7 +55,7 @@ class BadInput(CounterdError):
 
 
 class UnknownCounter(BadInput):
-    """``choices``: the names it could have been (counterd.events.NAMES, given by the raiser:
+    """``choices``: the names it could have been (counterd.data.events.NAMES, given by the raiser:
     this module is below every other and imports none of them)."""
 
     def __init__(self, name: str, choices: Sequence[str] = ()) -> None:

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from counterd.errors import BadInput
-from counterd.events import CounterValue, Source
+from counterd.data.errors import BadInput
+from counterd.data.events import CounterValue, Source
 
 if TYPE_CHECKING:
-    from counterd.clocks import ClockDomain
+    from counterd.data.clocks import ClockDomain
 
 # Format history:
 #   1 - first version (run_id, index, name, rank, pid, cpu, begin/end ns, counters with source,
@@ -462,14 +462,14 @@ class RecordResult:
     # What of the command's spool was not read (counterd.wire.spool_reader.Skipped.line), one per
     # file.
     skipped: tuple[str, ...] = ()
-    # This node's clock domain for the run, with the recorder's anchors (counterd.clocks).
+    # This node's clock domain for the run, with the recorder's anchors (counterd.data.clocks).
     domain: ClockDomain | None = None
 
 
 def write_jsonl(records: Iterable[SuperstepRecord], path: Path,
                 header: Iterable[Mapping[str, Any]] = ()) -> int:
     """Write records as JSON lines atomically (temp file + rename), after the ``header``
-    lines (clock domains: :mod:`counterd.clocks`). Returns the count of records.
+    lines (clock domains: :mod:`counterd.data.clocks`). Returns the count of records.
 
     On any error the temp file is removed, so no partial file pretends to be complete.
     """
@@ -491,8 +491,8 @@ def read_jsonl(path: Path, domains: list[ClockDomain] | None = None
     """The records of a JSON-lines file, one at a time (a file of any size is read in bounded
     memory). BadInput, naming the line, for a line that is not a strict JSON record
     (:mod:`counterd.util.strictjson`, :meth:`SuperstepRecord.from_json`). Clock-domain lines
-    (:mod:`counterd.clocks`) are checked and appended to ``domains`` (dropped when None)."""
-    from counterd.clocks import CLOCK_FORMAT, ClockDomain
+    (:mod:`counterd.data.clocks`) are checked and appended to ``domains`` (dropped when None)."""
+    from counterd.data.clocks import CLOCK_FORMAT, ClockDomain
     from counterd.util.fsutil import bounded_lines
     from counterd.util.strictjson import Malformed, loads
 

@@ -97,7 +97,7 @@ WRITEBACK_COUNTERS = ("l1d_writebacks", "l2_writebacks", "l3_writebacks")
 
 def check_names(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """Validate canonical counter names; raise UnknownCounter naming the bad one and the choices."""
-    from counterd.errors import UnknownCounter
+    from counterd.data.errors import UnknownCounter
 
     for name in names:
         if name not in BY_NAME:

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from counterd.errors import BadInput
+from counterd.data.errors import BadInput
 
 CLOCK_FORMAT = "counterd-clock-domain"
 CLOCK_VERSION = 1
@@ -172,7 +172,7 @@ class ClockDomain:
     timens: str
     anchors: tuple[Anchor, ...]
     sync_bound_ns: int | None = None
-    run_id_source: str = "unknown"  # a key of counterd.jobid.SOURCES
+    run_id_source: str = "unknown"  # a key of counterd.data.jobid.SOURCES
 
     @property
     def key(self) -> tuple[str, str]:
@@ -213,7 +213,7 @@ class ClockDomain:
     def from_json(cls, d: Mapping[str, Any]) -> ClockDomain:
         """The domain of a JSON object as :meth:`to_json` writes it; BadInput for anything
         else (wrong types, anchors out of order or range, more than MAX_ANCHORS)."""
-        from counterd.jobid import SOURCES
+        from counterd.data.jobid import SOURCES
 
         if d.get("version") != CLOCK_VERSION:
             raise BadInput(f"clock domain version {d.get('version')!r:.20} (this counterd "
