@@ -37,7 +37,8 @@ class Daemon:
         env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERD_")}
         if src is not None:
             env["PYTHONPATH"] = str(src)
-        self.proc = subprocess.Popen([sys.executable, "-m", "counterd.cli", "run", "--config",
+        self.proc = subprocess.Popen([sys.executable, "-m", "counterd.commands.cli", "run",
+                                      "--config",
                                       str(self.config)], env=env, cwd=src,
                                      stderr=(tmp / "daemon.log").open("wb"))
         deadline = time.monotonic() + 20

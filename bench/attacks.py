@@ -115,7 +115,7 @@ class LiveDaemon:
             if limit is not None:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
-        self.proc = subprocess.Popen([PY, "-m", "counterd.cli", "run", "--config",
+        self.proc = subprocess.Popen([PY, "-m", "counterd.commands.cli", "run", "--config",
                                       str(self.config)], env=env, cwd=self.src,
                                      stdout=subprocess.DEVNULL, stderr=self.log.open("ab"),
                                      preexec_fn=lower_nofile)
@@ -1130,7 +1130,7 @@ def _cli(chan: _Chan, argv: list[str], sock: str, uid: int) -> dict[str, Any]:
 def _run_cli(argv: list[str]) -> dict[str, Any]:
     import io
 
-    from counterd.cli import main
+    from counterd.commands.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     sys.stdout, sys.stderr = out, err
@@ -1787,7 +1787,7 @@ def _hostile_files(lab: Lab) -> dict[str, dict[str, Path]]:
 # command name -> (format, argv with FILE, kinds whose file is acceptable input)
 def _commands(lab: Lab) -> dict[str, tuple[str, list[str], frozenset[str]]]:
     f = lab.files
-    c, p, m = ["-m", "counterd.cli"], ["-m", "predictor.cli"], ["-m", "microbench.cli"]
+    c, p, m = ["-m", "counterd.commands.cli"], ["-m", "predictor.cli"], ["-m", "microbench.cli"]
     return {
         "counterd report --records": ("records", [*c, "report", "--records", "FILE"],
                                       frozenset({"empty"})),
@@ -1907,7 +1907,7 @@ def bad_files(lab: Lab) -> list[Check]:
             why.append(f"{err.strip().count(chr(10)) + 1} lines on stderr")
         checks.append(Check(f"{cname} < {kind}", "; ".join(why) or None))
     # a profile fitted on another host: predict warns; counterd report must too
-    p = subprocess.run([PY, "-m", "counterd.cli", "report", "--records",
+    p = subprocess.run([PY, "-m", "counterd.commands.cli", "report", "--records",
                         str(lab.files["records.jsonl"]), "--profile",
                         str(lab.files["profile.toml"])], capture_output=True, text=True,
                        cwd=lab.src, env=_env(lab.src), timeout=120)
@@ -1970,7 +1970,8 @@ def record_hostile(src: Path, tmp: Path, kind: str, size: int = 0, target: str =
     endfile = work / "end"
     out = work / "r.jsonl"
     env = {**_env(src), "TMPDIR": str(work)}
-    argv = [PY, "-m", "counterd.cli", "record", "--backend", "none", "--out", str(out), "--",
+    argv = [PY, "-m", "counterd.commands.cli", "record", "--backend", "none", "--out", str(out),
+            "--",
             PY, str(HOSTILE_SPOOL), kind, str(size), target, str(endfile)]
 
     def guard() -> None:
@@ -2102,7 +2103,8 @@ def recorder_sigkill(lab: Lab) -> list[Check]:
     work.mkdir()
     env = {**_env(lab.src), "TMPDIR": str(work)}
     sleeper = [PY, "-c", "import time; time.sleep(1.5)"]
-    rec = subprocess.Popen([PY, "-m", "counterd.cli", "record", "--backend", "none", "--out",
+    rec = subprocess.Popen([PY, "-m", "counterd.commands.cli", "record", "--backend", "none",
+                            "--out",
                             str(work / "a.jsonl"), "--", *sleeper], env=env, cwd=lab.src,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20
@@ -2128,7 +2130,7 @@ def recorder_sigkill(lab: Lab) -> list[Check]:
     assert holder.stdout is not None
     live = Path(holder.stdout.readline().strip())
     os.utime(live, (old, old))
-    p = subprocess.run([PY, "-m", "counterd.cli", "record", "--backend", "none", "--out",
+    p = subprocess.run([PY, "-m", "counterd.commands.cli", "record", "--backend", "none", "--out",
                         str(work / "b.jsonl"), "--", "true"], env=env, cwd=lab.src,
                        capture_output=True, text=True, timeout=120)
     holder.kill()

@@ -185,8 +185,8 @@ def main() -> int:
         return 2
     trees = [ROOT, *(t.resolve() for t in args.compare_with)]
     for t in trees[1:]:
-        if not (t / "counterd" / "cli.py").is_file():
-            print(f"central_ship: --compare-with {t}: no counterd/cli.py there; give a "
+        if not (t / "counterd" / "__init__.py").is_file():
+            print(f"central_ship: --compare-with {t}: no counterd/__init__.py there; give a "
                   "checkout of this repository", file=sys.stderr)
             return 2
     import pytest
@@ -325,10 +325,11 @@ def _time_reports(c: Any, trees: list[Path], runs: int) -> bool:
     False when the trees' reports differ."""
     import resource
 
+    from record_overhead import cli_module  # the tree's own entry: an older one has counterd.cli
+
     from tests import _postgres
 
-    argv = [sys.executable, "-m", "counterd.cli", "report", "--central",
-            c.dsn(user=_postgres.ADMIN), "--run", "bench-run"]
+    args = ["report", "--central", c.dsn(user=_postgres.ADMIN), "--run", "bench-run"]
     base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     outputs: dict[Path, str] = {}
     times: dict[Path, list[tuple[float, float]]] = {t: [] for t in trees}
@@ -337,6 +338,7 @@ def _time_reports(c: Any, trees: list[Path], runs: int) -> bool:
             env = {**base, "PYTHONPATH": str(tree)}
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.monotonic()
+            argv = [sys.executable, "-m", cli_module(tree), *args]
             done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tree)
             took = time.monotonic() - t0
             after = resource.getrusage(resource.RUSAGE_CHILDREN)

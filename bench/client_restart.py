@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _daemon import Daemon  # noqa: E402
 from _host import host_line  # noqa: E402
 
+from counterd.commands.importing import import_files, read_spill  # noqa: E402
 from counterd.daemon.store import open_readonly  # noqa: E402
-from counterd.importing import import_files, read_spill  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENT = textwrap.dedent("""

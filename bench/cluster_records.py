@@ -79,7 +79,7 @@ def run_job(c: Cluster, hosts: int, ranks: int, steps: int, out: Path) -> list[P
     prog.write_text(PROGRAM)
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("COUNTERD_")},
            "PYTHONPATH": str(ROOT), "COUNTERD_SOCKET": "off"}
-    rank_cmd = (f'exec {sys.executable} -m counterd.cli record --backend none '
+    rank_cmd = (f'exec {sys.executable} -m counterd.commands.cli record --backend none '
                 f'--out {out}/rank-$PMI_RANK.jsonl -- {sys.executable} {prog} {steps}')
     argv = [*c.enter(c.hosts[0]), str(MPIEXEC), "-launcher", "ssh", "-launcher-exec",
             str(c.launcher()), "-iface", "eth0", "-hosts", ",".join(c.hosts), "-ppn",

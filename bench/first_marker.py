@@ -97,7 +97,8 @@ def _measure(backend: str, how: str, n: int, rounds: int, steps: int,
           str(steps), str(out)]
     for _ in range(rounds if how == "mpi" else 1):
         cmd = [str(MPIEXEC), "-n", str(n), *me] if how == "mpi" else me
-        subprocess.run([sys.executable, "-m", "counterd.cli", "record", "--backend", backend,
+        subprocess.run([sys.executable, "-m", "counterd.commands.cli", "record", "--backend",
+                        backend,
                         "--out", str(tmp / "rec.jsonl"), "--", *cmd], env=env, cwd=tmp,
                        check=True, capture_output=True, timeout=600)
     return [json.loads(line) for line in out.read_text().splitlines()]

@@ -187,14 +187,14 @@ class Cluster:
 
     def start_daemon(self, i: int) -> subprocess.Popen[bytes]:
         return self.run(f"counterd-n{i}", self.ns(i), f"node{i:03d}",
-                        [sys.executable, "-m", "counterd.cli", "run", "--config",
+                        [sys.executable, "-m", "counterd.commands.cli", "run", "--config",
                          str(self.tmp / f"n{i}" / "counterd.toml")], {"PYTHONPATH": str(ROOT)})
 
     def build(self, n: int, scrape_s: float, *, alert_for: str | None = None,
               grace_s: float = 60) -> None:
         """N hosts with their daemons, the file_sd JSON, and Prometheus scraping every
         ``scrape_s`` (``alert_for`` replaces the rules' ``for: 1m``: tests)."""
-        from counterd import cli
+        from counterd.commands import cli
 
         for i in range(1, n + 1):
             self.hosts.append(f"{NET}.{i}")

@@ -4,8 +4,8 @@ Both wrap the same programs: a numpy job of about one second that marks ten supe
 issue's target, <= 1.02), ``sleep`` for as long, which leaves the CPUs idle (what the
 recorder costs when its own work after the command's exec takes no CPU from the command), and
 ``python -c "import numpy"``, a command of about 0.1 s that ends before the recorder's own
-work has begun (it waits for the command's start-up: counterd.recording.STARTUP_S), for which
-there is no target.
+work has begun (it waits for the command's start-up: counterd.commands.recording.STARTUP_S),
+for which there is no target.
 Runs alternate (perf stat, counterd record, perf stat, ...) so a drift of the host falls on
 both alike, and each is timed from outside (wall clock of the whole command, start to exit).
 The figure is the median over pairs of each pair's ratio (the two runs of a pair are seconds
@@ -130,6 +130,26 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
     return time.monotonic() - t0
 
 
+def cli_module(tree: Path) -> str:
+    """The module of ``counterd``'s console entry in the checkout at ``tree``:
+    counterd/commands/cli.py since the layered layout (issue 30), counterd/cli.py before it
+    (``--against`` an older revision)."""
+    return ("counterd.commands.cli" if (tree / "counterd" / "commands" / "cli.py").is_file()
+            else "counterd.cli")
+
+
+def console_script(tree: Path) -> str:
+    """A ``counterd`` console script for the checkout at ``tree``, as pip writes one (the venv's
+    own names the entry of the installed layout, which an older revision may not have)."""
+    path = tree / "counterd-console"
+    path.write_text(f"#!{sys.executable}\nimport sys\nfrom {cli_module(tree)} import console\n"
+                    "if __name__ == '__main__':\n"
+                    "    sys.argv[0] = sys.argv[0].removesuffix('.exe')\n"
+                    "    sys.exit(console())\n")
+    path.chmod(0o755)
+    return str(path)
+
+
 def export_revision(rev: str, dest: Path) -> dict[str, str]:
     """This repository at ``rev`` in ``dest``, its C extensions built in place and its bytecode
     compiled: the environment that makes the venv's ``counterd`` run that code (PYTHONPATH
@@ -181,6 +201,7 @@ def main() -> int:
         os.environ.pop("XDG_RUNTIME_DIR", None)
         against = (export_revision(a.against, Path(tmp) / "against")
                    if a.against is not None else None)
+        against_bin = console_script(Path(tmp) / "against") if against is not None else ""
         if against is not None:
             rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", a.against],
                                  check=True, capture_output=True, text=True).stdout.strip()
@@ -201,6 +222,7 @@ def main() -> int:
                     "--", *job]
             rec = [counterd_bin, "record", "--backend", a.backend, "--out",
                    str(Path(tmp) / "rec.jsonl"), "--", *job]
+            rec_b = [against_bin, *rec[1:]]
             holder = None
             if host_of == "held":  # one task event open on the host for the whole measurement
                 holder = subprocess.Popen([perf, "stat", "-e", "task-clock", "-x,", "-o",
@@ -212,14 +234,14 @@ def main() -> int:
                 timed(rec)
                 ts, tr, tb = [], [], []
                 if against is not None:
-                    timed(rec, against)
+                    timed(rec_b, against)
                 for i in range(a.pairs):
                     ts.append(timed(stat))
                     if against is not None and i % 2:  # the two recorders' order alternates
-                        tb.append(timed(rec, against))
+                        tb.append(timed(rec_b, against))
                     tr.append(timed(rec))
                     if against is not None and not i % 2:
-                        tb.append(timed(rec, against))
+                        tb.append(timed(rec_b, against))
             finally:
                 if holder is not None:
                     holder.terminate()

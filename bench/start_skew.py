@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from _host import guarded, host_line  # noqa: E402
 from _pyperf import PyperfOut, add_option  # noqa: E402
-from record_overhead import export_revision  # noqa: E402
+from record_overhead import cli_module, export_revision  # noqa: E402
 
 from counterd.data.records import read_jsonl  # noqa: E402
 from tests.counterd.skew_program import skews  # noqa: E402
@@ -41,7 +41,7 @@ MPIEXEC = Path(sys.executable).parent / "mpiexec"
 
 
 def _record(env: dict[str, str], backend: str, how: str, n: int, rounds: int,
-            out: Path) -> list[tuple[int, int]]:
+            out: Path, cli: str) -> list[tuple[int, int]]:
     """(first, second) start skews, ns, of ``rounds`` rounds of ``how`` with ``n`` processes."""
     pairs: list[tuple[int, int]] = []
     launches = rounds if how == "mpi" else 1
@@ -51,7 +51,7 @@ def _record(env: dict[str, str], backend: str, how: str, n: int, rounds: int,
         path = out.with_suffix(f".{k}.jsonl")
         # Not run from the repository's root: `python -m` puts the working directory first on
         # the path, where this tree's counterd would shadow the revision under comparison.
-        subprocess.run([sys.executable, "-m", "counterd.cli", "record", "--backend", backend,
+        subprocess.run([sys.executable, "-m", cli, "record", "--backend", backend,
                         "--out", str(path), "--", *cmd], env=env, cwd=out.parent, check=True,
                        capture_output=True, timeout=600)
         pairs += list(skews(read_jsonl(path)).values())
@@ -91,20 +91,20 @@ def main() -> int:
     base["COUNTERD_SOCKET"] = "off"
     hows = [h for h in a.how.split(",") if h != "mpi" or MPIEXEC.exists()]
     with tempfile.TemporaryDirectory(prefix="start-skew-") as tmp:
-        trees = [("this tree", base)]
+        trees = [("this tree", base, cli_module(ROOT))]
         if a.against is not None:
             env = export_revision(a.against, Path(tmp) / "against")
             env = {k: v for k, v in env.items() if not k.startswith("COUNTERD_")}
             env["COUNTERD_SOCKET"] = "off"
-            trees.insert(0, (f"at {a.against}", env))
+            trees.insert(0, (f"at {a.against}", env, cli_module(Path(tmp) / "against")))
         for backend in a.backend.split(","):
             for how in hows:
                 for n in (int(x) for x in a.procs.split(",")):
                     print(f"{backend}, {how}, {n} processes, {a.rounds} rounds "
                           "(start skew of the first and of the second superstep):")
-                    for label, env in trees:
+                    for label, env, cli in trees:
                         pairs = _record(env, backend, how, n, a.rounds,
-                                        Path(tmp) / f"{backend}-{how}-{n}-{len(label)}")
+                                        Path(tmp) / f"{backend}-{how}-{n}-{len(label)}", cli)
                         print(_row(label, pairs), flush=True)
                         at = "" if label == "this tree" else f" at {a.against}"
                         for k, which in ((0, "first"), (1, "second")):

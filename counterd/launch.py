@@ -6,7 +6,7 @@ ctypes is the fallback): no dataclasses, typing, pathlib or the backends package
 20-40 ms to import on the way (perf stat starts its command 8.7-9.0 ms after its own start on
 the VM this was measured on, bench/record_overhead.py; tests/counterd/test_launch.py holds the
 recorder to these modules). What the recorder needs of heavier modules it loads while the
-command runs (:mod:`counterd.recording`).
+command runs (:mod:`counterd.commands.recording`).
 
 - :func:`spawn`: the command's process, started with posix_spawn; counters opened on the
   recorder before it (inherit, enable_on_exec) count it from its first instruction.

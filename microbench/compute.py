@@ -260,8 +260,8 @@ def measure(*, quick: bool, reps: int = 11, backend: str = "callgrind", cpu: int
     repetitions where it counts in the process), times from ``reps`` repetitions of which the
     first is dropped. Raises BadInput when a run fails."""
     from counterd.backends.callgrind.counting import SERIAL_POOLS
+    from counterd.commands.recording import record
     from counterd.data.errors import BadInput
-    from counterd.recording import record
 
     if reps < 2:
         raise BadInput(f"{reps} repetitions of the compute patterns",

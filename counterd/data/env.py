@@ -1,7 +1,8 @@
 """Environment variables shared by the marker API, ``counterd record`` and the backends.
 
 One home for the names, so that the program side (:mod:`counterd.markers`) and what starts or
-counts programs (:mod:`counterd.recording`, :mod:`counterd.backends.callgrind`) cannot drift.
+counts programs (:mod:`counterd.commands.recording`, :mod:`counterd.backends.callgrind`) cannot
+drift.
 """
 
 from __future__ import annotations

@@ -449,7 +449,7 @@ def incomplete_record(begin: Mapping[str, Any]) -> SuperstepRecord:
 
 @dataclass(frozen=True)
 class RecordResult:
-    """What ``counterd record`` (:func:`counterd.recording.record`) returns."""
+    """What ``counterd record`` (:func:`counterd.commands.recording.record`) returns."""
 
     exit_code: int  # the command's
     records: tuple[SuperstepRecord, ...]

@@ -223,8 +223,8 @@ def test_a_daemon_ships_through_kill9_and_restart_and_its_user_reads_the_run(
         central: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import psycopg
 
-    from counterd import cli
     from counterd.central import schema
+    from counterd.commands import cli
     from tests.daemon.conftest import DaemonProc
 
     def config(dsn: str) -> str:
@@ -273,7 +273,7 @@ def test_a_daemon_ships_through_kill9_and_restart_and_its_user_reads_the_run(
 
 def test_the_central_admin_commands(central: Cluster, capsys: pytest.CaptureFixture[str]
                                     ) -> None:
-    from counterd import cli
+    from counterd.commands import cli
 
     assert cli.main(["central", "migrate", central.dsn()]) == 0
     assert "schema version 1 -> 1" in capsys.readouterr().err
@@ -564,7 +564,7 @@ def test_the_central_report_loads_neither_the_report_model_nor_predictions(
     store.commit([(rec(i, run="lean"), RunInfo("j", 1001)) for i in range(2)])
     drain(shipper(store, central))
     code = ("import sys\n"
-            "from counterd import cli\n"
+            "from counterd.commands import cli\n"
             f"rc = cli.main(['report', '--central', {central.dsn(user=ADMIN)!r}, '--run', "
             "'lean'])\n"
             "print(rc, ' '.join(m for m in ('counterd.report.model', 'counterd.report.html',"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from counterd import cli
+from counterd.commands import cli
 from counterd.report import nodes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))

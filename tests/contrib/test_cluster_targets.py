@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from counterd import cli
-from counterd.cluster import MAX_HOSTS, expand_hostlist, file_sd, hosts_from_lines
+from counterd.commands import cli
+from counterd.commands.cluster import MAX_HOSTS, expand_hostlist, file_sd, hosts_from_lines
 from counterd.data.errors import BadInput
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from counterd import cli
 from counterd.backends.base import CounterValue
+from counterd.commands import cli
 from counterd.daemon.config import Config
 from counterd.daemon.service import Daemon
 from counterd.data.events import Source

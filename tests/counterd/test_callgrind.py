@@ -607,7 +607,7 @@ def test_a_signal_stops_the_counted_run_and_what_it_counted_is_kept(tmp_path: Pa
     out = tmp_path / "r.jsonl"
     # valgrind unwinds the interrupted program 20-100x slower, on a host shared by others
     err = stop_when_ready(
-        [sys.executable, "-m", "counterd.cli", "record", "--backend", "callgrind", "--out",
+        [sys.executable, "-m", "counterd.commands.cli", "record", "--backend", "callgrind", "--out",
          str(out), "--machine", str(Path(ROOT) / "tests/machine_files/amd-2cpu-32m.toml"),
          "--", sys.executable, str(script)], ready, how, cwd=Path(ROOT), ready_within_s=240,
         end_within_s=240)
@@ -629,7 +629,7 @@ def test_the_counted_run_does_not_repeat_the_commands_messages(tmp_path: Path) -
     script.write_text("import counterd\nwith counterd.superstep('bad'):\n"
                       "    raise ValueError('bad input 42')\n")
     out = tmp_path / "r.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "counterd.cli", "record", "--backend",
+    proc = subprocess.run([sys.executable, "-m", "counterd.commands.cli", "record", "--backend",
                            "callgrind", "--out", str(out), "--", sys.executable, str(script)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr
@@ -651,7 +651,7 @@ def test_a_command_stopped_in_its_timed_run_is_not_run_again_under_callgrind(
     script.write_text("import os, signal, counterd\nwith counterd.superstep('done'):\n"
                       "    pass\nos.kill(os.getpid(), signal.SIGTERM)\n")
     out = tmp_path / "r.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "counterd.cli", "record", "--backend",
+    proc = subprocess.run([sys.executable, "-m", "counterd.commands.cli", "record", "--backend",
                            "callgrind", "--out", str(out), "--", sys.executable, str(script)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 143, proc.stderr

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from counterd.commands.importing import read_spill
 from counterd.data.env import ENV_NATIVE
 from counterd.data.records import SuperstepRecord
-from counterd.importing import read_spill
 from counterd.markers.recorder import Recorder
 from counterd.markers.sinks import MemorySink, SpoolSink
 from counterd.markers.sinks.link import BLOCK_S

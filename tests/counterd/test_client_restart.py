@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from counterd.cli import main as cli_main
+from counterd.commands.cli import main as cli_main
 from counterd.daemon.store import open_readonly
 from counterd.data.records import SuperstepRecord
 from counterd.markers.recorder import Recorder

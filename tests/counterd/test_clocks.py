@@ -101,7 +101,8 @@ def test_counterd_record_writes_its_nodes_clock_domain_first(tmp_path: Path) -> 
     out = tmp_path / "r.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERD_")}
     env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run([sys.executable, "-m", "counterd.cli", "record", "--backend", "none",
+    proc = subprocess.run([sys.executable, "-m", "counterd.commands.cli", "record", "--backend",
+                           "none",
                            "--out", str(out), "--", sys.executable, "-c", "pass"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -115,7 +116,8 @@ def test_counterd_record_writes_its_nodes_clock_domain_first(tmp_path: Path) -> 
         assert d.to_real(t)[2]  # the record lies between the anchors
     # a run id given to the recorder is said to be given
     env["COUNTERD_RUN_ID"] = "job-7"
-    proc = subprocess.run([sys.executable, "-m", "counterd.cli", "record", "--backend", "none",
+    proc = subprocess.run([sys.executable, "-m", "counterd.commands.cli", "record", "--backend",
+                           "none",
                            "--out", str(out), "--", sys.executable, "-c", "pass"],
                           env=env, capture_output=True, text=True, timeout=60)
     first = json.loads(out.read_text().splitlines()[0])
@@ -124,7 +126,7 @@ def test_counterd_record_writes_its_nodes_clock_domain_first(tmp_path: Path) -> 
 
 def test_the_recorder_anchors_periodically_while_its_command_runs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from counterd import recording
+    from counterd.commands import recording
 
     monkeypatch.setattr(recording, "ANCHOR_PERIOD_S", 0.1)
     monkeypatch.delenv("COUNTERD_RUN_ID", raising=False)

@@ -15,11 +15,11 @@ import pytest
 
 from counterd import _native, launch, perf_abi
 from counterd.backends.perf import PerfBackend
+from counterd.commands.recording import record
 from counterd.data.env import ENV_NATIVE
 from counterd.data.events import CounterValue, Source, measured
 from counterd.data.records import read_jsonl
 from counterd.machine.files import ENV_MACHINE
-from counterd.recording import record
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = {"boot_id": "b-1", "kernel": "6.18", "paranoid": "2", "uid": "1000", "backend": "x:1:2"}
@@ -264,7 +264,7 @@ def test_record_with_a_saved_plan_loads_nothing_heavy_before_the_exec(tmp_path: 
         f"    print(' '.join(m for m in {heavy!r} if m in sys.modules), flush=True)\n"
         "    return spawn(*args, **kwargs)\n"
         "os.posix_spawnp = spy\n"
-        "from counterd.cli import main\n"
+        "from counterd.commands.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n")
     env = {**{k: v for k, v in os.environ.items() if k != ENV_MACHINE},
            "XDG_CACHE_HOME": str(tmp_path / "cache")}
@@ -341,7 +341,7 @@ def test_backend_auto_uses_a_saved_plan_only_where_auto_picks_perf_on_it_alone(
     """A plan saved where auto picks perf on perf's capability alone (hardware memory
     counters) stands for the resolution; another is not used for auto (here auto would pick
     callgrind or perf's software events depending on valgrind, which the plan does not know)."""
-    from counterd import recording
+    from counterd.commands import recording
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     plan = PerfBackend().whole_command_plan()

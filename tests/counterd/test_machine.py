@@ -116,8 +116,8 @@ def test_sysfs_is_read_once_per_process(tmp_path: Path, monkeypatch: pytest.Monk
     from counterd.backends.callgrind import CallgrindBackend
     from counterd.backends.callgrind.geometry import CallgrindGeometry
     from counterd.backends.sim import SimBackend
+    from counterd.commands.probe import probe
     from counterd.data.host import host_info
-    from counterd.probe import probe
     from microbench.patterns import host_machine
     from microbench.runner import host_metadata
     from predictor.profile import current_host
@@ -209,7 +209,7 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 def test_cli_machine_option(tmp_path: Path) -> None:
     path = tmp_path / "sgi.toml"
     path.write_text(SGI)
-    proc = _cli("counterd.cli", "probe", "--json", "--machine", str(path))
+    proc = _cli("counterd.commands.cli", "probe", "--json", "--machine", str(path))
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)
     assert d["machine"]["file"] == str(path) and d["host"]["cpu_model"] == "MIPS R10000"
@@ -227,7 +227,7 @@ def test_record_passes_the_machine_to_the_command(tmp_path: Path) -> None:
     path = tmp_path / "two.toml"
     path.write_text(HEAD + cache(1, "data", "32K", 8, 64) + cache(2, "unified", "1M", 16, 64))
     out = tmp_path / "r.jsonl"
-    proc = _cli("counterd.cli", "record", "--machine", str(path), "--backend", "sim",
+    proc = _cli("counterd.commands.cli", "record", "--machine", str(path), "--backend", "sim",
                 "--out", str(out), "--", sys.executable,
                 str(ROOT / "examples" / "bsp_sum.py"), "20000", "1")
     assert proc.returncode == 0, proc.stderr
@@ -317,7 +317,8 @@ def _one_line_exit_2(proc: subprocess.CompletedProcess[str], path: Path, field: 
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_machine_file_is_one_line_exit_2(tmp_path: Path, case: str) -> None:
     path, field, fix = _bad_file(tmp_path, case)
-    _one_line_exit_2(_cli("counterd.cli", "probe", "--machine", str(path)), path, field, fix)
+    _one_line_exit_2(_cli("counterd.commands.cli", "probe", "--machine", str(path)), path, field,
+                     fix)
 
 
 @pytest.mark.parametrize("case", ["line48", "not_utf8", "unknown_key"])
@@ -325,7 +326,8 @@ def test_bad_machine_file_through_every_cli(tmp_path: Path, case: str) -> None:
     path, field, fix = _bad_file(tmp_path, case)
     out = tmp_path / "out.jsonl"
     runs = [
-        ("counterd.cli", "record", "--machine", str(path), "--out", str(out), "--", "true"),
+        ("counterd.commands.cli", "record", "--machine", str(path), "--out", str(out), "--",
+         "true"),
         ("microbench.cli", "run", "--machine", str(path), "--out", str(tmp_path / "r.json")),
         ("microbench.cli", "list", "--machine", str(path)),
     ]
@@ -336,8 +338,8 @@ def test_bad_machine_file_through_every_cli(tmp_path: Path, case: str) -> None:
     records.write_text(json.dumps({"format": 1, "run_id": "r", "index": 0, "name": "s",
                                    "rank": 0, "begin_ns": 0, "end_ns": 10, "counters": {}})
                        + "\n")
-    for args in [("counterd.cli", "probe"),
-                 ("counterd.cli", "record", "--out", str(out), "--", "true"),
+    for args in [("counterd.commands.cli", "probe"),
+                 ("counterd.commands.cli", "record", "--out", str(out), "--", "true"),
                  ("microbench.cli", "list"),
                  ("predictor.cli", "--profile", "sgi-power-challenge", "--counters",
                   str(records))]:
@@ -346,7 +348,7 @@ def test_bad_machine_file_through_every_cli(tmp_path: Path, case: str) -> None:
 
 
 def test_missing_machine_file(tmp_path: Path) -> None:
-    proc = _cli("counterd.cli", "probe", "--machine", str(tmp_path / "none.toml"))
+    proc = _cli("counterd.commands.cli", "probe", "--machine", str(tmp_path / "none.toml"))
     assert proc.returncode == 2 and "cannot read machine file" in proc.stderr
     with pytest.raises(BadInput, match="cannot read machine file"):
         load_file(tmp_path / "none.toml")
@@ -462,7 +464,7 @@ def test_file_with_other_cpus_and_no_nodes_assumes_one_node(tmp_path: Path) -> N
 
 
 def test_probe_says_what_was_read_declared_and_assumed(tmp_path: Path) -> None:
-    from counterd.probe import memory_lines
+    from counterd.commands.probe import memory_lines
 
     m = read(fake_numa(tmp_path, {0: "0-1,4-5", 1: "2-3,6-7"}, "0-7"), tmp_path)
     text = "\n".join(memory_lines(m))
@@ -473,12 +475,12 @@ def test_probe_says_what_was_read_declared_and_assumed(tmp_path: Path) -> None:
     assert "CPUs 0,2,1,3,4,6,5,7" in text
     from tests.machine_files import path as machine_path
 
-    proc = _cli("counterd.cli", "probe", "--machine", str(machine_path("xeon-2s-64cpu")))
+    proc = _cli("counterd.commands.cli", "probe", "--machine", str(machine_path("xeon-2s-64cpu")))
     assert proc.returncode == 0, proc.stderr
     assert "channels 8 per NUMA node (declared in" in proc.stdout
     assert "banks 16 x 256 B = 8 channels x 2 nodes, interleaved on 256 B (declared)" \
         in proc.stdout
-    proc = _cli("counterd.cli", "probe", "--json", "--machine",
+    proc = _cli("counterd.commands.cli", "probe", "--json", "--machine",
                 str(machine_path("xeon-2s-64cpu")))
     mem = json.loads(proc.stdout)["machine"]["memory"]
     assert {k: mem[k]["provenance"] for k in ("numa_nodes", "channels_per_node",

@@ -1,5 +1,5 @@
-"""counterd probe's noise checks (counterd/noise.py): pyperf's system checks run against a fake
-/sys and /proc, so that nothing depends on this host's settings."""
+"""counterd probe's noise checks (counterd/commands/noise.py): pyperf's system checks run
+against a fake /sys and /proc, so that nothing depends on this host's settings."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from counterd.noise import NoiseCheck, noise_checks, render_lines
+from counterd.commands.noise import NoiseCheck, noise_checks, render_lines
 
 _system = pytest.importorskip("pyperf._system")
 _cpu_utils = pytest.importorskip("pyperf._cpu_utils")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from counterd.commands.probe import probe, render_text
 from counterd.data.host import host_info
-from counterd.probe import probe, render_text
 
 
 def test_probe_labels_sources_and_explains_missing_hardware() -> None:

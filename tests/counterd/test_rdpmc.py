@@ -190,7 +190,7 @@ def test_hardware_counters_read_in_user_space_agree_with_the_kernels_reads() -> 
 
 
 def test_the_probe_says_how_the_markers_read_their_counters() -> None:
-    from counterd import probe
+    from counterd.commands import probe
 
     text = probe.markers_path()
     if hot is None:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from counterd.cli import main
+from counterd.commands.cli import main
+from counterd.commands.recording import record
 from counterd.data.errors import BadInput
 from counterd.data.records import read_jsonl
-from counterd.recording import record
 from tests._signals import HOWS, signal_of, stop_when_ready
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,8 @@ def test_missing_command_is_bad_input_before_anything_runs(tmp_path: Path) -> No
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "counterd.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "counterd.commands.cli", *args],
+                          capture_output=True,
                           text=True, cwd=ROOT, timeout=120)
 
 
@@ -107,7 +108,8 @@ def test_probe_json_shape() -> None:
 
 
 def test_probe_says_why_the_markers_run_in_python() -> None:
-    proc = subprocess.run([sys.executable, "-m", "counterd.cli", "probe"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "counterd.commands.cli", "probe"],
+                          capture_output=True,
                           text=True, cwd=ROOT, timeout=120, env={**os.environ,
                                                                  "COUNTERD_NATIVE": "0"})
     assert proc.returncode == 0, proc.stderr
@@ -345,7 +347,8 @@ def test_a_signal_stops_the_command_and_its_supersteps_are_still_written(tmp_pat
         f"pathlib.Path({str(ready)!r}).write_text('x')\n"
         "time.sleep(60)\n")
     out = tmp_path / "r.jsonl"
-    err = stop_when_ready([sys.executable, "-m", "counterd.cli", "record", "--backend", "none",
+    err = stop_when_ready([sys.executable, "-m", "counterd.commands.cli", "record", "--backend",
+                           "none",
                            "--out", str(out), "--", sys.executable, "-c", program], ready, how,
                           cwd=ROOT, ready_within_s=60, end_within_s=60)
     recs = sorted(read_jsonl(out), key=lambda r: r.index)
@@ -358,7 +361,8 @@ def test_the_last_line_names_the_signal_that_killed_the_command(tmp_path: Path) 
     """Issue 34: "command exited -9" said nothing to a user; the line names the signal and the
     status the recorder ends with, as a shell reports it."""
     out = tmp_path / "k.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "counterd.cli", "record", "--backend", "none",
+    proc = subprocess.run([sys.executable, "-m", "counterd.commands.cli", "record", "--backend",
+                           "none",
                            "--out", str(out), "--", sys.executable, "-c",
                            "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -91,7 +91,7 @@ def test_names_per_purpose() -> None:
 def test_every_caller_uses_the_resolver(monkeypatch: pytest.MonkeyPatch) -> None:
     """Record, markers, sampling and microbench give what resolve() gives, on an invented host
     with a PMU and on one with nothing but the simulators."""
-    from counterd import recording
+    from counterd.commands import recording
     from counterd.daemon import behalf
     from counterd.markers.recorder import Recorder
     from microbench import suite
@@ -114,7 +114,7 @@ def test_every_caller_uses_the_resolver(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_probe_shows_auto_per_purpose() -> None:
-    from counterd.probe import probe, render_text
+    from counterd.commands.probe import probe, render_text
 
     result = probe()
     assert set(result.auto) == set(backends.PURPOSES)
@@ -134,7 +134,8 @@ def test_probe_shows_auto_per_purpose() -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "counterd.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "counterd.commands.cli", *args],
+                          capture_output=True,
                           text=True, cwd=ROOT, timeout=300)
 
 
@@ -156,7 +157,7 @@ def test_events_the_backend_cannot_give_are_exit_2(tmp_path: Path) -> None:
     assert "backends that give it on this host: sim" in proc.stderr
     assert "Traceback" not in proc.stderr and not out.exists()
     with pytest.raises(BadInput, match="counter loads cannot be recorded with backend none"):
-        from counterd.recording import record
+        from counterd.commands.recording import record
 
         record(["true"], out=out, backend="none", events=["loads"])
 

@@ -63,7 +63,7 @@ def _record(cmd: list[str], out: Path, env_init: str | None = None) -> None:
         env["PYTHONPYCACHEPREFIX"] = str(_PYCACHE[0])
     if env_init is not None:
         env["COUNTERD_INIT"] = env_init
-    subprocess.run([sys.executable, "-m", "counterd.cli", "record", "--backend", "perf",
+    subprocess.run([sys.executable, "-m", "counterd.commands.cli", "record", "--backend", "perf",
                     "--out", str(out), "--", *cmd], env=env, cwd=ROOT, check=True,
                    timeout=300, capture_output=True)
 

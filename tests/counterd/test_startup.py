@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from counterd import machine, recording
+from counterd import machine
+from counterd.commands import recording
 from counterd.data.records import read_jsonl
 from counterd.machine.files import ENV_MACHINE
 
@@ -35,8 +36,8 @@ def test_the_record_path_imports_nothing_it_does_not_need_before_exec() -> None:
     backend with its tables, a resolved backend), in a fresh interpreter."""
     code = (
         "import sys\n"
-        "import counterd.cli, counterd.recording, counterd.backends.perf as p\n"
-        "counterd.recording.resolve_command(['true'])\n"
+        "import counterd.commands.cli, counterd.commands.recording, counterd.backends.perf as p\n"
+        "counterd.commands.recording.resolve_command(['true'])\n"
         "p.load_tables()\n"
         f"print(' '.join(m for m in {NOT_BEFORE_EXEC!r} if m in sys.modules))\n"
     )
@@ -56,7 +57,7 @@ def test_the_spool_reader_is_loaded_only_for_a_command_that_marked(tmp_path: Pat
                     else "pass\n")
     code = (
         "import sys\n"
-        "from counterd import recording\n"
+        "from counterd.commands import recording\n"
         "recording.STARTUP_S = 60.0\n"  # the command ends within it however slow the host
         f"r = recording.record([sys.executable, {str(prog)!r}], out=None, backend='none')\n"
         "print(r.exit_code, ' '.join(sorted({x.name for x in r.records})),"
@@ -117,7 +118,8 @@ def _record(tmp_path: Path, *extra: str, env: dict[str, str] | None = None,
     script = tmp_path / "show.py"
     script.write_text("import json, os\nprint(json.dumps(os.environ.get('COUNTERD_MACHINE')))\n")
     return subprocess.run(
-        [sys.executable, "-m", "counterd.cli", "record", "--backend", "none", *extra, "--out",
+        [sys.executable, "-m", "counterd.commands.cli", "record", "--backend", "none", *extra,
+         "--out",
          str(tmp_path / "r.jsonl"), "--", sys.executable, str(script)],
         capture_output=True, text=True, cwd=cwd, timeout=120,
         env={**{k: v for k, v in os.environ.items() if k != ENV_MACHINE},
@@ -193,7 +195,7 @@ NOT_PLAIN = [
 
 @pytest.mark.parametrize("argv", PLAIN, ids=lambda a: " ".join(a)[:60])
 def test_the_plain_record_command_line_reads_as_argparse_reads_it(argv: list[str]) -> None:
-    from counterd import cli, cli_options
+    from counterd.commands import cli, cli_options
 
     plain = cli._plain_record(argv)
     assert plain is not None
@@ -205,13 +207,13 @@ def test_the_plain_record_command_line_reads_as_argparse_reads_it(argv: list[str
 
 @pytest.mark.parametrize("argv", NOT_PLAIN, ids=lambda a: " ".join(a)[:60] or "(none)")
 def test_every_other_command_line_is_left_to_argparse(argv: list[str]) -> None:
-    from counterd import cli
+    from counterd.commands import cli
 
     assert cli._plain_record(argv) is None
 
 
 def test_the_plain_reader_knows_every_record_option_and_default() -> None:
-    from counterd import cli, cli_options
+    from counterd.commands import cli, cli_options
 
     sub = next(a for a in cli_options.parser("record")._actions if a.dest == "command")
     record = sub.choices["record"]  # type: ignore[index]
@@ -229,7 +231,7 @@ def test_record_ends_with_the_commands_exit_status_and_its_summary(tmp_path: Pat
     """counterd record leaves without the interpreter's teardown (cli.console): the command's
     status and the summary on stderr still come out."""
     proc = subprocess.run(
-        [sys.executable, "-m", "counterd.cli", "record", "--backend", "none", "--out",
+        [sys.executable, "-m", "counterd.commands.cli", "record", "--backend", "none", "--out",
          str(tmp_path / "r.jsonl"), "--", "sh", "-c", script],
         capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == code

@@ -51,7 +51,7 @@ class DaemonProc:
     def start(self, timeout: float = 15.0) -> DaemonProc:
         env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERD_")}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "counterd.cli", "run", "--config", str(self.config)],
+            [sys.executable, "-m", "counterd.commands.cli", "run", "--config", str(self.config)],
             stdout=subprocess.DEVNULL, stderr=self.log.open("ab"), env=env, cwd=ROOT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from counterd import cli
+from counterd.commands import cli
 from counterd.daemon.schema import SCHEMA_VERSION, migrate, schema_version
 from counterd.daemon.store import ClientClock, RunAnchor, RunInfo, Store
 from counterd.data.clocks import Anchor, ClockDomain, boot_id, time_namespace

@@ -273,7 +273,8 @@ def test_sigterm_right_after_ready_stops_cleanly(tmp_path: Path) -> None:
             notify.bind(str(notify_path))
             env = {**{k: v for k, v in os.environ.items() if not k.startswith("COUNTERD_")},
                    "NOTIFY_SOCKET": str(notify_path)}
-            proc = subprocess.Popen([sys.executable, "-m", "counterd.cli", "run", "--config",
+            proc = subprocess.Popen([sys.executable, "-m", "counterd.commands.cli", "run",
+                                     "--config",
                                      str(d.config)], stdout=subprocess.DEVNULL,
                                     stderr=subprocess.PIPE, env=env)
             notify.settimeout(60)
@@ -346,7 +347,8 @@ def test_daemon_counts_on_the_clients_behalf(daemon: DaemonProc) -> None:
 def test_bad_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[store]\nsynchronous = \"maybe\"\n")
-    out = subprocess.run([sys.executable, "-m", "counterd.cli", "run", "--config", str(bad)],
+    out = subprocess.run([sys.executable, "-m", "counterd.commands.cli", "run", "--config",
+                          str(bad)],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "store.synchronous" in out.stderr
@@ -442,7 +444,8 @@ def test_a_metrics_port_in_use_is_exit_2_and_leaves_no_socket_file(tmp_path: Pat
         cfg.write_text(f'[metrics]\nlisten = "127.0.0.1:{port}"\n[socket]\npath = "{sock}"\n'
                        f'[store]\npath = "{tmp_path / "s.db"}"\n')
         env = {k: v for k, v in os.environ.items() if not k.startswith("COUNTERD_")}
-        out = subprocess.run([sys.executable, "-m", "counterd.cli", "run", "--config", str(cfg)],
+        out = subprocess.run([sys.executable, "-m", "counterd.commands.cli", "run", "--config",
+                              str(cfg)],
                              capture_output=True, text=True, timeout=30, env=env)
     finally:
         busy.close()

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from counterd import cli
+from counterd.commands import cli
 from counterd.daemon.auth import Peer
 from counterd.daemon.query import Queries
 from counterd.daemon.schema import SCHEMA_VERSION, migrate, schema_version

@@ -221,7 +221,7 @@ def test_injection_shaped_run_ids_and_names_are_data(central: Cluster, tmp_path:
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    from counterd import cli
+    from counterd.commands import cli
 
     store = local(tmp_path)
     store.commit([(rec(i, run=run, name=run[:60], host=run[:40]), RunInfo("j", 1001))
@@ -270,7 +270,7 @@ def test_a_node_that_ships_records_outside_a_records_bounds_fails_the_report_in_
     SuperstepRecord refuses): the report says which node's record is damaged, exit 2."""
     import psycopg
 
-    from counterd import cli
+    from counterd.commands import cli
     from tests._postgres import ADMIN
 
     row: dict[str, object] = {"uid": 1001, "run": "r", "host": "n1", "pid": 10, "idx": 1,

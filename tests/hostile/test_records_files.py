@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from counterd import cli
+from counterd.commands import cli
 from counterd.data.clocks import MAX_ANCHORS, Anchor, ClockDomain
 from counterd.data.errors import BadInput
 from counterd.data.records import MAX_DOMAINS_PER_FILE, SuperstepRecord

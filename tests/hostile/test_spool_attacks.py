@@ -28,7 +28,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from counterd import launch, recording
+from counterd import launch
+from counterd.commands import recording
 from counterd.data.errors import BadInput
 from counterd.data.records import SuperstepRecord
 from counterd.wire import framing as wire
@@ -400,7 +401,7 @@ def test_a_signal_while_the_recorder_reads_removes_its_spool(
 def test_the_cli_says_it_was_stopped_and_exits_128_plus_the_signal(
         tmpdir_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         tmp_path: Path) -> None:
-    from counterd import cli
+    from counterd.commands import cli
 
     def stopped(*a: object, **k: object) -> None:
         raise launch.Stopped(signal.SIGHUP)
@@ -488,7 +489,7 @@ def test_a_live_recorders_spool_dir_is_locked(tmpdir_env: Path) -> None:
 
 # -- counterd import -----------------------------------------------------------------------------
 def test_counterd_import_keeps_what_it_could_not_read(tmp_path: Path, deadline: None) -> None:
-    from counterd.importing import import_files
+    from counterd.commands.importing import import_files
 
     d = tmp_path / "spill"
     d.mkdir(mode=0o700)

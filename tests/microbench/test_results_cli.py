@@ -221,7 +221,7 @@ def test_version_is_looked_up_only_when_asked(capsys: pytest.CaptureFixture[str]
     does not read the distribution's metadata (40 ms that every command would pay)."""
     from unittest import mock
 
-    from counterd.cli import main as counterd_main
+    from counterd.commands.cli import main as counterd_main
     from counterd.util import cliutil
     from predictor.cli import main as predict_main
 

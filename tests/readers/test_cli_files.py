@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from counterd import cli as counterd_cli
+from counterd.commands import cli as counterd_cli
 from microbench import cli as microbench_cli
 from predictor import cli as predict_cli
 from predictor.profile import save_profile, sgi_power_challenge

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from counterd import cli as counterd_cli
+from counterd.commands import cli as counterd_cli
 from counterd.daemon.config import load
 from counterd.daemon.service import Daemon
 from predictor import cli as predict_cli

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from counterd import cli
+from counterd.commands import cli
 from counterd.data.clocks import Anchor
 from counterd.data.errors import BadInput
 from counterd.report import nodes

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from counterd import cli, prediction, report
+from counterd import prediction, report
 from counterd.backends.base import CounterValue
+from counterd.commands import cli
 from counterd.daemon.store import store_records
 from counterd.data.events import Source
 from counterd.data.records import SuperstepRecord, write_jsonl

@@ -1,5 +1,5 @@
 """Records a program could not hand to the daemon: one private spool file per process, which
-``counterd import`` (:mod:`counterd.importing`) sends on later.
+``counterd import`` (:mod:`counterd.commands.importing`) sends on later.
 
 A :class:`~counterd.markers.sinks.socket.SocketSink` holds at most ``high_water`` unacknowledged
 records in memory; beyond that, and at exit for whatever the daemon has not acknowledged, it

@@ -10,7 +10,7 @@ that can give it; measured sources come before simulated ones. ``auto`` is
 :func:`counterd.backends.resolve`'s answer for every purpose; ``machine`` is
 :meth:`counterd.machine.description.Machine.to_json`; ``markers`` says whether the markers'
 begin and end run compiled or in Python, and why; ``noise`` is pyperf's system checks (CPU scaling
-governor, Turbo Boost, isolated CPUs, ASLR, ...: :mod:`counterd.noise`), ``[{"check": str,
+governor, Turbo Boost, isolated CPUs, ASLR, ...: :mod:`counterd.commands.noise`), ``[{"check": str,
 "status": "noise"|"ok"|"unknown", "state": str, "fix": str|null}]``.
 """
 
@@ -23,12 +23,12 @@ from typing import Any
 from counterd import backends
 from counterd.backends import Resolution
 from counterd.backends.base import Capability
+from counterd.commands.noise import NoiseCheck, noise_checks, render_lines
 from counterd.data.events import BY_NAME, NAMES
 from counterd.data.host import HostInfo, host_info, no_pmu_reason
 from counterd.machine import current as current_machine
 from counterd.machine.description import Machine
 from counterd.machine.geometry import format_cpulist
-from counterd.noise import NoiseCheck, noise_checks, render_lines
 
 PREFERENCE = ("perf", "papi", "callgrind", "sim")
 

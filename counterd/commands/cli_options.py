@@ -1,5 +1,5 @@
 """The ``counterd`` command line's options for argparse: one builder per command and
-:func:`parser`, which builds only the named command's (:mod:`counterd.cli` reads ``counterd
+:func:`parser`, which builds only the named command's (:mod:`counterd.commands.cli` reads ``counterd
 record``'s plain form without it, and runs the commands).
 """
 
@@ -24,7 +24,7 @@ def _record_options(p: argparse.ArgumentParser) -> None:
     import argparse
     from pathlib import Path
 
-    from counterd.recording import CPU_FEATURES
+    from counterd.commands.recording import CPU_FEATURES
 
     p.add_argument("--backend", default="auto",
                    help="auto, perf, papi, sim, callgrind or none (default: auto)")

@@ -171,7 +171,7 @@ def _env(run_id: str, spool: str, backend: str, events: Sequence[str]) -> dict[s
     # skew); a user's own setting wins.
     env.setdefault(ENV_INIT, "import")
     # The command imports counterd from the same installation as this recorder.
-    here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 

@@ -7,7 +7,7 @@ Loading this module loads only os, sys and the errors. ``counterd record`` in it
 (options, ``--``, the command) is read without argparse (:func:`_plain_record`), so that the
 command starts before argparse, pathlib and json, with re under them, are loaded (10-12 ms on
 this kind of host); every other command line goes through argparse
-(:func:`counterd.cli_options.parser`), and each command imports what it uses.
+(:func:`counterd.commands.cli_options.parser`), and each command imports what it uses.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     _T = TypeVar("_T")
 
 
-# ``counterd record``'s options as counterd.cli_options gives them to argparse (tests check that
-# the two agree): those taking a value, with their defaults, and the flags.
+# ``counterd record``'s options as counterd.commands.cli_options gives them to argparse (tests
+# check that the two agree): those taking a value, with their defaults, and the flags.
 _RECORD_VALUES = {"--backend": "auto", "--events": "", "--out": None, "--machine": None,
                   "--cpu-features": "auto", "--sample": None}
 _RECORD_FLAGS = ("--json",)
@@ -42,7 +42,7 @@ def _plain_record(argv: Sequence[str]) -> argparse.Namespace | None:
     wrong. The result is what argparse gives, but ``out`` and ``machine`` are strings."""
     from types import SimpleNamespace
 
-    from counterd.recording import CPU_FEATURES
+    from counterd.commands.recording import CPU_FEATURES
 
     if argv[:1] != ["record"] or "--" not in argv:
         return None
@@ -93,7 +93,7 @@ def _report_format(out: Path | None, asked: str | None) -> str:
 
 
 def _probe(args: argparse.Namespace) -> int:
-    from counterd.probe import probe, render_text
+    from counterd.commands.probe import probe, render_text
 
     result = probe()
     import json
@@ -103,7 +103,7 @@ def _probe(args: argparse.Namespace) -> int:
 
 
 def _record(args: argparse.Namespace) -> int:
-    from counterd.recording import record
+    from counterd.commands.recording import record
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     events = [e.strip() for e in args.events.split(",") if e.strip()]
@@ -256,8 +256,8 @@ def _import(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
+    from counterd.commands.importing import import_files
     from counterd.data.env import ENV_SOCKET
-    from counterd.importing import import_files
 
     sock = args.socket
     if sock is None and args.store is None and os.environ.get(ENV_SOCKET) not in (None, "", "off"):
@@ -390,8 +390,8 @@ def _write_report(text: str, out: Path | None, fmt: str) -> int:
 
 
 def _cluster(args: argparse.Namespace) -> int:
-    """``counterd cluster targets``: thin; counterd.cluster does the work."""
-    from counterd import cluster
+    """``counterd cluster targets``: thin; counterd.commands.cluster does the work."""
+    from counterd.commands import cluster
     from counterd.util.fsutil import atomic_write_text
 
     hosts = cluster.expand_hostlist(",".join(args.hostlist))
@@ -416,7 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _plain_record(argv)
     if args is None:
-        from counterd.cli_options import parser
+        from counterd.commands.cli_options import parser
 
         args = parser(argv[0] if argv else None).parse_args(argv)
     try:
