@@ -27,6 +27,13 @@ NOT_BEFORE_EXEC = ("counterd.machine", "counterd.wire.spool", "counterd.wire.pro
                    "importlib.resources", "platform", "importlib.metadata")
 
 
+def _fresh(code: str, timeout: float = 60) -> str:
+    """What ``code`` prints in a fresh interpreter that imports this tree's counterd."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          timeout=timeout, check=True).stdout
+
+
 def test_the_env_name_is_machines() -> None:
     assert recording.ENV_MACHINE == ENV_MACHINE
 
@@ -63,12 +70,10 @@ def test_the_spool_reader_is_loaded_only_for_a_command_that_marked(tmp_path: Pat
         "print(r.exit_code, ' '.join(sorted({x.name for x in r.records})),"
         " 'counterd.wire.spool' in sys.modules, 'counterd.wire.protocol' in sys.modules)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120,
-                          check=True)
+    out = _fresh(code, timeout=120)
     name = "s" if marks else f"{sys.executable} {prog}"
-    assert proc.stdout.split(" ", 1)[0] == "0"
-    assert proc.stdout.rstrip().endswith(f"{name} {marks} {marks}")
+    assert out.split(" ", 1)[0] == "0"
+    assert out.rstrip().endswith(f"{name} {marks} {marks}")
 
 
 @pytest.mark.parametrize("backend", ["callgrind", "none"])
@@ -107,10 +112,7 @@ def test_a_program_that_feeds_streams_loads_no_simulator() -> None:
             " 'counterd.machine') if m in sys.modules))\n"
             "import counterd.sim as sim\n"
             "print(all(getattr(sim, name) is not None for name in sim.__all__))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60,
-                          check=True)
-    assert proc.stdout.split("\n")[:2] == ["", "True"]
+    assert _fresh(code).split("\n")[:2] == ["", "True"]
 
 
 def _record(tmp_path: Path, *extra: str, env: dict[str, str] | None = None,
@@ -252,7 +254,4 @@ def test_the_report_package_loads_its_model_and_renderers_on_first_use() -> None
             "from counterd.report.model import build as b\n"
             "print(build is b, all(getattr(r, n) is not None for n in r.__all__),"
             " r.render_html.__module__)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60,
-                          check=True)
-    assert proc.stdout.split("\n")[:2] == ["", "True True counterd.report.html"]
+    assert _fresh(code).split("\n")[:2] == ["", "True True counterd.report.html"]
