@@ -67,7 +67,10 @@ from bench._host import guarded, host_line  # noqa: E402
 from bench.pilot_forecast import e_of, ensure_profile, extrap_forecasts  # noqa: E402
 from predictor.errors import PredictorError  # noqa: E402
 from predictor.pilot.campaign import load_campaign, measure_target  # noqa: E402
-from predictor.pilot.forecast import forecast  # noqa: E402
+from predictor.pilot.check import Measured  # noqa: E402
+from predictor.pilot.check import measured as check_measured  # noqa: E402
+from predictor.pilot.forecast import Forecast, forecast  # noqa: E402
+from predictor.pilot.runs import load_timings  # noqa: E402
 from predictor.profile import MachineProfile  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
@@ -147,6 +150,29 @@ def from_records(prog: Program, label: str, d: Path, repeat: int,
     log(f"{prog.name}: checking runs at {label} (n = {n:g})")
     measured = measure_target(prog.template, n, repeat=repeat,
                               workdir=_mkdir(d / f"check-{label}"))
+    data = _with_check(fc, measured)
+    out.write_text(json.dumps(data, indent=1))
+    return dict(data)
+
+
+def refit(prog: Program, label: str, d: Path, repeat: int, profile: MachineProfile | None,
+          own: bool) -> dict[str, Any]:
+    """:func:`from_records`' form with this tree's code, from the kept records alone: the
+    forecast at ``label`` from the campaign's pilot records in ``d``, against the checking runs
+    kept there (``check-R.jsonl`` where ``label`` is the campaign's ``own`` target,
+    ``check-LABEL/check-R.jsonl`` else). Nothing runs: the measurements are the campaign's; only
+    the model is this tree's (``--refit``)."""
+    n = prog.target(label)
+    runs = load_campaign(d, prog.pilots, repeat)
+    fc = forecast(runs, n, profile, level=LEVEL)
+    where = d if own else d / f"check-{label}"
+    measured = check_measured([load_timings(where / f"check-{r}.jsonl") for r in range(repeat)])
+    return _with_check(fc, measured)
+
+
+def _with_check(fc: Forecast, measured: Mapping[tuple[int, str], Measured]) -> dict[str, Any]:
+    """The forecast's JSON with each superstep's comparison against ``measured``, as
+    ``predict --pilot --check --json`` writes it."""
     per, whole = fc.compare(measured)
     data = fc.to_json()
     for s, j in zip(fc.steps, data["supersteps"], strict=True):
@@ -155,8 +181,7 @@ def from_records(prog: Program, label: str, d: Path, repeat: int,
         j["measured"] = measured[(s.index, s.name)].to_json() if cmp is not None else None
     if per:
         data["total"]["check"] = {k: v.to_json() for k, v in whole.items()}
-    out.write_text(json.dumps(data, indent=1))
-    return dict(data)
+    return data
 
 
 def _mkdir(d: Path) -> Path:
@@ -384,6 +409,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="timed runs per pilot size and checking runs per target (default 5)")
     ap.add_argument("--no-extrap", action="store_true", help="leave Extra-P out")
     ap.add_argument("--json", type=Path, default=None, help="write the results to this file")
+    ap.add_argument("--refit", action="store_true",
+                    help="run nothing: forecast from the kept campaigns' records with this "
+                         "tree's code, against their kept checking runs")
     a = ap.parse_args(argv)
     names = {p.name for p in PROGRAMS}
     only = set(a.only.split(",")) if a.only else set(QUICK) if a.quick else names
@@ -412,12 +440,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     for p in progs:
         d = a.work / p.name / "c1"
         try:
-            first = campaign(p, "4x", d, a.repeat, profile_arg)
+            if a.refit:
+                kept = json.loads((d / "forecast.json").read_text())
+                first = {**refit(p, "4x", d, a.repeat, profile, True),
+                         "campaign_s": kept.get("campaign_s")}
+                forecasts[(p.name, "16x")] = refit(p, "16x", d, a.repeat, profile, False)
+            else:
+                first = campaign(p, "4x", d, a.repeat, profile_arg)
+                forecasts[(p.name, "16x")] = from_records(p, "16x", d, a.repeat, profile)
             walls[p.name] = first.get("campaign_s")
             forecasts[(p.name, "4x")] = first
-            forecasts[(p.name, "16x")] = from_records(p, "16x", d, a.repeat, profile)
             ex = None if a.no_extrap else extrap_at(p, d, a.repeat)
-        except (subprocess.CalledProcessError, PredictorError) as exc:  # said, not hidden
+        except (subprocess.CalledProcessError, PredictorError, OSError) as exc:  # said
             failed[p.name] = str(exc)
             log(f"{p.name}: failed: {exc}")
             continue
@@ -427,9 +461,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, t in again:
             if name != p.name:
                 continue
+            d2 = a.work / name / f"c2-{t}"
             try:
-                second = campaign(p, t, a.work / name / f"c2-{t}", a.repeat, profile_arg)
-            except subprocess.CalledProcessError as exc:
+                second = (refit(p, t, d2, a.repeat, profile, True) if a.refit
+                          else campaign(p, t, d2, a.repeat, profile_arg))
+            except (subprocess.CalledProcessError, OSError) as exc:
                 failed[f"{name} (second campaign)"] = str(exc)
                 continue
             agreements.append(agreement(forecasts[(name, t)], second, name, t))
