@@ -250,7 +250,7 @@ def rows_for(case: Case, work: Path, profile: MachineProfile, repeat: int,
                            "span": slo <= span <= shi},
                 "width": {"forecast": s.width,
                           "span": shi / slo if slo > 0 else None},
-                "holdout": ({b: {"errors": h.errors.tolist(), "leverage": list(h.leverage)}
+                "holdout": ({b: {"errors": h.errors.tolist(), "sizes": list(h.sizes)}
                              for b, h in s.choice.holdouts.items()} if s.choice else {}),
                 "time_only_model": s.time_only.how,
                 "extrap_model": ex.get(key, {}).get("model")})

@@ -22,7 +22,6 @@ from predictor.pilot.choice import (
     PilotAdvice,
     advise,
     choose,
-    leverage,
     timing_spread,
 )
 from predictor.pilot.extrapolation import (
@@ -94,7 +93,8 @@ class StepForecast:
     @property
     def interval_s(self) -> tuple[float, float]:
         """The interval: with a :attr:`choice`, the forecast times exp(+-half), half from the
-        held-out errors and the timing spread (:func:`interval_of`); else the basis's own."""
+        timing spread and the distance to the target (:func:`interval_half`); else the
+        basis's own."""
         if self.choice is not None:
             p = self.predicted_s
             return p * math.exp(-self.choice.half), p * math.exp(self.choice.half)
@@ -414,19 +414,18 @@ def holdout_forecasts(runs: Sequence[PilotRun], i: int, fm: Any = None, *,
     from the runs below it (:func:`point_forecasts`), against the median work time measured
     there; the last prediction is the largest pilot left out."""
     sizes = sorted({r.size for r in runs})
-    got: dict[str, list[tuple[float, float, float, float]]] = {}
+    got: dict[str, list[tuple[float, float, float]]] = {}
     for k in range(2, len(sizes)):
         below = [r for r in runs if r.size < sizes[k]]
         measured = float(np.median([w * 1e-9 for r in runs if r.size == sizes[k]
                                     for w in r.step_work(i)]))
-        lev = leverage(sizes[:k], sizes[k])
         if not measured > 0:
             continue
         for b, p in point_forecasts(below, i, sizes[k], fm, modeler=modeler,
                                     names=names).items():
-            got.setdefault(b, []).append((sizes[k], p, measured, lev))
+            got.setdefault(b, []).append((sizes[k], p, measured))
     return {b: Holdout(b, tuple(x[0] for x in v), tuple(x[1] for x in v),
-                       tuple(x[2] for x in v), tuple(x[3] for x in v)) for b, v in got.items()}
+                       tuple(x[2] for x in v)) for b, v in got.items()}
 
 
 # -- running a pilot campaign ---------------------------------------------------------------------

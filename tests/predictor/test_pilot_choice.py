@@ -27,8 +27,7 @@ from predictor.pilot.choice import (
     PilotAdvice,
     advise,
     choose,
-    interval_of,
-    leverage,
+    interval_half,
     timing_spread,
 )
 from predictor.pilot.extrapolation import fit_work
@@ -78,17 +77,18 @@ def test_the_fit_separates_a_fixed_cost_from_the_counted_work():
     assert s.fit is not None and s.fit.value == pytest.approx(truth, rel=0.05)
     assert s.scaled is not None and s.scaled.value > 1.1 * truth
     # time-only's growth model (a constant and n) fits this law too: either may be chosen,
-    # never scaled, which missed the largest pilot by more than either
+    # never scaled, which missed the held-out pilots by more than either (root mean square)
     assert s.choice is not None and s.basis in ("fit", "time")
-    miss = {b: h.largest_e for b, h in s.choice.holdouts.items()}
-    assert miss[s.basis] == min(miss.values()) and miss["scaled"] > miss["fit"]
+    miss = {b: math.sqrt(float(np.mean(h.errors ** 2))) for b, h in s.choice.holdouts.items()}
+    assert miss[s.basis] == pytest.approx(min(miss.values()), abs=1e-12)
+    assert miss["scaled"] > miss["fit"]
     assert s.predicted_s == pytest.approx(truth, rel=0.05)
     lo, hi = s.interval_s
     assert lo <= truth <= hi
     j = s.to_json()
     assert j["basis"] == s.basis and j["fit_s"] == s.fit.value
     assert j["fit_fixed_s"] == s.fit.fixed_s
-    assert j["choice"]["basis"] == s.basis and "largest pilot" in j["choice"]["why"]
+    assert j["choice"]["basis"] == s.basis and "predicted the pilots at n =" in j["choice"]["why"]
     assert set(j["choice"]["holdout"]) >= {"fit", "scaled", "time"}
     assert j["interval_width"] == pytest.approx(hi / lo)
     # the existing fields stay
@@ -106,35 +106,41 @@ def test_no_usable_counter_means_no_fit():
 def _holdout(basis, errors, sizes=(3e5, 4e5, 5e5)):
     measured = tuple(1e-3 * (k + 1) for k in range(len(errors)))
     return Holdout(basis, tuple(sizes), tuple(m * math.exp(e) for m, e in
-                                              zip(measured, errors, strict=True)),
-                         measured, tuple(leverage(SIZES[:k + 2], n)
-                                         for k, n in enumerate(sizes)))
+                                              zip(measured, errors, strict=True)), measured)
 
 
-def test_the_forecast_that_best_predicts_the_largest_pilot_is_chosen_and_says_why():
-    """Not a fixed rule: the forecast that missed the largest pilot least (from the smaller
-    ones) replaces the standing one (scaled where it could predict it) where it missed less by
-    more than timing noise alone would make a held-out error miss; the reason names every
-    candidate's miss."""
+def test_the_forecast_that_best_predicts_the_held_out_pilots_is_chosen_and_says_why():
+    """Not a fixed rule: the forecast that missed the held-out pilots least (root mean square
+    of its log errors, each held-out size predicted from the smaller ones) replaces the standing
+    one (scaled where it could predict them) where it missed less by more than twice the noise
+    timing alone gives a held-out error; the reason names every candidate's miss."""
     hs = {"fit": _holdout("fit", [0.01, 0.02, 0.01]),
           "scaled": _holdout("scaled", [0.3, 0.2, 0.3]),
           "F": _holdout("F", [0.0, 0.0, 0.2]),
           "time": _holdout("time", [0.05, 0.05, 0.05])}
-    # one run's spread 2 %: a held-out error's noise sqrt(2) * 2 %
+    # one run's spread 2 %: a held-out error's noise sqrt(2) * 2 %, the bar twice that
     c = choose(hs, SIZES, 2e6, 0.02)
     assert c is not None and c.basis == "fit"
     assert c.noise == pytest.approx(math.sqrt(2) * 0.02)
-    assert c.why.startswith("fit (fixed cost + counted work) predicted the largest pilot "
-                            "(n = 500000) from the smaller ones within 1.0 % and missed less "
-                            "than scaled by more than the noise of a held-out prediction, 2.9 %")
-    assert "scaled 35.0 %" in c.why and "F 22.1 %" in c.why and "time-only 5.1 %" in c.why
-    # scaled 3 % against fit's 1 %, with a spread of 5 % (noise 7.1 %): no evidence, kept
+    rms_fit = math.sqrt((0.01 ** 2 + 0.02 ** 2 + 0.01 ** 2) / 3)
+    assert c.why.startswith(
+        "fit (fixed cost + counted work) predicted the pilots at n = 300000, 400000, 500000 "
+        f"from the smaller ones within {(math.exp(rms_fit) - 1) * 100:.1f} % (root mean "
+        "square) and missed less than scaled by more than 2 times the noise of a held-out "
+        f"prediction, {(math.exp(2 * math.sqrt(2) * 0.02) - 1) * 100:.1f} %")
+    rms_scaled = math.sqrt((0.3 ** 2 + 0.2 ** 2 + 0.3 ** 2) / 3)
+    assert f"scaled {(math.exp(rms_scaled) - 1) * 100:.1f} %" in c.why
+    assert "F 12.2 %" in c.why and "time-only 5.1 %" in c.why
+    # scaled 3 % against fit's 1.4 %, with a spread of 5 % (bar 14 %): no evidence, kept
     hs["scaled"] = _holdout("scaled", [0.03, 0.03, 0.03])
     c = choose(hs, SIZES, 2e6, 0.05)
     assert c is not None and c.basis == "scaled"
     assert "kept: fit (fixed cost + counted work) missed less, but by no more than" in c.why
-    # the same misses on quiet pilots (0.5 %): the difference is real
+    # the same misses on quiet pilots (0.5 %, bar 1.4 %): the difference of 1.6 % is real
     assert choose(hs, SIZES, 2e6, 0.005).basis == "fit"
+    # between one and two noises: kept (a single noise was the bar before, and each switch it
+    # made on the outside suite forecast worse)
+    assert choose(hs, SIZES, 2e6, 0.008).basis == "scaled"
     # a forecast that could not predict the largest pilot is not a candidate
     hs["scaled"] = _holdout("scaled", [0.0, 0.0], sizes=(3e5, 4e5))
     hs["fit"] = _holdout("fit", [0.0, 0.0], sizes=(3e5, 4e5))
@@ -143,64 +149,68 @@ def test_the_forecast_that_best_predicts_the_largest_pilot_is_chosen_and_says_wh
     assert choose({}, SIZES, 2e6, 0.02) is None
 
 
-def test_the_interval_widens_with_the_held_out_errors_the_spread_and_the_distance():
-    h_small = _holdout("fit", [0.01, -0.01, 0.02])
-    h_large = _holdout("fit", [0.2, -0.1, 0.15])
-    base = interval_of(h_small, SIZES, 2e6, 0.01)
-    assert interval_of(h_large, SIZES, 2e6, 0.01) > 2 * base
-    assert interval_of(h_small, SIZES, 2e6, 0.1) > 2 * base
-    assert interval_of(h_small, SIZES, 8e6, 0.01) > 1.3 * base
-    assert leverage(SIZES, 8e6) > leverage(SIZES, 2e6) > leverage(SIZES, 5e5)
+def test_the_interval_grows_with_the_spread_and_the_distance_to_the_target():
+    """half = z * sqrt((DRIFT_PER_EFOLD * log(target / largest pilot))^2 + (NOISE_FACTOR *
+    spread)^2): noise alone inside the pilot range, the drift's share growing with the
+    extrapolation; the same for any held-out errors (they choose, they do not widen)."""
+    from scipy import stats
+
+    from predictor.pilot.choice import DRIFT_PER_EFOLD, NOISE_FACTOR
+
+    z = stats.norm.ppf(0.95)
+    at_4x = interval_half(0.05, SIZES, 4 * SIZES[-1])
+    assert at_4x == pytest.approx(z * math.hypot(DRIFT_PER_EFOLD * math.log(4),
+                                                 NOISE_FACTOR * 0.05))
+    assert interval_half(0.05, SIZES, 16 * SIZES[-1]) > 1.8 * at_4x
+    assert interval_half(0.2, SIZES, 4 * SIZES[-1]) > 1.2 * at_4x
+    assert interval_half(0.05, SIZES, SIZES[-2]) == pytest.approx(z * NOISE_FACTOR * 0.05)
+    assert interval_half(0.05, SIZES, 4 * SIZES[-1], level=0.5) < at_4x
+    hs = {"scaled": _holdout("scaled", [0.3, -0.2, 0.3])}
+    c = choose(hs, SIZES, 4 * SIZES[-1], 0.05)
+    assert c is not None and c.half == pytest.approx(at_4x)
 
 
-def _coverage(bias: float, reps: int = 300) -> tuple[float, float]:
-    """Campaigns of a work time 2 ms + 10 ns * n * (1 + bias * log(n / 1e5)), 5 % log-normal
-    noise per run, medians of 5 runs at 5 pilot sizes; the forecast at 4x the largest pilot is
-    the fixed cost plus the largest pilot's remainder scaled by n (biased where bias > 0: the
-    time per element grows), its held-out errors those of the same forecast at the three
-    larger pilots. The share of campaigns whose 90 % interval holds the time at the target,
-    and the median width (upper / lower). The target is measured as the checking runs measure
-    it: the median of 5 runs."""
+def _coverage(drift: float, reps: int = 300) -> tuple[float, float]:
+    """Campaigns of a work time of 10 ns * n * (n / 1e5)^drift (the time per element growing
+    by ``drift`` per e-fold of n), 5 % log-normal noise per run, 5 runs at each of 5 pilot
+    sizes; the forecast at 4x the largest pilot scales the largest pilot's median by n (the
+    counted work), its interval :func:`interval_half` of the runs' spread. The share of
+    campaigns whose 90 % interval holds the time at the target as the checking runs measure it
+    (the median of 5 runs), and the median width (upper / lower)."""
     rng = np.random.default_rng(6)
     sizes = np.array(SIZES)
     target = 4 * sizes[-1]
 
     def law(n):
-        return 2e-3 + 1e-8 * n * (1 + bias * np.log(n / 1e5))
+        return 1e-8 * n * (n / 1e5) ** drift
 
     inside, widths = 0, []
     for _ in range(reps):
         runs = law(sizes)[:, None] * np.exp(0.05 * rng.standard_normal((len(sizes), 5)))
-        med = np.median(runs, axis=1)
-        pred = [2e-3 + (med[k - 1] - 2e-3) * sizes[k] / sizes[k - 1]
-                for k in range(2, len(sizes))]
-        h = Holdout("fit", tuple(sizes[2:]), tuple(pred), tuple(med[2:]),
-                    tuple(leverage(sizes[:k], sizes[k])
-                          for k in range(2, len(sizes))))
-        spread = timing_spread(np.repeat(sizes, 5), runs.ravel())
-        half = interval_of(h, sizes, target, spread)
-        p = 2e-3 + (med[-1] - 2e-3) * target / sizes[-1]
-        # what the checking runs measure: the median of 5 runs
+        half = interval_half(timing_spread(np.repeat(sizes, 5), runs.ravel()), sizes, target)
+        p = float(np.median(runs[-1])) * target / sizes[-1]
         fresh = law(target) * float(np.median(np.exp(0.05 * rng.standard_normal(5))))
         inside += p * math.exp(-half) <= fresh <= p * math.exp(half)
         widths.append(math.exp(2 * half))
     return inside / reps, float(np.median(widths))
 
 
-@pytest.mark.parametrize("bias, low, high", [
-    (0.0, 0.90, 1.0),  # measured 0.993: noise only, the interval is wider than it needs
-    (0.1, 0.85, 0.97),  # measured 0.923: a drift too slow for the held-out errors to show
+@pytest.mark.parametrize("drift, low, high", [
+    (0.0, 0.99, 1.0),  # measured 1.0: noise only, the interval is wider than it needs
+    (0.1, 0.95, 1.0),  # measured 1.0: a drift below the suite's typical 0.154 per e-fold
+    (0.2, 0.9, 1.0),  # measured 0.98
+    (0.3, 0.0, 0.3),  # measured 0.09: a drift twice the suite's typical one is not covered
 ])
-def test_held_out_interval_coverage_is_measured(bias, low, high):
-    """The 90 % interval at 4x the largest pilot, 300 campaigns: it covers at least 85 % with
-    and without a drift of the time per element (10 % per e-fold of n, which the held-out
-    errors at the pilots barely show against 5 % noise: the noise is scaled to the target's
-    distance as the errors are), and is under 2x wide (1.42 and 1.43 measured). A drift of
-    20 % per e-fold is covered at 0.55 (measured, not asserted): what the pilots cannot show,
-    the interval does not hold."""
-    cover, width = _coverage(bias)
+def test_interval_coverage_against_a_drift_is_measured(drift, low, high):
+    """The 90 % interval at 4x the largest pilot, 300 campaigns with 5 % noise: it covers
+    programs whose time per unit of work drifts as fast as the outside suite's typically did
+    (the constant's fit; a drift that is the same in every campaign, where the model takes it
+    for a normal spread of drifts over programs) or slower, and not one that drifts twice as
+    fast: the interval is a measured error model, not a guarantee. Its width does not depend
+    on the drift (the pilots' held-out errors do not widen it): about 2x at 4x and 5 % noise."""
+    cover, width = _coverage(drift)
     assert low <= cover <= high, cover
-    assert 1.2 < width < 2.0, width
+    assert 1.9 < width < 2.2, width
 
 
 def test_timing_spread_pools_the_runs_at_each_size_robustly():
@@ -469,7 +479,7 @@ def test_cli_text_says_which_forecast_why_how_wide_and_warns_in_one_line_each(mo
     out = capsys.readouterr()
     assert rc == 0, out.err
     text = " ".join(out.out.split())
-    assert "predicted the largest pilot (n = 4000) from the smaller ones within" in text
+    assert "predicted the pilots at n = 3000, 4000 from the smaller ones within" in text
     assert "90% interval" in text and "x wide (from the held-out errors" in text
     assert "fit: " in text and "of which fixed cost" in text
     assert "total work interval" in text

@@ -1,0 +1,147 @@
+"""Fit the pilot forecast's interval model (``predictor.pilot.choice.interval_half``) on kept
+outside-suite campaigns, and measure its coverage on programs left out of the fit.
+
+The model: the log error of a superstep's forecast at the target is normal with standard
+deviation sqrt((A * d)^2 + (B * s)^2), d = log(target / largest pilot), s one run's timing
+spread at the pilots (``timing_spread``). A and B are fitted by maximum likelihood (scipy) on
+every superstep of every kept campaign at 4x and 16x (``bench/outside_suite.py --refit``'s
+forecasts: this tree's code on the campaigns' records, against their checking runs; nothing
+runs). Printed: A and B with the constants in the code beside them; the 90 % intervals'
+coverage and median width (upper / lower) at 4x and 16x with the fitted constants, fitted on
+all programs (in sample) and leaving each program out of the fit in turn (out of sample: what
+a program nobody fitted on would see); and the same with the code's constants.
+
+    .venv/bin/python bench/pilot_intervals.py [--work out/outside-suite] [--profile P]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench._host import guarded, host_line  # noqa: E402
+from bench.outside_suite import PROGRAMS, TARGETS, refit  # noqa: E402
+from predictor.pilot.choice import DRIFT_PER_EFOLD, NOISE_FACTOR  # noqa: E402
+from predictor.profile import load_profile  # noqa: E402
+
+LEVEL = 0.9
+
+
+@dataclass(frozen=True)
+class Point:
+    program: str
+    label: str
+    error: float  # log(forecast / measured work)
+    spread: float  # one run's timing spread at the pilots (log scale)
+    distance: float  # log(target / largest pilot)
+
+
+def points(work: Path, profile: str | None) -> list[Point]:
+    """Every superstep of every kept campaign at each target."""
+    prof = load_profile(profile or str(work / "node-quick.toml"))
+    out = []
+    for p in PROGRAMS:
+        d = work / p.name / "c1"
+        if not (d / "forecast.json").exists():
+            print(f"pilot_intervals: {p.name}: no kept campaign in {d}, left out",
+                  file=sys.stderr)
+            continue
+        for label in TARGETS:
+            data = refit(p, label, d, 5, prof, label == "4x")
+            dist = math.log(data["target"] / data["sizes"][-1])
+            for s in data["supersteps"]:
+                if s["check"] is None or s["choice"] is None:
+                    continue
+                out.append(Point(p.name, label,
+                                 math.log(s["predicted_s"] / s["check"]["work"]["measured_s"]),
+                                 s["choice"]["timing_spread"], dist))
+    return out
+
+
+def sigma(ab: Sequence[float], pts: Sequence[Point]) -> np.ndarray:
+    a, b = ab
+    return np.hypot(a * np.array([p.distance for p in pts]),
+                    b * np.array([p.spread for p in pts]))
+
+
+def fit(pts: Sequence[Point]) -> tuple[float, float]:
+    """A and B by maximum likelihood (normal log errors, sigma as the model says)."""
+    from scipy import optimize, stats
+
+    e = np.array([p.error for p in pts])
+
+    def nll(x: np.ndarray) -> float:
+        s = sigma(np.exp(x), pts)
+        return float(-np.sum(stats.norm.logpdf(e / s) - np.log(s)))
+
+    r = optimize.minimize(nll, np.log([0.1, 1.0]), method="Nelder-Mead",
+                          options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": 2000})
+    a, b = np.exp(r.x)
+    return float(a), float(b)
+
+
+def judged(pts: Sequence[Point], ab: Sequence[float], label: str) -> tuple[float, float, int]:
+    """Coverage and median width of the 90 % intervals at ``label``, and how many."""
+    from scipy import stats
+
+    mine = [p for p in pts if p.label == label]
+    z = float(stats.norm.ppf((1 + LEVEL) / 2))
+    half = z * sigma(ab, mine)
+    inside = np.abs([p.error for p in mine]) <= half
+    return float(np.mean(inside)), float(np.median(np.exp(2 * half))), len(mine)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--work", type=Path, default=ROOT / "out" / "outside-suite",
+                    help="the outside suite's kept campaigns (default out/outside-suite)")
+    ap.add_argument("--profile", default=None,
+                    help="machine profile (default: the suite's node-quick.toml)")
+    a = ap.parse_args(argv)
+    pts = points(a.work, a.profile)
+    if not pts:
+        print(f"pilot_intervals: no kept campaigns in {a.work}: run bench/outside_suite.py "
+              "first", file=sys.stderr)
+        return 2
+    ab = fit(pts)
+    programs = sorted({p.program for p in pts})
+    print(host_line())
+    print(f"{len(programs)} programs, {len(pts)} forecasts (supersteps x targets) from "
+          f"{a.work}")
+    print(f"fitted: A (drift per e-fold) {ab[0]:.3f}, B (x timing spread) {ab[1]:.3f}; in the "
+          f"code: {DRIFT_PER_EFOLD}, {NOISE_FACTOR}")
+    # leave one program out: fit on the others, judge the one left out
+    left_out: dict[str, list[tuple[bool, float]]] = {t: [] for t in TARGETS}
+    for prog in programs:
+        rest = [p for p in pts if p.program != prog]
+        ab_rest = fit(rest)
+        for t in TARGETS:
+            from scipy import stats
+
+            mine = [p for p in pts if p.program == prog and p.label == t]
+            half = float(stats.norm.ppf((1 + LEVEL) / 2)) * sigma(ab_rest, mine)
+            left_out[t] += [(abs(p.error) <= h, math.exp(2 * h))
+                            for p, h in zip(mine, half, strict=True)]
+    for t in TARGETS:
+        cov, width, n = judged(pts, ab, t)
+        ccov, cwidth, _ = judged(pts, (DRIFT_PER_EFOLD, NOISE_FACTOR), t)
+        lo = left_out[t]
+        print(f"at {t} ({n} supersteps), 90 % intervals: fitted on all: cover {cov:.0%}, "
+              f"median width {width:.2f}x; each program left out of the fit: cover "
+              f"{np.mean([x for x, _ in lo]):.0%}, median width "
+              f"{np.median([w for _, w in lo]):.2f}x; the code's constants: cover {ccov:.0%}, "
+              f"median width {cwidth:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(guarded(main))
