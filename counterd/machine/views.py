@@ -8,16 +8,20 @@ the paper's, from the same typed parts: :class:`~counterd.machine.geometry.Geome
   and the memory layout; :meth:`NodeView.of` builds it from the record, and
   :meth:`NodeView.to_json` is the one writer of the machine part of a microbench results file
   (``geometry``, ``bank_map``, ``word_bytes``, ``page_bytes``, ``memory``, ``rank_cpus``).
+- :class:`GeometryTable` and :class:`BankTable`: those two sections as a results file or a
+  machine profile holds them, read back typed (levels, cache spec, banks) while keeping the
+  table as written, so that a profile writes back byte for byte what it read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from counterd.data.errors import BadInput
-from counterd.machine.description import Machine
-from counterd.machine.geometry import Geometry
+from counterd.machine.description import Machine, fingerprint_size
+from counterd.machine.geometry import CacheLevel, Geometry
 from counterd.machine.memory import BankMap, MemoryLayout
 
 # Most processors of a pattern whose processors share data (concurrent, coherence variants):
@@ -108,21 +112,122 @@ class NodeView:
         """The machine part of a microbench results file: ``geometry`` (spec, levels, DTLB,
         page, source), ``bank_map`` (banks, interleave, provenance), ``word_bytes``,
         ``page_bytes`` and, for a node with a memory layout, ``memory`` and ``rank_cpus``."""
-        g = self.geometry
         return {
-            "geometry": {
-                "spec": g.spec(),
-                "levels": [{"level": lv.level, "size_bytes": lv.size_bytes, "ways": lv.ways,
-                            "line_bytes": lv.line_bytes, "shared_cpus": list(lv.shared_cpus)}
-                           for lv in g.levels],
-                "tlb_entries": g.tlb_entries, "tlb_ways": g.tlb_ways,
-                "page_bytes": g.page_bytes, "source": g.source,
-            },
-            "bank_map": {"banks": self.bank_map.banks,
-                         "interleave_bytes": self.bank_map.interleave_bytes,
-                         "provenance": self.bank_provenance},
+            "geometry": GeometryTable.of(self.geometry).to_dict(),
+            "bank_map": BankTable.of(self.bank_map, self.bank_provenance).to_dict(),
             "word_bytes": self.word_bytes,
             "page_bytes": self.page_bytes,
             **({"memory": self.memory.to_json(), "rank_cpus": list(self.cpus)}
                if self.memory is not None else {}),
         }
+
+
+# --------------------------------------------------------------------------------------------
+# The machine's sections of a results file and a profile
+
+
+def caches_spec(levels: Iterable[Mapping[str, Any]]) -> str:
+    """``L1=48K/12/64,L2=...``: size/ways/line of each level table (``level``, ``size_bytes``,
+    ``ways``, ``line_bytes``), in level order: the fingerprint's cache field
+    (:attr:`counterd.machine.description.Machine.caches_spec` of the same levels)."""
+    return ",".join(f"L{int(lv['level'])}={fingerprint_size(int(lv['size_bytes']))}/"
+                    f"{int(lv['ways'])}/{int(lv['line_bytes'])}"
+                    for lv in sorted(levels, key=lambda x: x["level"]))
+
+
+class _Table(Mapping[str, Any]):
+    """A section as written (read-only; iterated in its order), with typed fields on top."""
+
+    __slots__ = ("_table",)
+
+    def __init__(self, table: Mapping[str, Any]) -> None:
+        self._table = dict(table)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._table[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._table!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self._table,))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The table as written (what a results file or a profile holds)."""
+        return dict(self._table)
+
+
+class GeometryTable(_Table):
+    """The ``geometry`` section: ``spec``, ``levels`` (each ``level``, ``size_bytes``,
+    ``ways``, ``line_bytes``, ``shared_cpus``), ``tlb_entries``, ``tlb_ways``, ``page_bytes``,
+    ``source``; a profile of the paper's machine has only spec, levels and source. Written by
+    :meth:`of`; the readers check the levels' fields before they wrap a table read back."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, g: Geometry) -> GeometryTable:
+        return cls({
+            "spec": g.spec(),
+            "levels": [{"level": lv.level, "size_bytes": lv.size_bytes, "ways": lv.ways,
+                        "line_bytes": lv.line_bytes, "shared_cpus": list(lv.shared_cpus)}
+                       for lv in g.levels],
+            "tlb_entries": g.tlb_entries, "tlb_ways": g.tlb_ways, "page_bytes": g.page_bytes,
+            "source": g.source,
+        })
+
+    @classmethod
+    def wrap(cls, table: Mapping[str, Any]) -> GeometryTable:
+        return table if isinstance(table, cls) else cls(table)
+
+    @property
+    def level_tables(self) -> list[Mapping[str, Any]]:
+        return list(self._table.get("levels", ()))
+
+    @property
+    def levels(self) -> tuple[int, ...]:
+        """The cache levels, e.g. (1, 2, 3)."""
+        return tuple(sorted(int(lv["level"]) for lv in self.level_tables))
+
+    @property
+    def caches_spec(self) -> str:
+        """The fingerprint's cache field of these levels (:func:`caches_spec`)."""
+        return caches_spec(self.level_tables)
+
+    def cache_levels(self) -> tuple[CacheLevel, ...]:
+        """The levels as :class:`~counterd.machine.geometry.CacheLevel` (BadInput where one is
+        not a cache)."""
+        return tuple(CacheLevel(int(lv["level"]), int(lv["size_bytes"]), int(lv["ways"]),
+                                int(lv["line_bytes"]), tuple(lv.get("shared_cpus", ())))
+                     for lv in sorted(self.level_tables, key=lambda x: x["level"]))
+
+
+class BankTable(_Table):
+    """The ``bank_map`` section: ``banks``, ``interleave_bytes``, ``provenance`` (where the
+    map came from). Written by :meth:`of`."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, bank_map: BankMap, provenance: str) -> BankTable:
+        return cls({"banks": bank_map.banks, "interleave_bytes": bank_map.interleave_bytes,
+                    "provenance": provenance})
+
+    @classmethod
+    def wrap(cls, table: Mapping[str, Any]) -> BankTable:
+        return table if isinstance(table, cls) else cls(table)
+
+    @property
+    def banks(self) -> int:
+        """The number of banks (1 when the section gives none)."""
+        return int(self._table.get("banks") or 1)
+
+    @property
+    def provenance(self) -> str:
+        return str(self._table.get("provenance", ""))
