@@ -201,11 +201,12 @@ class GeometryTable(_Table):
         return caches_spec(self.level_tables)
 
     def cache_levels(self) -> tuple[CacheLevel, ...]:
-        """The levels as :class:`~counterd.machine.geometry.CacheLevel` (BadInput where one is
-        not a cache)."""
+        """The levels as :class:`~counterd.machine.geometry.CacheLevel`, in the table's order:
+        KeyError, TypeError or ValueError where a field is missing or no number, BadInput
+        where a level is not a cache."""
         return tuple(CacheLevel(int(lv["level"]), int(lv["size_bytes"]), int(lv["ways"]),
                                 int(lv["line_bytes"]), tuple(lv.get("shared_cpus", ())))
-                     for lv in sorted(self.level_tables, key=lambda x: x["level"]))
+                     for lv in self._table["levels"])
 
 
 class BankTable(_Table):
