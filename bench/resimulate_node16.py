@@ -36,8 +36,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._host import guarded, host_line  # noqa: E402
-from counterd.machine.geometry import CacheLevel, Geometry  # noqa: E402
+from counterd.machine.geometry import Geometry  # noqa: E402
 from counterd.machine.memory import BankMap  # noqa: E402
+from counterd.machine.views import GeometryTable  # noqa: E402
 from counterd.sim import DEFAULT_CHUNK  # noqa: E402
 from microbench import results  # noqa: E402
 from microbench.counters import ExclusivePolicy, simulate_pattern, uses_coherence  # noqa: E402
@@ -48,8 +49,7 @@ NODE16 = Path("/work/shared/data/node16/microbench-all-quick.json")
 
 def geometry_of(doc: Mapping[str, Any], index: str, share: float) -> Geometry:
     g = doc["geometry"]
-    levels = [CacheLevel(lv["level"], lv["size_bytes"], lv["ways"], lv["line_bytes"],
-                         tuple(lv["shared_cpus"])) for lv in g["levels"]]
+    levels = list(GeometryTable(g).cache_levels())
     last = levels[-1]
     ways = max(1, round(last.ways * share))
     levels[-1] = dataclasses.replace(last, ways=ways, size_bytes=last.sets * ways

@@ -10,7 +10,7 @@ Load or Store, Exclusive (own sub-arrays) or Concurrent (one shared sub-array): 
 of variants with data clean, shared or dirty in another processor's cache.
 
 Generalisation (DESIGN.md section 7), all of it a pure function of a
-:class:`~microbench.patterns.Machine`:
+:class:`~counterd.machine.views.NodeView`:
 
 * processors 1, 2, 4, ... up to the machine's CPUs;
 * levels from the machine's geometry; per-processor working sets (bytes spanned by one sweep):
@@ -41,13 +41,13 @@ from fractions import Fraction
 from typing import cast
 
 from counterd.data.errors import BadInput
+from counterd.machine.views import NodeView
 from microbench.patterns import (
     COHERENCE,
     COHERENT_MAX_PROCS,
     SUITES,
     Coherence,
     Level,
-    Machine,
     Mode,
     Op,
     Pattern,
@@ -89,15 +89,15 @@ def sweeps_for(count: int, min_accesses: int, procs: int, level: Level, banks: i
     return max(1, -(-need // count))
 
 
-def _level_names(machine: Machine) -> list[Level]:
+def _level_names(machine: NodeView) -> list[Level]:
     return [cast(Level, f"L{lv.level}") for lv in machine.geometry.levels]
 
 
-def _shared(machine: Machine, level_index: int) -> bool:
+def _shared(machine: NodeView, level_index: int) -> bool:
     return len(machine.geometry.levels[level_index].shared_cpus) > 1
 
 
-def _capacity(machine: Machine, level_index: int, procs: int, mode: Mode) -> int:
+def _capacity(machine: NodeView, level_index: int, procs: int, mode: Mode) -> int:
     """Bytes of level ``level_index`` one processor can count on: a shared level is divided
     among the processors of an exclusive pattern (each has its own data in it)."""
     lv = machine.geometry.levels[level_index]
@@ -106,7 +106,7 @@ def _capacity(machine: Machine, level_index: int, procs: int, mode: Mode) -> int
     return lv.size_bytes
 
 
-def _memory_span(machine: Machine, procs: int, mode: Mode) -> int:
+def _memory_span(machine: NodeView, procs: int, mode: Mode) -> int:
     """Per-processor bytes spanned by a memory pattern: twice every level's capacity. A
     shared level divided among more exclusive processors than it has ways counts one way
     each: the simulator gives each processor at least one way
@@ -125,7 +125,7 @@ def _memory_span(machine: Machine, procs: int, mode: Mode) -> int:
 class _Builder:
     """Collects patterns of one catalogue, numbering bases and checking unique mnemonics."""
 
-    def __init__(self, machine: Machine, min_accesses: int) -> None:
+    def __init__(self, machine: NodeView, min_accesses: int) -> None:
         self.m = machine
         self.min_accesses = min_accesses
         self.out: list[Pattern] = []
@@ -201,7 +201,7 @@ class _Counts:
         return tuple(out)
 
 
-def _bank_rows(machine: Machine, procs: int) -> list[tuple[int, list[int]]]:
+def _bank_rows(machine: NodeView, procs: int) -> list[tuple[int, list[int]]]:
     """(stride in words, first bank of each processor) of the memory rows of Table 1.
 
     Strides of ``i`` bank units for i = 1, 2, 4, ... up to the banks, and the banks
@@ -230,14 +230,14 @@ def _bank_rows(machine: Machine, procs: int) -> list[tuple[int, list[int]]]:
     return rows
 
 
-def catalogue(machine: Machine, suite: SuiteName = "all", *,
+def catalogue(machine: NodeView, suite: SuiteName = "all", *,
               procs: Iterable[int] | None = None, strides: Iterable[int] | None = None,
               min_accesses: int = DEFAULT_MIN_ACCESSES,
               coherent_procs: int = COHERENT_MAX_PROCS) -> tuple[Pattern, ...]:
     """Every pattern of ``suite`` for ``machine``, table1 first.
 
-    Processor counts: :meth:`Machine.proc_counts` for patterns on their own data,
-    :meth:`Machine.coherent_counts` (up to ``coherent_procs`` processors) for those whose
+    Processor counts: :meth:`NodeView.proc_counts` for patterns on their own data,
+    :meth:`NodeView.coherent_counts` (up to ``coherent_procs`` processors) for those whose
     processors share it. ``procs``: these counts instead (each must be <= the machine's
     CPUs), shared-data patterns at those of them up to ``coherent_procs``; ``strides``:
     restrict to these strides in words; ``min_accesses``: element accesses per processor per
@@ -276,7 +276,7 @@ def catalogue(machine: Machine, suite: SuiteName = "all", *,
     return out
 
 
-def _cache_rows(machine: Machine) -> list[tuple[int, Level, int]]:
+def _cache_rows(machine: NodeView) -> list[tuple[int, Level, int]]:
     """(level index, level name, stride words) of the b0 rows: s1 in L1 (every word, so each
     line is reused), one L1 line apart below it (seed: "size(L2) words with stride 8")."""
     line_words = max(1, machine.geometry.levels[0].line_bytes // machine.word_bytes)

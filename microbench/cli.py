@@ -18,6 +18,7 @@ from counterd.data.errors import BackendUnavailable, BadInput, CounterdError
 from counterd.machine import using
 from counterd.machine.geometry import Geometry
 from counterd.machine.memory import BankMap
+from counterd.machine.views import NodeView
 from counterd.sim.sampling import SetSampling, for_large_last_level
 from counterd.util.cliutil import VersionAction, closed_pipe
 from microbench import results
@@ -26,7 +27,6 @@ from microbench.estimate import Estimate, Speeds, describe, estimate
 from microbench.patterns import (
     COHERENT_MAX_PROCS,
     SUITES,
-    Machine,
     Pattern,
     host_machine,
     planned_machine,
@@ -63,7 +63,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def _machine(args: argparse.Namespace, planned: bool = False) -> Machine:
+def _machine(args: argparse.Namespace, planned: bool = False) -> NodeView:
     """This host's machine (``planned``: the node a machine file describes, with its CPUs:
     what ``list`` shows)."""
     geometry = Geometry.from_spec(args.geometry, source="--geometry") if args.geometry else None
@@ -77,7 +77,7 @@ def _machine(args: argparse.Namespace, planned: bool = False) -> Machine:
     return (planned_machine if planned else host_machine)(geometry, bank_map)
 
 
-def _patterns(args: argparse.Namespace, machine: Machine) -> tuple[Pattern, ...]:
+def _patterns(args: argparse.Namespace, machine: NodeView) -> tuple[Pattern, ...]:
     if args.suite is None:
         args.suite = "table1" if args.quick else "all"
     procs = _int_list(args.procs, "processor counts") if args.procs else None
@@ -90,7 +90,7 @@ def _patterns(args: argparse.Namespace, machine: Machine) -> tuple[Pattern, ...]
                      coherent_procs=args.coherent_procs, **kwargs)
 
 
-def _sampling(args: argparse.Namespace, machine: Machine) -> SetSampling | None:
+def _sampling(args: argparse.Namespace, machine: NodeView) -> SetSampling | None:
     """A quick run's set sampling of a last level larger than 64 MiB
     (:func:`counterd.sim.sampling.for_large_last_level`), unless --full-simulation."""
     if not args.quick or getattr(args, "full_simulation", False):
@@ -98,7 +98,7 @@ def _sampling(args: argparse.Namespace, machine: Machine) -> SetSampling | None:
     return for_large_last_level(machine.geometry)
 
 
-def _estimate(args: argparse.Namespace, machine: Machine, pats: Sequence[Pattern]
+def _estimate(args: argparse.Namespace, machine: NodeView, pats: Sequence[Pattern]
               ) -> tuple[Estimate, Speeds]:
     """The run's estimated duration, from per-access times probed on this host."""
     from microbench import compute
@@ -254,7 +254,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"count": len(pats), "suite": args.suite, "quick": args.quick,
                           "cpus": machine.max_procs, "machine": machine.name,
-                          **results.machine_json(machine),
+                          **machine.to_json(),
                           "estimate": est.to_json() if est else None,
                           **({} if est else {"no_estimate": why}),
                           "speeds": speeds.to_json() if speeds else None,

@@ -50,10 +50,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from counterd.data.errors import BadInput
+from counterd.machine.views import NodeView
 from counterd.sim.sampling import SetSampling
 from microbench.counters import simulations, uses_coherence
 from microbench.kernels import KernelCall
-from microbench.patterns import Machine, Pattern, region_bytes
+from microbench.patterns import Pattern, region_bytes
 from microbench.plans import WorkerPlan
 from microbench.repetition import RunConfig
 
@@ -98,7 +99,7 @@ NEAR_LINES, FAR_LINES = 4, 32
 _T = TypeVar("_T")
 
 
-def level_keys(machine: Machine) -> tuple[str, ...]:
+def level_keys(machine: NodeView) -> tuple[str, ...]:
     """The serving levels a pattern names: L1, L2, ... and mem."""
     return (*(f"L{lv.level}" for lv in machine.geometry.levels), "mem")
 
@@ -248,7 +249,7 @@ def _per_element(times: tuple[float, float], op: str, store_every: int) -> float
     return ((k - 1) * load + store) / k
 
 
-def _key(machine: Machine, level: str) -> str:
+def _key(machine: NodeView, level: str) -> str:
     keys = level_keys(machine)
     return level if level in keys else keys[-1]
 
@@ -261,7 +262,7 @@ def _setup_sweeps(p: Pattern) -> tuple[tuple[str, ...], ...]:
     return (first, ("load",)) if p.coherence == "shared" else (first,)
 
 
-def superstep_s(p: Pattern, machine: Machine, speeds: Speeds) -> float:
+def superstep_s(p: Pattern, machine: NodeView, speeds: Speeds) -> float:
     """One superstep of ``p``: its slowest processor's kernel, the set-up sweeps and barriers
     before it, a barrier per participant and step."""
     lv = _key(machine, p.level)
@@ -291,7 +292,7 @@ def _reps(cfg: RunConfig, step_s: float, speeds: Speeds) -> float:
     return cfg.min_reps + more
 
 
-def _crowding(speeds: Speeds, busy: int, machine: Machine) -> float:
+def _crowding(speeds: Speeds, busy: int, machine: NodeView) -> float:
     """How much slower ``busy`` processes of the run go beside the other processes' work:
     all of them share the machine's CPUs."""
     return max(1.0, (speeds.others + busy) / machine.max_procs)
@@ -306,7 +307,7 @@ def expected_attempts(retries: int, disturbed: float) -> float:
     return float(sum(disturbed ** k for k in range(retries + 1)))
 
 
-def timing_cost(p: Pattern, machine: Machine, speeds: Speeds, cfg: RunConfig
+def timing_cost(p: Pattern, machine: NodeView, speeds: Speeds, cfg: RunConfig
                 ) -> tuple[float, float, float]:
     """(seconds of all timed attempts, attempts, supersteps per attempt) of ``p``."""
     step = superstep_s(p, machine, speeds) * _crowding(speeds, p.cpus_needed, machine)
@@ -344,7 +345,7 @@ def _sim_call_ns(call: KernelCall, level: str, speeds: Speeds, line_bytes: int) 
     return call.count * call.reps * _per_element(times, call.kernel, call.store_every)
 
 
-def simulation_cost(p: Pattern, machine: Machine, speeds: Speeds, cfg: RunConfig,
+def simulation_cost(p: Pattern, machine: NodeView, speeds: Speeds, cfg: RunConfig,
                     sampling: SetSampling | None = None) -> float:
     """Seconds one simulator process spends on ``p``: the pre-fault, ``warmup`` + 1 set-ups
     and main kernels of every plan it is fed, served at the pattern's level (the pre-fault
@@ -417,7 +418,7 @@ ASSUMPTIONS = (
 )
 
 
-def estimate(patterns: Sequence[Pattern], machine: Machine, speeds: Speeds, *,
+def estimate(patterns: Sequence[Pattern], machine: NodeView, speeds: Speeds, *,
              cfg: RunConfig, compute_backend: str = "none", quick: bool = False,
              sampling: SetSampling | None = None) -> Estimate:
     """The estimated duration of ``microbench run`` over ``patterns`` on ``machine`` with

@@ -47,10 +47,10 @@ from typing import Any
 import numpy as np
 
 from counterd.data.errors import BadInput
+from counterd.machine.views import NodeView
 from counterd.util.fsutil import atomic_write_text
 from microbench import results
 from microbench.kernels import CopyCall, prefault_call
-from microbench.patterns import Machine
 from microbench.plans import WorkerPlan
 from microbench.repetition import RunConfig, disturbance, spread
 from microbench.runner import PatternTiming, WorkerPool, host_metadata
@@ -129,7 +129,7 @@ QUICK_CFG = RunConfig(warmup=1, min_reps=3, max_reps=5, tolerance=0.10, budget_n
                       retries=0)
 
 
-def default_plan(machine: Machine) -> Plan:
+def default_plan(machine: NodeView) -> Plan:
     """Sizes 4 KiB .. 64 MiB (below L1 to beyond the last level of most hosts; the largest
     size is raised to twice the last level where that is larger, up to the span cap: a last
     level of more than half of :data:`MAX_SPAN_BYTES`, as a VM that reports its host's whole
@@ -145,7 +145,7 @@ def default_plan(machine: Machine) -> Plan:
     return Plan("default", tuple(pts), DEFAULT_CFG, DEFAULT_ROUNDS)
 
 
-def quick_plan(machine: Machine) -> Plan:
+def quick_plan(machine: NodeView) -> Plan:
     """A few seconds: three sizes, two strides, every operation (and one two-CPU point)."""
     pts = _grid(OPS, (4 * KiB, 64 * KiB, 1 * MiB), (8, 256))
     if machine.max_procs >= 2:
@@ -249,10 +249,10 @@ def _record(p: PlanPoint, call: CopyCall, taken: _Taken, overhead_ns: float) -> 
                      "steal": t.steal}}
 
 
-def new_document(machine: Machine, plan: Plan) -> dict[str, Any]:
+def new_document(machine: NodeView, plan: Plan) -> dict[str, Any]:
     doc: dict[str, Any] = {"format": FORMAT, "version": VERSION, "created": results.now_iso(),
                            "complete": False, "host": host_metadata(machine.cpus)}
-    doc.update(results.machine_json(machine))
+    doc.update(machine.to_json())
     doc["geometry"]["page_bytes"] = machine.page_bytes
     doc["config"] = plan.to_json()
     doc["notes"] = list(NOTES)
@@ -265,7 +265,7 @@ def write(path: str | Path, doc: dict[str, Any]) -> None:
     atomic_write_text(Path(path), results.dumps(doc))
 
 
-def measure(machine: Machine, plan: Plan, out: str | Path | None = None, *,
+def measure(machine: NodeView, plan: Plan, out: str | Path | None = None, *,
             force: bool = False, progress: Progress = no_progress) -> dict[str, Any]:
     """Run ``plan`` on ``machine``; return the results document, also written to ``out``
     (atomically, after every round, so an interrupted run keeps its finished rounds) when

@@ -1,8 +1,9 @@
 """A microbench pattern (:class:`Pattern`: processors, stride, span, op, mode, the level meant
-to serve it, its sweeps) and the machine it runs on (:class:`Machine`: geometry, bank map,
-memory layout), with what a pattern does to the banks (:func:`bank_histogram`,
-:func:`bsp_quantities`). The patterns a machine gets, Table 1 of seed 004 generalised and a
-validation suite, are :mod:`microbench.catalogue`'s.
+to serve it, its sweeps) and the node it runs on (:class:`counterd.machine.views.NodeView`, the
+view of the machine record a run needs: CPUs in rank order, geometry, bank map, memory layout;
+:func:`host_machine`, :func:`planned_machine`, :func:`paper_machine`), with what a pattern
+does to the banks (:func:`bank_histogram`, :func:`bsp_quantities`). The patterns a machine
+gets, Table 1 of seed 004 generalised and a validation suite, are :mod:`microbench.catalogue`'s.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Literal
 from counterd.data.errors import BadInput
 from counterd.machine import current as current_machine
 from counterd.machine.geometry import SGI_POWER_CHALLENGE, Geometry
-from counterd.machine.memory import HOST_BANKS, SGI_BANKS, BankMap, MemoryLayout
+from counterd.machine.memory import HOST_BANKS, SGI_BANKS, BankMap
+from counterd.machine.views import COHERENT_MAX_PROCS, NodeView
 
 Op = Literal["load", "store", "rmw", "mixed"]
 Mode = Literal["exclusive", "concurrent"]
@@ -35,101 +37,33 @@ COHERENCE: tuple[Coherence, ...] = ("clean", "shared", "dirty")
 PAPER_BANKS_PROVENANCE = ("Amato et al., section 2: 8-way interleaved memory on 8 banks; "
                           "interleave of one 128 B L2 line, which reproduces Table 1")
 
-# Most processors of a pattern whose processors share data (concurrent, coherence variants):
-# simulating such a pattern on p processors costs about p^2 times one processor's accesses
-# (every access snoops the others' private caches). On the 16-CPU node of issue 35 (a 300 MB
-# L3, so 600 MB memory sweeps) the quick suite's shared-data patterns on 8 processors alone
-# were estimated at over a minute of simulation, the full suite's at over 20: 4 keeps both
-# suites within their targets on 16 to 128 CPUs. The paper's machine had 8 processors
-# (catalogue(..., coherent_procs=8), microbench --coherent-procs 8: its Table 1 whole).
-COHERENT_MAX_PROCS = 4
+
+# --------------------------------------------------------------------------------------------
+# The nodes patterns run on (views of the machine record)
 
 
-@dataclass(frozen=True)
-class Machine:
-    """What the catalogue needs to know about a node: usable CPUs, in the order a pattern's
-    ranks are pinned to them (rank k on ``cpus[k]``), cache geometry, bank map (with where it
-    came from), word and page size, and the memory layout the CPU order and banks come from
-    (None for a machine given by hand, e.g. the paper's)."""
-
-    name: str
-    cpus: tuple[int, ...]
-    geometry: Geometry
-    bank_map: BankMap
-    bank_provenance: str
-    word_bytes: int = 8
-    page_bytes: int = 4096
-    memory: MemoryLayout | None = None
-
-    def __post_init__(self) -> None:
-        if not self.cpus:
-            raise BadInput(f"machine {self.name} has no CPUs", "give at least one CPU id")
-        if self.word_bytes <= 0 or self.page_bytes <= 0:
-            raise BadInput(f"machine {self.name}: word {self.word_bytes} B, page "
-                           f"{self.page_bytes} B", "word and page sizes must be > 0")
-        if self.bank_map.interleave_bytes % self.word_bytes:
-            raise BadInput(f"bank interleave {self.bank_map.interleave_bytes} B is not a whole "
-                           f"number of {self.word_bytes} B words",
-                           "choose an interleave that is a multiple of the word")
-
-    @property
-    def max_procs(self) -> int:
-        return len(self.cpus)
-
-    @property
-    def bank_unit_words(self) -> int:
-        """Words per bank interleave unit: the stride that moves to the next bank."""
-        return self.bank_map.interleave_bytes // self.word_bytes
-
-    def proc_counts(self) -> tuple[int, ...]:
-        """1, 2, P/4, P/2 and P for P CPUs (rounded down, without repeats): seed 004 section
-        3's 1, 2, 4, 8 on its 8 processors, and on a node of 16 to 128 CPUs five counts, so
-        the suite's work grows with the processor counts' sum (about 1.8 P) and not with the
-        number of powers of two below P."""
-        p = self.max_procs
-        return tuple(sorted({c for c in (1, 2, p // 4, p // 2, p) if 1 <= c <= p}))
-
-    def coherent_counts(self, limit: int = COHERENT_MAX_PROCS) -> tuple[int, ...]:
-        """The processor counts of the patterns whose processors share data (concurrent
-        patterns, coherence variants): 2, 4, ... and the :meth:`proc_counts`, up to
-        ``limit`` processors. Their counters are simulated as one coherent system, whose
-        cost per access grows with the processors snooped (``counterd.sim.coherence``): a
-        concurrent memory pattern costs about p^2 times one processor's accesses to simulate,
-        which beyond a few processors outweighs everything else the suite does."""
-        top = min(self.max_procs, limit)
-        out = {c for c in self.proc_counts() if 2 <= c <= top}
-        c = 2
-        while c <= top:
-            out.add(c)
-            c *= 2
-        return tuple(sorted(out))
-
-
-def paper_machine() -> Machine:
-    """The seed's SGI Power Challenge: 8 R10000s, 32K L1 / 1M L2, 8 banks x 128 B, 4 B words."""
-    return Machine("SGI Power Challenge (Amato et al., section 2)", tuple(range(8)),
-                   SGI_POWER_CHALLENGE, SGI_BANKS, PAPER_BANKS_PROVENANCE, word_bytes=4)
+def paper_machine() -> NodeView:
+    """The seed's SGI Power Challenge: 8 R10000s, 32K L1 / 1M L2, 8 banks x 128 B, 4 B words
+    (a machine given by hand: no memory layout, so its results carry no ``memory``)."""
+    return NodeView("SGI Power Challenge (Amato et al., section 2)", tuple(range(8)),
+                    SGI_POWER_CHALLENGE, SGI_BANKS, PAPER_BANKS_PROVENANCE, word_bytes=4)
 
 
 def host_machine(geometry: Geometry | None = None, bank_map: BankMap | None = None,
-                 bank_provenance: str | None = None) -> Machine:
+                 bank_provenance: str | None = None) -> NodeView:
     """This host: the CPUs this process may run on, in the order the machine's NUMA layout
     pins a program's ranks (:meth:`counterd.machine.memory.MemoryLayout.spread`: round-robin over
     the NUMA nodes, so a p-processor pattern has p / nodes processors on each); the geometry,
     bank map and page size of the machine description (:func:`counterd.machine.current`:
-    sysfs, or a machine file), each overridable here."""
+    sysfs, or a machine file), each overridable here (:meth:`NodeView.of`)."""
     described = current_machine()
     cpus = described.memory.spread(os.sched_getaffinity(0))
-    return Machine("host", cpus, geometry if geometry is not None else described.geometry,
-                   bank_map if bank_map is not None else described.bank_map,
-                   bank_provenance or (described.bank_provenance if bank_map is None
-                                       else f"given: {bank_map.banks} banks x "
-                                            f"{bank_map.interleave_bytes} B"),
-                   word_bytes=8, page_bytes=described.page_bytes, memory=described.memory)
+    return NodeView.of(described, cpus, geometry=geometry, bank_map=bank_map,
+                       bank_provenance=bank_provenance)
 
 
 def planned_machine(geometry: Geometry | None = None, bank_map: BankMap | None = None,
-                    bank_provenance: str | None = None) -> Machine:
+                    bank_provenance: str | None = None) -> NodeView:
     """The node a listing plans for: :func:`host_machine`, except that a machine file
     (``--machine``, ``COUNTERD_MACHINE``) naming more or fewer CPUs online than this process
     may use gives all of them (its NUMA nodes' CPUs, placed as :func:`host_machine` places
@@ -333,7 +267,7 @@ def with_min_accesses(pattern: Pattern, min_accesses: int) -> Pattern:
     return replace(pattern, sweeps=max(1, -(-min_accesses // pattern.count)))
 
 
-__all__ = ["BspQuantities", "COHERENCE", "COHERENT_MAX_PROCS", "HOST_BANKS", "Machine", "OPS",
+__all__ = ["BspQuantities", "COHERENCE", "COHERENT_MAX_PROCS", "HOST_BANKS", "NodeView", "OPS",
            "PAPER_BANKS_PROVENANCE", "Pattern", "SUITES", "bank_histogram", "banks_touched",
            "bsp_quantities", "fmt_bkc", "host_machine", "max_word_sharing", "paper_machine",
            "planned_machine", "region_bytes"]

@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 import psutil
 
+from counterd.machine.views import NodeView
 from counterd.sim import CacheSim, CoherentSim, StridedStream
 from counterd.sim.sampling import SetSampling
 from microbench.counters import translation_period
 from microbench.estimate import FAR_LINES, NEAR_LINES, PROBE_MEM_BYTES, Speeds, level_keys
 from microbench.kernels import KernelCall, native_lib
-from microbench.patterns import Machine
 from microbench.plans import WorkerPlan
 from microbench.repetition import RunConfig
 from microbench.runner import WorkerPool
@@ -41,7 +41,7 @@ def _best(f: Any, tries: int = 3) -> float:
     return float(best)
 
 
-def _spans(machine: Machine) -> dict[str, tuple[int, int]]:
+def _spans(machine: NodeView) -> dict[str, tuple[int, int]]:
     """(bytes, stride in words) the probe sweeps for each level key: half of each level, as
     the suite's patterns of that level span (s1 in L1, a line apart below it; at most
     PROBE_MEM_BYTES, so the probe stays short), and for memory four lines apart over twice the
@@ -61,7 +61,7 @@ def _spans(machine: Machine) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _kernel_times(machine: Machine, spans: Mapping[str, tuple[int, int]]
+def _kernel_times(machine: NodeView, spans: Mapping[str, tuple[int, int]]
                   ) -> tuple[dict[str, float], dict[str, float], tuple[float, float], float,
                              float]:
     """Native kernels: ns per access at each level (loads, stores; memory NEAR_LINES lines
@@ -98,7 +98,7 @@ def _kernel_times(machine: Machine, spans: Mapping[str, tuple[int, int]]
     return load, store, (load.pop("far"), store.pop("far")), fault_ns, touch_ns
 
 
-def _sim_times(machine: Machine, spans: Mapping[str, tuple[int, int]],
+def _sim_times(machine: NodeView, spans: Mapping[str, tuple[int, int]],
                sampling: SetSampling | None = None
                ) -> tuple[dict[str, float], dict[str, float], tuple[float, float],
                           dict[str, float]]:
@@ -161,7 +161,7 @@ def _sim_times(machine: Machine, spans: Mapping[str, tuple[int, int]],
     return load, store, far_times, snoop
 
 
-def _pool_times(machine: Machine) -> tuple[float, float, float]:
+def _pool_times(machine: NodeView) -> tuple[float, float, float]:
     """(ns per superstep and participant, ns per pattern, ns per worker started) of the
     runner itself: a pool of up to two of this host's CPUs timing a one-access kernel."""
     from microbench.patterns import host_machine
@@ -313,7 +313,7 @@ def process_age_s() -> float:
         return 0.0
 
 
-def probe(machine: Machine, *, compute: bool = True, planned: bool = False,
+def probe(machine: NodeView, *, compute: bool = True, planned: bool = False,
           startup_s: float = 0.0, callgrind: bool = False,
           sampling: SetSampling | None = None) -> Speeds:
     """Measure this host's :class:`Speeds` for ``machine``'s geometry (a second or two).

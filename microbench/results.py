@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 
 from counterd.data.errors import BadInput
+from counterd.machine.views import NodeView
 from counterd.util.fsutil import atomic_write_text
-from microbench.patterns import Machine, Pattern, bsp_quantities
+from microbench.patterns import Pattern, bsp_quantities
 from predictor.inputs import RESULTS_FORMAT, RESULTS_VERSIONS
 
 FORMAT = RESULTS_FORMAT  # the reader's (predictor.inputs) one name for it
@@ -43,33 +44,12 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
-def machine_json(machine: Machine) -> dict[str, Any]:
-    g = machine.geometry
-    return {
-        "geometry": {
-            "spec": g.spec(),
-            "levels": [{"level": lv.level, "size_bytes": lv.size_bytes, "ways": lv.ways,
-                        "line_bytes": lv.line_bytes, "shared_cpus": list(lv.shared_cpus)}
-                       for lv in g.levels],
-            "tlb_entries": g.tlb_entries, "tlb_ways": g.tlb_ways, "page_bytes": g.page_bytes,
-            "source": g.source,
-        },
-        "bank_map": {"banks": machine.bank_map.banks,
-                     "interleave_bytes": machine.bank_map.interleave_bytes,
-                     "provenance": machine.bank_provenance},
-        "word_bytes": machine.word_bytes,
-        "page_bytes": machine.page_bytes,
-        **({"memory": machine.memory.to_json(), "rank_cpus": list(machine.cpus)}
-           if machine.memory is not None else {}),
-    }
-
-
-def new_document(*, machine: Machine, backend: str, suite: str, host: Mapping[str, Any],
+def new_document(*, machine: NodeView, backend: str, suite: str, host: Mapping[str, Any],
                  config: Mapping[str, Any], notes: Sequence[str]) -> dict[str, Any]:
     doc: dict[str, Any] = {"format": FORMAT, "version": VERSION, "created": now_iso(),
                            "backend": backend, "suite": suite, "complete": False,
                            "host": dict(host)}
-    doc.update(machine_json(machine))
+    doc.update(machine.to_json())
     doc["config"] = dict(config)
     doc["notes"] = list(notes)
     doc["patterns"] = []
@@ -221,7 +201,7 @@ class ProcessorRecord:
     wb: Sequence[int]
 
 
-def pattern_record(pattern: Pattern, machine: Machine, *, samples_ns: Sequence[int],
+def pattern_record(pattern: Pattern, machine: NodeView, *, samples_ns: Sequence[int],
                    warmup_samples_ns: Sequence[int], processors: Sequence[ProcessorRecord],
                    warmup: int, flags: Iterable[str], load: Mapping[str, Any],
                    sim: Mapping[str, Any], wall_s: float) -> dict[str, Any]:
@@ -313,7 +293,7 @@ def figure1_tables(doc: Mapping[str, Any], suite: str = "table1"
 
 
 __all__ = ["FORMAT", "ProcessorRecord", "SUPPORTED_VERSIONS", "VERSION", "check_document",
-           "dumps", "figure1_tables", "load", "machine_json", "new_document", "now_iso",
+           "dumps", "figure1_tables", "load", "new_document", "now_iso",
            "pattern_record", "served_level", "write"]
 
 

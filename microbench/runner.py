@@ -44,8 +44,9 @@ import numpy as np
 
 from counterd.data.errors import BadInput, CounterdError
 from counterd.data.host import host_info
+from counterd.machine.views import NodeView
 from microbench.kernels import buffer_address, native_lib
-from microbench.patterns import Machine, Pattern, region_bytes
+from microbench.patterns import Pattern, region_bytes
 from microbench.plans import WorkerPlan, plans
 from microbench.repetition import (
     NORMAL,
@@ -258,7 +259,7 @@ class WorkerPool:
             timing = pool.run(pattern, NORMAL)
     """
 
-    def __init__(self, machine: Machine, patterns: Sequence[Pattern],
+    def __init__(self, machine: NodeView, patterns: Sequence[Pattern],
                  cfg: RunConfig = NORMAL, *, counter_backend: str | None = None,
                  counter_events: tuple[str, ...] = (),
                  region: tuple[int, int] | None = None) -> None:

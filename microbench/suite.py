@@ -22,6 +22,7 @@ from typing import Any
 from counterd import backends
 from counterd.data.errors import BadInput, UnknownBackend
 from counterd.data.events import Source
+from counterd.machine.views import NodeView
 from counterd.sim import DEFAULT_CHUNK, native_status
 from counterd.sim.sampling import SetSampling
 from microbench import results
@@ -33,7 +34,7 @@ from microbench.counters import (
     uses_coherence,
 )
 from microbench.estimate import Estimate, chunks, run_order
-from microbench.patterns import Machine, Pattern
+from microbench.patterns import Pattern
 from microbench.repetition import NORMAL, RunConfig
 from microbench.runner import (
     PatternTiming,
@@ -102,7 +103,7 @@ def _sim_job(args: tuple[Pattern, Any, Any, int, int, SetSampling | None]
     return sims, time.monotonic() - t0
 
 
-def _llc_may_hold(p: Pattern, machine: Machine) -> bool:
+def _llc_may_hold(p: Pattern, machine: NodeView) -> bool:
     if p.level != "mem":
         return False
     llc = machine.geometry.levels[-1]
@@ -112,7 +113,7 @@ def _llc_may_hold(p: Pattern, machine: Machine) -> bool:
     return distinct * per_proc < llc.size_bytes
 
 
-def _flags(p: Pattern, timing: PatternTiming, sim0: SimulatedSuperstep, machine: Machine,
+def _flags(p: Pattern, timing: PatternTiming, sim0: SimulatedSuperstep, machine: NodeView,
            measured: bool) -> list[str]:
     flags = list(timing.flags)
     if (p.procs > 1 or p.coherence is not None) and not uses_coherence(p):
@@ -127,7 +128,7 @@ def _flags(p: Pattern, timing: PatternTiming, sim0: SimulatedSuperstep, machine:
     return flags
 
 
-def _record(p: Pattern, machine: Machine, timing: PatternTiming,
+def _record(p: Pattern, machine: NodeView, timing: PatternTiming,
             sims: Sequence[SimulatedSuperstep], cfg: RunConfig, plan: CounterPlan,
             attempts: int = 1, timed_s: float | None = None,
             sim_s: float | None = None, sampling: SetSampling | None = None
@@ -168,7 +169,7 @@ def _record(p: Pattern, machine: Machine, timing: PatternTiming,
         load=load, sim=sim_meta, wall_s=timing.wall_ns / 1e9)
 
 
-def prior_document(out: Path, machine: Machine, *, suite: str, force: bool, resume: bool
+def prior_document(out: Path, machine: NodeView, *, suite: str, force: bool, resume: bool
                    ) -> dict[str, Any] | None:
     """The finished part of ``out`` to resume from, or None to start afresh; BadInput for an
     ``out`` that cannot be written or resumed. Cheap, so that a command checks it before any
@@ -189,7 +190,7 @@ def prior_document(out: Path, machine: Machine, *, suite: str, force: bool, resu
     return None
 
 
-def run_suite(machine: Machine, patterns: Sequence[Pattern], out: str | Path, *,
+def run_suite(machine: NodeView, patterns: Sequence[Pattern], out: str | Path, *,
               suite: str, cfg: RunConfig = NORMAL, backend: str = "auto", force: bool = False,
               resume: bool = False, quick: bool = False, compute_backend: str = "auto",
               progress: ProgressFn = no_progress, estimate: Estimate | None = None,

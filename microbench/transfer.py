@@ -32,9 +32,9 @@ from typing import Any, Literal
 import numpy as np
 
 from counterd.data.errors import BadInput
+from counterd.machine.views import NodeView
 from microbench import results
 from microbench.kernels import WORD_BYTES, CopyCall, KernelCall, native_lib, prefault_call
-from microbench.patterns import Machine
 from microbench.plans import WorkerPlan
 from microbench.repetition import RunConfig, spread
 from microbench.runner import WorkerPool, host_metadata
@@ -240,7 +240,7 @@ def no_progress(done: int, total: int, mnemonic: str) -> None:
 PASSES = 3  # rounds over every case, each in its own random order
 
 
-def measure(machine: Machine, cases: Sequence[Case], out: str | Path, *,
+def measure(machine: NodeView, cases: Sequence[Case], out: str | Path, *,
             cfg: RunConfig = CONFIG, state: State = "cold", passes: int = PASSES,
             order_seed: int | None = None, progress: Progress = no_progress,
             config: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -264,7 +264,7 @@ def measure(machine: Machine, cases: Sequence[Case], out: str | Path, *,
     doc: dict[str, Any] = {
         "format": FORMAT, "version": VERSION, "created": results.now_iso(),
         "complete": False, "host": host_metadata(machine.cpus[:2]),
-        **results.machine_json(machine), "line_bytes": line, "element_bytes": WORD_BYTES,
+        **machine.to_json(), "line_bytes": line, "element_bytes": WORD_BYTES,
         "state": state, "passes": passes, "config": {**asdict(cfg), **(config or {})},
         "notes": ["times measured: per case the median over passes of each pass's median "
                   "copy time of the slower process; MLT counted exactly from the layout "

@@ -32,7 +32,6 @@ from predictor.model import ASSUMPTIONS, BSP_FUNCTIONS, FModel, bsp_quantities, 
 from predictor.profile import (
     COMPUTE_SUFFIX,
     MachineProfile,
-    caches_spec,
     check_host,
     new_profile,
 )
@@ -156,7 +155,7 @@ def results_host(results: Results) -> dict[str, Any]:
     h = results.host
     return {"hostname": h.get("hostname"), "cpu_model": h.get("cpu_model"),
             "cpus_online": h.get("cpus_online"), "page_bytes": h.get("page_bytes"),
-            "caches": caches_spec(results.geometry.get("levels", []))}
+            "caches": results.geometry.caches_spec}
 
 
 def calibrate(results: Results, *, name: str | None = None, folds: int = 5,
@@ -169,7 +168,7 @@ def calibrate(results: Results, *, name: str | None = None, folds: int = 5,
         raise BadInput(f"{results.path}: no cache geometry (geometry.levels)",
                        "the microbench results must describe the caches they ran on")
     P = results.processors
-    banks = int(results.bank_map.get("banks") or 1)
+    banks = results.bank_map.banks
     _, val = split_suites(results.patterns)
     val = [s for s in val if s.time_ns]
     models: dict[str, Any] = {}
@@ -260,7 +259,7 @@ def _refit(profile: MachineProfile, variant: str, results: Results
     cs = VARIANT_SETS[str(m.get("counter_set", "full"))]
     counters = None if cs.name == "full" else cs.counters(results.levels)
     levels, P = results.levels, results.processors
-    banks = int(results.bank_map.get("banks") or 1)
+    banks = results.bank_map.banks
     if variant.split(".")[0] == "paper":
         return partial(PaperFit, levels=levels, processors=P, banks=banks, counters=counters)
     return partial(ImprovedFit, levels=levels, processors=P, banks=banks, counters=counters,

@@ -16,7 +16,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -27,6 +27,9 @@ from counterd.data.events import NAMES
 from counterd.data.records import RECORD_FORMAT, not_a_record, span_ns
 from counterd.util.fsutil import bounded_lines
 from predictor.errors import BadCounterValue, BadInput, UnknownCounter
+
+if TYPE_CHECKING:
+    from counterd.machine.views import BankTable, GeometryTable
 
 Array = NDArray[np.float64]
 
@@ -112,15 +115,15 @@ class Results:
     path: str
     backend: str
     host: Mapping[str, Any]
-    geometry: Mapping[str, Any]
-    bank_map: Mapping[str, Any]
+    geometry: GeometryTable  # the machine's sections (counterd.machine.views), typed
+    bank_map: BankTable
     word_bytes: int
     patterns: tuple[Step, ...]
 
     @property
     def levels(self) -> tuple[int, ...]:
         """Cache levels of the geometry, e.g. (1, 2, 3)."""
-        return tuple(sorted(int(lv["level"]) for lv in self.geometry.get("levels", ())))
+        return self.geometry.levels
 
     @property
     def processors(self) -> int:
@@ -204,6 +207,17 @@ def _pattern_step(i: int, d: Any, path: str = "<results>") -> Step:
         time_ns=t, meta=meta)
 
 
+def machine_sections(geometry: Mapping[str, Any], bank_map: Mapping[str, Any]
+                     ) -> tuple[GeometryTable, BankTable]:
+    """The ``geometry`` and ``bank_map`` tables of a results file or a profile, typed
+    (:class:`counterd.machine.views.GeometryTable`, :class:`~counterd.machine.views.BankTable`,
+    which keep the tables as written). Imported on first use, so that importing the predictor
+    loads no module of counterd's machine description."""
+    from counterd.machine.views import BankTable, GeometryTable
+
+    return GeometryTable.wrap(geometry), BankTable.wrap(bank_map)
+
+
 def _geometry(v: Any, path: str) -> dict[str, Any]:
     """The geometry table, its levels checked (the profile's fingerprint and LLC come
     from them)."""
@@ -246,9 +260,10 @@ def results_from_json(d: Mapping[str, Any], path: str = "<results>") -> Results:
     comp = _mapping(d.get("compute") or {}, f"{path}: compute").get("patterns") or []
     if not isinstance(comp, list):
         raise BadInput(f"{path}: compute.patterns is not a list", _DAMAGED)
+    geometry, banks = machine_sections(_geometry(d.get("geometry"), path), bank_map)
     return Results(
         path=path, backend=str(d.get("backend", "?")), host=host,
-        geometry=_geometry(d.get("geometry"), path), bank_map=bank_map,
+        geometry=geometry, bank_map=banks,
         word_bytes=word_bytes,
         patterns=tuple(_pattern_step(i, p, path) for i, p in enumerate([*pats, *comp])))
 

@@ -95,6 +95,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from counterd.data.errors import CounterdError
 from counterd.machine.geometry import CacheLevel
+from counterd.machine.views import GeometryTable
 from predictor import modeling
 from predictor.errors import BadInput
 
@@ -138,9 +139,7 @@ class Hierarchy:
     @classmethod
     def from_json(cls, d: Mapping[str, Any], where: str = "geometry") -> Hierarchy:
         try:
-            levels = tuple(CacheLevel(int(x["level"]), int(x["size_bytes"]), int(x["ways"]),
-                                      int(x["line_bytes"]), tuple(x.get("shared_cpus", ())))
-                           for x in d["levels"])
+            levels = GeometryTable(d).cache_levels()
             return cls(levels, int(d.get("page_bytes", 4096)), int(d.get("tlb_entries", 64)))
         except (KeyError, TypeError, ValueError, CounterdError) as exc:
             raise BadInput(f"{where}: not a cache geometry ({type(exc).__name__}: {exc})",

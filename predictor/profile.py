@@ -24,11 +24,15 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from counterd.data.events import MISS_COUNTERS, WRITEBACK_COUNTERS
 from predictor.errors import NoVariant, ProfileError, ProfileVersionError, warn_host_mismatch
+from predictor.inputs import machine_sections
 from predictor.model import BSPModel, Contention, FModel
+
+if TYPE_CHECKING:
+    from counterd.machine.views import BankTable, GeometryTable
 
 PROFILE_FORMAT = "counterd-machine-profile"
 # Version history:
@@ -67,8 +71,9 @@ class MachineProfile:
 
     name: str
     host: Mapping[str, Any]  # hostname, cpu_model, cpus_online, page_bytes, caches
-    geometry: Mapping[str, Any]  # spec, levels [{level, size_bytes, ways, line_bytes}], source
-    bank_map: Mapping[str, Any]  # banks, interleave_bytes, provenance
+    # The machine's sections, typed (counterd.machine.views; predictor.inputs.machine_sections)
+    geometry: GeometryTable  # spec, levels [{level, size_bytes, ways, line_bytes}], source
+    bank_map: BankTable  # banks, interleave_bytes, provenance
     processors: int
     word_bytes: int
     llc_level: int
@@ -82,7 +87,7 @@ class MachineProfile:
 
     @property
     def banks(self) -> int:
-        return int(self.bank_map.get("banks", 1))
+        return self.bank_map.banks
 
     def f_model(self, variant: str | None = None) -> FModel:
         v = variant or self.default_model
@@ -146,8 +151,8 @@ class MachineProfile:
         return {
             "format": PROFILE_FORMAT, "version": PROFILE_VERSION, "name": self.name,
             "unit": "ns", "created": self.created, "default_model": self.default_model,
-            "notes": list(self.notes), "host": dict(self.host), "geometry": dict(self.geometry),
-            "bank_map": dict(self.bank_map),
+            "notes": list(self.notes), "host": dict(self.host),
+            "geometry": self.geometry.to_dict(), "bank_map": self.bank_map.to_dict(),
             "machine": {"processors": self.processors, "word_bytes": self.word_bytes,
                         "llc_level": self.llc_level},
             "models": {k: dict(v) for k, v in self.models.items()}, "bsp": dict(self.bsp),
@@ -168,8 +173,10 @@ class MachineProfile:
                                "profiles keep every parameter in ns per event")
         try:
             m = _table(d, "machine")
+            geometry, bank_map = machine_sections(_table(d, "geometry", {}),
+                                                  _table(d, "bank_map", {}))
             prof = cls(name=_text(d, "name"), host=_table(d, "host", {}),
-                       geometry=_table(d, "geometry", {}), bank_map=_table(d, "bank_map", {}),
+                       geometry=geometry, bank_map=bank_map,
                        processors=_count(m, "processors"), word_bytes=_count(m, "word_bytes"),
                        llc_level=_count(m, "llc_level"), models=_models(d),
                        bsp=_table(d, "bsp"),
@@ -250,15 +257,11 @@ def _models(d: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 # -- fingerprints ---------------------------------------------------------------------------
 
 def caches_spec(levels: Any) -> str:
-    """``L1=48K/12/64,L2=...``: size/ways/line per level, the fingerprint's cache field."""
-    def size(b: int) -> str:
-        for unit, n in (("M", 1 << 20), ("K", 1 << 10)):
-            if b % n == 0:
-                return f"{b // n}{unit}"
-        return str(b)
-    parts = [f"L{int(lv['level'])}={size(int(lv['size_bytes']))}/{int(lv['ways'])}/"
-             f"{int(lv['line_bytes'])}" for lv in sorted(levels, key=lambda x: x["level"])]
-    return ",".join(parts)
+    """``L1=48K/12/64,L2=...``: size/ways/line per level, the fingerprint's cache field
+    (:func:`counterd.machine.views.caches_spec`)."""
+    from counterd.machine.views import caches_spec as spec
+
+    return spec(levels)
 
 
 def current_host(procfs: str = "/proc", sysfs: str = "/sys") -> dict[str, Any]:
@@ -456,17 +459,19 @@ def sgi_power_challenge() -> MachineProfile:
     }
     levels = [{"level": 1, "size_bytes": 32 << 10, "ways": 2, "line_bytes": 32},
               {"level": 2, "size_bytes": 1 << 20, "ways": 2, "line_bytes": 128}]
+    geometry, bank_map = machine_sections({
+        "spec": caches_spec(levels), "levels": levels,
+        "source": "Amato et al., section 2 (32 KB L1 data, 1 MB unified L2; lines 32 B and "
+                  "128 B; R10000 caches are 2-way)"}, {
+        "banks": 8, "interleave_bytes": 128,
+        "provenance": "derived from Amato et al., Table 1: stride 32 words (128 B, 4-byte "
+                      "words) reaches all 8 banks, stride 256 (1 KB) one bank, so bank = "
+                      "(address // 128) % 8"})
     return MachineProfile(
         name="sgi-power-challenge",
         host={"hostname": "sgi-power-challenge", "cpu_model": "MIPS R10000 194 MHz",
               "cpus_online": 8, "page_bytes": 16384, "caches": caches_spec(levels)},
-        geometry={"spec": caches_spec(levels), "levels": levels,
-                  "source": "Amato et al., section 2 (32 KB L1 data, 1 MB unified L2; lines 32 B "
-                            "and 128 B; R10000 caches are 2-way)"},
-        bank_map={"banks": 8, "interleave_bytes": 128,
-                  "provenance": "derived from Amato et al., Table 1: stride 32 words (128 B, "
-                                "4-byte words) reaches all 8 banks, stride 256 (1 KB) one "
-                                "bank, so bank = (address // 128) % 8"},
+        geometry=geometry, bank_map=bank_map,
         processors=8, word_bytes=4, llc_level=2,
         models={"paper": f_paper}, bsp=bsp, default_model="paper",
         created="1999-10-04",
@@ -487,5 +492,6 @@ def new_profile(name: str, *, host: Mapping[str, Any], geometry: Mapping[str, An
                 bsp: Mapping[str, Any], notes: tuple[str, ...] = (),
                 contention: Contention | None = None) -> MachineProfile:
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return MachineProfile(name, host, geometry, bank_map, processors, word_bytes, llc_level,
-                          models, bsp, "improved", now, notes, contention=contention)
+    return MachineProfile(name, host, *machine_sections(geometry, bank_map), processors,
+                          word_bytes, llc_level, models, bsp, "improved", now, notes,
+                          contention=contention)

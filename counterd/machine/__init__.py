@@ -24,6 +24,11 @@ One module for each part:
 - :mod:`counterd.machine.description`: :class:`~counterd.machine.description.Machine`;
 - :mod:`counterd.machine.sysfs`: this host read from sysfs and procfs, once per process;
 - :mod:`counterd.machine.files`: machine files (TOML; their format is described there);
+- :mod:`counterd.machine.views`: views of the record where a consumer needs a narrower thing:
+  :class:`~counterd.machine.views.NodeView` (the node a run of microbench patterns uses, and
+  the one writer of a results file's machine part), and the ``geometry`` / ``bank_map``
+  sections of results files and machine profiles read back typed
+  (:class:`~counterd.machine.views.GeometryTable`, :class:`~counterd.machine.views.BankTable`);
 - this package: which machine this process uses (:func:`current`, :func:`using`,
   :func:`reset`).
 

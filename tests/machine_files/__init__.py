@@ -28,7 +28,7 @@ from counterd.machine.description import Machine
 from counterd.machine.files import load_file
 
 if TYPE_CHECKING:  # microbench (and numpy) load when a test asks for its view
-    from microbench import patterns
+    from counterd.machine.views import NodeView
 
 DIR = Path(__file__).resolve().parent
 NAMES = ("amd-2cpu-32m", "intel-2cpu-300m", "xeon-2s-64cpu")
@@ -43,17 +43,15 @@ def load(name: str) -> Machine:
     return load_file(path(name))
 
 
-def planning_machine(m: Machine) -> patterns.Machine:
+def planning_machine(m: Machine) -> NodeView:
     """The node of ``m`` as microbench plans for it: all its CPUs, in the order its NUMA
     layout pins ranks (:meth:`counterd.machine.memory.MemoryLayout.spread`)."""
-    from microbench import patterns
+    from counterd.machine.views import NodeView
 
-    return patterns.Machine(m.hostname, m.memory.spread(m.memory.cpus), m.geometry,
-                            m.bank_map, m.bank_provenance, word_bytes=8,
-                            page_bytes=m.page_bytes, memory=m.memory)
+    return NodeView.of(m, m.memory.spread(m.memory.cpus), name=m.hostname)
 
 
-def running_machine(m: Machine) -> patterns.Machine:
+def running_machine(m: Machine) -> NodeView:
     """``m``'s geometry, bank map and page size on the CPUs this process may run on."""
     from microbench import patterns
 

@@ -17,11 +17,11 @@ from counterd.machine.description import Machine as DescribedMachine
 from counterd.machine.geometry import Geometry
 from counterd.machine.memory import BankMap
 from counterd.machine.sysfs import read as read_machine
+from counterd.machine.views import NodeView
 from microbench.catalogue import catalogue
 from microbench.counters import simulate_pattern
 from microbench.patterns import (
     HOST_BANKS,
-    Machine,
     Pattern,
     bank_histogram,
     bsp_quantities,
@@ -125,10 +125,10 @@ def test_paper_mnemonics_and_word() -> None:
 
 @pytest.mark.parametrize("machine", [
     paper_machine(),
-    Machine("8 CPUs, host-like geometry", tuple(range(8)),
+    NodeView("8 CPUs, host-like geometry", tuple(range(8)),
             Geometry.from_spec("L1=48K/12/64,L2=2M/16/64,L3=32M/16/64"), HOST_BANKS, "test"),
 ], ids=["paper", "host-like"])
-def test_validation_suite_size_on_eight_cpus(machine: Machine) -> None:
+def test_validation_suite_size_on_eight_cpus(machine: NodeView) -> None:
     val = catalogue(machine, "validation", coherent_procs=8)
     assert len(val) >= 400  # seed 004 section 5.1: 412 patterns
     assert {p.coherence for p in val} == {None, "clean", "shared", "dirty"}
@@ -188,7 +188,7 @@ def test_banks_that_are_not_a_power_of_two() -> None:
     reaches one bank; no mnemonic twice (a stride of 8 units reaches 3 of 12 banks from any
     first bank, so processors starting 4 banks apart contend as those starting together)."""
     g = Geometry.from_spec("L1=48K/12/64,L2=2M/16/64,L3=32M/16/64")
-    m = Machine("12 banks", tuple(range(16)), g, BankMap(12, 256), "test")
+    m = NodeView("12 banks", tuple(range(16)), g, BankMap(12, 256), "test")
     pats = catalogue(m)
     names = [p.mnemonic for p in pats]
     assert len(names) == len(set(names))
@@ -272,7 +272,7 @@ def test_bsp_quantities() -> None:
 
 # A small 2-CPU machine with a shared last level, so that every pattern simulates quickly.
 _G = Geometry.from_spec("L1=4K/4/64,L2=32K/8/64,L3=256K/16/64")
-SMALL = Machine("small", (0, 1), dataclasses.replace(
+SMALL = NodeView("small", (0, 1), dataclasses.replace(
     _G, levels=(*_G.levels[:2], dataclasses.replace(_G.levels[2], shared_cpus=(0, 1)))),
     HOST_BANKS, "test")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from counterd.machine.geometry import Geometry
+from counterd.machine.views import NodeView
 from microbench import probe as probe_mod
 from microbench import results
 from microbench.catalogue import catalogue
@@ -44,7 +45,7 @@ from microbench.estimate import (
     superstep_s,
     timing_cost,
 )
-from microbench.patterns import COHERENT_MAX_PROCS, HOST_BANKS, Machine, host_machine, paper_machine
+from microbench.patterns import COHERENT_MAX_PROCS, HOST_BANKS, host_machine, paper_machine
 from microbench.plans import plans
 from microbench.probe import _OtherWork, _spans, probe
 from microbench.repetition import NORMAL, QUICK, RunConfig
@@ -53,12 +54,12 @@ from microbench.suite import run_suite
 SMALL = "L1=8K/4/64,L2=64K/8/64,L3=1M/4/64"  # a 4-way shared L3: 16 processors exceed its ways
 
 
-def node(cpus: int, spec: str = "L1=48K/12/64,L2=2M/16/64,L3=300M/20/64") -> Machine:
+def node(cpus: int, spec: str = "L1=48K/12/64,L2=2M/16/64,L3=300M/20/64") -> NodeView:
     """A node of ``cpus`` CPUs whose last level is shared by all of them."""
     g = Geometry.from_spec(spec)
     last = dataclasses.replace(g.levels[-1], shared_cpus=tuple(range(cpus)))
     g = dataclasses.replace(g, levels=(*g.levels[:-1], last))
-    return Machine(f"{cpus} CPUs", tuple(range(cpus)), g, HOST_BANKS, "test")
+    return NodeView(f"{cpus} CPUs", tuple(range(cpus)), g, HOST_BANKS, "test")
 
 
 # -- processor counts ---------------------------------------------------------------------
@@ -188,7 +189,7 @@ def test_exclusive_processors_are_simulated_once_per_first_bank() -> None:
 
 # -- the estimate ---------------------------------------------------------------------------
 
-def speeds(m: Machine, *, kernel: float = 1.0, sim: float = 100.0, snoop: float = 0.5,
+def speeds(m: NodeView, *, kernel: float = 1.0, sim: float = 100.0, snoop: float = 0.5,
            disturbed: float = 0.0) -> Speeds:
     """Synthetic per-access times: each level twice the one above it."""
     keys = level_keys(m)

@@ -8,10 +8,11 @@ import dataclasses
 from pathlib import Path
 
 from counterd.machine.geometry import Geometry
+from counterd.machine.views import NodeView
 from counterd.sim.sampling import SetSampling
 from microbench.catalogue import catalogue
 from microbench.counters import clear_cache, simulate_pattern, translation_period
-from microbench.patterns import HOST_BANKS, Machine, host_machine
+from microbench.patterns import HOST_BANKS, host_machine
 from microbench.runner import RunConfig
 from microbench.suite import run_suite
 
@@ -20,11 +21,11 @@ SPEC = "L1=2K/2/64,L2=16K/4/64,L3=512K/16/64"
 SAMPLE = SetSampling(3, 4, 32)
 
 
-def node() -> Machine:
+def node() -> NodeView:
     g = Geometry.from_spec(SPEC)
     last = dataclasses.replace(g.levels[-1], shared_cpus=(0, 1))
     g = dataclasses.replace(g, levels=(*g.levels[:-1], last))
-    return Machine("2 CPUs", (0, 1), g, HOST_BANKS, "test")
+    return NodeView("2 CPUs", (0, 1), g, HOST_BANKS, "test")
 
 
 def test_memory_patterns_sampled_against_full() -> None:
