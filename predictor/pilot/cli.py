@@ -28,8 +28,10 @@ def parser() -> argparse.ArgumentParser:
         "F on the extrapolated counters (with a profile) beside the work time scaled by the "
         "counted instructions, a fixed cost plus the counted work fitted on the pilots, and the "
         "work time extrapolated directly (Amato et al., 'Predicting performance on SMPs', "
-        "section 5.4), the one printed chosen by how well each predicts the largest pilot from "
-        "the smaller ones, its interval from those errors; and its span "
+        "section 5.4), the one printed chosen by how well each predicts the larger pilots from "
+        "the smaller ones, its interval from the pilots' timing spread and how far the target "
+        "lies past them (an error model measured on programs outside this project); and its "
+        "span "
         "(last end minus first begin): the work plus the pilot runs' extra over it (start "
         "skew, waiting), which is not scaled with n.", 92),
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -177,9 +179,11 @@ def run(a: argparse.Namespace) -> tuple[Any, str]:
             lines.append(f"{'':<26} no F: {s.why}")
         detail = []
         if s.choice is not None:
+            past = math.log(fc.target / fc.sizes[-1]) if fc.target > fc.sizes[-1] else 0.0
             detail.append(f"from {s.basis}: {s.choice.why}; {pct}% interval "
-                          f"{_width_text(s.width)} wide (from the held-out errors and the "
-                          f"timing spread, {s.choice.spread * 100:.1f} % a run)")
+                          f"{_width_text(s.width)} wide (from the timing spread, "
+                          f"{s.choice.spread * 100:.1f} % a run, and {past:.2f} e-folds of n "
+                          "past the largest pilot)")
         if s.fit is not None:
             detail.append(f"fit: {seconds(s.fit.value)}, of which fixed cost "
                           f"{seconds(s.fit.fixed_s)}: {s.fit.how}")
@@ -227,8 +231,10 @@ def run(a: argparse.Namespace) -> tuple[Any, str]:
         "the largest pilot's work time per instruction times the instructions extrapolated; "
         "time-only: the work time extrapolated directly; fit: a fixed cost plus the counted "
         "work (instructions, misses, page faults) fitted on the pilot runs. The work forecast "
-        "printed ('from') is the one that predicted the largest pilot best from the smaller "
-        "ones; its interval comes from those held-out errors and the runs' timing spread."
+        "printed ('from') is the one that predicted the larger pilots best from the smaller "
+        "ones; its interval is an error model measured on programs outside this project: "
+        "about 15 % of error per e-fold of n past the largest pilot, plus the runs' timing "
+        "spread."
         + (" measured: the median over the checking runs at the target; E = max(T, P) / "
            "min(T, P), work against work and span against span." if a.check else ""), 100)
     for n in fc.notes:
