@@ -15,7 +15,7 @@ import pytest
 from bench import outside_suite as suite
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = {"matmul": 6, "cg": 400, "splu": 400}  # every other program: 2000
+TINY = {"matmul": 6, "cg": 400, "splu": 400, "dense_solve": 6}  # every other program: 2000
 
 
 def _comparison(forecast: float, lo: float, hi: float, measured: float) -> dict[str, Any]:
@@ -97,7 +97,7 @@ def test_two_campaigns_agree_only_within_intervals_and_medians() -> None:
     assert "within the other's interval: MISSED" in suite.agreement_lines([g])[0]
 
 
-@pytest.mark.parametrize("program", [p.name for p in suite.PROGRAMS])
+@pytest.mark.parametrize("program", [p.name for p in suite.PROGRAMS + suite.HELD_OUT])
 def test_each_program_runs_at_a_tiny_size_without_the_daemon(program: str) -> None:
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("COUNTERD_")},
            "PYTHONPATH": str(ROOT), "COUNTERD_SOCKET": "off"}  # no daemon, no recording
@@ -112,9 +112,17 @@ def test_the_suite_is_at_least_twelve_programs_two_of_each_parallel_kind() -> No
     assert len(suite.PROGRAMS) >= 12
     assert sum(p.parallel for p in suite.PROGRAMS) >= 3
     assert set(suite.QUICK) <= {p.name for p in suite.PROGRAMS}
-    for p in suite.PROGRAMS:
+    for p in suite.PROGRAMS + suite.HELD_OUT:
         assert all(float(x).is_integer() for x in p.pilots)  # the programs take integers
         assert p.pilots[-1] == p.largest and p.target("16x") == 16 * p.largest
+
+
+def test_the_held_out_programs_are_apart_from_the_suite() -> None:
+    held = {p.name for p in suite.HELD_OUT}
+    assert len(held) == len(suite.HELD_OUT) == 5 and any(p.parallel for p in suite.HELD_OUT)
+    assert not held & ({p.name for p in suite.PROGRAMS} | set(suite.QUICK))
+    assert not held & {name for name, _ in suite.AGAIN}
+    assert all((ROOT / "bench" / "outside" / f"{name}.py").is_file() for name in held)
 
 
 def test_main_prints_one_table_from_the_campaigns(monkeypatch: pytest.MonkeyPatch,
@@ -141,3 +149,41 @@ def test_main_prints_one_table_from_the_campaigns(monkeypatch: pytest.MonkeyPatc
     assert "a campaign of a ~1 s program" not in out  # --quick: the 4x second campaign only
     assert suite.main(["--only", "histogram_spmd", "--no-profile", "--work", str(tmp_path)]) == 0
     assert "a campaign of a ~1 s program (histogram_spmd" in capsys.readouterr().out
+
+
+def test_held_out_runs_only_the_held_out_programs(monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """``--held-out`` on canned campaigns: the held-out programs alone, each at 4x and 16x, no
+    second campaign, and the header and summaries say "held-out programs"."""
+    ran: list[tuple[str, str]] = []
+
+    def campaign(prog: suite.Program, label: str, d: Path, repeat: int,
+                 profile: str | None) -> dict[str, Any]:
+        ran.append((prog.name, label))
+        return {**canned(STEPS, prog.target(label)), "campaign_s": 60.0}
+
+    monkeypatch.setattr(suite, "campaign", campaign)
+    monkeypatch.setattr(suite, "from_records", lambda p, label, *a: canned(STEPS, p.target(label)))
+    monkeypatch.setattr(suite, "extrap_at", lambda *a: {"4x": [0.011, 0.06, 0.002],
+                                                        "16x": [None, None, None]})
+    assert suite.main(["--held-out", "--no-profile", "--work", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    held = sorted(p.name for p in suite.HELD_OUT)
+    assert sorted(ran) == [(name, "4x") for name in held]  # one campaign each, none again
+    assert "\n5 held-out programs; pilots" in out
+    assert "at 4x: 5 held-out programs, 15 supersteps" in out
+    assert "at 16x: 5 held-out programs, 15 supersteps" in out
+    rows = [x.split()[0] for x in out.splitlines() if x.split()[1:2] in (["4x"], ["16x"])]
+    assert sorted(rows) == sorted(held * 2)
+    assert "two campaigns of the same program" not in out
+
+
+def test_held_out_options_said_clearly(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert suite.main(["--held-out", "--quick", "--work", str(tmp_path)]) == 2
+    assert "--quick and --held-out" in capsys.readouterr().err
+    assert suite.main(["--held-out", "--only", "matmul", "--work", str(tmp_path)]) == 2
+    assert "no held-out program matmul; choose from bfs_python" in capsys.readouterr().err
+    assert suite.main(["--only", "pagerank", "--work", str(tmp_path)]) == 2
+    assert "add --held-out" in capsys.readouterr().err
