@@ -125,6 +125,15 @@ def test_the_held_out_programs_are_apart_from_the_suite() -> None:
     assert all((ROOT / "bench" / "outside" / f"{name}.py").is_file() for name in held)
 
 
+def _canned_runs(monkeypatch: pytest.MonkeyPatch, campaign: Any) -> None:
+    """The suite's runs replaced: ``campaign`` for the campaigns, canned checking runs at 16x and
+    canned Extra-P forecasts."""
+    monkeypatch.setattr(suite, "campaign", campaign)
+    monkeypatch.setattr(suite, "from_records", lambda p, label, *a: canned(STEPS, p.target(label)))
+    monkeypatch.setattr(suite, "extrap_at", lambda *a: {"4x": [0.011, 0.06, 0.002],
+                                                        "16x": [None, None, None]})
+
+
 def test_main_prints_one_table_from_the_campaigns(monkeypatch: pytest.MonkeyPatch,
                                                   tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
@@ -137,10 +146,7 @@ def test_main_prints_one_table_from_the_campaigns(monkeypatch: pytest.MonkeyPatc
         return {**canned(STEPS, prog.target(label)), "campaign_s": 90.0 if "c2" in d.name
                 else 60.0}
 
-    monkeypatch.setattr(suite, "campaign", campaign)
-    monkeypatch.setattr(suite, "from_records", lambda p, label, *a: canned(STEPS, p.target(label)))
-    monkeypatch.setattr(suite, "extrap_at", lambda *a: {"4x": [0.011, 0.06, 0.002],
-                                                        "16x": [None, None, None]})
+    _canned_runs(monkeypatch, campaign)
     assert suite.main(["--quick", "--no-profile", "--work", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "cg: FAILED" in out and out.count("\ngroupby_python  4x ") == 1
@@ -163,10 +169,7 @@ def test_held_out_runs_only_the_held_out_programs(monkeypatch: pytest.MonkeyPatc
         ran.append((prog.name, label))
         return {**canned(STEPS, prog.target(label)), "campaign_s": 60.0}
 
-    monkeypatch.setattr(suite, "campaign", campaign)
-    monkeypatch.setattr(suite, "from_records", lambda p, label, *a: canned(STEPS, p.target(label)))
-    monkeypatch.setattr(suite, "extrap_at", lambda *a: {"4x": [0.011, 0.06, 0.002],
-                                                        "16x": [None, None, None]})
+    _canned_runs(monkeypatch, campaign)
     assert suite.main(["--held-out", "--no-profile", "--work", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     held = sorted(p.name for p in suite.HELD_OUT)
