@@ -194,6 +194,26 @@ def _with_check(fc: Forecast, measured: Mapping[tuple[int, str], Measured]) -> d
     return data
 
 
+def noise_floor(d: Path, label: str, own: bool, repeat: int) -> list[float]:
+    """What no forecast can beat at ``label``: per superstep, E between the median work of the
+    first half of the kept checking runs and that of the second (``repeat // 2`` runs each;
+    the checking runs of a campaign's ``own`` target are in ``d``, the others in
+    ``d/check-LABEL``). Empty with fewer than 4 runs or where they were not kept."""
+    half = repeat // 2
+    where = d if own else d / f"check-{label}"
+    if half < 2 or not all((where / f"check-{r}.jsonl").exists() for r in range(2 * half)):
+        return []
+    runs = [{t.key: t.work_ns for t in load_timings(where / f"check-{r}.jsonl")}
+            for r in range(2 * half)]
+    out = []
+    for k in runs[0]:
+        w = [float(x) for x in (r.get(k) for r in runs) if x is not None and x > 0]
+        if len(w) == len(runs):
+            a, b = statistics.median(w[:half]), statistics.median(w[half:])
+            out.append(max(a, b) / min(a, b))
+    return out
+
+
 def _mkdir(d: Path) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     return d
@@ -355,6 +375,10 @@ def summary(results: Sequence[TargetResult], label: str, kind: str = "programs")
     return out
 
 
+def _quantile(xs: Sequence[float], q: float) -> float:
+    return float(statistics.quantiles(xs, n=100, method="inclusive")[round(q * 100) - 1])
+
+
 def _met(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
@@ -459,6 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     walls: dict[str, float | None] = {}
     failed: dict[str, str] = {}
     agreements = []
+    floors: dict[str, list[float]] = {t: [] for t in TARGETS}
     for p in progs:
         d = a.work / p.name / "c1"
         try:
@@ -480,6 +505,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for t in TARGETS:
             results.append(target_result(p.name, t, forecasts[(p.name, t)],
                                          ex[t] if ex else None))
+            floors[t] += noise_floor(d, t, t == "4x", a.repeat)
         for name, t in again:
             if name != p.name:
                 continue
@@ -517,6 +543,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for t in TARGETS:
         print()
         print("\n".join(summary(results, t, kind)))
+        if floors[t]:
+            print(f"  noise floor (E between the medians of two halves of the checking runs, "
+                  f"{a.repeat // 2} runs each): median {statistics.median(floors[t]):.3f}, "
+                  f"85th percentile {_quantile(floors[t], 0.85):.3f} over {len(floors[t])} "
+                  "supersteps")
     if agreements:
         print("\ntwo campaigns of the same program (the second one timed):")
         print("\n".join(agreement_lines(agreements)))
