@@ -10,8 +10,8 @@ Two variants, both kept so they can be compared (DESIGN.md section 8):
 - :class:`ImprovedFit` fits F = const + max(F1, F2, F3) jointly on every fitting pattern,
   minimising relative error (seed 003 footnote 1), with optional extra terms (TLB misses,
   streaming misses, load/store asymmetry, a per-superstep constant) each kept only if it earns
-  its place under k-fold cross-validation (the toolkit: predictor/fitting.py, modelers.py,
-  modeling.py).
+  its place. The search is the toolkit's (:mod:`predictor.modelers`, the same code that
+  chooses every other family's terms), given F as an estimator (:mod:`predictor.joint`).
 """
 
 from __future__ import annotations
@@ -333,8 +333,12 @@ class ImprovedFit:
     its coefficient is significant at 95%; cross-validation where the patterns are too few for
     a t-test), ``"cv"`` or ``None`` (keep every candidate).
 
-    The t-tests are on the model linearised at its fit: given which of F1, F2, F3 dominates
-    each pattern (and at which processor and bank), F is linear in its coefficients, and the
+    ``select`` names one of the toolkit's searches (:data:`predictor.modelers.MODELERS`:
+    ``brewer`` is :class:`~predictor.modelers.Significance`, ``cv``
+    :class:`~predictor.modelers.CrossValidated`, None :class:`~predictor.modelers.Fixed`),
+    run on F as an estimator (:meth:`estimator`, :class:`predictor.joint.FEstimator`). The
+    t-tests are on the model linearised at its fit: given which of F1, F2, F3 dominates each
+    pattern (and at which processor and bank), F is linear in its coefficients, and the
     toolkit's weighted least squares on that design gives standard errors and p-values.
 
     Attributes after ``fit``: ``model_`` (FModel), ``terms_`` (F1 terms kept), ``dropped_``
