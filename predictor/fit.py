@@ -10,14 +10,13 @@ Two variants, both kept so they can be compared (DESIGN.md section 8):
 - :class:`ImprovedFit` fits F = const + max(F1, F2, F3) jointly on every fitting pattern,
   minimising relative error (seed 003 footnote 1), with optional extra terms (TLB misses,
   streaming misses, load/store asymmetry, a per-superstep constant) each kept only if it earns
-  its place under k-fold cross-validation (the toolkit: predictor/fitting.py, modelers.py,
-  modeling.py).
+  its place. The search is the toolkit's (:mod:`predictor.modelers`, the same code that
+  chooses every other family's terms), given F as an estimator (:mod:`predictor.joint`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -29,6 +28,7 @@ from predictor import fitting, modelers
 from predictor import terms as tm
 from predictor.errors import BadInput, InsufficientPatterns, NotFittedError
 from predictor.inputs import Step, miss_counter, writeback_counter
+from predictor.joint import LM, WB, FEstimator
 from predictor.model import (
     BSPModel,
     Contention,
@@ -140,12 +140,9 @@ def usable(terms: Sequence[tm.Term], counters: Collection[str] | None) -> list[t
     return [t for t in terms if all(c in counters for c in t.needs)]
 
 
-_LM, _WB = tm.Power("lm"), tm.Power("wb")
-
-
 def _f3_columns(llc: int, counters: Collection[str] | None) -> tuple[tm.Term, ...]:
     """F3's terms: ``lm`` and, where the counter set has last-level writebacks, ``wb``."""
-    return (_LM, _WB) if counters is None or writeback_counter(llc) in counters else (_LM,)
+    return (LM, WB) if counters is None or writeback_counter(llc) in counters else (LM,)
 
 
 def error_stats(t: Array, p: Array, names: Sequence[str]) -> dict[str, Any]:
@@ -315,92 +312,6 @@ def fit_bsp(steps: Sequence[Step], *, processors: int, banks: int,
 
 # -- the improved, joint fit ---------------------------------------------------------------
 
-@dataclass
-class _Design:
-    """Per-step features of one term list, precomputed once per fit."""
-
-    pf: list[Array]  # (K1, n) per step
-    s2: Array  # (S, K2)
-    bf: list[Array]  # (2, B) per step
-    t: Array  # (S,)
-
-
-def _design(steps: Sequence[Step], f1_terms: Sequence[tm.Term], f2_t: Sequence[tm.Term],
-            llc: int,
-            P: int, banks: int, t: Array, wb: bool = True) -> _Design:
-    bf = [bank_features(s, llc, banks)[0] for s in steps]
-    if not wb:  # a counter set without last-level writebacks: F3 charges misses only
-        bf = [np.vstack([b[:1], np.zeros_like(b[:1])]) for b in bf]
-    return _Design([proc_features(s, f1_terms) for s in steps],
-                   np.array([bus_features(s, f2_t, P) for s in steps]).reshape(
-                       len(steps), len(f2_t)), bf, t)
-
-
-def _components(d: _Design, c: Array, k1: int, k2: int, const: bool
-                ) -> tuple[Array, Array, list[Array], list[Array]]:
-    """Values (S, 3) of F1, F2, F3 under coefficients c, and the F1/F3 feature rows at the
-    maximising processor / bank."""
-    o = 1 if const else 0
-    c1, c2, c3 = c[o:o + k1], c[o + k1:o + k1 + k2], c[o + k1 + k2:]
-    vals = np.zeros((len(d.t), 3))
-    rows1, rows3 = [], []
-    for i, (pf, bf) in enumerate(zip(d.pf, d.bf, strict=True)):
-        v1 = c1 @ pf
-        j = int(np.argmax(v1))
-        v3 = c3 @ bf
-        b = int(np.argmax(v3))
-        vals[i] = (v1[j], d.s2[i] @ c2, v3[b])
-        rows1.append(pf[:, j])
-        rows3.append(bf[:, b])
-    return vals, np.full(len(d.t), c[0] if const else 0.0), rows1, rows3
-
-
-def _assigned(d: _Design, assign: NDArray[np.int64], rows1: Sequence[Array],
-              rows3: Sequence[Array], k1: int, k2: int, const: bool) -> Array:
-    """The design on which F is linear once each step's dominating term is fixed: per step,
-    the features of its term (F1 at ``rows1[i]``, F2, F3 at ``rows3[i]``), zeros elsewhere."""
-    o = 1 if const else 0
-    A = np.zeros((len(d.t), o + k1 + k2 + 2))
-    if const:
-        A[:, 0] = 1.0
-    for i, a in enumerate(assign):
-        if a == 0:
-            A[i, o:o + k1] = rows1[i]
-        elif a == 1:
-            A[i, o + k1:o + k1 + k2] = d.s2[i]
-        else:
-            A[i, o + k1 + k2:] = rows3[i]
-    return A
-
-
-def _joint_fit(d: _Design, k1: int, k2: int, const: bool, init: NDArray[np.int64],
-               max_iter: int
-               ) -> tuple[Array, NDArray[np.int64], float]:
-    """Alternate: assign every step to the term that dominates it, then fit all coefficients
-    at once by relative NNLS on the assigned rows; keep the best objective seen."""
-    ncol = (1 if const else 0) + k1 + k2 + 2
-    assign = init.copy()
-    # Initial rows: the processor with the most accesses-weighted features, the busiest bank.
-    rows1 = [pf[:, int(np.argmax(pf.sum(axis=0)))] for pf in d.pf]
-    rows3 = [bf[:, int(np.argmax(bf.sum(axis=0)))] for bf in d.bf]
-    best: tuple[float, Array, NDArray[np.int64]] = (np.inf, np.zeros(ncol), assign)
-    seen: set[bytes] = set()
-    for _ in range(max_iter):
-        c = fitting.relative_nnls(_assigned(d, assign, rows1, rows3, k1, k2, const), d.t)
-        vals, cst, rows1, rows3 = _components(d, c, k1, k2, const)
-        pred = vals.max(axis=1) + cst
-        obj = float(np.sum(((pred - d.t) / d.t) ** 2))
-        new = vals.argmax(axis=1).astype(np.int64)
-        if obj < best[0]:
-            best = (obj, c, new)
-        key = new.tobytes()
-        if np.array_equal(new, assign) or key in seen:
-            break
-        seen.add(key)
-        assign = new
-    return best[1], best[2], best[0]
-
-
 def default_optional_terms(levels: Sequence[int]) -> list[tm.Term]:
     """Candidate extra terms of the improved F1 (each must earn its place): a per-superstep
     constant, data TLB misses, a store surcharge (load/store asymmetry) and a streaming
@@ -422,8 +333,12 @@ class ImprovedFit:
     its coefficient is significant at 95%; cross-validation where the patterns are too few for
     a t-test), ``"cv"`` or ``None`` (keep every candidate).
 
-    The t-tests are on the model linearised at its fit: given which of F1, F2, F3 dominates
-    each pattern (and at which processor and bank), F is linear in its coefficients, and the
+    ``select`` names one of the toolkit's searches (:data:`predictor.modelers.MODELERS`:
+    ``brewer`` is :class:`~predictor.modelers.Significance`, ``cv``
+    :class:`~predictor.modelers.CrossValidated`, None :class:`~predictor.modelers.Fixed`),
+    run on F as an estimator (:meth:`estimator`, :class:`predictor.joint.FEstimator`). The
+    t-tests are on the model linearised at its fit: given which of F1, F2, F3 dominates each
+    pattern (and at which processor and bank), F is linear in its coefficients, and the
     toolkit's weighted least squares on that design gives standard errors and p-values.
 
     Attributes after ``fit``: ``model_`` (FModel), ``terms_`` (F1 terms kept), ``dropped_``
@@ -464,38 +379,18 @@ class ImprovedFit:
                     out[i] = 2 if cont.is_high(b) and not cont.is_low(b) else 1
         return out
 
-    def _setup(self, steps: Sequence[Step], t: Array, f1_terms: Sequence[tm.Term]
-               ) -> tuple[bool, list[tm.Term], list[tm.Term], tuple[tm.Term, ...], _Design]:
-        """(constant?, F1's other terms, F2's, F3's, the design) for these F1 terms."""
+    def estimator(self, f1_terms: Sequence[tm.Term]) -> FEstimator:
+        """F with these F1 terms on this machine and counter set, as the toolkit's searches
+        take it (:class:`predictor.joint.FEstimator`)."""
         llc = max(self.levels)
-        t1 = [x for x in f1_terms if not isinstance(x, tm.Const)]
-        f2_t = usable(f2_terms(llc), self.counters)
-        f3_t = _f3_columns(llc, self.counters)
-        return (tm.Const() in f1_terms, t1, f2_t, f3_t,
-                _design(steps, t1, f2_t, llc, self.processors, self.banks, t, _WB in f3_t))
-
-    def _fit_terms(self, steps: Sequence[Step], t: Array, f1_terms: Sequence[tm.Term]
-                   ) -> tuple[FModel, NDArray[np.int64]]:
-        const, t1, f2_t, f3_t, d = self._setup(steps, t, f1_terms)
-        llc = max(self.levels)
-        c, dom, _ = _joint_fit(d, len(t1), len(f2_t), const, self._init_assign(steps),
-                               self.max_iter)
-        o = 1 if const else 0
-        k1, k2 = len(t1), len(f2_t)
-        model = FModel(dict(zip(t1, map(float, c[o:o + k1]), strict=True)),
-                       dict(zip(f2_t, map(float, c[o + k1:o + k1 + k2]), strict=True)),
-                       dict(zip(f3_t, map(float, c[o + k1 + k2:]), strict=False)),
-                       float(c[0]) if const else 0.0, llc, self.processors, self.banks,
-                       self.name)
-        return model, dom
+        return FEstimator(tuple(f1_terms), tuple(usable(f2_terms(llc), self.counters)),
+                          _f3_columns(llc, self.counters), llc, self.processors, self.banks,
+                          self._init_assign, self.max_iter, self.name)
 
     def cv_score(self, steps: Sequence[Step], t: Array, f1_terms: Sequence[tm.Term]) -> float:
         """k-fold cross-validated MRE of the model with these F1 terms."""
-        pred = np.zeros(len(steps))
-        for train, test in fitting.cv_splits(len(steps), self.folds, self.seed):
-            model, _ = self._fit_terms([steps[i] for i in train], t[train], f1_terms)
-            pred[test] = model.predict([steps[i] for i in test])
-        return fitting.mre(t, pred)
+        return fitting.cross_validated_mre(self.estimator(f1_terms), list(steps), t,
+                                           folds=self.folds, seed=self.seed)
 
     def fit(self, steps: Sequence[Step], times: ArrayLike | None = None) -> ImprovedFit:
         steps = list(steps)
@@ -511,67 +406,30 @@ class ImprovedFit:
         optional = [x for x in optional if all(not s.missing(x.needs) for s in steps)]
         if self.select not in ("brewer", "cv", None):
             raise BadInput(f"select = {self.select!r}", "choose brewer, cv or None")
-        self.reasons_: dict[tm.Term, str] = {}
-        how = self.select
-        if how == "brewer" and optional:
-            ncol = len(base) + len(optional) + 4  # and F2's two, F3's two
-            if len(steps) - ncol < modelers.Significance.min_dof:
-                how = "cv"
-            else:
-                kept, self.reasons_ = self._significant(steps, t, base, optional)
-                self.decided_by_ = f"t-test at 95% confidence ({len(steps)} patterns)"
-        if how == "cv" and optional:
-            sel = modelers.backward_eliminate(base, optional,
-                                              lambda ts: self.cv_score(steps, t, ts), self.tol,
-                                              floor=1.0)
-            kept = list(sel.kept)
-            self.reasons_ = {x: f"cross-validated MRE without it {s:.4f}, within "
-                                f"{self.tol:.0%} of with it" for x, s in sel.dropped}
-            self.decided_by_ = (f"cross-validation ({min(self.folds, len(steps))}-fold, MRE; "
-                                f"{len(steps)} patterns)")
-        elif how is None or not optional:
-            kept = optional
+        # The toolkit's search on F: Brewer's t-tests on F linearised at its fit
+        # (cross-validation where the patterns are too few), k-fold cross-validation, or none.
+        search: modelers.Modeler = (
+            modelers.Fixed() if self.select is None or not optional else
+            modelers.make_modeler(self.select, folds=self.folds, seed=self.seed, tol=self.tol))
+        est = self.estimator([*base, *optional])
+        sel = search.search(est, steps, t, keep=frozenset(base), progress=fitting.no_progress)
+        n = len(steps)
+        if sel.modeler == modelers.CrossValidated.name:
+            self.reasons_ = {d.term: f"cross-validated MRE without it {d.score:.4f}, within "
+                                     f"{self.tol:.0%} of with it" for d in sel.dropped}
+            self.decided_by_ = f"cross-validation ({min(self.folds, n)}-fold, MRE; {n} patterns)"
+        elif sel.modeler == modelers.Significance.name:
+            self.reasons_ = {d.term: d.reason for d in sel.dropped}
+            self.decided_by_ = f"{sel.decided_by} ({n} patterns)"
+        else:
+            self.reasons_ = {}
             self.decided_by_ = "none: every candidate kept"
-        self.terms_ = [*base, *kept]
+        self.terms_ = [est.terms[j] for j in sel.kept]
         self.dropped_ = list(self.reasons_)
         self.cv_mre_ = self.cv_score(steps, t, self.terms_)
-        self.model_, self.dominant_ = self._fit_terms(steps, t, self.terms_)
+        final = self.estimator(self.terms_).fit(steps, t)
+        self.model_, self.dominant_ = final.model_, final.dominant_
         return self
-
-    def _significant(self, steps: Sequence[Step], t: Array, base: Sequence[tm.Term],
-                     optional: Sequence[tm.Term]) -> tuple[list[tm.Term], dict[tm.Term, str]]:
-        """Brewer's pruning on the linearised model: fit, drop what the t-tests reject (the
-        toolkit's Significance search, refitting after each drop), refit the joint model
-        with the rest (the dominating terms may change), until nothing more goes."""
-        kept = list(optional)
-        reasons: dict[tm.Term, str] = {}
-        for _ in range(len(optional) + 1):
-            terms = [*base, *kept]
-            A, cols = self._linearised(steps, t, terms)
-            sel = modelers.Significance(folds=self.folds, seed=self.seed).select(
-                cols, A, t, nonnegative=True, keep=frozenset(cols) - frozenset(kept),
-                progress=fitting.no_progress)
-            out = [d for d in sel.dropped if d.term in kept]
-            if not out:
-                break
-            for d in out:
-                kept.remove(d.term)
-                reasons[d.term] = d.reason
-        return kept, reasons
-
-    def _linearised(self, steps: Sequence[Step], t: Array, f1_terms: Sequence[tm.Term]
-                    ) -> tuple[Array, list[tm.Term]]:
-        """The design on which the fitted F is linear: per pattern, the features of its
-        dominating term at its processor or bank; and the column terms."""
-        model, _ = self._fit_terms(steps, t, f1_terms)
-        const, t1, f2_t, _, d = self._setup(steps, t, f1_terms)
-        c = np.array(([model.const] if const else []) + [model.f1[x] for x in t1]
-                     + [model.f2[x] for x in f2_t] + [model.f3.get(x, 0.0) for x in (_LM, _WB)])
-        vals, _, rows1, rows3 = _components(d, c, len(t1), len(f2_t), const)
-        A = _assigned(d, vals.argmax(axis=1).astype(np.int64), rows1, rows3, len(t1),
-                      len(f2_t), const)
-        cols = ([tm.Const()] if const else []) + t1 + list(f2_t) + [_LM, _WB]
-        return A, cols
 
     def predict(self, steps: Sequence[Step]) -> Array:
         if not hasattr(self, "model_"):

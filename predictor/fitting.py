@@ -3,14 +3,21 @@ modeling", section 2 and its footnote 1): the MRE (003's equation 1), cross-vali
 and least squares weighted for relative error, non-negative where coefficients are costs
 (statsmodels ``WLS``, ``scipy.optimize.nnls``). :mod:`predictor.modelers` searches terms with
 them; :mod:`predictor.modeling` fits the :class:`~predictor.modeling.Model`.
+
+What a term search works on is an :class:`Estimator` (scikit-learn's shape: ``fit(X, y)``,
+``predict(X)``): its candidate terms, the same family on a subset of them, and the design on
+which its fit is linear (:class:`Linear`, the t-tests' input). :class:`LinearEstimator` is the
+model linear in its columns that every family but F is; the improved F (a constant plus the
+larger of three sums, not linear in its columns) is one too, linearised at its fit
+(:class:`predictor.joint.FEstimator`). :func:`cross_validated_mre` scores either.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -163,14 +170,121 @@ def cv_mre(X: Array, y: Array, *, folds: int, seed: int, nonnegative: bool = Fal
     """Cross-validated MRE of the linear fit on X's columns (plus ``offset``, a known part of
     every prediction); inf for no columns, or where a fold has fewer training samples than
     columns."""
-    if X.shape[1] == 0:
+    est = LinearEstimator(tuple(range(X.shape[1])), nonnegative, errors)
+    return cross_validated_mre(est, LinearSamples(X, offset), y, folds=folds, seed=seed)
+
+
+# -- what a term search works on ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Linear:
+    """A model linear in its coefficients (at its fit, for one that is not): the design, the
+    term of each column, and how its least squares weighs -- what the t-tests read."""
+
+    X: Array
+    terms: tuple[Any, ...]
+    nonnegative: bool = False
+    offset: Array | None = None
+    errors: Errors = "relative"
+
+
+class Estimator(Protocol):
+    """A model family a term search (:class:`predictor.modelers.Modeler`) chooses terms for.
+
+    ``terms``: the candidate terms. ``n_params``: the coefficients a fit on all of them has
+    (what a t-test's degrees of freedom count). ``linear``: whether the design is the same at
+    every fit (a model linear in its columns: one round of t-tests settles it; F's dominating
+    terms move with its coefficients, so its search refits and tests again). ``restricted``:
+    the same family on the candidates at these indices. ``can_fit``: whether n samples are
+    enough to fit (cross-validation scores a fold without enough as inf). ``fit``/``predict``
+    as scikit-learn's, on samples ``X`` (rows of an array, or a list). ``linearised``: the
+    design at the fit on ``X``, ``y``."""
+
+    @property
+    def terms(self) -> tuple[Any, ...]: ...
+    @property
+    def n_params(self) -> int: ...
+    @property
+    def linear(self) -> bool: ...
+    def restricted(self, cols: Sequence[int]) -> Estimator: ...
+    def can_fit(self, n: int) -> bool: ...
+    def fit(self, X: Any, y: Array) -> Estimator: ...
+    def predict(self, X: Any) -> Array: ...
+    def linearised(self, X: Any, y: Array) -> Linear: ...
+
+
+@dataclass(frozen=True)
+class LinearSamples:
+    """Samples of a linear model: their design rows and the known part of each prediction
+    (``offset``, None for none); indexing by an index array takes rows of both."""
+
+    X: Array
+    offset: Array | None = None
+
+    def __len__(self) -> int:
+        return len(self.X)
+
+    def __getitem__(self, idx: NDArray[np.intp]) -> LinearSamples:
+        return LinearSamples(self.X[idx], None if self.offset is None else self.offset[idx])
+
+
+@dataclass
+class LinearEstimator:
+    """The model linear in its columns, ``X[:, cols] @ coef + offset``: least squares weighted
+    for relative (or absolute) error, non-negative where coefficients are costs. ``terms``
+    names the columns of the samples' design; ``cols`` (None: all) the ones this model uses."""
+
+    terms: tuple[Any, ...]
+    nonnegative: bool = False
+    errors: Errors = "relative"
+    cols: tuple[int, ...] | None = None
+    linear = True
+
+    def _cols(self) -> list[int]:
+        return list(range(len(self.terms))) if self.cols is None else list(self.cols)
+
+    @property
+    def n_params(self) -> int:
+        return len(self._cols())
+
+    def restricted(self, cols: Sequence[int]) -> LinearEstimator:
+        have = self._cols()
+        return LinearEstimator(self.terms, self.nonnegative, self.errors,
+                               tuple(have[c] for c in cols))
+
+    def can_fit(self, n: int) -> bool:
+        return 0 < self.n_params <= n
+
+    def fit(self, X: LinearSamples, y: Array) -> LinearEstimator:
+        self.coef_ = fit_columns(X.X[:, self._cols()], y, self.nonnegative, X.offset,
+                                 self.errors)
+        return self
+
+    def predict(self, X: LinearSamples) -> Array:
+        off = np.zeros(len(X)) if X.offset is None else np.asarray(X.offset, float)
+        return np.asarray(X.X[:, self._cols()] @ self.coef_ + off, dtype=np.float64)
+
+    def linearised(self, X: LinearSamples, y: Array) -> Linear:
+        cols = self._cols()
+        return Linear(X.X[:, cols], tuple(self.terms[c] for c in cols), self.nonnegative,
+                      X.offset, self.errors)
+
+
+def take(X: Any, idx: NDArray[np.intp]) -> Any:
+    """The samples at ``idx``: rows of an array or of :class:`LinearSamples`, else a list."""
+    if isinstance(X, np.ndarray | LinearSamples):
+        return X[idx]
+    return [X[int(i)] for i in idx]
+
+
+def cross_validated_mre(est: Estimator, X: Any, y: Array, *, folds: int, seed: int) -> float:
+    """k-fold cross-validated MRE of the estimator (shuffled folds, :func:`cv_splits`); inf
+    where it cannot fit a training fold."""
+    if est.n_params == 0:
         return float("inf")  # no terms: not a model
-    off = np.zeros(len(y)) if offset is None else np.asarray(offset, float)
     pred = np.zeros(len(y))
     for train, test in cv_splits(len(y), folds, seed):
-        if len(train) < X.shape[1]:
+        if not est.can_fit(len(train)):
             return float("inf")
-        pred[test] = X[test] @ fit_columns(X[train], y[train], nonnegative,
-                                           None if offset is None else off[train],
-                                           errors) + off[test]
+        pred[test] = est.fit(take(X, train), y[train]).predict(take(X, test))
     return mre(y, pred)

@@ -7,14 +7,24 @@ or pick the one growth term with the best cross-validated MRE; :func:`make_model
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
 from predictor import terms as tm
 from predictor.errors import BadInput
-from predictor.fitting import Array, Errors, Progress, cv_mre, fit_used_columns
+from predictor.fitting import (
+    Array,
+    Errors,
+    Estimator,
+    Linear,
+    LinearEstimator,
+    LinearSamples,
+    Progress,
+    cross_validated_mre,
+    fit_used_columns,
+)
 
 T = TypeVar("T")
 
@@ -23,33 +33,47 @@ T = TypeVar("T")
 class Dropped:
     term: tm.Term
     reason: str
+    # The cross-validated MRE without it, where cross-validation dropped it.
+    score: float | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
 class Selection:
     """What a term search kept (indices into the candidate terms), what it dropped and why,
-    and what decided."""
+    what decided, and the name of the search that decided (a t-test search hands over to
+    cross-validation where the samples are too few)."""
 
     kept: tuple[int, ...]
     dropped: tuple[Dropped, ...]
     decided_by: str
+    modeler: str = ""
 
 
 class Modeler(ABC):
     """A term search with a name (as Extra-P's modelers): which of the candidate terms a model
-    keeps. ``fit_model`` fits, validates and packages what the search keeps."""
+    keeps. ``search`` works on any :class:`~predictor.fitting.Estimator` (a model linear in
+    its columns, or the improved F linearised at its fit); ``select`` is the same search on a
+    linear design. ``fit_model`` fits, validates and packages what the search keeps."""
 
     name: ClassVar[str]
     # Whether the search fits every candidate at once (then they must be independent).
     fits_all: ClassVar[bool] = True
 
-    @abstractmethod
+    def search(self, est: Estimator, X: Any, y: Array, *, keep: frozenset[tm.Term],
+               progress: Progress) -> Selection:
+        """Indices of ``est.terms`` to keep, the estimator fitted on samples ``X``, times
+        ``y``; ``keep``: terms never dropped."""
+        raise NotImplementedError(f"the {self.name} search works on linear designs only "
+                                  "(select)")
+
     def select(self, terms: Sequence[tm.Term], X: Array, y: Array, *, nonnegative: bool,
                keep: frozenset[tm.Term], progress: Progress,
                offset: Array | None = None, errors: Errors = "relative") -> Selection:
-        """Indices of the terms to keep. ``offset``: a known part of every prediction, not
-        fitted (the predicted times are ``X @ coef + offset``); ``errors``: what the fits
-        minimise."""
+        """Indices of the terms to keep, on the design X (column j: terms[j]). ``offset``: a
+        known part of every prediction, not fitted (the predicted times are
+        ``X @ coef + offset``); ``errors``: what the fits minimise."""
+        return self.search(LinearEstimator(tuple(terms), nonnegative, errors),
+                           LinearSamples(X, offset), y, keep=keep, progress=progress)
 
 
 @dataclass(frozen=True)
@@ -96,15 +120,15 @@ class CrossValidated(Modeler):
     seed: int = 0
     tol: float = 0.02
 
-    def select(self, terms: Sequence[tm.Term], X: Array, y: Array, *, nonnegative: bool,
-               keep: frozenset[tm.Term], progress: Progress,
-               offset: Array | None = None, errors: Errors = "relative") -> Selection:
+    def search(self, est: Estimator, X: Any, y: Array, *, keep: frozenset[tm.Term],
+               progress: Progress) -> Selection:
+        terms = est.terms
         base = [j for j, t in enumerate(terms) if t in keep]
         optional = [j for j, t in enumerate(terms) if t not in keep]
 
         def score(cols: Sequence[int]) -> float:
-            return cv_mre(X[:, sorted(cols)], y, folds=self.folds, seed=self.seed,
-                          nonnegative=nonnegative, offset=offset, errors=errors)
+            return cross_validated_mre(est.restricted(sorted(cols)), X, y, folds=self.folds,
+                                       seed=self.seed)
 
         e = backward_eliminate(base, optional, score, self.tol, floor=1.0)
         kept, dropped = list(e.kept), e.dropped
@@ -119,10 +143,10 @@ class CrossValidated(Modeler):
                 f"{how} cross-validated MRE without it {s:.4f}, within {self.tol:.0%} of "
                 f"with it ({before:.4f})" if math.isfinite(before) else
                 f"too few samples to cross-validate a model with it ({how}: a fold has fewer "
-                f"samples than terms); without it {s:.4f}")))
+                f"samples than terms); without it {s:.4f}"), s))
             before = s
         return Selection(tuple(sorted(base + kept)), tuple(reasons),
-                         f"cross-validation ({how}, MRE)")
+                         f"cross-validation ({how}, MRE)", self.name)
 
 
 @dataclass
@@ -130,27 +154,54 @@ class Significance(Modeler):
     """Brewer's search (seed 003 footnote 1): drop the least significant term while its
     p-value exceeds ``alpha`` (0.05: outside the 95% confidence interval), refitting after each
     drop. With fewer than ``min_dof`` residual degrees of freedom a t-test says little, and
-    :class:`CrossValidated` decides instead."""
+    :class:`CrossValidated` decides instead (with ``tol``).
+
+    The t-tests are on the design at the fit (:meth:`~predictor.fitting.Estimator.linearised`):
+    for a model linear in its columns that is its design, and one round settles it; for one
+    that is not (the improved F), the terms that round rejects go, the model is refitted
+    (its design may change with its coefficients) and tested again, until nothing more goes."""
 
     name: ClassVar[str] = "brewer"
     alpha: float = 0.05
     min_dof: int = 3
     folds: int = 5
     seed: int = 0
+    tol: float = 0.02
 
-    def select(self, terms: Sequence[tm.Term], X: Array, y: Array, *, nonnegative: bool,
-               keep: frozenset[tm.Term], progress: Progress,
-               offset: Array | None = None, errors: Errors = "relative") -> Selection:
-        if len(y) - X.shape[1] < self.min_dof:
-            progress(f"{len(y)} samples for {X.shape[1]} terms: too few for a t-test, "
+    def search(self, est: Estimator, X: Any, y: Array, *, keep: frozenset[tm.Term],
+               progress: Progress) -> Selection:
+        if len(y) - est.n_params < self.min_dof:
+            progress(f"{len(y)} samples for {est.n_params} terms: too few for a t-test, "
                      "cross-validation decides")
-            return CrossValidated(self.folds, self.seed).select(
-                terms, X, y, nonnegative=nonnegative, keep=keep, progress=progress,
-                offset=offset, errors=errors)
+            return CrossValidated(self.folds, self.seed, self.tol).search(
+                est, X, y, keep=keep, progress=progress)
+        terms = est.terms
+        kept = list(range(len(terms)))
+        dropped: list[Dropped] = []
+        for _ in range(len(terms) + 1):
+            free = {terms[j] for j in kept if terms[j] not in keep}
+            lin = est.restricted(kept).linearised(X, y)
+            out = [d for d in self._prune(lin, y, frozenset(lin.terms) - free, progress)
+                   if d.term in free]
+            for d in out:
+                kept.remove(next(j for j in kept if terms[j] == d.term))
+            dropped += out
+            if not out or est.linear:
+                break
+        return Selection(tuple(kept), tuple(dropped),
+                         f"t-test at {1 - self.alpha:.0%} confidence", self.name)
+
+    def _prune(self, lin: Linear, y: Array, keep: frozenset[tm.Term], progress: Progress
+               ) -> list[Dropped]:
+        """One round on a linear design: drop the least significant term (or every term whose
+        cost the non-negative fit holds at zero), refit, until every term not in ``keep`` is
+        significant."""
+        terms, X = lin.terms, lin.X
         cols = list(range(len(terms)))
         dropped: list[Dropped] = []
         while True:
-            r, used = fit_used_columns(X[:, cols], y, nonnegative, offset, errors)
+            r, used = fit_used_columns(X[:, cols], y, lin.nonnegative, lin.offset,
+                                       lin.errors)
             negative = [c for c, u in zip(cols, used, strict=True)
                         if not u and terms[c] not in keep]
             if negative:  # bound at zero by the non-negativity: out first, then refit
@@ -170,8 +221,7 @@ class Significance(Modeler):
             dropped.append(Dropped(terms[c], f"not significant: p = {worst:.3g} > {self.alpha}"))
             progress(f"dropped {terms[c]} (p = {worst:.3g})")
             cols.remove(c)
-        return Selection(tuple(cols), tuple(dropped),
-                         f"t-test at {1 - self.alpha:.0%} confidence")
+        return dropped
 
 
 @dataclass
@@ -189,32 +239,34 @@ class SingleTerm(Modeler):
     seed: int = 0
     alpha: float = 0.05
 
-    def select(self, terms: Sequence[tm.Term], X: Array, y: Array, *, nonnegative: bool,
-               keep: frozenset[tm.Term], progress: Progress,
-               offset: Array | None = None, errors: Errors = "relative") -> Selection:
+    def search(self, est: Estimator, X: Any, y: Array, *, keep: frozenset[tm.Term],
+               progress: Progress) -> Selection:
+        terms = est.terms
         base = [j for j, t in enumerate(terms) if isinstance(t, tm.Const) or t in keep]
-        scored = [(cv_mre(X[:, sorted([*base, j])], y, folds=self.folds, seed=self.seed,
-                          nonnegative=nonnegative, offset=offset, errors=errors), j)
+        scored = [(cross_validated_mre(est.restricted(sorted([*base, j])), X, y,
+                                       folds=self.folds, seed=self.seed), j)
                   for j in range(len(terms)) if j not in base]
         if not scored:
-            return Selection(tuple(base), (), "no candidate besides the constant")
+            return Selection(tuple(base), (), "no candidate besides the constant", self.name)
         best, j = min(scored)
         kept = sorted([*base, j])
         if base and len(y) > len(kept):
-            r, used = fit_used_columns(X[:, kept], y, nonnegative, offset, errors)
-            p = dict(zip([c for c, u in zip(kept, used, strict=True) if u], r.pvalues,
-                         strict=True)).get(j, 0.0)
+            lin = est.restricted(kept).linearised(X, y)
+            r, used = fit_used_columns(lin.X, y, lin.nonnegative, lin.offset, lin.errors)
+            col = lin.terms.index(terms[j])
+            p = dict(zip([c for c, u in enumerate(used) if u], r.pvalues,
+                         strict=True)).get(col, 0.0)
             if p > self.alpha:
                 return Selection(tuple(base), tuple(
                     Dropped(terms[i], f"not significant: p = {p:.3g} > {self.alpha}"
                             if i == j else "a single-term model keeps one term")
                     for i in range(len(terms)) if i not in base),
                     f"t-test at {1 - self.alpha:.0%} confidence (the best term by "
-                    f"cross-validation, {terms[j]}, is not significant)")
+                    f"cross-validation, {terms[j]}, is not significant)", self.name)
         return Selection(tuple(kept),
                          tuple(Dropped(terms[i], "a single-term model keeps one term")
                                for i in range(len(terms)) if i not in kept),
-                         f"cross-validation (one term, MRE {best:.4f})")
+                         f"cross-validation (one term, MRE {best:.4f})", self.name)
 
 
 @dataclass
@@ -226,10 +278,10 @@ class Fixed(Modeler):
     folds: int = 5
     seed: int = 0
 
-    def select(self, terms: Sequence[tm.Term], X: Array, y: Array, *, nonnegative: bool,
-               keep: frozenset[tm.Term], progress: Progress,
-               offset: Array | None = None, errors: Errors = "relative") -> Selection:
-        return Selection(tuple(range(len(terms))), (), "fixed terms (no search)")
+    def search(self, est: Estimator, X: Any, y: Array, *, keep: frozenset[tm.Term],
+               progress: Progress) -> Selection:
+        return Selection(tuple(range(len(est.terms))), (), "fixed terms (no search)",
+                         self.name)
 
 
 MODELERS: dict[str, type[Modeler]] = {m.name: m for m in (Significance, CrossValidated,
