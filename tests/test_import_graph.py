@@ -141,3 +141,21 @@ def test_no_import_circle() -> None:
     assert not found, "import circles (each arrow: importer -> imported, at its first " \
         "import line):\n" + "\n".join(_describe(graph, c) for c in found)
 
+
+
+MAX_MODULE_LINES = 600  # issue 30: a module a reader can hold in mind
+MAX_C_LINES = 700
+
+
+def test_no_product_module_over_600_lines_and_no_c_file_over_700() -> None:
+    """Every module of counterd, predictor and microbench is at most 600 lines, every C source
+    of the native extensions at most 700: a concept that outgrows its file is split by concept
+    (issue 30), not left to grow."""
+    long_py = {str(p.relative_to(ROOT)): n for p in _modules().values()
+               if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    c_files = sorted((ROOT / "counterd" / "_native").rglob("*.[ch]"))
+    long_c = {str(p.relative_to(ROOT)): n for p in c_files
+              if (n := len(p.read_text().splitlines())) > MAX_C_LINES}
+    assert len(_modules()) > 100 and c_files
+    assert not long_py, long_py
+    assert not long_c, long_c
