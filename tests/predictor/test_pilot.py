@@ -815,10 +815,24 @@ def test_counted_runs_go_side_by_side_where_no_run_can_change_anothers_counts(
     monkeypatch.setattr("predictor.pilot.campaign.record_run", counted)
     runs = run_campaign("prog {n}", [1, 2, 3], repeat=2, backend=backend,
                         workdir=tmp_path, parallel=4)
-    assert [n for kind, n in events if kind == "timed"] == [1, 1, 2, 2, 3, 3]
+    # the timed runs in rounds over the sizes, up and down: a drift of the host lands on every
+    # size alike instead of on one size's runs taken back to back
+    assert [n for kind, n in events if kind == "timed"] == [1, 2, 3, 3, 2, 1]
     assert [e[0] for e in events] == ["timed"] * 6 + ["counted"] * 3
     assert most[0] == width
     assert [r.size for r in runs] == [1, 2, 3]
+
+
+def test_timed_runs_go_in_rounds_over_the_sizes_each_file_its_own_run():
+    """Every (run, size) once, rounds ascending then descending; each round visits every
+    size before the next round begins."""
+    from predictor.pilot.campaign import timing_order
+
+    order = timing_order(4, 3)
+    assert order == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 3), (1, 2), (1, 1), (1, 0),
+                     (2, 0), (2, 1), (2, 2), (2, 3)]
+    assert sorted(order) == [(r, i) for r in range(3) for i in range(4)]
+    assert timing_order(1, 2) == [(0, 0), (1, 0)] and timing_order(3, 0) == []
 
 
 def test_pilot_bad_cpu_features_exit_2_before_anything_runs(tmp_path, capsys, monkeypatch):
