@@ -27,18 +27,18 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._host import guarded, host_line  # noqa: E402
-from predictor import costfuncs as cf  # noqa: E402
-from predictor import floor  # noqa: E402
-from predictor.calibrate import (
+from predictor.costs import costfuncs as cf  # noqa: E402
+from predictor.costs import floor  # noqa: E402
+from predictor.costs.calibrate import (
     calibrate,  # noqa: E402
     split_suites,  # noqa: E402
 )
+from predictor.costs.costmodel import FModel  # noqa: E402
+from predictor.costs.fit import ImprovedFit, PaperFit  # noqa: E402
 from predictor.errors import BadInput  # noqa: E402
-from predictor.fit import ImprovedFit, PaperFit  # noqa: E402
 from predictor.inputs import Results, Step, load_results, results_from_json  # noqa: E402
-from predictor.model import FModel  # noqa: E402
 from predictor.synthetic import contended_model, make_results  # noqa: E402
-from predictor.terms import Accesses, Larger  # noqa: E402
+from predictor.toolkit.terms import Accesses, Larger  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE16 = ROOT / "tests" / "predictor" / "data" / "node16-all-quick.json.gz"
@@ -99,7 +99,7 @@ def _load(path: Path) -> Results:
 
 
 def _floor_of(results: Results, steps: Sequence[Step]) -> floor.Floor:
-    """predictor/floor.py's within-run floor (halves of each pattern's repetitions) over
+    """predictor/costs/floor.py's within-run floor (halves of each pattern's repetitions) over
     ``steps``, whichever suite they belong to."""
     as_val = tuple(dataclasses.replace(s, meta={**s.meta, "suite": "validation"})
                    for s in steps)
@@ -131,7 +131,7 @@ def print_node(path: Path, r: Results) -> None:
               f"{ev.mean():>14.2f} {ev.max():>6.2f}  {worst}")
     print(f"  {'noise floor':<22} {ff.average:>11.2f} {ff.maximum:>6.2f}   "
           + (f"{fv.average:>14.2f} {fv.maximum:>6.2f}" if fv else f"{'-':>14} {'-':>6}")
-          + "  (halves of each pattern's repetitions, predictor/floor.py)")
+          + "  (halves of each pattern's repetitions, predictor/costs/floor.py)")
 
     print("\n== a profile calibrated at P = 16 on p = 2, 4, 8 processors (fitting and "
           "validation patterns)")
@@ -184,7 +184,7 @@ def print_contention(r: Results) -> None:
         print(f"  {label:<58} {ev.mean():>6.2f} {ev.max():>6.2f}  "
               f"{val[int(np.argmax(ev))].name}")
     if fv:
-        print(f"  {'noise floor (halves of one run, predictor/floor.py)':<58} "
+        print(f"  {'noise floor (halves of one run, predictor/costs/floor.py)':<58} "
               f"{fv.average:>6.2f} {fv.maximum:>6.2f}")
     print("  the what-if fits the fitting patterns exactly as the fit does (avg "
           f"{fe.mean():.2f}); it is not the default: the suite has no pattern mixing loads "

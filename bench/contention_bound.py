@@ -1,6 +1,6 @@
 """Where processors contend (issue 35 item 2): improved F on a node's validation patterns
 beside the floor, candidate terms for coherence and contention fitted on the fitting patterns
-only, and what the counts can explain at best (predictor/floor.py ``explained``: F1's form
+only, and what the counts can explain at best (predictor/costs/floor.py ``explained``: F1's form
 fitted on the very patterns it is judged on, a diagnostic, never a model).
 
     .venv/bin/python bench/contention_bound.py [--results FILE ...] [--host2 FILE] [--no-loo]
@@ -30,13 +30,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._host import guarded, host_line  # noqa: E402
-from predictor import costfuncs as cf  # noqa: E402
-from predictor import floor  # noqa: E402
-from predictor.calibrate import split_suites  # noqa: E402
+from predictor.costs import costfuncs as cf  # noqa: E402
+from predictor.costs import floor  # noqa: E402
+from predictor.costs.calibrate import split_suites  # noqa: E402
+from predictor.costs.costmodel import FModel  # noqa: E402
+from predictor.costs.fit import ImprovedFit, base_f1_terms, default_optional_terms  # noqa: E402
 from predictor.errors import BadInput  # noqa: E402
-from predictor.fit import ImprovedFit, base_f1_terms, default_optional_terms  # noqa: E402
 from predictor.inputs import Results, Step, miss_counter, results_from_json  # noqa: E402
-from predictor.model import FModel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE16 = ROOT / "tests" / "predictor" / "data" / "node16-all-quick.json.gz"
@@ -119,7 +119,7 @@ def judge(path: Path, r: Results, steps: list[Step], have_coh: bool, loo: bool =
 
     fitted("improved F today (the default; fitted on fitting patterns)", None, "brewer")
     if fl:
-        _row("noise floor (halves of one run, predictor/floor.py)", None,
+        _row("noise floor (halves of one run, predictor/costs/floor.py)", None,
              np.array(fl.e), fl.worst(1)[0][0])
     print("  candidates fitted on the fitting patterns only (all kept, unless a toolkit "
           "choice); last, the\n  others' read-modify-writes added to the fitting patterns:")

@@ -18,7 +18,8 @@ faster. Here, on this host, with a 1 x p mesh of worker processes (p = 2):
    transfers of the native copy kernel (the matrix just written by the other processor: warm;
    used for both states when no file gives the cold one).
    Each kind and state gets the paper's Table 1 models S1 (alpha + beta n) and M1 (alpha +
-   beta n + gamma MLT), fitted by predictor.mlt.fit_table1; R^2 (eq. 11) and MS_E (eq. 10) on
+   beta n + gamma MLT), fitted by predictor.families.mlt.fit_table1; R^2 (eq. 11) and MS_E (eq. 10)
+   on
    samples kept out of the fit.
 2. Measurement: both programs at every (b, L), ``--repeats`` timed runs each after a warm-up,
    in ``--rounds`` launches; in each launch the programs and a share of the calibration run in a
@@ -28,14 +29,16 @@ faster. Here, on this host, with a 1 x p mesh of worker processes (p = 2):
    BSP one (per superstep the slowest processor's own work, summed); per launch the median over
    repeats, and the two programs' medians of one launch make a repetition pair. The measured
    ratio is the median over pairs; the measured crossover is given as a range
-   (:func:`predictor.convolution_predict.crossover_range`): from the smallest block size at
+   (:func:`predictor.families.convolution_predict.crossover_range`): from the smallest block size at
    which more than 20 % of the pairs find Conv-Scan faster, to the smallest from which on at
    least 80 % do.
-3. Prediction: per program, from predictor.convolution's operation accounting (n, MLT and the
+3. Prediction: per program, from predictor.families.convolution's operation accounting (n, MLT and
+   the
    regions of every operation from L, b and the layout), the sum over supersteps of the slowest
    processor's summed operation predictions, with the S1 fits and with the M1 fits. Each
    operation is predicted with its kind's warm model when its reuse distance fits the cache
-   level of ``--cache-level`` (predictor.convolution_predict.cache_rule on the machine description:
+   level of ``--cache-level`` (predictor.families.convolution_predict.cache_rule on the machine
+   description:
    counterd.machine), cold otherwise. The table also shows the all-cold prediction and the
    other level's rule.
 
@@ -67,9 +70,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench._host import guarded, host_line  # noqa: E402
 from counterd import machine  # noqa: E402
-from predictor import convolution as cv  # noqa: E402
-from predictor import convolution_predict as cvp  # noqa: E402
 from predictor.errors import BadInput, PredictorError  # noqa: E402
+from predictor.families import convolution as cv  # noqa: E402
+from predictor.families import convolution_predict as cvp  # noqa: E402
 
 MODELS = ("S1", "M1")
 
@@ -143,7 +146,8 @@ TRANSFER_STATES = {"cold": "cold", "dirty": "warm"}  # a microbench file's state
 def load_transfers(path: Path) -> tuple[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(our state, (n, MLT, seconds)) of the cases of a ``microbench transfer --out`` file.
     MLT is the file's exact count (its source rows at their real pitch and offset, the slower
-    process's); n is recounted (:func:`predictor.convolution.transfer_case`) as a check that
+    process's); n is recounted (:func:`predictor.families.convolution.transfer_case`) as a check
+    that
     the file's elements are the programs' 8-byte words. :class:`ValueError` says what is
     wrong with the file."""
     try:
@@ -201,7 +205,7 @@ def _launch(args: argparse.Namespace, rng: np.random.Generator, configs: Sequenc
 def near_crossover(blocks: Sequence[int], pairs: dict[int, np.ndarray]) -> list[int]:
     """The block sizes to measure again: within one of the crossover of the median ratios
     (the largest block size when Conv-Scan is never faster), and every block size whose
-    verdict is not firm (fewer than :data:`predictor.convolution_predict.FIRM` of its pairs
+    verdict is not firm (fewer than :data:`predictor.families.convolution_predict.FIRM` of its pairs
     agree)."""
     x = cvp.crossover(blocks, [float(np.median(pairs[b])) for b in blocks])
     centre = blocks[-1] if x is None else x

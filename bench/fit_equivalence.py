@@ -51,11 +51,11 @@ def _improved(est: Any) -> dict[str, Any]:
 def dump(results: list[str]) -> dict[str, Any]:
     import numpy as np
 
-    from predictor.calibrate import calibrate, split_suites
-    from predictor.fit import ImprovedFit
+    from predictor.costs.calibrate import calibrate, split_suites
+    from predictor.costs.fit import ImprovedFit
     from predictor.inputs import load_results, miss_counter, results_from_json
-    from predictor.modeling import fit_model
     from predictor.synthetic import contended_model, make_results, reference_model
+    from predictor.toolkit.model import fit_model
 
     def models(prof: Any) -> Any:
         return json.loads(json.dumps(prof.models, default=str))

@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._host import guarded, host_line  # noqa: E402
-from predictor import memlogp as ml  # noqa: E402
 from predictor.cli import main as predict_main  # noqa: E402
 from predictor.errors import BadInput  # noqa: E402
+from predictor.families import memlogp as ml  # noqa: E402
 
 TARGET = 0.25
 

@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._host import guarded, host_line  # noqa: E402
-from predictor import mlt  # noqa: E402
 from predictor.cli import render_table2  # noqa: E402
 from predictor.errors import BadInput  # noqa: E402
+from predictor.families import mlt  # noqa: E402
 from predictor.inputs import read_json  # noqa: E402
 
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._host import host_line  # noqa: E402
-from predictor import floor  # noqa: E402
+from predictor.costs import floor  # noqa: E402
 from predictor.inputs import load_results  # noqa: E402
 
 

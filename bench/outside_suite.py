@@ -69,13 +69,13 @@ sys.path.insert(0, str(ROOT))
 
 from bench._host import guarded, host_line  # noqa: E402
 from bench.pilot_forecast import e_of, ensure_profile, extrap_forecasts  # noqa: E402
+from predictor.costs.profile import MachineProfile  # noqa: E402
 from predictor.errors import PredictorError  # noqa: E402
 from predictor.pilot.campaign import load_campaign, measure_target  # noqa: E402
 from predictor.pilot.check import Measured  # noqa: E402
 from predictor.pilot.check import measured as check_measured  # noqa: E402
 from predictor.pilot.forecast import Forecast, forecast  # noqa: E402
 from predictor.pilot.runs import load_timings  # noqa: E402
-from predictor.profile import MachineProfile  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
 LEVEL = 0.9

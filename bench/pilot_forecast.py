@@ -64,11 +64,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._host import host_line  # noqa: E402
+from predictor.costs.profile import MachineProfile, load_profile  # noqa: E402
 from predictor.inputs import load_counters  # noqa: E402
 from predictor.pilot.campaign import TIMING_FEATURES, load_campaign, record_path, record_run  # noqa: E402
 from predictor.pilot.forecast import forecast  # noqa: E402
 from predictor.pilot.runs import PilotRun, load_timings  # noqa: E402
-from predictor.profile import MachineProfile, load_profile  # noqa: E402
 
 PILOTS = tuple(1e5 * i for i in range(1, 6))
 

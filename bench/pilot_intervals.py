@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench._host import guarded, host_line  # noqa: E402
 from bench.outside_suite import PROGRAMS, TARGETS, refit  # noqa: E402
+from predictor.costs.profile import load_profile  # noqa: E402
 from predictor.pilot.choice import DRIFT_PER_EFOLD, NOISE_FACTOR  # noqa: E402
-from predictor.profile import load_profile  # noqa: E402
 
 LEVEL = 0.9
 

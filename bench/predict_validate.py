@@ -25,12 +25,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._host import host_line  # noqa: E402
-from predictor import floor  # noqa: E402
-from predictor.calibrate import calibrate, validate  # noqa: E402
 from predictor.cli import render_validation  # noqa: E402
+from predictor.costs import floor  # noqa: E402
+from predictor.costs.calibrate import calibrate, validate  # noqa: E402
+from predictor.costs.profile import save_profile  # noqa: E402
 from predictor.errors import PredictorError  # noqa: E402
 from predictor.inputs import load_results, results_from_json  # noqa: E402
-from predictor.profile import save_profile  # noqa: E402
 from predictor.synthetic import make_results, reference_model  # noqa: E402
 
 DEFAULT = Path(__file__).resolve().parent.parent / "out" / "microbench-all.json"

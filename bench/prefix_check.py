@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._host import guarded, host_line  # noqa: E402
-from predictor.costfuncs import error_ratio  # noqa: E402
+from predictor.costs.costfuncs import error_ratio  # noqa: E402
 from predictor.pilot.campaign import command_for  # noqa: E402
 from predictor.pilot.runs import Timing, load_timings  # noqa: E402
 

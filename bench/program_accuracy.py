@@ -50,11 +50,11 @@ sys.path.insert(0, str(ROOT))
 
 from bench._host import host_line  # noqa: E402
 from bench.pilot_forecast import ensure_profile, log, other_case  # noqa: E402
-from predictor.costfuncs import error_ratio  # noqa: E402
+from predictor.costs.costfuncs import error_ratio  # noqa: E402
+from predictor.costs.profile import MachineProfile  # noqa: E402
 from predictor.errors import PredictorError  # noqa: E402
 from predictor.inputs import Step, load_counters  # noqa: E402
 from predictor.pilot.campaign import TIMING_FEATURES, record_path, record_run  # noqa: E402
-from predictor.profile import MachineProfile  # noqa: E402
 
 PY = sys.executable
 

@@ -42,9 +42,9 @@ sys.path.insert(0, str(ROOT / "examples"))
 import bsp_sort  # noqa: E402
 
 from bench._host import host_line  # noqa: E402
-from predictor import select  # noqa: E402
 from predictor.cli import seconds  # noqa: E402
-from predictor.modelers import MODELERS  # noqa: E402
+from predictor.families import select  # noqa: E402
+from predictor.toolkit.modelers import MODELERS  # noqa: E402
 
 SPEC = ROOT / "examples" / "sorts.toml"
 

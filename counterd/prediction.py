@@ -8,8 +8,8 @@ points below, :func:`load` returns no function and the reason, which the daemon 
 
 Expected predictor entry points (issue 5; the wiring lives in :func:`_from_predictor` only):
 
-* ``predictor.profile.load_profile(path) -> MachineProfile``
-* ``predictor.costfuncs.predict_superstep(profile, counters) -> Mapping[str, float]`` where
+* ``predictor.costs.profile.load_profile(path) -> MachineProfile``
+* ``predictor.costs.costfuncs.predict_superstep(profile, counters) -> Mapping[str, float]`` where
   ``counters`` maps each canonical counter to a numpy array over processors and the result
   maps ``"F1"``, ``"F2"``, ``"F3"``, ``"F"`` (seconds) and optionally ``"<bound>_min"`` /
   ``"<bound>_max"`` for ``QSM``, ``EBSP``, ``DXBSP``.
@@ -137,10 +137,10 @@ def load(profile: str | Path | None, *,
     the predictor, e.g. ``sgi-power-challenge``), or ``(None, reason)``. Never raises.
 
     A profile fitted on another host is still used; ``warn`` gets the predictor's one-line
-    warning saying which fingerprint fields differ (``predictor.profile.check_host``, the
+    warning saying which fingerprint fields differ (``predictor.costs.profile.check_host``, the
     warning ``predict`` prints): the daemon logs it, ``counterd report`` prints it."""
     if profile is None:
-        return None, "no machine profile configured (predictor.profile / COUNTERD_PROFILE)"
+        return None, "no machine profile configured (predictor.costs.profile / COUNTERD_PROFILE)"
     if not Path(profile).is_file() and not _is_builtin(str(profile)):
         return None, f"machine profile {profile} does not exist"
     try:
@@ -169,20 +169,20 @@ def _check_host(profile_mod: Any, profile: Any, warn: Callable[[str], None]) -> 
 
 def _is_builtin(name: str) -> bool:
     try:
-        return name in importlib.import_module("predictor.profile").BUILTIN
+        return name in importlib.import_module("predictor.costs.profile").BUILTIN
     except ImportError:
         return False
 
 
 def _from_predictor(profile_path: str | Path,
                     warn: Callable[[str], None]) -> tuple[PredictFn | None, str]:
-    profile_mod = importlib.import_module("predictor.profile")
-    costfuncs = importlib.import_module("predictor.costfuncs")
+    profile_mod = importlib.import_module("predictor.costs.profile")
+    costfuncs = importlib.import_module("predictor.costs.costfuncs")
     load_profile = getattr(profile_mod, "load_profile", None)
     predict = getattr(costfuncs, "predict_superstep", None)
     if load_profile is None or predict is None:
-        return None, ("the predictor lacks predictor.profile.load_profile or "
-                      "predictor.costfuncs.predict_superstep; predictions are off")
+        return None, ("the predictor lacks predictor.costs.profile.load_profile or "
+                      "predictor.costs.costfuncs.predict_superstep; predictions are off")
     profile = load_profile(profile_path)
     _check_host(profile_mod, profile, warn)
     import numpy as np

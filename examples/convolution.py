@@ -11,7 +11,7 @@ of columns, ``ctx.Barrier(p)`` between supersteps, each superstep inside a
 kernel ``counterd_copy2d`` (the primitive the transfer benchmark times) from the neighbour's
 block into the receiver's contiguous message buffer; local work is numpy. The supersteps and
 every operation in them are listed, with their bytes, loads and stores and memory lines
-touched, by :mod:`predictor.convolution` (the arrays' offsets come from there too).
+touched, by :mod:`predictor.families.convolution` (the arrays' offsets come from there too).
 
 The time of a superstep is the BSP one: each processor times its own work (perf_counter_ns,
 not the barrier) and the superstep takes the slowest processor's time; the total is the sum.
@@ -52,7 +52,7 @@ if str(ROOT) not in sys.path:
 
 import counterd  # noqa: E402
 from microbench.kernels import buffer_address, native_lib  # noqa: E402
-from predictor import convolution as cv  # noqa: E402
+from predictor.families import convolution as cv  # noqa: E402
 
 PROGRAMS = cv.PROGRAMS
 MAX_SIZE = 8192
@@ -224,7 +224,7 @@ class _Clock:
 # -- the programs ------------------------------------------------------------------------------
 
 def _shift(mem: _Memory, lay: cv.Layout, rank: int, clock: _Clock) -> None:
-    """Conv-Shift: see :func:`predictor.convolution.shift_program` for the supersteps."""
+    """Conv-Shift: see :func:`predictor.families.convolution.shift_program` for the supersteps."""
     L, b = lay.size, lay.block
     c0, w = lay.cols[rank]
     im, acc, t0, t1 = (mem.view(at, L, L, L) for at in (lay.im, lay.acc, lay.t0, lay.t1))
@@ -256,7 +256,7 @@ def _shift(mem: _Memory, lay: cv.Layout, rank: int, clock: _Clock) -> None:
 
 
 def _scan(mem: _Memory, lay: cv.Layout, rank: int, clock: _Clock) -> None:
-    """Conv-Scan: see :func:`predictor.convolution.scan_program` for the supersteps."""
+    """Conv-Scan: see :func:`predictor.families.convolution.scan_program` for the supersteps."""
     L, b = lay.size, lay.block
     c0, w = lay.cols[rank]
     im, acc, rp = (mem.view(at, L, L, L) for at in (lay.im, lay.acc, lay.t0))

@@ -30,7 +30,8 @@ side spans at most ``MAX_SPAN_BYTES``. The destination starts ``PAD_BYTES`` afte
 last page, so source and destination do not share page offsets (no 4 KiB aliasing between a
 load and a store stream).
 
-The results document (format ``counterd-memlogp``, :data:`predictor.memlogp.FORMAT`) carries
+The results document (format ``counterd-memlogp``, :data:`predictor.families.memlogp.FORMAT`)
+carries
 host metadata, the machine's geometry, the run configuration, the call overhead and per point
 the raw samples (ns), their median and spread, and the cost per byte in seconds. It is
 written atomically.
@@ -54,7 +55,7 @@ from microbench.kernels import CopyCall, prefault_call
 from microbench.plans import WorkerPlan
 from microbench.repetition import RunConfig, disturbance, spread
 from microbench.runner import PatternTiming, WorkerPool, host_metadata
-from predictor.memlogp import FORMAT, OPS, VERSION, WORD_BYTES
+from predictor.families.memlogp import FORMAT, OPS, VERSION, WORD_BYTES
 
 KiB, MiB = 1 << 10, 1 << 20
 MIN_CALL_BYTES = 1 * MiB  # bytes copied per timed call (reps = this // s)

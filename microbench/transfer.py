@@ -17,7 +17,7 @@ and after the copy).
 Both exchanges of a case move the same n bytes, but their source rows start at different
 offsets into a cache line, so they touch different numbers of lines: the case's MLT is the
 larger of the two (the slower process sets the time), counted exactly by
-:func:`predictor.mlt.row_lines` / :func:`predictor.mlt.column_lines`.
+:func:`predictor.families.mlt.row_lines` / :func:`predictor.families.mlt.column_lines`.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from microbench.kernels import WORD_BYTES, CopyCall, KernelCall, native_lib, pre
 from microbench.plans import WorkerPlan
 from microbench.repetition import RunConfig, spread
 from microbench.runner import WorkerPool, host_metadata
-from predictor import mlt
+from predictor.families import mlt
 
-FORMAT = mlt.TRANSFER_FORMAT  # the reader's (predictor.mlt.transfers) one name for it
+FORMAT = mlt.TRANSFER_FORMAT  # the reader's (predictor.families.mlt.transfers) one name for it
 VERSION = mlt.TRANSFER_VERSIONS[-1]
 KINDS: tuple[str, ...] = ("rows", "cols")
 Kind = Literal["rows", "cols"]

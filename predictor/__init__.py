@@ -3,7 +3,7 @@ profiles, validation tables and per-superstep forecasts (issue 5).
 
 Public API:
 
-- cost functions (pure, vectorised): :mod:`predictor.costfuncs` -- f1, f2, f3, f_max, qsm,
+- cost functions (pure, vectorised): :mod:`predictor.costs.costfuncs` -- f1, f2, f3, f_max, qsm,
   ebsp, dxbsp, error_ratio, predict_superstep (the daemon's entry point);
 - inputs: :func:`load_results` (microbench), :func:`load_counters` (counterd record JSONL or
   CSV) -> :class:`Step`;
@@ -15,7 +15,10 @@ Public API:
 The predictor imports only counterd's data modules and never microbench (DESIGN.md section 2).
 """
 
-from predictor.calibrate import calibrate, forecast, validate
+from predictor.costs.calibrate import calibrate, forecast, validate
+from predictor.costs.costmodel import BSPModel, FModel
+from predictor.costs.fit import ImprovedFit, PaperFit
+from predictor.costs.profile import MachineProfile, load_profile, save_profile
 from predictor.errors import (
     BadCounterValue,
     BadInput,
@@ -28,10 +31,7 @@ from predictor.errors import (
     ProfileVersionError,
     UnknownCounter,
 )
-from predictor.fit import ImprovedFit, PaperFit
 from predictor.inputs import Step, load_counters, load_results
-from predictor.model import BSPModel, FModel
-from predictor.profile import MachineProfile, load_profile, save_profile
 
 __all__ = [
     "BSPModel", "BadCounterValue", "BadInput", "FModel", "HostMismatchWarning", "ImprovedFit",

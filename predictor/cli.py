@@ -26,8 +26,8 @@ from typing import Any
 
 from counterd.data.units import NS_PER_S, seconds, si_fields
 from counterd.util.cliutil import Parser, closed_pipe, version
-from predictor import modelers
 from predictor.errors import BadInput, HostMismatchWarning, PredictorError
+from predictor.toolkit import modelers
 
 SUBCOMMANDS = ("calibrate", "validate", "profile", "select", "mlt", "memlogp")
 
@@ -53,7 +53,7 @@ def _sub_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("profile", help="print a machine profile")
     s.add_argument("profile", help="profile file or built-in name (sgi-power-challenge)")
     s.add_argument("--json", action="store_true", help="machine-readable output")
-    from predictor import select
+    from predictor.families import select
 
     fmt = (select.__doc__ or "").split("Specification format::")[-1].split("Samples are")[0]
     m = sub.add_parser(
@@ -152,9 +152,9 @@ def _ns(v: float | None) -> str:
 
 
 def _calibrate(a: argparse.Namespace) -> tuple[Any, str]:
-    from predictor.calibrate import calibrate
+    from predictor.costs.calibrate import calibrate
+    from predictor.costs.profile import COMPUTE_SUFFIX, save_profile
     from predictor.inputs import load_results
-    from predictor.profile import COMPUTE_SUFFIX, save_profile
 
     prof = calibrate(load_results(a.results), name=a.name, folds=a.folds)
     path = save_profile(prof, a.out, overwrite=a.force)
@@ -186,7 +186,7 @@ def _calibrate(a: argparse.Namespace) -> tuple[Any, str]:
 
 
 def render_validation(table: Any, title: str, floor: Any = None) -> str:
-    """The accuracy table; with ``floor`` (a :class:`predictor.floor.Floor`), the noise floor
+    """The accuracy table; with ``floor`` (a :class:`predictor.costs.floor.Floor`), the noise floor
     beside it: what a second measurement of the same patterns achieves."""
     w = max([14, *(len(r.function) for r in (*table.rows, *table.compute_rows))])
     lines = [title, f"{'function':<{w}} {'AVG ERR':>8} {'MAX ERR':>8} {'MRE':>7}  limiting "
@@ -219,10 +219,10 @@ def floor_json(f: Any) -> dict[str, Any]:
 
 
 def _validate(a: argparse.Namespace) -> tuple[Any, str]:
-    from predictor import floor
-    from predictor.calibrate import validate
+    from predictor.costs import floor
+    from predictor.costs.calibrate import validate
+    from predictor.costs.profile import load_profile
     from predictor.inputs import load_results
-    from predictor.profile import load_profile
 
     prof = load_profile(a.profile)
     results = load_results(a.results)
@@ -238,7 +238,7 @@ def _validate(a: argparse.Namespace) -> tuple[Any, str]:
 
 
 def _mlt(a: argparse.Namespace) -> tuple[Any, str]:
-    from predictor import mlt
+    from predictor.families import mlt
 
     if a.results:
         return _mlt_models(a)
@@ -263,7 +263,7 @@ def _mlt(a: argparse.Namespace) -> tuple[Any, str]:
 
 
 def _mlt_models(a: argparse.Namespace) -> tuple[Any, str]:
-    from predictor import mlt
+    from predictor.families import mlt
     from predictor.inputs import read_json
 
     doc = read_json(a.results, "microbench transfer", "transfers")
@@ -320,8 +320,8 @@ def render_table2(fits: Mapping[str, Sequence[Any]], got: Mapping[str, Any]) -> 
 
 
 def _memlogp(a: argparse.Namespace) -> tuple[Any, str]:
-    from predictor import memlogp as ml
-    from predictor import memlogp_costs as mc
+    from predictor.families import memlogp as ml
+    from predictor.families import memlogp_costs as mc
 
     m = ml.load_measurements(a.results)
     model = ml.fit(m, modeler=a.modeler)
@@ -389,7 +389,7 @@ def _bytes(n: int) -> str:
 
 
 def _profile(a: argparse.Namespace) -> tuple[Any, str]:
-    from predictor.profile import load_profile, profile_to_toml
+    from predictor.costs.profile import load_profile, profile_to_toml
 
     prof = load_profile(a.profile)
     return prof.to_dict(), profile_to_toml(prof).rstrip("\n")
@@ -409,7 +409,7 @@ def parse_assignments(items: Sequence[str]) -> dict[str, float]:
 
 
 def _select(a: argparse.Namespace) -> tuple[Any, str]:
-    from predictor import select
+    from predictor.families import select
 
     params = parse_assignments(a.at)
     spec = select.load_spec(a.spec)
@@ -457,9 +457,9 @@ def _select(a: argparse.Namespace) -> tuple[Any, str]:
 def _forecast(a: argparse.Namespace) -> tuple[Any, str]:
     """Rows rendered as they come (``iter_forecast``): without ``--json`` no row and no step
     is kept, so a large records file is forecast in the memory of its compact rows."""
-    from predictor.calibrate import assumptions_used, iter_forecast
+    from predictor.costs.calibrate import assumptions_used, iter_forecast
+    from predictor.costs.profile import check_host, load_profile
     from predictor.inputs import iter_counters
-    from predictor.profile import check_host, load_profile
 
     prof = load_profile(a.profile)
     check_host(prof)

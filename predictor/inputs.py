@@ -147,7 +147,7 @@ def _count(v: Any, where: str) -> int:
     return v
 
 
-# Pattern fields the fits read (predictor/fit.py), with the types microbench writes.
+# Pattern fields the fits read (predictor/costs/fit.py), with the types microbench writes.
 _META_TYPES: dict[str, tuple[type, ...]] = {
     "mnemonic": (str,), "suite": (str,), "op": (str,), "mode": (str,), "level": (str,),
     "coherence": (str,), "bkc": (int, float), "stride_words": (int,),

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from predictor.costs.costmodel import FModel, coefficients
 from predictor.inputs import (
     RESULTS_FORMAT,
     RESULTS_VERSIONS,
@@ -21,8 +22,7 @@ from predictor.inputs import (
     miss_counter,
     writeback_counter,
 )
-from predictor.model import FModel, coefficients
-from predictor.terms import Power
+from predictor.toolkit.terms import Power
 
 
 def _pattern(procs: int, stride: int, level: str, op: str, mode: str, place: str, *,

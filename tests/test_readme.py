@@ -16,7 +16,7 @@ import pytest
 
 from counterd.backends import resolve
 from counterd.daemon import config as daemon_config
-from predictor.profile import save_profile, sgi_power_challenge
+from predictor.costs.profile import save_profile, sgi_power_challenge
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

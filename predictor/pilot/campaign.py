@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from predictor import fitting
 from predictor.errors import BadInput
 from predictor.inputs import Step
 from predictor.pilot.check import Measured, measured
 from predictor.pilot.runs import PilotRun, Timing, load_timings, split_name
+from predictor.toolkit import fitting
 
 
 def _counterd() -> list[str]:

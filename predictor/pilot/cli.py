@@ -91,7 +91,7 @@ def _budget(a: argparse.Namespace, sizes: list[float], work: Path,
 def run(a: argparse.Namespace) -> tuple[Any, str]:
     import tempfile
 
-    from predictor.profile import current_host, fingerprint_differences, load_profile
+    from predictor.costs.profile import current_host, fingerprint_differences, load_profile
 
     try:
         sizes = [float(x) for x in a.sizes.split(",") if x.strip()]

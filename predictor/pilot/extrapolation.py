@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from predictor import fitting
-from predictor import modeling as md
-from predictor import terms as tm
 from predictor.errors import BadInput
+from predictor.toolkit import fitting
+from predictor.toolkit import model as md
+from predictor.toolkit import terms as tm
 
 PARAM = "n"
 

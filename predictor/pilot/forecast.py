@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from predictor import fitting
+from predictor.costs.costmodel import Breakdown
+from predictor.costs.profile import MachineProfile
 from predictor.errors import BadInput, PredictorError
 from predictor.inputs import Step
-from predictor.model import Breakdown
 from predictor.pilot.check import Comparison, Measured
 from predictor.pilot.choice import (
     Choice,
@@ -35,7 +35,7 @@ from predictor.pilot.extrapolation import (
     scale_by_work,
 )
 from predictor.pilot.runs import PilotRun, check_runs
-from predictor.profile import MachineProfile
+from predictor.toolkit import fitting
 
 
 @dataclass(frozen=True)

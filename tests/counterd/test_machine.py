@@ -84,8 +84,8 @@ def test_read_gives_levels_l1i_fingerprint(tmp_path: Path) -> None:
     fp = m.fingerprint()
     assert fp["cpu_model"] == "Test CPU @ 2.0GHz" and fp["cpus_online"] == 2
     assert fp["caches"] == "L1=48K/12/64,L2=2M/16/64,L3=300M/20/64"
-    # The same spec the predictor writes into profiles (predictor.profile.caches_spec).
-    from predictor.profile import caches_spec
+    # The same spec the predictor writes into profiles (predictor.costs.profile.caches_spec).
+    from predictor.costs.profile import caches_spec
 
     assert fp["caches"] == caches_spec([{"level": lv.level, "size_bytes": lv.size_bytes,
                                          "ways": lv.ways, "line_bytes": lv.line_bytes}
@@ -120,7 +120,7 @@ def test_sysfs_is_read_once_per_process(tmp_path: Path, monkeypatch: pytest.Monk
     from counterd.data.host import host_info
     from microbench.patterns import host_machine
     from microbench.runner import host_metadata
-    from predictor.profile import current_host
+    from predictor.costs.profile import current_host
 
     geometries = {SimBackend().geometry.spec(), host_machine().geometry.spec(),
                   machine.current().geometry.spec()}
@@ -164,7 +164,7 @@ def test_machine_file_overrides_every_consumer(tmp_path: Path,
     from counterd.backends.callgrind.geometry import CallgrindGeometry
     from counterd.backends.sim import SimBackend
     from microbench.patterns import host_machine
-    from predictor.profile import current_host
+    from predictor.costs.profile import current_host
 
     sim = SimBackend()
     assert sim.geometry == m.geometry and sim.bankmap == BankMap(8, 128)

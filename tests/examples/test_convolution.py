@@ -1,5 +1,6 @@
 """examples/convolution.py: Conv-Shift and Conv-Scan compute the uniform convolution (checked
-against scipy's direct convolution), name their supersteps as predictor.convolution lists them,
+against scipy's direct convolution), name their supersteps as predictor.families.convolution lists
+them,
 time them the BSP way, report a wrong output, and refuse bad arguments in one line."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))  # as a bench script imports it
 import convolution  # noqa: E402
 
-from predictor import convolution as cv  # noqa: E402
+from predictor.families import convolution as cv  # noqa: E402
 
 
 def direct(img: np.ndarray, block: int) -> np.ndarray:

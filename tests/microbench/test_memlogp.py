@@ -12,7 +12,7 @@ import pytest
 from counterd.machine.description import Machine
 from microbench import memlogp as mm
 from microbench.cli import main as microbench_main
-from predictor import memlogp as ml
+from predictor.families import memlogp as ml
 from tests.machine_files import planning_machine, running_machine
 
 MiB = 1 << 20

@@ -17,7 +17,7 @@ from microbench import transfer as tr
 from microbench.cli import main
 from microbench.kernels import WORD_BYTES, CopyCall, buffer_address, native_lib
 from microbench.patterns import host_machine
-from predictor import mlt
+from predictor.families import mlt
 
 CPUS = len(os.sched_getaffinity(0))
 needs_two = pytest.mark.skipif(CPUS < 2, reason="a transfer needs 2 CPUs")

@@ -31,7 +31,7 @@ def test_calibrate_validate_forecast(results, tmp_path, capsys):
     table = {r["function"]: r for r in json.loads(cap.out)["rows"]}
     assert set(table) == {"QSM-MIN", "QSM-MAX", "EBSP-MIN", "EBSP-MAX", "DXBSP-MIN",
                           "DXBSP-MAX", "F (paper)", "F (improved)",
-                          # the model variants by counter set (predictor/variants.py)
+                          # the model variants by counter set (predictor/costs/variants.py)
                           *(f"F ({f}.{v})" for f in ("paper", "improved")
                             for v in ("misses", "l1_llc"))}
     for name, row in table.items():  # the worst patterns, with F's term that dominated each

@@ -10,9 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from predictor import fitting, modelers
-from predictor import terms as tm
-from predictor.calibrate import (
+from predictor.costs.calibrate import (
     ComputeFit,
     calibrate,
     compute_cv,
@@ -20,10 +18,12 @@ from predictor.calibrate import (
     split_suites,
     validate,
 )
+from predictor.costs.costmodel import FModel, coefficients
 from predictor.errors import InsufficientPatterns
 from predictor.inputs import _pattern_step, results_from_json
-from predictor.model import FModel, coefficients
 from predictor.synthetic import make_results, reference_model
+from predictor.toolkit import fitting, modelers
+from predictor.toolkit import terms as tm
 
 # The truth the compute patterns follow, on top of the memory model's prediction.
 TRUE = {"instructions": 0.08, "branch_misses": 9.0, "page_faults": 1500.0}

@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictor import costfuncs as cf
-from predictor.calibrate import split_suites
-from predictor.fit import ImprovedFit, default_optional_terms
+from predictor.costs import costfuncs as cf
+from predictor.costs.calibrate import split_suites
+from predictor.costs.costmodel import FModel, coefficients
+from predictor.costs.fit import ImprovedFit, default_optional_terms
 from predictor.inputs import Step, results_from_json
-from predictor.model import FModel, coefficients
 from predictor.synthetic import make_results, reference_model
-from predictor.terms import Larger, StoreMisses, parse
+from predictor.toolkit.terms import Larger, StoreMisses, parse
 
 NODE16 = Path(__file__).parent / "data" / "node16-all-quick.json.gz"
 

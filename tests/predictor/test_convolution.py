@@ -1,4 +1,5 @@
-"""predictor.convolution: the operation accounting of Conv-Shift and Conv-Scan against brute
+"""predictor.families.convolution: the operation accounting of Conv-Shift and Conv-Scan against
+brute
 force (lines counted by enumerating addresses), the BSP sum of predictions, the fits on
 synthetic data with known coefficients, and the crossover finder."""
 
@@ -9,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from predictor import convolution as cv
-from predictor import convolution_predict as cvp
 from predictor.errors import BadInput
+from predictor.families import convolution as cv
+from predictor.families import convolution_predict as cvp
 
 CASES = [(16, 1, 2), (17, 3, 2), (12, 9, 2), (30, 4, 1), (21, 5, 3), (40, 10, 2)]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from predictor import costfuncs as cf
+from predictor.costs import costfuncs as cf
+from predictor.costs.profile import sgi_power_challenge
 from predictor.inputs import Step
-from predictor.profile import sgi_power_challenge
 
 N = 1000.0
 # Section 4.2 table, us per event; g5_F1, g2_F2, g2_F3 per 16-byte quadword.
@@ -166,7 +166,7 @@ def test_error_ratio():
 
 
 def test_predict_superstep_for_the_daemon_in_seconds():
-    from predictor.costfuncs import predict_superstep
+    from predictor.costs.costfuncs import predict_superstep
 
     # p1.s8-like on the paper's machine: F1 = 0.0638 us per load.
     out = predict_superstep(sgi_power_challenge(), {

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from predictor.calibrate import fit_all, split_suites
+from predictor.costs.calibrate import fit_all, split_suites
+from predictor.costs.fit import ImprovedFit, PaperFit, fit_bsp
 from predictor.errors import InsufficientPatterns, NotFittedError
-from predictor.fit import ImprovedFit, PaperFit, fit_bsp
 from predictor.inputs import results_from_json
 from predictor.synthetic import make_results, reference_model
-from predictor.terms import parse as term
+from predictor.toolkit.terms import parse as term
 
 
 def _results(model, **kw):

@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from predictor.calibrate import split_suites
-from predictor.fit import ImprovedFit, base_f1_terms
+from predictor.costs.calibrate import split_suites
+from predictor.costs.fit import ImprovedFit, base_f1_terms
+from predictor.costs.joint import LM, WB
 from predictor.inputs import results_from_json
-from predictor.joint import LM, WB
 from predictor.synthetic import make_results, reference_model
-from predictor.terms import Const
-from predictor.terms import parse as term
+from predictor.toolkit.terms import Const
+from predictor.toolkit.terms import parse as term
 
 
 @pytest.fixture(scope="module")

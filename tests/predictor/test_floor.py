@@ -8,7 +8,7 @@ import copy
 import numpy as np
 import pytest
 
-from predictor import floor
+from predictor.costs import floor
 from predictor.errors import BadInput
 from predictor.inputs import Step, results_from_json
 from predictor.synthetic import make_results, reference_model
@@ -73,9 +73,9 @@ def test_the_floor_beside_an_accuracy_table(tmp_path, capsys):
     (and no failure) for results with one repetition per pattern."""
     import json
 
-    from predictor.calibrate import calibrate
     from predictor.cli import main
-    from predictor.profile import save_profile
+    from predictor.costs.calibrate import calibrate
+    from predictor.costs.profile import save_profile
 
     a, _ = _with_samples([[100, 110, 120, 130]])
     b, _ = _with_samples([[150, 160, 170, 180]])

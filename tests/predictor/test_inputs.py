@@ -30,7 +30,7 @@ def test_predictor_loads_only_counterd_data_modules():
     import subprocess
     import sys
 
-    code = ("import sys, predictor.cli, predictor.calibrate, predictor.synthetic; "
+    code = ("import sys, predictor.cli, predictor.costs.calibrate, predictor.synthetic; "
             "print(' '.join(m for m in sys.modules if m.split('.')[0] in "
             "('counterd', 'microbench')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

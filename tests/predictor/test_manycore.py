@@ -12,16 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from predictor import costfuncs as cf
-from predictor.calibrate import calibrate, split_suites
 from predictor.cli import main
+from predictor.costs import costfuncs as cf
+from predictor.costs.calibrate import calibrate, split_suites
+from predictor.costs.costmodel import FModel, bus_features
+from predictor.costs.fit import ImprovedFit, PaperFit, bank_contention, bkc_of
+from predictor.costs.profile import load_profile, save_profile
+from predictor.costs.variants import distinct_sets, model_key
 from predictor.errors import ProfileError
-from predictor.fit import ImprovedFit, PaperFit, bank_contention, bkc_of
 from predictor.inputs import Results, load_results, results_from_json
-from predictor.model import FModel, bus_features
-from predictor.profile import load_profile, save_profile
 from predictor.synthetic import contended_model, make_results, reference_model
-from predictor.variants import distinct_sets, model_key
 
 NODE16 = Path(__file__).parent / "data" / "node16-all-quick.json.gz"
 

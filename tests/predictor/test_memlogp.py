@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from counterd.machine.geometry import CacheLevel
-from predictor import memlogp as ml
-from predictor import memlogp_costs as mc
 from predictor.cli import main as predict_main
 from predictor.errors import BadInput
+from predictor.families import memlogp as ml
+from predictor.families import memlogp_costs as mc
 
 L1 = CacheLevel(1, 32 * 1024, 8, 64)
 L2 = CacheLevel(2, 1 << 20, 8, 64)

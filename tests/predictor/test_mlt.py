@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from predictor import mlt
 from predictor.cli import main
 from predictor.errors import BadInput
+from predictor.families import mlt
 
 
 def _enumerated_columns(br: int, bc: int, line: int, d: int, o: int) -> int:

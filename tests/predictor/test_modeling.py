@@ -1,4 +1,4 @@
-"""The seed-003 modelling toolkit (predictor/fitting.py, modelers.py, modeling.py) on known
+"""The seed-003 modelling toolkit (predictor/toolkit/fitting.py, modelers.py, modeling.py) on known
 answers: Brewer's MRE by its definition, NNLS against brute force, coefficients of synthetic
 data with known values and relative noise recovered within their standard errors, significance
 pruning, prediction intervals whose coverage is measured by replication and matches
@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from predictor.errors import BadInput
-from predictor.fitting import check_times, cv_mre, cv_splits, mre, nnls, relative_nnls
-from predictor.modelers import backward_eliminate, make_modeler
-from predictor.modeling import Model, fit_model
-from predictor.terms import Const, Power, growth_terms, parse, parse_all
+from predictor.toolkit.fitting import check_times, cv_mre, cv_splits, mre, nnls, relative_nnls
+from predictor.toolkit.model import Model, fit_model
+from predictor.toolkit.modelers import backward_eliminate, make_modeler
+from predictor.toolkit.terms import Const, Power, growth_terms, parse, parse_all
 
 GROWTH = ["1", "n", "n*log(n)"]
 TRUE = np.array([20.0, 0.5, 0.05])  # y = 20 + 0.5 n + 0.05 n log2(n)
@@ -34,7 +34,7 @@ def _samples(count, noise, seed):
     return n, _mu(n) * (1 + noise * rng.standard_normal(count))
 
 
-def _design(n):  # by hand, not through predictor.terms
+def _design(n):  # by hand, not through predictor.toolkit.terms
     return np.column_stack([np.ones_like(n), n, n * np.log2(n)])
 
 
@@ -577,7 +577,7 @@ def test_a_new_modeler_plugs_in_without_touching_callers():
     from dataclasses import dataclass
     from typing import ClassVar
 
-    from predictor.modelers import Modeler, Selection
+    from predictor.toolkit.modelers import Modeler, Selection
 
     @dataclass
     class FirstTwo(Modeler):

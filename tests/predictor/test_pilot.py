@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from predictor.costs.profile import load_profile
 from predictor.errors import BadInput
 from predictor.inputs import Step
 from predictor.pilot.campaign import (
@@ -27,7 +28,6 @@ from predictor.pilot.extrapolation import (
 )
 from predictor.pilot.forecast import StepForecast, forecast
 from predictor.pilot.runs import PilotRun, Timing, check_runs
-from predictor.profile import load_profile
 
 SIZES = [1e5, 2e5, 3e5, 4e5, 5e5]
 

@@ -6,8 +6,7 @@ import tomllib
 
 import pytest
 
-from predictor.errors import HostMismatchWarning, ProfileError, ProfileVersionError
-from predictor.profile import (
+from predictor.costs.profile import (
     PROFILE_VERSION,
     check_host,
     dumps,
@@ -16,6 +15,7 @@ from predictor.profile import (
     save_profile,
     sgi_power_challenge,
 )
+from predictor.errors import HostMismatchWarning, ProfileError, ProfileVersionError
 
 
 def test_sgi_parameters_converted_to_ns_and_lines():

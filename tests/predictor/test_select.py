@@ -10,9 +10,9 @@ import math
 import numpy as np
 import pytest
 
-from predictor import select
 from predictor.cli import main
 from predictor.errors import BadInput
+from predictor.families import select
 
 # -- IntegerRoot --------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Terms (predictor/terms.py): each kind evaluated on a small table against values worked out by
+"""Terms (predictor/toolkit/terms.py): each kind evaluated on a small table against values worked
+out by
 hand, the text form read back (``parse(str(t)) == t``), the canonical product, growth terms and
 the design checks that refuse what no least-squares fit can estimate."""
 
@@ -11,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from predictor import terms as tm
 from predictor.errors import BadInput
-from predictor.terms import (
+from predictor.toolkit import terms as tm
+from predictor.toolkit.terms import (
     Accesses,
     CeilDiv,
     Const,

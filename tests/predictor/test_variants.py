@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from predictor.calibrate import calibrate, forecast
-from predictor.costfuncs import predict_superstep
+from predictor.costs.calibrate import calibrate, forecast
+from predictor.costs.costfuncs import predict_superstep
+from predictor.costs.variants import BY_NAME, distinct_sets
 from predictor.errors import NoVariant
 from predictor.inputs import Step, results_from_json
 from predictor.synthetic import make_results, reference_model
-from predictor.variants import BY_NAME, distinct_sets
 
 LEVELS = (1, 2, 3)
 CALLGRIND = ("loads", "stores", "l1d_misses", "l3_misses", "l3_writebacks", "instructions",
@@ -88,7 +88,7 @@ def test_callgrind_counters_on_the_built_in_profile_say_what_is_missing() -> Non
     """Issue 34: Callgrind's records on the built-in profile were told to re-calibrate the
     built-in profile or to record with Callgrind, which they were. The counters are there; the
     profile has no model of them: the fix is a profile of this host."""
-    from predictor.profile import sgi_power_challenge
+    from predictor.costs.profile import sgi_power_challenge
 
     with pytest.raises(NoVariant) as err:
         sgi_power_challenge().select_model(CALLGRIND)

@@ -96,7 +96,7 @@ def toml_variant(valid: bytes, name: str, *, number_key: tuple[Any, ...],
     indices) takes 1e400 (TOML reads it as infinity), the one at ``counter_key`` -5 and nan."""
     import tomllib
 
-    from predictor.profile import dumps  # a generic TOML writer (tables, lists of tables)
+    from predictor.costs.profile import dumps  # a generic TOML writer (tables, lists of tables)
 
     values = {"begin_1e400": (number_key, float("inf")), "counter_-5": (counter_key, -5),
               "nan_counter": (counter_key, float("nan"))}

@@ -12,7 +12,7 @@ import pytest
 from counterd.commands import cli as counterd_cli
 from microbench import cli as microbench_cli
 from predictor import cli as predict_cli
-from predictor.profile import save_profile, sgi_power_challenge
+from predictor.costs.profile import save_profile, sgi_power_challenge
 from predictor.synthetic import make_results, reference_model
 from tests.readers.files import (
     VARIANTS,

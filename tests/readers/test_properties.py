@@ -32,9 +32,9 @@ from counterd.wire import spool_reader
 from microbench import cli as microbench_cli
 from microbench import results as mb_results
 from predictor import cli as predict_cli
+from predictor.costs.profile import _scalar, load_profile, profile_to_toml, sgi_power_challenge
 from predictor.errors import PredictorError
 from predictor.inputs import load_counters, load_results
-from predictor.profile import _scalar, load_profile, profile_to_toml, sgi_power_challenge
 from predictor.synthetic import make_results, reference_model
 from tests.readers.files import MARK, records_bytes
 
@@ -263,7 +263,7 @@ def test_mutated_results(reader: str, data: st.DataObject) -> None:
 @SETTINGS
 @given(data=st.data())
 def test_mutated_toml(reader: str, data: st.DataObject) -> None:
-    from predictor.profile import dumps
+    from predictor.costs.profile import dumps
 
     read, seed = TOML_READERS[reader]
     got = _typed(read, data.draw(toml_mutation(seed, dumps)))
@@ -286,7 +286,7 @@ def test_microbench_show_and_predict_on_mutated_files(data: st.DataObject) -> No
 @settings(max_examples=25, deadline=None)
 @given(data=st.data())
 def test_predict_with_mutated_profile(data: st.DataObject) -> None:
-    from predictor.profile import dumps
+    from predictor.costs.profile import dumps
 
     records = _file(RECORDS)
     prof = _file(data.draw(toml_mutation(tomllib.loads(profile_to_toml(

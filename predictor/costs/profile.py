@@ -10,9 +10,10 @@ Format history:
       geometry (+ levels), bank_map, machine (processors, word_bytes, llc_level), models.<v>
       (const, F1, F2, F3, patterns, diagnostics) for v in paper/improved, bsp (QSM, EBSP,
       DXBSP: min, max, min_patterns, max_patterns), notes.
-  2 - model variants by counter set (see predictor/variants.py).
+  2 - model variants by counter set (see predictor/costs/variants.py).
   3 - table contention: the bank contention F2 and F3 (and DXBSP's g1, g2) were fitted at,
-      and why (:class:`predictor.model.Contention`); optional (absent in versions 1 and 2).
+      and why (:class:`predictor.costs.costmodel.Contention`); optional (absent in versions 1 and
+      2).
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from counterd.data.events import MISS_COUNTERS, WRITEBACK_COUNTERS
+from predictor.costs.costmodel import BSPModel, Contention, FModel
 from predictor.errors import NoVariant, ProfileError, ProfileVersionError, warn_host_mismatch
 from predictor.inputs import machine_sections
-from predictor.model import BSPModel, Contention, FModel
 
 if TYPE_CHECKING:
     from counterd.machine.views import BankTable, GeometryTable
@@ -38,12 +39,12 @@ PROFILE_FORMAT = "counterd-machine-profile"
 # Version history:
 #   1 - models "paper" and "improved", BSP min/max, fingerprint, bank map with provenance.
 #   2 - model variants by counter set ("improved.misses", "paper.l1_llc", ...; see
-#       predictor/variants.py), each with "counter_set", "needs" and "accuracy".
+#       predictor/costs/variants.py), each with "counter_set", "needs" and "accuracy".
 #   3 - "contention": the low and high bank contention the fits took, and why.
 PROFILE_VERSION = 3
 SUPPORTED_VERSIONS = (1, 2, 3)
 FINGERPRINT_FIELDS = ("cpu_model", "cpus_online", "page_bytes", "caches")
-# A memory model extended by the compute terms (predictor.calibrate.ComputeFit) is
+# A memory model extended by the compute terms (predictor.costs.calibrate.ComputeFit) is
 # "<model>.compute".
 COMPUTE_SUFFIX = ".compute"
 # Counters of the memory hierarchy: a superstep with none of them cannot be predicted.
@@ -57,7 +58,7 @@ class MachineProfile:
 
     ``processors`` is the P the profile was calibrated on, and ``contention`` the bank
     contention its F2 and F3 were fitted at (with P above the banks, the least and most the
-    node allows; :class:`predictor.model.Contention`; None in profiles before version 3).
+    node allows; :class:`predictor.costs.costmodel.Contention`; None in profiles before version 3).
 
     **A superstep on p < P processors** is predicted with the same coefficients: F1 is the
     largest per-processor cost over the p that ran (idle ones cost nothing), F2 divides the
@@ -354,7 +355,7 @@ def dumps(d: Mapping[str, Any], header: str = "") -> str:
 
 
 _HEADER = """counterd machine profile (predict calibrate). Every parameter: ns per event.
-Format history: see predictor/profile.py (3: the contention table)."""
+Format history: see predictor/costs/profile.py (3: the contention table)."""
 
 
 def profile_to_toml(p: MachineProfile) -> str:

@@ -17,9 +17,9 @@ This module is the accounting half of that experiment, pure and host-independent
   program reads its offsets from here, so counts and program agree by construction).
 * :func:`shift_program`, :func:`scan_program`: each program as supersteps; per processor the
   operations it runs, each with its kind, n and MLT counted exactly from the layout
-  (:func:`predictor.mlt.column_lines`: distinct 64 B lines, 8 float64 per line).
+  (:func:`predictor.families.mlt.column_lines`: distinct 64 B lines, 8 float64 per line).
 * :func:`calibration_op`, :func:`transfer_op`: the same accounting for the calibration shapes.
-* the predictions: :mod:`predictor.convolution_predict`.
+* the predictions: :mod:`predictor.families.convolution_predict`.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from predictor import mlt as ml
 from predictor.errors import BadInput
+from predictor.families import mlt as ml
 
 WORD_BYTES = 8  # float64
 LINE_BYTES = 64
@@ -87,7 +87,7 @@ class Region:
 
     @property
     def lines(self) -> int:
-        """Distinct memory lines (exact, :func:`predictor.mlt.column_lines`)."""
+        """Distinct memory lines (exact, :func:`predictor.families.mlt.column_lines`)."""
         return ml.column_lines(self.rows, self.pitch, LINE, self.cols, self.start % LINE)
 
 

@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
-from predictor import terms as tm
 from predictor.errors import BadInput
-from predictor.fitting import (
+from predictor.toolkit import terms as tm
+from predictor.toolkit.fitting import (
     Array,
     Errors,
     Estimator,
@@ -51,7 +51,7 @@ class Selection:
 
 class Modeler(ABC):
     """A term search with a name (as Extra-P's modelers): which of the candidate terms a model
-    keeps. ``search`` works on any :class:`~predictor.fitting.Estimator` (a model linear in
+    keeps. ``search`` works on any :class:`~predictor.toolkit.fitting.Estimator` (a model linear in
     its columns, or the improved F linearised at its fit); ``select`` is the same search on a
     linear design. ``fit_model`` fits, validates and packages what the search keeps."""
 
@@ -156,7 +156,8 @@ class Significance(Modeler):
     drop. With fewer than ``min_dof`` residual degrees of freedom a t-test says little, and
     :class:`CrossValidated` decides instead (with ``tol``).
 
-    The t-tests are on the design at the fit (:meth:`~predictor.fitting.Estimator.linearised`):
+    The t-tests are on the design at the fit
+    (:meth:`~predictor.toolkit.fitting.Estimator.linearised`):
     for a model linear in its columns that is its design, and one round settles it; for one
     that is not (the improved F), the terms that round rejects go, the model is refitted
     (its design may change with its coefficients) and tested again, until nothing more goes."""

@@ -1,6 +1,6 @@
 """Section 4 and 6.5 of the memory logP paper (Cameron, Sun, Byna and Ge, "Predicting and
 Evaluating Memory Communication Performance"): point-to-point and broadcast costs from a fitted
-model (:class:`predictor.memlogp.MemLogP`), split as its Figure 8 stacks them, and the
+model (:class:`predictor.families.memlogp.MemLogP`), split as its Figure 8 stacks them, and the
 point-to-point rows predicted against measured.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from predictor.errors import BadInput
-from predictor.memlogp import Measurements, MemLogP, check_message
+from predictor.families.memlogp import Measurements, MemLogP, check_message
 
 Array = NDArray[np.float64]
 

@@ -7,7 +7,7 @@ differ (AMD Zen has no writeback events, Skylake-SP none for the last level); a 
 PMU has software events only. Calibration therefore fits F once per counter set below, on the
 same patterns (the simulated counters of the microbenchmarks carry them all), and keeps each
 variant's accuracy; prediction uses the most complete variant whose counters a superstep
-carries and says which (:meth:`predictor.profile.MachineProfile.select_model`).
+carries and says which (:meth:`predictor.costs.profile.MachineProfile.select_model`).
 
 A counter set is a rule over the host's cache levels, so one table serves every depth:
 

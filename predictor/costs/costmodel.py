@@ -1,8 +1,8 @@
 """Cost models with parameters: F = const + max(F1, F2, F3) over named terms, and the BSP-like
 bounds with their min/max parameter sets. Evaluated on :class:`predictor.inputs.Step` s through
-the pure functions of :mod:`predictor.costfuncs`.
+the pure functions of :mod:`predictor.costs.costfuncs`.
 
-Terms (:mod:`predictor.terms`, written in their text form in profiles):
+Terms (:mod:`predictor.toolkit.terms`, written in their text form in profiles):
 
 - F1 (one value per processor, then the max, seed 004 section 4.2): terms on the superstep's
   per-processor counters: ``acc`` = loads + stores (the paper's C0E2 + C0E3), any canonical
@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from predictor import costfuncs as cf
-from predictor import terms as tm
+from predictor.costs import costfuncs as cf
 from predictor.errors import MissingCounter
 from predictor.inputs import Step, miss_counter, writeback_counter
+from predictor.toolkit import terms as tm
 
 Array = NDArray[np.float64]
 

@@ -8,7 +8,7 @@
   where a time was measured, the error ratio.
 
 Also here, the whole calibration's fits: which patterns fit and which validate
-(:func:`split_suites`), both memory fits of :mod:`predictor.fit` on them (:func:`fit_all`) and
+(:func:`split_suites`), both memory fits of :mod:`predictor.costs.fit` on them (:func:`fit_all`) and
 the compute terms priced on top (:class:`ComputeFit`).
 """
 
@@ -21,22 +21,28 @@ from typing import Any
 
 import numpy as np
 
-from predictor import costfuncs as cf
-from predictor import modelers
-from predictor import terms as tm
-from predictor.errors import BadInput, InsufficientPatterns, PredictorError
-from predictor.fit import Array, ImprovedFit, PaperFit, error_stats, measured_times
-from predictor.fitting import cv_splits, fit_columns, mre, no_progress
-from predictor.inputs import Results, Step
-from predictor.model import ASSUMPTIONS, BSP_FUNCTIONS, FModel, bsp_quantities, proc_features
-from predictor.profile import (
+from predictor.costs import costfuncs as cf
+from predictor.costs.costmodel import (
+    ASSUMPTIONS,
+    BSP_FUNCTIONS,
+    FModel,
+    bsp_quantities,
+    proc_features,
+)
+from predictor.costs.fit import Array, ImprovedFit, PaperFit, error_stats, measured_times
+from predictor.costs.profile import (
     COMPUTE_SUFFIX,
     MachineProfile,
     check_host,
     new_profile,
 )
-from predictor.variants import BY_NAME as VARIANT_SETS
-from predictor.variants import distinct_sets, model_key
+from predictor.costs.variants import BY_NAME as VARIANT_SETS
+from predictor.costs.variants import distinct_sets, model_key
+from predictor.errors import BadInput, InsufficientPatterns, PredictorError
+from predictor.inputs import Results, Step
+from predictor.toolkit import modelers
+from predictor.toolkit import terms as tm
+from predictor.toolkit.fitting import cv_splits, fit_columns, mre, no_progress
 
 # -- the whole calibration ----------------------------------------------------------------
 
@@ -66,7 +72,7 @@ class ComputeFit:
 
     F1 gains per-processor terms in ``instructions`` and ``branch_misses`` and F a
     per-superstep constant, each kept only if significant at 95% (seed 003's test, the
-    toolkit's :class:`predictor.modelers.Significance`; cross-validation where the patterns
+    toolkit's :class:`predictor.toolkit.modelers.Significance`; cross-validation where the patterns
     are too few). The memory model's coefficients are not refitted: its prediction is the
     known part of every compute pattern's time (the fit's offset), so the microbenchmarks
     alone price memory, as seed 004 calibrates it, and the compute patterns price only what
@@ -133,7 +139,7 @@ def fit_all(steps: Sequence[Step], *, levels: Sequence[int], processors: int, ba
             select: str | None = "brewer") -> Mapping[str, Any]:
     """Both fits on the fitting patterns: {"paper": PaperFit, "improved": ImprovedFit,
     "diagnostics": {...}}; ``counters`` limits the terms to a counter set (a model variant,
-    predictor/variants.py) and ``suffix`` names it (``improved.misses``)."""
+    predictor/costs/variants.py) and ``suffix`` names it (``improved.misses``)."""
     fit_steps, _ = split_suites(steps)
     if not fit_steps:
         raise InsufficientPatterns("any function", "fitting patterns (suite 'table1')")

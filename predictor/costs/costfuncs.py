@@ -43,7 +43,8 @@ def f1_per_processor(loads: ArrayLike, stores: ArrayLike, misses: ArrayLike,
     ``misses`` and ``writebacks``: ``(..., L, p)``, level l = 0 is L1 (C1E9, C1E6), l = 1 is
     L2 (C1EA, C0E7), ...; ``g_miss``, ``g_wb``: ``(L,)``. Writebacks are in cache lines of
     the level they leave: the paper's C0E7 counts 16-byte quadwords, so its g5 per quadword is
-    ``line/16`` times larger per line (128/16 = 8 on the R10000's L2; see predictor/profile.py).
+    ``line/16`` times larger per line (128/16 = 8 on the R10000's L2; see
+    predictor/costs/profile.py).
     """
     m, w = _a(misses), _a(writebacks)
     gm, gw = _a(g_miss), _a(g_wb)

@@ -1,7 +1,7 @@
 """The modelling toolkit of seed 003 (Brewer, "High-level optimization via automated statistical
 modeling", section 2 and its footnote 1), on statsmodels, scipy and scikit-learn.
 
-Given terms (:mod:`predictor.terms`), inputs and measured times, :func:`fit_model`
+Given terms (:mod:`predictor.toolkit.terms`), inputs and measured times, :func:`fit_model`
 
 1. fits the coefficients by least squares "using weights that minimize relative rather than
    absolute error": weighted least squares with weights 1/y^2 (statsmodels ``WLS``), or, for
@@ -12,8 +12,8 @@ Given terms (:mod:`predictor.terms`), inputs and measured times, :func:`fit_mode
    coefficient is 0, i.e. outside the 95% confidence interval) is dropped and the rest refitted,
    until every term is significant. Where the samples are too few for a t-test (fewer than
    ``min_dof`` residual degrees of freedom), cross-validation decides instead, and the model says
-   which (``decided_by``). The search is pluggable (:class:`~predictor.modelers.Modeler`,
-   :data:`~predictor.modelers.MODELERS`);
+   which (``decided_by``). The search is pluggable (:class:`~predictor.toolkit.modelers.Modeler`,
+   :data:`~predictor.toolkit.modelers.MODELERS`);
 3. "validates the model against an independent set of profile samples": the MRE on samples held
    apart (``validation=`` or ``holdout=``), else on k-fold cross-validation, and says which.
 
@@ -29,7 +29,8 @@ degrees of freedom. ``tests/predictor/test_modeling.py`` checks it against stats
 ``get_prediction`` on the same fit.
 
 One module for each part: the numerics (MRE, cross-validation, least squares) are
-:mod:`predictor.fitting`, the term searches :mod:`predictor.modelers`; here the fitted
+:mod:`predictor.toolkit.fitting`, the term searches :mod:`predictor.toolkit.modelers`; here the
+fitted
 :class:`Model` and :func:`fit_model`.
 """
 
@@ -42,9 +43,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from predictor import terms as tm
 from predictor.errors import BadInput
-from predictor.fitting import (
+from predictor.toolkit import terms as tm
+from predictor.toolkit.fitting import (
     ERRORS,
     Array,
     Errors,
@@ -55,7 +56,7 @@ from predictor.fitting import (
     mre,
     no_progress,
 )
-from predictor.modelers import Dropped, Modeler, make_modeler
+from predictor.toolkit.modelers import Dropped, Modeler, make_modeler
 
 
 @dataclass(frozen=True)

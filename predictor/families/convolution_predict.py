@@ -1,9 +1,10 @@
-"""Predicting the uniform convolution's programs (:mod:`predictor.convolution` counts their
+"""Predicting the uniform convolution's programs (:mod:`predictor.families.convolution` counts their
 operations) with Table 1 models fitted per operation kind (I. Hur and C. Lin, "Incorporating
 Cache Effects into a Model of Interprocessor Communication", section 7):
 
 * :func:`fit_kinds`, :func:`predict`: one Table 1 model per operation kind, fitted with
-  :func:`predictor.mlt.fit_table1`; a program's time is the sum over supersteps of the slowest
+  :func:`predictor.families.mlt.fit_table1`; a program's time is the sum over supersteps of the
+  slowest
   processor's summed operation times (the BSP cost).
 * :func:`reuse_lines`, :func:`cache_rule`, :func:`warm_ops`: which operations find their data
   cached (below).
@@ -43,9 +44,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from counterd.machine.geometry import CacheLevel
-from predictor import mlt as ml
-from predictor.convolution import LINE_BYTES, Op, Superstep
 from predictor.errors import BadInput
+from predictor.families import mlt as ml
+from predictor.families.convolution import LINE_BYTES, Op, Superstep
 
 
 class Predicts(Protocol):
@@ -57,7 +58,7 @@ def fit_kinds(samples: Mapping[str, tuple[ArrayLike, ArrayLike, ArrayLike]], *,
               max_train: int = ml.TRAINING_SIZE, seed: int = 0
               ) -> dict[str, dict[str, ml.RegressionFit]]:
     """Per model name, per operation kind: the Table 1 model fitted on that kind's samples
-    (n, MLT, seconds) with :func:`predictor.mlt.fit_table1`, ``train_fraction`` of them (at
+    (n, MLT, seconds) with :func:`predictor.families.mlt.fit_table1`, ``train_fraction`` of them (at
     most the paper's 100) to train, the rest to test."""
     if not 0 < train_fraction < 1:
         raise BadInput(f"train fraction {train_fraction}", "give a fraction in (0, 1)")

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from predictor.calibrate import split_suites
+from predictor.costs.calibrate import split_suites
+from predictor.costs.costmodel import proc_features
 from predictor.errors import BadInput
-from predictor.fitting import relative_nnls
 from predictor.inputs import Results, Step
-from predictor.model import proc_features
-from predictor.terms import Term, needs, parse_all
+from predictor.toolkit.fitting import relative_nnls
+from predictor.toolkit.terms import Term, needs, parse_all
 
 
 def _trimmed(x: np.ndarray) -> float:

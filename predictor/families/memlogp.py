@@ -58,7 +58,7 @@ description, never fitted:
 * ``loop``: 1 where the kernel copies one word per row (pack, unpack, strided copy), 0 for the
   contiguous copy, which moves whole rows with vector instructions (copy only).
 
-The toolkit (:func:`predictor.modeling.fit_model`) fits T(s, d) per operation on these terms
+The toolkit (:func:`predictor.toolkit.model.fit_model`) fits T(s, d) per operation on these terms
 by relative-error least squares with costs >= 0, and Brewer's t-tests drop the terms that do
 not earn their place (``modeler="brewer"``; ``"fixed"`` keeps all).
 
@@ -96,8 +96,8 @@ from numpy.typing import ArrayLike, NDArray
 from counterd.data.errors import CounterdError
 from counterd.machine.geometry import CacheLevel
 from counterd.machine.views import GeometryTable
-from predictor import modeling
 from predictor.errors import BadInput
+from predictor.toolkit import model as modeling
 
 Array = NDArray[np.float64]
 
@@ -319,7 +319,7 @@ def shares(level: CacheLevel, h: Hierarchy) -> tuple[int, ...]:
 
 
 def candidate_terms(op: str, h: Hierarchy) -> tuple[str, ...]:
-    """The curve's candidate terms for ``op`` (text forms of :mod:`predictor.terms`)."""
+    """The curve's candidate terms for ``op`` (text forms of :mod:`predictor.toolkit.terms`)."""
     terms = ["1"] + (["loop"] if op == "copy" else [])
     for lv in h.levels:
         for share in shares(lv, h):

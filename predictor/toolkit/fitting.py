@@ -1,15 +1,16 @@
 """The toolkit's numerics (seed 003, Brewer, "High-level optimization via automated statistical
 modeling", section 2 and its footnote 1): the MRE (003's equation 1), cross-validation splits,
 and least squares weighted for relative error, non-negative where coefficients are costs
-(statsmodels ``WLS``, ``scipy.optimize.nnls``). :mod:`predictor.modelers` searches terms with
-them; :mod:`predictor.modeling` fits the :class:`~predictor.modeling.Model`.
+(statsmodels ``WLS``, ``scipy.optimize.nnls``). :mod:`predictor.toolkit.modelers` searches terms
+with
+them; :mod:`predictor.toolkit.model` fits the :class:`~predictor.toolkit.model.Model`.
 
 What a term search works on is an :class:`Estimator` (scikit-learn's shape: ``fit(X, y)``,
 ``predict(X)``): its candidate terms, the same family on a subset of them, and the design on
 which its fit is linear (:class:`Linear`, the t-tests' input). :class:`LinearEstimator` is the
 model linear in its columns that every family but F is; the improved F (a constant plus the
 larger of three sums, not linear in its columns) is one too, linearised at its fit
-(:class:`predictor.joint.FEstimator`). :func:`cross_validated_mre` scores either.
+(:class:`predictor.costs.joint.FEstimator`). :func:`cross_validated_mre` scores either.
 """
 
 from __future__ import annotations
@@ -189,7 +190,7 @@ class Linear:
 
 
 class Estimator(Protocol):
-    """A model family a term search (:class:`predictor.modelers.Modeler`) chooses terms for.
+    """A model family a term search (:class:`predictor.toolkit.modelers.Modeler`) chooses terms for.
 
     ``terms``: the candidate terms. ``n_params``: the coefficients a fit on all of them has
     (what a t-test's degrees of freedom count). ``linear``: whether the design is the same at

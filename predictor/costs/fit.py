@@ -10,8 +10,8 @@ Two variants, both kept so they can be compared (DESIGN.md section 8):
 - :class:`ImprovedFit` fits F = const + max(F1, F2, F3) jointly on every fitting pattern,
   minimising relative error (seed 003 footnote 1), with optional extra terms (TLB misses,
   streaming misses, load/store asymmetry, a per-superstep constant) each kept only if it earns
-  its place. The search is the toolkit's (:mod:`predictor.modelers`, the same code that
-  chooses every other family's terms), given F as an estimator (:mod:`predictor.joint`).
+  its place. The search is the toolkit's (:mod:`predictor.toolkit.modelers`, the same code that
+  chooses every other family's terms), given F as an estimator (:mod:`predictor.costs.joint`).
 """
 
 from __future__ import annotations
@@ -23,13 +23,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from predictor import costfuncs as cf
-from predictor import fitting, modelers
-from predictor import terms as tm
-from predictor.errors import BadInput, InsufficientPatterns, NotFittedError
-from predictor.inputs import Step, miss_counter, writeback_counter
-from predictor.joint import LM, WB, FEstimator
-from predictor.model import (
+from predictor.costs import costfuncs as cf
+from predictor.costs.costmodel import (
     BSPModel,
     Contention,
     FModel,
@@ -37,6 +32,11 @@ from predictor.model import (
     bus_features,
     proc_features,
 )
+from predictor.costs.joint import LM, WB, FEstimator
+from predictor.errors import BadInput, InsufficientPatterns, NotFittedError
+from predictor.inputs import Step, miss_counter, writeback_counter
+from predictor.toolkit import fitting, modelers
+from predictor.toolkit import terms as tm
 
 Array = NDArray[np.float64]
 
@@ -76,7 +76,8 @@ def bank_contention(steps: Sequence[Step], *, processors: int, banks: int
                     ) -> Contention | None:
     """The least and the most bank contention of the exclusive memory patterns on all
     ``processors`` (the classes of F2 and F3, Amato et al. section 4.2) and why each was
-    taken (:class:`predictor.model.Contention`); None where the steps have no such pattern.
+    taken (:class:`predictor.costs.costmodel.Contention`); None where the steps have no such
+    pattern.
     Low contention is the paper's BKC <= 1 where the node can reach it, else the least
     present: P processors on B banks touch at most B banks, so BKC >= P / B."""
     P = processors
@@ -134,7 +135,7 @@ def f2_terms(llc_level: int) -> list[tm.Term]:
 
 def usable(terms: Sequence[tm.Term], counters: Collection[str] | None) -> list[tm.Term]:
     """The terms whose counters are all in ``counters`` (None: every counter; a variant by
-    counter set, predictor/variants.py). The constant needs none."""
+    counter set, predictor/costs/variants.py). The constant needs none."""
     if counters is None:
         return list(terms)
     return [t for t in terms if all(c in counters for c in t.needs)]
@@ -333,10 +334,11 @@ class ImprovedFit:
     its coefficient is significant at 95%; cross-validation where the patterns are too few for
     a t-test), ``"cv"`` or ``None`` (keep every candidate).
 
-    ``select`` names one of the toolkit's searches (:data:`predictor.modelers.MODELERS`:
-    ``brewer`` is :class:`~predictor.modelers.Significance`, ``cv``
-    :class:`~predictor.modelers.CrossValidated`, None :class:`~predictor.modelers.Fixed`),
-    run on F as an estimator (:meth:`estimator`, :class:`predictor.joint.FEstimator`). The
+    ``select`` names one of the toolkit's searches (:data:`predictor.toolkit.modelers.MODELERS`:
+    ``brewer`` is :class:`~predictor.toolkit.modelers.Significance`, ``cv``
+    :class:`~predictor.toolkit.modelers.CrossValidated`, None
+    :class:`~predictor.toolkit.modelers.Fixed`),
+    run on F as an estimator (:meth:`estimator`, :class:`predictor.costs.joint.FEstimator`). The
     t-tests are on the model linearised at its fit: given which of F1, F2, F3 dominates each
     pattern (and at which processor and bank), F is linear in its coefficients, and the
     toolkit's weighted least squares on that design gives standard errors and p-values.
@@ -381,7 +383,7 @@ class ImprovedFit:
 
     def estimator(self, f1_terms: Sequence[tm.Term]) -> FEstimator:
         """F with these F1 terms on this machine and counter set, as the toolkit's searches
-        take it (:class:`predictor.joint.FEstimator`)."""
+        take it (:class:`predictor.costs.joint.FEstimator`)."""
         llc = max(self.levels)
         return FEstimator(tuple(f1_terms), tuple(usable(f2_terms(llc), self.counters)),
                           _f3_columns(llc, self.counters), llc, self.processors, self.banks,

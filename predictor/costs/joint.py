@@ -1,6 +1,7 @@
 """The improved F, ``F = const + max(F1, F2, F3)``, as an estimator the toolkit's term
-searches work on (:class:`predictor.fitting.Estimator`; :class:`predictor.fit.ImprovedFit`
-chooses its terms with :mod:`predictor.modelers` through it).
+searches work on (:class:`predictor.toolkit.fitting.Estimator`;
+:class:`predictor.costs.fit.ImprovedFit`
+chooses its terms with :mod:`predictor.toolkit.modelers` through it).
 
 F is not linear in its columns, but it is once it is known which of F1, F2, F3 dominates each
 pattern (and at which processor and bank): the fit alternates between assigning each pattern
@@ -17,11 +18,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import NDArray
 
-from predictor import fitting
-from predictor import terms as tm
+from predictor.costs.costmodel import FModel, bank_features, bus_features, proc_features
 from predictor.errors import NotFittedError
 from predictor.inputs import Step
-from predictor.model import FModel, bank_features, bus_features, proc_features
+from predictor.toolkit import fitting
+from predictor.toolkit import terms as tm
 
 Array = NDArray[np.float64]
 
@@ -121,7 +122,8 @@ class FEstimator:
     F2 and F3 terms on a machine (``llc`` level, ``processors``, ``banks``); ``init`` gives
     the first assignment of patterns to F1, F2, F3 (0, 1, 2) for the steps being fitted.
 
-    After ``fit``: ``model_`` (:class:`predictor.model.FModel`), ``dominant_`` (per step: 0,
+    After ``fit``: ``model_`` (:class:`predictor.costs.costmodel.FModel`), ``dominant_`` (per step:
+    0,
     1, 2 for F1, F2, F3)."""
 
     terms: tuple[tm.Term, ...]

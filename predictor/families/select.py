@@ -4,7 +4,7 @@ via automated statistical modeling", sections 2, 4 and 5).
 A *specification* (a TOML file the library designer writes) names the implementations of one
 specification, the parameters a caller gives, and for each implementation its candidate terms
 and, optionally, one integer parameter the selector optimises (radix sort's bits per digit).
-Each implementation gets a model fitted with the toolkit (:mod:`predictor.modeling`) from
+Each implementation gets a model fitted with the toolkit (:mod:`predictor.toolkit.model`) from
 profiling samples; :func:`choose` predicts every implementation at the caller's parameters and
 picks the least predicted time, saying by how much it beats the next.
 
@@ -50,10 +50,10 @@ from typing import Any
 
 import numpy as np
 
-from predictor import fitting
-from predictor import modeling as md
-from predictor import terms as tm
 from predictor.errors import BadInput
+from predictor.toolkit import fitting
+from predictor.toolkit import model as md
+from predictor.toolkit import terms as tm
 
 _SPEC_FIX = "see the specification format in `predict select --help`"
 _SAMPLES_FIX = "give the JSON lines written by the profiled program (e.g. bsp_sort.py --json)"
