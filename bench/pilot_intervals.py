@@ -11,7 +11,8 @@ coverage and median width (upper / lower) at 4x and 16x with the fitted constant
 all programs (in sample) and leaving each program out of the fit in turn (out of sample: what
 a program nobody fitted on would see); and the same with the code's constants.
 
-    .venv/bin/python bench/pilot_intervals.py [--work out/outside-suite] [--profile P]
+    .venv/bin/python bench/pilot_intervals.py [--work out/outside-suite [--work DIR2 ...]]
+        [--profile P]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,9 +47,18 @@ class Point:
     distance: float  # log(target / largest pilot)
 
 
-def points(work: Path, profile: str | None) -> list[Point]:
-    """Every superstep of every kept campaign at each target."""
-    prof = load_profile(profile or str(work / "node-quick.toml"))
+def points(works: Sequence[Path], profile: str | None) -> list[Point]:
+    """Every superstep of every kept campaign at each target, in every work directory (a
+    program's campaigns in two directories count as two programs' for leaving one out: the
+    same program, so both are left out together)."""
+    out = []
+    for work in works:
+        prof = load_profile(profile or str(work / "node-quick.toml"))
+        out += _points(work, prof)
+    return out
+
+
+def _points(work: Path, prof: Any) -> list[Point]:
     out = []
     for p in PROGRAMS:
         d = work / p.name / "c1"
@@ -102,21 +113,23 @@ def judged(pts: Sequence[Point], ab: Sequence[float], label: str) -> tuple[float
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--work", type=Path, default=ROOT / "out" / "outside-suite",
-                    help="the outside suite's kept campaigns (default out/outside-suite)")
+    ap.add_argument("--work", type=Path, action="append", default=None,
+                    help="the outside suite's kept campaigns (default out/outside-suite); "
+                         "give it again to pool several sets of campaigns")
     ap.add_argument("--profile", default=None,
                     help="machine profile (default: the suite's node-quick.toml)")
     a = ap.parse_args(argv)
-    pts = points(a.work, a.profile)
+    works = a.work or [ROOT / "out" / "outside-suite"]
+    pts = points(works, a.profile)
     if not pts:
-        print(f"pilot_intervals: no kept campaigns in {a.work}: run bench/outside_suite.py "
-              "first", file=sys.stderr)
+        print(f"pilot_intervals: no kept campaigns in {', '.join(map(str, works))}: run "
+              "bench/outside_suite.py first", file=sys.stderr)
         return 2
     ab = fit(pts)
     programs = sorted({p.program for p in pts})
     print(host_line())
     print(f"{len(programs)} programs, {len(pts)} forecasts (supersteps x targets) from "
-          f"{a.work}")
+          f"{', '.join(map(str, works))}")
     print(f"fitted: A (drift per e-fold) {ab[0]:.3f}, B (x timing spread) {ab[1]:.3f}; in the "
           f"code: {DRIFT_PER_EFOLD}, {NOISE_FACTOR}")
     # leave one program out: fit on the others, judge the one left out

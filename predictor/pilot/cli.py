@@ -233,7 +233,7 @@ def run(a: argparse.Namespace) -> tuple[Any, str]:
         "work (instructions, misses, page faults) fitted on the pilot runs. The work forecast "
         "printed ('from') is the one that predicted the larger pilots best from the smaller "
         "ones; its interval is an error model measured on programs outside this project: "
-        "about 15 % of error per e-fold of n past the largest pilot, plus the runs' timing "
+        "about 20 % of error per e-fold of n past the largest pilot, plus the runs' timing "
         "spread."
         + (" measured: the median over the checking runs at the target; E = max(T, P) / "
            "min(T, P), work against work and span against span." if a.check else ""), 100)

@@ -162,7 +162,7 @@ def test_the_interval_grows_with_the_spread_and_the_distance_to_the_target():
     assert at_4x == pytest.approx(z * math.hypot(DRIFT_PER_EFOLD * math.log(4),
                                                  NOISE_FACTOR * 0.05))
     assert interval_half(0.05, SIZES, 16 * SIZES[-1]) > 1.8 * at_4x
-    assert interval_half(0.2, SIZES, 4 * SIZES[-1]) > 1.2 * at_4x
+    assert interval_half(0.3, SIZES, 4 * SIZES[-1]) > 1.2 * at_4x
     assert interval_half(0.05, SIZES, SIZES[-2]) == pytest.approx(z * NOISE_FACTOR * 0.05)
     assert interval_half(0.05, SIZES, 4 * SIZES[-1], level=0.5) < at_4x
     hs = {"scaled": _holdout("scaled", [0.3, -0.2, 0.3])}
@@ -197,20 +197,21 @@ def _coverage(drift: float, reps: int = 300) -> tuple[float, float]:
 
 @pytest.mark.parametrize("drift, low, high", [
     (0.0, 0.99, 1.0),  # measured 1.0: noise only, the interval is wider than it needs
-    (0.1, 0.95, 1.0),  # measured 1.0: a drift below the suite's typical 0.154 per e-fold
-    (0.2, 0.9, 1.0),  # measured 0.98
-    (0.3, 0.0, 0.3),  # measured 0.09: a drift twice the suite's typical one is not covered
+    (0.2, 0.95, 1.0),  # measured 1.0: the suite's typical drift, 0.204 per e-fold
+    (0.3, 0.85, 0.97),  # measured 0.92
+    (0.4, 0.0, 0.2),  # measured 0.01: a drift twice the suite's typical one is not covered
 ])
 def test_interval_coverage_against_a_drift_is_measured(drift, low, high):
     """The 90 % interval at 4x the largest pilot, 300 campaigns with 5 % noise: it covers
     programs whose time per unit of work drifts as fast as the outside suite's typically did
     (the constant's fit; a drift that is the same in every campaign, where the model takes it
-    for a normal spread of drifts over programs) or slower, and not one that drifts twice as
-    fast: the interval is a measured error model, not a guarantee. Its width does not depend
-    on the drift (the pilots' held-out errors do not widen it): about 2x at 4x and 5 % noise."""
+    for a normal spread of drifts over programs) or somewhat faster, and not one that drifts
+    twice as fast: the interval is a measured error model, not a guarantee. Its width does not
+    depend on the drift (the pilots' held-out errors do not widen it): about 2.5x at 4x and
+    5 % noise."""
     cover, width = _coverage(drift)
     assert low <= cover <= high, cover
-    assert 1.9 < width < 2.2, width
+    assert 2.4 < width < 2.7, width
 
 
 def test_timing_spread_pools_the_runs_at_each_size_robustly():
