@@ -522,9 +522,10 @@ def test_many_descriptors_in_one_message_leave_at_most_one(daemon: DaemonProc) -
     """A client sends 5 memory files in one sendmsg with its BUFFER: while it is connected the
     daemon holds a descriptor of the first (its box) and of none of the others (they never
     become its descriptors: the kernel closes what does not fit the room given), and none after
-    it has gone. Read by name from /proc/PID/fd, not as a count: the daemon's own descriptors
-    (its sampler's, a scrape's) come and go meanwhile (a count once saw 4 more, in a fresh
-    clone's .ci/run)."""
+    it has gone. Read by name from /proc/PID/fd, not as a count: a count of all its
+    descriptors once saw 4 more than the bound, in a fresh clone's .ci/run (the daemon opens
+    and closes descriptors of its own meanwhile, /proc files among them; which ones those 4
+    were was not caught)."""
     served(daemon, "bb-many-warm")
     before = open_fds(daemon)
     c = BoxClient(daemon)
