@@ -140,7 +140,7 @@ def load(profile: str | Path | None, *,
     warning saying which fingerprint fields differ (``predictor.costs.profile.check_host``, the
     warning ``predict`` prints): the daemon logs it, ``counterd report`` prints it."""
     if profile is None:
-        return None, "no machine profile configured (predictor.costs.profile / COUNTERD_PROFILE)"
+        return None, "no machine profile configured (predictor.profile / COUNTERD_PROFILE)"
     if not Path(profile).is_file() and not _is_builtin(str(profile)):
         return None, f"machine profile {profile} does not exist"
     try:

@@ -118,7 +118,7 @@ def _report_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, default=None,
                    help="TOML config (socket, store, profile)")
     p.add_argument("--profile", default=None,
-                   help="machine profile for predictions (default: config predictor.costs.profile)")
+                   help="machine profile for predictions (default: config predictor.profile)")
     p.add_argument("--format", choices=("text", "json", "csv", "html"), default=None,
                    help="output format (default: text, or from the --out suffix)")
     p.add_argument("--out", type=Path, default=None, help="write here instead of stdout")

@@ -308,9 +308,9 @@ class Daemon:
             return self._injected_predict, "injected"
         fn, why = prediction.load(cfg.profile)
         if fn is None and cfg.profile is not None:
-            raise BadInput(f"config predictor.costs.profile: {why}",
+            raise BadInput(f"config predictor.profile: {why}",
                            "give a profile written by predict calibrate (predict profile FILE "
-                           "checks one) or a built-in name, or remove predictor.costs.profile")
+                           "checks one) or a built-in name, or remove predictor.profile")
         return fn, why
 
     def reload(self) -> None:

@@ -83,7 +83,7 @@ def test_unusable_profile_stops_the_daemon_at_start(tmp_path: Path, profile: str
     cfg = _config(tmp_path, str(tmp_path / profile))
     assert counterd_cli.main(["run", "--config", str(cfg)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("counterd run: config predictor.costs.profile:") and "\n" not in err
+    assert err.startswith("counterd run: config predictor.profile:") and "\n" not in err
     assert profile in err
     assert not (tmp_path / "st.db").exists() and not (tmp_path / "s.sock").exists()
 
