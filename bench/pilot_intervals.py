@@ -100,15 +100,18 @@ def fit(pts: Sequence[Point]) -> tuple[float, float]:
     return float(a), float(b)
 
 
-def judged(pts: Sequence[Point], ab: Sequence[float], label: str) -> tuple[float, float, int]:
-    """Coverage and median width of the 90 % intervals at ``label``, and how many."""
+def judged(pts: Sequence[Point], ab: Sequence[float]) -> list[tuple[bool, float]]:
+    """Per point: whether its error lies inside the 90 % interval of constants ``ab``, and
+    that interval's width (upper / lower)."""
     from scipy import stats
 
-    mine = [p for p in pts if p.label == label]
-    z = float(stats.norm.ppf((1 + LEVEL) / 2))
-    half = z * sigma(ab, mine)
-    inside = np.abs([p.error for p in mine]) <= half
-    return float(np.mean(inside)), float(np.median(np.exp(2 * half))), len(mine)
+    half = float(stats.norm.ppf((1 + LEVEL) / 2)) * sigma(ab, pts)
+    return [(abs(p.error) <= h, math.exp(2 * h)) for p, h in zip(pts, half, strict=True)]
+
+
+def _line(got: Sequence[tuple[bool, float]]) -> str:
+    return (f"cover {np.mean([x for x, _ in got]):.0%}, median width "
+            f"{np.median([w for _, w in got]):.2f}x")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -135,24 +138,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     # leave one program out: fit on the others, judge the one left out
     left_out: dict[str, list[tuple[bool, float]]] = {t: [] for t in TARGETS}
     for prog in programs:
-        rest = [p for p in pts if p.program != prog]
-        ab_rest = fit(rest)
+        ab_rest = fit([p for p in pts if p.program != prog])
         for t in TARGETS:
-            from scipy import stats
-
-            mine = [p for p in pts if p.program == prog and p.label == t]
-            half = float(stats.norm.ppf((1 + LEVEL) / 2)) * sigma(ab_rest, mine)
-            left_out[t] += [(abs(p.error) <= h, math.exp(2 * h))
-                            for p, h in zip(mine, half, strict=True)]
+            left_out[t] += judged([p for p in pts if p.program == prog and p.label == t],
+                                  ab_rest)
     for t in TARGETS:
-        cov, width, n = judged(pts, ab, t)
-        ccov, cwidth, _ = judged(pts, (DRIFT_PER_EFOLD, NOISE_FACTOR), t)
-        lo = left_out[t]
-        print(f"at {t} ({n} supersteps), 90 % intervals: fitted on all: cover {cov:.0%}, "
-              f"median width {width:.2f}x; each program left out of the fit: cover "
-              f"{np.mean([x for x, _ in lo]):.0%}, median width "
-              f"{np.median([w for _, w in lo]):.2f}x; the code's constants: cover {ccov:.0%}, "
-              f"median width {cwidth:.2f}x")
+        mine = [p for p in pts if p.label == t]
+        print(f"at {t} ({len(mine)} supersteps), 90 % intervals: fitted on all: "
+              f"{_line(judged(mine, ab))}; each program left out of the fit: "
+              f"{_line(left_out[t])}; the code's constants: "
+              f"{_line(judged(mine, (DRIFT_PER_EFOLD, NOISE_FACTOR)))}")
     return 0
 
 

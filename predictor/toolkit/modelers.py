@@ -62,9 +62,10 @@ class Modeler(ABC):
     def search(self, est: Estimator, X: Any, y: Array, *, keep: frozenset[tm.Term],
                progress: Progress) -> Selection:
         """Indices of ``est.terms`` to keep, the estimator fitted on samples ``X``, times
-        ``y``; ``keep``: terms never dropped."""
-        raise NotImplementedError(f"the {self.name} search works on linear designs only "
-                                  "(select)")
+        ``y``; ``keep``: terms never dropped. A modeler that overrides only :meth:`select`
+        searches linear designs only: given another estimator (the improved F), it says so."""
+        raise BadInput(f"the {self.name} modeler searches linear designs only (it defines "
+                       "select, not search)", "choose one of " + ", ".join(sorted(MODELERS)))
 
     def select(self, terms: Sequence[tm.Term], X: Array, y: Array, *, nonnegative: bool,
                keep: frozenset[tm.Term], progress: Progress,

@@ -63,3 +63,25 @@ def test_too_few_patterns_for_a_t_test_hand_f_to_cross_validation(noisy) -> None
     g = ImprovedFit(levels=r.levels, processors=2, banks=8,
                     optional_terms=["const", "dtlb_misses", "stores"]).fit(fit)
     assert g.decided_by_ == f"t-test at 95% confidence ({len(fit)} patterns)"
+
+
+def test_a_modeler_that_only_selects_says_it_searches_linear_designs_only():
+    """A plug-in modeler defining ``select`` alone, given an estimator (as ImprovedFit gives
+    F): one typed line naming the modelers that do search, not a NotImplementedError."""
+    from dataclasses import dataclass as _dataclass
+
+    from predictor.errors import BadInput
+    from predictor.toolkit import modelers
+
+    @_dataclass
+    class OnlySelect(modelers.Modeler):
+        name = "only-select"
+
+        def select(self, terms, X, y, **kw):  # type: ignore[override]
+            return None
+
+    with pytest.raises(BadInput) as got:
+        OnlySelect().search(None, np.zeros((2, 1)), np.ones(2), keep=frozenset(),
+                            progress=lambda _: None)
+    assert "searches linear designs only" in str(got.value)
+    assert "brewer" in str(got.value) and "\n" not in str(got.value)
