@@ -164,15 +164,21 @@ def results_host(results: Results) -> dict[str, Any]:
             "caches": results.geometry.caches_spec}
 
 
+def cache_levels(results: Results) -> tuple[int, ...]:
+    """The results' cache levels, which every fit of F needs (its last level is F1's memory
+    term); BadInput where the geometry names none."""
+    if not results.levels:
+        raise BadInput(f"{results.path}: no cache geometry (geometry.levels)",
+                       "the microbench results must describe the caches they ran on")
+    return results.levels
+
+
 def calibrate(results: Results, *, name: str | None = None, folds: int = 5,
               tol: float = 0.02, seed: int = 0, select: str | None = "brewer"
               ) -> MachineProfile:
     """Fit every cost function and model variant on the results' fitting patterns.
     ``select``: how the improved F's optional terms are chosen (:class:`ImprovedFit`)."""
-    levels = results.levels
-    if not levels:
-        raise BadInput(f"{results.path}: no cache geometry (geometry.levels)",
-                       "the microbench results must describe the caches they ran on")
+    levels = cache_levels(results)
     P = results.processors
     banks = results.bank_map.banks
     _, val = split_suites(results.patterns)
@@ -263,8 +269,8 @@ def _refit(profile: MachineProfile, variant: str, results: Results
     fit to repeat in each cross-validation fold."""
     m = profile.models[variant]
     cs = VARIANT_SETS[str(m.get("counter_set", "full"))]
-    counters = None if cs.name == "full" else cs.counters(results.levels)
-    levels, P = results.levels, results.processors
+    levels, P = cache_levels(results), results.processors
+    counters = None if cs.name == "full" else cs.counters(levels)
     banks = results.bank_map.banks
     if variant.split(".")[0] == "paper":
         return partial(PaperFit, levels=levels, processors=P, banks=banks, counters=counters)

@@ -283,6 +283,19 @@ def test_microbench_show_and_predict_on_mutated_files(data: st.DataObject) -> No
                                     "sgi-power-challenge"]) in (0, 2)
 
 
+def test_validate_on_results_without_cache_geometry_is_one_line_exit_2(capsys) -> None:
+    """Found by the test above in a fresh clone's .ci/run: results whose geometry names no
+    cache level (``"geometry": null``), validated by cross-validation (no validation patterns),
+    refitted F on them and failed with max() of an empty sequence. Every fit of F now reads
+    the levels through one check."""
+    doc = {**json.loads(json.dumps(RESULTS)), "geometry": None}
+    r = _file(json.dumps(doc).encode())
+    assert predict_cli.main(["validate", "--results", str(r), "--profile",
+                             "sgi-power-challenge"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no cache geometry (geometry.levels)" in err and len(err.splitlines()) == 1, err
+
+
 @settings(max_examples=25, deadline=None)
 @given(data=st.data())
 def test_predict_with_mutated_profile(data: st.DataObject) -> None:
