@@ -10,14 +10,17 @@ calls and JSON records; each marks its phases with ``counterd.superstep`` and no
 For every program, in one run:
 
 1. The campaign is ``predict --pilot CMD --sizes P/4,P/2,3P/4,P --target 4P --check --keep DIR
-   --json`` (P its largest pilot; ``--repeat`` timed runs per size and the checking runs at 4P,
-   one counted run per size with the default counting source, Callgrind), timed wall to wall;
+   --json`` (P its largest pilot; ``--repeat`` timed runs per size and as many checking runs
+   at 4P, in rounds over the sizes with the checking runs as the largest, one counted run per
+   size with the default counting source, Callgrind), timed wall to wall;
    its JSON output is read by field name. Four pilot sizes, as a user would try first: every
    counted run is a Callgrind run of the whole interpreter (20-100 times slower), and they are
    most of a campaign's time.
 2. At 16P: the forecast from the same pilot records (``predictor.pilot.forecast``, as the CLI
    computes it) and ``--repeat`` checking runs at 16P (``predictor.pilot.measure_target``), put
-   in the CLI's JSON form. Sizes are chosen so that a run at 16P takes about 0.5-2 s here.
+   in the CLI's JSON form. These run after the campaign, so a drift of the host's speed since
+   the pilots counts against the forecast at 16P (not at 4P). Sizes are chosen so that a run
+   at 16P takes about 0.5-2 s here.
 3. Extra-P (``extrap`` 4.2.5, default modeler, as ``bench/pilot_forecast.py`` runs it) on the
    same pilot work times, at 4P and 16P (Extra-P warns that it wants 5 sizes, and models
    4).
@@ -521,7 +524,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print(host_line())
     print(f"{len(progs)} {kind}; pilots P/4, P/2, 3P/4, P, {a.repeat} timed runs each and 1 "
-          f"counted run (callgrind); {a.repeat} checking runs at 4P and at 16P; profile "
+          f"counted run (callgrind); {a.repeat} checking runs at 4P (in the timed runs' rounds) "
+          f"and at 16P (after the campaign); profile "
           f"{profile.name if profile else 'none'}; {LEVEL:.0%} intervals; this run "
           f"{elapsed / 60:.1f} min (campaigns reused from {a.work} are not re-run)")
     for name, why in failed.items():

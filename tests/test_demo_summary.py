@@ -50,7 +50,7 @@ def _pilot_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         return {(0, "scan"): Measured(work_ns=9.2e6, span_ns=9.3e6, skew_ns=1e5)}
 
     monkeypatch.setattr("predictor.pilot.campaign.run_campaign", campaign)
-    monkeypatch.setattr("predictor.pilot.campaign.measure_target", check)
+    monkeypatch.setattr("predictor.pilot.campaign.load_checks", check)
     assert main(["--pilot", "prog {n}", "--sizes", ",".join(f"{n:g}" for n in SIZES),
                  "--target", "8e5", "--check", "--json"]) == 0
     out = tmp_path / "pilot.json"

@@ -281,21 +281,33 @@ def timing_order(sizes: int, repeat: int) -> list[tuple[int, int]]:
     return out
 
 
+def check_path(workdir: Any, r: int) -> Any:
+    """Where a campaign keeps its ``r``-th checking run at the target: ``check-R.jsonl``."""
+    from pathlib import Path
+
+    return Path(workdir) / f"check-{r}.jsonl"
+
+
 def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
                  backend: str = "callgrind", workdir: Any, cpu_features: str = "native",
                  progress: fitting.Progress = fitting.no_progress, parallel: int | None = None,
-                 eta: Eta | None = None, checking: Sequence[float] = ()) -> list[PilotRun]:
+                 eta: Eta | None = None, check: float | None = None) -> list[PilotRun]:
     """At every size: ``repeat`` timed runs (markers only, ``--backend none``, run with
     ``cpu_features``, :data:`TIMING_FEATURES`) and one counted run (``backend``,
-    :func:`counting_features`); records under ``workdir``. Progress says what runs and the
-    time left (:class:`Eta`, kept in ``eta`` when given), of the counted runs too and of the
-    ``checking`` runs to come (their sizes).
+    :func:`counting_features`); with ``check`` (``--check``), ``repeat`` checking runs at that
+    size too (:func:`check_path`, read back by :func:`load_checks`). Records under ``workdir``.
+    Progress says what runs and the time left (:class:`Eta`, kept in ``eta`` when given), of
+    the counted runs too.
 
     The timed runs go first, one at a time (they are the times), in rounds over the sizes
-    (:func:`timing_order`). The counted runs follow, up to
-    ``parallel`` at once (default: the CPUs this process may use) where ``backend`` is in
-    :data:`SIDE_BY_SIDE`, else one at a time: under Callgrind each takes 20-100 times the
-    program's time, and nothing of theirs is timed."""
+    (:func:`timing_order`), the checking runs in the same rounds as the largest size: the
+    forecast reads only the pilots' runs, but the check compares it with runs taken in the same
+    minutes, so a drift of the host's speed between the pilots and the check (another guest,
+    the frequency; 20-40 % within seconds on a KVM guest, round against round) is not counted
+    as the forecast's error. The counted runs follow, up to ``parallel`` at once (default: the
+    CPUs this process may use) where ``backend`` is in :data:`SIDE_BY_SIDE`, else one at a
+    time: under Callgrind each takes 20-100 times the program's time, and nothing of theirs is
+    timed."""
     import threading
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -311,20 +323,26 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
     eta = eta if eta is not None else Eta(backend, width)
     eta.backend, eta.width = backend, width
     timed: list[list[list[Timing]]] = [[] for _ in sizes]
-    order = timing_order(len(sizes), repeat)
+    every = [*sizes, *([check] if check is not None else [])]
+    order = timing_order(len(every), repeat)
     for k, (r, i) in enumerate(order):
-        n = sizes[i]
-        rest = [sizes[j] for _, j in order[k:]]
-        progress(f"n = {_size_text(n)}: timed run {r + 1}/{repeat}"
-                 + Eta.text(eta.left(rest, sizes, checking)))
+        n = every[i]
+        checking = i == len(sizes)
+        rest = [every[j] for _, j in order[k:]]
+        kind = "checking run" if checking else "timed run"
+        progress(f"n = {_size_text(n)}: {kind} {r + 1}/{repeat}"
+                 + Eta.text(eta.left(rest, sizes)))
         t0 = time.monotonic()
-        timed[i].append(record_timed(template, n, record_path(work, "timed", n, r),
-                                     what=f"timed pilot run {r + 1}",
-                                     cpu_features=cpu_features))
+        got = record_timed(template, n, check_path(work, r) if checking
+                           else record_path(work, "timed", n, r),
+                           what="checking run" if checking else f"timed pilot run {r + 1}",
+                           cpu_features=cpu_features)
+        if not checking:
+            timed[i].append(got)
         eta.timed.append((float(n), time.monotonic() - t0))
     progress(f"counted runs ({backend}) at n = {', '.join(map(_size_text, sizes))}"
              + (f", {width} at a time" if width > 1 else "")
-             + Eta.text(eta.left((), sizes, checking)))
+             + Eta.text(eta.left((), sizes)))
     lock = threading.Lock()
     pending = list(sizes)
 
@@ -335,7 +353,7 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
         with lock:
             eta.counted.append((float(n), time.monotonic() - t0))
             pending.remove(n)
-            left = eta.left((), pending, checking)
+            left = eta.left((), pending)
         progress(f"n = {_size_text(n)}: counted run ({backend}) done" + Eta.text(left))
         return steps
 
@@ -344,15 +362,23 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
     return [pilot_run(n, c, t) for n, c, t in zip(sizes, counts, timed, strict=True)]
 
 
+def load_checks(workdir: Any, repeat: int) -> dict[tuple[int, str], Measured]:
+    """What the ``repeat`` checking runs a campaign kept in ``workdir`` measured
+    (:func:`measured`)."""
+    return measured([load_timings(check_path(workdir, r)) for r in range(repeat)])
+
+
 def measure_target(template: str, target: float, *, repeat: int, workdir: Any,
                    cpu_features: str = "native", progress: fitting.Progress = fitting.no_progress,
                    eta: Eta | None = None) -> dict[tuple[int, str], Measured]:
-    """``--check``: ``repeat`` timed runs at the target size (``check-R.jsonl`` in
-    ``workdir``), run with ``cpu_features`` as the timed pilots were; what they measured
-    (:func:`measured`). Progress gives the time left: from ``eta`` (the campaign's) before
-    the first checking run has ended, then from the checking runs' own times."""
+    """``repeat`` checking runs at ``target`` on their own, after a campaign (``--check``'s
+    go in the campaign's rounds, :func:`run_campaign`; these are for a second target, as the
+    outside suite's at 16x): ``check-R.jsonl`` in ``workdir``, run with ``cpu_features`` as the
+    timed pilots were; what they measured (:func:`measured`). A drift of the host between the
+    campaign and these runs lands on their comparison. Progress gives the time left: from
+    ``eta`` (the campaign's) before the first checking run has ended, then from the checking
+    runs' own times."""
     import time
-    from pathlib import Path
 
     _timing_features(cpu_features)
     timed: list[list[Timing]] = []
@@ -362,7 +388,7 @@ def measure_target(template: str, target: float, *, repeat: int, workdir: Any,
                 else eta.left(checking=[target] * (repeat - r)) if eta is not None else None)
         progress(f"n = {_size_text(target)}: checking run {r + 1}/{repeat}" + Eta.text(left))
         t0 = time.monotonic()
-        timed.append(record_timed(template, target, Path(workdir) / f"check-{r}.jsonl",
+        timed.append(record_timed(template, target, check_path(workdir, r),
                                   what="checking run", cpu_features=cpu_features))
         took.append(time.monotonic() - t0)
     return measured(timed)

@@ -126,18 +126,13 @@ def run(a: argparse.Namespace) -> tuple[Any, str]:
         budget = None
         if a.budget is not None:
             sizes, budget = _budget(a, sizes, work, progress)
-        eta = campaign.Eta(a.backend)
         runs = campaign.run_campaign(a.pilot, sizes, repeat=a.repeat, backend=a.backend,
-                                  workdir=work, cpu_features=a.cpu_features,
-                                  progress=progress, eta=eta,
-                                  checking=[a.target] * a.repeat if a.check else [])
+                                  workdir=work, cpu_features=a.cpu_features, progress=progress,
+                                  check=a.target if a.check else None)
         fc = forecast(runs, a.target, prof, level=a.level)
         for w in fc.advice.warnings if fc.advice else ():
             progress(f"warning: {w}")
-        measured = (campaign.measure_target(a.pilot, a.target, repeat=a.repeat, workdir=work,
-                                         cpu_features=a.cpu_features, progress=progress,
-                                         eta=eta)
-                    if a.check else {})
+        measured = campaign.load_checks(work, a.repeat) if a.check else {}
     per, whole = fc.compare(measured)
     data = {**fc.to_json(), "cpu_features": a.cpu_features, "budget": budget}
     pct = round(100 * a.level)
@@ -235,7 +230,8 @@ def run(a: argparse.Namespace) -> tuple[Any, str]:
         "ones; its interval is an error model measured on programs outside this project: "
         "about 20 % of error per e-fold of n past the largest pilot, plus the runs' timing "
         "spread."
-        + (" measured: the median over the checking runs at the target; E = max(T, P) / "
+        + (" measured: the median over the checking runs at the target, taken in the rounds "
+           "of the timed pilot runs (the forecast reads only the pilots'); E = max(T, P) / "
            "min(T, P), work against work and span against span." if a.check else ""), 100)
     for n in fc.notes:
         lines += textwrap.wrap(f"note: {n}", 100, subsequent_indent="  ")

@@ -515,7 +515,15 @@ def test_cli_pilot_runs_the_campaign_and_forecasts(tmp_path, capsys):
         assert s["extra_s"] == 0.0 and s["measured"]["skew_s"] == 0.0
     assert set(d["total"]["check"]) == {"work", "span"}
     assert "timed run 1/2" in out.err and "s left" in out.err  # progress on stderr
+    assert "n = 160000: checking run 2/2" in out.err
     assert len(list((tmp_path / "runs").glob("timed-*.jsonl"))) == 6
+    # the checking runs went in the rounds of the timed runs, as their largest size: the
+    # last of round 1 and the first of round 2 (files are written in the order they ran)
+    order = sorted((tmp_path / "runs").glob("[tc][ih]*-*.jsonl"),
+                   key=lambda f: f.stat().st_mtime_ns)
+    assert [f.name for f in order] == [
+        "timed-20000-0.jsonl", "timed-40000-0.jsonl", "timed-80000-0.jsonl", "check-0.jsonl",
+        "check-1.jsonl", "timed-80000-1.jsonl", "timed-40000-1.jsonl", "timed-20000-1.jsonl"]
 
 
 SKEWED_PROG = """
@@ -601,7 +609,7 @@ def test_cli_pilot_text_shows_work_and_span_each_checked(monkeypatch, capsys):
 
     monkeypatch.setattr("predictor.pilot.campaign.run_campaign",
                         lambda *a, **k: _skewed_runs(np.random.default_rng(31)))
-    monkeypatch.setattr("predictor.pilot.campaign.measure_target", lambda *a, **k: {
+    monkeypatch.setattr("predictor.pilot.campaign.load_checks", lambda *a, **k: {
         (0, "local scan"): Measured(work_ns=4e7, span_ns=6e7, skew_ns=2e7)})
     rc = main(["--pilot", "prog {n}", "--sizes", ",".join(f"{n:g}" for n in SIZES),
                "--target", "4e6", "--backend", "none", "--check"])
@@ -733,12 +741,11 @@ def test_cli_pilot_times_natively_unless_told_and_says_which(tmp_path, capsys, m
     assert rc == 0, out.err
     assert json.loads(out.out)["cpu_features"] == timed
     kinds = [_features(c) for c in seen]
-    # the timed run at each size; the counted runs (side by side: in any order); then the
-    # checking run at the target
-    assert kinds == [("none", timed)] * 3 + [("callgrind", counted)] * 3 + [("none", timed)]
+    # the timed run at each size and the checking run at the target, in one round; then the
+    # counted runs (side by side: in any order)
+    assert kinds == [("none", timed)] * 4 + [("callgrind", counted)] * 3
     sizes = [c[-1] for c in seen]
-    assert sizes[:3] == ["2000", "4000", "8000"] and sorted(sizes[3:6]) == sizes[:3]
-    assert sizes[6:] == ["16000"]
+    assert sizes[:4] == ["2000", "4000", "8000", "16000"] and sorted(sizes[4:]) == sizes[:3]
 
 
 @pytest.mark.parametrize("mode, says", [
@@ -752,19 +759,18 @@ def test_cli_pilot_notes_say_how_the_timed_runs_ran(monkeypatch, capsys, mode, s
     given = {}
 
     def campaign(*a, **k):
-        given["campaign"] = k["cpu_features"]
+        given["campaign"] = (k["cpu_features"], k["check"])  # the checking runs are its own
         return _skewed_runs(np.random.default_rng(31))
 
     def check(*a, **k):
-        given["check"] = k["cpu_features"]
         return {(0, "local scan"): Measured(work_ns=4e7, span_ns=6e7, skew_ns=2e7)}
 
     monkeypatch.setattr("predictor.pilot.campaign.run_campaign", campaign)
-    monkeypatch.setattr("predictor.pilot.campaign.measure_target", check)
+    monkeypatch.setattr("predictor.pilot.campaign.load_checks", check)
     rc = main(["--pilot", "prog {n}", "--sizes", ",".join(f"{n:g}" for n in SIZES),
                "--target", "4e6", "--check", "--cpu-features", mode])
     text = " ".join(capsys.readouterr().out.split())
-    assert rc == 0 and given == {"campaign": mode, "check": mode}
+    assert rc == 0 and given == {"campaign": (mode, 4e6)}
     assert says in text
     assert ("counted another code path" in text) == (mode == "native")
 

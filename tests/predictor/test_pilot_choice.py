@@ -370,10 +370,10 @@ def test_the_time_left_counts_the_counted_and_the_checking_runs():
 
 
 def test_campaign_progress_says_the_time_left_of_every_kind_of_run(tmp_path, monkeypatch):
-    """A fake clock: timed runs of n/1e5 s, counted runs 60x that. Before the last timed run
-    the time left includes the counted runs and the checking runs; after the first counted run
-    it uses its measured slowdown; it is never 'about 0 s' while counted or checking runs
-    remain."""
+    """A fake clock: timed runs of n/1e5 s, counted runs 60x that. The checking runs go in the
+    timed runs' rounds: the time left at the first counts them, the timed runs still to come
+    and the counted runs; after the first counted run it uses its measured slowdown; it is
+    never 'about 0 s' while timed, checking or counted runs remain."""
     import time
 
     clock = [0.0]
@@ -392,22 +392,26 @@ def test_campaign_progress_says_the_time_left_of_every_kind_of_run(tmp_path, mon
     lines: list[str] = []
     eta = Eta()
     run_campaign("prog {n}", [1e5, 2e5, 3e5], repeat=2, backend="callgrind",
-                 workdir=tmp_path, parallel=1, progress=lines.append, eta=eta,
-                 checking=[1e6, 1e6])
+                 workdir=tmp_path, parallel=1, progress=lines.append, eta=eta, check=1e6)
 
     def left(line):
         return float(line.split("about ")[1].split(" s left")[0])
 
-    # the rounds go up, then down: the last timed run is at n = 100000
+    # the rounds go up, then down, the checking runs in them as the largest size
+    first_check = next(x for x in lines if "checking run" in x)
+    assert first_check.startswith("n = 1000000: checking run 1/2")
+    # 10 s for each checking run + 3 + 2 + 1 s of timed runs + 75 * (1 + 2 + 3) s counted
+    assert left(first_check) == pytest.approx(20 + 6 + 75 * 6)
     last_timed = [x for x in lines if "timed run" in x][-1]
     assert last_timed.startswith("n = 100000: timed run 2/2")
-    # 1 s of timed run + 75 * (1 + 2 + 3) s counted + 2 * 10 s checking
-    assert left(last_timed) == pytest.approx(1 + 75 * 6 + 20)
+    assert left(last_timed) == pytest.approx(1 + 75 * 6)  # the checking runs are behind
     done = [x for x in lines if "counted run (callgrind) done" in x]
-    assert [left(x) for x in done] == pytest.approx([60 * 5 + 20, 60 * 3 + 20, 20])
+    assert [left(x) for x in done] == pytest.approx([60 * 5, 60 * 3, 0])
     clock[0] += 0.0
+    # checking runs taken on their own after a campaign (the outside suite's second target):
+    # from the campaign's line until the first has ended, then from their own times
     checks: list[str] = []
-    monkeypatch.setattr("predictor.pilot.check.measured", lambda timed: {})
+    monkeypatch.setattr("predictor.pilot.campaign.measured", lambda timed: {})
     measure_target("prog {n}", 1e6, repeat=2, workdir=tmp_path, progress=checks.append,
                    eta=eta)
     assert left(checks[0]) == pytest.approx(20) and left(checks[1]) == pytest.approx(10)
