@@ -180,7 +180,8 @@ def _growth(sizes: Sequence[float], medians: Sequence[float]) -> float:
 @dataclass(frozen=True)
 class PilotAdvice:
     """What the pilot runs say of themselves: one line per problem, and pilot sizes that would
-    do (None where none is needed or none below the target would)."""
+    do (None where none is needed or none below the target would; with some supersteps out of
+    reach below the target, the sizes that would do for the others)."""
 
     warnings: tuple[str, ...]
     sizes: tuple[float, ...] | None
@@ -197,10 +198,12 @@ def advise(steps: Sequence[tuple[str, Sequence[float], Sequence[float], float]],
     for a superstep carrying 1 % or more of the forecast total. The sizes proposed keep the
     smallest pilot and the shape of the given sizes, and stretch the largest until every
     flagged superstep that grows with n (exponent b >= 0.1 over the pilots) reaches
-    :data:`SHORT_S` and a change across the sizes of twice its range."""
+    :data:`SHORT_S` and a change across the sizes of twice its range; a superstep that would
+    need the largest at or past the target is named with the size it would need, and left out
+    of the sizes proposed."""
     short, noisy, flat = [], [], []
     top = float(sizes[-1])
-    need = top
+    needs: dict[str, float] = {}  # flagged supersteps that grow: the largest pilot they need
     for name, ns, times, at_target in steps:
         n = np.asarray(ns, dtype=np.float64)
         t = np.asarray(times, dtype=np.float64)
@@ -213,12 +216,12 @@ def advise(steps: Sequence[tuple[str, Sequence[float], Sequence[float], float]],
             short.append(f"{name} ({seconds(med[-1])})")
             flagged = True
             if b >= 0.1:
-                need = max(need, top * (SHORT_S / med[-1]) ** (1 / b))
+                needs[name] = max(needs.get(name, top), top * (SHORT_S / med[-1]) ** (1 / b))
         if rng > change and at_target >= 0.01 * total_s:
             noisy.append(f"{name} (spread {_pct(math.exp(rng))}, change {_pct(math.exp(change))})")
             flagged = True
             if b >= 0.1:
-                need = max(need, sizes[0] * math.exp(2 * rng / b))
+                needs[name] = max(needs.get(name, top), sizes[0] * math.exp(2 * rng / b))
         if flagged and b < 0.1:
             flat.append(name)
     out = []
@@ -231,15 +234,20 @@ def advise(steps: Sequence[tuple[str, Sequence[float], Sequence[float], float]],
     if flat:
         out.append(f"not growing with n over the pilots (larger pilots will not help): "
                    f"{', '.join(flat)}")
+    lo = float(sizes[0])
+    stretched = {k: [float(f"{lo + (v - lo) * (s - lo) / (top - lo):.2g}") for s in sizes]
+                 for k, v in needs.items()}
+    beyond = [k for k, new in stretched.items() if new[-1] >= target]
+    if beyond:  # each named, so that one superstep out of reach does not hide the others'
+        out.append("no pilot sizes below the target would do for "
+                   + ", ".join(f"{k} (about n = {needs[k]:.2g})" for k in beyond)
+                   + ": forecast with care, or run the target itself")
+    need = max([top] + [v for k, v in needs.items() if k not in beyond])
     proposed = None
     if need > top:
-        lo = float(sizes[0])
-        new = [lo + (need - lo) * (s - lo) / (top - lo) for s in sizes]
-        new = [float(f"{x:.2g}") for x in new]
-        if new[-1] >= target:
-            out.append(f"no pilot sizes below the target would do (the largest would be about "
-                       f"{need:.2g}): forecast with care, or run the target itself")
-        elif len(set(new)) == len(new):
+        new = [float(f"{lo + (need - lo) * (s - lo) / (top - lo):.2g}") for s in sizes]
+        if len(set(new)) == len(new):
             proposed = tuple(new)
-            out.append("pilot sizes that would do: --sizes " + ",".join(f"{x:g}" for x in new))
+            out.append("pilot sizes that would do" + (" for the others" if beyond else "")
+                       + ": --sizes " + ",".join(f"{x:g}" for x in new))
     return PilotAdvice(tuple(out), proposed)

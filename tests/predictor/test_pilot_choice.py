@@ -248,7 +248,16 @@ def test_short_and_noisy_pilots_are_warned_of_with_sizes_that_would_do():
         "pilot sizes that would do: --sizes 100000,")
     # proposed sizes at or past the target: said, none proposed
     far = advise([("0:short", ns, short, 1e-3)], SIZES, 1e6, 1e-3)
-    assert far.sizes is None and "no pilot sizes below the target" in far.warnings[-1]
+    assert far.sizes is None and far.warnings[-1].startswith(
+        "no pilot sizes below the target would do for 0:short (about n = 2.5e+06)")
+    # one superstep out of reach: named; the sizes proposed are the others' (the noisy one
+    # needs about 2.8e7, past a target of 1e7; the short one 2.5e6)
+    both = advise([("0:short", ns, short, 1e-3), ("1:noisy", ns, noisy, 0.06)], SIZES, 1e7,
+                  0.06)
+    assert "would do for 1:noisy (about n = 2.8e+07)" in " ".join(both.warnings)
+    assert "0:short (about" not in " ".join(both.warnings)
+    assert both.sizes is not None and both.sizes[-1] == 2.5e6
+    assert both.warnings[-1].startswith("pilot sizes that would do for the others: --sizes")
     flat = [1e-4 * (1 + 0.01 * rng.standard_normal()) for _ in ns]
     f = advise([("3:flat", ns, flat, 1e-4)], SIZES, 1e7, 1e-4)
     assert f.sizes is None and any("not growing with n" in w and "3:flat" in w
