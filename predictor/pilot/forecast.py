@@ -30,6 +30,7 @@ from predictor.pilot.extrapolation import (
     Extrapolated,
     WorkFit,
     extrapolate,
+    extrapolate_count,
     extrapolate_extra,
     fit_work,
     scale_by_work,
@@ -294,8 +295,9 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
             notes.append(f"{where}: the span's extra over the work (start skew, waiting) is "
                          f"not held constant: it {extra.how}")
         names = sorted(set.intersection(*(set(s.counters) for s in steps)))
-        counters = {c: extrapolate(ns, [float(s.counter(c).sum()) for s in steps], target,
-                                   level=level, modeler=modeler, where=f"{where}: {c}")
+        counters = {c: extrapolate_count(ns, [float(s.counter(c).sum()) for s in steps],
+                                         target, level=level, modeler=modeler,
+                                         where=f"{where}: {c}")
                     for c in names}
         scaled = None
         if WORK in counters:
@@ -383,8 +385,8 @@ def point_forecasts(runs: Sequence[PilotRun], i: int, at: float, fm: Any = None,
     try:
         out["time"] = extrapolate([n for n, _ in tws], [w for _, w in tws], at,
                                   modeler=modeler).value
-        counts = {c: extrapolate(ns, [float(s.counter(c).sum()) for s in steps], at,
-                                 modeler=modeler).value for c in wanted}
+        counts = {c: extrapolate_count(ns, [float(s.counter(c).sum()) for s in steps], at,
+                                       modeler=modeler).value for c in wanted}
     except PredictorError:
         return out
     top = sizes[-1]

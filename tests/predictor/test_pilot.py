@@ -23,6 +23,7 @@ from predictor.pilot.check import Comparison, Measured, measured
 from predictor.pilot.extrapolation import (
     Extrapolated,
     extrapolate,
+    extrapolate_count,
     extrapolate_extra,
     scale_by_work,
 )
@@ -857,3 +858,18 @@ def test_pilot_bad_cpu_features_exit_2_before_anything_runs(tmp_path, capsys, mo
         with pytest.raises(BadInput, match="cpu-features .* choose native or as-counted"):
             call()
     assert seen == []
+
+
+def test_a_count_that_barely_moves_over_the_pilots_is_held_not_extrapolated():
+    """The outside suite's histogram reduce: its instructions (two processes summed) rose
+    0.8 % over pilots 4x apart, within the counts' run-to-run variation; held at the largest
+    pilot's count, not a steep term through the noise (which forecast 25x the count at 16x).
+    A count that grows by more is extrapolated as before."""
+    ns = [125000, 250000, 375000, 500000]
+    flat = [85955.0, 86058.0, 86215.0, 86723.0]
+    held = extrapolate_count(ns, flat, 8e6)
+    assert held.value == held.lower == held.upper == 86723.0 and "held" in held.how
+    grows = [1e5 + 2 * n for n in ns]
+    assert extrapolate_count(ns, grows, 8e6) == extrapolate(ns, grows, 8e6)
+    assert extrapolate_count(ns, grows, 8e6).value == pytest.approx(1e5 + 2 * 8e6, rel=0.05)
+    assert extrapolate_count(ns, [0.0] * 4, 8e6).how == "zero in every pilot run"
