@@ -1,5 +1,6 @@
 """Running a pilot campaign: the timed and counted runs of a command at the pilot sizes under
-``counterd record`` (:func:`run_campaign`), the checking runs at the target
+``counterd record``, with ``--check`` the checking runs at the target in the timed runs' rounds
+(:func:`run_campaign`, read back by :func:`load_checks`), checking runs after a campaign
 (:func:`measure_target`), and the campaign's time left and budget (:class:`Eta`,
 :func:`budget_sizes`).
 """
@@ -300,7 +301,8 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
     the counted runs too.
 
     The timed runs go first, one at a time (they are the times), in rounds over the sizes
-    (:func:`timing_order`), the checking runs in the same rounds as the largest size: the
+    (:func:`timing_order`), the checking runs in the same rounds after the pilot sizes (last
+    of a rising round, first of a falling one, whatever the target's size): the
     forecast reads only the pilots' runs, but the check compares it with runs taken in the same
     minutes, so a drift of the host's speed between the pilots and the check (another guest,
     the frequency; 20-40 % within seconds on a KVM guest, round against round) is not counted

@@ -860,16 +860,39 @@ def test_pilot_bad_cpu_features_exit_2_before_anything_runs(tmp_path, capsys, mo
     assert seen == []
 
 
-def test_a_count_that_barely_moves_over_the_pilots_is_held_not_extrapolated():
+def test_a_count_that_barely_moves_over_the_pilots_grows_at_most_linearly():
     """The outside suite's histogram reduce: its instructions (two processes summed) rose
-    0.8 % over pilots 4x apart, within the counts' run-to-run variation; held at the largest
-    pilot's count, not a steep term through the noise (which forecast 25x the count at 16x).
-    A count that grows by more is extrapolated as before."""
+    0.8 % over pilots 4x apart, within the counts' run-to-run variation; every growth term
+    let a steep one through that noise (25x the count at 16x), a line does not. A large
+    fixed count plus a small exact term in n moves as little and is still extrapolated; a
+    count that grows by more is extrapolated as before."""
     ns = [125000, 250000, 375000, 500000]
     flat = [85955.0, 86058.0, 86215.0, 86723.0]
-    held = extrapolate_count(ns, flat, 8e6)
-    assert held.value == held.lower == held.upper == 86723.0 and "held" in held.how
+    assert extrapolate(ns, flat, 8e6).value > 10 * flat[-1]  # the steep term, without the rule
+    noisy = extrapolate_count(ns, flat, 8e6)
+    assert 0.9 * flat[-1] < noisy.value < 1.5 * flat[-1] and "at most linear" in noisy.how
+    assert noisy.lower < noisy.value < noisy.upper  # an interval, not a point
+    small = [1e9 + 90 * n for n in (25000, 50000, 75000, 100000)]  # moves 0.67 %
+    got = extrapolate_count([25000, 50000, 75000, 100000], small, 1e7)
+    assert got.value == pytest.approx(1e9 + 90 * 1e7, rel=0.01)
     grows = [1e5 + 2 * n for n in ns]
     assert extrapolate_count(ns, grows, 8e6) == extrapolate(ns, grows, 8e6)
-    assert extrapolate_count(ns, grows, 8e6).value == pytest.approx(1e5 + 2 * 8e6, rel=0.05)
     assert extrapolate_count(ns, [0.0] * 4, 8e6).how == "zero in every pilot run"
+
+
+def test_the_forecast_extrapolates_its_counts_through_extrapolate_count():
+    """A forecast of a superstep whose instructions rise 0.8 % over the pilots (the histogram
+    reduce's counts) and whose time is flat: its instructions at 16x are a line's, and the
+    scaled forecast stays within 1.5x of the largest pilot's time (a steep term through the
+    counts made it 25x)."""
+    ns = [125000, 250000, 375000, 500000]
+    flat = [85955.0, 86058.0, 86215.0, 86723.0]
+    runs = []
+    for n, c in zip(ns, flat, strict=True):
+        work = (1.0e5, 1.05e5, 0.95e5)
+        step = Step("0:reduce", {"instructions": np.array([c])}, (0,),
+                    time_ns=1.0e5, meta={"work_ns": 1.0e5})
+        runs.append(PilotRun(float(n), (step,), f"run-{n:g}", (work,), (work,)))
+    (s,) = forecast(runs, 16 * ns[-1], None).steps
+    assert "at most linear" in s.counters["instructions"].how
+    assert s.scaled is not None and s.scaled.value < 1.5 * 1e-4
