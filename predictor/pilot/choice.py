@@ -235,9 +235,8 @@ def advise(steps: Sequence[tuple[str, Sequence[float], Sequence[float], float]],
         out.append(f"not growing with n over the pilots (larger pilots will not help): "
                    f"{', '.join(flat)}")
     lo = float(sizes[0])
-    stretched = {k: [float(f"{lo + (v - lo) * (s - lo) / (top - lo):.2g}") for s in sizes]
-                 for k, v in needs.items()}
-    beyond = [k for k, new in stretched.items() if new[-1] >= target]
+    # the largest of the stretched sizes is the need itself, rounded as they are
+    beyond = [k for k, v in needs.items() if float(f"{v:.2g}") >= target]
     if beyond:  # each named, so that one superstep out of reach does not hide the others'
         out.append("no pilot sizes below the target would do for "
                    + ", ".join(f"{k} (about n = {needs[k]:.2g})" for k in beyond)
