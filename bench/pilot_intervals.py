@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from bench._host import guarded, host_line  # noqa: E402
 from bench.outside_suite import PROGRAMS, TARGETS, refit  # noqa: E402
 from predictor.costs.profile import load_profile  # noqa: E402
-from predictor.pilot.choice import DRIFT_PER_EFOLD, NOISE_FACTOR  # noqa: E402
+from predictor.pilot.choice import DRIFT_PER_EFOLD, NOISE_FACTOR, SHORT_S  # noqa: E402
 
 LEVEL = 0.9
 
@@ -45,6 +45,7 @@ class Point:
     error: float  # log(forecast / measured work)
     spread: float  # one run's timing spread at the pilots (log scale)
     distance: float  # log(target / largest pilot)
+    short: float  # log(SHORT_S / work at the largest pilot), 0 where that work is longer
 
 
 def points(works: Sequence[Path], profile: str | None) -> list[Point]:
@@ -72,20 +73,28 @@ def _points(work: Path, prof: Any) -> list[Point]:
             for s in data["supersteps"]:
                 if s["check"] is None or s["choice"] is None:
                     continue
+                top = next(iter(s["choice"]["holdout"].values()))["measured_s"][-1]
                 out.append(Point(p.name, label,
                                  math.log(s["predicted_s"] / s["check"]["work"]["measured_s"]),
-                                 s["choice"]["timing_spread"], dist))
+                                 s["choice"]["timing_spread"], dist,
+                                 max(0.0, math.log(SHORT_S / top))))
     return out
 
 
 def sigma(ab: Sequence[float], pts: Sequence[Point]) -> np.ndarray:
-    a, b = ab
-    return np.hypot(a * np.array([p.distance for p in pts]),
-                    b * np.array([p.spread for p in pts]))
+    """sqrt((A d)^2 + (B s)^2 [+ (C d short)^2]): with a third constant, the error also grows
+    with the distance where the largest pilot's work is under ``SHORT_S`` (mostly fixed
+    cost there, as ``advise`` warns)."""
+    d = np.array([p.distance for p in pts])
+    out = np.hypot(ab[0] * d, ab[1] * np.array([p.spread for p in pts]))
+    if len(ab) > 2:
+        out = np.hypot(out, ab[2] * d * np.array([p.short for p in pts]))
+    return out
 
 
-def fit(pts: Sequence[Point]) -> tuple[float, float]:
-    """A and B by maximum likelihood (normal log errors, sigma as the model says)."""
+def fit(pts: Sequence[Point], k: int = 2) -> tuple[float, ...]:
+    """A and B (and C with ``k`` 3) by maximum likelihood (normal log errors, sigma as the
+    model says)."""
     from scipy import optimize, stats
 
     e = np.array([p.error for p in pts])
@@ -94,10 +103,9 @@ def fit(pts: Sequence[Point]) -> tuple[float, float]:
         s = sigma(np.exp(x), pts)
         return float(-np.sum(stats.norm.logpdf(e / s) - np.log(s)))
 
-    r = optimize.minimize(nll, np.log([0.1, 1.0]), method="Nelder-Mead",
-                          options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": 2000})
-    a, b = np.exp(r.x)
-    return float(a), float(b)
+    r = optimize.minimize(nll, np.log([0.1, 1.0, 0.1][:k]), method="Nelder-Mead",
+                          options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": 4000})
+    return tuple(float(x) for x in np.exp(r.x))
 
 
 def judged(pts: Sequence[Point], ab: Sequence[float]) -> list[tuple[bool, float]]:
@@ -119,6 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, action="append", default=None,
                     help="the outside suite's kept campaigns (default out/outside-suite); "
                          "give it again to pool several sets of campaigns")
+    ap.add_argument("--test", type=Path, action="append", default=None,
+                    help="campaigns to judge the constants fitted on --work with (another set "
+                         "of campaigns: out of sample)")
+    ap.add_argument("--short-term", action="store_true",
+                    help="fit a third constant: the error growing with the distance where the "
+                         "largest pilot is short")
     ap.add_argument("--profile", default=None,
                     help="machine profile (default: the suite's node-quick.toml)")
     a = ap.parse_args(argv)
@@ -128,17 +142,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pilot_intervals: no kept campaigns in {', '.join(map(str, works))}: run "
               "bench/outside_suite.py first", file=sys.stderr)
         return 2
-    ab = fit(pts)
+    k = 3 if a.short_term else 2
+    ab = fit(pts, k)
     programs = sorted({p.program for p in pts})
     print(host_line())
     print(f"{len(programs)} programs, {len(pts)} forecasts (supersteps x targets) from "
           f"{', '.join(map(str, works))}")
-    print(f"fitted: A (drift per e-fold) {ab[0]:.3f}, B (x timing spread) {ab[1]:.3f}; in the "
-          f"code: {DRIFT_PER_EFOLD}, {NOISE_FACTOR}")
+    print(f"fitted: A (drift per e-fold) {ab[0]:.3f}, B (x timing spread) {ab[1]:.3f}"
+          + (f", C (drift per e-fold per e-fold of shortness) {ab[2]:.3f}" if k > 2 else "")
+          + f"; in the code: {DRIFT_PER_EFOLD}, {NOISE_FACTOR}")
     # leave one program out: fit on the others, judge the one left out
     left_out: dict[str, list[tuple[bool, float]]] = {t: [] for t in TARGETS}
     for prog in programs:
-        ab_rest = fit([p for p in pts if p.program != prog])
+        ab_rest = fit([p for p in pts if p.program != prog], k)
         for t in TARGETS:
             left_out[t] += judged([p for p in pts if p.program == prog and p.label == t],
                                   ab_rest)
@@ -148,6 +164,13 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{_line(judged(mine, ab))}; each program left out of the fit: "
               f"{_line(left_out[t])}; the code's constants: "
               f"{_line(judged(mine, (DRIFT_PER_EFOLD, NOISE_FACTOR)))}")
+    if a.test:
+        test = points(a.test, a.profile)
+        for t in TARGETS:
+            mine = [p for p in test if p.label == t]
+            print(f"at {t}, on {', '.join(map(str, a.test))} ({len(mine)} supersteps): the "
+                  f"constants fitted here: {_line(judged(mine, ab))}; the code's: "
+                  f"{_line(judged(mine, (DRIFT_PER_EFOLD, NOISE_FACTOR)))}")
     return 0
 
 

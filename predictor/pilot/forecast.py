@@ -347,8 +347,12 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
         spread = timing_spread([n for n, _, _ in tws], [w for _, w, _ in tws])
         have = {b for b, ok in (("fit", fit), ("scaled", scaled), ("F", sf.f),
                                 ("time", time_only)) if ok is not None}
+        # the fit's fixed cost as a share of the largest pilot's work, where the fit is that
+        # cost plus the instructions (scaled's work): see :func:`choose`
+        share = (fit.fixed_s / work_there if fit is not None and fit.counters == (WORK,)
+                 and fit.fixed_s > 0 else None)
         choice = choose({b: h for b, h in holdouts.items() if b in have}, sizes, target,
-                        spread, level)
+                        spread, level, fixed_share=share)
         out.append(replace(sf, scaled=scaled, extra=extra, fit=fit, choice=choice))
     total = sum(s.predicted_s for s in out)
     advice = advise([(f"{s.index}:{s.name}", [r.size for r in runs for _ in r.step_work(i)],
