@@ -6,13 +6,15 @@ deviation sqrt((A * d)^2 + (B * s)^2), d = log(target / largest pilot), s one ru
 spread at the pilots (``timing_spread``). A and B are fitted by maximum likelihood (scipy) on
 every superstep of every kept campaign at 4x and 16x (``bench/outside_suite.py --refit``'s
 forecasts: this tree's code on the campaigns' records, against their checking runs; nothing
-runs). Printed: A and B with the constants in the code beside them; the 90 % intervals'
+runs). ``--short-term`` fits a third constant C: sqrt((A d)^2 + (B s)^2 + (C d short)^2),
+short = log(SHORT_S / the largest pilot's work) where that work is under SHORT_S (the code's
+model). Printed: the constants fitted with the code's beside them; the 90 % intervals'
 coverage and median width (upper / lower) at 4x and 16x with the fitted constants, fitted on
 all programs (in sample) and leaving each program out of the fit in turn (out of sample: what
 a program nobody fitted on would see); and the same with the code's constants.
 
     .venv/bin/python bench/pilot_intervals.py [--work out/outside-suite [--work DIR2 ...]]
-        [--profile P]
+        [--test DIR ...] [--short-term] [--profile P]
 """
 
 from __future__ import annotations
@@ -33,9 +35,15 @@ sys.path.insert(0, str(ROOT))
 from bench._host import guarded, host_line  # noqa: E402
 from bench.outside_suite import PROGRAMS, TARGETS, refit  # noqa: E402
 from predictor.costs.profile import load_profile  # noqa: E402
-from predictor.pilot.choice import DRIFT_PER_EFOLD, NOISE_FACTOR, SHORT_S  # noqa: E402
+from predictor.pilot.choice import (  # noqa: E402
+    DRIFT_PER_EFOLD,
+    NOISE_FACTOR,
+    SHORT_DRIFT,
+    SHORT_S,
+)
 
 LEVEL = 0.9
+CODE = (DRIFT_PER_EFOLD, NOISE_FACTOR, SHORT_DRIFT)  # the constants in the code
 
 
 @dataclass(frozen=True)
@@ -150,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{', '.join(map(str, works))}")
     print(f"fitted: A (drift per e-fold) {ab[0]:.3f}, B (x timing spread) {ab[1]:.3f}"
           + (f", C (drift per e-fold per e-fold of shortness) {ab[2]:.3f}" if k > 2 else "")
-          + f"; in the code: {DRIFT_PER_EFOLD}, {NOISE_FACTOR}")
+          + f"; in the code: {DRIFT_PER_EFOLD}, {NOISE_FACTOR}, {SHORT_DRIFT}")
     # leave one program out: fit on the others, judge the one left out
     left_out: dict[str, list[tuple[bool, float]]] = {t: [] for t in TARGETS}
     for prog in programs:
@@ -163,14 +171,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"at {t} ({len(mine)} supersteps), 90 % intervals: fitted on all: "
               f"{_line(judged(mine, ab))}; each program left out of the fit: "
               f"{_line(left_out[t])}; the code's constants: "
-              f"{_line(judged(mine, (DRIFT_PER_EFOLD, NOISE_FACTOR)))}")
+              f"{_line(judged(mine, CODE))}")
     if a.test:
         test = points(a.test, a.profile)
         for t in TARGETS:
             mine = [p for p in test if p.label == t]
             print(f"at {t}, on {', '.join(map(str, a.test))} ({len(mine)} supersteps): the "
                   f"constants fitted here: {_line(judged(mine, ab))}; the code's: "
-                  f"{_line(judged(mine, (DRIFT_PER_EFOLD, NOISE_FACTOR)))}")
+                  f"{_line(judged(mine, CODE))}")
     return 0
 
 

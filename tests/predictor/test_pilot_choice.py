@@ -209,8 +209,9 @@ def test_the_forecast_gives_the_choice_the_fits_fixed_cost_share(monkeypatch):
 
 def test_the_interval_grows_with_the_spread_and_the_distance_to_the_target():
     """half = z * sqrt((DRIFT_PER_EFOLD * log(target / largest pilot))^2 + (NOISE_FACTOR *
-    spread)^2): noise alone inside the pilot range, the drift's share growing with the
-    extrapolation; the same for any held-out errors (they choose, they do not widen)."""
+    spread)^2 + (SHORT_DRIFT * log(target / largest pilot) * shortness)^2): noise alone inside
+    the pilot range, the drift's share growing with the extrapolation, more where the largest
+    pilot is short; the same for any held-out errors (they choose, they do not widen)."""
     from scipy import stats
 
     from predictor.pilot.choice import DRIFT_PER_EFOLD, NOISE_FACTOR
@@ -226,6 +227,21 @@ def test_the_interval_grows_with_the_spread_and_the_distance_to_the_target():
     hs = {"scaled": _holdout("scaled", [0.3, -0.2, 0.3])}
     c = choose(hs, SIZES, 4 * SIZES[-1], 0.05)
     assert c is not None and c.half == pytest.approx(at_4x)
+    # a largest pilot whose work is under SHORT_S (mostly fixed cost) widens the interval by
+    # SHORT_DRIFT per e-fold of extrapolation and per e-fold of shortness
+    from predictor.pilot.choice import SHORT_DRIFT, SHORT_S
+
+    assert interval_half(0.05, SIZES, 4 * SIZES[-1], work_s=SHORT_S) == pytest.approx(at_4x)
+    assert interval_half(0.05, SIZES, 4 * SIZES[-1], work_s=2 * SHORT_S) == pytest.approx(at_4x)
+    short = interval_half(0.05, SIZES, 4 * SIZES[-1], work_s=SHORT_S / 10)
+    assert short == pytest.approx(z * math.sqrt(
+        (DRIFT_PER_EFOLD * math.log(4)) ** 2 + (NOISE_FACTOR * 0.05) ** 2
+        + (SHORT_DRIFT * math.log(4) * math.log(10)) ** 2))
+    assert interval_half(0.05, SIZES, SIZES[-2], work_s=SHORT_S / 10) == pytest.approx(
+        z * NOISE_FACTOR * 0.05)  # inside the pilot range: nothing extrapolated
+    # choose gives it the median work measured at the largest pilot
+    hs = {"scaled": Holdout("scaled", (3e5, 4e5, 5e5), (1e-5, 2e-5, 1e-4), (1e-5, 2e-5, 1e-4))}
+    assert choose(hs, SIZES, 4 * SIZES[-1], 0.05).half == pytest.approx(short)
 
 
 def _coverage(drift: float, reps: int = 300) -> tuple[float, float]:
@@ -255,9 +271,9 @@ def _coverage(drift: float, reps: int = 300) -> tuple[float, float]:
 
 @pytest.mark.parametrize("drift, low, high", [
     (0.0, 0.99, 1.0),  # measured 1.0: noise only, the interval is wider than it needs
-    (0.2, 0.95, 1.0),  # measured 1.0: the suite's typical drift, 0.204 per e-fold
-    (0.3, 0.85, 0.97),  # measured 0.92
-    (0.4, 0.0, 0.2),  # measured 0.01: a drift twice the suite's typical one is not covered
+    (0.15, 0.95, 1.0),  # measured 1.0: the suite's typical drift, 0.151 per e-fold
+    (0.2, 0.85, 1.0),  # measured 0.97
+    (0.3, 0.0, 0.2),  # measured 0.06: a drift twice the suite's typical one is not covered
 ])
 def test_interval_coverage_against_a_drift_is_measured(drift, low, high):
     """The 90 % interval at 4x the largest pilot, 300 campaigns with 5 % noise: it covers
@@ -265,11 +281,11 @@ def test_interval_coverage_against_a_drift_is_measured(drift, low, high):
     (the constant's fit; a drift that is the same in every campaign, where the model takes it
     for a normal spread of drifts over programs) or somewhat faster, and not one that drifts
     twice as fast: the interval is a measured error model, not a guarantee. Its width does not
-    depend on the drift (the pilots' held-out errors do not widen it): about 2.5x at 4x and
-    5 % noise."""
+    depend on the drift (the pilots' held-out errors do not widen it): about 2.0x at 4x and
+    5 % noise with pilots longer than SHORT_S."""
     cover, width = _coverage(drift)
     assert low <= cover <= high, cover
-    assert 2.4 < width < 2.7, width
+    assert 1.9 < width < 2.15, width
 
 
 def test_timing_spread_pools_the_runs_at_each_size_robustly():
