@@ -105,15 +105,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     pool = HELD_OUT if a.held_out else PROGRAMS
     only = set(a.only.split(",")) if a.only else {p.name for p in pool}
+    kept = [p for p in pool
+            if p.name in only and (a.work / p.name / "c1" / "forecast.json").exists()]
+    if not kept:
+        print(f"outside_counts: no kept 4x campaign of {', '.join(sorted(only))} in {a.work}: "
+              "run bench/outside_suite.py --work DIR first (with --held-out for those)",
+              file=sys.stderr)
+        return 2
     print(host_line())
     print(f"{'program':15s} {'superstep':16s} {'basis':6s} {'I extr/true':>11s} "
           f"{'E':>6s} {'E oracle':>8s} {'tpi':>6s} {'fixed':>6s}")
     every: list[dict[str, float | str]] = []
-    for prog in pool:
-        d = a.work / prog.name / "c1"
-        if prog.name not in only or not (d / "forecast.json").exists():
-            continue
-        for r in rows(prog, d, a.repeat):
+    for prog in kept:
+        for r in rows(prog, a.work / prog.name / "c1", a.repeat):
             every.append(r)
             print(f"{prog.name:15s} {r['step']!s:16.16s} {r['basis']!s:6s} {r['count']:11.3f} "
                   f"{r['E']:6.2f} {r['oracle']:8.2f} {r['tpi']:6.2f} {r['fixed']:6.2f}")
