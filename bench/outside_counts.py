@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench._host import guarded, host_line  # noqa: E402
 from bench.outside_suite import HELD_OUT, PROGRAMS, Program  # noqa: E402
+from bench.pilot_forecast import e_of  # noqa: E402
 from predictor.inputs import load_counters  # noqa: E402
 from predictor.pilot.campaign import (  # noqa: E402
     counting_features,
@@ -83,17 +84,15 @@ def rows(prog: Program, d: Path, repeat: int) -> list[dict[str, float | str]]:
         oracle = t_p * true[key] / i_p
         med = [float(statistics.median(r.step_work(i))) * 1e-9 for r in runs]
         ins = [float(r.steps[i].counter(WORK).sum()) for r in runs]
-        slope, icpt = np.polyfit(ins, med, 1)
+        _, icpt = np.polyfit(ins, med, 1)
+        e, e_oracle = e_of(m, s["predicted_s"]), e_of(m, oracle)
+        if e is None or e_oracle is None:  # no time measured at the target
+            continue
         out.append({"step": f"{s['index']}:{s['name']}", "basis": s["basis"],
-                    "count": s["counters"][WORK] / true[key],
-                    "E": _e(s["predicted_s"], m), "oracle": _e(oracle, m),
+                    "count": s["counters"][WORK] / true[key], "E": e, "oracle": e_oracle,
                     "tpi": (m / true[key]) / (t_p / i_p), "fixed": float(icpt) / t_p,
                     "log_e": math.log(s["predicted_s"] / m)})
     return out
-
-
-def _e(p: float, m: float) -> float:
-    return max(p, m) / min(p, m)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
