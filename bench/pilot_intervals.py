@@ -1,20 +1,23 @@
 """Fit the pilot forecast's interval model (``predictor.pilot.choice.interval_half``) on kept
 outside-suite campaigns, and measure its coverage on programs left out of the fit.
 
-The model: the log error of a superstep's forecast at the target is normal with standard
-deviation sqrt((A * d)^2 + (B * s)^2), d = log(target / largest pilot), s one run's timing
-spread at the pilots (``timing_spread``). A and B are fitted by maximum likelihood (scipy) on
-every superstep of every kept campaign at 4x and 16x (``bench/outside_suite.py --refit``'s
+The model (the code's): the log error of a superstep's forecast at the target is normal with
+standard deviation sqrt((A d)^2 + (B s)^2 + (C d short)^2 + (D d h)^2), d = log(target /
+largest pilot), s one run's timing spread at the pilots (``timing_spread``), short =
+log(SHORT_S / the largest pilot's work) where that work is under SHORT_S (else 0), h the
+printed forecast's held-out miss (root mean square of its log errors predicting the larger
+pilots from the smaller ones). The constants are fitted by maximum likelihood (scipy) on every
+superstep of every kept campaign at 4x and 16x (``bench/outside_suite.py --refit``'s
 forecasts: this tree's code on the campaigns' records, against their checking runs; nothing
-runs). ``--short-term`` fits a third constant C: sqrt((A d)^2 + (B s)^2 + (C d short)^2),
-short = log(SHORT_S / the largest pilot's work) where that work is under SHORT_S (the code's
-model). Printed: the constants fitted with the code's beside them; the 90 % intervals'
-coverage and median width (upper / lower) at 4x and 16x with the fitted constants, fitted on
-all programs (in sample) and leaving each program out of the fit in turn (out of sample: what
-a program nobody fitted on would see); and the same with the code's constants.
+runs). ``--terms 2`` or ``3`` fits the model's first two or three terms only. Printed: the
+nested models' Akaike information criterion (2, 3 and 4 terms, each fitted on the same
+forecasts); the constants fitted with the code's beside them; the 90 % intervals' coverage and
+median width (upper / lower) at 4x and 16x with the fitted constants, fitted on all programs
+(in sample) and leaving each program out of the fit in turn (out of sample: what a program
+nobody fitted on would see); and the same with the code's constants.
 
     .venv/bin/python bench/pilot_intervals.py [--work out/outside-suite [--work DIR2 ...]]
-        [--test DIR ...] [--short-term] [--profile P]
+        [--test DIR ...] [--terms 2|3|4] [--profile P]
 """
 
 from __future__ import annotations
@@ -33,17 +36,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._host import guarded, host_line  # noqa: E402
-from bench.outside_suite import PROGRAMS, TARGETS, refit  # noqa: E402
+from bench.outside_suite import HELD_OUT, PROGRAMS, TARGETS, refit  # noqa: E402
 from predictor.costs.profile import load_profile  # noqa: E402
 from predictor.pilot.choice import (  # noqa: E402
     DRIFT_PER_EFOLD,
+    HELDOUT_DRIFT,
     NOISE_FACTOR,
     SHORT_DRIFT,
     SHORT_S,
 )
 
 LEVEL = 0.9
-CODE = (DRIFT_PER_EFOLD, NOISE_FACTOR, SHORT_DRIFT)  # the constants in the code
+CODE = (DRIFT_PER_EFOLD, NOISE_FACTOR, SHORT_DRIFT, HELDOUT_DRIFT)  # the constants in the code
+TERMS = ("A (drift per e-fold)", "B (x timing spread)",
+         "C (drift per e-fold per e-fold of shortness)",
+         "D (drift per e-fold per unit of held-out miss)")
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,7 @@ class Point:
     spread: float  # one run's timing spread at the pilots (log scale)
     distance: float  # log(target / largest pilot)
     short: float  # log(SHORT_S / work at the largest pilot), 0 where that work is longer
+    heldout: float  # the printed forecast's held-out miss (root mean square, log scale)
 
 
 def points(works: Sequence[Path], profile: str | None) -> list[Point]:
@@ -69,11 +77,9 @@ def points(works: Sequence[Path], profile: str | None) -> list[Point]:
 
 def _points(work: Path, prof: Any) -> list[Point]:
     out = []
-    for p in PROGRAMS:
+    for p in PROGRAMS + HELD_OUT:  # those with a kept campaign in ``work``
         d = work / p.name / "c1"
         if not (d / "forecast.json").exists():
-            print(f"pilot_intervals: {p.name}: no kept campaign in {d}, left out",
-                  file=sys.stderr)
             continue
         for label in TARGETS:
             data = refit(p, label, d, 5, prof, label == "4x")
@@ -81,28 +87,30 @@ def _points(work: Path, prof: Any) -> list[Point]:
             for s in data["supersteps"]:
                 if s["check"] is None or s["choice"] is None:
                     continue
-                top = next(iter(s["choice"]["holdout"].values()))["measured_s"][-1]
+                held = s["choice"]["holdout"][s["choice"]["basis"]]
+                miss = np.log(np.asarray(held["predicted_s"]) / np.asarray(held["measured_s"]))
                 out.append(Point(p.name, label,
                                  math.log(s["predicted_s"] / s["check"]["work"]["measured_s"]),
                                  s["choice"]["timing_spread"], dist,
-                                 max(0.0, math.log(SHORT_S / top))))
+                                 max(0.0, math.log(SHORT_S / held["measured_s"][-1])),
+                                 float(np.sqrt(np.mean(miss ** 2)))))
     return out
 
 
 def sigma(ab: Sequence[float], pts: Sequence[Point]) -> np.ndarray:
-    """sqrt((A d)^2 + (B s)^2 [+ (C d short)^2]): with a third constant, the error also grows
-    with the distance where the largest pilot's work is under ``SHORT_S`` (mostly fixed
-    cost there, as ``advise`` warns)."""
+    """sqrt((A d)^2 + (B s)^2 [+ (C d short)^2 [+ (D d h)^2]]): the first ``len(ab)`` terms.
+    The third: the error also grows with the distance where the largest pilot's work is under
+    ``SHORT_S`` (mostly fixed cost there, as ``advise`` warns); the fourth: it grows with the
+    distance in proportion to how far the printed forecast missed the held-out pilots."""
     d = np.array([p.distance for p in pts])
-    out = np.hypot(ab[0] * d, ab[1] * np.array([p.spread for p in pts]))
-    if len(ab) > 2:
-        out = np.hypot(out, ab[2] * d * np.array([p.short for p in pts]))
-    return out
+    terms = [d, np.array([p.spread for p in pts]), d * np.array([p.short for p in pts]),
+             d * np.array([p.heldout for p in pts])]
+    return np.sqrt(sum((c * t) ** 2 for c, t in zip(ab, terms, strict=False)))
 
 
-def fit(pts: Sequence[Point], k: int = 2) -> tuple[float, ...]:
-    """A and B (and C with ``k`` 3) by maximum likelihood (normal log errors, sigma as the
-    model says)."""
+def fit(pts: Sequence[Point], k: int = 4) -> tuple[tuple[float, ...], float]:
+    """The model's first ``k`` constants by maximum likelihood (normal log errors, sigma as
+    the model says), and the negative log likelihood they reach."""
     from scipy import optimize, stats
 
     e = np.array([p.error for p in pts])
@@ -111,9 +119,9 @@ def fit(pts: Sequence[Point], k: int = 2) -> tuple[float, ...]:
         s = sigma(np.exp(x), pts)
         return float(-np.sum(stats.norm.logpdf(e / s) - np.log(s)))
 
-    r = optimize.minimize(nll, np.log([0.1, 1.0, 0.1][:k]), method="Nelder-Mead",
-                          options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": 4000})
-    return tuple(float(x) for x in np.exp(r.x))
+    r = optimize.minimize(nll, np.log([0.1, 1.0, 0.1, 0.5][:k]), method="Nelder-Mead",
+                          options={"xatol": 1e-7, "fatol": 1e-10, "maxiter": 8000})
+    return tuple(float(x) for x in np.exp(r.x)), float(r.fun)
 
 
 def judged(pts: Sequence[Point], ab: Sequence[float]) -> list[tuple[bool, float]]:
@@ -138,9 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--test", type=Path, action="append", default=None,
                     help="campaigns to judge the constants fitted on --work with (another set "
                          "of campaigns: out of sample)")
-    ap.add_argument("--short-term", action="store_true",
-                    help="fit a third constant: the error growing with the distance where the "
-                         "largest pilot is short")
+    ap.add_argument("--terms", type=int, choices=(2, 3, 4), default=4,
+                    help="fit the model's first 2, 3 or all 4 terms (default 4, the code's)")
     ap.add_argument("--profile", default=None,
                     help="machine profile (default: the suite's node-quick.toml)")
     a = ap.parse_args(argv)
@@ -150,19 +157,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pilot_intervals: no kept campaigns in {', '.join(map(str, works))}: run "
               "bench/outside_suite.py first", file=sys.stderr)
         return 2
-    k = 3 if a.short_term else 2
-    ab = fit(pts, k)
+    k = a.terms
     programs = sorted({p.program for p in pts})
     print(host_line())
     print(f"{len(programs)} programs, {len(pts)} forecasts (supersteps x targets) from "
           f"{', '.join(map(str, works))}")
-    print(f"fitted: A (drift per e-fold) {ab[0]:.3f}, B (x timing spread) {ab[1]:.3f}"
-          + (f", C (drift per e-fold per e-fold of shortness) {ab[2]:.3f}" if k > 2 else "")
-          + f"; in the code: {DRIFT_PER_EFOLD}, {NOISE_FACTOR}, {SHORT_DRIFT}")
+    nested = {j: fit(pts, j) for j in (2, 3, 4)}
+    print("Akaike information criterion (lower is better), the first 2, 3 and 4 terms: "
+          + ", ".join(f"{j}: {2 * nested[j][1] + 2 * j:.1f}" for j in nested))
+    ab = nested[k][0]
+    print("fitted: " + ", ".join(f"{t} {c:.3f}" for t, c in zip(TERMS, ab, strict=False))
+          + "; in the code: " + ", ".join(f"{c}" for c in CODE))
     # leave one program out: fit on the others, judge the one left out
     left_out: dict[str, list[tuple[bool, float]]] = {t: [] for t in TARGETS}
     for prog in programs:
-        ab_rest = fit([p for p in pts if p.program != prog], k)
+        ab_rest = fit([p for p in pts if p.program != prog], k)[0]
         for t in TARGETS:
             left_out[t] += judged([p for p in pts if p.program == prog and p.label == t],
                                   ab_rest)
