@@ -396,6 +396,10 @@ class Agreement:
     intervals_s: tuple[tuple[float, float], tuple[float, float]]
     medians: tuple[float | None, float | None]
     campaign_s: float | None  # the second campaign's wall time
+    # where they differ: per superstep, the larger of the two campaigns' forecasts over the
+    # smaller, and the same of their checking runs' median work; the median over supersteps
+    forecasts_apart: float | None = None
+    checks_apart: float | None = None
 
     @property
     def each_inside(self) -> bool:
@@ -414,10 +418,21 @@ def agreement(first: Mapping[str, Any], second: Mapping[str, Any], program: str,
     def med(d: Mapping[str, Any]) -> float | None:
         return target_result(program, label, d, None).median_e
 
+    def apart(get: Any) -> float | None:
+        pairs = [(get(x), get(y)) for x, y in zip(first["supersteps"], second["supersteps"],
+                                                   strict=False)]
+        ratios = [max(x, y) / min(x, y) for x, y in pairs
+                  if x is not None and y is not None and min(x, y) > 0]
+        return statistics.median(ratios) if ratios else None
+
+    def check(s: Mapping[str, Any]) -> float | None:
+        return s["check"]["work"]["measured_s"] if s.get("check") else None
+
     a, b = first["total"], second["total"]
     return Agreement(program, label, (a["predicted_s"], b["predicted_s"]),
                      (tuple(a["interval_s"]), tuple(b["interval_s"])),  # type: ignore[arg-type]
-                     (med(first), med(second)), second.get("campaign_s"))
+                     (med(first), med(second)), second.get("campaign_s"),
+                     apart(lambda s: s["predicted_s"]), apart(check))
 
 
 def agreement_lines(agreements: Sequence[Agreement]) -> list[str]:
@@ -428,7 +443,10 @@ def agreement_lines(agreements: Sequence[Agreement]) -> list[str]:
         out.append(f"  {g.program} at {g.label}: totals {_ms(a)} ({_ms(ia[0])} .. {_ms(ia[1])}) "
                    f"and {_ms(b)} ({_ms(ib[0])} .. {_ms(ib[1])}): each within the other's "
                    f"interval: {_met(g.each_inside)}; per-superstep median E {_e(ma, 0)} and "
-                   f"{_e(mb, 0)}, within 0.1: {_met(g.medians_close)}")
+                   f"{_e(mb, 0)}, within 0.1: {_met(g.medians_close)}"
+                   + (f"; per superstep (median) the forecasts {_e(g.forecasts_apart, 0)}x "
+                      f"apart, the checking runs {_e(g.checks_apart, 0)}x"
+                      if g.forecasts_apart is not None else ""))
     return out
 
 

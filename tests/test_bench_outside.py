@@ -94,7 +94,14 @@ def test_two_campaigns_agree_only_within_intervals_and_medians() -> None:
     g = suite.agreement(first, far, "prog", "4x")
     assert not g.each_inside  # 0.063 is above the first one's upper bound, 0.056
     assert not g.medians_close  # 1.1 against 1.36
-    assert "within the other's interval: MISSED" in suite.agreement_lines([g])[0]
+    line = suite.agreement_lines([g])[0]
+    assert "within the other's interval: MISSED" in line
+    # where they differ: the forecasts 1.5x apart, the checking runs not at all
+    assert g.forecasts_apart == pytest.approx(1.5) and g.checks_apart == pytest.approx(1.0)
+    assert "the forecasts 1.50x apart, the checking runs 1.00x" in line
+    moved = canned([(n, p, lo, hi, t * 2, to) for n, p, lo, hi, t, to in STEPS])
+    g = suite.agreement(first, moved, "prog", "4x")
+    assert g.forecasts_apart == pytest.approx(1.0) and g.checks_apart == pytest.approx(2.0)
 
 
 @pytest.mark.parametrize("program", [p.name for p in suite.PROGRAMS + suite.HELD_OUT])
