@@ -59,8 +59,9 @@ Choices, each stated where a forecast is printed:
   the sizes below them (:func:`~predictor.pilot.forecast.holdout_forecasts`); the one that
   missed them least (root mean square) replaces the standing one (scaled where counted, the fit
   where it found a fixed cost) where it missed less by more than three times a held-out error's
-  timing noise. The interval comes from the timing spread, the distance to the target and how
-  short the largest pilot is (:func:`~predictor.pilot.choice.interval_half`);
+  timing noise. The interval comes from the timing spread, the distance to the target, how
+  short the largest pilot is and how far the printed forecast missed the held-out pilots
+  (:func:`~predictor.pilot.choice.interval_half`);
   :func:`~predictor.pilot.choice.advise` warns of pilots too short or too noisy and proposes
   sizes that would do.
 """

@@ -94,8 +94,8 @@ class StepForecast:
     @property
     def interval_s(self) -> tuple[float, float]:
         """The interval: with a :attr:`choice`, the forecast times exp(+-half), half from the
-        timing spread and the distance to the target (:func:`interval_half`); else the
-        basis's own."""
+        timing spread, the distance to the target, the largest pilot's shortness and the
+        forecast's held-out miss (:func:`interval_half`); else the basis's own."""
         if self.choice is not None:
             p = self.predicted_s
             return p * math.exp(-self.choice.half), p * math.exp(self.choice.half)
