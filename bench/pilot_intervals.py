@@ -62,16 +62,18 @@ class Point:
     distance: float  # log(target / largest pilot)
     short: float  # log(SHORT_S / work at the largest pilot), 0 where that work is longer
     heldout: float  # the printed forecast's held-out miss (root mean square, log scale)
+    where: str = ""  # the work directory of its campaign (one set of campaigns)
 
 
 def points(works: Sequence[Path], profile: str | None) -> list[Point]:
     """Every superstep of every kept campaign at each target, in every work directory (a
-    program's campaigns in two directories count as two programs' for leaving one out: the
-    same program, so both are left out together)."""
+    program's campaigns in several directories are one program's: leaving it out of the fit
+    leaves out all of them). Directories without a kept campaign give none."""
     out = []
     for work in works:
-        prof = load_profile(profile or str(work / "node-quick.toml"))
-        out += _points(work, prof)
+        if any((work / p.name / "c1" / "forecast.json").exists()
+               for p in PROGRAMS + HELD_OUT):
+            out += _points(work, load_profile(profile or str(work / "node-quick.toml")))
     return out
 
 
@@ -93,7 +95,7 @@ def _points(work: Path, prof: Any) -> list[Point]:
                                  math.log(s["predicted_s"] / s["check"]["work"]["measured_s"]),
                                  s["choice"]["timing_spread"], dist,
                                  max(0.0, math.log(SHORT_S / held["measured_s"][-1])),
-                                 float(np.sqrt(np.mean(miss ** 2)))))
+                                 float(np.sqrt(np.mean(miss ** 2))), str(work)))
     return out
 
 
@@ -175,6 +177,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         for t in TARGETS:
             left_out[t] += judged([p for p in pts if p.program == prog and p.label == t],
                                   ab_rest)
+    sets = sorted({p.where for p in pts})
+    if len(sets) > 1:  # leave one set out: what a fresh set of campaigns would see
+        for t in TARGETS:
+            line = []
+            for w in sets:
+                ab_rest = fit([p for p in pts if p.where != w], k)[0]
+                mine = [p for p in pts if p.where == w and p.label == t]
+                line.append(f"{w}: {_line(judged(mine, ab_rest))}")
+            print(f"at {t}, each set left out of the fit and judged: " + "; ".join(line))
     for t in TARGETS:
         mine = [p for p in pts if p.label == t]
         print(f"at {t} ({len(mine)} supersteps), 90 % intervals: fitted on all: "

@@ -222,7 +222,7 @@ def test_the_interval_grows_with_the_spread_and_the_distance_to_the_target():
     assert at_4x == pytest.approx(z * math.hypot(DRIFT_PER_EFOLD * math.log(4),
                                                  NOISE_FACTOR * 0.05))
     assert interval_half(0.05, SIZES, 16 * SIZES[-1]) > 1.8 * at_4x
-    assert interval_half(0.3, SIZES, 4 * SIZES[-1]) > 1.2 * at_4x
+    assert interval_half(0.3, SIZES, 4 * SIZES[-1]) > 1.1 * at_4x
     assert interval_half(0.05, SIZES, SIZES[-2]) == pytest.approx(z * NOISE_FACTOR * 0.05)
     assert interval_half(0.05, SIZES, 4 * SIZES[-1], level=0.5) < at_4x
     # the held-out miss: HELDOUT_DRIFT per e-fold of extrapolation and per unit of it, and
@@ -286,17 +286,17 @@ def _coverage(drift: float, reps: int = 300) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize("drift, low, high, widths", [
-    (0.0, 0.99, 1.0, (1.65, 1.8)),  # measured 1.0, 1.72x: noise only, wider than it needs
-    (0.15, 0.9, 1.0, (1.65, 1.85)),  # measured 0.96, 1.75x: a drift of 0.15 per e-fold
-    (0.2, 0.45, 0.75, (1.65, 1.85)),  # measured 0.59, 1.77x
-    (0.3, 0.0, 0.1, (1.75, 1.95)),  # measured 0.007, 1.83x: twice 0.15 is not covered
-    (0.6, 0.0, 0.1, (2.05, 2.3)),  # measured 0, 2.17x: wider (the held-out misses), not enough
+    (0.0, 0.99, 1.0, (1.6, 1.75)),  # measured 1.0, 1.68x: noise only, wider than it needs
+    (0.15, 0.9, 1.0, (1.7, 1.85)),  # measured 0.97, 1.78x: a drift of 0.15 per e-fold
+    (0.2, 0.6, 0.9, (1.78, 1.95)),  # measured 0.77, 1.86x
+    (0.3, 0.05, 0.3, (1.95, 2.2)),  # measured 0.17, 2.07x: twice 0.15 is mostly not covered
+    (0.6, 0.0, 0.1, (2.9, 3.4)),  # measured 0, 3.13x: wider (the held-out misses), not enough
 ])
 def test_interval_coverage_against_a_drift_is_measured(drift, low, high, widths):
     """The 90 % interval at 4x the largest pilot, 300 campaigns with 5 % noise: it covers
     programs whose time per unit of work drifts by 0.15 per e-fold (a drift that is the same
     in every campaign, where the model takes it for a normal spread of drifts over programs:
-    the outside suite's fitted A is 0.115), less and less of faster ones, and not one that
+    the outside suite's fitted A is 0.107), less and less of faster ones, and not one that
     drifts twice as fast: the interval is a measured error model, not a guarantee. It widens
     with the drift through the held-out misses (each a fraction of an e-fold, so by little):
     about 1.7x at 4x and 5 % noise with pilots longer than SHORT_S and no drift."""
