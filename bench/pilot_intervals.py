@@ -44,6 +44,7 @@ from predictor.pilot.choice import (  # noqa: E402
     NOISE_FACTOR,
     SHORT_DRIFT,
     SHORT_S,
+    Holdout,
 )
 
 LEVEL = 0.9
@@ -90,12 +91,13 @@ def _points(work: Path, prof: Any) -> list[Point]:
                 if s["check"] is None or s["choice"] is None:
                     continue
                 held = s["choice"]["holdout"][s["choice"]["basis"]]
-                miss = np.log(np.asarray(held["predicted_s"]) / np.asarray(held["measured_s"]))
+                miss = Holdout(s["choice"]["basis"], tuple(held["sizes"]),
+                               tuple(held["predicted_s"]), tuple(held["measured_s"])).miss
                 out.append(Point(p.name, label,
                                  math.log(s["predicted_s"] / s["check"]["work"]["measured_s"]),
                                  s["choice"]["timing_spread"], dist,
                                  max(0.0, math.log(SHORT_S / held["measured_s"][-1])),
-                                 float(np.sqrt(np.mean(miss ** 2))), str(work)))
+                                 miss, str(work)))
     return out
 
 

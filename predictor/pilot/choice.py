@@ -60,6 +60,11 @@ class Holdout:
         return np.log(np.asarray(self.predicted) / np.asarray(self.measured))
 
     @property
+    def miss(self) -> float:
+        """The held-out miss: the root mean square of :attr:`errors` (log scale)."""
+        return math.sqrt(float(np.mean(self.errors ** 2)))
+
+    @property
     def largest_e(self) -> float:
         """E at the largest pilot (max(T, P) / min(T, P))."""
         return float(math.exp(abs(float(self.errors[-1]))))
@@ -187,7 +192,7 @@ def choose(holdouts: Mapping[str, Holdout], sizes: Sequence[float], target: floa
     if not have:
         return None
     noise = holdout_noise(spread)
-    miss = {b: math.sqrt(float(np.mean(holdouts[b].errors ** 2))) for b in have}
+    miss = {b: holdouts[b].miss for b in have}
     best = min(have, key=lambda b: (miss[b], BASES.index(b)))
     incumbent = next(b for b in INCUMBENT if b in have)
     fixed = ""
