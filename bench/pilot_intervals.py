@@ -6,7 +6,8 @@ standard deviation sqrt((A d)^2 + (B s)^2 + (C d short)^2 + (D d h)^2), d = log(
 largest pilot), s one run's timing spread at the pilots (``timing_spread``), short =
 log(SHORT_S / the largest pilot's work) where that work is under SHORT_S (else 0), h the
 printed forecast's held-out miss (root mean square of its log errors predicting the larger
-pilots from the smaller ones). The constants are fitted by maximum likelihood (scipy) on every
+pilots from the smaller ones); plus, not fitted, the counts' hinge on the largest pilot
+(``extrapolate_count``). The constants are fitted by maximum likelihood (scipy) on every
 superstep of every kept campaign at 4x and 16x (``bench/outside_suite.py --refit``'s
 forecasts: this tree's code on the campaigns' records, against their checking runs; nothing
 runs). ``--terms 2`` or ``3`` fits the model's first two or three terms only. Printed: the
@@ -64,6 +65,7 @@ class Point:
     short: float  # log(SHORT_S / work at the largest pilot), 0 where that work is longer
     heldout: float  # the printed forecast's held-out miss (root mean square, log scale)
     where: str = ""  # the work directory of its campaign (one set of campaigns)
+    hinge: float = 0.0  # its counts' hinge on the largest pilot (a fixed term, not fitted)
 
 
 def points(works: Sequence[Path], profile: str | None) -> list[Point]:
@@ -97,7 +99,7 @@ def _points(work: Path, prof: Any) -> list[Point]:
                                  math.log(s["predicted_s"] / s["check"]["work"]["measured_s"]),
                                  s["choice"]["timing_spread"], dist,
                                  max(0.0, math.log(SHORT_S / held["measured_s"][-1])),
-                                 miss, str(work)))
+                                 miss, str(work), s["choice"].get("hinge", 0.0)))
     return out
 
 
@@ -105,11 +107,17 @@ def sigma(ab: Sequence[float], pts: Sequence[Point]) -> np.ndarray:
     """sqrt((A d)^2 + (B s)^2 [+ (C d short)^2 [+ (D d h)^2]]): the first ``len(ab)`` terms.
     The third: the error also grows with the distance where the largest pilot's work is under
     ``SHORT_S`` (mostly fixed cost there, as ``advise`` warns); the fourth: it grows with the
-    distance in proportion to how far the printed forecast missed the held-out pilots."""
+    distance in proportion to how far the printed forecast missed the held-out pilots. Plus,
+    not fitted, (hinge / 2z)^2, z the 90 % quantile: a count that hinges on the largest pilot
+    (``interval_half``)."""
+    from scipy import stats
+
     d = np.array([p.distance for p in pts])
     terms = [d, np.array([p.spread for p in pts]), d * np.array([p.short for p in pts]),
              d * np.array([p.heldout for p in pts])]
-    return np.sqrt(sum((c * t) ** 2 for c, t in zip(ab, terms, strict=False)))
+    z = float(stats.norm.ppf((1 + LEVEL) / 2))
+    fixed = (np.array([p.hinge for p in pts]) / (2 * z)) ** 2
+    return np.sqrt(sum((c * t) ** 2 for c, t in zip(ab, terms, strict=False)) + fixed)
 
 
 def fit(pts: Sequence[Point], k: int = 4) -> tuple[tuple[float, ...], float]:

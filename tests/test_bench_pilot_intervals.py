@@ -17,24 +17,25 @@ from predictor.pilot.choice import SHORT_S, interval_half
 SIZES = (1e5, 2e5, 3e5, 4e5)
 
 
-def _point(error: float, spread: float, factor: float, work_s: float, heldout: float
-           ) -> pi.Point:
+def _point(error: float, spread: float, factor: float, work_s: float, heldout: float,
+           hinge: float = 0.0) -> pi.Point:
     return pi.Point("prog", f"{factor:g}x", error, spread, math.log(factor),
-                    max(0.0, math.log(SHORT_S / work_s)), heldout)
+                    max(0.0, math.log(SHORT_S / work_s)), heldout, hinge=hinge)
 
 
-@pytest.mark.parametrize("spread, factor, work_s, heldout", [
-    (0.05, 4, 1e-2, 0.0), (0.2, 16, 1e-2, 0.1), (0.05, 4, 1e-4, 0.3), (0.0, 1, 1e-5, 0.5)])
+@pytest.mark.parametrize("spread, factor, work_s, heldout, hinge", [
+    (0.05, 4, 1e-2, 0.0, 0.0), (0.2, 16, 1e-2, 0.1, 0.0), (0.05, 4, 1e-4, 0.3, 0.0),
+    (0.0, 1, 1e-5, 0.5, 0.0), (0.05, 4, 1e-2, 0.1, 2.8), (0.0, 1, 1e-2, 0.0, 1.0)])
 def test_the_bench_model_with_the_code_constants_is_interval_half(spread, factor, work_s,
-                                                                   heldout):
+                                                                   heldout, hinge):
     """The bench fits the model the code uses: with the code's constants, its half-width at
     the 90 % level is ``interval_half``'s for the same superstep (a target inside the pilot
-    range: distance 0)."""
-    p = _point(0.0, spread, factor, work_s, heldout)
+    range: distance 0), the counts' hinge included."""
+    p = _point(0.0, spread, factor, work_s, heldout, hinge)
     z = stats.norm.ppf(0.95)
     got = z * float(pi.sigma(pi.CODE, [p])[0])
     assert got == pytest.approx(interval_half(spread, SIZES, factor * SIZES[-1],
-                                              work_s=work_s, heldout=heldout))
+                                              work_s=work_s, heldout=heldout, hinge=hinge))
 
 
 def test_fewer_terms_leave_the_later_ones_out() -> None:

@@ -17,6 +17,7 @@ from counterd.util.cliutil import Parser
 from predictor.errors import BadInput
 from predictor.pilot import campaign
 from predictor.pilot.check import Comparison
+from predictor.pilot.choice import DRIFT_PER_EFOLD
 from predictor.pilot.forecast import forecast
 
 
@@ -228,8 +229,10 @@ def run(a: argparse.Namespace) -> tuple[Any, str]:
         "work (instructions, misses, page faults) fitted on the pilot runs. The work forecast "
         "printed ('from') is the one that predicted the larger pilots best from the smaller "
         "ones; its interval is an error model measured on programs outside this project: "
-        "about 20 % of error per e-fold of n past the largest pilot, plus the runs' timing "
-        "spread."
+        f"about {DRIFT_PER_EFOLD:.0%} of error per e-fold of n past the largest pilot, more "
+        "where the forecast missed the larger pilots or they were short, plus the runs' timing "
+        "spread, and reaching over both fits of a count whose growth hinges on the largest "
+        "pilot (a note names it)."
         + (" measured: the median over the checking runs at the target, taken in the rounds "
            "of the timed pilot runs (the forecast reads only the pilots'); E = max(T, P) / "
            "min(T, P), work against work and span against span." if a.check else ""), 100)

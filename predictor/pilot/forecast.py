@@ -351,8 +351,23 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
         # cost plus the instructions (scaled's work): see :func:`choose`
         share = (fit.fixed_s / work_there if fit is not None and fit.counters == (WORK,)
                  and fit.fixed_s > 0 else None)
+        # how far each count-based forecast's counts hinge on the largest pilot
+        # (:func:`extrapolate_count`): the interval reaches over it. Each its own counts:
+        # scaled the instructions, the fit those it kept, F those its model reads
+        used = {"scaled": (WORK,), "fit": fit.counters if fit is not None else (),
+                "F": tuple(f_model.needs()) if f_model is not None else ()}
+        hinges = {b: max([counters[c].hinge for c in cs if c in counters], default=0.0)
+                  for b, cs in used.items()}
         choice = choose({b: h for b, h in holdouts.items() if b in have}, sizes, target,
-                        spread, level, fixed_share=share)
+                        spread, level, fixed_share=share, hinges=hinges)
+        if choice is not None and choice.hinge > 0:
+            which = ", ".join(c for c in used[choice.basis]
+                              if c in counters and counters[c].hinge > 0)
+            notes.append(f"{where}: the growth of its {which} hinges on the largest pilot's "
+                         f"count (the fits with and without it {math.exp(choice.hinge):.3g} "
+                         "times apart at the target): the forecast takes their geometric mean "
+                         "and its interval reaches over both; a counted run's count can jump "
+                         "in one run: another campaign, or another pilot size, will tell")
         out.append(replace(sf, scaled=scaled, extra=extra, fit=fit, choice=choice))
     total = sum(s.predicted_s for s in out)
     advice = advise([(f"{s.index}:{s.name}", [r.size for r in runs for _ in r.step_work(i)],

@@ -880,6 +880,74 @@ def test_a_count_that_barely_moves_over_the_pilots_grows_at_most_linearly():
     assert extrapolate_count(ns, [0.0] * 4, 8e6).how == "zero in every pilot run"
 
 
+def test_a_count_whose_growth_hinges_on_one_pilot_is_the_mean_of_the_fits_with_and_without_it():
+    """The outside suite's splu "assemble": its counted instructions jumped by about 1.5
+    million in the largest pilot's counted run (other sets counted 9.15 million there); the
+    growth terms put n^3 log(n)^2 through the jump, 26.9x the largest pilot's count at 4x,
+    where the three smaller pilots give 1.6x. The forecast is their geometric mean and its
+    interval spans both."""
+    ns = [1250, 2500, 3750, 5000]
+    jumped = [7294032.0, 7934293.0, 8552730.0, 10604934.0]
+    full = extrapolate(ns, jumped, 20000)
+    part = extrapolate(ns[:3], jumped[:3], 20000)
+    assert full.value > 20 * jumped[-1] and part.value < 2 * jumped[-1]
+    got = extrapolate_count(ns, jumped, 20000)
+    assert got.value == pytest.approx(math.sqrt(full.value * part.value))
+    assert got.hinge == pytest.approx(math.log(full.value / part.value))
+    assert got.lower <= part.value and got.upper >= full.value
+    assert "hinges on one pilot's count" in got.how and got.to_json()["hinge"] == got.hinge
+
+
+def test_a_count_without_the_largest_pilot_is_taken_no_lower_than_that_pilot():
+    """cg's "assemble": its smallest pilot's count jumped (9.16 million where other sets
+    counted 7.67), the three smaller pilots' fit extrapolates below the largest pilot's count
+    at 4x; a count does not shrink as n grows, so the mean is taken with that count."""
+    ns = [4000, 8000, 12000, 16000]
+    jumped = [9159000.0, 9483000.0, 11309000.0, 13110000.0]
+    full = extrapolate(ns, jumped, 64000)
+    assert extrapolate(ns[:3], jumped[:3], 64000).value < jumped[-1] < full.value
+    got = extrapolate_count(ns, jumped, 64000)
+    assert got.value == pytest.approx(math.sqrt(full.value * jumped[-1]))
+    assert got.lower <= jumped[-1]
+
+
+def test_a_count_whose_fits_with_and_without_the_largest_pilot_agree_is_left_as_it_is():
+    """A fixed count and a small exact n^2 term: steep at the target, and the three smaller
+    pilots say so too (no averaging); with three pilot sizes there is nothing to leave out."""
+    ns = [1000, 2000, 3000, 4000]
+    steep = [5e6 + 0.05 * n * n for n in ns]
+    got = extrapolate_count(ns, steep, 16000)
+    assert got == extrapolate(ns, steep, 16000) and got.hinge == 0.0
+    assert got.value == pytest.approx(5e6 + 0.05 * 16000 ** 2, rel=0.05)
+    jumped = [7294032.0, 7934293.0, 10604934.0]
+    assert extrapolate_count(ns[:3], jumped, 20000) == extrapolate(ns[:3], jumped, 20000)
+
+
+def test_a_forecast_whose_instructions_hinge_on_the_largest_pilot_says_so_and_is_wide():
+    """splu's "assemble" counts, the time in proportion to them and as noisy as splu's (one
+    run's spread 20 %): scaled's forecast uses the averaged count, and the printed interval
+    reaches over both of its fits."""
+    ns = [1250, 2500, 3750, 5000]
+    jumped = [7294032.0, 7934293.0, 8552730.0, 10604934.0]
+    runs = []
+    for n, c in zip(ns, jumped, strict=True):
+        t = 2.5e6 * c / jumped[-1]
+        work = (t, 1.25 * t, 0.8 * t)
+        step = Step("0:assemble", {"instructions": np.array([c])}, (0,),
+                    time_ns=t, meta={"work_ns": t})
+        runs.append(PilotRun(float(n), (step,), f"run-{n:g}", (work,), (work,)))
+    (s,) = forecast(runs, 20000, None).steps
+    count = s.counters["instructions"]
+    assert count.hinge > math.log(10) and "hinges on one pilot's count" in count.how
+    assert s.basis == "scaled" and s.choice is not None and s.choice.hinge == count.hinge
+    lo, hi = s.interval_s
+    full = extrapolate(ns, jumped, 20000).value / jumped[-1] * 2.5e-3
+    part = extrapolate(ns[:3], jumped[:3], 20000).value / jumped[-1] * 2.5e-3
+    assert lo <= part and hi >= full
+    (note,) = [n for n in forecast(runs, 20000, None).notes if "hinges" in n]
+    assert note.startswith("superstep 0:assemble: the growth of its instructions hinges")
+
+
 def test_the_forecast_extrapolates_its_counts_through_extrapolate_count():
     """A forecast of a superstep whose instructions rise 0.8 % over the pilots (the histogram
     reduce's counts) and whose time is flat: its instructions at 16x are a line's, and the

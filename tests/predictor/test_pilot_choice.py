@@ -255,6 +255,27 @@ def test_the_interval_grows_with_the_spread_and_the_distance_to_the_target():
     assert choose(hs, SIZES, 4 * SIZES[-1], 0.05).half == pytest.approx(short)
 
 
+def test_the_interval_reaches_over_a_count_that_hinges_on_the_largest_pilot():
+    """A count forecast as the geometric mean of its fits with and without the largest pilot
+    (log ratio ``hinge``) adds (hinge / 2z)^2 inside the root: the interval reaches at least
+    both fits; choose takes the hinge of the basis it prints."""
+    from scipy import stats
+
+    from predictor.pilot.choice import DRIFT_PER_EFOLD, NOISE_FACTOR
+
+    z = stats.norm.ppf(0.95)
+    assert interval_half(0.0, SIZES, SIZES[-2], hinge=2.0) == pytest.approx(1.0)
+    assert interval_half(0.05, SIZES, 4 * SIZES[-1], hinge=2.0) == pytest.approx(z * math.sqrt(
+        (DRIFT_PER_EFOLD * math.log(4)) ** 2 + (NOISE_FACTOR * 0.05) ** 2 + (1.0 / z) ** 2))
+    hs = {"scaled": _holdout("scaled", [0.0, 0.0, 0.0])}
+    c = choose(hs, SIZES, 4 * SIZES[-1], 0.05, hinges={"scaled": 2.0, "F": 5.0})
+    assert c is not None and c.hinge == 2.0 and c.to_json()["hinge"] == 2.0
+    assert c.half == pytest.approx(interval_half(0.05, SIZES, 4 * SIZES[-1], hinge=2.0))
+    other = choose(hs, SIZES, 4 * SIZES[-1], 0.05, hinges={"F": 5.0})
+    assert other is not None and other.hinge == 0.0
+    assert other.half == pytest.approx(interval_half(0.05, SIZES, 4 * SIZES[-1]))
+
+
 def _coverage(drift: float, reps: int = 300) -> tuple[float, float]:
     """Campaigns of a work time of 10 ns * n * (n / 1e5)^drift (the time per element growing
     by ``drift`` per e-fold of n), 5 % log-normal noise per run, 5 runs at each of 5 pilot
