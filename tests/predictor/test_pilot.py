@@ -923,6 +923,19 @@ def test_a_count_whose_fits_with_and_without_the_largest_pilot_agree_is_left_as_
     assert extrapolate_count(ns[:3], jumped, 20000) == extrapolate(ns[:3], jumped, 20000)
 
 
+def test_a_smooth_count_steepening_on_the_smaller_pilots_line_is_left_as_it_is():
+    """The held-out dense_solve's QR: its fit with the largest pilot is 1.69x the one without
+    it at 16x, but the largest pilot's count is within 5.5 % of what the three smaller ones'
+    fit predicts there (a smooth count, not a jump), and its forecast with the largest pilot
+    was the better one."""
+    ns = [24, 48, 72, 96]
+    qr = [335000.0, 802000.0, 1614000.0, 2864000.0]
+    full, part = extrapolate(ns, qr, 16 * 96), extrapolate(ns[:3], qr[:3], 16 * 96)
+    assert full.value > 1.5 * part.value
+    assert abs(math.log(qr[-1] / extrapolate(ns[:3], qr[:3], 96).value)) < 0.1
+    assert extrapolate_count(ns, qr, 16 * 96) == full
+
+
 def test_a_forecast_whose_instructions_hinge_on_the_largest_pilot_says_so_and_is_wide():
     """splu's "assemble" counts, the time in proportion to them and as noisy as splu's (one
     run's spread 20 %): scaled's forecast uses the averaged count, and the printed interval
