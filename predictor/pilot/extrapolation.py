@@ -30,8 +30,8 @@ class Extrapolated:
     upper: float
     how: str  # the fitted formula, or why there is none
     pilot_mre: float | None = None  # MRE on the pilot samples (toolkit's: 1 is perfect)
-    # |log| of the ratio of the forecasts with and without the largest pilot, where it
-    # exceeded log(HINGE) and the two were averaged (:func:`extrapolate_count`); else 0
+    # log of the forecast with the largest pilot over the one without it, where the two were
+    # averaged (:func:`extrapolate_count`); else 0
     hinge: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -82,14 +82,15 @@ COUNT_NOISE = 0.01
 # the forecast without it, its growth hinges on one pilot's count. A counted run is one run, and
 # a Python program's count can jump in one of them: the outside suite's splu "assemble" counted
 # 7.29, 7.93, 8.55 and 10.60 million instructions at its four pilots in two sets of campaigns
-# and 9.15 million at the largest in four others (about 1.5 million more in one run: a
-# collection of the interpreter's cyclic garbage, or a first use, lands in that superstep); the
-# growth terms fitted through the jump gave n^3 log(n)^2 and 26.9 times the largest pilot's
-# count at 4x, the three smaller pilots 1.6 times, the time measured 2.3 times. cg's
-# "assemble" jumped at its smallest pilot instead (6.8x with it, under 1x without). Such a jump
-# adds work to one run, and steepens the fit through every pilot; the other way round (the
-# largest pilot bending the growth down) is the program's own: pandas' groups saturating,
-# where the fit with the largest pilot forecast better. Only the steeper one is averaged.
+# and 9.14-9.38 million at the largest in four others, and seven counted runs at that size
+# afterwards 9.15-9.18 million (the cyclic garbage collector on or off: the cause is not pinned
+# down); the growth terms fitted through the jump gave n^3 log(n)^2 and 26.9 times the largest
+# pilot's count at 4x, the three smaller pilots 1.6 times, the time measured 2.3 times. cg's
+# "assemble" jumped at its smallest pilot instead (6.8x with it, under 1x without). Such a
+# jump adds work to one run, and the growth terms come out steeper through it; the other way
+# round (the largest pilot bending the growth down) is the program's own: pandas' groups
+# saturating, where the fit with the largest pilot forecast better. Only the steeper side is
+# averaged.
 HINGE = 1.5
 # ... and only where the largest pilot's count leaves the line of the smaller pilots' fit by more
 # than this (log, above it). A smooth program's count keeps to it within a few per cent
