@@ -62,7 +62,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -418,7 +418,7 @@ def agreement(first: Mapping[str, Any], second: Mapping[str, Any], program: str,
     def med(d: Mapping[str, Any]) -> float | None:
         return target_result(program, label, d, None).median_e
 
-    def apart(get: Any) -> float | None:
+    def apart(get: Callable[[Mapping[str, Any]], float | None]) -> float | None:
         pairs = [(get(x), get(y)) for x, y in zip(first["supersteps"], second["supersteps"],
                                                    strict=False)]
         ratios = [max(x, y) / min(x, y) for x, y in pairs
