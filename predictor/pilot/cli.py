@@ -176,10 +176,14 @@ def run(a: argparse.Namespace) -> tuple[Any, str]:
         detail = []
         if s.choice is not None:
             past = math.log(fc.target / fc.sizes[-1]) if fc.target > fc.sizes[-1] else 0.0
+            miss = s.choice.holdouts[s.basis].miss
+            hinge = (f", and its counts' fits with and without the largest pilot "
+                     f"{math.exp(s.choice.hinge):.3g}x apart" if s.choice.hinge > 0 else "")
             detail.append(f"from {s.basis}: {s.choice.why}; {pct}% interval "
                           f"{_width_text(s.width)} wide (from the timing spread, "
-                          f"{s.choice.spread * 100:.1f} % a run, and {past:.2f} e-folds of n "
-                          "past the largest pilot)")
+                          f"{s.choice.spread * 100:.1f} % a run, {past:.2f} e-folds of n "
+                          f"past the largest pilot, the held-out miss, "
+                          f"{(math.exp(miss) - 1) * 100:.1f} %{hinge})")
         if s.fit is not None:
             detail.append(f"fit: {seconds(s.fit.value)}, of which fixed cost "
                           f"{seconds(s.fit.fixed_s)}: {s.fit.how}")

@@ -936,19 +936,27 @@ def test_a_smooth_count_steepening_on_the_smaller_pilots_line_is_left_as_it_is()
     assert extrapolate_count(ns, qr, 16 * 96) == full
 
 
+def _jumped_runs() -> list[PilotRun]:
+    """splu's "assemble" counts (the largest pilot's jumped), the time in proportion to them,
+    one run's spread 20 % as splu's."""
+    runs = []
+    jumped = [7294032.0, 7934293.0, 8552730.0, 10604934.0]
+    for n, c in zip([1250, 2500, 3750, 5000], jumped, strict=True):
+        t = 2.5e6 * c / jumped[-1]
+        work = (t, 1.25 * t, 0.8 * t)
+        step = Step("0:assemble", {"instructions": np.array([c])}, (0,),
+                    time_ns=t, meta={"work_ns": t})
+        runs.append(PilotRun(float(n), (step,), f"run-{n:g}", (work,), (work,)))
+    return runs
+
+
 def test_a_forecast_whose_instructions_hinge_on_the_largest_pilot_says_so_and_is_wide():
     """splu's "assemble" counts, the time in proportion to them and as noisy as splu's (one
     run's spread 20 %): scaled's forecast uses the averaged count, and the printed interval
     reaches over both of its fits."""
     ns = [1250, 2500, 3750, 5000]
     jumped = [7294032.0, 7934293.0, 8552730.0, 10604934.0]
-    runs = []
-    for n, c in zip(ns, jumped, strict=True):
-        t = 2.5e6 * c / jumped[-1]
-        work = (t, 1.25 * t, 0.8 * t)
-        step = Step("0:assemble", {"instructions": np.array([c])}, (0,),
-                    time_ns=t, meta={"work_ns": t})
-        runs.append(PilotRun(float(n), (step,), f"run-{n:g}", (work,), (work,)))
+    runs = _jumped_runs()
     (s,) = forecast(runs, 20000, None).steps
     count = s.counters["instructions"]
     assert count.hinge > math.log(10) and "hinges on one pilot's count" in count.how
@@ -959,6 +967,23 @@ def test_a_forecast_whose_instructions_hinge_on_the_largest_pilot_says_so_and_is
     assert lo <= part and hi >= full
     (note,) = [n for n in forecast(runs, 20000, None).notes if "hinges" in n]
     assert note.startswith("superstep 0:assemble: the growth of its instructions hinges")
+
+
+def test_cli_text_says_how_far_apart_the_hinging_counts_fits_were(monkeypatch, capsys):
+    """The text's interval line names the fits' ratio, and the note is printed."""
+    from predictor.cli import main
+
+    runs = _jumped_runs()
+    monkeypatch.setattr("predictor.pilot.campaign.run_campaign", lambda *a, **k: runs)
+    rc = main(["--pilot", "prog {n}", "--sizes", "1250,2500,3750,5000", "--target", "20000",
+               "--backend", "none"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    text = " ".join(out.out.split())
+    ratio = math.exp(forecast(runs, 20000, None).steps[0].counters["instructions"].hinge)
+    assert (f"and its counts' fits with and without the largest pilot {ratio:.3g}x apart)"
+            in text)
+    assert "note: superstep 0:assemble: the growth of its instructions hinges" in text
 
 
 def test_the_forecast_extrapolates_its_counts_through_extrapolate_count():

@@ -609,7 +609,7 @@ def test_cli_text_says_which_forecast_why_how_wide_and_warns_in_one_line_each(mo
     text = " ".join(out.out.split())
     assert "predicted the pilots at n = 3000, 4000 from the smaller ones within" in text
     assert "90% interval" in text and "x wide (from the timing spread," in text
-    assert "5.52 e-folds of n past the largest pilot" in text
+    assert "5.52 e-folds of n past the largest pilot, the held-out miss," in text
     assert "fit: " in text and "of which fixed cost" in text
     assert "total work interval" in text
     warned = [x for x in out.err.splitlines() if x.startswith("predict: warning: ")]
