@@ -177,8 +177,9 @@ def run(a: argparse.Namespace) -> tuple[Any, str]:
         if s.choice is not None:
             past = math.log(fc.target / fc.sizes[-1]) if fc.target > fc.sizes[-1] else 0.0
             miss = s.choice.holdouts[s.basis].miss
-            hinge = (f", and its counts' fits with and without the largest pilot "
-                     f"{math.exp(s.choice.hinge):.3g}x apart" if s.choice.hinge > 0 else "")
+            hinge = (f", and its counts' fit with the largest pilot "
+                     f"{math.exp(s.choice.hinge):.3g}x the fit without it"
+                     if s.choice.hinge > 0 else "")
             detail.append(f"from {s.basis}: {s.choice.why}; {pct}% interval "
                           f"{_width_text(s.width)} wide (from the timing spread, "
                           f"{s.choice.spread * 100:.1f} % a run, {past:.2f} e-folds of n "
@@ -233,7 +234,8 @@ def run(a: argparse.Namespace) -> tuple[Any, str]:
         "work (instructions, misses, page faults) fitted on the pilot runs. The work forecast "
         "printed ('from') is the one that predicted the larger pilots best from the smaller "
         "ones; its interval is an error model measured on programs outside this project: "
-        f"about {DRIFT_PER_EFOLD:.0%} of error per e-fold of n past the largest pilot, more "
+        f"a standard deviation of about {DRIFT_PER_EFOLD:.0%} per e-fold of n past the largest "
+        "pilot, more "
         "where the forecast missed the larger pilots or they were short, plus the runs' timing "
         "spread, and reaching over both fits of a count whose growth hinges on the largest "
         "pilot (a note names it)."

@@ -30,8 +30,9 @@ class Extrapolated:
     upper: float
     how: str  # the fitted formula, or why there is none
     pilot_mre: float | None = None  # MRE on the pilot samples (toolkit's: 1 is perfect)
-    # log of the forecast with the largest pilot over the one without it, where the two were
-    # averaged (:func:`extrapolate_count`); else 0
+    # log of the forecast with the largest pilot over the one without it (taken no lower than
+    # the largest pilot's count), where the two were averaged (:func:`extrapolate_count`);
+    # else 0
     hinge: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -94,9 +95,9 @@ COUNT_NOISE = 0.01
 HINGE = 1.5
 # ... and only where the largest pilot's count leaves the line of the smaller pilots' fit by more
 # than this (log, above it). A smooth program's count keeps to it within a few per cent
-# (Callgrind counts exactly): the held-out dense_solve's QR 5.5 %, PageRank's "normalise"
-# 7.8 %, whose fits with and without the largest pilot differ by 1.4-2.3x at 4x-16x and whose
-# forecasts with the largest pilot were the better ones; the jumps above left it by 15-34 %.
+# (Callgrind counts exactly): the held-out dense_solve's QR by 0.054, PageRank's "normalise" by
+# 0.075, whose fits with and without the largest pilot differ by 1.4-2.3x at 4x-16x and whose
+# forecasts with the largest pilot were the better ones; the jumps above left it by 0.14-0.29.
 DEPART = 0.1
 
 
@@ -121,6 +122,8 @@ def extrapolate_count(ns: Sequence[float], values: Sequence[float], target: floa
     part = _count([ns[k] for k in below], [values[k] for k in below], target, level=level,
                   modeler=modeler, where=f"{where} (without the largest pilot)")
     top = float(np.mean([v for n, v in zip(ns, values, strict=True) if n == sizes[-1]]))
+    if not top > 0:  # nothing counted at the largest pilot: no line to leave
+        return e
     other = max(part.value, top)
     ratio = e.value / other
     if ratio <= HINGE:  # only a steeper growth hinges: see HINGE
@@ -131,9 +134,11 @@ def extrapolate_count(ns: Sequence[float], values: Sequence[float], target: floa
         return e
     v = math.sqrt(e.value * other)
     lower, upper = min(e.lower, max(part.lower, top)), max(e.upper, other, part.upper)
+    without = (part.how if part.value >= top
+               else f"the largest pilot's count {top:.4g} ({part.how} was lower)")
     return Extrapolated(v, lower, upper,
                         f"the geometric mean of {e.how} and, without the largest pilot, "
-                        f"{part.how}: {ratio:.3g} times apart at the target, the growth hinges "
+                        f"{without}: {ratio:.3g} times apart at the target, the growth hinges "
                         "on one pilot's count", e.pilot_mre, math.log(ratio))
 
 

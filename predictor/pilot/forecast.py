@@ -94,8 +94,9 @@ class StepForecast:
     @property
     def interval_s(self) -> tuple[float, float]:
         """The interval: with a :attr:`choice`, the forecast times exp(+-half), half from the
-        timing spread, the distance to the target, the largest pilot's shortness and the
-        forecast's held-out miss (:func:`interval_half`); else the basis's own."""
+        timing spread, the distance to the target, the largest pilot's shortness, the
+        forecast's held-out miss and its counts' hinge on the largest pilot
+        (:func:`interval_half`); else the basis's own."""
         if self.choice is not None:
             p = self.predicted_s
             return p * math.exp(-self.choice.half), p * math.exp(self.choice.half)
@@ -364,8 +365,9 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
             which = ", ".join(c for c in used[choice.basis]
                               if c in counters and counters[c].hinge > 0)
             notes.append(f"{where}: the growth of its {which} hinges on the largest pilot's "
-                         f"count (the fits with and without it {math.exp(choice.hinge):.3g} "
-                         "times apart at the target): the forecast takes their geometric mean "
+                         f"count (the fit with it {math.exp(choice.hinge):.3g} times the fit "
+                         "without it, taken no lower than that count, at the target): the "
+                         "forecast takes their geometric mean "
                          "and its interval reaches over both; a counted run's count can jump "
                          "in one run: another campaign, or another pilot size, will tell")
         out.append(replace(sf, scaled=scaled, extra=extra, fit=fit, choice=choice))
@@ -393,7 +395,8 @@ def point_forecasts(runs: Sequence[PilotRun], i: int, at: float, fm: Any = None,
     """Each work forecast of superstep ``i`` at size ``at`` from ``runs`` (seconds; a forecast
     that cannot be made, or is not > 0, is left out): time-only, scaled, the fit of fixed cost
     and counted work and, with ``fm`` (an F model) and ``names`` (the counters to extrapolate
-    for it), F."""
+    for it), F. The counts go through :func:`extrapolate_count` as at the target, so with five
+    pilot sizes or more a held-out prediction has the check of its largest size too."""
     sizes = sorted({r.size for r in runs})
     tws = [(r.size, w * 1e-9) for r in runs for w in r.step_work(i)]
     steps = [r.steps[i] for r in runs]
