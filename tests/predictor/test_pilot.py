@@ -989,17 +989,11 @@ def test_a_forecast_whose_instructions_hinge_on_the_largest_pilot_says_so_and_is
     assert note.startswith("superstep 0:assemble: the growth of its instructions hinges")
 
 
-def test_cli_text_says_how_far_apart_the_hinging_counts_fits_were(monkeypatch, capsys):
+def test_cli_text_says_how_far_apart_the_hinging_counts_fits_were(pilot_text):
     """The text's interval line names the fits' ratio, and the note is printed."""
-    from predictor.cli import main
-
     runs = _jumped_runs()
-    monkeypatch.setattr("predictor.pilot.campaign.run_campaign", lambda *a, **k: runs)
-    rc = main(["--pilot", "prog {n}", "--sizes", "1250,2500,3750,5000", "--target", "20000",
-               "--backend", "none"])
-    out = capsys.readouterr()
+    rc, text, out = pilot_text(runs, "1250,2500,3750,5000", "20000")
     assert rc == 0, out.err
-    text = " ".join(out.out.split())
     ratio = math.exp(forecast(runs, 20000, None).steps[0].counters["instructions"].hinge)
     assert (f"and its counts' fit with the largest pilot {ratio:.3g}x the fit without it)"
             in text)

@@ -592,21 +592,14 @@ def test_the_checking_runs_are_counterd_records_own_times(tmp_path, monkeypatch)
         assert 0 < v.work_ns <= v.span_ns
 
 
-def test_cli_text_says_which_forecast_why_how_wide_and_warns_in_one_line_each(monkeypatch,
-                                                                             capsys):
+def test_cli_text_says_which_forecast_why_how_wide_and_warns_in_one_line_each(pilot_text):
     """The text: per superstep the forecast chosen and why, the interval's width, the fit
     with its fixed cost; the total's width; warnings on stderr, one line each, and at the end
     of the text; --json carries the same."""
-    from predictor.cli import main
-
     runs = _fixed_cost_runs(np.random.default_rng(7), repeat=3, sizes=[1e3, 2e3, 3e3, 4e3],
                             fixed=1e-5)
-    monkeypatch.setattr("predictor.pilot.campaign.run_campaign", lambda *a, **k: runs)
-    rc = main(["--pilot", "prog {n}", "--sizes", "1000,2000,3000,4000", "--target", "1e6",
-               "--backend", "none"])
-    out = capsys.readouterr()
+    rc, text, out = pilot_text(runs, "1000,2000,3000,4000", "1e6")
     assert rc == 0, out.err
-    text = " ".join(out.out.split())
     assert "predicted the pilots at n = 3000, 4000 from the smaller ones within" in text
     assert "90% interval" in text and "x wide (from the timing spread," in text
     assert "5.52 e-folds of n past the largest pilot, the held-out miss," in text
