@@ -110,8 +110,9 @@ def interval_half(spread: float, sizes: Sequence[float], target: float,
     quantile: ``hinge`` the log ratio of a count's forecasts with and without the largest
     pilot where they were averaged (:func:`~predictor.pilot.extrapolation.extrapolate_count`),
     so that the interval reaches at least both of them. That term is not fitted: a count that
-    hinges on one pilot is rare (22 of the outside suite's 364 scaled forecasts at 4x over
-    eleven sets), too rare to weigh.
+    hinges on one pilot is rare (the instructions of 14 of the 394 supersteps at 4x over ten
+    sets of the outside suite's campaigns: matmul's product, groupby_python's "top", splu's
+    and cg's assembly), too rare to weigh.
 
     The held-out miss enters at a fraction of its face value: two or three errors per
     superstep, each made a fraction of an e-fold from the sizes below it, are mostly timing
