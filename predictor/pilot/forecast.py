@@ -386,7 +386,8 @@ def _fit_step(runs: Sequence[PilotRun], i: int, at: Mapping[str, float], *, wher
     times = [w * 1e-9 for r in runs for w in r.step_work(i)]
     counts = {c: [float(r.steps[i].counter(c).sum()) for r in runs for _ in r.step_work(i)]
               for c in FIT_COUNTERS if c in at and all(c in r.steps[i].counters for r in runs)}
-    return fit_work(times, counts, at, where=f"{where}: work fit")
+    return fit_work(times, counts, at, ns=[r.size for r in runs for _ in r.step_work(i)],
+                    where=f"{where}: work fit")
 
 
 def point_forecasts(runs: Sequence[PilotRun], i: int, at: float, fm: Any = None, *,

@@ -30,7 +30,7 @@ from predictor.pilot.choice import (
     interval_half,
     timing_spread,
 )
-from predictor.pilot.extrapolation import fit_work
+from predictor.pilot.extrapolation import FIXED_WORK, fit_work, fixed_work_share
 from predictor.pilot.forecast import forecast
 from predictor.pilot.runs import PilotRun, Timing
 
@@ -101,6 +101,52 @@ def test_no_usable_counter_means_no_fit():
     flat = {"instructions": [5.0] * 6}
     assert fit_work(times, flat, {"instructions": 5.0}) is None
     assert fit_work(times, {}, {}) is None
+
+
+def _setup_work_runs(fixed_instructions, rng, noise=0.02):
+    """Timed runs of one superstep whose time is 14 ms plus a cost per L1 miss, the misses
+    growing as n log n, its instructions ``fixed_instructions`` plus 80 per element: per timed
+    run, (n, time, instructions, misses)."""
+    out = []
+    for n in SIZES[:4]:
+        misses = 2e5 + 0.05 * n * math.log(n)
+        for _ in range(5):
+            out.append((n, (14e-3 + 4e-8 * misses) * math.exp(noise * rng.standard_normal()),
+                        fixed_instructions + 80.0 * n, misses))
+    return out
+
+
+def test_fixed_work_share_is_the_counts_intercept_over_the_largest():
+    ns = [1e5, 2e5, 3e5, 4e5]
+    assert fixed_work_share(ns, [3e7 + 80 * n for n in ns]) == pytest.approx(3e7 / (3e7 + 3.2e7))
+    assert fixed_work_share(ns, [80 * n for n in ns]) == pytest.approx(0, abs=1e-9)
+    # a count growing faster than n meets n = 0 below zero: no fixed part
+    assert fixed_work_share(ns, [n * math.log(n) for n in ns]) == 0
+    assert fixed_work_share([1e5, 1e5], [5.0, 6.0]) == 0
+
+
+def test_a_fixed_cost_goes_with_fixed_instructions_not_with_a_miss_counter():
+    """Where the instructions have a fixed part (46 % here, set-up work) and the term search
+    kept a miss counter that grows with n as well, the fit is searched again on a constant and
+    the instructions, and taken where it keeps both; without a fixed part of the instructions,
+    or without the runs' sizes, the search's own choice stands."""
+    target = 4 * SIZES[3]
+    for fixed, kept in ((3.35e7, ("instructions",)), (0.0, ("l1d_misses",))):
+        rows = _setup_work_runs(fixed, np.random.default_rng(3))
+        times = [t for _, t, _, _ in rows]
+        counts = {"instructions": [i for _, _, i, _ in rows],
+                  "l1d_misses": [m for _, _, _, m in rows]}
+        at = {"instructions": fixed + 80 * target,
+              "l1d_misses": 2e5 + 0.05 * target * math.log(target)}
+        own = fit_work(times, counts, at)
+        assert own is not None and own.counters == ("l1d_misses",) and own.fixed_s > 0
+        fit = fit_work(times, counts, at, ns=[n for n, _, _, _ in rows])
+        assert fit is not None and fit.counters == kept and fit.fixed_s > 0
+        if fixed:
+            assert fixed_work_share([n for n, *_ in rows], counts["instructions"]) >= FIXED_WORK
+            assert "instructions" in fit.how and fit.fixed_s == pytest.approx(14e-3, rel=0.3)
+        else:
+            assert fit == own
 
 
 def _holdout(basis, errors, sizes=(3e5, 4e5, 5e5)):
