@@ -306,10 +306,11 @@ def fit_work(times_s: Sequence[float], counts: Mapping[str, Sequence[float]],
     taken where it keeps both: such a superstep's fixed cost goes with its set-up work, and the
     miss counters that grow with n as the instructions do stand in for the same work, which of
     them the search keeps being decided by the runs' noise (the outside suite's histogram
-    "draw", a forked worker's first superstep, 46 % of its instructions fixed: the search kept
-    a constant plus the L3 misses on one set, the L1 misses alone on three; a constant plus
-    the instructions forecast 4x its largest pilot within 1.16-1.27 where scaled was 1.52-1.91,
-    and pandas' merge, 1.29-1.39 against 1.56-1.65)."""
+    "draw", a forked worker's first superstep, 46 % of its instructions fixed: of eight sets of
+    campaigns the search kept a constant plus the instructions on two, a constant plus the L3
+    misses on two, the L1 misses alone on three, a constant alone on one; a constant plus the
+    instructions forecast 4x its largest pilot within 1.16-1.27 where scaled was 1.52-1.91, and
+    pandas' merge within 1.29-1.39 against 1.56-1.65)."""
     y = np.asarray(times_s, dtype=np.float64)
     cols: list[str] = []
     for c in FIT_COUNTERS:
