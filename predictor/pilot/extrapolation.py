@@ -275,16 +275,23 @@ class WorkFit:
 
 
 def fixed_work_share(ns: Sequence[float], counts: Sequence[float]) -> float:
-    """The share of the largest pilot's count that does not grow with n: the intercept of the
-    least-squares line through the counts over n, over the mean count at the largest size (0
-    where that line meets n = 0 at or below zero: a count that grows as n or faster)."""
+    """The share of the largest pilot's count that does not grow with n over the pilots: the
+    intercept of the least-squares line through the counts over n, over the mean count at the
+    largest size, at most 1. 0 where that line meets n = 0 at or below zero (a count that grows
+    as n or faster), where it does not rise (a count that falls or stays is no work that
+    grows), and where the sizes are fewer than two, not finite or not one per count. A count
+    growing slower than n (sqrt(n), log n) has a part of it look fixed over the pilots'
+    range: that is what the line sees, and what scaled would multiply too."""
     n = np.asarray(ns, dtype=np.float64)
     y = np.asarray(counts, dtype=np.float64)
-    if len(set(n.tolist())) < 2:
+    if (len(n) != len(y) or not (np.all(np.isfinite(n)) and np.all(np.isfinite(y)))
+            or len(set(n.tolist())) < 2):
         return 0.0
-    _, a = np.polyfit(n, y, 1)
+    b, a = np.polyfit(n, y, 1)
     top = float(np.mean(y[n == n.max()]))
-    return max(0.0, float(a)) / top if top > 0 else 0.0
+    if not (b > 0 and a > 0 and top > 0):
+        return 0.0
+    return min(1.0, float(a) / top)
 
 
 def fit_work(times_s: Sequence[float], counts: Mapping[str, Sequence[float]],
@@ -301,16 +308,17 @@ def fit_work(times_s: Sequence[float], counts: Mapping[str, Sequence[float]],
     counter is usable or the fit fails.
 
     With ``ns`` (each timed run's size), where the search kept other counters than the
-    instructions alone and the instructions have a fixed part (:func:`fixed_work_share`, at
-    least :data:`FIXED_WORK`), the fit is searched again on a constant and the instructions, and
-    taken where it keeps both: such a superstep's fixed cost goes with its set-up work, and the
-    miss counters that grow with n as the instructions do stand in for the same work, which of
-    them the search keeps being decided by the runs' noise (the outside suite's histogram
-    "draw", a forked worker's first superstep, 46 % of its instructions fixed: of eight sets of
-    campaigns the search kept a constant plus the instructions on two, a constant plus the L3
-    misses on two, the L1 misses alone on three, a constant alone on one; a constant plus the
-    instructions forecast 4x its largest pilot within 1.16-1.27 where scaled was 1.52-1.91, and
-    pandas' merge within 1.29-1.39 against 1.56-1.65)."""
+    instructions, or a constant alone, and the instructions have a fixed part
+    (:func:`fixed_work_share`, at least :data:`FIXED_WORK`), the fit is searched again on a
+    constant and the instructions, and taken where it keeps both (its formula says so): such a
+    superstep's fixed cost goes with its set-up work, and the miss counters that grow with n as
+    the instructions do stand in for the same work, which of them the search keeps being decided
+    by the runs' noise (the outside suite's histogram "draw", a forked worker's first superstep,
+    46 % of its instructions fixed: of eight sets of campaigns the search kept a constant plus
+    the instructions on two, a constant plus the L3 misses on two, the L1 misses alone on three,
+    a constant alone on one; a constant plus the instructions forecast 4x its largest pilot
+    within 1.16-1.27 where scaled was 1.52-1.91, and pandas' merge within 1.29-1.39 against
+    1.56-1.65)."""
     y = np.asarray(times_s, dtype=np.float64)
     cols: list[str] = []
     for c in FIT_COUNTERS:
@@ -326,7 +334,11 @@ def fit_work(times_s: Sequence[float], counts: Mapping[str, Sequence[float]],
             and fixed_work_share(ns, counts[WORK]) >= FIXED_WORK):
         again = _search(y, counts, at, [WORK], where or "work fit")
         if again is not None and again.fixed_s > 0 and again.counters == (WORK,):
-            return again
+            first = " + ".join(("a constant",) * (fit.fixed_s > 0) + fit.counters)
+            share = fixed_work_share(ns, counts[WORK])
+            return replace(again, how=f"{again.how}; searched again on a constant and the "
+                                      f"instructions, {share * 100:.0f} % of which do not "
+                                      f"grow with n (the first search kept {first})")
     return fit
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -123,6 +124,13 @@ def test_fixed_work_share_is_the_counts_intercept_over_the_largest():
     # a count growing faster than n meets n = 0 below zero: no fixed part
     assert fixed_work_share(ns, [n * math.log(n) for n in ns]) == 0
     assert fixed_work_share([1e5, 1e5], [5.0, 6.0]) == 0
+    # a falling count is no work that grows; at most the whole count is fixed
+    assert fixed_work_share(ns, [1e8 - 100 * n for n in ns]) == 0
+    assert fixed_work_share(ns, [10.0, 8.0, 6.0, 4.0]) == 0
+    assert 0 < fixed_work_share(ns, [math.sqrt(n) for n in ns]) <= 1
+    # sizes that are not one per count, or not finite: no fixed part, no error
+    assert fixed_work_share(ns[:3], [1.0, 2.0, 3.0, 4.0]) == 0
+    assert fixed_work_share([1e5, math.nan, 3e5, 4e5], [1.0, 2.0, 3.0, 4.0]) == 0
 
 
 def test_a_fixed_cost_goes_with_fixed_instructions_not_with_a_miss_counter():
@@ -131,7 +139,7 @@ def test_a_fixed_cost_goes_with_fixed_instructions_not_with_a_miss_counter():
     the instructions, and taken where it keeps both; without a fixed part of the instructions,
     or without the runs' sizes, the search's own choice stands."""
     target = 4 * SIZES[3]
-    for fixed, kept in ((3.35e7, ("instructions",)), (0.0, ("l1d_misses",))):
+    for fixed, kept in ((2.73e7, ("instructions",)), (0.0, ("l1d_misses",))):
         rows = _setup_work_runs(fixed, np.random.default_rng(3))
         times = [t for _, t, _, _ in rows]
         counts = {"instructions": [i for _, _, i, _ in rows],
@@ -143,10 +151,34 @@ def test_a_fixed_cost_goes_with_fixed_instructions_not_with_a_miss_counter():
         fit = fit_work(times, counts, at, ns=[n for n, _, _, _ in rows])
         assert fit is not None and fit.counters == kept and fit.fixed_s > 0
         if fixed:
-            assert fixed_work_share([n for n, *_ in rows], counts["instructions"]) >= FIXED_WORK
+            share = fixed_work_share([n for n, *_ in rows], counts["instructions"])
+            assert share == pytest.approx(0.46, abs=0.01) and share >= FIXED_WORK
             assert "instructions" in fit.how and fit.fixed_s == pytest.approx(14e-3, rel=0.3)
+            assert ("searched again on a constant and the instructions, 46 % of which do not "
+                    "grow with n (the first search kept a constant + l1d_misses)") in fit.how
         else:
             assert fit == own
+
+
+def test_the_second_search_is_taken_only_where_it_keeps_a_constant_and_the_instructions(
+        monkeypatch):
+    """Where the search on a constant and the instructions drops either, the first search's
+    fit stands."""
+    from predictor.pilot import extrapolation
+
+    rows = _setup_work_runs(2.73e7, np.random.default_rng(3))
+    times = [t for _, t, _, _ in rows]
+    counts = {"instructions": [i for _, _, i, _ in rows], "l1d_misses": [m for *_, m in rows]}
+    at = {"instructions": 2.73e7 + 80 * 1.6e6, "l1d_misses": 2e5 + 0.05 * 1.6e6 * 14.3}
+    ns = [n for n, *_ in rows]
+    own = fit_work(times, counts, at)
+    search = extrapolation._search
+    for dropped in ({"fixed_s": 0.0}, {"counters": ()}):
+        def second(y, counts_, at_, cols, where, dropped=dropped):
+            got = search(y, counts_, at_, cols, where)
+            return replace(got, **dropped) if list(cols) == ["instructions"] else got
+        monkeypatch.setattr(extrapolation, "_search", second)
+        assert fit_work(times, counts, at, ns=ns) == own
 
 
 def _holdout(basis, errors, sizes=(3e5, 4e5, 5e5)):
