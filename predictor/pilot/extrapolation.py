@@ -329,17 +329,20 @@ def fit_work(times_s: Sequence[float], counts: Mapping[str, Sequence[float]],
         if np.linalg.matrix_rank(trial / np.linalg.norm(trial, axis=0), tol=1e-9) \
                 == trial.shape[1]:
             cols.append(c)
-    fit = _search(y, counts, at, cols, where or "work fit")
-    if (fit is not None and ns is not None and WORK in cols and fit.counters != (WORK,)
-            and fixed_work_share(ns, counts[WORK]) >= FIXED_WORK):
-        again = _search(y, counts, at, [WORK], where or "work fit")
-        if again is not None and again.fixed_s > 0 and again.counters == (WORK,):
-            first = " + ".join(("a constant",) * (fit.fixed_s > 0) + fit.counters)
-            share = fixed_work_share(ns, counts[WORK])
-            return replace(again, how=f"{again.how}; searched again on a constant and the "
-                                      f"instructions, {share * 100:.0f} % of which do not "
-                                      f"grow with n (the first search kept {first})")
-    return fit
+    where = where or "work fit"
+    fit = _search(y, counts, at, cols, where)
+    if fit is None or ns is None or WORK not in cols or fit.counters == (WORK,):
+        return fit
+    share = fixed_work_share(ns, counts[WORK])
+    if share < FIXED_WORK:
+        return fit
+    again = _search(y, counts, at, [WORK], where)
+    if again is None or not (again.fixed_s > 0 and again.counters == (WORK,)):
+        return fit
+    first = " + ".join((["a constant"] if fit.fixed_s > 0 else []) + list(fit.counters))
+    return replace(again, how=f"{again.how}; searched again on a constant and the "
+                              f"instructions, {share * 100:.0f} % of which do not grow with n "
+                              f"(the first search kept {first})")
 
 
 def _search(y: np.ndarray, counts: Mapping[str, Sequence[float]], at: Mapping[str, float],
