@@ -6,6 +6,7 @@ import multiprocessing as mp
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,17 @@ def mem_recorder() -> Recorder:
     return configure(backend="none", run_id="t-run")
 
 
-def test_records_have_fields_and_increasing_indices(mem_recorder: Recorder) -> None:
+@pytest.fixture
+def one_cpu() -> Iterator[int]:
+    """This thread on one CPU (restored after): the scheduler may move a sleeping thread,
+    and a move between two markers flags the record "migrated"."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})
+    yield min(before)
+    os.sched_setaffinity(0, before)
+
+
+def test_records_have_fields_and_increasing_indices(mem_recorder: Recorder, one_cpu: int) -> None:
     with counterd.superstep("a", n=10):
         time.sleep(0.002)
     with counterd.superstep("b", n=20):
@@ -37,7 +48,24 @@ def test_records_have_fields_and_increasing_indices(mem_recorder: Recorder) -> N
     assert recs[0].duration_ns is not None and recs[0].duration_ns >= 2_000_000
     assert recs[0].end_ns is not None and recs[1].begin_ns >= recs[0].end_ns
     assert recs[0].flags == frozenset()
-    assert recs[0].cpu in os.sched_getaffinity(0)
+    assert recs[0].cpu == one_cpu
+
+
+def test_a_move_to_another_cpu_between_the_markers_is_flagged(mem_recorder: Recorder) -> None:
+    before = sorted(os.sched_getaffinity(0))
+    if len(before) < 2:
+        pytest.skip("one CPU in this process's affinity: no other CPU to move to")
+    try:
+        os.sched_setaffinity(0, {before[0]})
+        with counterd.superstep("moved"):
+            os.sched_setaffinity(0, {before[1]})  # the kernel moves the thread before returning
+        with counterd.superstep("stayed"):
+            pass
+    finally:
+        os.sched_setaffinity(0, set(before))
+    moved, stayed = counterd.records()
+    assert moved.flags == frozenset({"migrated"})
+    assert stayed.flags == frozenset() and stayed.cpu == before[1]
 
 
 def test_exception_nested_and_unmatched_are_flagged(mem_recorder: Recorder) -> None:
@@ -98,6 +126,7 @@ def test_two_process_spmd_with_barriers(tmp_path: Path) -> None:
 
 
 def _dies_inside(spool: str, how: str) -> None:
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # no move between the markers
     configure(backend="none", spool=Path(spool), run_id="crash")
     with counterd.superstep("ok"):
         pass
