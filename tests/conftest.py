@@ -84,6 +84,17 @@ def _bytecode_under_valgrind(request: pytest.FixtureRequest) -> None:
         request.getfixturevalue("_package_bytecode")
 
 
+@pytest.fixture
+def one_cpu() -> Iterator[int]:
+    """This process on one CPU of its affinity (restored after); yields that CPU. The
+    scheduler may move a thread at any time, and a move between two markers rightly flags
+    the record "migrated": a test asserting a record's exact flags pins first."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})
+    yield min(before)
+    os.sched_setaffinity(0, before)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_recorder() -> Iterator[None]:
     """Each test starts without a process-wide marker recorder."""

@@ -46,13 +46,10 @@ IDS = {101: "task_clock_ns", 202: "page_faults"}
 
 
 @pytest.fixture(autouse=True)
-def one_cpu() -> Iterator[None]:
-    """The test thread on one CPU: a migration between two markers would flag one path's
+def _pinned(one_cpu: int) -> Iterator[None]:
+    """Every test here on one CPU: a migration between two markers would flag one path's
     record and not the other's."""
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(before)})
     yield
-    os.sched_setaffinity(0, before)
     configure(backend="none", socket="off")
 
 

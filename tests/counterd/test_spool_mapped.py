@@ -39,7 +39,7 @@ def _recorder(directory: Path, backend: str = "none") -> Recorder:
 
 
 def test_markers_go_to_one_mapped_file_as_frames_and_collect_into_the_same_records(
-        tmp_path: Path) -> None:
+        tmp_path: Path, one_cpu: int) -> None:
     rec = _recorder(tmp_path)
     mem = Recorder(run_id="mapped", backend="none", socket="off")
     mem.sink = MemorySink()

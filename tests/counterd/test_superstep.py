@@ -6,7 +6,6 @@ import multiprocessing as mp
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,16 +21,6 @@ from counterd.wire.spool_reader import collect as collect_spool
 @pytest.fixture
 def mem_recorder() -> Recorder:
     return configure(backend="none", run_id="t-run")
-
-
-@pytest.fixture
-def one_cpu() -> Iterator[int]:
-    """This thread on one CPU (restored after): the scheduler may move a sleeping thread,
-    and a move between two markers flags the record "migrated"."""
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(before)})
-    yield min(before)
-    os.sched_setaffinity(0, before)
 
 
 def test_records_have_fields_and_increasing_indices(mem_recorder: Recorder, one_cpu: int) -> None:
