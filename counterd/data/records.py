@@ -65,6 +65,10 @@ INFO_FLAGS = frozenset({"unsupported_counters", "whole_command", "counters_from_
 
 Param = int | float | str | bool
 
+# Two processors of one superstep that began it on one CPU and whose times overlapped by at
+# least this share of the shorter one's time shared that CPU (:func:`shared_cpus`).
+SHARED_OVERLAP = 0.25
+
 # Bounds of a record's fields: what SQLite and the wire's packed integers hold, and sizes no
 # honest program reaches (a name or param is a label, not a payload).
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -428,6 +432,60 @@ class Superstep:
         neither of which is the superstep's own cost."""
         begins = [r.begin_ns for r in self.records]
         return max(begins) - min(begins)
+
+    @property
+    def shared_cpus(self) -> frozenset[int]:
+        """The CPUs two or more of its processors shared (:func:`shared_cpus`): each
+        processor's first begin to last end, on the CPU all its records began on; none unless
+        every processor ended it."""
+        if not self.complete:
+            return frozenset()
+        ranks: dict[int, list[SuperstepRecord]] = {}
+        for r in self.records:
+            ranks.setdefault(r.rank, []).append(r)
+        spans = []
+        for rs in ranks.values():
+            cpus = {r.cpu for r in rs}
+            spans.append((cpus.pop() if len(cpus) == 1 else None, min(r.begin_ns for r in rs),
+                          max(r.end_ns or 0 for r in rs)))
+        return shared_cpus(spans)
+
+
+def shared_cpus(spans: Iterable[tuple[int | None, int, int | None]]) -> frozenset[int]:
+    """The CPUs that two or more of one superstep's processors shared: ``spans`` holds one
+    (cpu, begin_ns, end_ns) per processor (rank), cpu the one it began on (None where its
+    threads began on several) and end None where it never ended. Two processors that began on
+    one CPU and whose times overlapped by :data:`SHARED_OVERLAP` of the shorter one's or more
+    took turns on it, at least until the scheduler moved one (its record is then flagged
+    ``migrated``): each one's time holds some of the other's work.
+
+    Why this matters: a scheduler may put the processes of a program on one CPU while another
+    is idle (forked workers start on their parent's CPU; wake-ups pull a process to its
+    waker's) and move them apart only later. On a 2-CPU KVM guest the first supersteps of
+    unpinned 2-process programs took 2 to 3 times as long in the runs where they shared a CPU
+    (docs/results/2026-11-27-intel-xeon-kvm.md)."""
+    by_cpu: dict[int, list[tuple[int, int]]] = {}
+    for cpu, begin, end in spans:
+        if cpu is not None and end is not None and end > begin:
+            by_cpu.setdefault(cpu, []).append((begin, end))
+    out = set()
+    for cpu, times in by_cpu.items():
+        times.sort()
+        if any(min(e1, e2) - b2 >= SHARED_OVERLAP * min(e1 - b1, e2 - b2)
+               for i, (b1, e1) in enumerate(times)
+               for b2, e2 in _starting_before(times, i + 1, e1)):
+            out.add(cpu)
+    return frozenset(out)
+
+
+def _starting_before(times: list[tuple[int, int]], start: int, end: int
+                     ) -> Iterator[tuple[int, int]]:
+    """``times[start:]`` (sorted by begin) up to the first that begins at or after ``end``:
+    the only ones that can overlap a time ending at ``end``."""
+    for t in times[start:]:
+        if t[0] >= end:
+            return
+        yield t
 
 
 def incomplete_record(begin: Mapping[str, Any]) -> SuperstepRecord:

@@ -28,7 +28,7 @@ rendering beside it.
 
 A superstep whose processors began far apart (start skew over :data:`SKEW_SHARE` of its work
 and over :data:`SKEW_FLOOR_NS`) carries the report flag ``start_skew`` (:data:`REPORT_FLAGS`):
-its span is mostly waiting for late processors, not cost of the superstep.
+its span is mostly waiting for late processors, not cost of the superstep (``shared_cpu``: below).
 
 Per counter the max and sum over processors and the imbalance max/mean; and, when a machine
 profile is configured, the predicted F1 (hierarchy), F2 (bus), F3 (bank), F = max(F1, F2,
@@ -49,7 +49,7 @@ from typing import TypeVar
 from counterd.data import units
 from counterd.data.errors import BadInput
 from counterd.data.events import NAMES, CounterValue, Source
-from counterd.data.records import FLAGS, INFO_FLAGS, SuperstepRecord
+from counterd.data.records import FLAGS, INFO_FLAGS, SHARED_OVERLAP, SuperstepRecord, shared_cpus
 from counterd.prediction import NO_PREDICTION_REASONS, PredictFn, Prediction, error_ratio
 
 # A superstep's start skew is flagged when it is over this share of the superstep's work ...
@@ -58,6 +58,7 @@ SKEW_SHARE = 0.25
 # late), which no superstep can be blamed for.
 SKEW_FLOOR_NS = 100_000
 START_SKEW = "start_skew"
+SHARED_CPU = "shared_cpu"
 # Flags the report sets on a row from its times (the records' own flags:
 # counterd.data.records.FLAGS).
 REPORT_FLAGS = {
@@ -65,6 +66,10 @@ REPORT_FLAGS = {
                 f"{SKEW_SHARE:.0%} of its work and over {SKEW_FLOOR_NS / 1e6:g} ms): its span "
                 "holds up to that much waiting for the late ones, which is not the superstep's "
                 "cost; E compares F with the work",
+    SHARED_CPU: f"two or more of its processors began it on one CPU, their times overlapping by "
+                f"{SHARED_OVERLAP:.0%} of the shorter or more: they took turns on it (forked "
+                "processes start on their parent's CPU), each one's work holding some of the "
+                "other's; pin each process to its own CPU (os.sched_setaffinity)",
 }
 
 
@@ -114,6 +119,7 @@ class StepRow:
     skew_ns: int = 0
     # rank -> what its body raised (SuperstepRecord.exception; the flag exception), if kept.
     exceptions: dict[int, str] = field(default_factory=dict)
+    shared_cpus: frozenset[int] = frozenset()  # CPUs its processors shared (records.shared_cpus)
 
     # The longest exception text the text and HTML tables show in a row (the legend of the
     # HTML has it whole; the JSON and CSV always).
@@ -154,7 +160,8 @@ class StepRow:
     @property
     def all_flags(self) -> frozenset[str]:
         """The records' flags and the report's own (:data:`REPORT_FLAGS`)."""
-        return (self.flags | {START_SKEW}) if self.skewed else self.flags
+        own = {f for f, on in ((START_SKEW, self.skewed), (SHARED_CPU, self.shared_cpus)) if on}
+        return self.flags | own if own else self.flags
 
     def shown_flags(self, verbose: bool = False) -> list[str]:
         """The flags a reader of the text or HTML report sees on this row: those that change
@@ -434,13 +441,14 @@ class _RankRow:
     reported, which is distinct from 0.
     """
 
-    __slots__ = ("begin_ns", "end_ns", "work_ns", "counters")
+    __slots__ = ("begin_ns", "end_ns", "work_ns", "counters", "cpu")
 
-    def __init__(self, begin_ns: int) -> None:
+    def __init__(self, begin_ns: int, cpu: int | None) -> None:
         self.begin_ns = begin_ns
         self.end_ns: int | None = None
         self.work_ns: int | None = None  # the longest of this rank's records (threads)
         self.counters = array("d")
+        self.cpu = cpu  # the CPU all its records began on; None: they began on several
 
 
 class _Step:
@@ -489,7 +497,9 @@ class _Steps:
         step.last_begin_ns = max(step.last_begin_ns, r.begin_ns)
         row = step.ranks.get(r.rank)
         if row is None:
-            row = step.ranks[r.rank] = _RankRow(r.begin_ns)
+            row = step.ranks[r.rank] = _RankRow(r.begin_ns, r.cpu)
+        elif row.cpu != r.cpu:
+            row.cpu = None
         row.begin_ns = min(row.begin_ns, r.begin_ns)
         if r.end_ns is None:
             step.complete = False
@@ -570,9 +580,12 @@ def build(records: Iterable[SuperstepRecord], *, predict: PredictFn | None = Non
                 why = str(exc)
             if pred is None and not why:
                 why = "the predictor gave none"
+        shared = shared_cpus((row.cpu, row.begin_ns, row.end_ns if step.complete else None)
+                             for row in step.ranks.values())
         rows.append(StepRow(index, name, len(step.ranks), time_ns, work, counters,
                             step.flags, pred, why, step.marker_ns,
-                            step.last_begin_ns - first_begin, dict(step.exceptions or {})))
+                            step.last_begin_ns - first_begin, dict(step.exceptions or {}),
+                            shared))
     present = tuple(sorted({k for row in rows for k in row.counters}, key=_counter_order))
     note = prediction_note if predict is None else (
         prediction_note or "predictions from the configured profile")

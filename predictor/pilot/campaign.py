@@ -142,7 +142,8 @@ def pilot_run(n: float, counted: Sequence[Step], timed: Sequence[Sequence[Timing
               ) -> PilotRun:
     """The pilot run at size ``n``: the counted run's steps, each with the median span and
     work of the timed runs (a counting source such as Callgrind slows the program down; times
-    are always measured without it), and every timed run's span and work for the models."""
+    are always measured without it), and every timed run's span and work for the models and
+    whether its processors shared a CPU."""
     what = f"n = {_size_text(n)}"
     keys = [split_name(s) for s in counted]
     by_key = []
@@ -154,11 +155,12 @@ def pilot_run(n: float, counted: Sequence[Step], timed: Sequence[Sequence[Timing
         by_key.append(mine)
     spans = tuple(tuple(float(m[k].span_ns or 0) for m in by_key) for k in keys)
     work = tuple(tuple(float(m[k].work_ns or 0) for m in by_key) for k in keys)
+    shared = tuple(tuple(m[k].shared_cpu for m in by_key) for k in keys)
     steps = tuple(Step(s.name, s.counters, s.ranks, s.bank_lm, s.bank_wb, s.k, s.m_b,
                        float(np.median(spans[i])),
                        {**s.meta, "work_ns": float(np.median(work[i]))})
                   for i, s in enumerate(counted))
-    return PilotRun(float(n), steps, f"the run at {what}", spans, work)
+    return PilotRun(float(n), steps, f"the run at {what}", spans, work, shared)
 
 
 # Counting sources whose counts a run beside it cannot change: Callgrind simulates the

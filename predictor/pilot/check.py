@@ -16,15 +16,19 @@ from predictor.pilot.runs import Timing
 @dataclass(frozen=True)
 class Measured:
     """One superstep at the target as the checking runs measured it: medians over the runs
-    (ns) of the slowest processor's own time, of the span and of the start skew."""
+    (ns) of the slowest processor's own time, of the span and of the start skew; and in how
+    many of the ``runs`` two of its processors took turns on one CPU."""
 
     work_ns: float
     span_ns: float
     skew_ns: float
+    shared_cpu_runs: int = 0
+    runs: int = 0
 
-    def to_json(self) -> dict[str, float]:
+    def to_json(self) -> dict[str, float | int]:
         return {"work_s": self.work_ns * 1e-9, "span_s": self.span_ns * 1e-9,
-                "skew_s": self.skew_ns * 1e-9}
+                "skew_s": self.skew_ns * 1e-9, "shared_cpu_runs": self.shared_cpu_runs,
+                "runs": self.runs}
 
 
 @dataclass(frozen=True)
@@ -53,8 +57,8 @@ class Comparison:
 
 def measured(timed: Sequence[Sequence[Timing]]) -> dict[tuple[int, str], Measured]:
     """The supersteps of the first of the ``timed`` runs, each with the medians over the runs
-    of its work (the slowest processor's own time), span and start skew; a superstep that
-    some run lacks or did not end is left out."""
+    of its work (the slowest processor's own time), span and start skew, and how many shared
+    a CPU; a superstep that some run lacks or did not end is left out."""
     runs = [{t.key: t for t in ts} for ts in timed]
     out = {}
     for k in runs[0] if runs else {}:
@@ -63,5 +67,6 @@ def measured(timed: Sequence[Sequence[Timing]]) -> dict[tuple[int, str], Measure
         if len(got) == len(runs):
             out[k] = Measured(float(np.median([t.work_ns or 0 for t in got])),
                               float(np.median([t.span_ns or 0 for t in got])),
-                              float(np.median([t.skew_ns for t in got])))
+                              float(np.median([t.skew_ns for t in got])),
+                              sum(t.shared_cpu for t in got), len(got))
     return out

@@ -18,7 +18,7 @@ from predictor.errors import BadInput
 from predictor.pilot import campaign
 from predictor.pilot.check import Comparison
 from predictor.pilot.choice import DRIFT_PER_EFOLD
-from predictor.pilot.forecast import forecast
+from predictor.pilot.forecast import SHARED_CPU_ADVICE, forecast
 
 
 def parser() -> argparse.ArgumentParser:
@@ -244,6 +244,13 @@ def run(a: argparse.Namespace) -> tuple[Any, str]:
            "min(T, P), work against work and span against span." if a.check else ""), 100)
     for n in fc.notes:
         lines += textwrap.wrap(f"note: {n}", 100, subsequent_indent="  ")
+    shared = [f"{index}:{name} in {m.shared_cpu_runs} of {m.runs}"
+              for (index, name), m in sorted(measured.items()) if m.shared_cpu_runs]
+    if shared:
+        lines += textwrap.wrap(
+            "note: two processes took turns on one CPU in checking runs: superstep "
+            + ", ".join(shared) + ("" if SHARED_CPU_ADVICE in fc.notes
+                                   else f"; {SHARED_CPU_ADVICE}"), 100, subsequent_indent="  ")
     lines += [f"warning: {w}" for w in (fc.advice.warnings if fc.advice else ())]
     if a.cpu_features == "as-counted":
         features = ("note: the timed runs (pilots and checking runs) hid from run-time code "

@@ -269,6 +269,7 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
     largest = [r for r in runs if r.size == sizes[-1]]
     bsp = profile.bsp_model() if profile is not None else None
     out = []
+    shared_any = False
     for i, (index, name) in enumerate(keys):
         where = f"superstep {index}:{name}"
         progress(f"{where}: fitting growth models")
@@ -370,13 +371,45 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
                          "forecast takes their geometric mean "
                          "and its interval reaches over both; a counted run's count can jump "
                          "in one run: another campaign, or another pilot size, will tell")
+        shared = shared_cpu_note(runs, i)
+        if shared:
+            notes.append(f"{where}: {shared}")
+            shared_any = True
         out.append(replace(sf, scaled=scaled, extra=extra, fit=fit, choice=choice))
+    if shared_any:
+        notes.append(SHARED_CPU_ADVICE)
     total = sum(s.predicted_s for s in out)
     advice = advise([(f"{s.index}:{s.name}", [r.size for r in runs for _ in r.step_work(i)],
                       [w * 1e-9 for r in runs for w in r.step_work(i)], s.predicted_s)
                      for i, s in enumerate(out)], sizes, target, total)
     return Forecast(float(target), sizes, profile.name if profile else None, tuple(out),
                     tuple(notes), advice)
+
+
+def shared_cpu_note(runs: Sequence[PilotRun], i: int) -> str:
+    """What the timed pilot runs say of superstep ``i``'s processors taking turns on one CPU
+    (:func:`counterd.data.records.shared_cpus`), "" where none did or it is not known: in how
+    many runs at each size, and how much longer their work took than the other runs' at the
+    same sizes (the geometric mean, over the sizes that have both, of the medians' ratio)."""
+    per = [(r.size, r.step_shared(i), r.step_work(i)) for r in runs]
+    if not any(any(s) for _, s, _ in per):
+        return ""
+    counts = ", ".join(f"{sum(s)} of {len(s)} at {n:g}" for n, s, _ in per)
+    ratios = [math.log(np.median([w for w, x in zip(ws, s, strict=True) if x])
+                       / np.median([w for w, x in zip(ws, s, strict=True) if not x]))
+              for _, s, ws in per if any(s) and not all(s)]
+    longer = (f"; where a size has both, those runs' work took "
+              f"{math.exp(float(np.mean(ratios))):.2g} times the others'" if ratios else "")
+    return f"two of its processes took turns on one CPU in timed pilot runs ({counts}){longer}"
+
+
+# Said once after the per-superstep notes of :func:`shared_cpu_note`.
+SHARED_CPU_ADVICE = (
+    "processes that took turns on one CPU: the scheduler put them there (forked processes "
+    "start on their parent's CPU; a wake-up may pull a process to its waker's) and moved them "
+    "apart only later; the forecast follows the pilots' mix of shared and separate runs, and "
+    "a run at the target may share or not. Pin each process to its own CPU "
+    "(os.sched_setaffinity) for times of the work alone")
 
 
 def _fit_step(runs: Sequence[PilotRun], i: int, at: Mapping[str, float], *, where: str = ""

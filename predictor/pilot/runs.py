@@ -23,6 +23,7 @@ class Timing:
     span_ns: int | None  # Superstep.time_ns: the last processor's end minus the first's begin
     work_ns: int | None  # Superstep.slowest_work_ns: the slowest processor's own time
     skew_ns: int  # Superstep.skew_ns: the last processor's begin minus the first's
+    shared_cpu: bool = False  # Superstep.shared_cpus: two processors took turns on one CPU
 
     @property
     def key(self) -> tuple[int, str]:
@@ -41,7 +42,8 @@ def load_timings(path: Any) -> list[Timing]:
         steps = Superstep.group(read_jsonl(Path(path)))
     except CounterdBadInput as exc:  # the predictor's own error type, for its CLI
         raise BadInput(exc.what, exc.fix) from None
-    return [Timing(s.index, s.name, s.time_ns, s.slowest_work_ns, s.skew_ns) for s in steps]
+    return [Timing(s.index, s.name, s.time_ns, s.slowest_work_ns, s.skew_ns, bool(s.shared_cpus))
+            for s in steps]
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,14 @@ class PilotRun:
     # Per step and timed run as in times_ns, the slowest processor's own time (ns): the work
     # time the growth models are fitted on (more samples, the real spread).
     work_ns: tuple[tuple[float, ...], ...] = ()
+    # Per step and timed run as in times_ns, whether two of its processors took turns on one
+    # CPU (Timing.shared_cpu); empty where not known.
+    shared: tuple[tuple[bool, ...], ...] = ()
 
     def __post_init__(self) -> None:
-        if self.work_ns and [len(w) for w in self.work_ns] != [len(t) for t in self.times_ns]:
-            raise ValueError("work_ns must have one time per timed run, as times_ns")
+        for what, per in (("work_ns", self.work_ns), ("shared", self.shared)):
+            if per and [len(w) for w in per] != [len(t) for t in self.times_ns]:
+                raise ValueError(f"{what} must have one value per timed run, as times_ns")
 
     def step_times(self, i: int) -> list[float]:
         """The spans of superstep ``i`` (ns), one per timed run."""
@@ -79,6 +85,12 @@ class PilotRun:
         if self.times_ns or w is None:
             return self.step_times(i)
         return [float(w)] if self.steps[i].time_ns is not None else []
+
+
+    def step_shared(self, i: int) -> list[bool]:
+        """Whether two processors of superstep ``i`` took turns on one CPU, one per timed run
+        as :meth:`step_work`; empty where not known."""
+        return list(self.shared[i]) if self.shared else []
 
 
 def split_name(step: Step) -> tuple[int, str]:

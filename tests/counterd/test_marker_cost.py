@@ -71,7 +71,7 @@ def test_no_cost_is_claimed_where_it_was_not_measured(tmp_path: Path) -> None:
 
 
 def _row(index: int, time_ns: int, marker_ns: int | None) -> list[SuperstepRecord]:
-    return [SuperstepRecord("r", index, f"s{index}", rank, 1 + rank, 0, 1000, 1000 + time_ns,
+    return [SuperstepRecord("r", index, f"s{index}", rank, 1 + rank, rank, 1000, 1000 + time_ns,
                             marker_ns=marker_ns) for rank in (0, 1)]
 
 

@@ -590,6 +590,8 @@ def test_a_box_beyond_the_clients_limit_is_a_warning_that_says_what_was_lost(
             wait_for(lambda: "the rest is lost" in d.log_text(), what="the warning")
         finally:
             box.close()
+        # the warning may come before the kept frames are committed to the store
+        wait_for(lambda: stored(d, "bb-big"), what="the kept frames stored")
         kept = stored(d, "bb-big")
         assert 0 < len(kept) < 40  # the frames within the first 1024 bytes
         [line] = [x for x in d.log_text().splitlines() if "the rest is lost" in x]

@@ -5,6 +5,7 @@ every bad input of the Pilot issue."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from predictor.pilot.campaign import (
     TIMING_FEATURES,
     load_campaign,
     measure_target,
+    pilot_run,
     record_path,
     run_campaign,
 )
@@ -27,8 +29,8 @@ from predictor.pilot.extrapolation import (
     extrapolate_extra,
     scale_by_work,
 )
-from predictor.pilot.forecast import StepForecast, forecast
-from predictor.pilot.runs import PilotRun, Timing, check_runs
+from predictor.pilot.forecast import SHARED_CPU_ADVICE, StepForecast, forecast
+from predictor.pilot.runs import PilotRun, Timing, check_runs, load_timings
 
 SIZES = [1e5, 2e5, 3e5, 4e5, 5e5]
 
@@ -284,6 +286,42 @@ def _skewed_runs(rng, repeat=5, skew_noise=0.002, work_noise=0.01):
                     meta={"work_ns": float(np.median(work))})
         runs.append(PilotRun(n, (step,), f"run-{n:g}", (tuple(span),), (tuple(work),)))
     return runs
+
+
+def test_processes_that_took_turns_on_one_cpu_are_noted_with_their_cost():
+    """Timed pilot runs whose two processes shared a CPU (2 of 5 at the two largest sizes,
+    their work twice the others'): a note per superstep gives the counts per size and the
+    ratio, and the advice to pin them comes once; runs that never shared give no note."""
+    runs = _skewed_runs(np.random.default_rng(5), work_noise=0.0)
+    shared = [tuple(k < 2 and n >= 4e5 for k in range(5)) for n in SIZES]
+    doubled = [replace(r, work_ns=(tuple(w * (2 if x else 1) for w, x in
+                                         zip(r.work_ns[0], sh, strict=True)),),
+                       shared=(sh,))
+               for r, sh in zip(runs, shared, strict=True)]
+    fc = forecast(doubled, 4 * SIZES[-1], None)
+    mine = [n for n in fc.notes if "took turns on one CPU in timed pilot runs" in n]
+    assert mine == ["superstep 0:local scan: two of its processes took turns on one CPU in "
+                    "timed pilot runs (0 of 5 at 100000, 0 of 5 at 200000, 0 of 5 at 300000, "
+                    "2 of 5 at 400000, 2 of 5 at 500000); where a size has both, those runs' "
+                    "work took 2 times the others'"]
+    assert [n for n in fc.notes if "os.sched_setaffinity" in n] == [SHARED_CPU_ADVICE]
+    assert not any("one CPU" in n for n in forecast(runs, 4 * SIZES[-1], None).notes)
+
+
+def test_a_timed_run_knows_its_processes_shared_a_cpu(tmp_path):
+    """From a record file to the pilot run: two ranks on CPU 3 overlapping in superstep 0,
+    on CPUs 3 and 4 in superstep 1."""
+    from counterd.data.records import SuperstepRecord, write_jsonl
+
+    recs = [SuperstepRecord(run_id="r", index=i, name=f"s{i}", rank=rank, pid=10 + rank,
+                            cpu=3 + (rank if i == 1 else 0), begin_ns=1000 * i + 10 * rank,
+                            end_ns=1000 * i + 500) for i in (0, 1) for rank in (0, 1)]
+    write_jsonl(recs, tmp_path / "t.jsonl")
+    timings = load_timings(tmp_path / "t.jsonl")
+    assert [t.shared_cpu for t in timings] == [True, False]
+    counted = [Step("0:s0", {}, (0, 1)), Step("1:s1", {}, (0, 1))]
+    run = pilot_run(1e3, counted, [timings, timings])
+    assert [run.step_shared(0), run.step_shared(1)] == [[True, True], [False, False]]
 
 
 def test_a_constant_start_skew_is_not_scaled_with_the_work():
@@ -591,15 +629,17 @@ def test_cli_pilot_forecasts_and_checks_work_and_span_of_two_processes(tmp_path,
 def test_the_checking_runs_are_summed_up_by_their_medians():
     """Work, span and skew: each the median over the checking runs; a superstep one run did
     not end, or lacks, is left out rather than measured as 0."""
-    runs = [[Timing(0, "a", 10 + r, 4 + r, 6), Timing(1, "b", 5, 5, 0),
+    runs = [[Timing(0, "a", 10 + r, 4 + r, 6, r == 0), Timing(1, "b", 5, 5, 0),
              Timing(2, "c", None if r == 1 else 3, 3, 0)] for r in range(3)]
     runs[2] = runs[2][1:]
     m = measured(runs)
     assert set(m) == {(1, "b")}
-    runs[2] = [Timing(0, "a", 12, 6, 6), *runs[2]]
+    runs[2] = [Timing(0, "a", 12, 6, 6, True), *runs[2]]
     m = measured(runs)
     assert set(m) == {(0, "a"), (1, "b")}
-    assert m[(0, "a")] == Measured(work_ns=5.0, span_ns=11.0, skew_ns=6.0)
+    assert m[(0, "a")] == Measured(work_ns=5.0, span_ns=11.0, skew_ns=6.0, shared_cpu_runs=2,
+                                   runs=3)
+    assert m[(1, "b")].shared_cpu_runs == 0
     assert measured([]) == {}
 
 
@@ -627,6 +667,25 @@ def test_cli_pilot_text_shows_work_and_span_each_checked(monkeypatch, capsys):
     assert any(line.strip().startswith("extra (span less work)") for line in out)
     assert any(line.startswith("measured in all: work 40.0 ms, E ") and "; span 60.0 ms, E "
                in line for line in out)
+    assert not any("one CPU" in line for line in out)
+
+
+def test_cli_pilot_says_which_checking_runs_shared_a_cpu(monkeypatch, capsys):
+    """Checking runs whose processes took turns on one CPU, the pilots' never: a note names
+    the superstep and the count, and gives the advice itself (the forecast's notes have not)."""
+    from predictor.cli import main
+
+    monkeypatch.setattr("predictor.pilot.campaign.run_campaign",
+                        lambda *a, **k: _skewed_runs(np.random.default_rng(31)))
+    monkeypatch.setattr("predictor.pilot.campaign.load_checks", lambda *a, **k: {
+        (0, "local scan"): Measured(4e7, 6e7, 2e7, shared_cpu_runs=3, runs=5)})
+    rc = main(["--pilot", "prog {n}", "--sizes", ",".join(f"{n:g}" for n in SIZES),
+               "--target", "4e6", "--backend", "none", "--check"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert rc == 0
+    assert ("note: two processes took turns on one CPU in checking runs: superstep "
+            "0:local scan in 3 of 5; processes that took turns") in text
+    assert text.count("os.sched_setaffinity") == 1
 
 
 @pytest.mark.parametrize("args, message", [

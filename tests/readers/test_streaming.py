@@ -26,10 +26,12 @@ def records(draw: st.DrawFn) -> list[SuperstepRecord]:
         dur = draw(st.none() | st.integers(0, 10**6))
         out.append(SuperstepRecord(
             run_id="r", index=draw(st.integers(0, 2)), name="s", rank=draw(st.integers(0, 3)),
-            pid=1, cpu=0, begin_ns=begin, end_ns=None if dur is None else begin + dur,
+            pid=1, cpu=draw(st.integers(0, 1)), begin_ns=begin,
+            end_ns=None if dur is None else begin + dur,
             counters={n: CounterValue(float(draw(st.integers(0, 1000))), Source.SIMULATED)
                       for n in draw(st.sets(st.sampled_from(NAMES)))},
-            flags=frozenset({"incomplete"}) if dur is None else frozenset()))
+            flags=frozenset({"incomplete"}) if dur is None
+            else frozenset({"migrated"}) if draw(st.booleans()) else frozenset()))
     return out
 
 
@@ -45,6 +47,7 @@ def test_streamed_aggregate_is_the_superstep_one(recs: list[SuperstepRecord]) ->
         assert row.work_ns == step.work_ns
         assert row.slowest_work_ns == step.slowest_work_ns
         assert row.skew_ns == step.skew_ns
+        assert row.shared_cpus == step.shared_cpus
         assert row.processors == len({r.rank for r in step.records})
         assert row.flags == frozenset().union(*(r.flags for r in step.records))
         for name, c in row.counters.items():

@@ -290,6 +290,42 @@ def test_one_processor_has_no_skew_and_span_is_work() -> None:
     assert "supersteps flagged" not in report.render(rep, "html")
 
 
+def _on_cpus(index: int, spans: Sequence[tuple[int, int, int, frozenset[str]]]
+             ) -> list[SuperstepRecord]:
+    """Superstep ``index``: one record per (cpu, begin, end, flags), rank by position."""
+    return [SuperstepRecord(run_id="cpus", index=index, name=f"s{index}", rank=rank,
+                            pid=100 + rank, cpu=cpu, begin_ns=b, end_ns=e, flags=flags)
+            for rank, (cpu, b, e, flags) in enumerate(spans)]
+
+
+NONE: frozenset[str] = frozenset()
+
+
+def test_processors_that_took_turns_on_one_cpu_are_flagged_shared_cpu() -> None:
+    """Flagged: two of three processors on CPU 0 overlapping by half the shorter one's time;
+    two that began on CPU 0, one moved away before its end (migrated). Not flagged: the same
+    on two CPUs; on one CPU, overlapping by a tenth; one that never ended."""
+    recs = (_on_cpus(0, [(0, 0, 4_000_000, NONE), (0, 2_000_000, 6_000_000, NONE),
+                         (1, 0, 3_000_000, NONE)])
+            + _on_cpus(1, [(0, 10_000_000, 14_000_000, NONE),
+                           (1, 10_000_000, 14_000_000, NONE)])
+            + _on_cpus(2, [(0, 20_000_000, 24_000_000, NONE),
+                           (0, 23_600_000, 27_600_000, NONE)])
+            + _on_cpus(3, [(0, 30_000_000, 34_000_000, frozenset({"migrated"})),
+                           (0, 30_000_000, 34_000_000, NONE)])
+            + [*_on_cpus(4, [(0, 40_000_000, 44_000_000, NONE)]),
+               dataclasses.replace(_on_cpus(4, [(0, 0, 0, NONE)] * 2)[1], begin_ns=40_000_000,
+                                   end_ns=None, flags=frozenset({"incomplete"}))])
+    rep = report.build(recs)
+    assert [r.shared_cpus for r in rep.rows] == [frozenset({0}), frozenset(), frozenset(),
+                                                 frozenset({0}), frozenset()]
+    assert ["shared_cpu" in r.all_flags for r in rep.rows] == [True, False, False, True, False]
+    text = report.render(rep, "text")
+    assert "shared_cpu" in text and "os.sched_setaffinity" in text  # the flag and its fix
+    row = json.loads(report.render(rep, "json"))["supersteps"][0]
+    assert "shared_cpu" in row["flags"]
+
+
 @pytest.mark.parametrize("args, words", [
     (["report", "--records", "/nonexistent.jsonl"], "cannot read"),
     (["report", "nope", "--store", "STORE"], "no run 'nope'"),
