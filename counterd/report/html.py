@@ -10,6 +10,7 @@ from counterd.data import units
 from counterd.data.events import BY_NAME
 from counterd.prediction import TERM_MEANING, TERMS
 from counterd.report.model import (
+    REPORT_FLAGS,
     SKEW_FLOOR_NS,
     SKEW_SHARE,
     START_SKEW,
@@ -274,12 +275,12 @@ def render_html(rep: Report, *, verbose: bool = False) -> str:
         cards.insert(4, (f"{name_summary[0]:.2f} / {name_summary[1]:.2f}",
                          "E avg / max per superstep name (median work of its occurrences "
                          f"against median F); max: {name_summary[2].name}"))
-    skewed = rep.skewed()
-    if skewed:
-        cards.append((f"{len(skewed)}", f"supersteps flagged {START_SKEW}"))
-    skew_note = rep.skew_note()
-    skew_note = (f'<p class="note"><b class="flag">{_esc(START_SKEW)}</b>: '
-                 f"{_esc(skew_note)}.</p>" if skew_note else "")
+    flag_notes = ""
+    for flag in REPORT_FLAGS:  # start_skew, shared_cpu: a card and a note under the chart
+        if note := rep.flag_note(flag):
+            cards.append((f"{len(rep.flagged(flag))}", f"supersteps flagged {flag}"))
+            flag_notes += (f'<p class="note"><b class="flag">{_esc(flag)}</b>: '
+                           f"{_esc(note)}.</p>")
     missing = sum(1 for r in rows if r.no_prediction)
     sources: dict[str, set[str]] = {}
     for r in rows:
@@ -311,7 +312,7 @@ processor's end minus its begin), which is what F = max(F1, F2, F3) models and E
 with. The pale part above it is the rest of the superstep's span (max end minus min begin over
 all processors): time the processors that began first spent before the last one began, which
 is waiting, not the superstep's cost.</p>
-{skew_note}
+{flag_notes}
 <p class="note">{_text(rep.prediction_basis[:1].upper() + rep.prediction_basis[1:])}.{
     f" No prediction for {missing} of {len(rows)} supersteps: the bottleneck panel says why."
     if missing else ""}{" " + _esc(rep.marker_note()[:1].upper() + rep.marker_note()[1:]) + "."

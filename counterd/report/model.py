@@ -312,19 +312,19 @@ class Report:
              "the work plus at most the start skew; skew = the last processor's begin minus "
              "the first one's")
 
-    def skewed(self) -> list[StepRow]:
-        """The rows flagged ``start_skew``."""
-        return [r for r in self.rows if r.skewed]
+    def flagged(self, flag: str) -> list[StepRow]:
+        """The rows that carry ``flag`` (the records' or the report's own)."""
+        return [r for r in self.rows if flag in r.all_flags]
 
-    def skew_note(self) -> str:
-        """How many supersteps carry ``start_skew``, which, and what it means; "" for none."""
-        skewed = self.skewed()
-        if not skewed:
+    def flag_note(self, flag: str) -> str:
+        """How many supersteps carry the report's ``flag`` (:data:`REPORT_FLAGS`), which, and
+        what it means; "" for none."""
+        rows = self.flagged(flag)
+        if not rows:
             return ""
-        which = ", ".join(str(r.index) for r in skewed[:8]) + (", ..." if len(skewed) > 8
-                                                                else "")
-        return (f"{len(skewed)} of {len(self.rows)} supersteps ({which}) flagged "
-                f"{START_SKEW}: " + REPORT_FLAGS[START_SKEW])
+        which = ", ".join(str(r.index) for r in rows[:8]) + (", ..." if len(rows) > 8 else "")
+        return (f"{len(rows)} of {len(self.rows)} supersteps ({which}) flagged {flag}: "
+                + REPORT_FLAGS[flag])
 
     def error_summary(self, *, rated: bool = False) -> tuple[float, float] | None:
         """Average and maximum E over the predicted supersteps; ``rated``: only those not

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from counterd.data.units import NS_PER_S, count, counter_text, seconds, si_name, si_value
 from counterd.prediction import BOUNDS, TERMS
-from counterd.report.model import Report, StepRow, flags_legend
+from counterd.report.model import REPORT_FLAGS, START_SKEW, Report, StepRow, flags_legend
 
 if TYPE_CHECKING:
     from counterd.daemon.store import RunRow
@@ -100,8 +100,7 @@ def render_text(rep: Report, *, verbose: bool = False) -> str:
         if note := rep.name_error_note():
             out.append(note)
     out.append("times: " + rep.TIMES)
-    if note := rep.skew_note():
-        out.append(note)
+    out += [note for flag in REPORT_FLAGS if (note := rep.flag_note(flag))]
     if note := rep.marker_note():
         out.append(note)
     if rep.counters:
@@ -146,7 +145,8 @@ def to_json(rep: Report) -> dict[str, Any]:
     # format 2: time_s became span_s beside slowest_work_s and skew_s; E is against the work.
     return {"format": 2, "source": rep.source, "runs": list(rep.runs), "hosts": list(rep.hosts),
             "backends": list(rep.backends), "prediction_note": rep.prediction_note,
-            "times_note": rep.TIMES, "skew_note": rep.skew_note(),
+            "times_note": rep.TIMES, "skew_note": rep.flag_note(START_SKEW),
+            "flag_notes": {f: note for f in REPORT_FLAGS if (note := rep.flag_note(f))},
             "marker_note": rep.marker_note(),
             "error_ratio": None if summary is None or worst is None else {
                 "average": summary[0], "maximum": summary[1], "maximum_at": worst.index,

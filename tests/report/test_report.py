@@ -322,8 +322,13 @@ def test_processors_that_took_turns_on_one_cpu_are_flagged_shared_cpu() -> None:
     assert ["shared_cpu" in r.all_flags for r in rep.rows] == [True, False, False, True, False]
     text = report.render(rep, "text")
     assert "shared_cpu" in text and "os.sched_setaffinity" in text  # the flag and its fix
-    row = json.loads(report.render(rep, "json"))["supersteps"][0]
-    assert "shared_cpu" in row["flags"]
+    assert "2 of 5 supersteps (0, 3) flagged shared_cpu: two or more" in text
+    data = json.loads(report.render(rep, "json"))
+    assert "shared_cpu" in data["supersteps"][0]["flags"]
+    assert data["flag_notes"]["shared_cpu"].startswith("2 of 5 supersteps (0, 3) flagged")
+    html = report.render(rep, "html")
+    assert "<b>2</b><span>supersteps flagged shared_cpu</span>" in html
+    assert '<b class="flag">shared_cpu</b>: 2 of 5 supersteps (0, 3)' in html
 
 
 @pytest.mark.parametrize("args, words", [
