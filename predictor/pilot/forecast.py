@@ -265,117 +265,19 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
     if target <= sizes[-1]:
         notes.append(f"the target {target:g} is inside the pilot range "
                      f"[{sizes[0]:g}, {sizes[-1]:g}]: interpolated, not extrapolated")
-    ns = [r.size for r in runs]
-    largest = [r for r in runs if r.size == sizes[-1]]
-    bsp = profile.bsp_model() if profile is not None else None
     out = []
     shared_any = False
-    for i, (index, name) in enumerate(keys):
-        where = f"superstep {index}:{name}"
-        progress(f"{where}: fitting growth models")
-        steps = [r.steps[i] for r in runs]
-        # (size, work, span) of every timed run: work is the slowest processor's own time
-        tws = [(r.size, w, t) for r in runs
-               for w, t in zip(r.step_work(i), r.step_times(i), strict=True)]
-        if any(not (w > 0 and t > 0) for _, w, t in tws) or any(not r.step_times(i)
-                                                                for r in runs):
-            raise BadInput(f"{where}: a pilot run has no time for it",
-                           "give complete records (no incomplete supersteps)")
-        if any(w > t for _, w, t in tws):
-            raise BadInput(f"{where}: a pilot run's slowest processor worked longer than the "
-                           "superstep's span", "give the runs' own records (counterd record)")
-        time_only = extrapolate([n for n, _, _ in tws], [w * 1e-9 for _, w, _ in tws], target,
-                                level=level, modeler=modeler, where=f"{where}: work time")
-        n_top = max(n for n, _, _ in tws)
-        work_there = float(np.median([w * 1e-9 for n, w, _ in tws if n == n_top]))
-        extra, grows = extrapolate_extra([n for n, _, _ in tws],
-                                         [(t - w) * 1e-9 for _, w, t in tws], target,
-                                         level=level, modeler=modeler,
-                                         where=f"{where}: span less work",
-                                         work_growth=time_only.value / work_there)
-        if grows:
-            notes.append(f"{where}: the span's extra over the work (start skew, waiting) is "
-                         f"not held constant: it {extra.how}")
-        names = sorted(set.intersection(*(set(s.counters) for s in steps)))
-        counters = {c: extrapolate_count(ns, [float(s.counter(c).sum()) for s in steps],
-                                         target, level=level, modeler=modeler,
-                                         where=f"{where}: {c}")
-                    for c in names}
-        scaled = None
-        if WORK in counters:
-            scaled = scale_by_work(
-                sizes, [float(np.median([w for n, w, _ in tws if n == m])) * 1e-9
-                        for m in sizes],
-                [float(np.mean([s.counter(WORK).sum() for r, s in zip(runs, steps, strict=True)
-                                if r.size == m])) for m in sizes],
-                counters[WORK], level=level)
-        sf = StepForecast(index, name, time_only, counters)
-        if profile is not None and counters:
-            shares = _shares([r.steps[i] for r in largest], names)
-            mid = _at_target(steps[-1], {c: e.value for c, e in counters.items()}, shares)
-            try:
-                v = variant or profile.select_model(mid.counters, where=where)
-                fm = profile.f_model(v)
-                lo = fm.evaluate(_at_target(steps[-1], {c: e.lower for c, e in counters.items()},
-                                            shares)).f
-                hi = fm.evaluate(_at_target(steps[-1], {c: e.upper for c, e in counters.items()},
-                                            shares)).f
-                # F predicts the work: it is judged on the pilot runs' work times
-                pilot_e = [max(t, p) / min(t, p) for t, p in
-                           ((float(np.median(r.step_work(i))), fm.evaluate(s).f)
-                            for r, s in zip(runs, steps, strict=True)) if p > 0]
-                sf = StepForecast(index, name, time_only, counters, v, fm.evaluate(mid),
-                                  (lo, hi), None,
-                                  float(np.mean(pilot_e)) if pilot_e else None,
-                                  bsp.evaluate(mid) if bsp is not None else {})
-            except PredictorError as exc:
-                sf = StepForecast(index, name, time_only, counters, why=str(exc))
-        elif profile is None:
-            sf = StepForecast(index, name, time_only, counters, why="no profile given")
-        else:
-            sf = StepForecast(index, name, time_only, counters, why="no counters recorded")
-        fit = _fit_step(runs, i, {c: e.value for c, e in counters.items()}, where=where)
-        f_model = (profile.f_model(sf.variant) if profile is not None and sf.f is not None
-                   and sf.variant is not None else None)
-        progress(f"{where}: predicting the larger pilots from the smaller ones")
-        key = (i, sf.variant, modeler)
-        if memo is not None and key in memo:
-            holdouts = memo[key]
-        else:
-            holdouts = holdout_forecasts(runs, i, f_model, modeler=modeler,
-                                         names=names if f_model is not None else None)
-            if memo is not None:
-                memo[key] = holdouts
-        spread = timing_spread([n for n, _, _ in tws], [w for _, w, _ in tws])
-        have = {b for b, ok in (("fit", fit), ("scaled", scaled), ("F", sf.f),
-                                ("time", time_only)) if ok is not None}
-        # the fit's fixed cost as a share of the largest pilot's work, where the fit is that
-        # cost plus the instructions (scaled's work): see :func:`choose`
-        share = (fit.fixed_s / work_there if fit is not None and fit.counters == (WORK,)
-                 and fit.fixed_s > 0 else None)
-        # how far each count-based forecast's counts hinge on the largest pilot
-        # (:func:`extrapolate_count`): the interval reaches over it. Each its own counts:
-        # scaled the instructions, the fit those it kept, F those its model reads
-        used = {"scaled": (WORK,), "fit": fit.counters if fit is not None else (),
-                "F": tuple(f_model.needs()) if f_model is not None else ()}
-        hinges = {b: max([counters[c].hinge for c in cs if c in counters], default=0.0)
-                  for b, cs in used.items()}
-        choice = choose({b: h for b, h in holdouts.items() if b in have}, sizes, target,
-                        spread, level, fixed_share=share, hinges=hinges)
-        if choice is not None and choice.hinge > 0:
-            which = ", ".join(c for c in used[choice.basis]
-                              if c in counters and counters[c].hinge > 0)
-            notes.append(f"{where}: the growth of its {which} hinges on the largest pilot's "
-                         f"count (the fit with it {math.exp(choice.hinge):.3g} times the fit "
-                         "without it, taken no lower than that count, at the target): the "
-                         "forecast takes their geometric mean "
-                         "and its interval reaches over both; a counted run's count can jump "
-                         "in one run: another campaign, or another pilot size, will tell")
+    for i, key in enumerate(keys):
+        where = f"superstep {key[0]}:{key[1]}"
+        sf, step_notes = _step_forecast(runs, i, key, target, profile, level=level,
+                                        modeler=modeler, variant=variant, progress=progress,
+                                        memo=memo)
+        notes += step_notes
         shared = shared_cpu_note(runs, i)
         if shared:
             notes.append(f"{where}: {shared}")
             shared_any = True
-        out.append(replace(sf, scaled=scaled, extra=extra, fit=fit, choice=choice))
+        out.append(sf)
     if shared_any:
         notes.append(SHARED_CPU_ADVICE)
     total = sum(s.predicted_s for s in out)
@@ -384,6 +286,122 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
                      for i, s in enumerate(out)], sizes, target, total)
     return Forecast(float(target), sizes, profile.name if profile else None, tuple(out),
                     tuple(notes), advice)
+
+
+def _step_forecast(runs: Sequence[PilotRun], i: int, key: tuple[int, str], target: float,
+                   profile: MachineProfile | None, *, level: float, modeler: str,
+                   variant: str | None, progress: fitting.Progress,
+                   memo: dict[Any, dict[str, Holdout]] | None
+                   ) -> tuple[StepForecast, list[str]]:
+    """Superstep ``i`` (``key``: its index and name) at ``target`` from ``runs``
+    (:func:`forecast`), and its notes."""
+    index, name = key
+    where = f"superstep {index}:{name}"
+    sizes = tuple(sorted({r.size for r in runs}))
+    ns = [r.size for r in runs]
+    largest = [r for r in runs if r.size == sizes[-1]]
+    bsp = profile.bsp_model() if profile is not None else None
+    notes: list[str] = []
+    progress(f"{where}: fitting growth models")
+    steps = [r.steps[i] for r in runs]
+    # (size, work, span) of every timed run: work is the slowest processor's own time
+    tws = [(r.size, w, t) for r in runs
+           for w, t in zip(r.step_work(i), r.step_times(i), strict=True)]
+    if any(not (w > 0 and t > 0) for _, w, t in tws) or any(not r.step_times(i)
+                                                            for r in runs):
+        raise BadInput(f"{where}: a pilot run has no time for it",
+                       "give complete records (no incomplete supersteps)")
+    if any(w > t for _, w, t in tws):
+        raise BadInput(f"{where}: a pilot run's slowest processor worked longer than the "
+                       "superstep's span", "give the runs' own records (counterd record)")
+    time_only = extrapolate([n for n, _, _ in tws], [w * 1e-9 for _, w, _ in tws], target,
+                            level=level, modeler=modeler, where=f"{where}: work time")
+    n_top = max(n for n, _, _ in tws)
+    work_there = float(np.median([w * 1e-9 for n, w, _ in tws if n == n_top]))
+    extra, grows = extrapolate_extra([n for n, _, _ in tws],
+                                     [(t - w) * 1e-9 for _, w, t in tws], target,
+                                     level=level, modeler=modeler,
+                                     where=f"{where}: span less work",
+                                     work_growth=time_only.value / work_there)
+    if grows:
+        notes.append(f"{where}: the span's extra over the work (start skew, waiting) is "
+                     f"not held constant: it {extra.how}")
+    names = sorted(set.intersection(*(set(s.counters) for s in steps)))
+    counters = {c: extrapolate_count(ns, [float(s.counter(c).sum()) for s in steps],
+                                     target, level=level, modeler=modeler,
+                                     where=f"{where}: {c}")
+                for c in names}
+    scaled = None
+    if WORK in counters:
+        scaled = scale_by_work(
+            sizes, [float(np.median([w for n, w, _ in tws if n == m])) * 1e-9
+                    for m in sizes],
+            [float(np.mean([s.counter(WORK).sum() for r, s in zip(runs, steps, strict=True)
+                            if r.size == m])) for m in sizes],
+            counters[WORK], level=level)
+    sf = StepForecast(index, name, time_only, counters)
+    if profile is not None and counters:
+        shares = _shares([r.steps[i] for r in largest], names)
+        mid = _at_target(steps[-1], {c: e.value for c, e in counters.items()}, shares)
+        try:
+            v = variant or profile.select_model(mid.counters, where=where)
+            fm = profile.f_model(v)
+            lo = fm.evaluate(_at_target(steps[-1], {c: e.lower for c, e in counters.items()},
+                                        shares)).f
+            hi = fm.evaluate(_at_target(steps[-1], {c: e.upper for c, e in counters.items()},
+                                        shares)).f
+            # F predicts the work: it is judged on the pilot runs' work times
+            pilot_e = [max(t, p) / min(t, p) for t, p in
+                       ((float(np.median(r.step_work(i))), fm.evaluate(s).f)
+                        for r, s in zip(runs, steps, strict=True)) if p > 0]
+            sf = StepForecast(index, name, time_only, counters, v, fm.evaluate(mid),
+                              (lo, hi), None,
+                              float(np.mean(pilot_e)) if pilot_e else None,
+                              bsp.evaluate(mid) if bsp is not None else {})
+        except PredictorError as exc:
+            sf = StepForecast(index, name, time_only, counters, why=str(exc))
+    elif profile is None:
+        sf = StepForecast(index, name, time_only, counters, why="no profile given")
+    else:
+        sf = StepForecast(index, name, time_only, counters, why="no counters recorded")
+    fit = _fit_step(runs, i, {c: e.value for c, e in counters.items()}, where=where)
+    f_model = (profile.f_model(sf.variant) if profile is not None and sf.f is not None
+               and sf.variant is not None else None)
+    progress(f"{where}: predicting the larger pilots from the smaller ones")
+    memo_key = (i, sf.variant, modeler)
+    if memo is not None and memo_key in memo:
+        holdouts = memo[memo_key]
+    else:
+        holdouts = holdout_forecasts(runs, i, f_model, modeler=modeler,
+                                     names=names if f_model is not None else None)
+        if memo is not None:
+            memo[memo_key] = holdouts
+    spread = timing_spread([n for n, _, _ in tws], [w for _, w, _ in tws])
+    have = {b for b, ok in (("fit", fit), ("scaled", scaled), ("F", sf.f),
+                            ("time", time_only)) if ok is not None}
+    # the fit's fixed cost as a share of the largest pilot's work, where the fit is that
+    # cost plus the instructions (scaled's work): see :func:`choose`
+    share = (fit.fixed_s / work_there if fit is not None and fit.counters == (WORK,)
+             and fit.fixed_s > 0 else None)
+    # how far each count-based forecast's counts hinge on the largest pilot
+    # (:func:`extrapolate_count`): the interval reaches over it. Each its own counts:
+    # scaled the instructions, the fit those it kept, F those its model reads
+    used = {"scaled": (WORK,), "fit": fit.counters if fit is not None else (),
+            "F": tuple(f_model.needs()) if f_model is not None else ()}
+    hinges = {b: max([counters[c].hinge for c in cs if c in counters], default=0.0)
+              for b, cs in used.items()}
+    choice = choose({b: h for b, h in holdouts.items() if b in have}, sizes, target,
+                    spread, level, fixed_share=share, hinges=hinges)
+    if choice is not None and choice.hinge > 0:
+        which = ", ".join(c for c in used[choice.basis]
+                          if c in counters and counters[c].hinge > 0)
+        notes.append(f"{where}: the growth of its {which} hinges on the largest pilot's "
+                     f"count (the fit with it {math.exp(choice.hinge):.3g} times the fit "
+                     "without it, taken no lower than that count, at the target): the "
+                     "forecast takes their geometric mean "
+                     "and its interval reaches over both; a counted run's count can jump "
+                     "in one run: another campaign, or another pilot size, will tell")
+    return replace(sf, scaled=scaled, extra=extra, fit=fit, choice=choice), notes
 
 
 def shared_cpu_note(runs: Sequence[PilotRun], i: int) -> str:
