@@ -184,7 +184,10 @@ def run(a: argparse.Namespace) -> tuple[Any, str]:
                           f"{_width_text(s.width)} wide (from the timing spread, "
                           f"{s.choice.spread * 100:.1f} % a run, {past:.2f} e-folds of n "
                           f"past the largest pilot, the held-out miss, "
-                          f"{(math.exp(miss) - 1) * 100:.1f} %{hinge})")
+                          f"{(math.exp(miss) - 1) * 100:.1f} %{hinge}"
+                          + (", and reaching over the forecast from the runs whose processes "
+                             "did not share a CPU (a note says more)" if s.reach_s else "")
+                          + ")")
         if s.fit is not None:
             detail.append(f"fit: {seconds(s.fit.value)}, of which fixed cost "
                           f"{seconds(s.fit.fixed_s)}: {s.fit.how}")

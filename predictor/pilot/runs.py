@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+import numpy as np
 
 from predictor.errors import BadInput
 from predictor.inputs import Step
@@ -91,6 +93,24 @@ class PilotRun:
         """Whether two processors of superstep ``i`` took turns on one CPU, one per timed run
         as :meth:`step_work`; empty where not known."""
         return list(self.shared[i]) if self.shared else []
+
+    def separate(self, i: int) -> PilotRun | None:
+        """This run with only the timed runs in which superstep ``i``'s processors did not
+        take turns on one CPU (every step's times, and their medians, from those); None where
+        there is none."""
+        keep = [k for k, s in enumerate(self.step_shared(i)) if not s]
+        if not keep:
+            return None
+
+        def kept(per: tuple[tuple[Any, ...], ...]) -> tuple[tuple[Any, ...], ...]:
+            return tuple(tuple(t[k] for k in keep) for t in per)
+
+        times, work = kept(self.times_ns), kept(self.work_ns)
+        steps = tuple(replace(s, time_ns=float(np.median(times[j])),
+                              meta={**s.meta, "work_ns": float(np.median(work[j]))})
+                      for j, s in enumerate(self.steps))
+        return replace(self, steps=steps, times_ns=times, work_ns=work,
+                       shared=kept(self.shared))
 
 
 def split_name(step: Step) -> tuple[int, str]:

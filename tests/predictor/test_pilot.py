@@ -298,14 +298,42 @@ def test_processes_that_took_turns_on_one_cpu_are_noted_with_their_cost():
                                          zip(r.work_ns[0], sh, strict=True)),),
                        shared=(sh,))
                for r, sh in zip(runs, shared, strict=True)]
-    fc = forecast(doubled, 4 * SIZES[-1], None)
-    mine = [n for n in fc.notes if "took turns on one CPU in timed pilot runs" in n]
-    assert mine == ["superstep 0:local scan: two of its processes took turns on one CPU in "
-                    "timed pilot runs (0 of 5 at 100000, 0 of 5 at 200000, 0 of 5 at 300000, "
-                    "2 of 5 at 400000, 2 of 5 at 500000); where a size has both, those runs' "
-                    "work took 2 times the others'"]
+    target = 4 * SIZES[-1]
+    fc = forecast(doubled, target, None)
+    (mine,) = [n for n in fc.notes if "took turns on one CPU in timed pilot runs" in n]
+    assert mine.startswith(
+        "superstep 0:local scan: two of its processes took turns on one CPU in timed pilot "
+        "runs (0 of 5 at 100000, 0 of 5 at 200000, 0 of 5 at 300000, 2 of 5 at 400000, 2 of 5 "
+        "at 500000); where a size has both, those runs' work took 2 times the others'; its "
+        "interval reaches over the forecast from the runs that did not share, ")
+    # the interval reaches over the work alone (10 ns an element) and that plus the wait
+    # (the shared runs' work less the others': 4 and 5 ms, median 4.5 ms)
+    (s,) = fc.steps
+    alone = 1e-8 * target
+    assert s.reach_s is not None and s.reach_s[0] <= alone <= s.reach_s[1] - 4.5e-3
+    assert s.interval_s[0] <= s.reach_s[0] and s.interval_s[1] >= s.reach_s[1]
+    assert f"{s.reach_s[1] * 1e3:.3g} ms with their wait" in mine
     assert [n for n in fc.notes if "os.sched_setaffinity" in n] == [SHARED_CPU_ADVICE]
     assert not any("one CPU" in n for n in forecast(runs, 4 * SIZES[-1], None).notes)
+
+
+def test_the_separate_runs_of_a_superstep_keep_every_step_of_those_runs():
+    """``PilotRun.separate(i)``: the timed runs in which superstep i did not share a CPU, with
+    every step's times and medians from them; None where every run shared."""
+    steps = (Step("0:a", {}, (0, 1), time_ns=6.0, meta={"work_ns": 5.0}),
+             Step("1:b", {}, (0, 1), time_ns=7.0, meta={"work_ns": 6.0}))
+    run = PilotRun(1e3, steps, "r", ((10.0, 5.0, 6.0), (7.0, 7.0, 9.0)),
+                   ((9.0, 4.0, 5.0), (6.0, 6.0, 8.0)), ((True, False, False), (False,) * 3))
+    apart = run.separate(0)
+    assert apart is not None
+    assert apart.times_ns == ((5.0, 6.0), (7.0, 9.0)) and apart.work_ns == ((4.0, 5.0), (6.0, 8.0))
+    assert apart.shared == ((False, False), (False, False))
+    assert [s.time_ns for s in apart.steps] == [5.5, 8.0]
+    assert [s.meta["work_ns"] for s in apart.steps] == [4.5, 7.0]
+    same = run.separate(1)  # none shared: the same times and medians
+    assert same is not None and same.times_ns == run.times_ns and same.work_ns == run.work_ns
+    assert [(s.time_ns, s.meta) for s in same.steps] == [(s.time_ns, s.meta) for s in steps]
+    assert replace(run, shared=((True,) * 3, (False,) * 3)).separate(0) is None
 
 
 def test_a_timed_run_knows_its_processes_shared_a_cpu(tmp_path):
