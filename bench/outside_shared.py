@@ -31,6 +31,12 @@ from predictor.pilot.runs import Timing, load_timings  # noqa: E402
 OFF = 1.5  # a forecast this far off, or more, counts as a miss here
 
 
+def _of(timings: list[Timing], name: str) -> Timing:
+    """The superstep ``name`` ("index:name") of one run's timings."""
+    [t] = [t for t in timings if f"{t.index}:{t.name}" == name]
+    return t
+
+
 def _set(work: Path, results: Path, table: dict[tuple[str, str], dict[str, list]]) -> int:
     """Add one set's supersteps to ``table``; how many supersteps it forecast at 4x."""
     steps = 0
@@ -42,22 +48,22 @@ def _set(work: Path, results: Path, table: dict[tuple[str, str], dict[str, list]
         for f in sorted(camp.glob("timed-*.jsonl")):
             timed.setdefault(f.name.split("-")[1], []).append(load_timings(f))
         checks = [load_timings(f) for f in sorted(camp.glob("check-[0-9]*.jsonl"))]
-        for k, step in enumerate(r["steps"]):
+        for step in r["steps"]:  # named "index:name"; a superstep without a check is absent
             steps += 1
             row = table.setdefault((r["program"], step["name"]),
                                    {"pilot": [], "check": [], "ratio": [], "e": []})
-            here = [t[k].shared_cpu for t in checks]
+            mine = [_of(t, step["name"]) for t in checks]
+            here = [t.shared_cpu for t in mine]
             for runs in timed.values():
-                shared = [t[k].shared_cpu for t in runs]
+                got = [t for t in (_of(x, step["name"]) for x in runs) if t.work_ns]
+                shared = [t.shared_cpu for t in got]
                 row["pilot"] += shared
                 here += shared
                 if any(shared) and not all(shared):
-                    work_ns = [t[k].work_ns or 0 for t in runs]
                     row["ratio"].append(math.log(
-                        statistics.median(w for w, s in zip(work_ns, shared, strict=True) if s)
-                        / statistics.median(w for w, s in zip(work_ns, shared, strict=True)
-                                            if not s)))
-            row["check"] += [t[k].shared_cpu for t in checks]
+                        statistics.median(t.work_ns or 0 for t in got if t.shared_cpu)
+                        / statistics.median(t.work_ns or 0 for t in got if not t.shared_cpu)))
+            row["check"] += [t.shared_cpu for t in mine]
             row["e"].append((step["e"], any(here)))
     return steps
 

@@ -454,19 +454,20 @@ class Superstep:
 def shared_cpus(spans: Iterable[tuple[int | None, int, int | None]]) -> frozenset[int]:
     """The CPUs that two or more of one superstep's processors shared: ``spans`` holds one
     (cpu, begin_ns, end_ns) per processor (rank), cpu the one it began on (None where its
-    threads began on several) and end None where it never ended. Two processors that began on
-    one CPU and whose times overlapped by :data:`SHARED_OVERLAP` of the shorter one's or more
-    took turns on it, at least until the scheduler moved one (its record is then flagged
-    ``migrated``): each one's time holds some of the other's work.
+    threads began on several, -1 where the recorder could not tell) and end None where it
+    never ended; a processor whose time is empty (end = begin) shares nothing. Two processors
+    that began on one CPU and whose times overlapped by :data:`SHARED_OVERLAP` of the shorter
+    one's or more took turns on it, at least until the scheduler moved one (its record is then
+    flagged ``migrated``): each one's time holds some of the other's work.
 
     Why this matters: a scheduler may put the processes of a program on one CPU while another
     is idle (forked workers start on their parent's CPU; wake-ups pull a process to its
     waker's) and move them apart only later. On a 2-CPU KVM guest the first supersteps of
-    unpinned 2-process programs took 2 to 3 times as long in the runs where they shared a CPU
+    unpinned 2-process programs took 1.2 to 3.3 times as long in the runs where they shared a CPU
     (docs/results/2026-11-27-intel-xeon-kvm.md)."""
     by_cpu: dict[int, list[tuple[int, int]]] = {}
     for cpu, begin, end in spans:
-        if cpu is not None and end is not None and end > begin:
+        if cpu is not None and cpu >= 0 and end is not None and end > begin:  # -1: unknown
             by_cpu.setdefault(cpu, []).append((begin, end))
     out = set()
     for cpu, times in by_cpu.items():

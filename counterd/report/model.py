@@ -67,9 +67,9 @@ REPORT_FLAGS = {
                 "holds up to that much waiting for the late ones, which is not the superstep's "
                 "cost; E compares F with the work",
     SHARED_CPU: f"two or more of its processors began it on one CPU, their times overlapping by "
-                f"{SHARED_OVERLAP:.0%} of the shorter or more: they took turns on it (forked "
-                "processes start on their parent's CPU), each one's work holding some of the "
-                "other's; pin each process to its own CPU (os.sched_setaffinity)",
+                f"{SHARED_OVERLAP:.0%} of the shorter or more: they took turns on it until the "
+                "scheduler moved one (forked processes start on their parent's CPU), each one's "
+                "work holding some of the other's; pin each process (os.sched_setaffinity)",
 }
 
 

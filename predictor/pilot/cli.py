@@ -186,7 +186,7 @@ def run(a: argparse.Namespace) -> tuple[Any, str]:
                           f"past the largest pilot, the held-out miss, "
                           f"{(math.exp(miss) - 1) * 100:.1f} %{hinge}"
                           + (", and reaching over the forecast from the runs whose processes "
-                             "did not share a CPU (a note says more)" if s.reach_s else "")
+                             "did not share a CPU (a note says more)" if s.reached else "")
                           + ")")
         if s.fit is not None:
             detail.append(f"fit: {seconds(s.fit.value)}, of which fixed cost "

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from counterd.data.units import seconds
 from predictor.costs.costmodel import Breakdown
 from predictor.costs.profile import MachineProfile
 from predictor.errors import BadInput, PredictorError
@@ -101,6 +102,17 @@ class StepForecast:
         forecast's held-out miss and its counts' hinge on the largest pilot
         (:func:`interval_half`); else the basis's own. Widened to :attr:`reach_s` where that
         is set."""
+        lo, hi = self._own_interval()
+        if self.reach_s is not None:
+            return min(lo, self.reach_s[0]), max(hi, self.reach_s[1])
+        return lo, hi
+
+    @property
+    def reached(self) -> bool:
+        """Whether :attr:`reach_s` widened the interval."""
+        return self.interval_s != self._own_interval()
+
+    def _own_interval(self) -> tuple[float, float]:
         if self.choice is not None:
             p = self.predicted_s
             lo, hi = p * math.exp(-self.choice.half), p * math.exp(self.choice.half)
@@ -109,8 +121,6 @@ class StepForecast:
             lo, hi = e.lower, e.upper
         else:
             lo, hi = self.f_interval_ns[0] * 1e-9, self.f_interval_ns[1] * 1e-9
-        if self.reach_s is not None:
-            return min(lo, self.reach_s[0]), max(hi, self.reach_s[1])
         return lo, hi
 
     @property
@@ -288,7 +298,7 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
             if reach is not None:
                 sf = replace(sf, reach_s=reach)
                 shared += (f"; its interval reaches over the forecast from the runs that did "
-                           f"not share, {reach[0] * 1e3:.3g} to {reach[1] * 1e3:.3g} ms with "
+                           f"not share, {seconds(reach[0])} to {seconds(reach[1])} with "
                            "their wait")
             notes.append(f"{where}: {shared}")
             shared_any = True
@@ -434,8 +444,7 @@ def reach_apart(runs: Sequence[PilotRun], i: int, key: tuple[int, str], target: 
     with or without the wait, was tried and left (results page, 2026-11-28): the targets of
     the outside suite's stencil "init" and prefix "fill" share for longer than their pilots."""
     apart = [s for r in runs if (s := r.separate(i)) is not None]
-    if len({r.size for r in apart}) < 3 or sum(len(r.step_work(i)) for r in apart) == sum(
-            len(r.step_work(i)) for r in runs):
+    if len({r.size for r in apart}) < 3:
         return None
     waits = []
     for r in runs:
@@ -457,7 +466,7 @@ def shared_cpu_note(runs: Sequence[PilotRun], i: int) -> str:
     (:func:`counterd.data.records.shared_cpus`), "" where none did or it is not known: in how
     many runs at each size, and how much longer their work took than the other runs' at the
     same sizes (the geometric mean, over the sizes that have both, of the medians' ratio)."""
-    per = [(r.size, r.step_shared(i), r.step_work(i)) for r in runs]
+    per = [(r.size, r.step_shared(i), r.step_work(i)) for r in runs if r.shared]
     if not any(any(s) for _, s, _ in per):
         return ""
     counts = ", ".join(f"{sum(s)} of {len(s)} at {n:g}" for n, s, _ in per)

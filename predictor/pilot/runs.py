@@ -97,8 +97,10 @@ class PilotRun:
     def separate(self, i: int) -> PilotRun | None:
         """This run with only the timed runs in which superstep ``i``'s processors did not
         take turns on one CPU (every step's times, and their medians, from those); None where
-        there is none."""
-        keep = [k for k, s in enumerate(self.step_shared(i)) if not s]
+        there is none; the run itself where it does not know (no :attr:`shared`)."""
+        if not self.shared:
+            return self
+        keep = [k for k, s in enumerate(self.shared[i]) if not s]
         if not keep:
             return None
 
@@ -107,7 +109,8 @@ class PilotRun:
 
         times, work = kept(self.times_ns), kept(self.work_ns)
         steps = tuple(replace(s, time_ns=float(np.median(times[j])),
-                              meta={**s.meta, "work_ns": float(np.median(work[j]))})
+                              meta={**s.meta, "work_ns": float(np.median(work[j]))}
+                              if work else s.meta)
                       for j, s in enumerate(self.steps))
         return replace(self, steps=steps, times_ns=times, work_ns=work,
                        shared=kept(self.shared))

@@ -310,9 +310,10 @@ def test_processes_that_took_turns_on_one_cpu_are_noted_with_their_cost():
     # (the shared runs' work less the others': 4 and 5 ms, median 4.5 ms)
     (s,) = fc.steps
     alone = 1e-8 * target
-    assert s.reach_s is not None and s.reach_s[0] <= alone <= s.reach_s[1] - 4.5e-3
-    assert s.interval_s[0] <= s.reach_s[0] and s.interval_s[1] >= s.reach_s[1]
-    assert f"{s.reach_s[1] * 1e3:.3g} ms with their wait" in mine
+    (apart,) = forecast([r.separate(0) for r in doubled], target, None).steps
+    assert s.reach_s == pytest.approx((apart.interval_s[0], apart.interval_s[1] + 4.5e-3))
+    assert s.reach_s[0] <= alone <= s.reach_s[1] - 4.5e-3
+    assert s.interval_s[0] <= s.reach_s[0] and s.interval_s[1] >= s.reach_s[1] and s.reached
     assert [n for n in fc.notes if "os.sched_setaffinity" in n] == [SHARED_CPU_ADVICE]
     assert not any("one CPU" in n for n in forecast(runs, 4 * SIZES[-1], None).notes)
 
@@ -334,6 +335,10 @@ def test_the_separate_runs_of_a_superstep_keep_every_step_of_those_runs():
     assert same is not None and same.times_ns == run.times_ns and same.work_ns == run.work_ns
     assert [(s.time_ns, s.meta) for s in same.steps] == [(s.time_ns, s.meta) for s in steps]
     assert replace(run, shared=((True,) * 3, (False,) * 3)).separate(0) is None
+    unknown = replace(run, shared=())
+    assert unknown.separate(0) is unknown  # not known: every run stays
+    no_work = replace(run, work_ns=()).separate(0)  # times and who shared, no work times
+    assert no_work is not None and no_work.times_ns == apart.times_ns
 
 
 def test_a_timed_run_knows_its_processes_shared_a_cpu(tmp_path):

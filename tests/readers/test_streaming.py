@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from counterd import report
 from counterd.backends.base import CounterValue
 from counterd.data.events import Source
-from counterd.data.records import Superstep, SuperstepRecord
+from counterd.data.records import SHARED_OVERLAP, Superstep, SuperstepRecord, shared_cpus
 
 NAMES = ("loads", "stores", "l1d_misses")
 
@@ -58,6 +58,40 @@ def test_streamed_aggregate_is_the_superstep_one(recs: list[SuperstepRecord]) ->
             assert c.sum == pytest.approx(sum(per_rank.values()))
             assert c.max == pytest.approx(max(per_rank.values()))
         assert set(row.counters) == {n for r in step.records for n in r.counters}
+
+
+def _brute_shared(spans: list[tuple[int | None, int, int | None]]) -> frozenset[int]:
+    """:func:`shared_cpus` by its definition, pair by pair."""
+    out = set()
+    for k, (c1, b1, e1) in enumerate(spans):
+        for c2, b2, e2 in spans[k + 1:]:
+            if (c1 is None or c1 < 0 or c1 != c2 or e1 is None or e2 is None
+                    or e1 <= b1 or e2 <= b2):
+                continue
+            if min(e1, e2) - max(b1, b2) >= SHARED_OVERLAP * min(e1 - b1, e2 - b2):
+                out.add(c1)
+    return frozenset(out)
+
+
+@settings(max_examples=500, deadline=None)
+@given(spans=st.lists(st.tuples(st.none() | st.integers(-1, 2), st.integers(0, 100),
+                                st.none() | st.integers(0, 60)), max_size=8))
+def test_shared_cpus_is_its_definition(spans: list[tuple[int | None, int, int | None]]
+                                       ) -> None:
+    """Every pair on one known CPU whose times overlap by a quarter of the shorter one's or
+    more, whatever the order; unknown CPUs (None, -1), open and empty times share nothing."""
+    given_ = [(c, b, None if d is None else b + d) for c, b, d in spans]
+    assert shared_cpus(given_) == _brute_shared(given_)
+
+
+def test_shared_cpus_at_the_quarter_and_at_its_edges() -> None:
+    assert shared_cpus([(0, 0, 100), (0, 75, 175)]) == frozenset({0})  # 25 of 100: shared
+    assert shared_cpus([(0, 0, 100), (0, 76, 176)]) == frozenset()  # 24 of 100
+    assert shared_cpus([(0, 0, 100), (0, 99, 104)]) == frozenset()  # 1 of the shorter one's 5
+    assert shared_cpus([(0, 0, 100), (0, 98, 102)]) == frozenset({0})  # 2 of 4
+    assert shared_cpus([(0, 75, 175), (0, 0, 100)]) == frozenset({0})  # either order
+    assert shared_cpus([(-1, 0, 100), (-1, 0, 100)]) == frozenset()  # CPU unknown
+    assert shared_cpus([(0, 50, 50), (0, 0, 100)]) == frozenset()  # an empty time
 
 
 def _many(n: int) -> Iterator[SuperstepRecord]:
