@@ -118,16 +118,18 @@ def _record(args: argparse.Namespace) -> int:
         print(f"counterd record: stopped by {_signal_name(stop.sig)} before writing the "
               f"records; its spool removed, {args.out} not written", file=sys.stderr)
         return 128 + stop.sig
-    from counterd.data.records import INFO_FLAGS
+    from counterd.data.records import INFO_FLAGS, Superstep
 
     flagged = sum(1 for r in result.records if r.flags - INFO_FLAGS)
+    shared = sum(1 for s in Superstep.group(result.records) if s.shared_cpus)
     # A command killed by signal N (exit_code -N) ends the recorder as a shell reports it, and
     # so does a recording stopped by one while the command ran a second time (callgrind).
     code = 128 - result.exit_code if result.exit_code < 0 else result.exit_code
     if result.stopped_by is not None and result.exit_code >= 0:
         code = 128 + result.stopped_by
     summary = {"out": str(result.out), "records": len(result.records), "backend": result.backend,
-               "flagged": flagged, "exit_code": result.exit_code, "status": code,
+               "flagged": flagged, "shared_cpu": shared, "exit_code": result.exit_code,
+               "status": code,
                "stopped_by": None if result.stopped_by is None else _signal_name(result.stopped_by),
                "skipped": list(result.skipped)}
     # On stderr, as perf stat does: stdout is the recorded command's own.
@@ -146,6 +148,11 @@ def _record(args: argparse.Namespace) -> int:
                           "not reach are flagged counters_missing")
         print(f"counterd: {summary['records']} records ({flagged} flagged) from backend "
               f"{result.backend} -> {result.out}; {ended}", file=sys.stderr)
+        if shared:
+            print(f"counterd: {shared} superstep{'s' if shared > 1 else ''} had processes "
+                  "taking turns on one CPU (shared_cpu; `counterd report` says which): pin each "
+                  "process to its own CPU (os.sched_setaffinity) for times of the work alone",
+                  file=sys.stderr)
     return code
 
 

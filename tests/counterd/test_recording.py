@@ -41,6 +41,48 @@ def test_spmd_example_gives_one_record_per_processor_per_superstep(tmp_path: Pat
     assert len({r.run_id for r in recs}) == 1
 
 
+_ONE_CPU = """
+import multiprocessing as mp, os, sys, time
+import counterd
+
+def work(rank, barrier):
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # both ranks on one CPU
+    counterd.set_rank(rank)
+    counterd.init()
+    barrier.wait()
+    with counterd.superstep("together"):
+        t = time.thread_time()
+        while time.thread_time() - t < 0.03:  # 30 ms of CPU each
+            pass
+
+if __name__ == "__main__":
+    ctx = mp.get_context("fork")
+    barrier = ctx.Barrier(2)
+    ps = [ctx.Process(target=work, args=(r, barrier)) for r in range(2)]
+    for p in ps: p.start()
+    for p in ps: p.join()
+    sys.exit(max(p.exitcode for p in ps))
+"""
+
+
+def test_record_says_when_processes_took_turns_on_one_cpu(tmp_path: Path) -> None:
+    """Two processes pinned to one CPU, each with 30 ms of CPU in one superstep: the one that
+    ends last took the other's time too, the superstep is shared_cpu, and the summary says so
+    on its own line and in the JSON."""
+    script = tmp_path / "one_cpu.py"
+    script.write_text(_ONE_CPU)
+    out = tmp_path / "r.jsonl"
+    proc = _cli("record", "--backend", "none", "--out", str(out), "--", sys.executable,
+                str(script))
+    assert proc.returncode == 0, proc.stderr
+    recs = list(read_jsonl(out))
+    assert len(recs) == 2 and len({r.cpu for r in recs}) == 1
+    assert max(r.duration_ns or 0 for r in recs) > 45_000_000  # waited for the other
+    assert "counterd: 1 superstep had processes taking turns on one CPU" in proc.stderr
+    proc = _cli("record", "--backend", "none", "--json", "--out", str(out), "--", "true")
+    assert json.loads(proc.stderr.strip().splitlines()[-1])["shared_cpu"] == 0
+
+
 def test_missing_command_is_bad_input_before_anything_runs(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match="command not found: no-such-cmd-xyz"):
         record(["no-such-cmd-xyz"], out=tmp_path / "r.jsonl", backend="none")
