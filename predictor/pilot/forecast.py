@@ -446,12 +446,8 @@ def reach_apart(runs: Sequence[PilotRun], i: int, key: tuple[int, str], target: 
     apart = [s for r in runs if (s := r.separate(i)) is not None]
     if len({r.size for r in apart}) < 3:
         return None
-    waits = []
-    for r in runs:
-        work, shared = r.step_work(i), r.step_shared(i)
-        if any(shared) and not all(shared):
-            alone = float(np.median([w for w, s in zip(work, shared, strict=True) if not s]))
-            waits += [(w - alone) * 1e-9 for w, s in zip(work, shared, strict=True) if s]
+    waits = [(w - float(np.median(apart_ns))) * 1e-9 for shared_ns, apart_ns in
+             (r.split_work(i) for r in runs) if shared_ns and apart_ns for w in shared_ns]
     try:
         sf, _ = _step_forecast(apart, i, key, target, profile, level=level, modeler=modeler,
                                variant=variant, progress=fitting.no_progress, memo=None)
@@ -466,13 +462,13 @@ def shared_cpu_note(runs: Sequence[PilotRun], i: int) -> str:
     (:func:`counterd.data.records.shared_cpus`), "" where none did or it is not known: in how
     many runs at each size, and how much longer their work took than the other runs' at the
     same sizes (the geometric mean, over the sizes that have both, of the medians' ratio)."""
-    per = [(r.size, r.step_shared(i), r.step_work(i)) for r in runs if r.shared]
-    if not any(any(s) for _, s, _ in per):
+    per = [(r.size, r.step_shared(i)) for r in runs if r.shared]
+    if not any(any(s) for _, s in per):
         return ""
-    counts = ", ".join(f"{sum(s)} of {len(s)} at {n:g}" for n, s, _ in per)
-    ratios = [math.log(np.median([w for w, x in zip(ws, s, strict=True) if x])
-                       / np.median([w for w, x in zip(ws, s, strict=True) if not x]))
-              for _, s, ws in per if any(s) and not all(s)]
+    counts = ", ".join(f"{sum(s)} of {len(s)} at {n:g}" for n, s in per)
+    ratios = [math.log(np.median(shared_ns) / np.median(apart_ns))
+              for shared_ns, apart_ns in (r.split_work(i) for r in runs if r.shared)
+              if shared_ns and apart_ns]
     longer = (f"; where a size has both, those runs' work took "
               f"{math.exp(float(np.mean(ratios))):.2g} times the others'" if ratios else "")
     return f"two of its processes took turns on one CPU in timed pilot runs ({counts}){longer}"

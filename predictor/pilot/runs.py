@@ -94,6 +94,14 @@ class PilotRun:
         as :meth:`step_work`; empty where not known."""
         return list(self.shared[i]) if self.shared else []
 
+    def split_work(self, i: int) -> tuple[list[float], list[float]]:
+        """Superstep ``i``'s work times (ns) of the timed runs whose processors took turns on
+        one CPU, and of the others (all of them where that is not known)."""
+        shared = self.step_shared(i) or [False] * len(self.step_work(i))
+        work = self.step_work(i)
+        return ([w for w, s in zip(work, shared, strict=True) if s],
+                [w for w, s in zip(work, shared, strict=True) if not s])
+
     def separate(self, i: int) -> PilotRun | None:
         """This run with only the timed runs in which superstep ``i``'s processors did not
         take turns on one CPU (every step's times, and their medians, from those); None where
