@@ -469,24 +469,19 @@ def shared_cpus(spans: Iterable[tuple[int | None, int, int | None]]) -> frozense
     for cpu, begin, end in spans:
         if cpu is not None and cpu >= 0 and end is not None and end > begin:  # -1: unknown
             by_cpu.setdefault(cpu, []).append((begin, end))
-    out = set()
-    for cpu, times in by_cpu.items():
-        times.sort()
-        if any(min(e1, e2) - b2 >= SHARED_OVERLAP * min(e1 - b1, e2 - b2)
-               for i, (b1, e1) in enumerate(times)
-               for b2, e2 in _starting_before(times, i + 1, e1)):
-            out.add(cpu)
-    return frozenset(out)
+    return frozenset(cpu for cpu, times in by_cpu.items() if _overlap(sorted(times)))
 
 
-def _starting_before(times: list[tuple[int, int]], start: int, end: int
-                     ) -> Iterator[tuple[int, int]]:
-    """``times[start:]`` (sorted by begin) up to the first that begins at or after ``end``:
-    the only ones that can overlap a time ending at ``end``."""
-    for t in times[start:]:
-        if t[0] >= end:
-            return
-        yield t
+def _overlap(times: list[tuple[int, int]]) -> bool:
+    """Whether two of ``times`` (sorted by begin) overlap by :data:`SHARED_OVERLAP` of the
+    shorter one's or more."""
+    for k, (b1, e1) in enumerate(times):
+        for b2, e2 in times[k + 1:]:
+            if b2 >= e1:
+                break  # this one, and every later one, begins after the first has ended
+            if min(e1, e2) - b2 >= SHARED_OVERLAP * min(e1 - b1, e2 - b2):
+                return True
+    return False
 
 
 def incomplete_record(begin: Mapping[str, Any]) -> SuperstepRecord:
