@@ -253,8 +253,39 @@ class PilotAdvice:
     sizes: tuple[float, ...] | None
 
 
+# How much a superstep's time per counted instruction may rise from one pilot size to the next
+# before the pilots are taken to straddle a change of regime (:func:`regime_jump`). Over the
+# 754 supersteps of twenty sets of the outside suite's campaigns (2026-11-27/28, an Intel Xeon
+# KVM guest) the rises of 2x or more were all of three kinds: cg's conjugate gradients, whose
+# vector operations OpenBLAS hands to its thread pool from about n = 10,000 (2.3-4.2x, all 11
+# sets; with OPENBLAS_NUM_THREADS=1 its time per instruction is flat), and the first superstep
+# of two SPMD programs, stencil "init" and prefix "fill" (2.0-4.0x, 17 sets), whose processes
+# took turns on one CPU; the largest other rise was 1.82x (groupby_python's "top" between its
+# two smallest pilots) and the medians of one size's runs lie 20-50 % off a smooth curve.
+REGIME_JUMP = 2.0
+
+
+def regime_jump(sizes: Sequence[float], medians: Sequence[float], work: Sequence[float]
+                ) -> tuple[float, float, float] | None:
+    """Where a superstep's time per unit of counted work (``medians`` over ``work``, at each
+    of the increasing pilot ``sizes``) rose by :data:`REGIME_JUMP` or more from one size to
+    the next: (the size below, the size above, the rise), the largest such rise; None where
+    there is none (or no work counted). A fall is not one: a fixed cost amortised over more
+    work lowers the time per instruction, and the fit of fixed cost and work models that."""
+    t = np.asarray(medians, dtype=np.float64)
+    w = np.asarray(work, dtype=np.float64)
+    if len(t) < 2 or len(w) != len(t) or not (np.all(t > 0) and np.all(w > 0)):
+        return None
+    rise = (t[1:] / w[1:]) / (t[:-1] / w[:-1])
+    k = int(np.argmax(rise))
+    if rise[k] < REGIME_JUMP:
+        return None
+    return float(sizes[k]), float(sizes[k + 1]), float(rise[k])
+
+
 def advise(steps: Sequence[tuple[str, Sequence[float], Sequence[float], float]],
-           sizes: Sequence[float], target: float, total_s: float) -> PilotAdvice:
+           sizes: Sequence[float], target: float, total_s: float, *,
+           work: Mapping[str, Sequence[float]] | None = None) -> PilotAdvice:
     """Warnings for pilots too short or too noisy to extrapolate, and sizes that would do.
 
     ``steps``: per superstep (name, the size of every timed run, its work time, its forecast
@@ -266,10 +297,19 @@ def advise(steps: Sequence[tuple[str, Sequence[float], Sequence[float], float]],
     flagged superstep that grows with n (exponent b >= 0.1 over the pilots) reaches
     :data:`SHORT_S` and a change across the sizes of twice its range; a superstep that would
     need the largest at or past the target is named with the size it would need, and left out
-    of the sizes proposed."""
+    of the sizes proposed. (The smallest moves above a jump: ``work``.)
+
+    ``work``: per superstep name, its counted work (instructions) at each of ``sizes``. A
+    superstep whose time per unit of it jumps between two pilot sizes (:func:`regime_jump`)
+    changed regime inside the pilot range: the sizes below the jump do not describe the
+    target. The sizes proposed then start at the size above the jump (the given sizes'
+    ratio of largest to smallest kept), or, where those would reach the target, the
+    superstep is named as one that no pilot sizes below the target would do for."""
     short, noisy, flat = [], [], []
     top = float(sizes[-1])
     needs: dict[str, float] = {}  # flagged supersteps that grow: the largest pilot they need
+    jumps: list[str] = []
+    above: dict[str, float] = {}  # supersteps whose time per instruction jumped: the size above
     for name, ns, times, at_target in steps:
         n = np.asarray(ns, dtype=np.float64)
         t = np.asarray(times, dtype=np.float64)
@@ -290,6 +330,11 @@ def advise(steps: Sequence[tuple[str, Sequence[float], Sequence[float], float]],
                 needs[name] = max(needs.get(name, top), sizes[0] * math.exp(2 * rng / b))
         if flagged and b < 0.1:
             flat.append(name)
+        jump = regime_jump(sizes, med, work[name]) if work and work.get(name) else None
+        if jump is not None:
+            below, after, rise = jump
+            jumps.append(f"{name} ({rise:.2g}x between n = {below:g} and {after:g})")
+            above[name] = after
     out = []
     if short:
         out.append(f"pilots too short: at n = {top:g} under {seconds(SHORT_S)} of work, "
@@ -300,9 +345,18 @@ def advise(steps: Sequence[tuple[str, Sequence[float], Sequence[float], float]],
     if flat:
         out.append(f"not growing with n over the pilots (larger pilots will not help): "
                    f"{', '.join(flat)}")
+    if jumps:
+        out.append("time per counted instruction jumped between two pilot sizes: "
+                   f"{', '.join(jumps)}; the pilots below the jump ran another regime than "
+                   "those above it (a library's thread pool taking over above a size, as "
+                   "OpenBLAS's does: rerun with OPENBLAS_NUM_THREADS=1 to tell; processes "
+                   "taking turns on one CPU; data outgrowing a cache)")
     lo = float(sizes[0])
+    for k, v in above.items():  # from above the jump, the given largest over smallest
+        needs[k] = max(needs.get(k, top), v * top / lo)
     # the largest of the stretched sizes is the need itself, rounded as they are
     beyond = [k for k, v in needs.items() if float(f"{v:.2g}") >= target]
+    first = max([lo] + [v for k, v in above.items() if k not in beyond])
     if beyond:  # each named, so that one superstep out of reach does not hide the others'
         out.append("no pilot sizes below the target would do for "
                    + ", ".join(f"{k} (about n = {needs[k]:.2g})" for k in beyond)
@@ -310,7 +364,7 @@ def advise(steps: Sequence[tuple[str, Sequence[float], Sequence[float], float]],
     need = max([top] + [v for k, v in needs.items() if k not in beyond])
     proposed = None
     if need > top:
-        new = [float(f"{lo + (need - lo) * (s - lo) / (top - lo):.2g}") for s in sizes]
+        new = [float(f"{first + (need - first) * (s - lo) / (top - lo):.2g}") for s in sizes]
         if len(set(new)) == len(new):
             proposed = tuple(new)
             out.append("pilot sizes that would do" + (" for the others" if beyond else "")

@@ -308,7 +308,9 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
     total = sum(s.predicted_s for s in out)
     advice = advise([(f"{s.index}:{s.name}", [r.size for r in runs for _ in r.step_work(i)],
                       [w * 1e-9 for r in runs for w in r.step_work(i)], s.predicted_s)
-                     for i, s in enumerate(out)], sizes, target, total)
+                     for i, s in enumerate(out)], sizes, target, total,
+                    work={f"{s.index}:{s.name}": work_per_size(runs, i)
+                          for i, s in enumerate(out) if WORK in s.counters})
     return Forecast(float(target), sizes, profile.name if profile else None, tuple(out),
                     tuple(notes), advice)
 
@@ -360,10 +362,7 @@ def _step_forecast(runs: Sequence[PilotRun], i: int, key: tuple[int, str], targe
     if WORK in counters:
         scaled = scale_by_work(
             sizes, [float(np.median([w for n, w, _ in tws if n == m])) * 1e-9
-                    for m in sizes],
-            [float(np.mean([s.counter(WORK).sum() for r, s in zip(runs, steps, strict=True)
-                            if r.size == m])) for m in sizes],
-            counters[WORK], level=level)
+                    for m in sizes], work_per_size(runs, i), counters[WORK], level=level)
     sf = StepForecast(index, name, time_only, counters)
     if profile is not None and counters:
         shares = _shares([r.steps[i] for r in largest], names)
@@ -483,6 +482,13 @@ SHARED_CPU_ADVICE = (
     "(os.sched_setaffinity) for times of the work alone")
 
 
+def work_per_size(runs: Sequence[PilotRun], i: int) -> list[float]:
+    """Superstep ``i``'s counted work (:data:`WORK`, summed over processors) at each pilot
+    size, increasing: the mean over the runs of that size."""
+    return [float(np.mean([r.steps[i].counter(WORK).sum() for r in runs if r.size == m]))
+            for m in sorted({r.size for r in runs})]
+
+
 def _fit_step(runs: Sequence[PilotRun], i: int, at: Mapping[str, float], *, where: str = ""
               ) -> WorkFit | None:
     """:func:`fit_work` of superstep ``i`` over every timed run of ``runs``, each with the
@@ -518,8 +524,7 @@ def point_forecasts(runs: Sequence[PilotRun], i: int, at: float, fm: Any = None,
         return out
     top = sizes[-1]
     if counts.get(WORK, 0) > 0:
-        there = float(np.mean([s.counter(WORK).sum() for r, s in zip(runs, steps, strict=True)
-                               if r.size == top]))
+        there = work_per_size(runs, i)[-1]
         if there > 0:
             out["scaled"] = float(np.median([w for n, w in tws if n == top])) \
                 * counts[WORK] / there

@@ -29,6 +29,7 @@ from predictor.pilot.choice import (
     advise,
     choose,
     interval_half,
+    regime_jump,
     timing_spread,
 )
 from predictor.pilot.extrapolation import FIXED_WORK, fit_work, fixed_work_share
@@ -688,3 +689,72 @@ def test_cli_text_says_which_forecast_why_how_wide_and_warns_in_one_line_each(pi
     assert any("pilot sizes that would do: --sizes 1000," in x for x in warned)
     for w in warned:
         assert w.removeprefix("predict: ") in out.out.splitlines()
+
+
+# -- a change of regime between two pilot sizes ---------------------------------------------------
+
+def test_a_rise_in_time_per_instruction_of_twice_or_more_is_a_jump():
+    """The time per instruction (median time over counted work) rising 3x between the second
+    and third sizes is named with both sizes and the rise; 1.9x is not; a fall (a fixed cost
+    amortised) is not; without counted work, none."""
+    sizes = [1e3, 2e3, 3e3, 4e3]
+    work = [50.0 * n for n in sizes]
+    flat = [1e-9 * w for w in work]
+    jumped = [t * (3.0 if k >= 2 else 1.0) for k, t in enumerate(flat)]
+    assert regime_jump(sizes, flat, work) is None
+    below, above, rise = regime_jump(sizes, jumped, work)
+    assert (below, above) == (2e3, 3e3) and rise == pytest.approx(3.0)
+    assert regime_jump(sizes, [t * (1.9 if k >= 2 else 1.0) for k, t in enumerate(flat)],
+                       work) is None
+    assert regime_jump(sizes, [t / (3.0 if k >= 2 else 1.0) for k, t in enumerate(flat)],
+                       work) is None
+    assert regime_jump(sizes, jumped, [0.0] * 4) is None
+    assert regime_jump(sizes, jumped, work[:3]) is None
+    # the largest of two rises is the one named
+    two = [t * f for t, f in zip(flat, [1.0, 2.5, 2.5 * 4.0, 2.5 * 4.0], strict=True)]
+    assert regime_jump(sizes, two, work)[:2] == (2e3, 3e3)
+
+
+def test_a_jump_is_warned_of_and_the_sizes_proposed_start_above_it():
+    """A superstep of 20-80 ms whose time per instruction triples between 2e5 and 3e5 (as
+    cg's did when OpenBLAS's thread pool took over): one warning naming it, the sizes and the
+    rise, and sizes proposed from 3e5 on with the given largest-over-smallest ratio (5x: 1.5e6);
+    with a target those would reach, it is named as one no sizes below the target would do
+    for, and nothing is proposed."""
+    ns = [n for n in SIZES for _ in range(5)]
+    per = {n: (3.0 if n >= 3e5 else 1.0) for n in SIZES}
+    times = [2e-8 * n * per[n] for n in ns]
+    work = {"1:cg": [50.0 * n for n in SIZES]}
+    a = advise([("1:cg", ns, times, 0.5)], SIZES, 1e8, 0.5, work=work)
+    jump = [w for w in a.warnings if w.startswith("time per counted instruction jumped")]
+    assert len(jump) == 1 and "1:cg (3x between n = 200000 and 300000)" in jump[0]
+    assert "OPENBLAS_NUM_THREADS=1" in jump[0]
+    assert a.sizes is not None and a.sizes[0] == 3e5 and a.sizes[-1] == 1.5e6
+    assert a.warnings[-1] == ("pilot sizes that would do: --sizes "
+                              + ",".join(f"{x:g}" for x in a.sizes))
+    # without the counted work, or without a jump: no such warning
+    assert advise([("1:cg", ns, times, 0.5)], SIZES, 1e8, 0.5) == PilotAdvice((), None)
+    steady = [2e-8 * n for n in ns]
+    assert advise([("1:cg", ns, steady, 0.5)], SIZES, 1e8, 0.5, work=work) == \
+        PilotAdvice((), None)
+    near = advise([("1:cg", ns, times, 0.5)], SIZES, 1e6, 0.5, work=work)
+    assert near.sizes is None and near.warnings[-1].startswith(
+        "no pilot sizes below the target would do for 1:cg (about n = 1.5e+06)")
+
+
+def test_a_forecast_warns_of_a_jump_in_its_pilots():
+    """forecast() hands each superstep's counted instructions per size to the advice: the
+    fixed-cost runs with their time per instruction tripled from the third size on carry the
+    warning in JSON."""
+    runs = _fixed_cost_runs(np.random.default_rng(4), fixed=0.0)
+    jumped = []
+    for r in runs:
+        f = 3.0 if r.size >= SIZES[2] else 1.0
+        work = tuple(w * f for w in r.work_ns[0])
+        step = replace(r.steps[0], time_ns=float(np.median(work)),
+                       meta={"work_ns": float(np.median(work))})
+        jumped.append(PilotRun(r.size, (step,), r.source, (work,), (work,)))
+    warnings = forecast(jumped, 4 * SIZES[-1], None).to_json()["pilot_warnings"]
+    assert any("0:init (3x between n = 200000 and 300000)" in w for w in warnings)
+    assert not any("jumped" in w
+                   for w in forecast(runs, 4 * SIZES[-1], None).to_json()["pilot_warnings"])
