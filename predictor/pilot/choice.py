@@ -256,12 +256,13 @@ class PilotAdvice:
 # How much a superstep's time per counted instruction may rise from one pilot size to the next
 # before the pilots are taken to straddle a change of regime (:func:`regime_jump`). Over the
 # 754 supersteps of twenty sets of the outside suite's campaigns (2026-11-27/28, an Intel Xeon
-# KVM guest) the rises of 2x or more were all of three kinds: cg's conjugate gradients, whose
-# vector operations OpenBLAS hands to its thread pool from about n = 10,000 (2.3-4.2x, all 11
-# sets; with OPENBLAS_NUM_THREADS=1 its time per instruction is flat), and the first superstep
-# of two SPMD programs, stencil "init" and prefix "fill" (2.0-4.0x, 17 sets), whose processes
-# took turns on one CPU; the largest other rise was 1.82x (groupby_python's "top" between its
-# two smallest pilots) and the medians of one size's runs lie 20-50 % off a smooth curve.
+# KVM guest) the rises of 2x or more were: cg's conjugate gradients, whose vector operations
+# OpenBLAS hands to its thread pool from about n = 10,000 (2.3-4.2x, all 11 sets; with
+# OPENBLAS_NUM_THREADS=1 its time per instruction is flat); the first superstep of two SPMD
+# programs, stencil "init" and prefix "fill" (2.0-4.0x, 20 sets), whose processes took turns
+# on one CPU more often above the jump than below it; and matmul's product on 2 sets (2.1x,
+# not explained). The largest other rise was 1.82x (groupby_python's "top" between its two
+# smallest pilots); the medians of one size's runs lie 20-50 % off a smooth curve.
 REGIME_JUMP = 2.0
 
 
@@ -269,18 +270,21 @@ def regime_jump(sizes: Sequence[float], medians: Sequence[float], work: Sequence
                 ) -> tuple[float, float, float] | None:
     """Where a superstep's time per unit of counted work (``medians`` over ``work``, at each
     of the increasing pilot ``sizes``) rose by :data:`REGIME_JUMP` or more from one size to
-    the next: (the size below, the size above, the rise), the largest such rise; None where
-    there is none (or no work counted). A fall is not one: a fixed cost amortised over more
-    work lowers the time per instruction, and the fit of fixed cost and work models that."""
+    the next: (the size below, the size above, the rise) of the last such rise, above which
+    the pilots are in one regime; None where there is none. Pairs of sizes without a time
+    and a count > 0 at both are skipped. A fall is not a jump: a fixed cost amortised over
+    more work lowers the time per instruction, and the fit of fixed cost and work models
+    that."""
     t = np.asarray(medians, dtype=np.float64)
     w = np.asarray(work, dtype=np.float64)
-    if len(t) < 2 or len(w) != len(t) or not (np.all(t > 0) and np.all(w > 0)):
+    if len(t) != len(w) or len(t) != len(sizes):
         return None
-    rise = (t[1:] / w[1:]) / (t[:-1] / w[:-1])
-    k = int(np.argmax(rise))
-    if rise[k] < REGIME_JUMP:
-        return None
-    return float(sizes[k]), float(sizes[k + 1]), float(rise[k])
+    for k in range(len(t) - 2, -1, -1):
+        if t[k] > 0 and w[k] > 0 and t[k + 1] > 0 and w[k + 1] > 0:
+            rise = float((t[k + 1] / w[k + 1]) / (t[k] / w[k]))
+            if rise >= REGIME_JUMP:
+                return float(sizes[k]), float(sizes[k + 1]), rise
+    return None
 
 
 def advise(steps: Sequence[tuple[str, Sequence[float], Sequence[float], float]],
@@ -293,48 +297,56 @@ def advise(steps: Sequence[tuple[str, Sequence[float], Sequence[float], float]],
     (mostly fixed cost there). Too noisy: the 90 % range of one run's time (3.29 times
     :func:`timing_spread`, log scale) above the change of its median across the pilot sizes,
     for a superstep carrying 1 % or more of the forecast total. The sizes proposed keep the
-    smallest pilot and the shape of the given sizes, and stretch the largest until every
-    flagged superstep that grows with n (exponent b >= 0.1 over the pilots) reaches
-    :data:`SHORT_S` and a change across the sizes of twice its range; a superstep that would
-    need the largest at or past the target is named with the size it would need, and left out
-    of the sizes proposed. (The smallest moves above a jump: ``work``.)
+    shape of the given sizes and stretch the largest until every flagged superstep that grows
+    with n (exponent b >= 0.1 over the pilots) reaches :data:`SHORT_S` and a change across the
+    sizes of twice its range; a superstep that would need the largest at or past the target
+    is named with the size it would need, and left out of the sizes proposed.
 
     ``work``: per superstep name, its counted work (instructions) at each of ``sizes``. A
-    superstep whose time per unit of it jumps between two pilot sizes (:func:`regime_jump`)
-    changed regime inside the pilot range: the sizes below the jump do not describe the
-    target. The sizes proposed then start at the size above the jump (the given sizes'
-    ratio of largest to smallest kept), or, where those would reach the target, the
-    superstep is named as one that no pilot sizes below the target would do for."""
-    short, noisy, flat = [], [], []
-    top = float(sizes[-1])
-    needs: dict[str, float] = {}  # flagged supersteps that grow: the largest pilot they need
-    jumps: list[str] = []
-    above: dict[str, float] = {}  # supersteps whose time per instruction jumped: the size above
+    superstep whose time per unit of it jumped between two pilot sizes (:func:`regime_jump`)
+    ran in another regime below the jump than above it: it is warned of, its growth, spread
+    and change are taken from the sizes above the jump (where two or more are), and the sizes
+    proposed start at the size above it (the given largest-over-smallest ratio kept, the other
+    supersteps' needs met from there), or, where its sizes would reach the target, it is named
+    as one that no sizes below the target would do for. Without a jump the smallest size is
+    kept."""
+    top, lo = float(sizes[-1]), float(sizes[0])
+    short, noisy, flat, jumps = [], [], [], []
+    need_top: dict[str, float] = {}  # too short and growing: the largest pilot it needs
+    need_ratio: dict[str, float] = {}  # too noisy and growing: the largest over the smallest
+    above: dict[str, float] = {}  # jumped: the size above its last jump
     for name, ns, times, at_target in steps:
         n = np.asarray(ns, dtype=np.float64)
         t = np.asarray(times, dtype=np.float64)
         med = [float(np.median(t[n == m])) for m in sizes]
-        b = _growth(sizes, med)
-        rng = 3.29 * timing_spread(ns, times)
-        change = abs(math.log(med[-1] / med[0]))
+        counted = (work or {}).get(name)
+        jump = regime_jump(sizes, med, counted) if counted is not None else None
+        kept = [True] * len(sizes)  # the sizes of one regime: above the jump, if two or more
+        if jump is not None:
+            below, after, rise = jump
+            jumps.append(f"{name} ({rise:.2g}x between n = {below:g} and {after:g})")
+            above[name] = after
+            if sum(m >= after for m in sizes) >= 2:
+                kept = [m >= after for m in sizes]
+        ks = [m for m, k in zip(sizes, kept, strict=True) if k]
+        kmed = [x for x, k in zip(med, kept, strict=True) if k]
+        b = _growth(ks, kmed)
+        within = np.isin(n, ks)
+        rng = 3.29 * timing_spread(n[within].tolist(), t[within].tolist())
+        change = abs(math.log(kmed[-1] / kmed[0]))
         flagged = False
         if med[-1] < SHORT_S:
             short.append(f"{name} ({seconds(med[-1])})")
             flagged = True
             if b >= 0.1:
-                needs[name] = max(needs.get(name, top), top * (SHORT_S / med[-1]) ** (1 / b))
+                need_top[name] = top * (SHORT_S / med[-1]) ** (1 / b)
         if rng > change and at_target >= 0.01 * total_s:
             noisy.append(f"{name} (spread {_pct(math.exp(rng))}, change {_pct(math.exp(change))})")
             flagged = True
             if b >= 0.1:
-                needs[name] = max(needs.get(name, top), sizes[0] * math.exp(2 * rng / b))
+                need_ratio[name] = math.exp(2 * rng / b)
         if flagged and b < 0.1:
             flat.append(name)
-        jump = regime_jump(sizes, med, work[name]) if work and work.get(name) else None
-        if jump is not None:
-            below, after, rise = jump
-            jumps.append(f"{name} ({rise:.2g}x between n = {below:g} and {after:g})")
-            above[name] = after
     out = []
     if short:
         out.append(f"pilots too short: at n = {top:g} under {seconds(SHORT_S)} of work, "
@@ -347,24 +359,33 @@ def advise(steps: Sequence[tuple[str, Sequence[float], Sequence[float], float]],
                    f"{', '.join(flat)}")
     if jumps:
         out.append("time per counted instruction jumped between two pilot sizes: "
-                   f"{', '.join(jumps)}; the pilots below the jump ran another regime than "
-                   "those above it (a library's thread pool taking over above a size, as "
-                   "OpenBLAS's does: rerun with OPENBLAS_NUM_THREADS=1 to tell; processes "
-                   "taking turns on one CPU; data outgrowing a cache)")
-    lo = float(sizes[0])
-    for k, v in above.items():  # from above the jump, the given largest over smallest
-        needs[k] = max(needs.get(k, top), v * top / lo)
+                   f"{', '.join(jumps)}; the pilots below a jump ran in a different regime from "
+                   "those above it and do not describe the target (a library's thread pool "
+                   "taking over above a size, as OpenBLAS's does: rerun with "
+                   "OPENBLAS_NUM_THREADS=1 to see whether its threads cause it; processes "
+                   "taking turns on one CPU); the forecast is not changed by it")
+
+    def need(name: str, first: float) -> float:
+        """The largest pilot ``name`` needs with the sizes starting at ``first``."""
+        ratio = max(need_ratio.get(name, 0.0), top / lo if name in above else 0.0)
+        return max(top, need_top.get(name, top), first * ratio)
+
+    # a jumped superstep whose own sizes would reach the target moves nothing
+    first = max([lo] + [a for k, a in above.items() if float(f"{need(k, a):.2g}") < target])
+    names = set(need_top) | set(need_ratio) | set(above)
+    needs = {k: need(k, max(first, above.get(k, first))) for k in names}
     # the largest of the stretched sizes is the need itself, rounded as they are
-    beyond = [k for k, v in needs.items() if float(f"{v:.2g}") >= target]
-    first = max([lo] + [v for k, v in above.items() if k not in beyond])
+    beyond = sorted((k for k, v in needs.items() if float(f"{v:.2g}") >= target),
+                    key=lambda k: [x[0] for x in steps].index(k))
     if beyond:  # each named, so that one superstep out of reach does not hide the others'
         out.append("no pilot sizes below the target would do for "
                    + ", ".join(f"{k} (about n = {needs[k]:.2g})" for k in beyond)
                    + ": forecast with care, or run the target itself")
-    need = max([top] + [v for k, v in needs.items() if k not in beyond])
+    most = max([top] + [v for k, v in needs.items() if k not in beyond])
     proposed = None
-    if need > top:
-        new = [float(f"{first + (need - first) * (s - lo) / (top - lo):.2g}") for s in sizes]
+    if most > top:
+        new = [float(f"{first + (most - first) * (s - lo) / (top - lo):.2g}") for s in sizes]
+        new[0] = first  # a size the pilots ran (above a jump), not rounded below it
         if len(set(new)) == len(new):
             proposed = tuple(new)
             out.append("pilot sizes that would do" + (" for the others" if beyond else "")

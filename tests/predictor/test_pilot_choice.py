@@ -710,9 +710,11 @@ def test_a_rise_in_time_per_instruction_of_twice_or_more_is_a_jump():
                        work) is None
     assert regime_jump(sizes, jumped, [0.0] * 4) is None
     assert regime_jump(sizes, jumped, work[:3]) is None
-    # the largest of two rises is the one named
-    two = [t * f for t, f in zip(flat, [1.0, 2.5, 2.5 * 4.0, 2.5 * 4.0], strict=True)]
-    assert regime_jump(sizes, two, work)[:2] == (2e3, 3e3)
+    # a size without a count skips only the pairs it is in
+    assert regime_jump(sizes, jumped, [0.0] + work[1:])[:2] == (2e3, 3e3)
+    # of two rises the last is the one named: above it the pilots are in one regime
+    two = [t * f for t, f in zip(flat, [1.0, 4.0, 4.0, 4.0 * 2.5], strict=True)]
+    assert regime_jump(sizes, two, work) == pytest.approx((3e3, 4e3, 2.5))
 
 
 def test_a_jump_is_warned_of_and_the_sizes_proposed_start_above_it():
@@ -758,3 +760,35 @@ def test_a_forecast_warns_of_a_jump_in_its_pilots():
     assert any("0:init (3x between n = 200000 and 300000)" in w for w in warnings)
     assert not any("jumped" in w
                    for w in forecast(runs, 4 * SIZES[-1], None).to_json()["pilot_warnings"])
+
+
+def test_the_sizes_proposed_above_a_jump_meet_the_other_needs_from_there():
+    """With the sizes starting above a jump: a noisy superstep's needed ratio of largest to
+    smallest is met from the new smallest size, not from the given one; a jumped superstep that
+    is also too short reaches 1 ms at the largest size proposed (its growth taken above the
+    jump, not inflated by it); the smallest size proposed is the one above the jump, not
+    rounded below it."""
+    rng = np.random.default_rng(5)
+    ns = [n for n in SIZES for _ in range(5)]
+    per = {n: (3.0 if n >= 3e5 else 1.0) for n in SIZES}
+    jumped = [2e-8 * n * per[n] for n in ns]
+    noisy = [0.05 * n / SIZES[-1] * math.exp(0.6 * rng.standard_normal()) for n in ns]
+    alone = advise([("1:noisy", ns, noisy, 0.06)], SIZES, 1e9, 0.06)
+    both = advise([("0:cg", ns, jumped, 0.5), ("1:noisy", ns, noisy, 0.06)], SIZES, 1e9, 0.56,
+                  work={"0:cg": [50.0 * n for n in SIZES]})
+    assert alone.sizes is not None and both.sizes is not None and both.sizes[0] == 3e5
+    assert both.sizes[-1] / both.sizes[0] >= 0.95 * alone.sizes[-1] / alone.sizes[0]
+    # too short and jumped: 1 ps per instruction, tripled from 3e5 on (75 us at 5e5): 1 ms
+    # at about 6.7e6 (with the growth fitted through the jump, n^1.7: 2.3e6)
+    short = [1e-12 * 50.0 * n * per[n] for n in ns]
+    a = advise([("0:cg", ns, short, 1e-3)], SIZES, 1e9, 1e-3,
+               work={"0:cg": [50.0 * n for n in SIZES]})
+    assert a.sizes is not None and a.sizes[0] == 3e5
+    assert 3 * 1e-12 * 50.0 * a.sizes[-1] >= 0.95e-3
+    # a jump between 1e5 and 1.25e5: the sizes start at 1.25e5, not at 1.2e5
+    sizes = [1e5, 1.25e5, 2e5, 3e5]
+    ns = [n for n in sizes for _ in range(5)]
+    times = [2e-8 * n * (3.0 if n >= 1.25e5 else 1.0) for n in ns]
+    r = advise([("0:cg", ns, times, 0.5)], sizes, 1e9, 0.5,
+               work={"0:cg": [50.0 * n for n in sizes]})
+    assert r.sizes is not None and r.sizes[0] == 1.25e5
