@@ -375,8 +375,8 @@ def advise(steps: Sequence[tuple[str, Sequence[float], Sequence[float], float]],
     names = set(need_top) | set(need_ratio) | set(above)
     needs = {k: need(k, max(first, above.get(k, first))) for k in names}
     # the largest of the stretched sizes is the need itself, rounded as they are
-    beyond = sorted((k for k, v in needs.items() if float(f"{v:.2g}") >= target),
-                    key=lambda k: [x[0] for x in steps].index(k))
+    beyond = [name for name, *_ in steps
+              if name in needs and float(f"{needs[name]:.2g}") >= target]
     if beyond:  # each named, so that one superstep out of reach does not hide the others'
         out.append("no pilot sizes below the target would do for "
                    + ", ".join(f"{k} (about n = {needs[k]:.2g})" for k in beyond)
