@@ -78,6 +78,7 @@ from predictor.pilot.campaign import load_campaign, measure_target  # noqa: E402
 from predictor.pilot.check import Measured  # noqa: E402
 from predictor.pilot.check import measured as check_measured  # noqa: E402
 from predictor.pilot.forecast import Forecast, forecast  # noqa: E402
+from predictor.pilot.regime import cache_runs, load_regime  # noqa: E402
 from predictor.pilot.runs import load_timings  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
@@ -159,7 +160,9 @@ def from_records(prog: Program, label: str, d: Path, repeat: int,
         return dict(json.loads(out.read_text()))
     n = prog.target(label)
     runs = load_campaign(d, prog.pilots, repeat)
-    fc = forecast(runs, n, profile, level=LEVEL)
+    log(f"{prog.name}: L2 runs for {label} (n = {n:g})")
+    regime = cache_runs(prog.template, runs, n, workdir=d)
+    fc = forecast(runs, n, profile, level=LEVEL, regime=regime)
     log(f"{prog.name}: checking runs at {label} (n = {n:g})")
     measured = measure_target(prog.template, n, repeat=repeat,
                               workdir=_mkdir(d / f"check-{label}"))
@@ -177,7 +180,7 @@ def refit(prog: Program, label: str, d: Path, repeat: int, profile: MachineProfi
     the model is this tree's (``--refit``)."""
     n = prog.target(label)
     runs = load_campaign(d, prog.pilots, repeat)
-    fc = forecast(runs, n, profile, level=LEVEL)
+    fc = forecast(runs, n, profile, level=LEVEL, regime=load_regime(d, runs, n))
     where = d if own else d / f"check-{label}"
     measured = check_measured([load_timings(where / f"check-{r}.jsonl") for r in range(repeat)])
     return _with_check(fc, measured)

@@ -41,6 +41,11 @@ def _record_options(p: argparse.ArgumentParser) -> None:
                    "OpenBLAS, glibc) the CPU features valgrind lacks (AVX-512), so that it "
                    "runs the code Callgrind counts; native (and the default, auto): hide "
                    "nothing, time the program as it runs without counterd")
+    p.add_argument("--prefetch", action="store_true",
+                   help="with --backend callgrind: simulate valgrind's hardware prefetcher on "
+                   "the last level, so that its misses are those a stream prefetcher does "
+                   "not cover (write-backs are then not counted: valgrind simulates one or "
+                   "the other)")
     p.add_argument("--sample", metavar="DURATION:K", default=None,
                    help="read the counters of only 1 in K supersteps shorter than DURATION "
                    "(e.g. 50us:10), per superstep name and processor; the others' counters "

@@ -373,6 +373,7 @@ CPU_FEATURES = ("auto", "native", "as-counted")
 def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: str = "auto",
            events: Sequence[str] = (), run_id: str | None = None,
            cpu_features: str = "auto", sample: str | None = None,
+           prefetch: bool = False,
            progress: Callable[[str], None] | None = None) -> RecordResult:
     """Run ``cmd`` with markers active; write its records to ``out`` (JSON lines, atomic).
 
@@ -386,12 +387,17 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
     a second time (under callgrind). ``sample``: ``"<duration>:<k>"``, the command's markers
     read the counters of 1 in k supersteps shorter than the duration
     (:mod:`counterd.markers.sampling`); None: as ``COUNTERD_SAMPLE`` says, else off.
+    ``prefetch`` (``--prefetch``, Callgrind only): valgrind's hardware prefetcher simulated
+    on the last level (:attr:`counterd.backends.callgrind.geometry.CallgrindGeometry.prefetch`).
 
     Returns the command's exit code with the records. Bad input raises BadInput before the
     command runs; a failure to write ``out`` raises BadInput after it, leaving no partial file.
     """
     if cpu_features not in CPU_FEATURES:
         raise BadInput(f"--cpu-features {cpu_features!r}", "choose " + ", ".join(CPU_FEATURES))
+    if prefetch and backend != "callgrind":
+        raise BadInput(f"--prefetch with --backend {backend}: the prefetcher is Callgrind's "
+                       "cache simulation", "give --backend callgrind, or drop --prefetch")
     if sample is not None:
         from counterd.markers.sampling import Sampling
 
@@ -426,6 +432,10 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
         from counterd.backends.callgrind.geometry import CallgrindGeometry
 
         geometry = CallgrindGeometry.from_machine(machine.current())
+        if prefetch:
+            from dataclasses import replace
+
+            geometry = replace(geometry, prefetch=True)
     if events:
         from counterd import backends
 

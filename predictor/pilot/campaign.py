@@ -80,13 +80,13 @@ def counting_features(cpu_features: str) -> str:
 
 
 def _record(template: str, n: float, backend: str, out: Any, *, what: str,
-            cpu_features: str) -> None:
+            cpu_features: str, extra: Sequence[str] = ()) -> None:
     """One run of the command at size ``n`` under ``counterd record``; BadInput naming the run
     if it fails."""
     import subprocess
 
     cmd = [*_counterd(), "record", "--backend", backend, "--cpu-features", cpu_features,
-           "--out", str(out), "--", *command_for(template, n)]
+           *extra, "--out", str(out), "--", *command_for(template, n)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -98,13 +98,13 @@ _NO_SUPERSTEPS = "mark the program's supersteps with counterd.superstep"
 
 
 def record_run(template: str, n: float, backend: str, out: Any, *, what: str,
-               cpu_features: str = "auto") -> list[Step]:
+               cpu_features: str = "auto", extra: Sequence[str] = ()) -> list[Step]:
     """One run of the command at size ``n`` under ``counterd record --backend backend
-    --cpu-features cpu_features``; its supersteps. A failed run or one without supersteps is
-    a BadInput naming the run."""
+    --cpu-features cpu_features`` (and ``extra`` options); its supersteps. A failed run or one
+    without supersteps is a BadInput naming the run."""
     from predictor.inputs import load_counters
 
-    _record(template, n, backend, out, what=what, cpu_features=cpu_features)
+    _record(template, n, backend, out, what=what, cpu_features=cpu_features, extra=extra)
     steps = load_counters(out)
     if not steps:
         raise BadInput(f"{what} (n = {_size_text(n)}) recorded no supersteps", _NO_SUPERSTEPS)
@@ -294,7 +294,8 @@ def check_path(workdir: Any, r: int) -> Any:
 def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
                  backend: str = "callgrind", workdir: Any, cpu_features: str = "native",
                  progress: fitting.Progress = fitting.no_progress, parallel: int | None = None,
-                 eta: Eta | None = None, check: float | None = None) -> list[PilotRun]:
+                 eta: Eta | None = None, check: float | None = None,
+                 target: float | None = None) -> list[PilotRun]:
     """At every size: ``repeat`` timed runs (markers only, ``--backend none``, run with
     ``cpu_features``, :data:`TIMING_FEATURES`) and one counted run (``backend``,
     :func:`counting_features`); with ``check`` (``--check``), ``repeat`` checking runs at that
@@ -311,7 +312,8 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
     as the forecast's error. The counted runs follow, up to ``parallel`` at once (default: the
     CPUs this process may use) where ``backend`` is in :data:`SIDE_BY_SIDE`, else one at a
     time: under Callgrind each takes 20-100 times the program's time, and nothing of theirs is
-    timed."""
+    timed. With ``target`` and Callgrind counting, two more counted runs at the largest size
+    follow: the L2 runs for that target (:func:`predictor.pilot.regime.cache_runs`)."""
     import threading
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -344,11 +346,12 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
         if not checking:
             timed[i].append(got)
         eta.timed.append((float(n), time.monotonic() - t0))
+    l2 = [sizes[-1]] * 2 if target is not None and backend == "callgrind" else []
     progress(f"counted runs ({backend}) at n = {', '.join(map(_size_text, sizes))}"
              + (f", {width} at a time" if width > 1 else "")
-             + Eta.text(eta.left((), sizes)))
+             + Eta.text(eta.left((), [*sizes, *l2])))
     lock = threading.Lock()
-    pending = list(sizes)
+    pending = [*sizes, *l2]
 
     def counted(n: float) -> list[Step]:
         t0 = time.monotonic()
@@ -363,7 +366,17 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
 
     with ThreadPoolExecutor(max_workers=width) as pool:
         counts = list(pool.map(counted, sizes))
-    return [pilot_run(n, c, t) for n, c, t in zip(sizes, counts, timed, strict=True)]
+    runs = [pilot_run(n, c, t) for n, c, t in zip(sizes, counts, timed, strict=True)]
+    if l2 and target is not None:
+        from predictor.pilot.regime import cache_runs
+
+        progress(f"n = {_size_text(sizes[-1])}: L2 runs ({backend}, --prefetch): the host's L2 "
+                 "and one shrunk as the data grow to the target" + Eta.text(eta.left((), l2)))
+        t0 = time.monotonic()
+        cache_runs(template, runs, target, workdir=work, cpu_features=counting,
+                   parallel=width)
+        eta.counted.append((float(sizes[-1]), (time.monotonic() - t0) * min(width, 2) / 2))
+    return runs
 
 
 def load_checks(workdir: Any, repeat: int) -> dict[tuple[int, str], Measured]:

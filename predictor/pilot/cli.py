@@ -19,6 +19,7 @@ from predictor.pilot import campaign
 from predictor.pilot.check import Comparison
 from predictor.pilot.choice import DRIFT_PER_EFOLD
 from predictor.pilot.forecast import SHARED_CPU_ADVICE, forecast
+from predictor.pilot.regime import load_regime
 
 
 def parser() -> argparse.ArgumentParser:
@@ -129,8 +130,9 @@ def run(a: argparse.Namespace) -> tuple[Any, str]:
             sizes, budget = _budget(a, sizes, work, progress)
         runs = campaign.run_campaign(a.pilot, sizes, repeat=a.repeat, backend=a.backend,
                                   workdir=work, cpu_features=a.cpu_features, progress=progress,
-                                  check=a.target if a.check else None)
-        fc = forecast(runs, a.target, prof, level=a.level)
+                                  check=a.target if a.check else None, target=a.target)
+        fc = forecast(runs, a.target, prof, level=a.level,
+                      regime=load_regime(work, runs, a.target))
         for w in fc.advice.warnings if fc.advice else ():
             progress(f"warning: {w}")
         measured = campaign.load_checks(work, a.repeat) if a.check else {}

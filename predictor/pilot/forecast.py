@@ -36,6 +36,7 @@ from predictor.pilot.extrapolation import (
     fit_work,
     scale_by_work,
 )
+from predictor.pilot.regime import L2Extra, Regime, l2_cost_ns, l2_extra
 from predictor.pilot.runs import PilotRun, check_runs
 from predictor.toolkit import fitting
 
@@ -64,6 +65,10 @@ class StepForecast:
     # seconds: where some timed pilot runs' processors took turns on one CPU, the interval of
     # the forecast from the others, its upper bound plus their wait (:func:`reach_apart`)
     reach_s: tuple[float, float] | None = None
+    # the L2 misses the target adds beyond the largest pilot's rate (predictor.pilot.regime):
+    # their cost is in :attr:`scaled` and :attr:`fit`, whose intervals reach down over the
+    # forecast without it (the cost a miss has depends on how many overlap)
+    l2: L2Extra | None = None
 
     @property
     def basis(self) -> str:
@@ -116,6 +121,8 @@ class StepForecast:
         if self.choice is not None:
             p = self.predicted_s
             lo, hi = p * math.exp(-self.choice.half), p * math.exp(self.choice.half)
+            if self.l2 is not None and self.basis in ("scaled", "fit"):
+                lo = min(lo, (p - self.l2.seconds) * math.exp(-self.choice.half))
         elif (e := self._basis()) is not None or self.f_interval_ns is None:
             e = e or self.time_only
             lo, hi = e.lower, e.upper
@@ -183,6 +190,7 @@ class StepForecast:
                 "fit_counters": list(self.fit.counters) if self.fit else None,
                 "interval_width": self.width,
                 "shared_cpu_reach_s": list(self.reach_s) if self.reach_s else None,
+                "l2": self.l2.to_json() if self.l2 else None,
                 "choice": self.choice.to_json() if self.choice else None,
                 "counters": {k: v.value for k, v in self.counters.items()},
                 "counter_models": {k: v.how for k, v in self.counters.items()},
@@ -267,14 +275,20 @@ def _shares(steps: Sequence[Step], counters: Sequence[str]) -> dict[str, np.ndar
 def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | None, *,
              level: float = 0.9, modeler: str = "single", variant: str | None = None,
              progress: fitting.Progress = fitting.no_progress,
-             memo: dict[Any, dict[str, Holdout]] | None = None) -> Forecast:
+             memo: dict[Any, dict[str, Holdout]] | None = None,
+             regime: Regime | None = None) -> Forecast:
     """Every superstep at ``target``: counters and work time extrapolated, F on the
     counters, the span's extra over the work forecast on its own (:func:`extrapolate_extra`),
     the fit of fixed cost and counted work, and the forecast printed chosen by predicting the
     largest pilot from the smaller ones (:func:`holdout_forecasts`, :func:`choose`).
 
     ``memo``: a dict kept between forecasts of the same ``runs`` at other targets (the held-out
-    predictions do not depend on the target)."""
+    predictions do not depend on the target). ``regime``: the L2 runs for this target
+    (:func:`predictor.pilot.regime.load_regime`): the cost of the L2 misses the target adds
+    goes into the work forecasts from counts (scaled, fit)."""
+    if regime is not None and regime.target != target:
+        raise BadInput(f"the L2 runs were for the target {regime.target:g}, not {target:g}",
+                       "run them for this target (predictor.pilot.regime.cache_runs)")
     keys = check_runs(runs)
     if not (math.isfinite(target) and target > 0):
         raise BadInput(f"target {target!r} is not a size > 0", "give the target size n")
@@ -289,12 +303,12 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
         where = f"superstep {key[0]}:{key[1]}"
         sf, step_notes = _step_forecast(runs, i, key, target, profile, level=level,
                                         modeler=modeler, variant=variant, progress=progress,
-                                        memo=memo)
+                                        memo=memo, regime=regime)
         notes += step_notes
         shared = shared_cpu_note(runs, i)
         if shared:
             reach = reach_apart(runs, i, key, target, profile, level=level, modeler=modeler,
-                                variant=variant)
+                                variant=variant, regime=regime)
             if reach is not None:
                 sf = replace(sf, reach_s=reach)
                 shared += (f"; its interval reaches over the forecast from the runs that did "
@@ -315,10 +329,15 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
                     tuple(notes), advice)
 
 
+# A superstep's note on the L2 misses the target adds: where they cost more than this share of
+# its time-only forecast (the JSON has every superstep's).
+L2_NOTE = 0.05
+
+
 def _step_forecast(runs: Sequence[PilotRun], i: int, key: tuple[int, str], target: float,
                    profile: MachineProfile | None, *, level: float, modeler: str,
                    variant: str | None, progress: fitting.Progress,
-                   memo: dict[Any, dict[str, Holdout]] | None
+                   memo: dict[Any, dict[str, Holdout]] | None, regime: Regime | None = None
                    ) -> tuple[StepForecast, list[str]]:
     """Superstep ``i`` (``key``: its index and name) at ``target`` from ``runs``
     (:func:`forecast`), and its notes."""
@@ -425,12 +444,28 @@ def _step_forecast(runs: Sequence[PilotRun], i: int, key: tuple[int, str], targe
                      "forecast takes their geometric mean "
                      "and its interval reaches over both; a counted run's count can jump "
                      "in one run: another campaign, or another pilot size, will tell")
-    return replace(sf, scaled=scaled, extra=extra, fit=fit, choice=choice), notes
+    l2 = (l2_extra(regime, key, counters["loads"].value, l2_cost_ns(profile))
+          if regime is not None and "loads" in counters else None)
+    if l2 is not None and l2.seconds > 0:
+        d = l2.seconds
+        if scaled is not None:
+            scaled = replace(scaled, value=scaled.value + d, lower=scaled.lower + d,
+                             upper=scaled.upper + d)
+        if fit is not None:
+            fit = replace(fit, value=fit.value + d)
+    if l2 is not None and l2.seconds > L2_NOTE * sf.time_only.value:
+        notes.append(f"{where}: at the target it misses the L2 {l2.target_rate:.3g} times a "
+                     f"load where the largest pilot missed it {l2.pilot_rate:.3g} times "
+                     f"(misses no prefetcher covers, the L2 simulated shrunk with the data): "
+                     f"{l2.misses:.3g} misses more, {seconds(l2.seconds)} at the profile's "
+                     f"{l2.cost_ns:.3g} ns a miss, in the forecasts from counts")
+    return replace(sf, scaled=scaled, extra=extra, fit=fit, choice=choice, l2=l2), notes
 
 
 def reach_apart(runs: Sequence[PilotRun], i: int, key: tuple[int, str], target: float,
                 profile: MachineProfile | None, *, level: float, modeler: str,
-                variant: str | None) -> tuple[float, float] | None:
+                variant: str | None, regime: Regime | None = None
+                ) -> tuple[float, float] | None:
     """Where some but not all of superstep ``i``'s timed pilot runs had processors taking
     turns on one CPU: the interval of its forecast from the runs that did not (sizes without
     one left out; three sizes or more kept), its upper bound plus the shared runs' wait (the
@@ -449,7 +484,8 @@ def reach_apart(runs: Sequence[PilotRun], i: int, key: tuple[int, str], target: 
              (r.split_work(i) for r in runs) if shared_ns and apart_ns for w in shared_ns]
     try:
         sf, _ = _step_forecast(apart, i, key, target, profile, level=level, modeler=modeler,
-                               variant=variant, progress=fitting.no_progress, memo=None)
+                               variant=variant, progress=fitting.no_progress, memo=None,
+                               regime=regime)
     except PredictorError:
         return None
     lo, hi = sf.interval_s

@@ -789,8 +789,8 @@ def test_cli_pilot_with_callgrind_forecasts_from_the_counted_work(tmp_path, caps
 
 def _spy_records(monkeypatch):
     """Every ``counterd record`` command the campaign runs, as built; each run for real, with
-    ``--backend callgrind`` run as ``--backend none`` (no valgrind needed: the commands are
-    what is checked)."""
+    ``--backend callgrind`` run as ``--backend none`` and without Callgrind's ``--prefetch``
+    (no valgrind needed: the commands are what is checked)."""
     import subprocess
 
     real = subprocess.run
@@ -800,7 +800,7 @@ def _spy_records(monkeypatch):
         cmd = list(cmd)
         if "record" in cmd[:2]:
             seen.append(cmd)
-            cmd = ["none" if c == "callgrind" else c for c in cmd]
+            cmd = ["none" if c == "callgrind" else c for c in cmd if c != "--prefetch"]
         return real(cmd, *args, **kwargs)
 
     monkeypatch.setattr(subprocess, "run", spy)
@@ -825,20 +825,32 @@ def test_cli_pilot_times_natively_unless_told_and_says_which(tmp_path, capsys, m
     --json says which."""
     import json
 
+    from counterd import machine
+    from counterd.machine.files import ENV_MACHINE
     from predictor.cli import main
+    from tests import machine_files
 
     seen = _spy_records(monkeypatch)
-    rc = main(["--pilot", _prog(tmp_path), "--sizes", "2000,4000,8000", "--target", "16000",
-               "--backend", "callgrind", "--repeat", "1", "--check", *given, "--json"])
+    name = "intel-2cpu-300m"  # any host: a machine with an L2 for the L2 runs
+    monkeypatch.setenv(ENV_MACHINE, str(machine_files.path(name)))
+    with machine.using(machine_files.load(name)):
+        rc = main(["--pilot", _prog(tmp_path), "--sizes", "2000,4000,8000", "--target",
+                   "16000", "--backend", "callgrind", "--repeat", "1", "--check", *given,
+                   "--json"])
     out = capsys.readouterr()
     assert rc == 0, out.err
     assert json.loads(out.out)["cpu_features"] == timed
     kinds = [_features(c) for c in seen]
     # the timed run at each size and the checking run at the target, in one round; then the
-    # counted runs (side by side: in any order)
-    assert kinds == [("none", timed)] * 4 + [("callgrind", counted)] * 3
+    # counted runs (side by side: in any order); then the two L2 runs at the largest size,
+    # with the prefetcher and a machine file each
+    assert kinds == [("none", timed)] * 4 + [("callgrind", counted)] * 5
     sizes = [c[-1] for c in seen]
-    assert sizes[:4] == ["2000", "4000", "8000", "16000"] and sorted(sizes[4:]) == sizes[:3]
+    assert sizes[:4] == ["2000", "4000", "8000", "16000"] and sorted(sizes[4:7]) == sizes[:3]
+    assert sizes[7:] == ["8000", "8000"]
+    assert all("--prefetch" in c for c in seen[7:]) and not any("--prefetch" in c
+                                                               for c in seen[:7])
+    assert len({c[c.index("--machine") + 1] for c in seen[7:]}) == 2
 
 
 @pytest.mark.parametrize("mode, says", [

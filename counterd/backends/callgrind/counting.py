@@ -141,7 +141,7 @@ def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
     from counterd.wire.spool import files as spool_files
 
     geo = geometry if geometry is not None else CallgrindGeometry.from_machine()
-    support = counter_support(geo.last_level)
+    support = counter_support(geo.last_level, prefetch=geo.prefetch)
     unsupported = {k: v for k, v in support.items() if v is not None}
     # The dumps are read here and then removed, unless the caller named where to keep them.
     with tempfile.TemporaryDirectory(prefix="counterd-cg-spool-") as spool_dir, \

@@ -21,6 +21,8 @@ from counterd.backends.callgrind.valgrind import (
 from counterd.data.events import NAMES, Source
 
 _TWO_LEVELS = "callgrind simulates two levels: L1 and the last level"
+_WITH_PREFETCH = ("valgrind simulates write-backs or the hardware prefetcher, not both "
+                  "(--prefetch asks for the prefetcher)")
 _UNSUPPORTED: dict[str, str] = {
     "l1d_writebacks": "callgrind simulates write-backs at the last level only "
                       "(its L1 is write-through)",
@@ -180,14 +182,19 @@ def to_canonical(event_totals: Mapping[str, int], last_level: int) -> dict[str, 
     return out
 
 
-def counter_support(last_level: int | None) -> dict[str, str | None]:
-    """Every canonical counter -> None (callgrind gives it) or the reason it does not."""
+def counter_support(last_level: int | None, *, prefetch: bool = False
+                    ) -> dict[str, str | None]:
+    """Every canonical counter -> None (callgrind gives it) or the reason it does not
+    (``prefetch``: with valgrind's hardware prefetcher simulated, which counts no write-backs;
+    :attr:`~counterd.backends.callgrind.geometry.CallgrindGeometry.prefetch`)."""
     out: dict[str, str | None] = {}
     for name in NAMES:
         if name in _L1_EVENTS:
             out[name] = None
         elif name in _UNSUPPORTED:
             out[name] = _UNSUPPORTED[name]
+        elif prefetch and name in ("l2_writebacks", "l3_writebacks"):
+            out[name] = _WITH_PREFETCH
         elif name in ("l2_misses", "l3_misses", "l2_writebacks", "l3_writebacks"):
             level = int(name[1])
             if last_level is None:

@@ -61,6 +61,13 @@ class CallgrindGeometry:
     ll: CacheSpec
     last_level: int  # 2 or 3: which canonical l<N>_* counters the LL feeds
     adjustments: tuple[CacheAdjustment, ...] = ()
+    # Valgrind's hardware prefetcher on the LL (``--simulate-hwpref=yes``, ``counterd record
+    # --prefetch``): a line of an ascending or descending stream within a page is fetched into
+    # the LL before its miss, so the LL misses are those a stream prefetcher does not cover.
+    # Valgrind simulates it only without write-backs (callgrind/sim.c picks one simulator:
+    # with ``--simulate-wb=yes`` the prefetcher is ignored, its misses unchanged), so no
+    # write-backs are counted with it.
+    prefetch: bool = False
 
     def __post_init__(self) -> None:
         if self.last_level not in (2, 3):

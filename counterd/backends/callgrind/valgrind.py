@@ -38,7 +38,9 @@ def valgrind_argv(cmd: Sequence[str], geometry: CallgrindGeometry, outdir: str |
     out = Path(outdir)
     return [
         valgrind, "--tool=callgrind",
-        "--cache-sim=yes", "--simulate-wb=yes", "--branch-sim=yes",
+        "--cache-sim=yes",
+        "--simulate-hwpref=yes" if geometry.prefetch else "--simulate-wb=yes",
+        "--branch-sim=yes",
         f"--I1={geometry.i1.option()}", f"--D1={geometry.d1.option()}",
         f"--LL={geometry.ll.option()}",
         f"--dump-before={BOUNDARY_SYMBOL}",
