@@ -346,7 +346,8 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
         if not checking:
             timed[i].append(got)
         eta.timed.append((float(n), time.monotonic() - t0))
-    l2 = [sizes[-1]] * 2 if target is not None and backend == "callgrind" else []
+    l2 = ([sizes[-1]] * 2 if target is not None and target > sizes[-1]
+          and backend == "callgrind" else [])
     progress(f"counted runs ({backend}) at n = {', '.join(map(_size_text, sizes))}"
              + (f", {width} at a time" if width > 1 else "")
              + Eta.text(eta.left((), [*sizes, *l2])))

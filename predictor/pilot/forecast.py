@@ -66,8 +66,7 @@ class StepForecast:
     # the forecast from the others, its upper bound plus their wait (:func:`reach_apart`)
     reach_s: tuple[float, float] | None = None
     # the L2 misses the target adds beyond the largest pilot's rate (predictor.pilot.regime):
-    # their cost is in :attr:`scaled` and :attr:`fit`, whose intervals reach down over the
-    # forecast without it (the cost a miss has depends on how many overlap)
+    # their cost is in :attr:`scaled` and :attr:`fit`
     l2: L2Extra | None = None
 
     @property
@@ -121,8 +120,6 @@ class StepForecast:
         if self.choice is not None:
             p = self.predicted_s
             lo, hi = p * math.exp(-self.choice.half), p * math.exp(self.choice.half)
-            if self.l2 is not None and self.basis in ("scaled", "fit"):
-                lo = min(lo, (p - self.l2.seconds) * math.exp(-self.choice.half))
         elif (e := self._basis()) is not None or self.f_interval_ns is None:
             e = e or self.time_only
             lo, hi = e.lower, e.upper

@@ -10,9 +10,10 @@ L3 where there is one), and the pilots' counts extrapolate what the pilots did.
 
 How. Two more counted runs at the largest pilot size, each under Callgrind with the L2 as its
 last level (``counterd record --machine FILE``): one with the host's L2, one with the L2
-shrunk by the factor the program's footprint grows from that size to the target (a cache
-``g`` times smaller than the data's growth sees the misses per access the target will see in
-the full cache, for data that grow in proportion; :func:`footprint_growth`). Both simulate
+shrunk by the factor ``g`` the program's footprint grows from that size to the target
+(:func:`footprint_growth`): data ``g`` times smaller in a cache ``g`` times smaller fill it as
+the target's data fill the full one, so for data that grow in proportion the misses per load
+are the target's). Both simulate
 valgrind's hardware prefetcher (``--prefetch``): a streamed array that outgrows the L2 is
 prefetched and costs little, and the misses that cost are those no stream prefetcher covers.
 At the target each superstep then misses the L2 ``(r_t - r_p) x loads`` times more than the
@@ -20,10 +21,11 @@ largest pilot's rate would have it (``r``: misses per load, ``t`` the shrunk cac
 host's; loads extrapolated), on its busiest processor in its share of the loads, each at the
 profile's cost of an L2 miss (the calibrated F1 coefficient of ``l2_misses``).
 
-Checked on 2026-11-28 (results page): the shrunk cache's miss rates at pagerank's largest
-pilot (16,000) matched a simulation of the target (64,000) with the full L2 within 1 %
-(graph, normalise) and 14 % (power iteration). The cost is the weak part: one coefficient
-for every miss the prefetcher leaves, whatever the access pattern's overlap of misses.
+Checked on 2026-11-28 (predictor/NOTES.md): the shrunk cache's miss rates at pagerank's
+largest pilot (16,000) matched a simulation of the target (64,000) with the full L2 within
+1 % (graph, normalise) and 14 % (power iteration). The cost is the weak part: one
+coefficient for every miss the prefetcher leaves, whatever the access pattern's overlap of
+misses.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from counterd.util.fsutil import atomic_write_text
 from predictor.errors import BadInput, PredictorError
 from predictor.inputs import Step
 from predictor.pilot.runs import PilotRun, check_runs, split_name
@@ -185,10 +188,10 @@ def cache_runs(template: str, runs: Sequence[PilotRun], target: float, *, workdi
     todo = []
     for nbytes in dict.fromkeys((l2.size_bytes, scaled)):
         out = run_path(workdir, size, nbytes)
-        if out.exists():
+        if _ours(out):
             continue
         mfile = Path(workdir) / f"l2-{nbytes}.toml"
-        mfile.write_text(machine_text(m, nbytes), encoding="utf-8")
+        atomic_write_text(mfile, machine_text(m, nbytes))
         todo.append((nbytes, out, mfile))
 
     def one(job: tuple[int, Path, Path]) -> None:
@@ -199,10 +202,23 @@ def cache_runs(template: str, runs: Sequence[PilotRun], target: float, *, workdi
 
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         list(pool.map(one, todo))
-    plan_path(workdir, target).write_text(json.dumps(
+    atomic_write_text(plan_path(workdir, target), json.dumps(
         {"size": size, "target": target, "growth": growth, "host_bytes": l2.size_bytes,
-         "scaled_bytes": scaled}), encoding="utf-8")
+         "scaled_bytes": scaled}))
     return load_regime(workdir, runs, target)
+
+
+def _ours(path: Path) -> bool:
+    """Whether ``path`` is a regular file of this user (not a link, not another user's): a run
+    kept in a directory others can write is run again, not trusted."""
+    import os
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid()
 
 
 def load_regime(workdir: Any, runs: Sequence[PilotRun], target: float) -> Regime | None:
@@ -213,7 +229,7 @@ def load_regime(workdir: Any, runs: Sequence[PilotRun], target: float) -> Regime
     from predictor.inputs import load_counters
 
     plan = plan_path(workdir, target)
-    if not plan.exists():
+    if not _ours(plan):
         return None
     try:
         p = json.loads(plan.read_text(encoding="utf-8"))
@@ -227,7 +243,7 @@ def load_regime(workdir: Any, runs: Sequence[PilotRun], target: float) -> Regime
         raise BadInput(f"{plan}: the L2 runs were at n = {size:g}, not at the largest pilot",
                        "remove it; the L2 runs will be run again")
     paths = [run_path(workdir, size, b) for b in (host_bytes, scaled_bytes)]
-    if not all(p.exists() for p in paths):
+    if not all(_ours(p) for p in paths):
         return None
     host, scaled = ({split_name(s): s for s in load_counters(p)} for p in paths)
     keys = check_runs(runs)

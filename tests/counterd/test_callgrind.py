@@ -30,7 +30,12 @@ from counterd.backends.callgrind.dumps import (
     supersteps_from_dumps,
     to_canonical,
 )
-from counterd.backends.callgrind.geometry import CacheSpec, CallgrindGeometry, adjust_cache
+from counterd.backends.callgrind.geometry import (
+    CacheSpec,
+    CallgrindGeometry,
+    adjust_cache,
+    valgrind_geometry,
+)
 from counterd.backends.callgrind.run import CallgrindRun
 from counterd.backends.callgrind.run import run as callgrind_run
 from counterd.backends.callgrind.valgrind import CallgrindError, valgrind_argv
@@ -662,3 +667,75 @@ def test_a_command_stopped_in_its_timed_run_is_not_run_again_under_callgrind(
     [done] = read_jsonl(out)
     assert "counters_missing" in done.flags and "before its run under callgrind" in \
         done.unsupported["*"]
+
+
+def test_with_the_prefetcher_valgrind_simulates_it_instead_of_writebacks(tmp_path: Path) -> None:
+    """``--prefetch``: valgrind's prefetcher works only without its write-back simulator
+    (callgrind/sim.c), so the argv asks for one or the other, and the writebacks are then
+    reported as not counted, with the reason."""
+    from dataclasses import replace
+
+    g = valgrind_geometry(CacheSpec(32 << 10, 8, 64), CacheSpec(48 << 10, 12, 64),
+                          CacheSpec(2 << 20, 16, 64), last_level=2)
+    plain = valgrind_argv(["prog"], g, tmp_path)
+    with_pf = valgrind_argv(["prog"], replace(g, prefetch=True), tmp_path)
+    assert "--simulate-wb=yes" in plain and "--simulate-hwpref=yes" not in plain
+    assert "--simulate-hwpref=yes" in with_pf and not any("simulate-wb" in a for a in with_pf)
+    s = counter_support(2, prefetch=True)
+    assert s["l2_misses"] is None
+    assert "prefetcher" in (s["l2_writebacks"] or "")
+    assert counter_support(2)["l2_writebacks"] is None
+
+
+def test_prefetch_is_refused_without_callgrind(tmp_path: Path) -> None:
+    """Bad input, before the command runs: one line saying what and how, exit 2."""
+    marker = tmp_path / "ran"
+    proc = subprocess.run([sys.executable, "-m", "counterd.commands.cli", "record", "--backend",
+                           "none", "--prefetch", "--out", str(tmp_path / "r.jsonl"), "--",
+                           "touch", str(marker)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "give --backend callgrind" in proc.stderr
+    assert not marker.exists() and not (tmp_path / "r.jsonl").exists()
+
+
+STREAM = """\
+import numpy as np
+import counterd
+a = np.ones(1 << 21)  # 16 MiB: eight times the L2 of the machine file
+with counterd.superstep("stream"):
+    for _ in range(3):
+        a.sum()
+"""
+
+
+@pytest.mark.callgrind
+@needs_valgrind
+def test_the_prefetcher_covers_a_stream_that_outgrows_the_l2(tmp_path: Path) -> None:
+    """A sum streamed three times over an array eight times the L2: without the prefetcher
+    every line misses the L2 each pass (one miss per 8 loads of 8 bytes); with it, the stream
+    is fetched ahead and under a tenth of those remain (measured 2026-11-28 on the Intel KVM
+    guest: 752,000 and 25,000)."""
+    from predictor.pilot.regime import machine_text
+    from tests import machine_files
+
+    mfile = tmp_path / "l2.toml"
+    mfile.write_text(machine_text(machine_files.load("intel-2cpu-300m"), 2 << 20))
+    script = tmp_path / "stream.py"
+    script.write_text(STREAM)
+    got = {}
+    for flag in ((), ("--prefetch",)):
+        out = tmp_path / f"r{len(flag)}.jsonl"
+        proc = subprocess.run([sys.executable, "-m", "counterd.commands.cli", "record",
+                               "--backend", "callgrind", *flag, "--machine", str(mfile),
+                               "--out", str(out), "--", sys.executable, str(script)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        [rec] = read_jsonl(out)
+        got[flag] = rec
+    plain, pf = got[()], got[("--prefetch",)]
+    lines = 3 * (1 << 21) / 8
+    assert plain.counters["l2_misses"].value > 0.9 * lines
+    assert pf.counters["l2_misses"].value < 0.1 * plain.counters["l2_misses"].value
+    assert "l2_writebacks" in plain.counters and "l2_writebacks" not in pf.counters
+    assert "prefetcher" in pf.unsupported["l2_writebacks"]
