@@ -74,11 +74,11 @@ from bench._host import guarded, host_line  # noqa: E402
 from bench.pilot_forecast import e_of, ensure_profile, extrap_forecasts  # noqa: E402
 from predictor.costs.profile import MachineProfile  # noqa: E402
 from predictor.errors import PredictorError  # noqa: E402
-from predictor.pilot.campaign import load_campaign, measure_target  # noqa: E402
+from predictor.pilot.campaign import cache_runs, load_campaign, measure_target  # noqa: E402
 from predictor.pilot.check import Measured  # noqa: E402
 from predictor.pilot.check import measured as check_measured  # noqa: E402
 from predictor.pilot.forecast import Forecast, forecast  # noqa: E402
-from predictor.pilot.regime import cache_runs, load_regime  # noqa: E402
+from predictor.pilot.regime import load_regime  # noqa: E402
 from predictor.pilot.runs import load_timings  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent

@@ -16,7 +16,9 @@ import numpy as np
 
 from predictor.errors import BadInput
 from predictor.inputs import Step
+from predictor.pilot import regime
 from predictor.pilot.check import Measured, measured
+from predictor.pilot.regime import Regime
 from predictor.pilot.runs import PilotRun, Timing, load_timings, split_name
 from predictor.toolkit import fitting
 
@@ -313,7 +315,7 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
     CPUs this process may use) where ``backend`` is in :data:`SIDE_BY_SIDE`, else one at a
     time: under Callgrind each takes 20-100 times the program's time, and nothing of theirs is
     timed. With ``target`` and Callgrind counting, two more counted runs at the largest size
-    follow: the L2 runs for that target (:func:`predictor.pilot.regime.cache_runs`)."""
+    follow: the L2 runs for that target (:func:`cache_runs`)."""
     import threading
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -369,8 +371,6 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
         counts = list(pool.map(counted, sizes))
     runs = [pilot_run(n, c, t) for n, c, t in zip(sizes, counts, timed, strict=True)]
     if l2 and target is not None:
-        from predictor.pilot.regime import cache_runs
-
         progress(f"n = {_size_text(sizes[-1])}: L2 runs ({backend}, --prefetch): the host's L2 "
                  "and one shrunk as the data grow to the target" + Eta.text(eta.left((), l2)))
         t0 = time.monotonic()
@@ -378,6 +378,47 @@ def run_campaign(template: str, sizes: Sequence[float], *, repeat: int = 3,
                    parallel=width)
         eta.counted.append((float(sizes[-1]), (time.monotonic() - t0) * min(width, 2) / 2))
     return runs
+
+
+def cache_runs(template: str, runs: Sequence[PilotRun], target: float, *, workdir: Any,
+               cpu_features: str = "auto", machine: Any = None, parallel: int = 2
+               ) -> Regime | None:
+    """The two L2 runs at the largest pilot size for ``target`` (the host's L2 and the
+    target's stand-in: :mod:`predictor.pilot.regime`), under ``counterd record --backend
+    callgrind --prefetch --machine FILE`` (the machine files written in ``workdir``), side by
+    side, kept in ``workdir`` with their plan (:func:`~predictor.pilot.regime.plan_path`); a
+    run already kept there (a regular file of this user) is not run again. Their
+    :class:`~predictor.pilot.regime.Regime`, or None where the machine (default: this host's,
+    or ``COUNTERD_MACHINE``'s) has no L2 below an L1 pair (nothing run)."""
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    from counterd import machine as machines
+    from counterd.util.fsutil import atomic_write_text
+
+    m = machine if machine is not None else machines.current()
+    p = regime.plan(runs, target, m)
+    if p is None:
+        return None
+    todo = []
+    for nbytes in dict.fromkeys((p.host_bytes, p.scaled_bytes)):
+        out = regime.run_path(workdir, p.size, nbytes)
+        if regime.ours(out):
+            continue
+        mfile = Path(workdir) / f"l2-{nbytes}.toml"
+        atomic_write_text(mfile, regime.machine_text(m, nbytes))
+        todo.append((nbytes, out, mfile))
+
+    def one(job: tuple[int, Path, Path]) -> None:
+        nbytes, out, mfile = job
+        record_run(template, p.size, "callgrind", out, what=f"L2 run ({nbytes} B L2)",
+                   cpu_features=cpu_features, extra=("--prefetch", "--machine", str(mfile)))
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        list(pool.map(one, todo))
+    atomic_write_text(regime.plan_path(workdir, target), json.dumps(p.to_json()))
+    return regime.load_regime(workdir, runs, target)
 
 
 def load_checks(workdir: Any, repeat: int) -> dict[tuple[int, str], Measured]:

@@ -285,7 +285,7 @@ def forecast(runs: Sequence[PilotRun], target: float, profile: MachineProfile | 
     goes into the work forecasts from counts (scaled, fit)."""
     if regime is not None and regime.target != target:
         raise BadInput(f"the L2 runs were for the target {regime.target:g}, not {target:g}",
-                       "run them for this target (predictor.pilot.regime.cache_runs)")
+                       "run them for this target (predictor.pilot.campaign.cache_runs)")
     keys = check_runs(runs)
     if not (math.isfinite(target) and target > 0):
         raise BadInput(f"target {target!r} is not a size > 0", "give the target size n")

@@ -1,5 +1,6 @@
 """The L2 at the target: how much more often each superstep will miss it there than at the
-pilots, and what that costs (:func:`cache_runs`, :func:`load_regime`, :func:`l2_extra`).
+pilots, and what that costs (:func:`plan`, :func:`load_regime`, :func:`l2_extra`; the runs
+are made by :func:`predictor.pilot.campaign.cache_runs`).
 
 Why. The pilots are small, and their data often fit the L2 where the target's do not. The
 work basis holds the time per instruction at the largest pilot's, so it misses the cost of
@@ -38,7 +39,6 @@ from typing import Any
 
 import numpy as np
 
-from counterd.util.fsutil import atomic_write_text
 from predictor.errors import BadInput, PredictorError
 from predictor.inputs import Step
 from predictor.pilot.runs import PilotRun, check_runs, split_name
@@ -164,51 +164,35 @@ def plan_path(workdir: Any, target: float) -> Path:
     return Path(workdir) / f"l2-for-{target:g}.json"
 
 
-def cache_runs(template: str, runs: Sequence[PilotRun], target: float, *, workdir: Any,
-               cpu_features: str = "auto", machine: Any = None, parallel: int = 2
-               ) -> Regime | None:
-    """The two L2 runs at the largest pilot size for ``target`` (the host's L2 and the
-    target's stand-in; the module docstring), under ``counterd record --backend callgrind
-    --prefetch``, side by side, kept in ``workdir`` with what they were
-    (:func:`plan_path`); a run already kept there is not run again. Their :class:`Regime`,
-    or None where the machine has no L2 below an L1 pair (nothing run)."""
-    import json
-    from concurrent.futures import ThreadPoolExecutor
+@dataclass(frozen=True)
+class Plan:
+    """The two L2 runs for a target: at the largest pilot ``size``, the L2 of ``host_bytes``
+    and of ``scaled_bytes``, ``growth`` the footprint's growth between them."""
 
-    from counterd import machine as machines
-    from predictor.pilot.campaign import record_run
+    size: float
+    target: float
+    growth: float
+    host_bytes: int
+    scaled_bytes: int
 
-    m = machine if machine is not None else machines.current()
-    l2 = _l2_of(m)
+    def to_json(self) -> dict[str, Any]:
+        return {"size": self.size, "target": self.target, "growth": self.growth,
+                "host_bytes": self.host_bytes, "scaled_bytes": self.scaled_bytes}
+
+
+def plan(runs: Sequence[PilotRun], target: float, machine: Any) -> Plan | None:
+    """The L2 runs ``runs`` need for ``target`` on ``machine`` (a counterd.machine Machine):
+    None where it has no L2 below an L1 pair. :func:`predictor.pilot.campaign.cache_runs`
+    runs them."""
+    l2 = _l2_of(machine)
     if l2 is None:
         return None
     growth = footprint_growth(runs, target)
-    scaled = scaled_l2(l2, growth, m.levels[0].size_bytes)
-    size = max(r.size for r in runs)
-    todo = []
-    for nbytes in dict.fromkeys((l2.size_bytes, scaled)):
-        out = run_path(workdir, size, nbytes)
-        if _ours(out):
-            continue
-        mfile = Path(workdir) / f"l2-{nbytes}.toml"
-        atomic_write_text(mfile, machine_text(m, nbytes))
-        todo.append((nbytes, out, mfile))
-
-    def one(job: tuple[int, Path, Path]) -> None:
-        nbytes, out, mfile = job
-        record_run(template, size, "callgrind", out, what=f"L2 run ({nbytes} B L2)",
-                   cpu_features=cpu_features,
-                   extra=("--prefetch", "--machine", str(mfile)))
-
-    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        list(pool.map(one, todo))
-    atomic_write_text(plan_path(workdir, target), json.dumps(
-        {"size": size, "target": target, "growth": growth, "host_bytes": l2.size_bytes,
-         "scaled_bytes": scaled}))
-    return load_regime(workdir, runs, target)
+    return Plan(max(r.size for r in runs), target, growth, l2.size_bytes,
+                scaled_l2(l2, growth, machine.levels[0].size_bytes))
 
 
-def _ours(path: Path) -> bool:
+def ours(path: Path) -> bool:
     """Whether ``path`` is a regular file of this user (not a link, not another user's): a run
     kept in a directory others can write is run again, not trusted."""
     import os
@@ -223,27 +207,27 @@ def _ours(path: Path) -> bool:
 
 def load_regime(workdir: Any, runs: Sequence[PilotRun], target: float) -> Regime | None:
     """The :class:`Regime` of the L2 runs for ``target`` kept in ``workdir`` by
-    :func:`cache_runs` (None where there are none)."""
+    :func:`predictor.pilot.campaign.cache_runs` (None where there are none)."""
     import json
 
     from predictor.inputs import load_counters
 
-    plan = plan_path(workdir, target)
-    if not _ours(plan):
+    kept = plan_path(workdir, target)
+    if not ours(kept):
         return None
     try:
-        p = json.loads(plan.read_text(encoding="utf-8"))
+        p = json.loads(kept.read_text(encoding="utf-8"))
         size, host_bytes, scaled_bytes = float(p["size"]), int(p["host_bytes"]), \
             int(p["scaled_bytes"])
         growth = float(p["growth"])
     except (ValueError, KeyError, TypeError) as exc:
-        raise BadInput(f"{plan} is not what predict --pilot kept ({exc})",
+        raise BadInput(f"{kept} is not what predict --pilot kept ({exc})",
                        "remove it; the L2 runs will be run again") from None
     if size != max(r.size for r in runs):
-        raise BadInput(f"{plan}: the L2 runs were at n = {size:g}, not at the largest pilot",
+        raise BadInput(f"{kept}: the L2 runs were at n = {size:g}, not at the largest pilot",
                        "remove it; the L2 runs will be run again")
     paths = [run_path(workdir, size, b) for b in (host_bytes, scaled_bytes)]
-    if not all(_ours(p) for p in paths):
+    if not all(ours(p) for p in paths):
         return None
     host, scaled = ({split_name(s): s for s in load_counters(p)} for p in paths)
     keys = check_runs(runs)

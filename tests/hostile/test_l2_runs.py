@@ -13,7 +13,8 @@ import pytest
 
 from predictor.errors import BadInput
 from predictor.pilot import campaign
-from predictor.pilot.regime import cache_runs, load_regime, plan_path, run_path
+from predictor.pilot.campaign import cache_runs
+from predictor.pilot.regime import load_regime, plan_path, run_path
 from tests import machine_files
 from tests.predictor.test_pilot import SIZES, _run, _write_records
 
