@@ -228,11 +228,11 @@ def budget_sizes(sizes: Sequence[float], budget_s: float, probes: Sequence[tuple
 
     ``probes``: (size, seconds) of timed runs already made (their time counts against the
     budget). A run at n takes a + b n (:class:`Eta`); the campaign is ``repeat`` timed runs and
-    a counted run (its backend's slowdown, ``width`` at once) per size, plus ``repeat``
-    checking runs at the target with ``check``. The sizes are the given ones times the largest
-    factor that fits, at most the one that puts the largest pilot at half the target (larger
-    pilots extrapolate less, and the pilots must stay below the target); rounded to two
-    significant digits. BadInput where none fits."""
+    a counted run (its backend's slowdown, ``width`` at once) per size, with Callgrind the two
+    L2 runs at the largest size, plus ``repeat`` checking runs at the target with ``check``.
+    The sizes are the given ones times the largest factor that fits, at most the one that puts
+    the largest pilot at half the target (larger pilots extrapolate less, and the pilots must
+    stay below the target); rounded to two significant digits. BadInput where none fits."""
     if not (math.isfinite(budget_s) and budget_s > 0):
         raise BadInput(f"--budget {budget_s:g} is not a time > 0", "give seconds, e.g. "
                        "--budget 120")
@@ -243,7 +243,9 @@ def budget_sizes(sizes: Sequence[float], budget_s: float, probes: Sequence[tuple
 
     def cost(f: float) -> float:
         ns = [n * f for n in sizes]
-        return eta.left([n for n in ns for _ in range(repeat)], ns, checking) or 0.0
+        # with Callgrind, the two L2 runs at the largest size (:func:`cache_runs`)
+        l2 = [ns[-1]] * 2 if backend == "callgrind" and target > ns[-1] else []
+        return eta.left([n for n in ns for _ in range(repeat)], [*ns, *l2], checking) or 0.0
 
     room = budget_s - spent
     hi = target / 2 / sizes[-1]
