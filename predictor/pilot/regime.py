@@ -47,22 +47,40 @@ LEVEL = 2  # the level simulated: the L2, the one Callgrind's two levels skip wh
 
 
 @dataclass(frozen=True)
-class Regime:
-    """The two counted runs at the largest pilot ``size``: the L2 of ``host_bytes`` and the one
-    of ``scaled_bytes`` standing for the target's; per superstep (index, name) the L2 misses
-    per load in each (summed over processors), and each processor's share of the loads."""
+class Plan:
+    """The two L2 runs for a target: at the largest pilot ``size``, the L2 of ``host_bytes``
+    and of ``scaled_bytes``, ``growth`` the footprint's growth between them."""
 
     size: float
     target: float
-    growth: float  # the footprint's growth from size to target (:func:`footprint_growth`)
+    growth: float
     host_bytes: int
     scaled_bytes: int
-    ratios: Mapping[tuple[int, str], tuple[float, float]]  # (host, scaled) misses per load
-    load_share: Mapping[tuple[int, str], float]  # the busiest processor's share of the loads
 
     def to_json(self) -> dict[str, Any]:
         return {"size": self.size, "target": self.target, "growth": self.growth,
                 "host_bytes": self.host_bytes, "scaled_bytes": self.scaled_bytes}
+
+    @classmethod
+    def from_json(cls, d: Any) -> Plan:
+        """A plan as :meth:`to_json` wrote it; ValueError, KeyError or TypeError if not."""
+        return cls(float(d["size"]), float(d["target"]), float(d["growth"]),
+                   int(d["host_bytes"]), int(d["scaled_bytes"]))
+
+
+@dataclass(frozen=True)
+class Regime:
+    """The two counted runs of a :class:`Plan`: per superstep (index, name) the L2 misses per
+    load in each (host L2, shrunk L2; summed over processors), and the busiest processor's
+    share of the loads."""
+
+    plan: Plan
+    ratios: Mapping[tuple[int, str], tuple[float, float]]
+    load_share: Mapping[tuple[int, str], float]
+
+    @property
+    def target(self) -> float:
+        return self.plan.target
 
 
 @dataclass(frozen=True)
@@ -164,22 +182,6 @@ def plan_path(workdir: Any, target: float) -> Path:
     return Path(workdir) / f"l2-for-{target:g}.json"
 
 
-@dataclass(frozen=True)
-class Plan:
-    """The two L2 runs for a target: at the largest pilot ``size``, the L2 of ``host_bytes``
-    and of ``scaled_bytes``, ``growth`` the footprint's growth between them."""
-
-    size: float
-    target: float
-    growth: float
-    host_bytes: int
-    scaled_bytes: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"size": self.size, "target": self.target, "growth": self.growth,
-                "host_bytes": self.host_bytes, "scaled_bytes": self.scaled_bytes}
-
-
 def plan(runs: Sequence[PilotRun], target: float, machine: Any) -> Plan | None:
     """The L2 runs ``runs`` need for ``target`` on ``machine`` (a counterd.machine Machine):
     None where it has no L2 below an L1 pair. :func:`predictor.pilot.campaign.cache_runs`
@@ -216,20 +218,18 @@ def load_regime(workdir: Any, runs: Sequence[PilotRun], target: float) -> Regime
     if not ours(kept):
         return None
     try:
-        p = json.loads(kept.read_text(encoding="utf-8"))
-        size, host_bytes, scaled_bytes = float(p["size"]), int(p["host_bytes"]), \
-            int(p["scaled_bytes"])
-        growth = float(p["growth"])
+        p = Plan.from_json(json.loads(kept.read_text(encoding="utf-8")))
     except (ValueError, KeyError, TypeError) as exc:
         raise BadInput(f"{kept} is not what predict --pilot kept ({exc})",
                        "remove it; the L2 runs will be run again") from None
+    size = p.size
     if size != max(r.size for r in runs):
         raise BadInput(f"{kept}: the L2 runs were at n = {size:g}, not at the largest pilot",
                        "remove it; the L2 runs will be run again")
-    paths = [run_path(workdir, size, b) for b in (host_bytes, scaled_bytes)]
-    if not all(ours(p) for p in paths):
+    paths = [run_path(workdir, size, b) for b in (p.host_bytes, p.scaled_bytes)]
+    if not all(ours(x) for x in paths):
         return None
-    host, scaled = ({split_name(s): s for s in load_counters(p)} for p in paths)
+    host, scaled = ({split_name(s): s for s in load_counters(x)} for x in paths)
     keys = check_runs(runs)
     if sorted(host) != sorted(keys) or sorted(scaled) != sorted(keys):
         raise BadInput(f"the L2 runs at n = {size:g} have other supersteps than the pilots",
@@ -247,7 +247,7 @@ def load_regime(workdir: Any, runs: Sequence[PilotRun], target: float) -> Regime
         ratios[k] = (rate(h), rate(s))
         loads = h.counter("loads")
         share[k] = float(loads.max() / loads.sum()) if loads.sum() > 0 else 1.0
-    return Regime(size, target, growth, host_bytes, scaled_bytes, ratios, share)
+    return Regime(p, ratios, share)
 
 
 def l2_cost_ns(profile: Any) -> float | None:

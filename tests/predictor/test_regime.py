@@ -15,6 +15,7 @@ from predictor.errors import BadInput
 from predictor.inputs import Step
 from predictor.pilot.forecast import L2_NOTE, forecast
 from predictor.pilot.regime import (
+    Plan,
     Regime,
     footprint_growth,
     l2_cost_ns,
@@ -100,7 +101,7 @@ def test_without_a_deeper_level_the_footprint_grows_as_n():
 
 
 def _regime(target: float, ratios: dict, share: float = 0.5) -> Regime:
-    return Regime(4e5, target, 4.0, 2 << 20, 512 << 10, ratios,
+    return Regime(Plan(4e5, target, 4.0, 2 << 20, 512 << 10), ratios,
                   {k: share for k in ratios})
 
 
@@ -127,7 +128,7 @@ def test_the_forecast_from_counts_carries_the_l2_cost():
     runs = [_with(_run(n, rng), "instructions", 40.0) for n in SIZES for _ in range(2)]
     target = 2e6
     plain = forecast(runs, target, PROFILE)
-    reg = Regime(SIZES[-1], target, 4.0, 2 << 20, 512 << 10,
+    reg = Regime(Plan(SIZES[-1], target, 4.0, 2 << 20, 512 << 10),
                  {(0, "count elements"): (0.001, 0.021), (1, "move elements"): (0.01, 0.01)},
                  {(0, "count elements"): 0.25, (1, "move elements"): 0.25})
     fc = forecast(runs, target, PROFILE, regime=reg)
