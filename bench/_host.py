@@ -11,13 +11,16 @@ from pathlib import Path
 
 
 def host_line() -> str:
-    from counterd.data.host import host_info
+    from counterd.data.host import host_info, page_reporting
 
     h = host_info()
     pmu = h.core_pmu or "no PMU"
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    return (f"host {h.hostname}: {h.cpu_model}, {h.cpus_online} CPUs, kernel {h.kernel}, {pmu}, "
-            f"python {platform.python_version()}, pid {os.getpid()}, {now}")
+    pr = page_reporting()
+    freed = ("" if pr.state != "on" else ", free page reporting on" + (
+        f" (after {pr.min_free_ms} ms free)" if pr.min_free_ms is not None else ""))
+    return (f"host {h.hostname}: {h.cpu_model}, {h.cpus_online} CPUs, kernel {h.kernel}, {pmu}"
+            f"{freed}, python {platform.python_version()}, pid {os.getpid()}, {now}")
 
 
 def guarded(main: Callable[[], int]) -> int:

@@ -1,6 +1,7 @@
 """What would add timing noise to measurements on this host: pyperf's system checks (CPU
 scaling governor, Turbo Boost, isolated CPUs, ASLR, the perf event sample rate, the power
-supply, ...), for ``counterd probe``.
+supply, ...) and one pyperf lacks, a hypervisor that takes back freed memory (free page
+reporting, :func:`counterd.data.host.page_reporting`), for ``counterd probe``.
 
 pyperf exposes its checks only as ``python -m pyperf system show`` and the internal module
 ``pyperf._system`` behind it. This calls that module's check classes in-process rather than
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from counterd.data.host import REPORT_DELAY_MS, page_reporting
 
 Status = Literal["noise", "ok", "unknown"]
 
@@ -67,8 +70,47 @@ def _strip(name: str, messages: list[str]) -> list[str]:
     return [m[len(prefix):] if m.startswith(prefix) else m for m in messages]
 
 
-def noise_checks() -> list[NoiseCheck]:
-    """pyperf's system checks on this host, one :class:`NoiseCheck` each."""
+PAGE_REPORTING_FIX = ("turn it off from outside the guest, in the VM's balloon device (QEMU: "
+                      "-device virtio-balloon,free-page-reporting=off; libvirt: <memballoon "
+                      "model='virtio' freePageReporting='off'>)")
+# Some guest kernels (not upstream Linux) let root delay the reporting: memory freed and taken
+# again within the delay is not the hypervisor's to fault in.
+MIN_FREE = "/sys/module/page_reporting/parameters/min_free_ms"
+
+
+def page_reporting_check(sysfs: str = "/sys") -> NoiseCheck:
+    """The hypervisor's free page reporting as a :class:`NoiseCheck`: where it is on, a
+    program's first touches of memory cost a fault in the hypervisor whenever the memory was
+    freed long enough before to have been reported (seconds), so times of supersteps that
+    allocate differ between runs by how long the memory lay free."""
+    pr = page_reporting(sysfs)
+    name = "Free page reporting"
+    if pr.state == "unknown":
+        return NoiseCheck(name, "unknown", pr.why)
+    if pr.state == "off":
+        return NoiseCheck(name, "ok", f"off ({pr.why})")
+    blocks = f", in blocks of 2^{pr.order} pages and up" if pr.order is not None else ""
+    after = (f", after {pr.min_free_ms} ms free" if pr.min_free_ms is not None else "")
+    if not pr.noisy:
+        return NoiseCheck(name, "ok", f"on{blocks}{after}: memory freed and taken again "
+                          "within that is the guest's alone")
+    fix = PAGE_REPORTING_FIX + (
+        "; or, this kernel having the parameter, delay it past a benchmark's runs: as root, "
+        f"echo {REPORT_DELAY_MS} > {MIN_FREE} (echo {pr.min_free_ms} restores it)"
+        if pr.min_free_ms is not None else "; inside the guest nothing turns it off")
+    return NoiseCheck(name, "noise", f"on: {pr.why}{blocks}{after}; memory a program touches "
+                      "first after it lay free long enough to be reported faults in the "
+                      "hypervisor too, so supersteps that allocate run slower or faster by how "
+                      "long their memory lay free", fix)
+
+
+def noise_checks(sysfs: str = "/sys") -> list[NoiseCheck]:
+    """pyperf's system checks on this host, one :class:`NoiseCheck` each, and the
+    hypervisor's free page reporting (``sysfs``: its root, for tests)."""
+    return [*_pyperf_checks(), page_reporting_check(sysfs)]
+
+
+def _pyperf_checks() -> list[NoiseCheck]:
     try:
         from pyperf import _system  # 60-90 ms: imported only when probing
     except ImportError as exc:
@@ -143,7 +185,8 @@ def _judge(op: Any, _system: Any, states: list[str], advices: list[str],
 def render_lines(checks: list[NoiseCheck]) -> list[str]:
     """The probe's "noise" section: a line per check that adds noise or cannot be made, and
     one line for those that are fine."""
-    lines = ["noise     what would add timing noise here (pyperf's system checks)"]
+    lines = ["noise     what would add timing noise here (pyperf's system checks, free page "
+             "reporting)"]
     for c in checks:
         if c.status != "ok":
             lines.append(f"  {c.line()}")

@@ -10,7 +10,8 @@ that can give it; measured sources come before simulated ones. ``auto`` is
 :func:`counterd.backends.resolve`'s answer for every purpose; ``machine`` is
 :meth:`counterd.machine.description.Machine.to_json`; ``markers`` says whether the markers'
 begin and end run compiled or in Python, and why; ``noise`` is pyperf's system checks (CPU scaling
-governor, Turbo Boost, isolated CPUs, ASLR, ...: :mod:`counterd.commands.noise`), ``[{"check": str,
+governor, Turbo Boost, isolated CPUs, ASLR, ...) and free page reporting
+(:mod:`counterd.commands.noise`), ``[{"check": str,
 "status": "noise"|"ok"|"unknown", "state": str, "fix": str|null}]``.
 """
 
@@ -50,7 +51,7 @@ class ProbeResult:
     machine: Machine | None = None
     # How the markers run: their compiled hot path, or Python and why.
     markers: str = ""
-    # pyperf's system checks: what would add timing noise here.
+    # pyperf's system checks and free page reporting: what would add timing noise here.
     noise: tuple[NoiseCheck, ...] = ()
 
     def to_json(self) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""What this host is: CPU, kernel, PMU exposure, perf_event_paranoid (data only).
+"""What this host is: CPU, kernel, PMU exposure, perf_event_paranoid, whether its hypervisor
+takes back the memory it frees (data only).
 
 The machine description (caches, page size, CPUs online, the fingerprint) is not read here:
 :mod:`counterd.machine` is its one home, and :func:`host_info` takes those fields from it.
@@ -13,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from counterd.machine.description import Machine
@@ -26,6 +27,16 @@ _CORE_PMU_PREFIXES = ("armv8_", "armv7_", "arm_cortex", "riscv_pmu", "cpu_")
 
 
 _PERF_TYPE_RAW = 4  # include/uapi/linux/perf_event.h
+
+# The virtio specification's device id of the memory balloon, and the feature bit by which the
+# driver reports free pages to the device (VIRTIO_BALLOON_F_REPORTING,
+# include/uapi/linux/virtio_balloon.h). sysfs lists a device's negotiated features as a string
+# of 0s and 1s, bit 0 first (drivers/virtio/virtio.c, features_show).
+_VIRTIO_ID_BALLOON = 5
+_VIRTIO_BALLOON_F_REPORTING = 5
+# A reporting delay (min_free_ms) of a minute or more outlasts a pilot campaign's gaps between
+# runs: memory freed by one run and taken by the next stays the guest's.
+REPORT_DELAY_MS = 60_000
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,64 @@ class HostInfo:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+
+
+@dataclass(frozen=True)
+class PageReporting:
+    """Whether the guest kernel reports the memory it frees to its hypervisor (free page
+    reporting, mm/page_reporting.c), which then drops it: the next first touch of such memory
+    faults in the hypervisor as well as in the guest, so a program that allocates runs slower
+    when the memory it gets was freed long enough ago to have been reported. ``state``: on,
+    off (no virtio balloon negotiated it) or unknown (``why`` says what could not be read);
+    ``order``: the smallest block reported, 2**order pages (page_reporting_order);
+    ``min_free_ms``: how long a block stays free before it is reported, where the kernel has
+    that parameter (some guest kernels do; upstream Linux reports after about 2 s)."""
+
+    state: Literal["on", "off", "unknown"]
+    why: str
+    device: str | None = None
+    order: int | None = None
+    min_free_ms: int | None = None
+
+    @property
+    def noisy(self) -> bool:
+        """On, and not delayed past :data:`REPORT_DELAY_MS`: runs a few seconds apart meet it."""
+        return self.state == "on" and not (self.min_free_ms is not None
+                                           and self.min_free_ms >= REPORT_DELAY_MS)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "noisy": self.noisy}
+
+
+def page_reporting(sysfs_root: str | os.PathLike[str] = "/sys") -> PageReporting:
+    """Free page reporting on this host, from the virtio balloon's negotiated features under
+    ``<sysfs_root>/bus/virtio/devices`` (other hypervisors' balloons, e.g. Hyper-V's, are not
+    recognised: off, said so)."""
+    devices = Path(sysfs_root, "bus/virtio/devices")
+    try:
+        names = sorted(p.name for p in devices.iterdir())
+    except OSError:
+        names = []
+    for name in names:
+        dev = devices / name
+        if _int(_read(dev / "device")) != _VIRTIO_ID_BALLOON:
+            continue
+        bits = (_read(dev / "features") or "").strip()
+        if not bits or set(bits) - {"0", "1"}:
+            return PageReporting("unknown", f"{dev / 'features'} is unreadable or not a string "
+                                 "of 0s and 1s", name)
+        if len(bits) <= _VIRTIO_BALLOON_F_REPORTING or bits[_VIRTIO_BALLOON_F_REPORTING] != "1":
+            return PageReporting("off", f"the virtio balloon ({name}) did not negotiate free "
+                                 "page reporting", name)
+        params = Path(sysfs_root, "module/page_reporting/parameters")
+        order = _int(_read(params / "page_reporting_order"))
+        wait = _int(_read(params / "min_free_ms"))
+        return PageReporting("on", f"the virtio balloon ({name}) reports freed memory to the "
+                             "hypervisor", name,
+                             order if order is not None and order < 64 else None,
+                             wait if wait is not None and wait >= 0 else None)
+    return PageReporting("off", "no virtio balloon device (other hypervisors' balloons are not "
+                         "checked)")
 
 
 def read_paranoid(procfs_root: str | os.PathLike[str]) -> int | None:

@@ -93,6 +93,7 @@ def _budget(a: argparse.Namespace, sizes: list[float], work: Path,
 def run(a: argparse.Namespace) -> tuple[Any, str]:
     import tempfile
 
+    from counterd.data.host import page_reporting
     from predictor.costs.profile import current_host, fingerprint_differences, load_profile
 
     try:
@@ -137,7 +138,9 @@ def run(a: argparse.Namespace) -> tuple[Any, str]:
             progress(f"warning: {w}")
         measured = campaign.load_checks(work, a.repeat) if a.check else {}
     per, whole = fc.compare(measured)
-    data = {**fc.to_json(), "cpu_features": a.cpu_features, "budget": budget}
+    freed = page_reporting()
+    data = {**fc.to_json(), "cpu_features": a.cpu_features, "budget": budget,
+            "page_reporting": freed.to_json()}
     pct = round(100 * a.level)
     check_head = f" {'measured':>9} {'E':>5} in" if a.check else ""
     lines = [f"forecast at n = {a.target:g} from pilots at {', '.join(f'{x:g}' for x in sizes)}"
@@ -275,6 +278,15 @@ def run(a: argparse.Namespace) -> tuple[Any, str]:
                        "as-counted times the counted code"
                        if a.backend == "callgrind" else ""))
     lines += textwrap.wrap(features, 100, subsequent_indent="  ", break_on_hyphens=False)
+    if freed.noisy:
+        lines += textwrap.wrap(
+            "note: this host's hypervisor takes back the memory the guest frees (free page "
+            f"reporting: {freed.why}; counterd probe): memory that lay free for a few seconds "
+            "faults in the hypervisor too when a program first touches it (on a KVM guest, 64 "
+            "MiB took 11 ms to fill when freed under a second before and 115-150 ms after 2 s "
+            "or more: docs/record.md), so supersteps that allocate differ between runs, pilots "
+            "and checking runs by how long their memory lay free, which no forecast can know",
+            100, subsequent_indent="  ", break_on_hyphens=False)
     return data, "\n".join(lines)
 
 

@@ -880,6 +880,29 @@ def test_cli_pilot_notes_say_how_the_timed_runs_ran(monkeypatch, capsys, mode, s
     assert ("counted another code path" in text) == (mode == "native")
 
 
+@pytest.mark.parametrize("state", ["on", "off"])
+def test_cli_pilot_says_when_the_hypervisor_takes_back_freed_memory(monkeypatch, capsys, state):
+    """Free page reporting (counterd.data.host.page_reporting, read from sysfs, here given):
+    a note in the text where it is on, and its state in the JSON either way."""
+    import json
+
+    from counterd.data.host import PageReporting
+    from predictor.cli import main
+
+    monkeypatch.setattr("predictor.pilot.campaign.run_campaign",
+                        lambda *a, **k: _skewed_runs(np.random.default_rng(31)))
+    monkeypatch.setattr("counterd.data.host.page_reporting",
+                        lambda *a: PageReporting(state, "the virtio balloon (virtio0) ...",
+                                                 "virtio0", 9))
+    args = ["--pilot", "prog {n}", "--sizes", ",".join(f"{n:g}" for n in SIZES),
+            "--target", "4e6"]
+    assert main(args) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("takes back the memory the guest frees" in text) == (state == "on")
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["page_reporting"]["state"] == state
+
+
 def test_pilot_timed_and_counted_features_without_callgrind(tmp_path, monkeypatch):
     """With another counting source, native timed runs leave the counted run native too
     (record's auto); as-counted hides the features from both, so the timed code is the
