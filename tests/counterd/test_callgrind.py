@@ -8,7 +8,9 @@ serves every check (python under callgrind with cache simulation takes 10-20 s).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -739,3 +741,47 @@ def test_the_prefetcher_covers_a_stream_that_outgrows_the_l2(tmp_path: Path) -> 
     assert pf.counters["l2_misses"].value < 0.1 * plain.counters["l2_misses"].value
     assert "l2_writebacks" in plain.counters and "l2_writebacks" not in pf.counters
     assert "prefetcher" in pf.unsupported["l2_writebacks"]
+
+
+# -- a helper that outlives the command --------------------------------------------------------
+
+
+def test_wait_session_waits_for_what_the_command_left_running_and_no_longer() -> None:
+    """The command's session: a shell that leaves a sleeper behind and exits at once. The wait
+    ends when the sleeper does (well under the grace), or at the grace when it outlives it."""
+    import time
+
+    from counterd.backends.callgrind.run import wait_session
+
+    for sleep_s, grace, ended in ((0.3, 5.0, True), (30.0, 0.3, False)):
+        proc = subprocess.Popen(["sh", "-c", f"sleep {sleep_s} & exit 0"],
+                                start_new_session=True)
+        proc.wait()
+        t0 = time.monotonic()
+        try:
+            assert wait_session(proc.pid, grace) is ended
+            took = time.monotonic() - t0
+            assert (0.1 < took < 4.0) if ended else (0.25 < took < 2.0)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@needs_valgrind
+def test_a_helper_that_outlives_the_command_is_counted_not_a_failed_run(tmp_path: Path) -> None:
+    """A command that starts a helper (here a sleep, as multiprocessing starts its resource
+    tracker) and exits before it: the run waits for the helper, whose dump then is read like
+    the others, and removing the dumps never fails on a file it writes late (an SPMD program's
+    counted run failed on 'Directory not empty' before)."""
+    script = tmp_path / "leaves.py"
+    script.write_text("import subprocess\nsubprocess.Popen(['sleep', '0.5'])\n")
+    ran = callgrind_run([sys.executable, str(script)], GEOMETRY, tmp_path / "dumps",
+                        dict(os.environ), 120, show_stdout=False)
+    assert ran.exit_code == 0 and not ran.unreadable
+    assert len(ran.dumps) == 2  # python's and the sleep's, written after python had ended
+    counted = count_command([sys.executable, str(script)], run_id="outlive", env=dict(os.environ),
+                            geometry=GEOMETRY, timeout=120)
+    assert counted.exit_code == 0 and "*" not in counted.unsupported
+    assert counted.whole["instructions"].value > 0

@@ -143,9 +143,13 @@ def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
     geo = geometry if geometry is not None else CallgrindGeometry.from_machine()
     support = counter_support(geo.last_level, prefetch=geo.prefetch)
     unsupported = {k: v for k, v in support.items() if v is not None}
-    # The dumps are read here and then removed, unless the caller named where to keep them.
-    with tempfile.TemporaryDirectory(prefix="counterd-cg-spool-") as spool_dir, \
-            tempfile.TemporaryDirectory(prefix="counterd-cg-") as dumps_dir:
+    # The dumps are read here and then removed, unless the caller named where to keep them. A
+    # helper that outlived the command (run's grace) may still write into either directory
+    # while it is removed: what it leaves is left, rather than failing a run already counted.
+    with tempfile.TemporaryDirectory(prefix="counterd-cg-spool-",
+                                     ignore_cleanup_errors=True) as spool_dir, \
+            tempfile.TemporaryDirectory(prefix="counterd-cg-",
+                                        ignore_cleanup_errors=True) as dumps_dir:
         spool = Path(spool_dir)
         run_env = {**SERIAL_POOLS, **env}  # the user's own setting wins
         run_env[ENV_SPOOL] = str(spool)

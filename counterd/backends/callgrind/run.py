@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,29 @@ class CallgrindRun:
         """Valgrind's own messages for ``pid`` ("" when absent)."""
         path = self.outdir / f"valgrind.{pid}.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+
+# How long a run waits, once its command has ended, for the processes the command left in its
+# session (helpers that outlive it: multiprocessing's resource tracker ends when its last user
+# does, a fraction of a second later under valgrind) to end and write their dumps.
+SESSION_GRACE_S = 3.0
+
+
+def wait_session(pgid: int, grace: float = SESSION_GRACE_S) -> bool:
+    """Wait up to ``grace`` seconds until no process is left in process group ``pgid`` (the
+    command's session: valgrind runs it with ``start_new_session``); True if none is. A helper
+    still running after that is left alone: its dump, if any, is unreadable and said so."""
+    deadline = time.monotonic() + grace
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # a member that changed its uid: not this run's to wait for
+            return False
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
 
 
 def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
@@ -169,6 +193,7 @@ def run(cmd: Sequence[str], geometry: CallgrindGeometry | None = None,
         passing.started(proc.pid)
         try:
             code = proc.wait(timeout=timeout)
+            wait_session(proc.pid)
         except subprocess.TimeoutExpired:
             _kill_tree(proc)
             raise CallgrindError(f"the command did not finish within {timeout} s under "
@@ -183,7 +208,8 @@ def run(cmd: Sequence[str], geometry: CallgrindGeometry | None = None,
     unreadable: dict[int, str] = {}
     for pid in sorted(dump_files(out)):
         # A helper process the command exec'd (e.g. multiprocessing's resource tracker) may
-        # outlive it and still be writing its dump: that pid is unreadable, not the run.
+        # outlive it past wait_session's grace and still be writing its dump: that pid is
+        # unreadable, not the run.
         try:
             dumps[pid] = tuple(dumps_for_pid(out, pid))
         except CallgrindError as exc:
