@@ -33,6 +33,10 @@ Verified with valgrind 3.19 on this host (python 3.11, x86-64), and relied on be
   not yet corrected). Exec'd children (``subprocess``,
   ``multiprocessing`` with spawn, its resource tracker) need ``--trace-children=yes``; they
   keep the pid of the process that forked them and the pre-exec instance writes no file.
+  A helper that outlives the command (the resource tracker ends when its last user does)
+  writes its dump after it: a run waits up to ``run.SESSION_GRACE_S`` (3 s) for the processes
+  left in the command's session before it reads the dumps; one still running after that has
+  its dump, if any, reported unreadable, and never fails the run.
   Threads of one process share its dumps: a dump closed by one thread's call holds every
   thread's costs since the previous call (use one process per processor under callgrind).
 * **The boundary call must come from C.** A function called *directly* by ctypes never fires
