@@ -83,8 +83,7 @@ def main() -> int:
             times[w].append(touch_ms(a.mib))
     base = statistics.median(times[a.waits[0]])
     print(host_line())
-    print(f"free page reporting: {pr.state} ({pr.why}"
-          + (f", blocks of 2^{pr.order} pages and up" if pr.order is not None else "") + ")")
+    print(f"free page reporting: {pr.state} ({pr.detail()})")
     print(f"{a.mib} MiB allocated and filled (numpy.ones) after each wait, {a.rounds} rounds")
     print(f"{'idle before':>12} {'median':>9} {'least':>9} {'greatest':>9} "
           f"{'/ at ' + format(a.waits[0], 'g') + ' s':>10}")

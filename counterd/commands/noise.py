@@ -89,16 +89,14 @@ def page_reporting_check(sysfs: str = "/sys") -> NoiseCheck:
         return NoiseCheck(name, "unknown", pr.why)
     if pr.state == "off":
         return NoiseCheck(name, "ok", f"off ({pr.why})")
-    blocks = f", in blocks of 2^{pr.order} pages and up" if pr.order is not None else ""
-    after = (f", after {pr.min_free_ms} ms free" if pr.min_free_ms is not None else "")
     if not pr.noisy:
-        return NoiseCheck(name, "ok", f"on{blocks}{after}: memory freed and taken again "
+        return NoiseCheck(name, "ok", f"on: {pr.detail()}; memory freed and taken again "
                           "within that is the guest's alone")
     fix = PAGE_REPORTING_FIX + (
         "; or, this kernel having the parameter, delay it past a benchmark's runs: as root, "
         f"echo {REPORT_DELAY_MS} > {MIN_FREE} (echo {pr.min_free_ms} restores it)"
         if pr.min_free_ms is not None else "; inside the guest nothing turns it off")
-    return NoiseCheck(name, "noise", f"on: {pr.why}{blocks}{after}; memory a program touches "
+    return NoiseCheck(name, "noise", f"on: {pr.detail()}; memory a program touches "
                       "first after it lay free long enough to be reported faults in the "
                       "hypervisor too, so supersteps that allocate run slower or faster by how "
                       "long their memory lay free", fix)

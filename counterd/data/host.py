@@ -84,6 +84,12 @@ class PageReporting:
         return self.state == "on" and not (self.min_free_ms is not None
                                            and self.min_free_ms >= REPORT_DELAY_MS)
 
+    def detail(self) -> str:
+        """``why``, with the blocks reported and the delay where they are known."""
+        return (self.why
+                + (f", in blocks of 2^{self.order} pages and up" if self.order is not None else "")
+                + (f", after {self.min_free_ms} ms free" if self.min_free_ms is not None else ""))
+
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "noisy": self.noisy}
 
