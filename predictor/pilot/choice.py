@@ -363,7 +363,8 @@ def advise(steps: Sequence[tuple[str, Sequence[float], Sequence[float], float]],
                    "those above it and do not describe the target (a library's thread pool "
                    "taking over above a size, as OpenBLAS's does: rerun with "
                    "OPENBLAS_NUM_THREADS=1 to see whether its threads cause it; processes "
-                   "taking turns on one CPU); the forecast is not changed by it")
+                   "taking turns on one CPU); where the CPU sharing does not explain it, the "
+                   "forecast is the geometric mean of the rates below and above it")
 
     def need(name: str, first: float) -> float:
         """The largest pilot ``name`` needs with the sizes starting at ``first``."""

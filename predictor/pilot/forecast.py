@@ -23,6 +23,7 @@ from predictor.pilot.choice import (
     PilotAdvice,
     advise,
     choose,
+    regime_jump,
     timing_spread,
 )
 from predictor.pilot.extrapolation import (
@@ -68,6 +69,11 @@ class StepForecast:
     # the L2 misses the target adds beyond the largest pilot's rate (predictor.pilot.regime):
     # their cost is in :attr:`scaled` and :attr:`fit`
     l2: L2Extra | None = None
+    # seconds: where the pilots straddle a rise of the time per instruction that processes
+    # sharing a CPU do not explain (:func:`jump_below`), the target's counted work at the
+    # rate below the rise; the forecast is the geometric mean of it and the basis's, its
+    # interval reaches over both
+    below_s: float | None = None
 
     @property
     def basis(self) -> str:
@@ -91,13 +97,20 @@ class StepForecast:
     def f_s(self) -> float | None:
         return self.f.f * 1e-9 if self.f is not None else None
 
-    @property
-    def predicted_s(self) -> float:
-        """The work time forecast by :attr:`basis`."""
+    def _chosen_s(self) -> float:
         if self.basis == "fit" and self.fit is not None:
             return self.fit.value
         e = self._basis()
         return e.value if e is not None else self.f.f * 1e-9 if self.f is not None else 0.0
+
+    @property
+    def predicted_s(self) -> float:
+        """The work time forecast by :attr:`basis`; where :attr:`below_s` is set, the
+        geometric mean of the two."""
+        p = self._chosen_s()
+        if self.below_s is not None and p > 0:
+            return math.sqrt(p * self.below_s)
+        return p
 
     @property
     def interval_s(self) -> tuple[float, float]:
@@ -118,8 +131,11 @@ class StepForecast:
 
     def _own_interval(self) -> tuple[float, float]:
         if self.choice is not None:
-            p = self.predicted_s
-            lo, hi = p * math.exp(-self.choice.half), p * math.exp(self.choice.half)
+            p, half = self.predicted_s, self.choice.half
+            if self.below_s is not None and p > 0:
+                # reaches at least both forecasts, as a count's hinge does (interval_half)
+                half = math.hypot(half, math.log(self._chosen_s() / self.below_s) / 2)
+            lo, hi = p * math.exp(-half), p * math.exp(half)
         elif (e := self._basis()) is not None or self.f_interval_ns is None:
             e = e or self.time_only
             lo, hi = e.lower, e.upper
@@ -187,6 +203,7 @@ class StepForecast:
                 "fit_counters": list(self.fit.counters) if self.fit else None,
                 "interval_width": self.width,
                 "shared_cpu_reach_s": list(self.reach_s) if self.reach_s else None,
+                "basis_s": self._chosen_s(), "below_jump_s": self.below_s,
                 "l2": self.l2.to_json() if self.l2 else None,
                 "choice": self.choice.to_json() if self.choice else None,
                 "counters": {k: v.value for k, v in self.counters.items()},
@@ -456,7 +473,57 @@ def _step_forecast(runs: Sequence[PilotRun], i: int, key: tuple[int, str], targe
                      f"(misses no prefetcher covers, the L2 simulated shrunk with the data): "
                      f"{l2.misses:.3g} misses more, {seconds(l2.seconds)} at the profile's "
                      f"{l2.cost_ns:.3g} ns a miss, in the forecasts from counts")
-    return replace(sf, scaled=scaled, extra=extra, fit=fit, choice=choice, l2=l2), notes
+    below = jump_below(runs, i, sizes, counters[WORK].value) if WORK in counters else None
+    below_s = None
+    if below is not None and choice is not None:
+        below_s, (n_below, n_above, rise) = below
+        if l2 is not None and l2.seconds > 0:
+            below_s += l2.seconds
+        notes.append(f"{where}: its time per counted instruction rose {rise:.2g}x between n = "
+                     f"{n_below:g} and {n_above:g}, and processes taking turns on one CPU do "
+                     "not explain it: which regime the target runs in, or how far into it, "
+                     "the pilots cannot say; the forecast is the geometric mean of the work "
+                     f"at the rate below the rise ({seconds(below_s)}) and the forecast from "
+                     "above it, and its interval reaches over both")
+    return replace(sf, scaled=scaled, extra=extra, fit=fit, choice=choice, l2=l2,
+                   below_s=below_s), notes
+
+
+def jump_below(runs: Sequence[PilotRun], i: int, sizes: Sequence[float], work_at: float
+               ) -> tuple[float, tuple[float, float, float]] | None:
+    """Where superstep ``i``'s time per counted instruction rose by
+    :data:`~predictor.pilot.choice.REGIME_JUMP` or more between two pilot sizes
+    (:func:`~predictor.pilot.choice.regime_jump`) and its processes did not take turns on one
+    CPU in a larger share of the timed runs above the rise than below it: the work at the
+    target (``work_at`` instructions) at the median time per instruction of the size below
+    the rise, in seconds, and the rise (size below, size above, factor); None where there is
+    no such rise.
+
+    Why: above such a rise the pilots run in another regime, and the target may be in it
+    fully, or in it with a cost that is amortised by then. cg's conjugate gradients (the
+    outside suite, 14 sets on an Intel Xeon KVM guest, 2026-11-27/28): OpenBLAS hands its
+    vector operations to a thread pool from about n = 10,000, its first use in a process
+    costs some milliseconds, and the time per instruction rose 2.3-4.2x between the pilots
+    at 8,000 and 12,000; scaled from above, the target at 4x was forecast 1.5-2.5x high on 12
+    of 14 sets, from below it would have been low. A rise that the CPU sharing explains
+    (the runs above it shared more often: the first superstep of a forked worker) is left to
+    the pilots' mix (:func:`shared_cpu_note`)."""
+    med = [float(np.median([w for r in runs if r.size == m for w in r.step_work(i)])) * 1e-9
+           for m in sizes]
+    work = work_per_size(runs, i)
+    jump = regime_jump(sizes, med, work)
+    if jump is None:
+        return None
+    below, above, _ = jump
+
+    def shared(m: float) -> float:
+        flags = [f for r in runs if r.size == m for f in r.step_shared(i)]
+        return sum(flags) / len(flags) if flags else 0.0
+
+    if shared(above) > shared(below):
+        return None
+    k = list(sizes).index(below)
+    return med[k] / work[k] * work_at, jump
 
 
 def reach_apart(runs: Sequence[PilotRun], i: int, key: tuple[int, str], target: float,

@@ -762,6 +762,57 @@ def test_a_forecast_warns_of_a_jump_in_its_pilots():
                    for w in forecast(runs, 4 * SIZES[-1], None).to_json()["pilot_warnings"])
 
 
+def _jumped_runs(shared_above: int = 0) -> list[PilotRun]:
+    """The fixed-cost runs (no fixed cost, 2 % noise) with the time per instruction tripled
+    from the third size on; ``shared_above``: in how many of the 5 timed runs at and above
+    the jump two processors took turns on one CPU (none below it)."""
+    out = []
+    for r in _fixed_cost_runs(np.random.default_rng(4), fixed=0.0):
+        f = 3.0 if r.size >= SIZES[2] else 1.0
+        work = tuple(w * f for w in r.work_ns[0])
+        step = replace(r.steps[0], time_ns=float(np.median(work)),
+                       meta={"work_ns": float(np.median(work))})
+        k = shared_above if f > 1 else 0
+        out.append(PilotRun(r.size, (step,), r.source, (work,), (work,),
+                            ((True,) * k + (False,) * (len(work) - k),)))
+    return out
+
+
+def test_a_jump_the_cpu_sharing_does_not_explain_moves_the_forecast_to_the_mean():
+    """Pilots whose time per instruction triples between their second and third sizes (and
+    no CPU sharing): the work forecast is the geometric mean of the chosen forecast and the
+    target's instructions at the second size's time per instruction, its interval reaches over
+    both, a note and the JSON say so."""
+    runs = _jumped_runs()
+    target = 4 * SIZES[-1]
+    fc = forecast(runs, target, None)
+    (s,) = fc.steps
+    rate_below = float(np.median(runs[1].step_work(0))) * 1e-9 / _instructions(SIZES[1])
+    below = rate_below * s.counters["instructions"].value
+    assert s.below_s == pytest.approx(below)
+    chosen = s.to_json()["basis_s"]
+    assert chosen > 2.5 * below  # scaled from above the jump: three times the rate below
+    assert s.predicted_s == pytest.approx(math.sqrt(chosen * below))
+    lo, hi = s.interval_s
+    assert lo < below and hi > chosen
+    js = fc.to_json()["supersteps"][0]
+    assert js["below_jump_s"] == pytest.approx(below) and js["predicted_s"] == s.predicted_s
+    (note,) = [x for x in fc.notes if "rose 3x between n = 200000 and 300000" in x]
+    assert "geometric mean" in note and "reaches over both" in note
+
+
+def test_a_jump_the_cpu_sharing_explains_leaves_the_forecast_alone():
+    """The same pilots with the processes taking turns on one CPU in 3 of 5 runs at and above
+    the jump and in none below: the forecast follows the pilots (no mean, no note of it);
+    with the sharing as often below as above, the mean again."""
+    fc = forecast(_jumped_runs(shared_above=3), 4 * SIZES[-1], None)
+    (s,) = fc.steps
+    assert s.below_s is None and s.predicted_s == s.to_json()["basis_s"]
+    assert not [x for x in fc.notes if "geometric mean" in x]
+    both = [replace(r, shared=((True, True, True, False, False),)) for r in _jumped_runs()]
+    assert forecast(both, 4 * SIZES[-1], None).steps[0].below_s is not None
+
+
 def test_the_sizes_proposed_above_a_jump_meet_the_other_needs_from_there():
     """With the sizes starting above a jump: a noisy superstep's needed ratio of largest to
     smallest is met from the new smallest size, not from the given one; a jumped superstep that
