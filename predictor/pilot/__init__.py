@@ -11,6 +11,7 @@ extrapolated counters. One home each:
 - :mod:`predictor.pilot.runs`: the pilot runs and their check;
 - :mod:`predictor.pilot.extrapolation`: one quantity from the pilot sizes to the target;
 - :mod:`predictor.pilot.choice`: held-out errors, the forecast printed, its interval, advice;
+- :mod:`predictor.pilot.mixed`: pilot runs not all of one regime (CPU sharing, a rise);
 - :mod:`predictor.pilot.forecast`: every superstep at the target;
 - :mod:`predictor.pilot.check`: ``--check``, measured against forecast;
 - :mod:`predictor.pilot.campaign`: running the pilots under ``counterd record`` (not pure);

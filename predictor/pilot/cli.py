@@ -18,7 +18,8 @@ from predictor.errors import BadInput
 from predictor.pilot import campaign
 from predictor.pilot.check import Comparison
 from predictor.pilot.choice import DRIFT_PER_EFOLD
-from predictor.pilot.forecast import SHARED_CPU_ADVICE, forecast
+from predictor.pilot.forecast import forecast
+from predictor.pilot.mixed import SHARED_CPU_ADVICE
 from predictor.pilot.regime import load_regime
 
 

@@ -29,7 +29,8 @@ from predictor.pilot.extrapolation import (
     extrapolate_extra,
     scale_by_work,
 )
-from predictor.pilot.forecast import SHARED_CPU_ADVICE, StepForecast, forecast
+from predictor.pilot.forecast import StepForecast, forecast
+from predictor.pilot.mixed import SHARED_CPU_ADVICE
 from predictor.pilot.runs import PilotRun, Timing, check_runs, load_timings
 
 SIZES = [1e5, 2e5, 3e5, 4e5, 5e5]
