@@ -473,9 +473,11 @@ def _step_forecast(runs: Sequence[PilotRun], i: int, key: tuple[int, str], targe
                      f"(misses no prefetcher covers, the L2 simulated shrunk with the data): "
                      f"{l2.misses:.3g} misses more, {seconds(l2.seconds)} at the profile's "
                      f"{l2.cost_ns:.3g} ns a miss, in the forecasts from counts")
-    below = jump_below(runs, i, sizes, counters[WORK].value) if WORK in counters else None
+    # the mean across a rise moves the printed forecast: only where there is one (a choice)
+    below = (jump_below(runs, i, sizes, counters[WORK].value)
+             if WORK in counters and choice is not None else None)
     below_s = None
-    if below is not None and choice is not None:
+    if below is not None:
         below_s, (n_below, n_above, rise) = below
         if l2 is not None and l2.seconds > 0:
             below_s += l2.seconds

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -749,8 +750,6 @@ def test_the_prefetcher_covers_a_stream_that_outgrows_the_l2(tmp_path: Path) -> 
 def test_wait_session_waits_for_what_the_command_left_running_and_no_longer() -> None:
     """The command's session: a shell that leaves a sleeper behind and exits at once. The wait
     ends when the sleeper does (well under the grace), or at the grace when it outlives it."""
-    import time
-
     from counterd.backends.callgrind.run import wait_session
 
     for sleep_s, grace, ended in ((0.3, 5.0, True), (30.0, 0.3, False)):
