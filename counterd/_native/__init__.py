@@ -114,6 +114,9 @@ def _declare(lib: ctypes.CDLL) -> None:
         lib.counterd_copy2d.argtypes = [c.c_void_p, c.c_size_t, c.c_void_p, c.c_size_t,
                                         c.c_size_t, c.c_size_t, c.c_size_t]
         lib.counterd_copy2d.restype = c.c_uint64
+    if hasattr(lib, "counterd_marks_start_counting"):
+        lib.counterd_marks_start_counting.argtypes = []
+        lib.counterd_marks_start_counting.restype = c.c_int32
     _declare_cachesim(lib)
 
 
@@ -147,6 +150,15 @@ def lib() -> ctypes.CDLL | None:
 
 def missing_reason() -> str:
     return _load()[1]
+
+
+def marks_start_counting() -> bool:
+    """Whether the superstep marks start Callgrind's counting (``counterd_superstep_mark``
+    issues ``CALLGRIND_START_INSTRUMENTATION`` at a process's first mark): the library was
+    built with valgrind's header. Counting from the first superstep relies on it."""
+    native = lib()
+    return native is not None and hasattr(native, "counterd_marks_start_counting") \
+        and bool(native.counterd_marks_start_counting())
 
 
 BOUNDARY_SYMBOL = "counterd_superstep_boundary"

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 # check that the two agree): those taking a value, with their defaults, and the flags.
 _RECORD_VALUES = {"--backend": "auto", "--events": "", "--out": None, "--machine": None,
                   "--cpu-features": "auto", "--sample": None}
-_RECORD_FLAGS = ("--json", "--prefetch")
+_RECORD_FLAGS = ("--json", "--prefetch", "--count-from-start")
 
 
 def _plain_record(argv: Sequence[str]) -> argparse.Namespace | None:
@@ -112,7 +112,7 @@ def _record(args: argparse.Namespace) -> int:
     try:
         result = record(cmd, out=args.out, backend=args.backend, events=events,
                         cpu_features=args.cpu_features, sample=args.sample,
-                        prefetch=args.prefetch,
+                        prefetch=args.prefetch, count_from_start=args.count_from_start,
                         progress=lambda m: print(f"counterd record: {m}", file=sys.stderr,
                                                  flush=True))
     except Stopped as stop:  # after the command, before its records were written

@@ -373,7 +373,7 @@ CPU_FEATURES = ("auto", "native", "as-counted")
 def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: str = "auto",
            events: Sequence[str] = (), run_id: str | None = None,
            cpu_features: str = "auto", sample: str | None = None,
-           prefetch: bool = False,
+           prefetch: bool = False, count_from_start: bool = False,
            progress: Callable[[str], None] | None = None) -> RecordResult:
     """Run ``cmd`` with markers active; write its records to ``out`` (JSON lines, atomic).
 
@@ -389,12 +389,19 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
     (:mod:`counterd.markers.sampling`); None: as ``COUNTERD_SAMPLE`` says, else off.
     ``prefetch`` (``--prefetch``, Callgrind only): valgrind's hardware prefetcher simulated
     on the last level (:attr:`counterd.backends.callgrind.geometry.CallgrindGeometry.prefetch`).
+    Under Callgrind a command whose timed run marked supersteps is counted from each process's
+    first superstep mark (:func:`counterd.backends.callgrind.valgrind.valgrind_argv`,
+    ``from_first_superstep``), unless ``count_from_start`` (``--count-from-start``) or the
+    native library cannot start the counting; a command without markers, from its start.
 
     Returns the command's exit code with the records. Bad input raises BadInput before the
     command runs; a failure to write ``out`` raises BadInput after it, leaving no partial file.
     """
     if cpu_features not in CPU_FEATURES:
         raise BadInput(f"--cpu-features {cpu_features!r}", "choose " + ", ".join(CPU_FEATURES))
+    if count_from_start and backend != "callgrind":
+        raise BadInput(f"--count-from-start with --backend {backend}: it says where Callgrind "
+                       "starts counting", "give --backend callgrind, or drop --count-from-start")
     if prefetch and backend != "callgrind":
         raise BadInput(f"--prefetch with --backend {backend}: the prefetcher is Callgrind's "
                        "cache simulation", "give --backend callgrind, or drop --prefetch")
@@ -497,11 +504,15 @@ def record(cmd: Sequence[str], *, out: str | os.PathLike[str] | None, backend: s
                         "had: where the program dispatches on them the counts are of other "
                         "code (--cpu-features as-counted times the code counted)"
                         if lacked else ""))
+        from counterd import _native
         from counterd.backends.callgrind import counting
 
+        whole_command = len(records) == 1 and "whole_command" in records[0].flags
         counted = counting.count_command(argv, run_id=run_id, geometry=geometry, env={
-            **_env(run_id, ".", "callgrind", events), **hide})
-        if len(records) == 1 and "whole_command" in records[0].flags:
+            **_env(run_id, ".", "callgrind", events), **hide},
+            from_first_superstep=not (count_from_start or whole_command)
+            and _native.marks_start_counting())
+        if whole_command:
             records = counting.merge_whole(records[0], counted)
         else:
             records = counting.merge_counted(records, counted.supersteps)

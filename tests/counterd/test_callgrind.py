@@ -544,7 +544,7 @@ def test_the_counted_run_serialises_thread_pools_unless_told(monkeypatch, tmp_pa
     are always the counted run's own."""
     seen: list[dict[str, str]] = []
 
-    def fake_run(cmd, geo, outdir, env, timeout, show_stdout=True):
+    def fake_run(cmd, geo, outdir, env, timeout, show_stdout=True, from_first_superstep=False):
         seen.append(dict(env))
         assert not show_stdout  # the timed run already showed the command's output
         return CallgrindRun(0, tmp_path, tuple(cmd), geo)
@@ -564,7 +564,7 @@ def test_the_counted_run_removes_its_dumps_unless_told_where(monkeypatch, tmp_pa
     names is kept."""
     dirs: list[Path] = []
 
-    def fake_run(cmd, geo, outdir, env, timeout, show_stdout=True):
+    def fake_run(cmd, geo, outdir, env, timeout, show_stdout=True, from_first_superstep=False):
         dirs.append(Path(outdir))
         (Path(outdir) / "callgrind.out.1").write_text("")
         return CallgrindRun(0, Path(outdir), tuple(cmd), geo)
@@ -780,3 +780,90 @@ def test_a_helper_that_outlives_the_command_is_counted_not_a_failed_run(tmp_path
                         dict(os.environ), 120, show_stdout=False)
     assert ran.exit_code == 0 and not ran.unreadable
     assert len(ran.dumps) == 2  # python's and the sleep's, written after python had ended
+
+
+FIRST = """\
+import ctypes
+import counterd
+from counterd import _native
+
+L = _native.lib()
+n, stride = {N}, {STRIDE}
+buf = (ctypes.c_uint64 * (n * stride))()
+L.counterd_load_stride(buf, n, stride, 1)  # before the first superstep: counted only from start
+with counterd.superstep("load", n=n):
+    L.counterd_load_stride(buf, n, stride, 1)
+with counterd.superstep("store", n=n):
+    L.counterd_store_stride(buf, n, stride, 1, 7)
+"""
+
+
+def test_counting_from_the_first_superstep_is_asked_for_only_when_told(tmp_path: Path) -> None:
+    plain = valgrind_argv(["prog"], GEOMETRY, tmp_path)
+    late = valgrind_argv(["prog"], GEOMETRY, tmp_path, from_first_superstep=True)
+    assert not any(a.startswith("--instr-atstart") for a in plain)
+    assert "--instr-atstart=no" in late and late[-1] == "prog"
+
+
+@pytest.mark.callgrind
+@needs_valgrind
+def test_counted_from_the_first_superstep_the_supersteps_count_the_same(tmp_path: Path) -> None:
+    """``--instr-atstart=no`` and the first mark's client request: each superstep's work is
+    counted as from the start (the marker API's own few thousand accesses apart), what came
+    before the first superstep is not (the load pass before it and the interpreter's start-up:
+    the whole run's instructions fall), and the last level starts empty there."""
+    if not _native.marks_start_counting():
+        pytest.skip("libcounterd was built without valgrind's header: its marks start nothing")
+    script = tmp_path / "first.py"
+    script.write_text(FIRST.format(N=N, STRIDE=STRIDE))
+    runs = {late: count_command([sys.executable, str(script)], run_id="t", env=ENV,
+                                geometry=GEOMETRY, timeout=300, from_first_superstep=late)
+            for late in (False, True)}
+    start, first = runs[False], runs[True]
+    for key in ((0, 0), (0, 1)):
+        a, b = start.supersteps[key].counters, first.supersteps[key].counters
+        for name in ("instructions", "loads", "stores"):
+            assert b[name].value == pytest.approx(a[name].value, rel=0.01, abs=5_000), name
+    assert first.supersteps[(0, 0)].counters["l3_misses"].value == pytest.approx(N, rel=0.02)
+    # from the start the pass before the superstep and the interpreter's start-up are counted
+    assert start.whole["loads"].value - first.whole["loads"].value >= N
+    assert first.whole["instructions"].value < 0.5 * start.whole["instructions"].value
+
+
+def test_count_from_start_is_refused_without_callgrind(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    proc = subprocess.run([sys.executable, "-m", "counterd.commands.cli", "record", "--backend",
+                           "none", "--count-from-start", "--out", str(tmp_path / "r.jsonl"),
+                           "--", "touch", str(marker)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "drop --count-from-start" in proc.stderr
+    assert not marker.exists() and not (tmp_path / "r.jsonl").exists()
+
+
+@needs_valgrind
+@pytest.mark.parametrize(("marked", "from_start", "expected"),
+                         [(True, False, True), (True, True, False), (False, False, False)])
+def test_record_counts_from_the_first_superstep_where_the_command_marks_them(
+        monkeypatch, tmp_path: Path, marked: bool, from_start: bool, expected: bool) -> None:
+    """Where the timed run marked supersteps, the counted run starts at each process's first
+    (unless --count-from-start); a command without markers is counted from its start (late,
+    nothing would be counted)."""
+    from counterd.backends.callgrind.counting import CountedRun
+    from counterd.commands.recording import record
+
+    if not _native.marks_start_counting():
+        pytest.skip("libcounterd was built without valgrind's header: its marks start nothing")
+    seen: dict[str, object] = {}
+
+    def fake(argv, **kw):
+        seen.update(kw)
+        return CountedRun(supersteps={}, whole={}, unsupported={}, exit_code=0, adjustments=())
+
+    monkeypatch.setattr("counterd.backends.callgrind.counting.count_command", fake)
+    script = tmp_path / "p.py"
+    script.write_text("import counterd\nwith counterd.superstep('s'):\n    pass\n" if marked
+                      else "pass\n")
+    record([sys.executable, str(script)], out=None, backend="callgrind",
+           count_from_start=from_start)
+    assert seen["from_first_superstep"] is expected

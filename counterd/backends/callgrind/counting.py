@@ -124,8 +124,11 @@ def as_counted_env(env: Mapping[str, str], cpu_flags: Collection[str]) -> dict[s
 
 def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
                   geometry: CallgrindGeometry | None = None, timeout: float | None = None,
-                  outdir: str | Path | None = None) -> CountedRun:
-    """Run ``cmd`` under Callgrind with markers active and count it.
+                  outdir: str | Path | None = None, from_first_superstep: bool = False
+                  ) -> CountedRun:
+    """Run ``cmd`` under Callgrind with markers active and count it (``from_first_superstep``:
+    each process from its first superstep mark on, :func:`~counterd.backends.callgrind.
+    valgrind.valgrind_argv`; ``whole`` then leaves out what came before).
 
     ``env`` is the command's environment as for the timed run; its spool and backend are
     replaced here (``COUNTERD_SPOOL`` -> a private directory, ``COUNTERD_BACKEND`` ->
@@ -156,7 +159,7 @@ def count_command(cmd: Sequence[str], *, run_id: str, env: Mapping[str, str],
         run_env[ENV_BACKEND] = NAME
         # The timed run showed the command's output; this second run does not repeat it.
         result = run(cmd, geo, outdir if outdir is not None else dumps_dir, run_env, timeout,
-                     show_stdout=False)
+                     show_stdout=False, from_first_superstep=from_first_superstep)
         out: dict[tuple[int, int], SuperstepRecord] = {}
         for path in spool_files(spool):
             try:

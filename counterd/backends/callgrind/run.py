@@ -147,11 +147,14 @@ class _PassOn:
 
 def run(cmd: Sequence[str], geometry: CallgrindGeometry | None = None,
         outdir: str | Path | None = None, env: Mapping[str, str] | None = None,
-        timeout: float | None = None, *, show_stdout: bool = True) -> CallgrindRun:
+        timeout: float | None = None, *, show_stdout: bool = True,
+        from_first_superstep: bool = False) -> CallgrindRun:
     """Run ``cmd`` under Callgrind and read every dump it leaves in ``outdir``
     (``show_stdout=False``: the command's standard output is discarded and its standard error
     kept in ``outdir``, :meth:`CallgrindRun.stderr_tail`; valgrind's own messages are in its
-    logs either way, :meth:`CallgrindRun.log`).
+    logs either way, :meth:`CallgrindRun.log`). ``from_first_superstep``: each process counted
+    from its first superstep mark on (:func:`~counterd.backends.callgrind.valgrind.
+    valgrind_argv`).
 
     ``geometry`` defaults to the machine's (:meth:`CallgrindGeometry.from_machine`).
     ``outdir`` defaults to a new temporary directory, left in place for the caller (it holds
@@ -176,7 +179,7 @@ def run(cmd: Sequence[str], geometry: CallgrindGeometry | None = None,
     if stale:
         raise BadInput(f"{out} already holds callgrind dumps (pids {sorted(stale)})",
                        "give run() an empty directory")
-    argv = valgrind_argv(cmd, geo, out, valgrind=exe)
+    argv = valgrind_argv(cmd, geo, out, valgrind=exe, from_first_superstep=from_first_superstep)
     # Ctrl-C, kill and a closed terminal stop the run as they stop a command run natively:
     # passed on to valgrind's session, which ends as its command does (a process it counts
     # dies of the signal, valgrind with it), leaving the dumps of the supersteps it finished.
