@@ -33,16 +33,18 @@ def valgrind_argv(cmd: Sequence[str], geometry: CallgrindGeometry, outdir: str |
     manual section 2.7.2) so the command's stderr is its own. ``--dump-line=no`` keeps dumps
     small: only totals are used here, never source positions.
 
-    ``from_first_superstep``: ``--instr-atstart=no`` (section 6.3.5): each process runs
-    uninstrumented, at valgrind's core speed, until its first superstep mark starts the
-    counting (``CALLGRIND_START_INSTRUMENTATION`` in ``counterd_superstep_mark``, where the
-    library was built with valgrind's header: :func:`counterd._native.marks_start_counting`).
+    ``from_first_superstep``: ``--instr-atstart=no`` (sections 6.2.2 "Limiting the range of
+    collected events" and 6.3.3 "Data collection options"): each process runs uninstrumented,
+    at valgrind's core speed, until its first superstep mark starts the counting
+    (``CALLGRIND_START_INSTRUMENTATION`` in ``counterd_superstep_mark``, where the library was
+    built with valgrind's header: :func:`counterd._native.marks_start_counting`).
     A Python process's start-up and imports, counted, are most of a short counted run (on a
     2-CPU AMD EPYC guest, 2026-11-28: ``import numpy`` 22.0 s counted, 3.4 s not; a two-process
     histogram at n = 125,000 56 s, 11.5 s from the first superstep). The supersteps' counts are
     the same but for the last level: its simulated cache starts empty at the first superstep
     instead of holding the start-up's lines (the same histogram's first superstep: 2.6x the
-    last-level misses, the next 1.14x; instructions, loads, stores and L1 misses within 1.4 %).
+    last-level misses, the next two 1.14x and 1.6x; instructions, loads, stores and L1 misses
+    within 1.4 %).
     A process that never marks is not counted at all, so a command without markers must not
     be run so.
     """
