@@ -388,7 +388,10 @@ def test_a_constant_start_skew_is_not_scaled_with_the_work():
 
 def test_the_work_is_judged_against_f_not_the_span():
     """F fits the pilot runs' work exactly while their spans carry 20 ms of skew: F's error
-    on the pilots is that of the work (about 1), not of the span."""
+    on the pilots is that of the work (about 1), not of the span. The fit of fixed cost and
+    counted work fits the same work exactly too: which of the two misses the held-out pilots
+    least is decided by rounding (1.8e-16 against 1.9e-16 in log on an AMD EPYC host, the
+    other way round on an Intel Xeon), so either may be printed, with F's value."""
     rng = np.random.default_rng(12)
     runs = []
     for n in SIZES:
@@ -398,8 +401,10 @@ def test_the_work_is_judged_against_f_not_the_span():
         runs.append(PilotRun(n, r.steps, r.source, span, work))
     fc = forecast(runs, 2e6, PROFILE)
     for s in fc.steps:
-        assert s.pilot_f_error == pytest.approx(1.0, abs=1e-6) and s.basis == "F"
-        assert s.predicted_s == s.f_s
+        assert s.pilot_f_error == pytest.approx(1.0, abs=1e-6)
+        assert s.choice is not None and s.choice.holdouts["F"].miss < 1e-9
+        assert s.basis in ("F", "fit")
+        assert s.predicted_s == pytest.approx(s.f_s, rel=1e-9)
         assert s.extra is not None and s.extra.value == pytest.approx(SKEW_S)
         assert s.span_s == pytest.approx(s.f_s + SKEW_S)
 

@@ -39,6 +39,12 @@ Verified with valgrind 3.19 on this host (python 3.11, x86-64), and relied on be
   its dump, if any, reported unreadable, and never fails the run.
   Threads of one process share its dumps: a dump closed by one thread's call holds every
   thread's costs since the previous call (use one process per processor under callgrind).
+* **Counting from the first superstep** (``from_first_superstep``, what ``counterd record``
+  does where the timed run marked supersteps): ``--instr-atstart=no``, and the C wrapper's
+  first call in each process issues ``CALLGRIND_START_INSTRUMENTATION``. A process that never
+  marks is never counted; a child forked before its parent's first mark starts with nothing of
+  the parent's history; the simulated caches start empty at the first superstep
+  (:func:`~counterd.backends.callgrind.valgrind.valgrind_argv` says what that changes).
 * **The boundary call must come from C.** A function called *directly* by ctypes never fires
   ``--dump-before``: libffi's ``ffi_call_unix64`` moves the stack pointer above its own frame
   before ``call *%r11``, and Callgrind's call tracking (``setup_bbcc`` in callgrind/bbcc.c,
